@@ -1,0 +1,92 @@
+"""The error hierarchy shared by every process, with stable machine-readable codes.
+
+HTTP maps ``code`` to a status, the dead-letter topic carries it as ``reason_code``,
+and callers decide on retries from ``retriable`` — never from message text.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class ContextError(Exception):
+    """Root of our errors. ``code`` is stable API; ``message`` is for humans."""
+
+    code: ClassVar[str] = "context_error"
+    retriable: ClassVar[bool] = False
+    http_status: ClassVar[int] = 500
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "code": self.code,
+            "message": self.message,
+            "retriable": self.retriable,
+            "details": self.details,
+        }
+
+
+class InvalidEvent(ContextError):
+    """An event that cannot be decoded or violates the contract; goes to dead letter."""
+
+    code = "invalid_event"
+    http_status = 400
+
+    def __init__(self, message: str, *, reason_code: str = "invalid_event", **details: Any):
+        super().__init__(message, **details)
+        self.reason_code = reason_code
+
+
+class UnknownSchema(InvalidEvent):
+    code = "unknown_schema"
+
+
+class NotFound(ContextError):
+    code = "not_found"
+    http_status = 404
+
+
+class Conflict(ContextError):
+    code = "conflict"
+    http_status = 409
+
+
+class RunActive(Conflict):
+    """R1.3: the session already has an active run; wait for it or stop it."""
+
+    code = "run_active"
+
+
+class InvalidPolicy(ContextError):
+    code = "invalid_policy"
+    http_status = 422
+
+
+class InvalidRequest(ContextError):
+    code = "invalid_request"
+    http_status = 422
+
+
+class ContextBudgetExceeded(ContextError):
+    """R6.3/R10.4: required content alone does not fit; details itemize the sizes."""
+
+    code = "context_budget_exceeded"
+    http_status = 422
+
+
+class NotCommittedYet(ContextError):
+    """Read-your-writes wait ran out: the runtime's last append is not committed yet."""
+
+    code = "not_committed_yet"
+    retriable = True
+    http_status = 503
+
+
+class StorageUnavailable(ContextError):
+    code = "storage_unavailable"
+    retriable = True
+    http_status = 503

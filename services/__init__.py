@@ -1,0 +1,1 @@
+"""AgentLoom Context: services."""
