@@ -1,0 +1,36 @@
+"""The one typed settings object, read from ``ALC_*`` environment variables.
+
+Built once per process at its entry point and passed down as explicit parameters;
+adapters never read the environment themselves. Defaults match ``deploy/stack.sh``.
+"""
+
+from __future__ import annotations
+
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="ALC_", frozen=True)
+
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    pg_dsn: str = "postgresql://agentloom@127.0.0.1:55432/agentloom"
+    pg_pool_min: int = 2
+    pg_pool_max: int = 10
+
+    topic_records: str = "ctx.records"
+    topic_committed: str = "ctx.records.committed"
+    topic_dead_letter: str = "ctx.deadletter"
+    topic_partitions: int = 4
+
+    processor_id: str = "agentloom-session-processor"
+    processor_batch_max: int = 2000
+    processor_batch_within_s: float = 0.02
+
+    prepare_host: str = "127.0.0.1"
+    prepare_port: int = 18080
+    # Read-your-writes: how long prepare waits for the runtime's last append.
+    prepare_commit_wait_s: float = 5.0
+
+    # Local .tiktoken file to count with instead of the bundled cl100k_base (R6.4).
+    tiktoken_file: str | None = None
+    log_level: str = "INFO"

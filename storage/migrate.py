@@ -1,0 +1,82 @@
+"""Versioned SQL migrations: ``storage/migrations/NNN_name.sql``, applied once, in order.
+
+Run with ``agentloom-migrate`` (or ``python -m storage.migrate``). Concurrent runners are
+serialised by an advisory lock, so every process may call it at start-up safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+from importlib import resources
+
+import asyncpg
+
+log = logging.getLogger(__name__)
+_LOCK_KEY = 0x41_4C_43  # "ALC": one advisory lock for all migration runners
+_NAME = re.compile(r"^(\d{3})_([a-z0-9_]+)\.sql$")
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def available() -> list[Migration]:
+    out = []
+    for entry in resources.files("storage").joinpath("migrations").iterdir():
+        m = _NAME.match(entry.name)
+        if m:
+            out.append(Migration(int(m.group(1)), m.group(2), entry.read_text("utf-8")))
+    return sorted(out, key=lambda m: m.version)
+
+
+async def apply(conn: asyncpg.Connection) -> list[int]:
+    """Apply pending migrations; return the versions applied now."""
+    await conn.execute("SELECT pg_advisory_lock($1)", _LOCK_KEY)
+    try:
+        await conn.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version integer PRIMARY KEY, name text NOT NULL,"
+            " applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        done = {r["version"] for r in await conn.fetch("SELECT version FROM schema_migrations")}
+        applied = []
+        for m in available():
+            if m.version in done:
+                continue
+            async with conn.transaction():
+                await conn.execute(m.sql)
+                await conn.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
+                    m.version, m.name,
+                )
+            log.info("applied migration %03d_%s", m.version, m.name)
+            applied.append(m.version)
+        return applied
+    finally:
+        await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+
+
+async def apply_dsn(dsn: str) -> list[int]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await apply(conn)
+    finally:
+        await conn.close()
+
+
+def main() -> None:
+    from services.settings import Settings
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    versions = asyncio.run(apply_dsn(Settings().pg_dsn))
+    print(f"migrations applied: {versions or 'none pending'}")
+
+
+if __name__ == "__main__":
+    main()

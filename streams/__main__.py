@@ -1,0 +1,27 @@
+"""Entry point: ``agentloom-processor`` (or ``python -m streams``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+from services.settings import Settings
+from storage.migrate import apply_dsn
+from streams.app import create_app
+
+
+def main() -> None:
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    asyncio.run(apply_dsn(settings.pg_dsn))
+    app = create_app(settings, Path(".state/faust"))
+    from faust.worker import Worker
+
+    worker = Worker(app, loglevel=settings.log_level.lower(), quiet=True)
+    worker.execute_from_commandline()
+
+
+if __name__ == "__main__":
+    main()

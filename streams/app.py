@@ -1,0 +1,110 @@
+"""faust-streaming wiring of the session processor.
+
+Kept thin: the agent takes batches and hands them to ``BatchProcessor``. Choices that
+matter for correctness (see DESIGN.md "Known traps"):
+- ``concurrency=1``: with more, faust can commit an offset past an in-flight message
+  (faust-streaming #606).
+- ``take_events`` acks a batch in a ``finally`` once the loop body returns — and also if
+  the body raises. So the body never raises: on an unrecoverable error the process exits
+  at once (crash-only) before faust can ack, and the batch is redelivered on restart.
+- no ``exactly_once`` guarantee from faust (#517, #323): effectively-once comes from
+  PostgreSQL unique keys and the consumer tracking rows written with the effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from services.core.tokens import CachedCounter, make_counter
+from services.settings import Settings
+from storage.pool import create_pool
+from streams.processor import BatchProcessor, ProcessorConfig, RawMessage
+
+log = logging.getLogger("agentloom.processor")
+CRASH_EXIT_CODE = 70
+
+
+class FaustPublisher:
+    """Publishes through faust's own producer (acks=all, idempotent)."""
+
+    def __init__(self, app: faust.App) -> None:
+        self.app = app
+        self._pending: list[Any] = []
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        fut = await self.app.producer.send(topic, key, value, partition=None,
+                                           timestamp=None, headers=None)
+        self._pending.append(fut)
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending:
+            await asyncio.gather(*pending)
+
+
+def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
+    app = faust.App(
+        settings.processor_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="memory://",
+        value_serializer="raw",
+        key_serializer="raw",
+        topic_partitions=settings.topic_partitions,
+        web_enabled=False,
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        datadir=str(data_dir or Path(".state/faust")),
+        broker_commit_every=settings.processor_batch_max,
+        broker_commit_interval=0.5,
+    )
+    records = app.topic(settings.topic_records, value_type=bytes, key_type=bytes,
+                        partitions=settings.topic_partitions)
+    app.topic(settings.topic_committed, partitions=settings.topic_partitions)
+    app.topic(settings.topic_dead_letter, partitions=settings.topic_partitions)
+    state: dict[str, BatchProcessor] = {}
+
+    async def processor() -> BatchProcessor:
+        if "p" not in state:
+            pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
+            counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
+            state["p"] = BatchProcessor(pool, FaustPublisher(app), counter, ProcessorConfig(
+                consumer=settings.processor_id, topic_records=settings.topic_records,
+                topic_committed=settings.topic_committed,
+                topic_dead_letter=settings.topic_dead_letter,
+            ))
+        return state["p"]
+
+    @app.agent(records, concurrency=1)
+    async def session_processor(stream: Any) -> None:
+        async for events in stream.take_events(settings.processor_batch_max,
+                                               within=settings.processor_batch_within_s):
+            batch = [RawMessage(e.message.key, e.message.value, e.message.partition,
+                                e.message.offset) for e in events]
+            await _handle_or_die(await processor(), batch)
+
+    return app
+
+
+async def _handle_or_die(proc: BatchProcessor, batch: list[RawMessage]) -> None:
+    """Retry transient failures a few times; then exit without letting faust ack."""
+    delay = 0.2
+    for attempt in range(1, 6):
+        try:
+            result = await proc.handle(batch)
+            log.info("batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d",
+                     len(batch), result.committed, result.duplicates, result.dead_letters,
+                     result.rejected)
+            return
+        except Exception:
+            log.exception("batch of %d failed (attempt %d/5)", len(batch), attempt)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    log.critical("giving up on batch: exiting so that it is redelivered after restart")
+    logging.shutdown()
+    os._exit(CRASH_EXIT_CODE)

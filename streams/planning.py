@@ -1,0 +1,201 @@
+"""Pure planning of one consumed batch: dedupe, sequences, runs, counters.
+
+No I/O here. The processor loads the touched sessions' state (under row locks), calls
+``plan_batch``, then writes the plan in one PostgreSQL transaction. Because one
+partition's sessions have a single writer (DESIGN.md), planning sequentially over the
+batch in offset order is the whole concurrency story.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from schemas.contracts import AssistantMessagePayload, ContextEvent, RecordKind
+
+Thread = tuple[str, str]  # (run_id, instance_id)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    event: ContextEvent
+    partition: int
+    offset: int
+    token_count: int
+    token_method: str
+
+
+@dataclass
+class RunState:
+    run_id: str
+    main_instance_id: str
+    status: str  # active | finished | cancelled
+
+
+@dataclass
+class SessionState:
+    session_id: str
+    space_id: str
+    actor_id: str
+    policy_revision: str
+    next_session_sequence: int
+    active_run_id: str | None
+    revision: int
+    user_turns: int
+    model_steps: int
+    runs: dict[str, RunState] = field(default_factory=dict)
+    threads: dict[Thread, int] = field(default_factory=dict)  # -> next instance_sequence
+    known_keys: set[str] = field(default_factory=set)
+    known_operations: set[tuple[str, str]] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    incoming: Incoming
+    record_id: str
+    session_sequence: int
+    instance_sequence: int | None
+
+
+@dataclass(frozen=True)
+class Rejection:
+    incoming: Incoming
+    code: str
+    message: str
+    dead_letter: bool  # invalid input (dead-letter topic) vs a refused valid request
+
+
+@dataclass(frozen=True)
+class NewRun:
+    session_id: str
+    run_id: str
+    main_instance_id: str
+    through_session_sequence: int  # R2.1: the snapshot boundary, before run_started
+    started_sequence: int
+    policy_revision: str
+    user_turns: int
+    model_steps: int
+
+
+@dataclass(frozen=True)
+class RunChange:
+    session_id: str
+    run_id: str
+    status: str
+
+
+@dataclass
+class BatchPlan:
+    records: list[NewRecord] = field(default_factory=list)
+    duplicates: list[Incoming] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    new_runs: list[NewRun] = field(default_factory=list)
+    run_changes: list[RunChange] = field(default_factory=list)
+    new_threads: set[tuple[str, str, str]] = field(default_factory=set)
+    touched_sessions: set[str] = field(default_factory=set)
+
+
+def record_id_for(space_id: str, session_id: str, event_key: str) -> str:
+    """Deterministic: a redelivered event maps to the same id it was committed under."""
+    digest = hashlib.sha256(f"{space_id}\x1f{session_id}\x1f{event_key}".encode()).hexdigest()
+    return f"rec_{digest[:32]}"
+
+
+def plan_batch(batch: list[Incoming], sessions: dict[str, SessionState]) -> BatchPlan:
+    """Plan the effects of ``batch`` (offset order) on ``sessions`` (mutated in place)."""
+    plan = BatchPlan()
+    for inc in batch:
+        _plan_one(inc, sessions, plan)
+    return plan
+
+
+def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan) -> None:
+    ev = inc.event
+    st = sessions.get(ev.scope.session_id)
+    if st is None:
+        plan.rejections.append(Rejection(inc, "unknown_session",
+                                         f"session {ev.scope.session_id} is not open", True))
+        return
+    if st.space_id != ev.scope.space_id or st.actor_id != ev.scope.actor_id:
+        plan.rejections.append(Rejection(inc, "scope_mismatch",
+                                         "space_id/actor_id differ from the session's", True))
+        return
+    op_key = (ev.operation_id, str(ev.kind)) if ev.operation_id else None
+    if ev.event_key in st.known_keys or (op_key and op_key in st.known_operations):
+        plan.duplicates.append(inc)  # R3.1: redelivery is a no-op
+        return
+    refusal = _apply_lifecycle(inc, st, plan)
+    if refusal is not None:
+        plan.rejections.append(refusal)
+        # Remember the key: a redelivered refused event must stay refused, not succeed
+        # later because the state moved on.
+        st.known_keys.add(ev.event_key)
+        return
+    run_id, instance_id = ev.scope.run_id, ev.scope.instance_id
+    inst_seq: int | None = None
+    if run_id and instance_id:
+        thread = (run_id, instance_id)
+        if thread not in st.threads:
+            st.threads[thread] = 1
+            plan.new_threads.add((st.session_id, run_id, instance_id))
+        inst_seq = st.threads[thread]
+        st.threads[thread] = inst_seq + 1
+    _count(ev, st)
+    seq = st.next_session_sequence
+    st.next_session_sequence = seq + 1
+    st.revision += 1
+    st.known_keys.add(ev.event_key)
+    if op_key:
+        st.known_operations.add(op_key)
+    plan.records.append(NewRecord(
+        inc, record_id_for(st.space_id, st.session_id, ev.event_key), seq, inst_seq,
+    ))
+    plan.touched_sessions.add(st.session_id)
+
+
+def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Rejection | None:
+    ev = inc.event
+    run_id = ev.scope.run_id or ""
+    run = st.runs.get(run_id)
+    if ev.kind is RecordKind.RUN_STARTED:
+        if run is not None:
+            return Rejection(inc, "run_exists", f"run {run_id} was already started", True)
+        if st.active_run_id is not None:
+            return Rejection(inc, "run_active",
+                             f"run {st.active_run_id} is active: wait for it or cancel it", False)
+        main = ev.scope.instance_id or ""
+        st.runs[run_id] = RunState(run_id, main, "active")
+        st.active_run_id = run_id
+        st.user_turns += 1  # R8.1: counted at run start, before its first model request
+        plan.new_runs.append(NewRun(
+            st.session_id, run_id, main, st.next_session_sequence - 1,
+            st.next_session_sequence, st.policy_revision, st.user_turns, st.model_steps,
+        ))
+        return None
+    if run is None:
+        return Rejection(inc, "unknown_run", f"run {run_id} was never started", True)
+    if ev.kind is RecordKind.RUN_RESUMED:
+        if st.active_run_id not in (None, run_id):
+            return Rejection(inc, "run_active",
+                             f"run {st.active_run_id} is active: wait for it or cancel it", False)
+        run.status = "active"
+        st.active_run_id = run_id
+        plan.run_changes.append(RunChange(st.session_id, run_id, "active"))
+    elif ev.kind in (RecordKind.RUN_FINISHED, RecordKind.RUN_CANCELLED):
+        if run.status != "active":
+            return Rejection(inc, "run_not_active", f"run {run_id} is {run.status}", False)
+        run.status = "finished" if ev.kind is RecordKind.RUN_FINISHED else "cancelled"
+        if st.active_run_id == run_id:
+            st.active_run_id = None
+        plan.run_changes.append(RunChange(st.session_id, run_id, run.status))
+    return None
+
+
+def _count(ev: ContextEvent, st: SessionState) -> None:
+    """R8.2: +1 per saved valid action response of the main thread. Compaction and
+    completion calls, and child instances' steps, never add to the session's counter."""
+    p = ev.payload
+    if isinstance(p, AssistantMessagePayload) and p.purpose == "action":
+        run = st.runs.get(ev.scope.run_id or "")
+        if run is not None and run.main_instance_id == ev.scope.instance_id:
+            st.model_steps += 1
