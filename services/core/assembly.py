@@ -1,0 +1,179 @@
+"""Thread view assembly (R2, R4, R5): source records → provider-neutral messages. Pure.
+
+``ThreadRenderer`` is incremental: records are fed in ``session_sequence`` order and
+closed message groups are rendered once, so a prepare on a long thread re-renders only
+what is new. Rules:
+- an assistant message and the results of all its calls form one group, never split
+  (R5.1); records arriving while a group is open (e.g. a user supplement) are placed
+  after it closes, in receive order (R5.3);
+- an inherited group whose results never came is shown as a state block saying
+  "result unknown" — never re-executed and never given a made-up result (R2.4);
+- every message keeps the ids of the source records it came from (block → source map).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Message = dict[str, Any]
+CountFn = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class RecordView:
+    record_id: str
+    session_sequence: int
+    run_id: str | None
+    instance_id: str | None
+    kind: str
+    authority: str
+    text: str
+    payload: dict[str, Any]
+    token_count: int
+
+
+@dataclass
+class _OpenGroup:
+    assistant: RecordView
+    calls: list[dict[str, Any]]
+    results: dict[str, RecordView] = field(default_factory=dict)
+    deferred: list[RecordView] = field(default_factory=list)
+    inherited: bool = False
+
+    def complete(self) -> bool:
+        return all(c["call_id"] in self.results for c in self.calls)
+
+
+class ThreadRenderer:
+    def __init__(self, count: CountFn, message_overhead: int = 4) -> None:
+        self.count = count
+        self.overhead = message_overhead
+        self.messages: list[Message] = []
+        self.tokens: dict[str, int] = {}
+        self.record_count = 0
+        self.last_sequence = 0
+        self._open: _OpenGroup | None = None
+
+    # --- feeding ---------------------------------------------------------------------
+
+    def feed(self, rec: RecordView, inherited: bool) -> None:
+        self.record_count += 1
+        self.last_sequence = rec.session_sequence
+        grp = self._open
+        if grp is not None:
+            if rec.kind == "tool_outcome" and rec.payload.get("call_id") in {
+                c["call_id"] for c in grp.calls
+            }:
+                grp.results[rec.payload["call_id"]] = rec
+                if grp.complete():
+                    self._close(grp)
+                return
+            if rec.kind == "assistant_message" or (inherited != grp.inherited):
+                self._close(grp)  # a new model turn or a run boundary: missing results stay unknown
+            else:
+                grp.deferred.append(rec)
+                return
+        self._emit_record(rec, inherited)
+
+    def seal_inherited(self) -> None:
+        """End of the inherited history: an inherited open group closes as unknown."""
+        if self._open is not None and self._open.inherited:
+            self._close(self._open)
+
+    def pending_calls(self) -> list[str]:
+        """Call ids of the current thread still waiting for results."""
+        if self._open is None or self._open.inherited:
+            return []
+        return [c["call_id"] for c in self._open.calls if c["call_id"] not in self._open.results]
+
+    # --- rendering -------------------------------------------------------------------
+
+    def _emit_record(self, rec: RecordView, inherited: bool) -> None:
+        k = rec.kind
+        if k in ("user_input", "supplement"):
+            self._add({"role": "user", "content": rec.text, "block": "interaction"},
+                      [rec], "history" if inherited else "task", rec.token_count)
+        elif k == "assistant_message":
+            calls = list(rec.payload.get("tool_calls") or [])
+            if calls:
+                self._open = _OpenGroup(rec, calls, inherited=inherited)
+            else:
+                self._add({"role": "assistant", "content": rec.text, "block": "interaction"},
+                          [rec], "history" if inherited else "interactions", rec.token_count)
+        elif k == "tool_call":
+            call = {"call_id": rec.payload["call_id"], "name": rec.payload["name"],
+                    "arguments_json": rec.payload["arguments_json"]}
+            self._open = _OpenGroup(rec, [call], inherited=inherited)
+        elif k == "tool_outcome":
+            # A result whose call is not in view: keep it visible as state, not as a
+            # tool message (a provider rejects a result without its call).
+            note = (f"[tool result without its call in view] call_id={rec.payload.get('call_id')}"
+                    f" name={rec.payload.get('name')} status={rec.payload.get('status')}\n{rec.text}")
+            self._add({"role": "system", "content": note, "block": "state"}, [rec],
+                      "state", rec.token_count + self.count(note) - self.count(rec.text))
+        elif k == "child_result":
+            self._add({"role": "user", "content": f"[child task result — material]\n{rec.text}",
+                       "block": "material"}, [rec], "material", rec.token_count)
+        elif k == "resource_activation":
+            p = rec.payload
+            note = (f"[resource activated] {p.get('resource_kind')} {p.get('resource_id')}"
+                    f" version {p.get('version')}")
+            self._add({"role": "system", "content": note, "block": "state"}, [rec], "state",
+                      self.count(note))
+        elif k == "run_cancelled" and inherited:
+            note = f"[history] run {rec.run_id} was cancelled"
+            self._add({"role": "system", "content": note, "block": "state"}, [rec], "state",
+                      self.count(note))
+        # run_started / run_resumed / run_finished carry no model-visible content.
+
+    def _close(self, grp: _OpenGroup) -> None:
+        self._open = None
+        a = grp.assistant
+        cat = "history" if grp.inherited else "interactions"
+        answered = [c for c in grp.calls if c["call_id"] in grp.results]
+        missing = [c for c in grp.calls if c["call_id"] not in grp.results]
+        text = a.text if a.kind == "assistant_message" else ""
+        msg: Message = {"role": "assistant", "content": text, "block": "interaction"}
+        if answered:
+            msg["tool_calls"] = [
+                {"id": c["call_id"], "name": c["name"], "arguments": c["arguments_json"]}
+                for c in answered
+            ]
+        self._add(msg, [a], cat, a.token_count)
+        for c in answered:
+            r = grp.results[c["call_id"]]
+            self._add({"role": "tool", "tool_call_id": c["call_id"], "name": c["name"],
+                       "status": r.payload.get("status", "unknown"), "content": r.text,
+                       "block": "interaction"}, [r],
+                      "history" if grp.inherited else "tool_results", r.token_count)
+        for c in missing:
+            note = (f"[state] tool call {c['call_id']} ({c['name']}, arguments "
+                    f"{c['arguments_json']}) has result unknown: it was interrupted and is "
+                    "not re-executed.")
+            self._add({"role": "system", "content": note, "block": "state"}, [a], "state",
+                      self.count(note))
+        for d in grp.deferred:
+            self._emit_record(d, grp.inherited)
+
+    def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
+        msg["record_ids"] = [s.record_id for s in sources]
+        msg["category"] = category
+        msg["tokens"] = tokens + self.overhead
+        self.messages.append(msg)
+        self.tokens[category] = self.tokens.get(category, 0) + tokens
+        self.tokens["envelope"] = self.tokens.get("envelope", 0) + self.overhead
+
+
+def tool_schema_text(tool_catalog: list[dict[str, Any]]) -> str:
+    """Stable text of the tool schemas: they count against the budget too (LangChain #34664)."""
+    return json.dumps(tool_catalog, sort_keys=True, separators=(",", ":"))
+
+
+def skills_catalog_text(skills: list[dict[str, Any]]) -> str:
+    """R12.1: name, description, version and load entry only — never the body."""
+    lines = [f"- {s['name']} (v{s.get('version', '?')}): {s.get('description', '')}"
+             f" — load with {s.get('load_entry', 'load_skill')}" for s in skills]
+    return "Available skills:\n" + "\n".join(lines) if lines else ""

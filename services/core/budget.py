@@ -1,0 +1,112 @@
+"""Budget arithmetic (R6): InputBudget from a model profile, itemized estimates. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.errors import ContextBudgetExceeded, InvalidPolicy
+
+CATEGORIES = (
+    "instructions", "skills", "tool_schemas", "task", "state", "history",
+    "interactions", "tool_results", "material", "envelope",
+)
+REQUIRED_CATEGORIES = ("instructions", "skills", "tool_schemas", "task", "envelope_required")
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """What the platform has confirmed about a model. Unknown capacity is a configuration
+    error (R6.5): it is never guessed from the model name."""
+
+    name: str
+    context_capacity: int
+    output_reserve: int
+    safety_margin: int
+    platform_limit: int | None = None
+    input_limit: int | None = None
+    counting: str = "cl100k_base"  # a tiktoken encoding, or "estimate"
+    message_overhead: int = 4  # envelope tokens per message (role, separators)
+    provider_format: str = "openai_chat"
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> ModelProfile:
+        if not d.get("context_capacity"):
+            raise InvalidPolicy("model profile needs a confirmed context_capacity (R6.5)",
+                                field="context_capacity")
+        allowed = set(ModelProfile.__dataclass_fields__)
+        unknown = set(d) - allowed
+        if unknown:
+            raise InvalidPolicy(f"unknown model profile fields: {sorted(unknown)}")
+        try:
+            prof = ModelProfile(**{k: v for k, v in d.items() if k in allowed})
+        except TypeError as exc:
+            raise InvalidPolicy(f"invalid model profile: {exc}") from exc
+        prof.input_budget()  # validates the arithmetic
+        return prof
+
+    def input_budget(self) -> int:
+        """R6.1: min(input limit, C - R - S) with C = min(capacity, platform limit)."""
+        for name in ("context_capacity", "output_reserve", "safety_margin"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise InvalidPolicy(f"{name} must be a non-negative integer", field=name)
+        c = self.context_capacity
+        if self.platform_limit is not None:
+            c = min(c, self.platform_limit)
+        budget = c - self.output_reserve - self.safety_margin
+        if self.input_limit is not None:
+            budget = min(budget, self.input_limit)
+        if budget <= 0:
+            raise InvalidPolicy("model profile leaves no input budget",
+                                capacity=c, output_reserve=self.output_reserve,
+                                safety_margin=self.safety_margin)
+        return budget
+
+
+@dataclass(frozen=True)
+class BudgetReport:
+    model: str
+    input_budget: int
+    estimated_input: int
+    items: Mapping[str, int]
+    required: int
+    counting_method: str
+    safety_margin: int
+    output_reserve: int
+    context_capacity: int
+    ratio: float = field(default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model, "input_budget": self.input_budget,
+            "estimated_input": self.estimated_input, "items": dict(self.items),
+            "required": self.required, "counting_method": self.counting_method,
+            "safety_margin": self.safety_margin, "output_reserve": self.output_reserve,
+            "context_capacity": self.context_capacity, "ratio": round(self.ratio, 6),
+        }
+
+
+def make_report(profile: ModelProfile, items: Mapping[str, int], required: int,
+                counting_method: str) -> BudgetReport:
+    budget = profile.input_budget()
+    total = sum(items.values())
+    return BudgetReport(
+        model=profile.name, input_budget=budget, estimated_input=total, items=dict(items),
+        required=required, counting_method=counting_method,
+        safety_margin=profile.safety_margin, output_reserve=profile.output_reserve,
+        context_capacity=profile.context_capacity, ratio=total / budget,
+    )
+
+
+def enforce(report: BudgetReport) -> None:
+    """R6.3/R9.7/R10.4: send only if the estimate fits. Required content alone over the
+    budget is a precise error; nothing is cut silently."""
+    if report.required > report.input_budget:
+        raise ContextBudgetExceeded(
+            "required content alone exceeds the input budget",
+            reason="required_over_budget", **report.to_dict())
+    if report.estimated_input > report.input_budget:
+        raise ContextBudgetExceeded(
+            "context exceeds the input budget; history must be compacted first",
+            reason="history_over_budget", **report.to_dict())

@@ -1,0 +1,1 @@
+"""Prepare service: HTTP API answering "what does this model call see?"."""

@@ -1,0 +1,79 @@
+"""Entry point: ``agentloom-prepare`` (or ``python -m services.prepare``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from services.bus import EventProducer
+from services.core.tokens import CachedCounter, make_counter
+from services.prepare.api import create_api
+from services.prepare.service import PrepareService
+from services.prepare.views import ThreadViews
+from services.prepare.waiter import CommitWaiter
+from services.settings import Settings
+from storage.migrate import apply_dsn
+from storage.pool import create_pool
+
+
+@contextlib.asynccontextmanager
+async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
+    """Composition root: real adapters wired once; used by main and by tests."""
+    await apply_dsn(settings.pg_dsn)
+    pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
+    producer = EventProducer(settings.kafka_bootstrap, settings.topic_records)
+    await producer.start()
+    waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
+    await waiter.start(settings.pg_dsn)
+    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
+    svc = PrepareService(pool, producer, waiter, ThreadViews(pool, counter.count), counter,
+                         settings.prepare_commit_wait_s)
+    try:
+        yield svc
+    finally:
+        await waiter.close()
+        await producer.stop()
+        await pool.close()
+
+
+def build_app(settings: Settings) -> FastAPI:
+    holder: dict[str, PrepareService] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with running_service(settings) as svc:
+            holder["svc"] = svc
+            app.state.service = svc
+            yield
+
+    # The routes need the service; create_api reads it lazily through a proxy.
+    app = create_api(_Lazy(holder))  # type: ignore[arg-type]
+    app.router.lifespan_context = lifespan
+    return app
+
+
+class _Lazy:
+    def __init__(self, holder: dict[str, PrepareService]) -> None:
+        self._holder = holder
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._holder["svc"], name)
+
+
+def main() -> None:
+    settings = Settings()
+    logging.basicConfig(level=settings.log_level,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    config = uvicorn.Config(build_app(settings), host=settings.prepare_host,
+                            port=settings.prepare_port, log_level=settings.log_level.lower(),
+                            access_log=False)
+    asyncio.run(uvicorn.Server(config).serve())
+
+
+if __name__ == "__main__":
+    main()

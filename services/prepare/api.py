@@ -1,0 +1,98 @@
+"""HTTP API of the Prepare service (OpenAPI at ``/openapi.json``, docs at ``/docs``).
+
+Errors are ``{"error": {"code", "message", "retriable", "details"}}`` with the status
+mapped from the error class; clients branch on ``code``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, ORJSONResponse
+from pydantic import BaseModel, Field
+
+from schemas.errors import ContextError
+from services.prepare.service import PrepareService
+
+
+class ReleaseIn(BaseModel):
+    release_id: str | None = None
+    agent_id: str
+    instructions: str
+    tool_catalog: list[dict[str, Any]] = Field(default_factory=list)
+    skill_bindings: list[dict[str, Any]] = Field(default_factory=list)
+    model_profile: dict[str, Any] = Field(
+        description="context_capacity (required), output_reserve, safety_margin, "
+        "platform_limit, input_limit, counting, message_overhead, provider_format")
+    context_policy: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionIn(BaseModel):
+    session_id: str | None = None
+    space_id: str
+    actor_id: str
+    release_id: str
+
+
+class RunIn(BaseModel):
+    run_id: str | None = None
+    instance_id: str | None = None
+
+
+class PrepareIn(BaseModel):
+    purpose: str = Field("action", description="action | compaction | completion (verification)")
+    instance_id: str | None = None
+    model_profile: dict[str, Any] | None = None
+    tool_catalog: list[dict[str, Any]] | None = None
+    after: dict[str, int] = Field(
+        default_factory=dict,
+        description="partition -> offset of the caller's last append (read-your-writes)")
+
+
+def create_api(svc: PrepareService) -> FastAPI:
+    app = FastAPI(title="AgentLoom Context — Prepare", version="0.1.0",
+                  default_response_class=ORJSONResponse)
+
+    @app.exception_handler(ContextError)
+    async def _context_error(_: Request, exc: ContextError) -> JSONResponse:
+        return ORJSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/releases", status_code=201)
+    async def register_release(body: ReleaseIn) -> dict[str, Any]:
+        return await svc.register_release(body.model_dump())
+
+    @app.get("/v1/releases/{release_id}")
+    async def get_release(release_id: str) -> dict[str, Any]:
+        return await svc.release(release_id)
+
+    @app.post("/v1/sessions", status_code=201)
+    async def open_session(body: SessionIn) -> dict[str, Any]:
+        return await svc.open_session(body.model_dump())
+
+    @app.get("/v1/sessions/{session_id}")
+    async def get_session(session_id: str) -> dict[str, Any]:
+        return await svc.session(session_id)
+
+    @app.post("/v1/sessions/{session_id}/runs", status_code=201)
+    async def start_run(session_id: str, body: RunIn) -> dict[str, Any]:
+        return await svc.start_run(session_id, body.model_dump())
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/prepare")
+    async def prepare(session_id: str, run_id: str, body: PrepareIn) -> dict[str, Any]:
+        return await svc.prepare(session_id, run_id, body.model_dump())
+
+    @app.put("/v1/blobs")
+    async def put_blob(request: Request) -> dict[str, Any]:
+        media = request.headers.get("content-type", "text/plain")
+        return await svc.put_blob(await request.body(), media)
+
+    @app.get("/v1/sessions/{session_id}/events/{event_key}")
+    async def event_outcome(session_id: str, event_key: str) -> dict[str, Any]:
+        return await svc.outcome(session_id, event_key)
+
+    return app

@@ -1,0 +1,94 @@
+"""Materialised thread views, kept fresh incrementally from PostgreSQL.
+
+A thread's view only grows (records are append-only and the inherited part is fixed by
+the run's immutable snapshot), so each cached ``ThreadRenderer`` is fed only the records
+committed since it last looked: one indexed query per prepare, no full re-render.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import asyncpg
+
+from schemas.errors import NotFound
+from services.core.assembly import CountFn, RecordView, ThreadRenderer
+
+_COLS = ("r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
+         " COALESCE(r.content_inline, '[content ' || r.content_ref || ', '"
+         " || r.content_length || ' bytes: read back by reference]') AS text,"
+         " r.payload, r.token_count")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    snapshot_id: int
+    session_id: str
+    run_id: str
+    main_instance_id: str
+    through_session_sequence: int
+    policy_revision: str
+    run_status: str
+
+
+def _view(r: asyncpg.Record) -> RecordView:
+    return RecordView(r["record_id"], r["session_sequence"], r["run_id"], r["instance_id"],
+                      r["kind"], r["authority"], r["text"], r["payload"], r["token_count"])
+
+
+class ThreadViews:
+    def __init__(self, pool: asyncpg.Pool, count: CountFn, capacity: int = 256) -> None:
+        self.pool = pool
+        self.count = count
+        self.capacity = capacity
+        self._views: OrderedDict[tuple[str, str, str], ThreadRenderer] = OrderedDict()
+        self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+
+    async def snapshot(self, conn: asyncpg.Connection, session_id: str, run_id: str) -> Snapshot:
+        r = await conn.fetchrow(
+            "SELECT x.snapshot_id, x.session_id, x.run_id, u.main_instance_id,"
+            " x.through_session_sequence, x.policy_revision, u.status"
+            " FROM runs u JOIN history_snapshots x USING (snapshot_id)"
+            " WHERE u.session_id=$1 AND u.run_id=$2", session_id, run_id)
+        if r is None:
+            raise NotFound(f"run {run_id} of session {session_id} not found")
+        return Snapshot(r["snapshot_id"], r["session_id"], r["run_id"], r["main_instance_id"],
+                        r["through_session_sequence"], r["policy_revision"], r["status"])
+
+    async def view(self, session_id: str, run_id: str, instance_id: str,
+                   message_overhead: int) -> tuple[ThreadRenderer, Snapshot]:
+        key = (session_id, run_id, instance_id)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock, self.pool.acquire() as conn:
+            snap = await self.snapshot(conn, session_id, run_id)
+            rend = self._views.get(key)
+            if rend is None or rend.overhead != message_overhead:
+                rend = ThreadRenderer(self.count, message_overhead)
+                # R2.2/R2.3: everything committed before the run started, from the main
+                # threads of earlier runs (child threads stay isolated, R13), once each.
+                for r in await conn.fetch(
+                    f"SELECT {_COLS} FROM records r LEFT JOIN runs u"
+                    " ON u.session_id = r.session_id AND u.run_id = r.run_id"
+                    " WHERE r.session_id=$1 AND r.session_sequence <= $2"
+                    " AND r.visibility IN ('session', 'actor')"
+                    " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+                    " ORDER BY r.session_sequence", session_id, snap.through_session_sequence,
+                ):
+                    rend.feed(_view(r), inherited=True)
+                rend.seal_inherited()
+                rend.last_sequence = snap.through_session_sequence
+                self._views[key] = rend
+            for r in await conn.fetch(
+                f"SELECT {_COLS} FROM records r WHERE r.session_id=$1 AND r.run_id=$2"
+                " AND r.instance_id=$3 AND r.session_sequence > $4"
+                " ORDER BY r.session_sequence", session_id, run_id, instance_id,
+                rend.last_sequence,
+            ):
+                rend.feed(_view(r), inherited=False)
+            self._views.move_to_end(key)
+            while len(self._views) > self.capacity:
+                old, _ = self._views.popitem(last=False)
+                self._locks.pop(old, None)
+            return rend, snap
