@@ -80,7 +80,8 @@ def decode(file_name: str, data: bytes) -> dict[str, Any]:
     writer = _WRITERS.get(data[2:HEADER_LEN])
     if writer is None:
         raise UnknownSchema(
-            "writer schema fingerprint unknown", reason_code="unknown_schema",
+            "writer schema fingerprint unknown",
+            reason_code="unknown_schema",
             fingerprint=data[2:HEADER_LEN].hex(),
         )
     reader = schema(file_name)
@@ -94,8 +95,11 @@ def decode(file_name: str, data: bytes) -> dict[str, Any]:
         # Same fingerprint: skip schema resolution, it costs more than the decode itself.
         resolve_to = None if writer is reader else reader.parsed
         out = fastavro.schemaless_reader(
-            io.BytesIO(data[HEADER_LEN:]), writer.parsed, resolve_to,
-            return_record_name=True, return_record_name_override=True,
+            io.BytesIO(data[HEADER_LEN:]),
+            writer.parsed,
+            resolve_to,
+            return_record_name=True,
+            return_record_name_override=True,
         )
     except Exception as exc:  # fastavro raises many types for truncated/garbled bodies
         raise InvalidEvent(f"Avro body does not decode: {exc}", reason_code="bad_body") from exc

@@ -85,7 +85,9 @@ class Content:
     def text(value: str, media_type: str = "text/plain") -> Content:
         raw = value.encode("utf-8")
         return Content(
-            sha256=hashlib.sha256(raw).hexdigest(), length=len(raw), inline=value,
+            sha256=hashlib.sha256(raw).hexdigest(),
+            length=len(raw),
+            inline=value,
             media_type=media_type,
         )
 
@@ -189,9 +191,7 @@ Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     RunLifecyclePayload,
 ]
 PAYLOAD_TYPES: tuple[type, ...] = typing.get_args(Payload)
-_PAYLOAD_BY_NAME: dict[str, type] = {
-    f"{NAMESPACE}.{t.AVRO_NAME}": t for t in PAYLOAD_TYPES
-}
+_PAYLOAD_BY_NAME: dict[str, type] = {f"{NAMESPACE}.{t.AVRO_NAME}": t for t in PAYLOAD_TYPES}
 
 # Which payload each kind carries: a mismatch is a contract violation (dead letter).
 PAYLOAD_FOR_KIND: dict[RecordKind, type] = {

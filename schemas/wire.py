@@ -20,8 +20,9 @@ def decode_event(data: bytes) -> ContextEvent:
     try:
         return ContextEvent.from_avro(raw)
     except (KeyError, ValueError, TypeError) as exc:
-        raise InvalidEvent(f"event does not map to the contract: {exc}",
-                           reason_code="bad_body") from exc
+        raise InvalidEvent(
+            f"event does not map to the contract: {exc}", reason_code="bad_body"
+        ) from exc
 
 
 @dataclass(frozen=True)

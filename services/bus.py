@@ -17,7 +17,10 @@ class EventProducer:
         self.topic = topic
         # enable_idempotence: a retried send after a lost ack is not written twice.
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
+            bootstrap_servers=bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=2,
             max_batch_size=1 << 20,
         )
         self.last_offsets: dict[int, int] = {}
@@ -30,15 +33,18 @@ class EventProducer:
 
     async def send(self, event: ContextEvent) -> tuple[int, int]:
         md = await self._producer.send_and_wait(
-            self.topic, encode_event(event), key=event.scope.session_id.encode())
+            self.topic, encode_event(event), key=event.scope.session_id.encode()
+        )
         self._remember(md.partition, md.offset)
         return md.partition, md.offset
 
     async def send_many(self, events: list[ContextEvent]) -> list[tuple[int, int]]:
         """Pipelined: all sends are queued, then awaited (order per session is kept,
         since one key maps to one partition and the idempotent producer keeps order)."""
-        futs = [await self._producer.send(self.topic, encode_event(e),
-                                          key=e.scope.session_id.encode()) for e in events]
+        futs = [
+            await self._producer.send(self.topic, encode_event(e), key=e.scope.session_id.encode())
+            for e in events
+        ]
         out = []
         for f in futs:
             md = await f

@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     processor_id: str = "agentloom-session-processor"
     processor_batch_max: int = 2000
     processor_batch_within_s: float = 0.02
+    # Unique per processor process (static group membership); scale out with -2, -3, ...
+    processor_instance_id: str = "processor-1"
+    processor_session_timeout_s: float = 10.0
 
     prepare_host: str = "127.0.0.1"
     prepare_port: int = 18080

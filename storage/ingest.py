@@ -16,11 +16,31 @@ from streams.planning import BatchPlan, RunState, SessionState
 NOTIFY_CHANNEL = "ctx_committed"
 
 RECORD_COLUMNS = (
-    "session_id", "session_sequence", "record_id", "event_key", "space_id", "actor_id",
-    "run_id", "instance_id", "instance_sequence", "kind", "authority", "visibility",
-    "operation_id", "content_inline", "content_ref", "content_sha256", "content_length",
-    "media_type", "payload", "token_count", "token_method", "producer", "occurred_at_ms",
-    "source_partition", "source_offset",
+    "session_id",
+    "session_sequence",
+    "record_id",
+    "event_key",
+    "space_id",
+    "actor_id",
+    "run_id",
+    "instance_id",
+    "instance_sequence",
+    "kind",
+    "authority",
+    "visibility",
+    "operation_id",
+    "content_inline",
+    "content_ref",
+    "content_sha256",
+    "content_length",
+    "media_type",
+    "payload",
+    "token_count",
+    "token_method",
+    "producer",
+    "occurred_at_ms",
+    "source_partition",
+    "source_offset",
 )
 
 
@@ -40,24 +60,30 @@ class ExistingRecord:
 
 
 async def load_states(
-    conn: asyncpg.Connection, keys: dict[str, set[str]],
+    conn: asyncpg.Connection,
+    keys: dict[str, set[str]],
     operations: dict[str, set[tuple[str, str]]],
 ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
     """Lock and load the sessions named in ``keys`` (session_id -> event_keys seen in the
     batch). Returns states plus the already-committed records among those keys."""
     ids = sorted(keys)
     rows = await conn.fetch(
-        "SELECT s.*, r.context_policy FROM sessions s JOIN releases r USING (release_id)"
+        "SELECT s.*, r.policy_revision FROM sessions s JOIN releases r USING (release_id)"
         " WHERE s.session_id = ANY($1::text[]) ORDER BY s.session_id FOR UPDATE OF s",
         ids,
     )
     states: dict[str, SessionState] = {}
     for r in rows:
         states[r["session_id"]] = SessionState(
-            session_id=r["session_id"], space_id=r["space_id"], actor_id=r["actor_id"],
-            policy_revision=str(r["release_id"]),
-            next_session_sequence=r["next_session_sequence"], active_run_id=r["active_run_id"],
-            revision=r["revision"], user_turns=r["user_turns"], model_steps=r["model_steps"],
+            session_id=r["session_id"],
+            space_id=r["space_id"],
+            actor_id=r["actor_id"],
+            policy_revision=r["policy_revision"],
+            next_session_sequence=r["next_session_sequence"],
+            active_run_id=r["active_run_id"],
+            revision=r["revision"],
+            user_turns=r["user_turns"],
+            model_steps=r["model_steps"],
         )
     if not states:
         return states, {}
@@ -65,16 +91,20 @@ async def load_states(
     for r in await conn.fetch(
         "SELECT s.session_id, s.run_id, s.main_instance_id, s.status, x.policy_revision"
         " FROM runs s JOIN history_snapshots x USING (snapshot_id)"
-        " WHERE s.session_id = ANY($1::text[])", present,
+        " WHERE s.session_id = ANY($1::text[])",
+        present,
     ):
         states[r["session_id"]].runs[r["run_id"]] = RunState(
-            r["run_id"], r["main_instance_id"], r["status"])
+            r["run_id"], r["main_instance_id"], r["status"]
+        )
     for r in await conn.fetch(
         "SELECT session_id, run_id, instance_id, next_instance_sequence FROM threads"
-        " WHERE session_id = ANY($1::text[])", present,
+        " WHERE session_id = ANY($1::text[])",
+        present,
     ):
         states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r[
-            "next_instance_sequence"]
+            "next_instance_sequence"
+        ]
     sess, evk = [], []
     for sid in present:
         for k in keys[sid]:
@@ -86,7 +116,9 @@ async def load_states(
         " r.instance_sequence, r.event_key, r.kind, r.token_count, r.token_method,"
         " r.content_sha256 FROM records r"
         " JOIN unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        "   ON r.session_id = k.sid AND r.event_key = k.ek", sess, evk,
+        "   ON r.session_id = k.sid AND r.event_key = k.ek",
+        sess,
+        evk,
     ):
         existing[(r["session_id"], r["event_key"])] = ExistingRecord(**dict(r))
         states[r["session_id"]].known_keys.add(r["event_key"])
@@ -94,7 +126,9 @@ async def load_states(
     for r in await conn.fetch(
         "SELECT o.session_id, o.event_key FROM event_outcomes o"
         " JOIN unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        "   ON o.session_id = k.sid AND o.event_key = k.ek", sess, evk,
+        "   ON o.session_id = k.sid AND o.event_key = k.ek",
+        sess,
+        evk,
     ):
         states[r["session_id"]].known_keys.add(r["event_key"])
     op_s, op_id, op_kind = [], [], []
@@ -108,7 +142,9 @@ async def load_states(
             "SELECT r.session_id, r.operation_id, r.kind FROM records r"
             " JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(sid, op, kind)"
             "   ON r.session_id = k.sid AND r.operation_id = k.op AND r.kind = k.kind",
-            op_s, op_id, op_kind,
+            op_s,
+            op_id,
+            op_kind,
         ):
             states[r["session_id"]].known_operations.add((r["operation_id"], r["kind"]))
     return states, existing
@@ -123,18 +159,41 @@ def _record_rows(plan: BatchPlan) -> Iterable[tuple[Any, ...]]:
         ev, inc = nr.incoming.event, nr.incoming
         c = ev.content
         yield (
-            ev.scope.session_id, nr.session_sequence, nr.record_id, ev.event_key,
-            ev.scope.space_id, ev.scope.actor_id, ev.scope.run_id, ev.scope.instance_id,
-            nr.instance_sequence, str(ev.kind), str(ev.authority), str(ev.visibility),
-            ev.operation_id, c.inline, c.ref, c.sha256, c.length, c.media_type,
-            _payload_json(ev.payload), inc.token_count, inc.token_method,
-            ev.source.producer, ev.source.occurred_at_ms, inc.partition, inc.offset,
+            ev.scope.session_id,
+            nr.session_sequence,
+            nr.record_id,
+            ev.event_key,
+            ev.scope.space_id,
+            ev.scope.actor_id,
+            ev.scope.run_id,
+            ev.scope.instance_id,
+            nr.instance_sequence,
+            str(ev.kind),
+            str(ev.authority),
+            str(ev.visibility),
+            ev.operation_id,
+            c.inline,
+            c.ref,
+            c.sha256,
+            c.length,
+            c.media_type,
+            _payload_json(ev.payload),
+            inc.token_count,
+            inc.token_method,
+            ev.source.producer,
+            ev.source.occurred_at_ms,
+            inc.partition,
+            inc.offset,
         )
 
 
 async def write_plan(
-    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState],
-    consumer: str, topic: str, next_offsets: dict[int, int],
+    conn: asyncpg.Connection,
+    plan: BatchPlan,
+    states: dict[str, SessionState],
+    consumer: str,
+    topic: str,
+    next_offsets: dict[int, int],
 ) -> None:
     """Write the whole plan; the caller holds the transaction opened by ``load_states``."""
     for run in plan.new_runs:
@@ -142,26 +201,37 @@ async def write_plan(
             "INSERT INTO history_snapshots (session_id, run_id, through_session_sequence,"
             " policy_revision, user_turns, model_steps) VALUES ($1,$2,$3,$4,$5,$6)"
             " RETURNING snapshot_id",
-            run.session_id, run.run_id, run.through_session_sequence, run.policy_revision,
-            run.user_turns, run.model_steps,
+            run.session_id,
+            run.run_id,
+            run.through_session_sequence,
+            run.policy_revision,
+            run.user_turns,
+            run.model_steps,
         )
         await conn.execute(
             "INSERT INTO runs (session_id, run_id, main_instance_id, status, snapshot_id,"
             " started_sequence) VALUES ($1,$2,$3,'active',$4,$5)",
-            run.session_id, run.run_id, run.main_instance_id, snap_id, run.started_sequence,
+            run.session_id,
+            run.run_id,
+            run.main_instance_id,
+            snap_id,
+            run.started_sequence,
         )
     for ch in plan.run_changes:
         await conn.execute(
             "UPDATE runs SET status=$3, ended_at = CASE WHEN $3='active' THEN NULL"
             " ELSE now() END WHERE session_id=$1 AND run_id=$2",
-            ch.session_id, ch.run_id, ch.status,
+            ch.session_id,
+            ch.run_id,
+            ch.status,
         )
     if plan.records:
         # The session rows are locked and keys were checked under that lock, so COPY
         # cannot hit a duplicate; if it ever did, the transaction fails and the batch is
         # retried, never half-applied.
         await conn.copy_records_to_table(
-            "records", records=list(_record_rows(plan)), columns=RECORD_COLUMNS)
+            "records", records=list(_record_rows(plan)), columns=RECORD_COLUMNS
+        )
     touched_threads = {(s, r, i) for (s, r, i) in plan.new_threads}
     for nr in plan.records:
         ev = nr.incoming.event
@@ -171,26 +241,47 @@ async def write_plan(
         rows = [(s, r, i, states[s].threads[(r, i)]) for (s, r, i) in sorted(touched_threads)]
         await conn.executemany(
             "INSERT INTO threads (session_id, run_id, instance_id, next_instance_sequence,"
-            " revision) VALUES ($1,$2,$3,$4,$4-1) ON CONFLICT (session_id, run_id, instance_id)"
+            " revision) VALUES ($1,$2,$3,$4::bigint,$4::bigint-1)"
+            " ON CONFLICT (session_id, run_id, instance_id)"
             " DO UPDATE SET next_instance_sequence = EXCLUDED.next_instance_sequence,"
-            " revision = EXCLUDED.revision", rows,
+            " revision = EXCLUDED.revision",
+            rows,
         )
-    changed = plan.touched_sessions | {r.session_id for r in plan.new_runs} | {
-        c.session_id for c in plan.run_changes}
+    changed = (
+        plan.touched_sessions
+        | {r.session_id for r in plan.new_runs}
+        | {c.session_id for c in plan.run_changes}
+    )
     if changed:
         await conn.executemany(
             "UPDATE sessions SET next_session_sequence=$2, active_run_id=$3, revision=$4,"
             " user_turns=$5, model_steps=$6 WHERE session_id=$1",
-            [(s.session_id, s.next_session_sequence, s.active_run_id, s.revision,
-              s.user_turns, s.model_steps) for s in (states[x] for x in sorted(changed))],
+            [
+                (
+                    s.session_id,
+                    s.next_session_sequence,
+                    s.active_run_id,
+                    s.revision,
+                    s.user_turns,
+                    s.model_steps,
+                )
+                for s in (states[x] for x in sorted(changed))
+            ],
         )
     if plan.rejections:
         await conn.executemany(
             "INSERT INTO event_outcomes (session_id, event_key, outcome, code, message)"
             " VALUES ($1,$2,$3,$4,$5) ON CONFLICT DO NOTHING",
-            [(r.incoming.event.scope.session_id, r.incoming.event.event_key,
-              "dead_letter" if r.dead_letter else "rejected", r.code, r.message)
-             for r in plan.rejections],
+            [
+                (
+                    r.incoming.event.scope.session_id,
+                    r.incoming.event.event_key,
+                    "dead_letter" if r.dead_letter else "rejected",
+                    r.code,
+                    r.message,
+                )
+                for r in plan.rejections
+            ],
         )
     await write_offsets(conn, consumer, topic, next_offsets)
 

@@ -53,7 +53,8 @@ async def apply(conn: asyncpg.Connection) -> list[int]:
                 await conn.execute(m.sql)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name) VALUES ($1, $2)",
-                    m.version, m.name,
+                    m.version,
+                    m.name,
                 )
             log.info("applied migration %03d_%s", m.version, m.name)
             applied.append(m.version)

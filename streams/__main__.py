@@ -7,15 +7,22 @@ import logging
 from pathlib import Path
 
 from services.settings import Settings
+from services.topics import ensure_topics
 from storage.migrate import apply_dsn
 from streams.app import create_app
 
 
+async def _prepare_infrastructure(settings: Settings) -> None:
+    await apply_dsn(settings.pg_dsn)
+    await ensure_topics(settings)
+
+
 def main() -> None:
     settings = Settings()
-    logging.basicConfig(level=settings.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(apply_dsn(settings.pg_dsn))
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    asyncio.run(_prepare_infrastructure(settings))
     app = create_app(settings, Path(".state/faust"))
     from faust.worker import Worker
 

@@ -38,8 +38,9 @@ class FaustPublisher:
         self._pending: list[Any] = []
 
     async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        fut = await self.app.producer.send(topic, key, value, partition=None,
-                                           timestamp=None, headers=None)
+        fut = await self.app.producer.send(
+            topic, key, value, partition=None, timestamp=None, headers=None
+        )
         self._pending.append(fut)
 
     async def flush(self) -> None:
@@ -62,9 +63,18 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
         datadir=str(data_dir or Path(".state/faust")),
         broker_commit_every=settings.processor_batch_max,
         broker_commit_interval=0.5,
+        # Static membership: a restarted processor (crash, kill -9, deploy) takes its
+        # partitions back at once instead of waiting out the dead member's session.
+        consumer_group_instance_id=settings.processor_instance_id,
+        broker_session_timeout=settings.processor_session_timeout_s,
+        broker_heartbeat_interval=max(1.0, settings.processor_session_timeout_s / 4),
     )
-    records = app.topic(settings.topic_records, value_type=bytes, key_type=bytes,
-                        partitions=settings.topic_partitions)
+    records = app.topic(
+        settings.topic_records,
+        value_type=bytes,
+        key_type=bytes,
+        partitions=settings.topic_partitions,
+    )
     app.topic(settings.topic_committed, partitions=settings.topic_partitions)
     app.topic(settings.topic_dead_letter, partitions=settings.topic_partitions)
     state: dict[str, BatchProcessor] = {}
@@ -73,19 +83,28 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
         if "p" not in state:
             pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
             counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-            state["p"] = BatchProcessor(pool, FaustPublisher(app), counter, ProcessorConfig(
-                consumer=settings.processor_id, topic_records=settings.topic_records,
-                topic_committed=settings.topic_committed,
-                topic_dead_letter=settings.topic_dead_letter,
-            ))
+            state["p"] = BatchProcessor(
+                pool,
+                FaustPublisher(app),
+                counter,
+                ProcessorConfig(
+                    consumer=settings.processor_id,
+                    topic_records=settings.topic_records,
+                    topic_committed=settings.topic_committed,
+                    topic_dead_letter=settings.topic_dead_letter,
+                ),
+            )
         return state["p"]
 
     @app.agent(records, concurrency=1)
     async def session_processor(stream: Any) -> None:
-        async for events in stream.take_events(settings.processor_batch_max,
-                                               within=settings.processor_batch_within_s):
-            batch = [RawMessage(e.message.key, e.message.value, e.message.partition,
-                                e.message.offset) for e in events]
+        async for events in stream.take_events(
+            settings.processor_batch_max, within=settings.processor_batch_within_s
+        ):
+            batch = [
+                RawMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
+                for e in events
+            ]
             await _handle_or_die(await processor(), batch)
 
     return app
@@ -97,9 +116,14 @@ async def _handle_or_die(proc: BatchProcessor, batch: list[RawMessage]) -> None:
     for attempt in range(1, 6):
         try:
             result = await proc.handle(batch)
-            log.info("batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d",
-                     len(batch), result.committed, result.duplicates, result.dead_letters,
-                     result.rejected)
+            log.info(
+                "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d",
+                len(batch),
+                result.committed,
+                result.duplicates,
+                result.dead_letters,
+                result.rejected,
+            )
             return
         except Exception:
             log.exception("batch of %d failed (attempt %d/5)", len(batch), attempt)

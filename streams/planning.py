@@ -113,12 +113,14 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     ev = inc.event
     st = sessions.get(ev.scope.session_id)
     if st is None:
-        plan.rejections.append(Rejection(inc, "unknown_session",
-                                         f"session {ev.scope.session_id} is not open", True))
+        plan.rejections.append(
+            Rejection(inc, "unknown_session", f"session {ev.scope.session_id} is not open", True)
+        )
         return
     if st.space_id != ev.scope.space_id or st.actor_id != ev.scope.actor_id:
-        plan.rejections.append(Rejection(inc, "scope_mismatch",
-                                         "space_id/actor_id differ from the session's", True))
+        plan.rejections.append(
+            Rejection(inc, "scope_mismatch", "space_id/actor_id differ from the session's", True)
+        )
         return
     op_key = (ev.operation_id, str(ev.kind)) if ev.operation_id else None
     if ev.event_key in st.known_keys or (op_key and op_key in st.known_operations):
@@ -147,9 +149,14 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     st.known_keys.add(ev.event_key)
     if op_key:
         st.known_operations.add(op_key)
-    plan.records.append(NewRecord(
-        inc, record_id_for(st.space_id, st.session_id, ev.event_key), seq, inst_seq,
-    ))
+    plan.records.append(
+        NewRecord(
+            inc,
+            record_id_for(st.space_id, st.session_id, ev.event_key),
+            seq,
+            inst_seq,
+        )
+    )
     plan.touched_sessions.add(st.session_id)
 
 
@@ -161,23 +168,39 @@ def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Reject
         if run is not None:
             return Rejection(inc, "run_exists", f"run {run_id} was already started", True)
         if st.active_run_id is not None:
-            return Rejection(inc, "run_active",
-                             f"run {st.active_run_id} is active: wait for it or cancel it", False)
+            return Rejection(
+                inc,
+                "run_active",
+                f"run {st.active_run_id} is active: wait for it or cancel it",
+                False,
+            )
         main = ev.scope.instance_id or ""
         st.runs[run_id] = RunState(run_id, main, "active")
         st.active_run_id = run_id
         st.user_turns += 1  # R8.1: counted at run start, before its first model request
-        plan.new_runs.append(NewRun(
-            st.session_id, run_id, main, st.next_session_sequence - 1,
-            st.next_session_sequence, st.policy_revision, st.user_turns, st.model_steps,
-        ))
+        plan.new_runs.append(
+            NewRun(
+                st.session_id,
+                run_id,
+                main,
+                st.next_session_sequence - 1,
+                st.next_session_sequence,
+                st.policy_revision,
+                st.user_turns,
+                st.model_steps,
+            )
+        )
         return None
     if run is None:
         return Rejection(inc, "unknown_run", f"run {run_id} was never started", True)
     if ev.kind is RecordKind.RUN_RESUMED:
         if st.active_run_id not in (None, run_id):
-            return Rejection(inc, "run_active",
-                             f"run {st.active_run_id} is active: wait for it or cancel it", False)
+            return Rejection(
+                inc,
+                "run_active",
+                f"run {st.active_run_id} is active: wait for it or cancel it",
+                False,
+            )
         run.status = "active"
         st.active_run_id = run_id
         plan.run_changes.append(RunChange(st.session_id, run_id, "active"))

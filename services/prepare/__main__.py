@@ -17,6 +17,7 @@ from services.prepare.service import PrepareService
 from services.prepare.views import ThreadViews
 from services.prepare.waiter import CommitWaiter
 from services.settings import Settings
+from services.topics import ensure_topics
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 
@@ -25,14 +26,21 @@ from storage.pool import create_pool
 async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     """Composition root: real adapters wired once; used by main and by tests."""
     await apply_dsn(settings.pg_dsn)
+    await ensure_topics(settings)
     pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
     producer = EventProducer(settings.kafka_bootstrap, settings.topic_records)
     await producer.start()
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
     await waiter.start(settings.pg_dsn)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-    svc = PrepareService(pool, producer, waiter, ThreadViews(pool, counter.count), counter,
-                         settings.prepare_commit_wait_s)
+    svc = PrepareService(
+        pool,
+        producer,
+        waiter,
+        ThreadViews(pool, counter.count),
+        counter,
+        settings.prepare_commit_wait_s,
+    )
     try:
         yield svc
     finally:
@@ -67,11 +75,16 @@ class _Lazy:
 
 def main() -> None:
     settings = Settings()
-    logging.basicConfig(level=settings.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    config = uvicorn.Config(build_app(settings), host=settings.prepare_host,
-                            port=settings.prepare_port, log_level=settings.log_level.lower(),
-                            access_log=False)
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    config = uvicorn.Config(
+        build_app(settings),
+        host=settings.prepare_host,
+        port=settings.prepare_port,
+        log_level=settings.log_level.lower(),
+        access_log=False,
+    )
     asyncio.run(uvicorn.Server(config).serve())
 
 

@@ -24,7 +24,8 @@ class ReleaseIn(BaseModel):
     skill_bindings: list[dict[str, Any]] = Field(default_factory=list)
     model_profile: dict[str, Any] = Field(
         description="context_capacity (required), output_reserve, safety_margin, "
-        "platform_limit, input_limit, counting, message_overhead, provider_format")
+        "platform_limit, input_limit, counting, message_overhead, provider_format"
+    )
     context_policy: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -47,12 +48,14 @@ class PrepareIn(BaseModel):
     tool_catalog: list[dict[str, Any]] | None = None
     after: dict[str, int] = Field(
         default_factory=dict,
-        description="partition -> offset of the caller's last append (read-your-writes)")
+        description="partition -> offset of the caller's last append (read-your-writes)",
+    )
 
 
 def create_api(svc: PrepareService) -> FastAPI:
-    app = FastAPI(title="AgentLoom Context — Prepare", version="0.1.0",
-                  default_response_class=ORJSONResponse)
+    app = FastAPI(
+        title="AgentLoom Context — Prepare", version="0.1.0", default_response_class=ORJSONResponse
+    )
 
     @app.exception_handler(ContextError)
     async def _context_error(_: Request, exc: ContextError) -> JSONResponse:

@@ -17,7 +17,13 @@ from typing import Any
 import asyncpg
 
 from schemas.contracts import (
-    Authority, Content, ContextEvent, RecordKind, RunLifecyclePayload, Scope, Source,
+    Authority,
+    Content,
+    ContextEvent,
+    RecordKind,
+    RunLifecyclePayload,
+    Scope,
+    Source,
 )
 from schemas.errors import Conflict, InvalidRequest, NotFound, RunActive
 from services.bus import EventProducer
@@ -54,15 +60,28 @@ class PrepareService:
             "INSERT INTO releases (release_id, agent_id, instructions, tool_catalog,"
             " skill_bindings, model_profile, context_policy, policy_revision)"
             " VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (release_id) DO NOTHING"
-            " RETURNING release_id", release_id, body["agent_id"], body["instructions"],
-            body.get("tool_catalog") or [], body.get("skill_bindings") or [],
-            body["model_profile"], policy, rev)
+            " RETURNING release_id",
+            release_id,
+            body["agent_id"],
+            body["instructions"],
+            body.get("tool_catalog") or [],
+            body.get("skill_bindings") or [],
+            body["model_profile"],
+            policy,
+            rev,
+        )
         if row is None:
             existing = await self.release(release_id)
-            if existing["policy_revision"] != rev or existing["instructions"] != body["instructions"]:
+            if (
+                existing["policy_revision"] != rev
+                or existing["instructions"] != body["instructions"]
+            ):
                 raise Conflict(f"release {release_id} is frozen with different content")
-        return {"release_id": release_id, "policy_revision": rev,
-                "input_budget": profile.input_budget()}
+        return {
+            "release_id": release_id,
+            "policy_revision": rev,
+            "input_budget": profile.input_budget(),
+        }
 
     async def release(self, release_id: str) -> dict[str, Any]:
         r = await self.pool.fetchrow("SELECT * FROM releases WHERE release_id=$1", release_id)
@@ -78,11 +97,17 @@ class PrepareService:
         row = await self.pool.fetchrow(
             "INSERT INTO sessions (session_id, space_id, actor_id, release_id)"
             " VALUES ($1,$2,$3,$4) ON CONFLICT (session_id) DO NOTHING RETURNING session_id",
-            sid, body["space_id"], body["actor_id"], body["release_id"])
+            sid,
+            body["space_id"],
+            body["actor_id"],
+            body["release_id"],
+        )
         s = await self.session(sid)
-        if row is None and (s["release_id"] != body["release_id"]
-                            or s["space_id"] != body["space_id"]
-                            or s["actor_id"] != body["actor_id"]):
+        if row is None and (
+            s["release_id"] != body["release_id"]
+            or s["space_id"] != body["space_id"]
+            or s["actor_id"] != body["actor_id"]
+        ):
             raise Conflict(f"session {sid} exists with another release or scope (R1.4)")
         return s
 
@@ -90,7 +115,9 @@ class PrepareService:
         r = await self.pool.fetchrow(
             "SELECT session_id, space_id, actor_id, release_id, active_run_id, revision,"
             " user_turns, model_steps, next_session_sequence - 1 AS last_sequence"
-            " FROM sessions WHERE session_id=$1", sid)
+            " FROM sessions WHERE session_id=$1",
+            sid,
+        )
         if r is None:
             raise NotFound(f"session {sid} not found")
         return dict(r)
@@ -101,28 +128,39 @@ class PrepareService:
         instance_id = body.get("instance_id") or f"{run_id}.main"
         event_key = f"run_started:{run_id}"
         ev = ContextEvent(
-            event_id=str(uuid.uuid4()), event_key=event_key,
+            event_id=str(uuid.uuid4()),
+            event_key=event_key,
             scope=Scope(s["space_id"], s["actor_id"], sid, run_id, instance_id),
-            kind=RecordKind.RUN_STARTED, authority=Authority.HOST,
+            kind=RecordKind.RUN_STARTED,
+            authority=Authority.HOST,
             source=Source("prepare", self.host_id, int(time.time() * 1000)),
-            content=Content.text(""), payload=RunLifecyclePayload(release_id=s["release_id"]),
+            content=Content.text(""),
+            payload=RunLifecyclePayload(release_id=s["release_id"]),
         )
         part, off = await self.producer.send(ev)
         await self.waiter.wait({part: off}, self.commit_wait_s)
         outcome = await self.pool.fetchrow(
             "SELECT code, message FROM event_outcomes WHERE session_id=$1 AND event_key=$2",
-            sid, event_key)
+            sid,
+            event_key,
+        )
         if outcome is not None:
             if outcome["code"] == "run_active":
                 raise RunActive(outcome["message"], session_id=sid)
             raise Conflict(outcome["message"], reason=outcome["code"])
         async with self.pool.acquire() as conn:
             snap = await self.views.snapshot(conn, sid, run_id)
-        return {"session_id": sid, "run_id": run_id, "instance_id": snap.main_instance_id,
-                "status": snap.run_status,
-                "snapshot": {"snapshot_id": snap.snapshot_id,
-                             "through_session_sequence": snap.through_session_sequence,
-                             "policy_revision": snap.policy_revision}}
+        return {
+            "session_id": sid,
+            "run_id": run_id,
+            "instance_id": snap.main_instance_id,
+            "status": snap.run_status,
+            "snapshot": {
+                "snapshot_id": snap.snapshot_id,
+                "through_session_sequence": snap.through_session_sequence,
+                "policy_revision": snap.policy_revision,
+            },
+        }
 
     # --- prepare (R4, R6) ---------------------------------------------------------------
 
@@ -135,6 +173,7 @@ class PrepareService:
             raise InvalidRequest(f"unknown purpose {purpose!r}")
         after = {int(k): int(v) for k, v in (body.get("after") or {}).items()}
         await self.waiter.wait(after, self.commit_wait_s)
+        waited = time.perf_counter() - t0
         s = await self.session(sid)
         rel = await self.release(s["release_id"])
         profile = ModelProfile.from_dict(body.get("model_profile") or rel["model_profile"])
@@ -147,8 +186,11 @@ class PrepareService:
         rend, snap = await self.views.view(sid, run_id, instance_id, profile.message_overhead)
         pending = rend.pending_calls()
         if pending:
-            raise Conflict("tool calls of this thread still wait for results",
-                           reason="tool_results_pending", call_ids=pending)
+            raise Conflict(
+                "tool calls of this thread still wait for results",
+                reason="tool_results_pending",
+                call_ids=pending,
+            )
         instr = rel["instructions"]
         skills = skills_catalog_text(rel["skill_bindings"])
         tool_text = tool_schema_text(tools) if tools else ""
@@ -158,27 +200,48 @@ class PrepareService:
             "tool_schemas": self._count(tool_text) if tool_text else 0,
         } | {k: v for k, v in rend.tokens.items()}
         items["envelope"] = items.get("envelope", 0) + profile.message_overhead
-        required = (items["instructions"] + items["skills"] + items["tool_schemas"]
-                    + items.get("task", 0) + profile.message_overhead)
+        required = (
+            items["instructions"]
+            + items["skills"]
+            + items["tool_schemas"]
+            + items.get("task", 0)
+            + profile.message_overhead
+        )
         report = make_report(profile, items, required, self.counter.method)
         enforce(report)
         system = instr + ("\n\n" + skills if skills else "")
-        messages = [{"role": "system", "content": system, "block": "instruction",
-                     "category": "instructions", "record_ids": [], "tokens": 0}]
+        messages = [
+            {
+                "role": "system",
+                "content": system,
+                "block": "instruction",
+                "category": "instructions",
+                "record_ids": [],
+                "tokens": 0,
+            }
+        ]
         messages.extend(rend.messages)
         return {
             "prepared_id": f"prep_{uuid.uuid4().hex[:16]}",
-            "purpose": purpose, "session_id": sid, "run_id": run_id,
-            "instance_id": instance_id, "messages": messages, "tools": tools,
+            "purpose": purpose,
+            "session_id": sid,
+            "run_id": run_id,
+            "instance_id": instance_id,
+            "messages": messages,
+            "tools": tools,
             "budget": report.to_dict(),
             "dependency_versions": {
                 "through_session_sequence": snap.through_session_sequence,
                 "thread_last_sequence": rend.last_sequence,
-                "policy_revision": rel["policy_revision"], "release_id": rel["release_id"],
+                "policy_revision": rel["policy_revision"],
+                "release_id": rel["release_id"],
             },
             "inherited": {"through_session_sequence": snap.through_session_sequence},
             "record_count": rend.record_count,
-            "server_ms": round((time.perf_counter() - t0) * 1000, 3),
+            "timing": {
+                "commit_wait_ms": round(waited * 1000, 3),
+                "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
+            },
         }
 
     def _count(self, text: str) -> int:
@@ -196,19 +259,30 @@ class PrepareService:
         await self.pool.execute(
             "INSERT INTO blobs (sha256, content, length, media_type, token_count, token_method)"
             " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (sha256) DO NOTHING",
-            sha, data, len(data), media_type, tokens, method)
-        return {"sha256": sha, "length": len(data), "token_count": tokens,
-                "token_method": method}
+            sha,
+            data,
+            len(data),
+            media_type,
+            tokens,
+            method,
+        )
+        return {"sha256": sha, "length": len(data), "token_count": tokens, "token_method": method}
 
     async def outcome(self, sid: str, event_key: str) -> dict[str, Any]:
         r = await self.pool.fetchrow(
             "SELECT record_id, session_sequence, instance_sequence, kind FROM records"
-            " WHERE session_id=$1 AND event_key=$2", sid, event_key)
+            " WHERE session_id=$1 AND event_key=$2",
+            sid,
+            event_key,
+        )
         if r is not None:
             return {"outcome": "committed"} | dict(r)
         o = await self.pool.fetchrow(
             "SELECT outcome, code, message FROM event_outcomes WHERE session_id=$1"
-            " AND event_key=$2", sid, event_key)
+            " AND event_key=$2",
+            sid,
+            event_key,
+        )
         if o is not None:
             return dict(o)
         return {"outcome": "unknown"}

@@ -16,10 +16,12 @@ import asyncpg
 from schemas.errors import NotFound
 from services.core.assembly import CountFn, RecordView, ThreadRenderer
 
-_COLS = ("r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
-         " COALESCE(r.content_inline, '[content ' || r.content_ref || ', '"
-         " || r.content_length || ' bytes: read back by reference]') AS text,"
-         " r.payload, r.token_count")
+_COLS = (
+    "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
+    " COALESCE(r.content_inline, '[content ' || r.content_ref || ', '"
+    " || r.content_length || ' bytes: read back by reference]') AS text,"
+    " r.payload, r.token_count"
+)
 
 
 @dataclass(frozen=True)
@@ -34,8 +36,17 @@ class Snapshot:
 
 
 def _view(r: asyncpg.Record) -> RecordView:
-    return RecordView(r["record_id"], r["session_sequence"], r["run_id"], r["instance_id"],
-                      r["kind"], r["authority"], r["text"], r["payload"], r["token_count"])
+    return RecordView(
+        r["record_id"],
+        r["session_sequence"],
+        r["run_id"],
+        r["instance_id"],
+        r["kind"],
+        r["authority"],
+        r["text"],
+        r["payload"],
+        r["token_count"],
+    )
 
 
 class ThreadViews:
@@ -51,14 +62,25 @@ class ThreadViews:
             "SELECT x.snapshot_id, x.session_id, x.run_id, u.main_instance_id,"
             " x.through_session_sequence, x.policy_revision, u.status"
             " FROM runs u JOIN history_snapshots x USING (snapshot_id)"
-            " WHERE u.session_id=$1 AND u.run_id=$2", session_id, run_id)
+            " WHERE u.session_id=$1 AND u.run_id=$2",
+            session_id,
+            run_id,
+        )
         if r is None:
             raise NotFound(f"run {run_id} of session {session_id} not found")
-        return Snapshot(r["snapshot_id"], r["session_id"], r["run_id"], r["main_instance_id"],
-                        r["through_session_sequence"], r["policy_revision"], r["status"])
+        return Snapshot(
+            r["snapshot_id"],
+            r["session_id"],
+            r["run_id"],
+            r["main_instance_id"],
+            r["through_session_sequence"],
+            r["policy_revision"],
+            r["status"],
+        )
 
-    async def view(self, session_id: str, run_id: str, instance_id: str,
-                   message_overhead: int) -> tuple[ThreadRenderer, Snapshot]:
+    async def view(
+        self, session_id: str, run_id: str, instance_id: str, message_overhead: int
+    ) -> tuple[ThreadRenderer, Snapshot]:
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock, self.pool.acquire() as conn:
@@ -74,7 +96,9 @@ class ThreadViews:
                     " WHERE r.session_id=$1 AND r.session_sequence <= $2"
                     " AND r.visibility IN ('session', 'actor')"
                     " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-                    " ORDER BY r.session_sequence", session_id, snap.through_session_sequence,
+                    " ORDER BY r.session_sequence",
+                    session_id,
+                    snap.through_session_sequence,
                 ):
                     rend.feed(_view(r), inherited=True)
                 rend.seal_inherited()
@@ -83,7 +107,10 @@ class ThreadViews:
             for r in await conn.fetch(
                 f"SELECT {_COLS} FROM records r WHERE r.session_id=$1 AND r.run_id=$2"
                 " AND r.instance_id=$3 AND r.session_sequence > $4"
-                " ORDER BY r.session_sequence", session_id, run_id, instance_id,
+                " ORDER BY r.session_sequence",
+                session_id,
+                run_id,
+                instance_id,
                 rend.last_sequence,
             ):
                 rend.feed(_view(r), inherited=False)

@@ -40,7 +40,11 @@ class CommitWaiter:
     async def committed(self, offsets: dict[int, int]) -> bool:
         rows = await self.pool.fetch(
             "SELECT partition, next_offset FROM consumer_offsets WHERE consumer=$1 AND topic=$2"
-            " AND partition = ANY($3::int[])", self.consumer, self.topic, list(offsets))
+            " AND partition = ANY($3::int[])",
+            self.consumer,
+            self.topic,
+            list(offsets),
+        )
         done = {r["partition"]: r["next_offset"] for r in rows}
         return all(done.get(p, 0) > off for p, off in offsets.items())
 
@@ -57,6 +61,8 @@ class CommitWaiter:
             if left <= 0:
                 raise NotCommittedYet(
                     "the runtime's last append is not committed yet; retry shortly",
-                    offsets={str(k): v for k, v in offsets.items()}, waited_s=timeout)
+                    offsets={str(k): v for k, v in offsets.items()},
+                    waited_s=timeout,
+                )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), min(left, 0.25))

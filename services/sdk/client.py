@@ -1,0 +1,294 @@
+"""Runtime SDK (R16). Appends go over Kafka (idempotent producer, acks=all); run start,
+prepare and content upload go over HTTP to the Prepare service.
+
+Every append takes an ``event_key`` (idempotency: retrying the same append never makes a
+second record) and returns the (partition, offset) it was written at; ``prepare`` passes
+the latest of these so the answer includes every append made before it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from schemas.contracts import (
+    AssistantMessagePayload,
+    Authority,
+    ChildResultPayload,
+    Content,
+    ContextEvent,
+    Payload,
+    RecordKind,
+    ResourceActivationPayload,
+    RunLifecyclePayload,
+    Scope,
+    SkillRef,
+    Source,
+    ToolCallSpec,
+    ToolOutcomePayload,
+    ToolStatus,
+    UserInputPayload,
+)
+from schemas.errors import ContextError
+from services.bus import EventProducer
+
+INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)
+
+
+class ApiError(ContextError):
+    """An error answered by the Prepare service; ``code`` is the server's code."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        err = body.get("error", {})
+        super().__init__(err.get("message", str(body)), **err.get("details", {}))
+        self.status = status
+        self.code = err.get("code", "http_error")  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    session_id: str
+    run_id: str
+    instance_id: str
+    space_id: str
+    actor_id: str
+    snapshot: dict[str, Any]
+
+    def scope(self) -> Scope:
+        return Scope(self.space_id, self.actor_id, self.session_id, self.run_id, self.instance_id)
+
+
+class ContextClient:
+    def __init__(
+        self,
+        kafka_bootstrap: str,
+        prepare_url: str,
+        topic: str = "ctx.records",
+        producer_name: str = "runtime",
+        host_id: str = "local",
+    ) -> None:
+        self.producer = EventProducer(kafka_bootstrap, topic)
+        self.http = httpx.AsyncClient(base_url=prepare_url, timeout=30.0)
+        self.producer_name = producer_name
+        self.host_id = host_id
+
+    async def __aenter__(self) -> ContextClient:
+        await self.producer.start()
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.producer.stop()
+        await self.http.aclose()
+
+    async def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        r = await self.http.request(method, path, **kw)
+        body = r.json()
+        if r.status_code >= 400:
+            raise ApiError(r.status_code, body)
+        assert isinstance(body, dict)
+        return body
+
+    # --- releases and sessions ----------------------------------------------------------
+
+    async def register_release(self, **release: Any) -> dict[str, Any]:
+        return await self._call("POST", "/v1/releases", json=release)
+
+    async def open_session(
+        self, space_id: str, actor_id: str, release_id: str, session_id: str | None = None
+    ) -> dict[str, Any]:
+        return await self._call(
+            "POST",
+            "/v1/sessions",
+            json={
+                "space_id": space_id,
+                "actor_id": actor_id,
+                "release_id": release_id,
+                "session_id": session_id,
+            },
+        )
+
+    async def start_run(self, session: dict[str, Any], run_id: str | None = None) -> RunHandle:
+        """A new question ⇒ a new run (R1.1); refused with ``run_active`` (R1.3)."""
+        r = await self._call(
+            "POST", f"/v1/sessions/{session['session_id']}/runs", json={"run_id": run_id}
+        )
+        return RunHandle(
+            session["session_id"],
+            r["run_id"],
+            r["instance_id"],
+            session["space_id"],
+            session["actor_id"],
+            r["snapshot"],
+        )
+
+    # --- appends (R16) ------------------------------------------------------------------
+
+    async def _content(self, text: str, media_type: str = "text/plain") -> Content:
+        raw = text.encode("utf-8")
+        if len(raw) <= INLINE_LIMIT:
+            return Content.text(text, media_type)
+        blob = await self._call(
+            "PUT", "/v1/blobs", content=raw, headers={"content-type": media_type}
+        )
+        return Content.reference(blob["sha256"], blob["length"], media_type)
+
+    def _event(
+        self,
+        run: RunHandle,
+        kind: RecordKind,
+        authority: Authority,
+        content: Content,
+        payload: Payload,
+        event_key: str,
+        operation_id: str | None = None,
+        expected_revision: int | None = None,
+    ) -> ContextEvent:
+        return ContextEvent(
+            event_id=str(uuid.uuid4()),
+            event_key=event_key,
+            scope=run.scope(),
+            kind=kind,
+            authority=authority,
+            source=Source(self.producer_name, self.host_id, int(time.time() * 1000)),
+            content=content,
+            payload=payload,
+            operation_id=operation_id,
+            expected_revision=expected_revision,
+        )
+
+    async def append(self, event: ContextEvent) -> tuple[int, int]:
+        return await self.producer.send(event)
+
+    async def append_user(
+        self, run: RunHandle, text: str, event_key: str, supplement: bool = False
+    ) -> tuple[int, int]:
+        kind = RecordKind.SUPPLEMENT if supplement else RecordKind.USER_INPUT
+        payload = UserInputPayload("supplement" if supplement else "question")
+        return await self.append(
+            self._event(run, kind, Authority.USER, await self._content(text), payload, event_key)
+        )
+
+    async def append_model_result(
+        self,
+        run: RunHandle,
+        text: str,
+        model_operation_id: str,
+        tool_calls: list[tuple[str, str, str]] | None = None,
+        purpose: str = "action",
+        expected_revision: int | None = None,
+    ) -> tuple[int, int]:
+        calls = tuple(ToolCallSpec(c, n, a) for c, n, a in (tool_calls or []))
+        payload = AssistantMessagePayload(
+            model_operation_id, purpose, calls, "tool_calls" if calls else "stop"
+        )
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.ASSISTANT_MESSAGE,
+                Authority.MODEL,
+                await self._content(text),
+                payload,
+                f"model:{model_operation_id}",
+                model_operation_id,
+                expected_revision,
+            )
+        )
+
+    async def append_tool_outcome(
+        self,
+        run: RunHandle,
+        call_id: str,
+        name: str,
+        result: str,
+        status: ToolStatus = ToolStatus.OK,
+        tool_kind: str = "function",
+        server: str | None = None,
+        error_code: str | None = None,
+        skill: SkillRef | None = None,
+    ) -> tuple[int, int]:
+        payload = ToolOutcomePayload(
+            call_id, name, status, error_code, tool_kind, server, skill=skill
+        )
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.TOOL_OUTCOME,
+                Authority.TOOL,
+                await self._content(result),
+                payload,
+                f"tool:{call_id}",
+                f"tool:{call_id}",
+            )
+        )
+
+    async def activate_resource(
+        self, run: RunHandle, kind: str, resource_id: str, version: str, body: str
+    ) -> tuple[int, int]:
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        payload = ResourceActivationPayload(kind, resource_id, version, digest)
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.RESOURCE_ACTIVATION,
+                Authority.HOST,
+                Content.text(""),
+                payload,
+                f"activate:{kind}:{resource_id}:{version}:{run.run_id}",
+            )
+        )
+
+    async def accept_child_result(
+        self, run: RunHandle, result: ChildResultPayload, text: str
+    ) -> tuple[int, int]:
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.CHILD_RESULT,
+                Authority.HOST,
+                await self._content(text),
+                result,
+                f"child:{result.child_operation_id}",
+                f"child:{result.child_operation_id}",
+            )
+        )
+
+    async def finish_run(
+        self, run: RunHandle, cancelled: bool = False, reason: str | None = None
+    ) -> tuple[int, int]:
+        kind = RecordKind.RUN_CANCELLED if cancelled else RecordKind.RUN_FINISHED
+        return await self.append(
+            self._event(
+                run,
+                kind,
+                Authority.HOST,
+                Content.text(""),
+                RunLifecyclePayload(reason),
+                f"{kind}:{run.run_id}",
+            )
+        )
+
+    # --- prepare --------------------------------------------------------------------------
+
+    async def prepare(
+        self,
+        run: RunHandle,
+        purpose: str = "action",
+        tool_catalog: list[dict[str, Any]] | None = None,
+        model_profile: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return await self._call(
+            "POST",
+            f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare",
+            json={
+                "purpose": purpose,
+                "instance_id": run.instance_id,
+                "tool_catalog": tool_catalog,
+                "model_profile": model_profile,
+                "after": {str(p): o for p, o in self.producer.last_offsets.items()},
+            },
+        )
