@@ -1,0 +1,73 @@
+"""Shared fixtures: the real stack (see tests/support/stack.py), a fresh database and our
+services per test session, and the ``spec`` marker recorded in the JUnit XML."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from services.settings import Settings
+from tests.support.services import Services, start_services
+from tests.support.stack import Stack, resolve_stack
+
+logging.getLogger("tests.stack").setLevel(logging.INFO)
+
+
+@pytest.fixture(autouse=True)
+def _record_spec(request: pytest.FixtureRequest, record_property) -> None:  # type: ignore[no-untyped-def]
+    ids: list[str] = []
+    for m in request.node.iter_markers("spec"):
+        ids.extend(str(a) for a in m.args)
+    if ids:
+        record_property("spec", ",".join(sorted(set(ids))))
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[Stack]:
+    with resolve_stack() as st:
+        print(f"\n[tests] stack from {st.source}: kafka={st.kafka_bootstrap} pg={st.pg_dsn}")
+        yield st
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(stack: Stack) -> Iterator[str]:
+    """A fresh database per test session, dropped afterwards."""
+    name = f"alc_test_{uuid.uuid4().hex[:10]}"
+
+    async def admin(sql: str) -> None:
+        conn = await asyncpg.connect(stack.pg_dsn)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(admin(f'CREATE DATABASE "{name}"'))
+    base, _, _ = stack.pg_dsn.rpartition("/")
+    yield f"{base}/{name}"
+    asyncio.run(admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+@pytest.fixture(scope="session")
+def services(stack: Stack, pg_dsn: str) -> Iterator[Services]:
+    svc = start_services(stack, pg_dsn)
+    yield svc
+    svc.stop()
+
+
+@pytest.fixture(scope="session")
+def settings(services: Services) -> Settings:
+    return Settings(**{k[4:].lower(): v for k, v in services.settings_env.items()})
+
+
+@pytest.fixture
+async def db(pg_dsn: str, services: Services) -> AsyncIterator[asyncpg.Pool]:
+    from storage.pool import create_pool
+
+    pool = await create_pool(pg_dsn, 1, 4)
+    yield pool
+    await pool.close()

@@ -1,0 +1,93 @@
+"""Helpers the integration tests share: clients bound to the test services, waiting for
+commits, reading topics."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer
+
+from services.sdk.client import ContextClient
+from tests.support.services import Services
+
+PROFILE = {
+    "name": "test-model",
+    "context_capacity": 16000,
+    "output_reserve": 1000,
+    "safety_margin": 500,
+}
+
+
+@asynccontextmanager
+async def client(services: Services) -> AsyncIterator[ContextClient]:
+    async with ContextClient(
+        services.stack.kafka_bootstrap,
+        services.prepare_url,
+        topic=services.env("ALC_TOPIC_RECORDS"),
+    ) as c:
+        yield c
+
+
+async def new_session(c: ContextClient, **release: Any) -> dict[str, Any]:
+    body = {
+        "agent_id": "test-agent",
+        "instructions": "You are a careful test agent.",
+        "tool_catalog": [
+            {
+                "name": "read_file",
+                "description": "Read a file",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+            }
+        ],
+        "model_profile": PROFILE,
+    } | release
+    rel = await c.register_release(**body)
+    return await c.open_session("space-1", f"actor-{uuid.uuid4().hex[:6]}", rel["release_id"])
+
+
+async def wait_committed(
+    pool: asyncpg.Pool, services: Services, offsets: dict[int, int], timeout: float = 60.0
+) -> None:
+    """Until the processor's tracking rows pass every (partition -> offset)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        rows = await pool.fetch(
+            "SELECT partition, next_offset FROM consumer_offsets WHERE consumer=$1 AND topic=$2",
+            services.env("ALC_PROCESSOR_ID"),
+            services.env("ALC_TOPIC_RECORDS"),
+        )
+        done = {r["partition"]: r["next_offset"] for r in rows}
+        if all(done.get(p, 0) > o for p, o in offsets.items()):
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"not committed in {timeout}s: want {offsets}, have {done}")
+        await asyncio.sleep(0.05)
+
+
+async def read_topic(
+    bootstrap: str, topic: str, want: int, timeout: float = 30.0
+) -> list[tuple[bytes | None, bytes]]:
+    """Read a topic from the beginning until ``want`` messages arrived (or time out)."""
+    consumer = AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    out: list[tuple[bytes | None, bytes]] = []
+    try:
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(out) < want and asyncio.get_running_loop().time() < deadline:
+            batch = await consumer.getmany(timeout_ms=500)
+            for msgs in batch.values():
+                out.extend((m.key, m.value) for m in msgs)
+    finally:
+        await consumer.stop()
+    return out

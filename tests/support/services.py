@@ -1,0 +1,139 @@
+"""Our processes under test: the session processor and the Prepare service, each run
+through its real entry point as a subprocess, isolated per test session by unique
+topics, consumer group and database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from tests.support.stack import REPO, Stack
+
+LOG_DIR = REPO / "build" / "test-logs"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    ready_line: str | None = None
+    health_url: str | None = None
+    popen: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(default_factory=Path)
+    starts: int = 0
+
+    def start(self, timeout: float = 90.0) -> None:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        self.log_path = LOG_DIR / f"{self.env['ALC_PROCESSOR_ID']}-{self.name}-{self.starts}.log"
+        log = self.log_path.open("wb")
+        self.popen = subprocess.Popen(
+            self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited {self.popen.returncode}: "
+                    f"{self.log_path.read_text(errors='replace')[-3000:]}"
+                )
+            if self._ready():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(
+            f"{self.name} not ready in {timeout}s: "
+            f"{self.log_path.read_text(errors='replace')[-3000:]}"
+        )
+
+    def _ready(self) -> bool:
+        if self.ready_line is not None:
+            return self.ready_line in self.log_path.read_text(errors="replace")
+        assert self.health_url is not None
+        try:
+            return httpx.get(self.health_url, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill9(self) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(10)
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(20)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
+
+
+@dataclass
+class Services:
+    stack: Stack
+    settings_env: dict[str, str]
+    processor: Proc
+    prepare: Proc
+
+    @property
+    def prepare_url(self) -> str:
+        return f"http://127.0.0.1:{self.settings_env['ALC_PREPARE_PORT']}"
+
+    def env(self, key: str) -> str:
+        return self.settings_env[key]
+
+    def stop(self) -> None:
+        self.prepare.stop()
+        self.processor.stop()
+
+
+def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
+    tag = uuid.uuid4().hex[:8]
+    return {
+        "ALC_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "ALC_PG_DSN": pg_dsn,
+        "ALC_TOPIC_RECORDS": f"t{tag}.records",
+        "ALC_TOPIC_COMMITTED": f"t{tag}.records.committed",
+        "ALC_TOPIC_DEAD_LETTER": f"t{tag}.deadletter",
+        "ALC_PROCESSOR_ID": f"alc-test-{tag}",
+        "ALC_PROCESSOR_INSTANCE_ID": f"alc-test-{tag}-1",
+        "ALC_PREPARE_PORT": str(free_port()),
+        "ALC_LOG_LEVEL": "INFO",
+    }
+
+
+def start_services(stack: Stack, pg_dsn: str) -> Services:
+    settings_env = services_env(stack, pg_dsn)
+    env = {**os.environ, **settings_env, "PYTHONUNBUFFERED": "1"}
+    processor = Proc(
+        "processor", [sys.executable, "-m", "streams"], env, ready_line="Worker]: Ready"
+    )
+    prepare = Proc(
+        "prepare",
+        [sys.executable, "-m", "services.prepare"],
+        env,
+        health_url=f"http://127.0.0.1:{settings_env['ALC_PREPARE_PORT']}/healthz",
+    )
+    # Prepare first: it applies migrations and creates the topics, so the processor
+    # joins its group with its partitions already there.
+    prepare.start()
+    processor.start()
+    return Services(stack, settings_env, processor, prepare)

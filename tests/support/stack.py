@@ -1,0 +1,91 @@
+"""Where the tests' Kafka and PostgreSQL come from — chosen automatically, and logged.
+
+Order: services named by environment variables (ALC_TEST_KAFKA_BOOTSTRAP and
+ALC_TEST_PG_DSN) → testcontainers when a Docker engine answers → our own
+``deploy/stack.sh`` (real broker from Maven jars, Debian PostgreSQL). A service that
+cannot be had is a test failure, never a skip — in CI and everywhere else.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("tests.stack")
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Stack:
+    kafka_bootstrap: str
+    pg_dsn: str
+    source: str  # env | testcontainers | deploy-scripts
+
+
+class StackUnavailable(RuntimeError):
+    pass
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        return subprocess.run(["docker", "info"], capture_output=True, timeout=8).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@contextmanager
+def _testcontainers() -> Iterator[Stack]:
+    from testcontainers.kafka import KafkaContainer
+    from testcontainers.postgres import PostgresContainer
+
+    with ExitStack() as stack:
+        kafka = stack.enter_context(KafkaContainer("apache/kafka:4.1.1").with_kraft())
+        pg = stack.enter_context(PostgresContainer("postgres:15", driver=None))
+        dsn = pg.get_connection_url()
+        yield Stack(kafka.get_bootstrap_server(), dsn, "testcontainers")
+
+
+def _deploy_scripts() -> Stack:
+    proc = subprocess.run(
+        ["bash", str(REPO / "deploy" / "stack.sh"), "up"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode != 0:
+        raise StackUnavailable(
+            f"deploy/stack.sh up failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
+            f"{proc.stderr[-3000:]}"
+        )
+    env = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith(("ALC_KAFKA_BOOTSTRAP=", "ALC_PG_DSN=")):
+            k, v = line.strip().split("=", 1)
+            env[k] = v
+    if set(env) != {"ALC_KAFKA_BOOTSTRAP", "ALC_PG_DSN"}:
+        raise StackUnavailable(f"deploy/stack.sh up printed no addresses:\n{proc.stdout[-2000:]}")
+    return Stack(env["ALC_KAFKA_BOOTSTRAP"], env["ALC_PG_DSN"], "deploy-scripts")
+
+
+@contextmanager
+def resolve_stack() -> Iterator[Stack]:
+    kafka, pg = os.environ.get("ALC_TEST_KAFKA_BOOTSTRAP"), os.environ.get("ALC_TEST_PG_DSN")
+    if kafka and pg:
+        log.warning("test stack: services named by environment (%s, %s)", kafka, pg)
+        yield Stack(kafka, pg, "env")
+        return
+    if _docker_answers():
+        log.warning("test stack: Docker answers, using testcontainers")
+        with _testcontainers() as st:
+            yield st
+        return
+    log.warning("test stack: no Docker engine; starting deploy/stack.sh (real Kafka + PostgreSQL)")
+    yield _deploy_scripts()
