@@ -59,7 +59,7 @@ async def test_every_event_delivered_twice_changes_nothing(
         assert before["session"][3:] == (1, 2)  # user_turns, model_steps
 
         # Redeliver every event of the session, run start included, in order.
-        raw = [ev.run_started_event(run)] + events
+        raw = [ev.run_started_event(run), *events]
         again = await c.producer.send_many(raw)
         await wait_committed(db, services, dict(again))
         after = await _snapshot(db, session["session_id"])
