@@ -5,17 +5,12 @@ topics, consumer group and database."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
-import subprocess
 import sys
-import time
 import uuid
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
-import httpx
-
+from services.launcher import Proc
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
@@ -25,65 +20,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-@dataclass
-class Proc:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    ready_line: str | None = None
-    health_url: str | None = None
-    popen: subprocess.Popen[bytes] | None = None
-    log_path: Path = field(default_factory=Path)
-    starts: int = 0
-
-    def start(self, timeout: float = 90.0) -> None:
-        LOG_DIR.mkdir(parents=True, exist_ok=True)
-        self.starts += 1
-        self.log_path = LOG_DIR / f"{self.env['ALC_PROCESSOR_ID']}-{self.name}-{self.starts}.log"
-        log = self.log_path.open("wb")
-        self.popen = subprocess.Popen(
-            self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.popen.poll() is not None:
-                raise RuntimeError(
-                    f"{self.name} exited {self.popen.returncode}: "
-                    f"{self.log_path.read_text(errors='replace')[-3000:]}"
-                )
-            if self._ready():
-                return
-            time.sleep(0.2)
-        raise RuntimeError(
-            f"{self.name} not ready in {timeout}s: "
-            f"{self.log_path.read_text(errors='replace')[-3000:]}"
-        )
-
-    def _ready(self) -> bool:
-        if self.ready_line is not None:
-            return self.ready_line in self.log_path.read_text(errors="replace")
-        assert self.health_url is not None
-        try:
-            return httpx.get(self.health_url, timeout=1.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill9(self) -> None:
-        assert self.popen is not None
-        self.popen.send_signal(signal.SIGKILL)
-        self.popen.wait(10)
-
-    def stop(self) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(20)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait(5)
 
 
 @dataclass

@@ -1,0 +1,273 @@
+"""``make demo``: a real multi-question agent session through the whole pipeline.
+
+Starts the session processor and the Prepare service as separate processes against the
+running Kafka + PostgreSQL (``deploy/stack.sh up``), drives a scripted 3-question agent
+session through the runtime SDK — model messages with tool calls, tool results including
+one failure and one MCP-style tool, one skill load — and prints, for every model call,
+what the model saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from schemas.contracts import SkillRef, ToolStatus
+from services.launcher import Proc
+from services.sdk.client import ApiError, ContextClient, RunHandle
+from services.settings import Settings
+
+SKILL_BODY = (
+    "# release-notes skill v3\nWrite release notes as: Summary, Breaking changes, "
+    "Fixes. Cite the issue id for each fix."
+)
+RELEASE = {
+    "agent_id": "demo-release-assistant",
+    "instructions": "You are a release assistant for the agentloom repository. Use tools to "
+    "read files and run tests; never invent results.",
+    "tool_catalog": [
+        {
+            "name": "read_file",
+            "description": "Read a file of the repository",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}},
+                "required": ["path"],
+            },
+        },
+        {
+            "name": "run_tests",
+            "description": "Run the test suite for a package",
+            "parameters": {"type": "object", "properties": {"package": {"type": "string"}}},
+        },
+        {
+            "name": "docs.search",
+            "description": "Search the docs (MCP server docs-mcp)",
+            "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
+        },
+        {
+            "name": "load_skill",
+            "description": "Load a bound skill by name",
+            "parameters": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+    ],
+    "skill_bindings": [
+        {
+            "name": "release-notes",
+            "version": "3",
+            "description": "Write release notes in the house format",
+            "load_entry": "load_skill",
+        }
+    ],
+    "model_profile": {
+        "name": "demo-model-32k",
+        "context_capacity": 32768,
+        "output_reserve": 4096,
+        "safety_margin": 1024,
+    },
+}
+
+
+class Printer:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def model_call(self, title: str, run: RunHandle, prepared: dict[str, Any]) -> None:
+        self.calls += 1
+        b = prepared["budget"]
+        msgs = prepared["messages"]
+        inherited = [m for m in msgs if m.get("category") == "history"]
+        print(f"\n── model call #{self.calls}: {title}")
+        print(f"   run {run.run_id} thread {run.instance_id} purpose={prepared['purpose']}")
+        print(
+            f"   {len(msgs)} messages | estimated {b['estimated_input']} of InputBudget "
+            f"{b['input_budget']} tokens ({b['ratio']:.1%}) | counted with "
+            f"{b['counting_method']}"
+        )
+        print("   itemized: " + ", ".join(f"{k}={v}" for k, v in b["items"].items() if v))
+        print(
+            f"   inherited: {len(inherited)} messages from records through session "
+            f"sequence {prepared['inherited']['through_session_sequence']}"
+        )
+        for m in msgs:
+            text = " ".join(str(m.get("content", "")).split())[:70]
+            extra = ""
+            if m.get("tool_calls"):
+                extra = " calls " + ", ".join(
+                    f"{c['name']}{c['arguments']}" for c in m["tool_calls"]
+                )
+            if m["role"] == "tool":
+                extra = f" [{m['name']} {m['tool_call_id']} status={m['status']}]"
+            print(f"     {m['role']:<9} {m.get('category', ''):<12} {text!r}{extra}")
+
+
+async def run_session(settings: Settings, prepare_url: str) -> None:
+    out = Printer()
+    async with ContextClient(
+        settings.kafka_bootstrap,
+        prepare_url,
+        topic=settings.topic_records,
+        producer_name="demo-runtime",
+    ) as c:
+        rel = await c.register_release(**RELEASE)
+        session = await c.open_session("demo-space", "demo-user", rel["release_id"])
+        print(
+            f"release {rel['release_id']} (policy {rel['policy_revision']}, InputBudget "
+            f"{rel['input_budget']}); session {session['session_id']}"
+        )
+
+        # ── Run A: question 1 ──────────────────────────────────────────────────────────
+        a = await c.start_run(session)
+        await c.append_user(a, "Why is CI red on main? Summarize the failing tests.", "a-q")
+        out.model_call("Run A, first call of question 1", a, await c.prepare(a))
+        await c.append_model_result(
+            a,
+            "I will read the CI log and run the failing package.",
+            "a-m1",
+            [
+                ("a-c1", "read_file", '{"path": "ci/last.log"}'),
+                ("a-c2", "run_tests", '{"package": "storage"}'),
+            ],
+        )
+        await c.append_tool_outcome(
+            a, "a-c1", "read_file", "FAILED tests/test_ingest.py::test_copy - jsonb encoder"
+        )
+        await c.append_tool_outcome(
+            a,
+            "a-c2",
+            "run_tests",
+            "error: database not reachable",
+            status=ToolStatus.ERROR,
+            error_code="ECONNREFUSED",
+        )
+        out.model_call("Run A, after the tool results (one failed)", a, await c.prepare(a))
+        await c.append_model_result(
+            a,
+            "Loading the release-notes skill to write it up.",
+            "a-m2",
+            [("a-c3", "load_skill", '{"name": "release-notes"}')],
+        )
+        await c.append_tool_outcome(
+            a,
+            "a-c3",
+            "load_skill",
+            SKILL_BODY,
+            tool_kind="skill_load",
+            skill=SkillRef("release-notes", "3", _sha(SKILL_BODY)),
+        )
+        await c.activate_resource(a, "skill", "release-notes", "3", SKILL_BODY)
+        out.model_call("Run A, after the skill load", a, await c.prepare(a))
+        await c.append_model_result(
+            a,
+            "test_copy fails on the jsonb encoder; run_tests could not reach the database.",
+            "a-m3",
+        )
+        await c.finish_run(a)
+
+        # ── Run B: question 2 sees all of Run A ────────────────────────────────────────
+        b = await c.start_run(session)
+        await c.append_user(
+            b, "Which call failed earlier, and what do the docs say about it?", "b-q"
+        )
+        seen_b = await c.prepare(b)
+        out.model_call("Run B, question 2 (inherits Run A)", b, seen_b)
+        _check_run_b(seen_b)
+        try:
+            await c.start_run(session)
+        except ApiError as exc:
+            print(f"\n   a second question while Run B is active → {exc.code}: {exc.message}")
+        await c.append_model_result(
+            b, "Searching the docs.", "b-m1", [("b-c1", "docs.search", '{"query": "ECONNREFUSED"}')]
+        )
+        await c.append_tool_outcome(
+            b,
+            "b-c1",
+            "docs.search",
+            "docs/ops.md: start PostgreSQL with deploy/stack.sh up",
+            tool_kind="mcp",
+            server="docs-mcp",
+        )
+        out.model_call("Run B, after the MCP tool result", b, await c.prepare(b))
+        await c.append_model_result(
+            b, "run_tests failed: PostgreSQL was down (docs/ops.md).", "b-m2"
+        )
+        await c.finish_run(b)
+
+        # ── Run C: question 3 sees Run A exactly once ──────────────────────────────────
+        cr = await c.start_run(session)
+        await c.append_user(cr, "Write the release notes for this fix.", "c-q")
+        seen_c = await c.prepare(cr)
+        out.model_call("Run C, question 3 (inherits Runs A and B)", cr, seen_c)
+        ids = [i for m in seen_c["messages"] for i in m["record_ids"]]
+        dupes = len(ids) - len(set(ids))
+        print(f"\n   Run C sees {len(set(ids))} source records; duplicates: {dupes}")
+        if dupes:
+            raise SystemExit("demo failed: a record appeared twice in Run C")
+        await c.finish_run(cr)
+    print(f"\ndemo finished: {out.calls} model calls prepared through Kafka + PostgreSQL")
+
+
+def _check_run_b(prepared: dict[str, Any]) -> None:
+    tools = [m for m in prepared["messages"] if m["role"] == "tool"]
+    statuses = {m["tool_call_id"]: m["status"] for m in tools}
+    calls = [c for m in prepared["messages"] for c in m.get("tool_calls", [])]
+    ok = (
+        statuses.get("a-c2") == "error"
+        and "a-c3" in statuses
+        and any(c["id"] == "a-c1" and "ci/last.log" in c["arguments"] for c in calls)
+    )
+    print(
+        f"   Run B sees Run A's tool arguments and results, the failed call and the skill "
+        f"load: {'yes' if ok else 'NO'}"
+    )
+    if not ok:
+        raise SystemExit("demo failed: Run B does not see Run A's interactions")
+
+
+def _sha(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def main() -> None:
+    settings = Settings()
+    repo = Path(__file__).resolve().parents[1]
+    logs = repo / ".state" / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    processor = Proc(
+        "processor",
+        [sys.executable, "-m", "streams"],
+        env,
+        logs,
+        ready_line="Worker]: Ready",
+        cwd=repo,
+    )
+    prepare = Proc(
+        "prepare",
+        [sys.executable, "-m", "services.prepare"],
+        env,
+        logs,
+        health_url=f"http://{settings.prepare_host}:{settings.prepare_port}/healthz",
+        cwd=repo,
+    )
+    print(f"[demo] starting Prepare and the session processor (logs in {logs})")
+    try:
+        prepare.start()
+        processor.start()
+        print("[demo] services ready")
+        asyncio.run(
+            run_session(settings, f"http://{settings.prepare_host}:{settings.prepare_port}")
+        )
+    finally:
+        print("[demo] stopping services")
+        prepare.stop()
+        processor.stop()
+
+
+if __name__ == "__main__":
+    main()

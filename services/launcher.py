@@ -1,0 +1,78 @@
+"""Start our processes (processor, Prepare) as separate OS processes through their real
+entry points, wait until each is ready, stop them cleanly. Used by the demo, the
+benchmarks and the integration tests."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_dir: Path
+    ready_line: str | None = None
+    health_url: str | None = None
+    cwd: Path | None = None
+    popen: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(default_factory=Path)
+    starts: int = 0
+
+    def start(self, timeout: float = 90.0) -> None:
+        """Start and wait for readiness: a log line, or a health URL answering 200."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
+        with self.log_path.open("wb") as log:
+            self.popen = subprocess.Popen(
+                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.popen.poll() is not None:
+                raise RuntimeError(
+                    f"{self.name} exited {self.popen.returncode}; log "
+                    f"{self.log_path}:\n{self.tail()}"
+                )
+            if self._ready():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(
+            f"{self.name} not ready in {timeout}s; log {self.log_path}:\n{self.tail()}"
+        )
+
+    def tail(self, n: int = 3000) -> str:
+        return self.log_path.read_text(errors="replace")[-n:]
+
+    def _ready(self) -> bool:
+        if self.ready_line is not None:
+            return self.ready_line in self.log_path.read_text(errors="replace")
+        assert self.health_url is not None
+        try:
+            return httpx.get(self.health_url, timeout=1.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill9(self) -> None:
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(10)
+
+    def stop(self) -> None:
+        """SIGTERM (faust and uvicorn shut down cleanly and leave the group), then kill."""
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(20)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait(5)
