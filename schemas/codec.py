@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import typing
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -32,7 +33,7 @@ class AvroSchema:
 
 def _load(file_name: str) -> AvroSchema:
     text = resources.files("schemas").joinpath("avro", file_name).read_text("utf-8")
-    parsed = fastavro.parse_schema(json.loads(text))
+    parsed = typing.cast(dict[str, Any], fastavro.parse_schema(json.loads(text)))
     canonical = fastavro.schema.to_parsing_canonical_form(parsed)
     fp = bytes.fromhex(fastavro.schema.fingerprint(canonical, "CRC-64-AVRO"))
     return AvroSchema(name=parsed["name"], parsed=parsed, fingerprint=fp)

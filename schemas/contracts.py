@@ -191,7 +191,9 @@ Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     RunLifecyclePayload,
 ]
 PAYLOAD_TYPES: tuple[type, ...] = typing.get_args(Payload)
-_PAYLOAD_BY_NAME: dict[str, type] = {f"{NAMESPACE}.{t.AVRO_NAME}": t for t in PAYLOAD_TYPES}
+_PAYLOAD_BY_NAME: dict[str, type] = {
+    f"{NAMESPACE}.{getattr(t, 'AVRO_NAME')}": t for t in PAYLOAD_TYPES
+}
 
 # Which payload each kind carries: a mismatch is a contract violation (dead letter).
 PAYLOAD_FOR_KIND: dict[RecordKind, type] = {
@@ -224,7 +226,7 @@ class ContextEvent:
     operation_id: str | None = None
 
     def to_avro(self) -> dict[str, Any]:
-        out = _to_wire(self)
+        out: dict[str, Any] = _to_wire(self)
         # Name the union branch explicitly: several payload records share field shapes.
         out["payload"] = (f"{NAMESPACE}.{type(self.payload).AVRO_NAME}", _to_wire(self.payload))
         return out

@@ -1,0 +1,45 @@
+# AgentLoom Context — every set-up step lives in deploy/*.sh and is idempotent.
+PY := .venv/bin/python
+JUNIT := build/test-results/junit.xml
+
+.DEFAULT_GOAL := help
+.PHONY: help setup up down status demo test lint typecheck unit bench clean
+
+help: ## List the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: ## Install what is missing: Python env (.venv), Kafka jars (Maven); `up` adds PostgreSQL (apt)
+	@bash deploy/bootstrap.sh
+	@bash deploy/kafka.sh libs
+
+up: setup ## Start Kafka (KRaft) and PostgreSQL on this machine
+	@bash deploy/stack.sh up
+
+down: ## Stop Kafka and PostgreSQL
+	@bash deploy/stack.sh down
+
+status: ## Show whether Kafka and PostgreSQL run
+	@bash deploy/stack.sh status
+
+demo: up ## Main job: run every service and drive a 3-question agent session through them
+	@$(PY) -m services.demo
+
+lint: setup ## ruff lint + format check
+	@$(PY) -m ruff check .
+	@$(PY) -m ruff format --check .
+
+typecheck: setup ## mypy (strict) on our packages
+	@$(PY) -m mypy
+
+unit: setup ## Unit tests only (no services)
+	@$(PY) -m pytest tests/unit -q
+
+test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XML in build/
+	@mkdir -p $(dir $(JUNIT))
+	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
+
+bench: up ## Benchmarks: ingest throughput, prepare latency, raw ceilings (table + JSON)
+	@$(PY) -m benchmarks.run
+
+clean: down ## Stop the stack and remove local state (.state, build)
+	rm -rf .state build
