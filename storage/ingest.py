@@ -4,13 +4,13 @@ consumer offsets), and notify waiting readers."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
+from schemas.contracts import to_wire
 from streams.planning import BatchPlan, RunState, SessionState
 
 NOTIFY_CHANNEL = "ctx_committed"
@@ -151,7 +151,9 @@ async def load_states(
 
 
 def _payload_json(payload: Any) -> Any:
-    return dataclasses.asdict(payload) | {"type": type(payload).__name__}
+    out: dict[str, Any] = to_wire(payload)
+    out["type"] = type(payload).__name__
+    return out
 
 
 def _record_rows(plan: BatchPlan) -> Iterable[tuple[Any, ...]]:

@@ -87,11 +87,13 @@ CREATE TABLE records (
     source_offset     bigint NOT NULL,
     committed_at      timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (session_id, session_sequence),
-    UNIQUE (space_id, session_id, event_key)   -- R3.1
+    -- R3.1: scope + event_key. session_id is globally unique and fixes space and actor,
+    -- so it leads the index: the processor's dedupe lookups are (session_id, event_key).
+    UNIQUE (session_id, event_key)
 );
 -- R3.1: a result (scope + operation_id + kind) is never recorded twice.
 CREATE UNIQUE INDEX records_operation_once
-    ON records (space_id, session_id, operation_id, kind) WHERE operation_id IS NOT NULL;
+    ON records (session_id, operation_id, kind) WHERE operation_id IS NOT NULL;
 CREATE INDEX records_thread ON records (session_id, run_id, instance_id, instance_sequence);
 
 -- Immutable, content-addressed large content (R3.4), written before the record.

@@ -1,0 +1,320 @@
+"""``make bench``: end-to-end ingest throughput and prepare latency, beside this machine's
+raw ceilings (aiokafka producer alone, asyncpg COPY alone), measured in the same run.
+
+Prints a table and writes ``build/bench/results.json``. Uses its own database, topics and
+consumer group, against the stack ``deploy/stack.sh up`` started (or ``ALC_*`` settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+from aiokafka import AIOKafkaProducer
+
+from schemas.contracts import ToolStatus
+from schemas.wire import encode_event
+from services.launcher import Proc
+from services.sdk.client import ContextClient, RunHandle
+from services.settings import Settings
+from services.topics import ensure_topics
+from storage.ingest import RECORD_COLUMNS
+from storage.migrate import apply_dsn
+from storage.pool import create_pool
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "build" / "bench"
+PROFILE = {
+    "name": "bench-1m",
+    "context_capacity": 1_000_000,
+    "output_reserve": 8192,
+    "safety_margin": 4096,
+}
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", flush=True)
+
+
+def pct(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+async def _events_for(run: RunHandle, rounds: int, tag: str) -> list[Any]:
+    from tests.support.events import question_round  # the same builders the tests use
+
+    out = []
+    for r in range(rounds):
+        out += question_round(run, f"{tag}{r}", (ToolStatus.OK, ToolStatus.ERROR))
+    return out
+
+
+async def producer_ceiling(bootstrap: str, payloads: list[bytes], keys: list[bytes]) -> float:
+    topic = f"bench.raw.{uuid.uuid4().hex[:6]}"
+    p = AIOKafkaProducer(
+        bootstrap_servers=bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=2,
+        max_batch_size=1 << 20,
+    )
+    await p.start()
+    try:
+        t0 = time.perf_counter()
+        futs = [await p.send(topic, v, key=k) for v, k in zip(payloads, keys, strict=True)]
+        await asyncio.gather(*futs)
+        return len(payloads) / (time.perf_counter() - t0)
+    finally:
+        await p.stop()
+
+
+async def copy_ceiling(pool: asyncpg.Pool, n: int) -> float:
+    rows = [
+        (
+            f"s{i % 50}",
+            i,
+            f"rec{i}",
+            f"k{i}",
+            "sp",
+            "ac",
+            "r",
+            "i",
+            i,
+            "user_input",
+            "user",
+            "session",
+            None,
+            "some text of a record",
+            None,
+            "0" * 64,
+            21,
+            "text/plain",
+            {"type": "UserInputPayload", "intent": "question"},
+            6,
+            "tiktoken:cl100k_base",
+            "bench",
+            0,
+            0,
+            i,
+        )
+        for i in range(n)
+    ]
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS bench_records (LIKE records INCLUDING DEFAULTS)"
+        )
+        t0 = time.perf_counter()
+        for i in range(0, n, 2000):  # the processor's batch size
+            async with conn.transaction():
+                await conn.copy_records_to_table(
+                    "bench_records", records=rows[i : i + 2000], columns=RECORD_COLUMNS
+                )
+        return n / (time.perf_counter() - t0)
+
+
+async def wait_offsets(
+    pool: asyncpg.Pool, s: Settings, want: dict[int, int], timeout: float = 600
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = await pool.fetch(
+            "SELECT partition, next_offset FROM consumer_offsets WHERE consumer=$1 AND topic=$2",
+            s.processor_id,
+            s.topic_records,
+        )
+        done = {r["partition"]: r["next_offset"] for r in rows}
+        if all(done.get(p, 0) > o for p, o in want.items()):
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError("events not committed in time")
+
+
+async def bench(
+    s: Settings, url: str, events_total: int, prepare_sizes: list[int], prepare_calls: int
+) -> dict[str, Any]:
+    pool = await create_pool(s.pg_dsn, 1, 4)
+    results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}}
+    async with ContextClient(s.kafka_bootstrap, url, topic=s.topic_records) as c:
+        rel = await c.register_release(
+            agent_id="bench", instructions="Benchmark agent.", model_profile=PROFILE
+        )
+        # ── ingest ───────────────────────────────────────────────────────────────────
+        n_sessions = 50
+        runs = []
+        for _ in range(n_sessions):
+            sess = await c.open_session("bench", "bench", rel["release_id"])
+            runs.append(await c.start_run(sess))
+        rounds = max(1, events_total // (n_sessions * 5))
+        stream: list[Any] = []
+        per_run = [await _events_for(r, rounds, "i") for r in runs]
+        for i in range(rounds * 5):  # interleave sessions like concurrent agents
+            stream += [evs[i] for evs in per_run]
+        payloads = [encode_event(e) for e in stream]
+        keys = [e.scope.session_id.encode() for e in stream]
+        log(f"ingest: {len(stream)} events over {n_sessions} sessions (end to end)")
+        t0 = time.perf_counter()
+        sent = await c.producer.send_many(stream)
+        t_sent = time.perf_counter() - t0
+        last: dict[int, int] = {}
+        for p, o in sent:
+            last[p] = max(last.get(p, -1), o)
+        await wait_offsets(pool, s, last)
+        e2e = len(stream) / (time.perf_counter() - t0)
+        log(
+            f"  end to end {e2e:,.0f} events/s (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
+        )
+        log("ceiling: aiokafka producer alone (pre-encoded, acks=all, idempotent)")
+        prod = await producer_ceiling(s.kafka_bootstrap, payloads, keys)
+        log(f"  {prod:,.0f} events/s")
+        log("ceiling: asyncpg COPY alone (records rows, batches of 2000)")
+        copy = await copy_ceiling(pool, len(stream))
+        log(f"  {copy:,.0f} rows/s")
+        results["ingest"] = {
+            "events": len(stream),
+            "sessions": n_sessions,
+            "end_to_end_events_per_s": round(e2e),
+            "producer_ceiling_events_per_s": round(prod),
+            "copy_ceiling_rows_per_s": round(copy),
+            "ratio_to_producer": round(e2e / prod, 3),
+            "ratio_to_copy": round(e2e / copy, 3),
+            "target_events_per_s": 20_000,
+        }
+        # ── prepare latency ──────────────────────────────────────────────────────────
+        results["prepare"] = []
+        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+            for size in prepare_sizes:
+                sess = await c.open_session("bench", "bench", rel["release_id"])
+                run = await c.start_run(sess)
+                evs = await _events_for(run, max(1, size // 5), f"p{size}-")
+                await c.producer.send_many(evs[:size])
+                first = await c.prepare(run)  # waits for commit; warms the view cache
+                server, client = [], []
+                body = {"purpose": "action", "instance_id": run.instance_id}
+                path = f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare"
+                for _ in range(prepare_calls):
+                    t = time.perf_counter()
+                    r = await http.post(path, json=body)
+                    client.append((time.perf_counter() - t) * 1000)
+                    server.append(r.json()["timing"]["assemble_ms"])
+                row = {
+                    "records": first["record_count"],
+                    "messages": len(first["messages"]),
+                    "server_p50_ms": round(pct(server, 50), 3),
+                    "server_p99_ms": round(pct(server, 99), 3),
+                    "client_p50_ms": round(pct(client, 50), 3),
+                    "client_p99_ms": round(pct(client, 99), 3),
+                    "calls": prepare_calls,
+                }
+                log(
+                    f"prepare at {size} records: server p50 {row['server_p50_ms']} ms, p99 "
+                    f"{row['server_p99_ms']} ms; client p50 {row['client_p50_ms']} ms, p99 "
+                    f"{row['client_p99_ms']} ms"
+                )
+                results["prepare"].append(row)
+    await pool.close()
+    return results
+
+
+def table(r: dict[str, Any]) -> str:
+    i = r["ingest"]
+    lines = [
+        "",
+        "| measure | value | ceiling | ratio |",
+        "|---|---:|---:|---:|",
+        f"| ingest end to end (SDK append → committed in PostgreSQL) | "
+        f"{i['end_to_end_events_per_s']:,} ev/s | producer {i['producer_ceiling_events_per_s']:,}"
+        f" ev/s | {i['ratio_to_producer']:.2f} |",
+        f"| (same) vs asyncpg COPY alone | | COPY {i['copy_ceiling_rows_per_s']:,} rows/s | "
+        f"{i['ratio_to_copy']:.2f} |",
+    ]
+    lines += [
+        "",
+        "| records in thread | messages | server p50 ms | server p99 ms |"
+        " client p50 ms | client p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in r["prepare"]:
+        lines.append(
+            f"| {p['records']:,} | {p['messages']:,} | {p['server_p50_ms']} |"
+            f" {p['server_p99_ms']} | {p['client_p50_ms']} | {p['client_p99_ms']} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--events", type=int, default=50_000)
+    ap.add_argument("--prepare-sizes", default="100,1000,10000")
+    ap.add_argument("--prepare-calls", type=int, default=200)
+    args = ap.parse_args()
+    base = Settings()
+    tag = uuid.uuid4().hex[:6]
+    db = f"alc_bench_{tag}"
+
+    async def create_db() -> None:
+        conn = await asyncpg.connect(base.pg_dsn)
+        await conn.execute(f'CREATE DATABASE "{db}"')
+        await conn.close()
+
+    asyncio.run(create_db())
+    env_over = {
+        "ALC_PG_DSN": base.pg_dsn.rsplit("/", 1)[0] + "/" + db,
+        "ALC_TOPIC_RECORDS": f"bench{tag}.records",
+        "ALC_TOPIC_COMMITTED": f"bench{tag}.committed",
+        "ALC_TOPIC_DEAD_LETTER": f"bench{tag}.deadletter",
+        "ALC_PROCESSOR_ID": f"alc-bench-{tag}",
+        "ALC_PROCESSOR_INSTANCE_ID": f"bench-{tag}",
+        "ALC_PREPARE_PORT": str(base.prepare_port + 7),
+        "ALC_LOG_LEVEL": "WARNING",
+    }
+    os.environ.update(env_over)
+    s = Settings()
+    asyncio.run(apply_dsn(s.pg_dsn))
+    asyncio.run(ensure_topics(s))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    logs = OUT / f"logs-{tag}"
+    prepare = Proc(
+        "prepare",
+        [sys.executable, "-m", "services.prepare"],
+        env,
+        logs,
+        health_url=f"http://127.0.0.1:{s.prepare_port}/healthz",
+        cwd=REPO,
+    )
+    processor = Proc(
+        "processor",
+        [sys.executable, "-m", "streams"],
+        {**env, "ALC_LOG_LEVEL": "INFO"},
+        logs,
+        ready_line="Worker]: Ready",
+        cwd=REPO,
+    )
+    try:
+        prepare.start()
+        processor.start()
+        sizes = [int(x) for x in args.prepare_sizes.split(",")]
+        results = asyncio.run(
+            bench(s, f"http://127.0.0.1:{s.prepare_port}", args.events, sizes, args.prepare_calls)
+        )
+    finally:
+        prepare.stop()
+        processor.stop()
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "results.json").write_text(json.dumps(results, indent=2))
+    print(table(results))
+    print(f"\n[bench] wrote {OUT / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
