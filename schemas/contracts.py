@@ -191,7 +191,9 @@ Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     RunLifecyclePayload,
 ]
 PAYLOAD_TYPES: tuple[type, ...] = typing.get_args(Payload)
-_PAYLOAD_BY_NAME: dict[str, type] = {f"{NAMESPACE}.{t.__dict__['AVRO_NAME']}": t for t in PAYLOAD_TYPES}
+_PAYLOAD_BY_NAME: dict[str, type] = {
+    f"{NAMESPACE}.{t.__dict__['AVRO_NAME']}": t for t in PAYLOAD_TYPES
+}
 
 # Which payload each kind carries: a mismatch is a contract violation (dead letter).
 PAYLOAD_FOR_KIND: dict[RecordKind, type] = {
