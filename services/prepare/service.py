@@ -11,7 +11,7 @@ import hashlib
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -48,6 +48,10 @@ class PrepareService:
     counter: CachedCounter
     commit_wait_s: float
     host_id: str = "prepare"
+    # Releases are frozen and a session's release never changes (R1.4): both are cached
+    # for the life of the process, which takes two queries off every prepare.
+    _releases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _session_release: dict[str, str] = field(default_factory=dict)
 
     # --- releases (R1.4, R17) -----------------------------------------------------------
 
@@ -84,10 +88,22 @@ class PrepareService:
         }
 
     async def release(self, release_id: str) -> dict[str, Any]:
+        cached = self._releases.get(release_id)
+        if cached is not None:
+            return cached
         r = await self.pool.fetchrow("SELECT * FROM releases WHERE release_id=$1", release_id)
         if r is None:
             raise NotFound(f"release {release_id} not found")
-        return dict(r) | {"frozen_at": r["frozen_at"].isoformat()}
+        rel = dict(r) | {"frozen_at": r["frozen_at"].isoformat()}
+        self._releases[release_id] = rel
+        return rel
+
+    async def session_release(self, sid: str) -> dict[str, Any]:
+        release_id = self._session_release.get(sid)
+        if release_id is None:
+            release_id = (await self.session(sid))["release_id"]
+            self._session_release[sid] = release_id
+        return await self.release(release_id)
 
     # --- sessions and runs (R1) ---------------------------------------------------------
 
@@ -174,15 +190,14 @@ class PrepareService:
         after = {int(k): int(v) for k, v in (body.get("after") or {}).items()}
         await self.waiter.wait(after, self.commit_wait_s)
         waited = time.perf_counter() - t0
-        s = await self.session(sid)
-        rel = await self.release(s["release_id"])
+        rel = await self.session_release(sid)
         profile = ModelProfile.from_dict(body.get("model_profile") or rel["model_profile"])
         tools = body.get("tool_catalog")
         tools = rel["tool_catalog"] if tools is None else tools
         instance_id = body.get("instance_id")
-        async with self.pool.acquire() as conn:
-            snap0 = await self.views.snapshot(conn, sid, run_id)
-        instance_id = instance_id or snap0.main_instance_id
+        if not instance_id:
+            async with self.pool.acquire() as conn:
+                instance_id = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
         rend, snap = await self.views.view(sid, run_id, instance_id, profile.message_overhead)
         pending = rend.pending_calls()
         if pending:

@@ -56,8 +56,16 @@ class ThreadViews:
         self.capacity = capacity
         self._views: OrderedDict[tuple[str, str, str], ThreadRenderer] = OrderedDict()
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        # Snapshots are immutable (R2.1): cached without expiry. ``run_status`` in a cached
+        # entry is the status when first read; callers needing it now pass fresh=True.
+        self._snapshots: dict[tuple[str, str], Snapshot] = {}
 
-    async def snapshot(self, conn: asyncpg.Connection, session_id: str, run_id: str) -> Snapshot:
+    async def snapshot(
+        self, conn: asyncpg.Connection, session_id: str, run_id: str, fresh: bool = False
+    ) -> Snapshot:
+        cached = self._snapshots.get((session_id, run_id))
+        if cached is not None and not fresh:
+            return cached
         r = await conn.fetchrow(
             "SELECT x.snapshot_id, x.session_id, x.run_id, u.main_instance_id,"
             " x.through_session_sequence, x.policy_revision, u.status"
@@ -68,7 +76,7 @@ class ThreadViews:
         )
         if r is None:
             raise NotFound(f"run {run_id} of session {session_id} not found")
-        return Snapshot(
+        snap = Snapshot(
             r["snapshot_id"],
             r["session_id"],
             r["run_id"],
@@ -77,6 +85,10 @@ class ThreadViews:
             r["policy_revision"],
             r["status"],
         )
+        if len(self._snapshots) > 16 * self.capacity:
+            self._snapshots.clear()
+        self._snapshots[(session_id, run_id)] = snap
+        return snap
 
     async def view(
         self, session_id: str, run_id: str, instance_id: str, message_overhead: int
