@@ -9,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, ORJSONResponse
 from pydantic import BaseModel, Field
 
-from schemas.errors import ContextError
+from schemas.errors import ContextError, InvalidRequest
 from services.prepare.service import PrepareService
 
 
@@ -60,6 +61,11 @@ def create_api(svc: PrepareService) -> FastAPI:
     @app.exception_handler(ContextError)
     async def _context_error(_: Request, exc: ContextError) -> JSONResponse:
         return ORJSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        err = InvalidRequest("request body does not match the API", errors=exc.errors())
+        return ORJSONResponse({"error": err.to_dict()}, status_code=err.http_status)
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
