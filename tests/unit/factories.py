@@ -145,9 +145,7 @@ def default_payload(kind: RecordKind) -> Any:
         RecordKind.ASSISTANT_MESSAGE: AssistantMessagePayload("op-model"),
         RecordKind.TOOL_CALL: ToolCallPayload("call-1", "search", '{"q": "x"}'),
         RecordKind.TOOL_OUTCOME: ToolOutcomePayload("call-1", "search", ToolStatus.OK),
-        RecordKind.RESOURCE_ACTIVATION: ResourceActivationPayload(
-            "skill", "sk-1", "v1", "0" * 64
-        ),
+        RecordKind.RESOURCE_ACTIVATION: ResourceActivationPayload("skill", "sk-1", "v1", "0" * 64),
         RecordKind.CHILD_RESULT: ChildResultPayload("child-1", "op-child", "ok", "done", 3),
         RecordKind.RUN_STARTED: RunLifecyclePayload(),
         RecordKind.RUN_RESUMED: RunLifecyclePayload(),

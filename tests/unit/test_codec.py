@@ -224,7 +224,15 @@ def _reason(data: bytes) -> str:
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\xc3", b"\xc3\x01", b"\xc3\x01\x00\x01\x02", b"{}", b"\x00" * 30, b"\xc3\x02" + b"\x00" * 20],
+    [
+        b"",
+        b"\xc3",
+        b"\xc3\x01",
+        b"\xc3\x01\x00\x01\x02",
+        b"{}",
+        b"\x00" * 30,
+        b"\xc3\x02" + b"\x00" * 20,
+    ],
     ids=["empty", "one-byte", "magic-only", "short-fingerprint", "json", "zeros", "bad-magic"],
 )
 def test_bad_header(data: bytes) -> None:

@@ -168,7 +168,10 @@ def test_to_avro_names_the_union_branch() -> None:
 
     ev = make_event(RecordKind.RUN_STARTED)
     wire = ev.to_avro()
-    assert wire["payload"] == (f"{NAMESPACE}.RunLifecyclePayload", {"reason": None, "release_id": None})
+    assert wire["payload"] == (
+        f"{NAMESPACE}.RunLifecyclePayload",
+        {"reason": None, "release_id": None},
+    )
     assert wire["kind"] == "run_started" and type(wire["kind"]) is str
     assert ContextEvent.from_avro(wire) == ev
 

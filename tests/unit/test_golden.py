@@ -1,0 +1,243 @@
+"""Golden payloads pin wire compatibility: committed bytes must keep decoding to the
+same objects, and today's encoder must still produce exactly those bytes.
+
+Regenerate (only on a deliberate, compatible schema change) with
+``.venv/bin/python tests/unit/make_golden.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from schemas.contracts import (
+    AssistantMessagePayload,
+    Authority,
+    ChildResultPayload,
+    Content,
+    ContextEvent,
+    RecordKind,
+    ResourceActivationPayload,
+    RunLifecyclePayload,
+    Scope,
+    SkillRef,
+    Source,
+    ToolCallPayload,
+    ToolCallSpec,
+    ToolOutcomePayload,
+    ToolStatus,
+    UserInputPayload,
+    Visibility,
+)
+from schemas.wire import (
+    CommittedRecord,
+    DeadLetter,
+    decode_committed,
+    decode_dead_letter,
+    decode_event,
+    encode_committed,
+    encode_dead_letter,
+    encode_event,
+)
+
+GOLDEN_DIR = Path(__file__).resolve().parent.parent / "golden"
+
+_SCOPE = Scope("space-g", "actor-g", "sess-g", "run-g", "main-g")
+_SOURCE = Source("runtime-g", "host-g", 1_700_000_000_123, None)
+
+
+def _event(key: str, kind: RecordKind, authority: Authority, text: str, payload: Any, **kw: Any):
+    return ContextEvent(
+        event_id=f"evt-{key}",
+        event_key=key,
+        scope=kw.pop("scope", _SCOPE),
+        kind=kind,
+        authority=authority,
+        source=kw.pop("source", _SOURCE),
+        content=kw.pop("content", Content.text(text)),
+        payload=payload,
+        **kw,
+    )
+
+
+GOLDEN_EVENTS: dict[str, ContextEvent] = {
+    "user_input": _event(
+        "user:1",
+        RecordKind.USER_INPUT,
+        Authority.USER,
+        "Summarise the Q3 report",
+        UserInputPayload(),
+    ),
+    "assistant_message": _event(
+        "model:op-1",
+        RecordKind.ASSISTANT_MESSAGE,
+        Authority.MODEL,
+        "Let me look at both files.",
+        AssistantMessagePayload(
+            "op-1",
+            "action",
+            (
+                ToolCallSpec("call-a", "read_file", '{"path": "q3.md"}'),
+                ToolCallSpec("call-b", "search", '{"q": "revenue \\u00e9"}'),
+            ),
+            "tool_calls",
+            1234,
+            56,
+        ),
+        operation_id="op-1",
+        expected_revision=7,
+    ),
+    "tool_call": _event(
+        "call:call-c",
+        RecordKind.TOOL_CALL,
+        Authority.HOST,
+        "",
+        ToolCallPayload("call-c", "kb_search", '{"query": "budget"}', "mcp", "kb-server"),
+        visibility=Visibility.ACTOR,
+    ),
+    "tool_outcome": _event(
+        "tool:call-a",
+        RecordKind.TOOL_OUTCOME,
+        Authority.TOOL,
+        "",
+        ToolOutcomePayload(
+            "call-a",
+            "load_skill",
+            ToolStatus.ERROR,
+            "timeout",
+            "skill_load",
+            None,
+            "view-sha",
+            SkillRef("pdf-tools", "rev-3", "c" * 64),
+        ),
+        content=Content.reference("d" * 64, 250_000, "application/json"),
+        operation_id="tool:call-a",
+        source=Source("runtime-g", "host-g", 1_700_000_000_456, "res-v9"),
+    ),
+    "resource_activation": _event(
+        "activate:skill:pdf-tools:rev-3",
+        RecordKind.RESOURCE_ACTIVATION,
+        Authority.HOST,
+        "",
+        ResourceActivationPayload("skill", "pdf-tools", "rev-3", "c" * 64, False),
+        scope=Scope("space-g", "actor-g", "sess-g"),
+    ),
+    "child_result": _event(
+        "child:op-child",
+        RecordKind.CHILD_RESULT,
+        Authority.HOST,
+        "Child found 3 issues — ünïcödé ✓",
+        ChildResultPayload(
+            "child-1",
+            "op-child",
+            "succeeded",
+            "3 issues",
+            42,
+            ("ev-1", "ev-2"),
+            ("art-1",),
+            (),
+            ("ctx-1",),
+        ),
+        operation_id="child:op-child",
+        visibility=Visibility.INSTANCE,
+    ),
+    "run_lifecycle": _event(
+        "run_cancelled:run-g",
+        RecordKind.RUN_CANCELLED,
+        Authority.USER,
+        "",
+        RunLifecyclePayload("user pressed stop", "release-12"),
+        visibility=Visibility.PRIVATE,
+    ),
+}
+
+GOLDEN_COMMITTED = CommittedRecord(
+    record_id="rec_0123456789abcdef0123456789abcdef",
+    session_id="sess-g",
+    session_sequence=9_000_000_001,
+    run_id="run-g",
+    instance_id=None,
+    instance_sequence=None,
+    event_key="user:1",
+    kind="user_input",
+    token_count=5,
+    token_method="tiktoken:cl100k_base",
+    content_sha256="e" * 64,
+    committed_at_ms=1_700_000_000_999,
+    source_partition=3,
+    source_offset=123_456,
+)
+
+GOLDEN_DEAD_LETTER = DeadLetter(
+    reason_code="bad_header",
+    reason="not Avro single-object encoded",
+    source_topic="ctx.records",
+    source_partition=0,
+    source_offset=77,
+    key=b"sess-g",
+    value=b"\x00\xffgarbage",
+    session_id=None,
+    event_key=None,
+    failed_at_ms=1_700_000_001_000,
+)
+
+# file name -> (expected object, encoder, decoder)
+GOLDEN_CASES: dict[str, tuple[Any, Callable[[Any], bytes], Callable[[bytes], Any]]] = {
+    **{f"event_{name}.bin": (ev, encode_event, decode_event) for name, ev in GOLDEN_EVENTS.items()},
+    "committed_record.bin": (GOLDEN_COMMITTED, encode_committed, decode_committed),
+    "dead_letter.bin": (GOLDEN_DEAD_LETTER, encode_dead_letter, decode_dead_letter),
+}
+
+
+def test_golden_events_cover_every_payload_type() -> None:
+    from schemas.contracts import PAYLOAD_TYPES
+
+    assert {type(ev.payload) for ev in GOLDEN_EVENTS.values()} == set(PAYLOAD_TYPES)
+
+
+def test_golden_files_present() -> None:
+    on_disk = {p.name for p in GOLDEN_DIR.glob("*.bin")}
+    assert on_disk == set(GOLDEN_CASES)
+
+
+@pytest.mark.parametrize("file_name", sorted(GOLDEN_CASES))
+def test_golden_decodes_to_expected(file_name: str) -> None:
+    expected, _, decode = GOLDEN_CASES[file_name]
+    data = (GOLDEN_DIR / file_name).read_bytes()
+    assert decode(data) == expected
+
+
+@pytest.mark.parametrize("file_name", sorted(GOLDEN_CASES))
+def test_encoding_expected_gives_golden_bytes(file_name: str) -> None:
+    expected, encode, _ = GOLDEN_CASES[file_name]
+    assert encode(expected) == (GOLDEN_DIR / file_name).read_bytes()
+
+
+# The committed files themselves are pinned: regenerating them is a visible, reviewed
+# change, never a silent way to make a compatibility failure go away.
+GOLDEN_SHA256 = {
+    "committed_record.bin": "22f0c4fdb68af6f057565cbabd57676018002d657bdfc862372e8472aee81e63",
+    "dead_letter.bin": "aff81e72e259d198ad02f59e98299a54a1c6a1867f3e73e40e3f2c23855834ea",
+    "event_assistant_message.bin": (
+        "05a5688da79b70121205d2edbf04aca4bf49397f84c4d73458714b68bab1616b"
+    ),
+    "event_child_result.bin": "0e982c590c9ff423f575e34ee3664e1ad281707c148f1ff353bd7661c3a932fa",
+    "event_resource_activation.bin": (
+        "3c55c6fcf3fdf88d764ae58add67e5e7302f087c354b2dfc03d50f7dac8ca84f"
+    ),
+    "event_run_lifecycle.bin": "10a53543ff3bfb86b68d5d8ea751fc2717e8c2a16fa79624fd8fa71e01582d1f",
+    "event_tool_call.bin": "e36e129bcf9613c763cc95a7232545c3d06f097131ce67026e04379d8fecb806",
+    "event_tool_outcome.bin": "13158225e4f2c18bb5976a5f43ffe847e174edf28d75b82fcc79a5e2812a613d",
+    "event_user_input.bin": "c49ef3f23c99cf7c0c67386337c951efb06a6411f37b110d2d5330a0a0f24fac",
+}
+
+
+@pytest.mark.parametrize("file_name", sorted(GOLDEN_CASES))
+def test_golden_file_is_pinned(file_name: str) -> None:
+    data = (GOLDEN_DIR / file_name).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == GOLDEN_SHA256[file_name]
+    assert data[:2] == b"\xc3\x01"
