@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, field
 
 from schemas.contracts import AssistantMessagePayload, ContextEvent, RecordKind
+from schemas.validation import RUN_SCOPED
 
 Thread = tuple[str, str]  # (run_id, instance_id)
 
@@ -192,6 +193,8 @@ def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Reject
         )
         return None
     if run is None:
+        if ev.kind not in RUN_SCOPED and ev.scope.run_id is None:
+            return None  # session-scoped (e.g. a resource activated for the session)
         return Rejection(inc, "unknown_run", f"run {run_id} was never started", True)
     if ev.kind is RecordKind.RUN_RESUMED:
         if st.active_run_id not in (None, run_id):

@@ -62,20 +62,29 @@ class ThreadRenderer:
     def feed(self, rec: RecordView, inherited: bool) -> None:
         self.record_count += 1
         self.last_sequence = rec.session_sequence
+        self._route(rec, inherited)
+
+    def _route(self, rec: RecordView, inherited: bool) -> None:
+        """Place one record: into the open group, deferred behind it, or rendered now.
+        Deferred records are replayed through here too, so a deferred call still gets its
+        own group and its result."""
         grp = self._open
         if grp is not None:
-            if rec.kind == "tool_outcome" and rec.payload.get("call_id") in {
-                c["call_id"] for c in grp.calls
-            }:
-                grp.results[rec.payload["call_id"]] = rec
+            call_ids = {c["call_id"] for c in grp.calls}
+            call_id = rec.payload.get("call_id")
+            if rec.kind == "tool_outcome" and call_id in call_ids:
+                grp.results[call_id] = rec
                 if grp.complete():
                     self._close(grp)
                 return
+            if rec.kind == "tool_call" and call_id in call_ids:
+                return  # the host's dispatch record of a call already in view
             if rec.kind == "assistant_message" or (inherited != grp.inherited):
                 self._close(grp)  # a new model turn or a run boundary: missing results stay unknown
+                self._route(rec, inherited)
             else:
                 grp.deferred.append(rec)
-                return
+            return
         self._emit_record(rec, inherited)
 
     def seal_inherited(self) -> None:
@@ -206,7 +215,7 @@ class ThreadRenderer:
                 self.count(note),
             )
         for d in grp.deferred:
-            self._emit_record(d, grp.inherited)
+            self._route(d, grp.inherited)
 
     def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
         msg["record_ids"] = [s.record_id for s in sources]

@@ -280,13 +280,6 @@ def test_categories_and_token_accounting() -> None:
     assert r.messages[5]["role"] == "user" and "material" in r.messages[5]["content"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: ThreadRenderer._close replays deferred records through _emit_record, so a "
-        "tool_call record deferred inside an open group loses its later result"
-    ),
-)
 @pytest.mark.spec("R2.4", "R5.1")
 def test_deferred_tool_call_keeps_its_result() -> None:
     s = Stream()
@@ -302,13 +295,6 @@ def test_deferred_tool_call_keeps_its_result() -> None:
     assert r.pending_calls() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a group re-opened from the deferred list is overwritten by the next "
-        "assistant message with tool calls; the tool_call record vanishes"
-    ),
-)
 @pytest.mark.spec("R2.2", "R2.4")
 def test_deferred_tool_call_is_never_dropped() -> None:
     s = Stream()

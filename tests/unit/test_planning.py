@@ -390,13 +390,6 @@ def test_scope_mismatch_is_dead_lettered() -> None:
     assert [(r.code, r.dead_letter) for r in p.rejections] == [("scope_mismatch", True)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: validation allows a session-scoped resource_activation (no run_id), "
-        "but plan_batch dead-letters it as unknown_run"
-    ),
-)
 def test_session_scoped_resource_activation_is_accepted() -> None:
     s = new_state()
     ev = make_event(RecordKind.RESOURCE_ACTIVATION, "act-1", run=None, instance=None)
