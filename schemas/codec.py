@@ -95,8 +95,9 @@ def decode(file_name: str, data: bytes) -> dict[str, Any]:
         # (name, value) so the branch is explicit; ["null", Rec] stays a plain value.
         # Same fingerprint: skip schema resolution, it costs more than the decode itself.
         resolve_to = None if writer is reader else reader.parsed
+        body = io.BytesIO(data[HEADER_LEN:])
         out = fastavro.schemaless_reader(
-            io.BytesIO(data[HEADER_LEN:]),
+            body,
             writer.parsed,
             resolve_to,
             return_record_name=True,
@@ -106,4 +107,7 @@ def decode(file_name: str, data: bytes) -> dict[str, Any]:
         raise InvalidEvent(f"Avro body does not decode: {exc}", reason_code="bad_body") from exc
     if not isinstance(out, dict):
         raise InvalidEvent("Avro body is not a record", reason_code="bad_body")
+    if body.tell() != len(data) - HEADER_LEN:
+        # Trailing bytes mean a framing error upstream: accepting them would hide it.
+        raise InvalidEvent("trailing bytes after the Avro body", reason_code="bad_body")
     return out

@@ -286,3 +286,28 @@ def test_wrong_record_type_is_refused() -> None:
     with pytest.raises(InvalidEvent) as info:
         decode_event(encode_committed(rec))
     assert info.value.reason_code == "wrong_record_type"
+
+
+def test_trailing_bytes_after_the_body_are_rejected() -> None:
+    from schemas import codec as _codec
+    from schemas.errors import InvalidEvent as _Invalid
+
+    good = _codec.encode(
+        _codec.DEAD_LETTER,
+        {
+            "reason_code": "x",
+            "reason": "y",
+            "source_topic": "t",
+            "source_partition": 0,
+            "source_offset": 1,
+            "key": None,
+            "value": None,
+            "session_id": None,
+            "event_key": None,
+            "failed_at_ms": 0,
+        },
+    )
+    assert _codec.decode(_codec.DEAD_LETTER, good)["reason_code"] == "x"
+    with pytest.raises(_Invalid) as err:
+        _codec.decode(_codec.DEAD_LETTER, good + b"\x00")
+    assert err.value.reason_code == "bad_body"
