@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -24,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.contracts import ToolStatus
 from schemas.wire import encode_event
-from services.launcher import Proc
+from services.launcher import PROCESSOR_READY, Proc
 from services.sdk.client import ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics
@@ -48,7 +47,7 @@ def log(msg: str) -> None:
 
 def pct(values: list[float], p: float) -> float:
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 async def _events_for(run: RunHandle, rounds: int, tag: str) -> list[Any]:
@@ -140,8 +139,36 @@ async def wait_offsets(
     raise TimeoutError("events not committed in time")
 
 
+async def drain_rate(
+    s: Settings, pool: asyncpg.Pool, c: ContextClient, rel: str, processor: Proc, n_events: int
+) -> float:
+    """Processor capacity alone: a backlog written while it is stopped, then drained
+    with nothing else competing for the CPU."""
+    runs = []
+    for _ in range(50):
+        sess = await c.open_session("bench", "bench", rel)
+        runs.append(await c.start_run(sess))
+    rounds = max(1, n_events // (50 * 5))
+    per_run = [await _events_for(r, rounds, "d") for r in runs]
+    stream = [evs[i] for i in range(rounds * 5) for evs in per_run]
+    processor.stop()
+    sent = await c.producer.send_many(stream)
+    last: dict[int, int] = {}
+    for p, o in sent:
+        last[p] = max(last.get(p, -1), o)
+    t0 = time.perf_counter()
+    await asyncio.to_thread(processor.start)
+    await wait_offsets(pool, s, last)
+    return len(stream) / (time.perf_counter() - t0)
+
+
 async def bench(
-    s: Settings, url: str, events_total: int, prepare_sizes: list[int], prepare_calls: int
+    s: Settings,
+    url: str,
+    events_total: int,
+    prepare_sizes: list[int],
+    prepare_calls: int,
+    processor: Proc,
 ) -> dict[str, Any]:
     pool = await create_pool(s.pg_dsn, 1, 4)
     results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}}
@@ -172,7 +199,8 @@ async def bench(
         await wait_offsets(pool, s, last)
         e2e = len(stream) / (time.perf_counter() - t0)
         log(
-            f"  end to end {e2e:,.0f} events/s (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
+            f"  end to end {e2e:,.0f} events/s"
+            f" (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
         )
         log("ceiling: aiokafka producer alone (pre-encoded, acks=all, idempotent)")
         prod = await producer_ceiling(s.kafka_bootstrap, payloads, keys)
@@ -180,7 +208,11 @@ async def bench(
         log("ceiling: asyncpg COPY alone (records rows, batches of 2000)")
         copy = await copy_ceiling(pool, len(stream))
         log(f"  {copy:,.0f} rows/s")
+        log("processor alone: drain a backlog written while it was stopped (incl. restart)")
+        drain = await drain_rate(s, pool, c, rel["release_id"], processor, len(stream))
+        log(f"  {drain:,.0f} events/s")
         results["ingest"] = {
+            "processor_drain_events_per_s": round(drain),
             "events": len(stream),
             "sessions": n_sessions,
             "end_to_end_events_per_s": round(e2e),
@@ -237,6 +269,8 @@ def table(r: dict[str, Any]) -> str:
         f" ev/s | {i['ratio_to_producer']:.2f} |",
         f"| (same) vs asyncpg COPY alone | | COPY {i['copy_ceiling_rows_per_s']:,} rows/s | "
         f"{i['ratio_to_copy']:.2f} |",
+        f"| processor alone, draining a backlog (restart included) | "
+        f"{i['processor_drain_events_per_s']:,} ev/s | | |",
     ]
     lines += [
         "",
@@ -297,7 +331,7 @@ def main() -> None:
         [sys.executable, "-m", "streams"],
         {**env, "ALC_LOG_LEVEL": "INFO"},
         logs,
-        ready_line="Worker]: Ready",
+        ready_line=PROCESSOR_READY,
         cwd=REPO,
     )
     try:
@@ -305,7 +339,14 @@ def main() -> None:
         processor.start()
         sizes = [int(x) for x in args.prepare_sizes.split(",")]
         results = asyncio.run(
-            bench(s, f"http://127.0.0.1:{s.prepare_port}", args.events, sizes, args.prepare_calls)
+            bench(
+                s,
+                f"http://127.0.0.1:{s.prepare_port}",
+                args.events,
+                sizes,
+                args.prepare_calls,
+                processor,
+            )
         )
     finally:
         prepare.stop()

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.contracts import SkillRef, ToolStatus
-from services.launcher import Proc
+from services.launcher import PROCESSOR_READY, Proc
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
 
@@ -244,7 +244,7 @@ def main() -> None:
         [sys.executable, "-m", "streams"],
         env,
         logs,
-        ready_line="Worker]: Ready",
+        ready_line=PROCESSOR_READY,
         cwd=repo,
     )
     prepare = Proc(

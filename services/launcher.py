@@ -12,6 +12,10 @@ from pathlib import Path
 
 import httpx
 
+# Logged by both processor drivers once consuming: faust's "[^Worker]: Ready" and the
+# direct driver's "[direct-driver]: Ready".
+PROCESSOR_READY = "]: Ready"
+
 
 @dataclass
 class Proc:

@@ -6,6 +6,8 @@ adapters never read the environment themselves. Defaults match ``deploy/stack.sh
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,6 +30,9 @@ class Settings(BaseSettings):
     # Unique per processor process (static group membership); scale out with -2, -3, ...
     processor_instance_id: str = "processor-1"
     processor_session_timeout_s: float = 10.0
+    # "faust" (faust-streaming agent) or "aiokafka" (direct batch consumer, higher
+    # throughput); both run the same BatchProcessor with the same guarantees.
+    processor_driver: Literal["faust", "aiokafka"] = "faust"
 
     prepare_host: str = "127.0.0.1"
     prepare_port: int = 18080

@@ -23,6 +23,11 @@ def main() -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     asyncio.run(_prepare_infrastructure(settings))
+    if settings.processor_driver == "aiokafka":
+        from streams import direct
+
+        asyncio.run(direct.run(settings))
+        return
     app = create_app(settings, Path(".state/faust"))
     from faust.worker import Worker
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,9 @@ import faust
 from services.core.tokens import CachedCounter, make_counter
 from services.settings import Settings
 from storage.pool import create_pool
-from streams.processor import BatchProcessor, ProcessorConfig, RawMessage
+from streams.processor import BatchProcessor, ProcessorConfig, RawMessage, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
-CRASH_EXIT_CODE = 70
 
 
 class FaustPublisher:
@@ -105,30 +103,6 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
                 RawMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
                 for e in events
             ]
-            await _handle_or_die(await processor(), batch)
+            await handle_or_exit(await processor(), batch)
 
     return app
-
-
-async def _handle_or_die(proc: BatchProcessor, batch: list[RawMessage]) -> None:
-    """Retry transient failures a few times; then exit without letting faust ack."""
-    delay = 0.2
-    for attempt in range(1, 6):
-        try:
-            result = await proc.handle(batch)
-            log.info(
-                "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d",
-                len(batch),
-                result.committed,
-                result.duplicates,
-                result.dead_letters,
-                result.rejected,
-            )
-            return
-        except Exception:
-            log.exception("batch of %d failed (attempt %d/5)", len(batch), attempt)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
-    log.critical("giving up on batch: exiting so that it is redelivered after restart")
-    logging.shutdown()
-    os._exit(CRASH_EXIT_CODE)

@@ -9,7 +9,9 @@ redelivery, and redelivery is a no-op (unique keys + tracking rows).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ from storage import ingest
 from streams.accounting import text_key, token_text
 from streams.planning import Incoming, plan_batch
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agentloom.processor")
 
 
 @dataclass(frozen=True)
@@ -250,3 +252,36 @@ class BatchProcessor:
         await self.publisher.send(
             self.config.topic_committed, rec.session_id.encode(), encode_committed(rec)
         )
+
+
+CRASH_EXIT_CODE = 70
+
+
+async def handle_or_exit(proc: BatchProcessor, batch: list[RawMessage], attempts: int = 5) -> None:
+    """Handle a batch, retrying transient failures; then exit the process at once.
+
+    Exiting (rather than raising) is deliberate: faust's ``take_events`` acks a batch in a
+    ``finally`` even when the loop body raises, so an exception could let its offsets be
+    committed. A dead process commits nothing; the batch is redelivered after restart,
+    and redelivery is a no-op for whatever did commit.
+    """
+    delay = 0.2
+    for attempt in range(1, attempts + 1):
+        try:
+            result = await proc.handle(batch)
+            log.info(
+                "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d",
+                len(batch),
+                result.committed,
+                result.duplicates,
+                result.dead_letters,
+                result.rejected,
+            )
+            return
+        except Exception:
+            log.exception("batch of %d failed (attempt %d/%d)", len(batch), attempt, attempts)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    log.critical("giving up on batch: exiting so that it is redelivered after restart")
+    logging.shutdown()
+    os._exit(CRASH_EXIT_CODE)

@@ -71,7 +71,7 @@ class ThreadRenderer:
         grp = self._open
         if grp is not None:
             call_ids = {c["call_id"] for c in grp.calls}
-            call_id = rec.payload.get("call_id")
+            call_id: str = rec.payload.get("call_id") or ""
             if rec.kind == "tool_outcome" and call_id in call_ids:
                 grp.results[call_id] = rec
                 if grp.complete():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 
 import asyncpg
 import pytest
@@ -10,7 +11,8 @@ import pytest
 from schemas.contracts import ToolStatus
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
-from tests.support.services import Services
+from tests.support.services import Services, start_services
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -18,9 +20,24 @@ SESSIONS = 8
 ROUNDS = 60  # each round: 1 question, 1 assistant with 2 calls, 2 results, 1 answer
 
 
+@pytest.fixture(scope="module", params=["faust", "aiokafka"])
+def any_driver(
+    request: pytest.FixtureRequest, services: Services, stack: Stack, pg_dsn: str
+) -> Iterator[Services]:
+    """Both processor drivers must keep the same guarantees."""
+    if request.param == "faust":
+        yield services
+        return
+    direct = start_services(stack, pg_dsn, ALC_PROCESSOR_DRIVER="aiokafka")
+    yield direct
+    direct.stop()
+
+
 @pytest.mark.spec("R3.1", "R3.2", "R8.1", "R8.2", "R15.3")
 async def test_processor_killed_mid_stream_loses_and_duplicates_nothing(
-        services: Services, db: asyncpg.Pool) -> None:
+    any_driver: Services, db: asyncpg.Pool
+) -> None:
+    services = any_driver
     async with client(services) as c:
         sessions = [await new_session(c) for _ in range(SESSIONS)]
         runs = [await c.start_run(s) for s in sessions]
@@ -36,10 +53,11 @@ async def test_processor_killed_mid_stream_loses_and_duplicates_nothing(
         services.processor.kill9()
         at_kill = await db.fetchval(
             "SELECT count(*) FROM records WHERE session_id = ANY($1::text[])",
-            [s["session_id"] for s in sessions])
+            [s["session_id"] for s in sessions],
+        )
         sent += await c.producer.send_many(stream[half:])
         # ...and the runtime retries some appends whose acks it never saw.
-        sent += await c.producer.send_many(stream[half - 200: half + 200])
+        sent += await c.producer.send_many(stream[half - 200 : half + 200])
         services.processor.start()
         last: dict[int, int] = {}
         for p, o in sent:
@@ -49,24 +67,34 @@ async def test_processor_killed_mid_stream_loses_and_duplicates_nothing(
     per_session = 1 + ROUNDS * 5  # run_started + rounds
     assert 2 * SESSIONS < at_kill < SESSIONS * per_session  # the kill really was mid-stream
     for s in sessions:
-        seqs = [r["session_sequence"] for r in await db.fetch(
-            "SELECT session_sequence FROM records WHERE session_id=$1 ORDER BY 1",
-            s["session_id"])]
+        seqs = [
+            r["session_sequence"]
+            for r in await db.fetch(
+                "SELECT session_sequence FROM records WHERE session_id=$1 ORDER BY 1",
+                s["session_id"],
+            )
+        ]
         assert seqs == list(range(1, per_session + 1))  # nothing lost, nothing twice, no gaps
-        inst = [r["instance_sequence"] for r in await db.fetch(
-            "SELECT instance_sequence FROM records WHERE session_id=$1 ORDER BY 1",
-            s["session_id"])]
+        inst = [
+            r["instance_sequence"]
+            for r in await db.fetch(
+                "SELECT instance_sequence FROM records WHERE session_id=$1 ORDER BY 1",
+                s["session_id"],
+            )
+        ]
         assert inst == list(range(1, per_session + 1))
         counters = await db.fetchrow(
-            "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", s["session_id"])
+            "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", s["session_id"]
+        )
         assert tuple(counters) == (1, ROUNDS * 2)
     assert services.processor.starts >= 2
 
 
 async def _until_some_committed(db: asyncpg.Pool, sids: list[str]) -> None:
     for _ in range(400):
-        n = await db.fetchval("SELECT count(*) FROM records WHERE session_id = ANY($1::text[])",
-                              sids)
+        n = await db.fetchval(
+            "SELECT count(*) FROM records WHERE session_id = ANY($1::text[])", sids
+        )
         if n > 2 * SESSIONS:
             return
         await asyncio.sleep(0.01)

@@ -10,7 +10,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from services.launcher import Proc
+from services.launcher import PROCESSOR_READY, Proc
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
@@ -56,17 +56,26 @@ def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
     }
 
 
-def start_services(stack: Stack, pg_dsn: str) -> Services:
-    settings_env = services_env(stack, pg_dsn)
+def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
+    settings_env = services_env(stack, pg_dsn) | overrides
     env = {**os.environ, **settings_env, "PYTHONUNBUFFERED": "1"}
+    logs = LOG_DIR / settings_env["ALC_PROCESSOR_ID"]
     processor = Proc(
-        "processor", [sys.executable, "-m", "streams"], env, ready_line="Worker]: Ready"
+        "processor",
+        [sys.executable, "-m", "streams"],
+        env,
+        logs,
+        ready_line=PROCESSOR_READY,
+        cwd=REPO,
     )
+    health = f"http://127.0.0.1:{settings_env['ALC_PREPARE_PORT']}/healthz"
     prepare = Proc(
         "prepare",
         [sys.executable, "-m", "services.prepare"],
         env,
-        health_url=f"http://127.0.0.1:{settings_env['ALC_PREPARE_PORT']}/healthz",
+        logs,
+        health_url=health,
+        cwd=REPO,
     )
     # Prepare first: it applies migrations and creates the topics, so the processor
     # joins its group with its partitions already there.
