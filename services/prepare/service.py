@@ -29,6 +29,7 @@ from schemas.errors import Conflict, InvalidRequest, NotFound, RunActive
 from services.bus import EventProducer
 from services.core.assembly import skills_catalog_text, tool_schema_text
 from services.core.budget import ModelProfile, enforce, make_report
+from services.core.policy import validate_policy
 from services.core.tokens import CachedCounter
 from services.prepare.views import ThreadViews
 from services.prepare.waiter import CommitWaiter
@@ -57,7 +58,9 @@ class PrepareService:
 
     async def register_release(self, body: dict[str, Any]) -> dict[str, Any]:
         profile = ModelProfile.from_dict(body["model_profile"])  # validates R6.1/R6.5
-        policy = body.get("context_policy") or {}
+        # R7.7/R17: validated and frozen at publish; stored with every default made
+        # explicit so that a later change of platform defaults never alters it.
+        policy = validate_policy(body.get("context_policy")).to_dict()
         rev = policy_revision({"policy": policy, "model_profile": body["model_profile"]})
         release_id = body.get("release_id") or f"rel_{uuid.uuid4().hex[:12]}"
         row = await self.pool.fetchrow(

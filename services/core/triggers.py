@@ -1,0 +1,139 @@
+"""Proactive compaction triggers (R7, R8.4, R9): pure evaluation with anti-storm.
+
+``evaluate_triggers(state, policy, observation)`` answers: does a compaction job start
+now, which conditions fired (all reported, one job — R7.4), and if not, why (deferred or
+suppressed, with a reason — R9.4). Thresholds are exact integers: ``context_ratio`` 0.80
+of an InputBudget of 100,000 fires at 80,000 and not at 79,999 (R7.8).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from services.core.policy import CompactionPolicy
+
+
+@dataclass(frozen=True)
+class Counters:
+    user_turns: int = 0
+    model_steps: int = 0
+
+    def minus(self, other: Counters) -> Counters:
+        return Counters(self.user_turns - other.user_turns, self.model_steps - other.model_steps)
+
+
+@dataclass(frozen=True)
+class LastAttempt:
+    """What the previous (unsuccessful or deferred) attempt saw — the anti-storm memory."""
+
+    fingerprint: str
+    compressible_tokens: int
+    counters: Counters
+    input_budget: int
+    required_tokens: int
+
+
+@dataclass(frozen=True)
+class CompactionState:
+    totals: Counters = Counters()
+    baseline: Counters = Counters()  # R8.4: moves only with a committed summary
+    last_attempt: LastAttempt | None = None
+
+    @property
+    def since_success(self) -> Counters:
+        return self.totals.minus(self.baseline)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One check, at an action prepare or pre-emptively in the processor (R9.1)."""
+
+    estimated_input: int
+    input_budget: int
+    required_tokens: int
+    compressible_tokens: int  # complete groups eligible for compaction (R11.1)
+    fingerprint: str  # source + effective view + policy + dependency versions (R9.4)
+
+
+@dataclass(frozen=True)
+class TriggerDecision:
+    start_job: bool
+    fired: tuple[str, ...]  # conditions at or past their thresholds
+    values: dict[str, float]
+    thresholds: dict[str, float]
+    reason: str | None = None  # why no job although something fired
+    notes: tuple[str, ...] = field(default=())
+
+
+def ratio_threshold(ratio: float, input_budget: int) -> int:
+    """Smallest token count that reaches ``ratio`` of the budget, in exact arithmetic."""
+    return math.ceil(Fraction(str(ratio)) * input_budget)
+
+
+def evaluate_triggers(
+    state: CompactionState, policy: CompactionPolicy, obs: Observation
+) -> TriggerDecision:
+    since = state.since_success
+    fired: list[str] = []
+    values: dict[str, float] = {}
+    thresholds: dict[str, float] = {}
+    if policy.context_ratio is not None:
+        t = ratio_threshold(policy.context_ratio, obs.input_budget)
+        values["context_tokens"], thresholds["context_tokens"] = obs.estimated_input, t
+        if obs.estimated_input >= t:
+            fired.append("context_ratio")
+    if policy.user_turns is not None:
+        values["user_turns"], thresholds["user_turns"] = since.user_turns, policy.user_turns
+        if since.user_turns >= policy.user_turns:
+            fired.append("user_turns")
+    if policy.model_steps is not None:
+        values["model_steps"], thresholds["model_steps"] = since.model_steps, policy.model_steps
+        if since.model_steps >= policy.model_steps:
+            fired.append("model_steps")
+
+    def no(reason: str) -> TriggerDecision:
+        return TriggerDecision(False, tuple(fired), values, thresholds, reason)
+
+    if not fired:
+        return no("below_thresholds")
+    if obs.compressible_tokens <= 0:
+        return no("nothing_compressible")  # R9.4: deferred, and no model call
+    last = state.last_attempt
+    if last is None:
+        return TriggerDecision(True, tuple(fired), values, thresholds)
+    if last.fingerprint == obs.fingerprint:
+        return no("same_state_as_last_attempt")  # R9.4: never repeat on the same state
+    # R9.5: persistently over the soft threshold — retry only when something really
+    # changed since the last attempt.
+    growth = obs.compressible_tokens - last.compressible_tokens
+    gate = ratio_threshold(policy.retry_growth_ratio, obs.input_budget)
+    if growth >= gate:
+        return TriggerDecision(True, tuple(fired), values, thresholds, notes=("growth",))
+    grew = obs_turn_period_passed(policy, since, last.counters)
+    if grew:
+        return TriggerDecision(True, tuple(fired), values, thresholds, notes=(grew,))
+    if obs.input_budget != last.input_budget or obs.required_tokens != last.required_tokens:
+        return TriggerDecision(
+            True, tuple(fired), values, thresholds, notes=("budget_or_required_changed",)
+        )
+    return no("below_retry_growth_gate")
+
+
+def obs_turn_period_passed(
+    policy: CompactionPolicy, since: Counters, at_last: Counters
+) -> str | None:
+    """An enabled turn counter grew another full period since the last attempt, or
+    reached its threshold for the first time (R9.5: it may still fire once)."""
+    if policy.user_turns is not None:
+        if since.user_turns - at_last.user_turns >= policy.user_turns:
+            return "user_turns_period"
+        if at_last.user_turns < policy.user_turns <= since.user_turns:
+            return "user_turns_first_reach"
+    if policy.model_steps is not None:
+        if since.model_steps - at_last.model_steps >= policy.model_steps:
+            return "model_steps_period"
+        if at_last.model_steps < policy.model_steps <= since.model_steps:
+            return "model_steps_first_reach"
+    return None
