@@ -35,11 +35,12 @@ IS_ROOT=0
 [[ $EUID -eq 0 ]] && IS_ROOT=1
 
 # Run a command as the OS user that owns the cluster (postgres when we are root).
+# fd 9 is our lock file: never let it leak into the postmaster.
 as_pg() {
   if ((IS_ROOT)); then
-    (cd / && runuser -u postgres -- "$@")
+    (cd / && runuser -u postgres -- "$@") 9>&-
   else
-    "$@"
+    "$@" 9>&-
   fi
 }
 
@@ -123,10 +124,38 @@ ensure_installed() {
 
 # --- state queries --------------------------------------------------------------
 
+# Alive and not a zombie. (pg_ctl status uses kill -0, which also succeeds on
+# a zombie; a container's PID 1 may be slow to reap an orphaned postmaster.)
+pid_alive() {
+  local st
+  { read -r st <"/proc/$1/stat"; } 2>/dev/null || return 1
+  st=${st##*) }
+  [[ ${st%% *} != Z ]]
+}
+
+postmaster_pid() { sed -n 1p "$DATA/postmaster.pid" 2>/dev/null; }
+
 server_running() { # our cluster's postmaster is alive
   [[ -f $DATA/PG_VERSION && -f $DATA/postmaster.pid ]] || return 1
-  find_bindir || return 1
-  as_pg "$PGBIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1
+  local pid
+  pid=$(postmaster_pid)
+  [[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" &&
+    [[ $(cat "/proc/$pid/comm" 2>/dev/null) == postgres* ]]
+}
+
+# postmaster.pid left behind by a crash: PostgreSQL itself ignores it when the
+# pid is gone, but refuses to start while that pid is a zombie or was reused by
+# another process, so drop it in those two cases.
+clear_stale_pidfile() {
+  local pid
+  [[ -f $DATA/postmaster.pid ]] || return 0
+  pid=$(postmaster_pid)
+  if ! [[ $pid =~ ^[0-9]+$ && -e /proc/$pid ]]; then
+    log "previous server did not shut down cleanly; PostgreSQL will run crash recovery"
+    return 0
+  fi
+  log "removing stale postmaster.pid (pid $pid is not a live postmaster)"
+  rm -f "$DATA/postmaster.pid"
 }
 
 running_port() { sed -n 4p "$DATA/postmaster.pid" 2>/dev/null; }
@@ -213,7 +242,7 @@ SQL
 
 check_ready() {
   local t0=$SECONDS
-  until "$PGBIN/pg_isready" -q -h "$HOST" -p "$PORT" -d postgres; do
+  until "$PGBIN/pg_isready" -q -h "$HOST" -p "$PORT" -U postgres -d postgres; do
     ((SECONDS - t0 < 30)) || die "pg_isready still failing on $HOST:$PORT after 30 s (log: $PGLOG)"
     sleep 0.5
   done
@@ -229,7 +258,7 @@ cmd_up() {
   local t0=$SECONDS
   mkdir -p "$PSTATE"
   exec 9>"$PSTATE/.lock"
-  flock 9
+  flock -w 120 9 || die "another deploy/postgres.sh holds $PSTATE/.lock for over 120 s"
 
   resolve_base
   ensure_installed
@@ -242,7 +271,7 @@ cmd_up() {
       exit 1
     fi
     check_ready
-    log "already running (pid $(head -n 1 "$DATA/postmaster.pid")) at $DSN"
+    log "already running (pid $(postmaster_pid)) at $DSN"
     return 0
   fi
 
@@ -256,6 +285,7 @@ cmd_up() {
   prepare_base
   init_cluster
   configure_cluster
+  clear_stale_pidfile
   start_server
   check_ready
   log "ready at $DSN ($((SECONDS - t0)) s)"
@@ -264,12 +294,13 @@ cmd_up() {
 cmd_down() {
   mkdir -p "$PSTATE"
   exec 9>"$PSTATE/.lock"
-  flock 9
+  flock -w 120 9 || die "another deploy/postgres.sh holds $PSTATE/.lock for over 120 s"
   resolve_base
   if ! server_running; then
     log "not running"
     return 0
   fi
+  find_bindir || die "PostgreSQL binaries not found"
   log "stopping (pg_ctl stop -m fast) ..."
   as_pg "$PGBIN/pg_ctl" -D "$DATA" -m fast -w -t 60 stop >/dev/null
   log "stopped"
@@ -277,11 +308,11 @@ cmd_down() {
 
 cmd_status() {
   resolve_base
-  if server_running; then
+  if server_running && find_bindir; then
     local rp
     rp=$(running_port)
-    if "$PGBIN/pg_isready" -q -h "$HOST" -p "$rp"; then
-      log "running (pid $(head -n 1 "$DATA/postmaster.pid")), $DSN"
+    if "$PGBIN/pg_isready" -q -h "$HOST" -p "$rp" -U postgres -d postgres; then
+      log "running (pid $(postmaster_pid)), $DSN"
       [[ $rp == "$PORT" ]] || log "note: it listens on port $rp, not ALC_PG_PORT=$PORT"
       return 0
     fi
