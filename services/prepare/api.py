@@ -91,9 +91,20 @@ def create_api(svc: PrepareService) -> FastAPI:
     async def start_run(session_id: str, body: RunIn) -> dict[str, Any]:
         return await svc.start_run(session_id, body.model_dump())
 
-    @app.post("/v1/sessions/{session_id}/runs/{run_id}/prepare")
-    async def prepare(session_id: str, run_id: str, body: PrepareIn) -> dict[str, Any]:
-        return await svc.prepare(session_id, run_id, body.model_dump())
+    @app.post(
+        "/v1/sessions/{session_id}/runs/{run_id}/prepare",
+        response_class=ORJSONResponse,
+        responses={
+            200: {
+                "description": "PreparedContext: messages, tools, budget report, "
+                "dependency versions, block → source map (record_ids)"
+            }
+        },
+    )
+    async def prepare(session_id: str, run_id: str, body: PrepareIn) -> ORJSONResponse:
+        # Returned as a ready response: FastAPI's generic pydantic serialization of a
+        # 10k-message dict cost ~3x the assembly itself.
+        return ORJSONResponse(await svc.prepare(session_id, run_id, body.model_dump()))
 
     @app.put("/v1/blobs")
     async def put_blob(request: Request) -> dict[str, Any]:

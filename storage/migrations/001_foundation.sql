@@ -94,7 +94,8 @@ CREATE TABLE records (
 -- R3.1: a result (scope + operation_id + kind) is never recorded twice.
 CREATE UNIQUE INDEX records_operation_once
     ON records (session_id, operation_id, kind) WHERE operation_id IS NOT NULL;
-CREATE INDEX records_thread ON records (session_id, run_id, instance_id, instance_sequence);
+-- Thread views read "records of this thread after sequence N": a range scan on this index.
+CREATE INDEX records_thread ON records (session_id, run_id, instance_id, session_sequence);
 
 -- Immutable, content-addressed large content (R3.4), written before the record.
 CREATE TABLE blobs (
