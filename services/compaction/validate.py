@@ -1,0 +1,87 @@
+"""Draft validation before a summary may replace history (R11.4, R11.5). Pure.
+
+A draft that fails here is never committed: the job keeps the old view and records the
+stage (R15.3). Each rejection names one machine-readable ``reason``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from services.compaction.contracts import SummaryDraft
+from services.compaction.gateway import InvalidSummary
+
+# R11.5: task, constraints and plan come from their own sources. A summary line that
+# reads like a directive setting them would, once rendered into context, compete with
+# the real plan — so such lines are rejected rather than rewritten.
+PLAN_STATE_PREFIXES = ("PLAN:", "TASK:", "SYSTEM:")
+
+
+def claims_plan_state(text: str) -> bool:
+    return text.lstrip().upper().startswith(PLAN_STATE_PREFIXES)
+
+
+def validate_draft(
+    draft: SummaryDraft,
+    allowed_source_ids: frozenset[str],
+    max_chars: int,
+    *,
+    known_source_ids: frozenset[str] = frozenset(),
+) -> None:
+    """Raise ``InvalidSummary`` unless ``draft`` may become a summary revision.
+
+    ``allowed_source_ids`` are the segment's record ids. ``known_source_ids`` optionally
+    names other records of the thread: citing one of those is ``source_out_of_range``
+    (real, but not covered by this summary) rather than ``unknown_source_id``.
+    """
+    if draft.is_empty():
+        raise InvalidSummary(
+            "summary has no facts, decisions, failures or questions", reason="empty"
+        )
+    for field, facts in draft.sections():
+        for index, fact in enumerate(facts):
+            where = {"field": field, "index": index}
+            if not fact.statement.strip():
+                raise InvalidSummary("empty statement", reason="empty_statement", **where)
+            if not fact.source_ids:
+                raise InvalidSummary("statement cites no source", reason="uncited", **where)
+            for sid in fact.source_ids:
+                if sid in allowed_source_ids:
+                    continue
+                reason = "source_out_of_range" if sid in known_source_ids else "unknown_source_id"
+                raise InvalidSummary(
+                    f"statement cites {sid!r} outside the segment",
+                    reason=reason,
+                    source_id=sid,
+                    **where,
+                )
+            if claims_plan_state(fact.statement):
+                raise InvalidSummary(
+                    "summary statement sets plan/task state",
+                    reason="plan_state_in_summary",
+                    **where,
+                )
+    for index, obs in enumerate(draft.observations):
+        if claims_plan_state(obs):
+            raise InvalidSummary(
+                "summary note sets plan/task state",
+                reason="plan_state_in_summary",
+                field="observations",
+                index=index,
+            )
+    length = len(draft.text())
+    if length > max_chars:
+        raise InvalidSummary(
+            "summary text too long", reason="too_long", chars=length, max_chars=max_chars
+        )
+
+
+def coverage(draft: SummaryDraft, segment_ids: Iterable[str]) -> float:
+    """Share of the segment's records cited at least once (diagnostics, R18).
+
+    An empty segment is fully covered: there was nothing to cite.
+    """
+    ids = frozenset(segment_ids)
+    if not ids:
+        return 1.0
+    return len(ids & draft.cited_ids()) / len(ids)
