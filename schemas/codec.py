@@ -47,7 +47,9 @@ def schema(file_name: str) -> AvroSchema:
 CONTEXT_EVENT = "context_event.avsc"
 COMMITTED_RECORD = "committed_record.avsc"
 DEAD_LETTER = "dead_letter.avsc"
-ALL_SCHEMAS = (CONTEXT_EVENT, COMMITTED_RECORD, DEAD_LETTER)
+CONTROL_EVENT = "control_event.avsc"
+COMPACTION_REQUEST = "compaction_request.avsc"
+ALL_SCHEMAS = (CONTEXT_EVENT, COMMITTED_RECORD, DEAD_LETTER, CONTROL_EVENT, COMPACTION_REQUEST)
 
 # Writer schemas we can read, by fingerprint. Older versions are registered here when a
 # schema evolves, so that payloads already in Kafka keep decoding.
@@ -71,6 +73,22 @@ def encode(file_name: str, record: dict[str, Any]) -> bytes:
     buf.write(s.fingerprint)
     fastavro.schemaless_writer(buf, s.parsed, record)
     return buf.getvalue()
+
+
+def writer_name(data: bytes) -> str:
+    """The record name of the writer schema of single-object bytes (for topics that carry
+    more than one record type, like ctx.records with ContextEvent and ControlEvent)."""
+    _ensure_registered()
+    if len(data) < HEADER_LEN or data[:2] != MAGIC:
+        raise InvalidEvent("not Avro single-object encoded", reason_code="bad_header")
+    writer = _WRITERS.get(data[2:HEADER_LEN])
+    if writer is None:
+        raise UnknownSchema(
+            "writer schema fingerprint unknown",
+            reason_code="unknown_schema",
+            fingerprint=data[2:HEADER_LEN].hex(),
+        )
+    return writer.name
 
 
 def decode(file_name: str, data: bytes) -> dict[str, Any]:

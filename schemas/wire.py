@@ -76,3 +76,107 @@ def encode_dead_letter(dl: DeadLetter) -> bytes:
 
 def decode_dead_letter(data: bytes) -> DeadLetter:
     return DeadLetter(**codec.decode(codec.DEAD_LETTER, data))
+
+
+# --- control events (ctx.records) and compaction requests ---------------------------
+
+
+@dataclass(frozen=True)
+class BudgetObservation:
+    estimated_input: int
+    input_budget: int
+    required_tokens: int
+    fixed_overhead: int
+    compressible_tokens: int
+    view_watermark: int
+    summary_id: str | None
+    fingerprint: str
+    policy_revision: str
+
+
+@dataclass(frozen=True)
+class CompactionOutcome:
+    job_id: str
+    status: str  # succeeded | failed | deferred
+    stage: str
+    reason: str | None = None
+    summary_id: str | None = None
+    parent_summary_id: str | None = None
+    summary_json: str | None = None
+    covered_ranges: tuple[tuple[int, int], ...] = ()
+    covered_record_ids: tuple[str, ...] = ()
+    source_watermark: int = 0
+    summary_tokens: int = 0
+    covered_tokens: int = 0
+    model_operation_id: str | None = None
+    model_calls: int = 0
+    elapsed_ms: float = 0.0
+
+
+ControlBody = BudgetObservation | CompactionOutcome
+_CONTROL_NAMES = {
+    BudgetObservation: "agentloom.context.v1.BudgetObservation",
+    CompactionOutcome: "agentloom.context.v1.CompactionOutcome",
+}
+
+
+@dataclass(frozen=True)
+class ControlEvent:
+    event_key: str
+    session_id: str
+    run_id: str
+    instance_id: str
+    occurred_at_ms: int
+    body: ControlBody
+
+
+def encode_control(ev: ControlEvent) -> bytes:
+    body = dict(ev.body.__dict__)
+    if isinstance(ev.body, CompactionOutcome):
+        body["covered_ranges"] = [list(r) for r in ev.body.covered_ranges]
+        body["covered_record_ids"] = list(ev.body.covered_record_ids)
+    rec = {**ev.__dict__, "body": (_CONTROL_NAMES[type(ev.body)], body)}
+    return codec.encode(codec.CONTROL_EVENT, rec)
+
+
+def decode_control(data: bytes) -> ControlEvent:
+    raw = codec.decode(codec.CONTROL_EVENT, data)
+    name, body = raw.pop("body")
+    parsed: ControlBody
+    if name.endswith("BudgetObservation"):
+        parsed = BudgetObservation(**body)
+    else:
+        body["covered_ranges"] = tuple((int(a), int(b)) for a, b in body["covered_ranges"])
+        body["covered_record_ids"] = tuple(body["covered_record_ids"])
+        parsed = CompactionOutcome(**body)
+    return ControlEvent(**raw, body=parsed)
+
+
+@dataclass(frozen=True)
+class CompactionRequest:
+    job_id: str
+    session_id: str
+    run_id: str
+    instance_id: str
+    view_watermark: int
+    parent_summary_id: str | None
+    policy_revision: str
+    task_version: int
+    trigger_reasons: tuple[str, ...]
+    budget_before: int
+    input_budget: int
+    target_tokens: int
+    max_calls: int
+    requested_at_ms: int
+
+
+def encode_compaction_request(req: CompactionRequest) -> bytes:
+    return codec.encode(
+        codec.COMPACTION_REQUEST, {**req.__dict__, "trigger_reasons": list(req.trigger_reasons)}
+    )
+
+
+def decode_compaction_request(data: bytes) -> CompactionRequest:
+    raw = codec.decode(codec.COMPACTION_REQUEST, data)
+    raw["trigger_reasons"] = tuple(raw["trigger_reasons"])
+    return CompactionRequest(**raw)

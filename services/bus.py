@@ -6,10 +6,20 @@ passes these to prepare so that it can wait for exactly that append (read-your-w
 
 from __future__ import annotations
 
+import logging
+
 from aiokafka import AIOKafkaProducer
 
 from schemas.contracts import ContextEvent
-from schemas.wire import encode_event
+from schemas.wire import ControlEvent, encode_control, encode_event
+
+log = logging.getLogger(__name__)
+
+
+def _log_failure(fut: object) -> None:
+    exc = fut.exception() if hasattr(fut, "exception") else None  # type: ignore[union-attr]
+    if exc is not None:
+        log.warning("control event not delivered: %s", exc)
 
 
 class EventProducer:
@@ -51,6 +61,14 @@ class EventProducer:
             self._remember(md.partition, md.offset)
             out.append((md.partition, md.offset))
         return out
+
+    async def send_control(self, event: ControlEvent) -> None:
+        """Queue a control event on the session's partition without waiting for the ack:
+        observations are advisory, and a prepare must not pay a broker round trip."""
+        fut = await self._producer.send(
+            self.topic, encode_control(event), key=event.session_id.encode()
+        )
+        fut.add_done_callback(_log_failure)
 
     def _remember(self, partition: int, offset: int) -> None:
         if offset > self.last_offsets.get(partition, -1):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from schemas.contracts import SkillRef, ToolStatus
-from services.launcher import PROCESSOR_READY, Proc
+from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
 
@@ -255,10 +255,22 @@ def main() -> None:
         health_url=f"http://{settings.prepare_host}:{settings.prepare_port}/healthz",
         cwd=repo,
     )
-    print(f"[demo] starting Prepare and the session processor (logs in {logs})")
+    compaction = Proc(
+        "compaction",
+        [sys.executable, "-m", "services.compaction"],
+        env,
+        logs,
+        ready_line=COMPACTION_READY,
+        cwd=repo,
+    )
+    print(
+        f"[demo] starting Prepare, the session processor and the compaction service"
+        f" (logs in {logs})"
+    )
     try:
         prepare.start()
         processor.start()
+        compaction.start()
         print("[demo] services ready")
         asyncio.run(
             run_session(settings, f"http://{settings.prepare_host}:{settings.prepare_port}")
@@ -266,6 +278,7 @@ def main() -> None:
     finally:
         print("[demo] stopping services")
         prepare.stop()
+        compaction.stop()
         processor.stop()
 
 

@@ -15,6 +15,7 @@ import httpx
 # Logged by both processor drivers once consuming: faust's "[^Worker]: Ready" and the
 # direct driver's "[direct-driver]: Ready".
 PROCESSOR_READY = "]: Ready"
+COMPACTION_READY = "[compaction]: Ready"
 
 
 @dataclass

@@ -22,6 +22,20 @@ class Settings(BaseSettings):
     topic_records: str = "ctx.records"
     topic_committed: str = "ctx.records.committed"
     topic_dead_letter: str = "ctx.deadletter"
+    topic_compaction_requests: str = "ctx.compaction.requests"
+    compaction_group: str = "agentloom-compaction"
+    # The summarizer behind the model gateway: "extractive" (built in, no model) or
+    # "openai" (an OpenAI-compatible Chat Completions endpoint).
+    summarizer: str = "extractive"
+    summarizer_base_url: str | None = None
+    summarizer_model: str | None = None
+    summarizer_api_key: str | None = None
+    summarizer_timeout_s: float = 30.0
+    # Per summary request: the segment budget and the output cap (R11.2).
+    compaction_segment_tokens: int = 6000
+    compaction_output_tokens: int = 800
+    # Prepare waits this long for a compaction commit when the view is over the hard budget.
+    compaction_wait_s: float = 20.0
     topic_partitions: int = 4
 
     processor_id: str = "agentloom-session-processor"

@@ -17,7 +17,12 @@ log = logging.getLogger(__name__)
 
 
 def topic_names(settings: Settings) -> list[str]:
-    return [settings.topic_records, settings.topic_committed, settings.topic_dead_letter]
+    return [
+        settings.topic_records,
+        settings.topic_committed,
+        settings.topic_dead_letter,
+        settings.topic_compaction_requests,
+    ]
 
 
 async def ensure_topics(settings: Settings, names: list[str] | None = None) -> None:

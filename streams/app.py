@@ -90,6 +90,7 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
                     topic_records=settings.topic_records,
                     topic_committed=settings.topic_committed,
                     topic_dead_letter=settings.topic_dead_letter,
+                    topic_compaction_requests=settings.topic_compaction_requests,
                 ),
             )
         return state["p"]

@@ -65,6 +65,7 @@ async def run(settings: Settings) -> None:
             topic_records=settings.topic_records,
             topic_committed=settings.topic_committed,
             topic_dead_letter=settings.topic_dead_letter,
+            topic_compaction_requests=settings.topic_compaction_requests,
         ),
     )
     stop = asyncio.Event()

@@ -19,20 +19,27 @@ from typing import Protocol
 
 import asyncpg
 
+from schemas import codec
 from schemas.contracts import ContextEvent
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_event
 from schemas.wire import (
     CommittedRecord,
+    ControlEvent,
     DeadLetter,
+    decode_control,
     decode_event,
     encode_committed,
+    encode_compaction_request,
     encode_dead_letter,
 )
 from services.core.tokens import CachedCounter
 from storage import ingest
 from streams.accounting import text_key, token_text
+from streams.control import apply_controls
 from streams.planning import Incoming, plan_batch
+
+CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
 
 log = logging.getLogger("agentloom.processor")
 
@@ -67,6 +74,7 @@ class ProcessorConfig:
     topic_records: str
     topic_committed: str
     topic_dead_letter: str
+    topic_compaction_requests: str = "ctx.compaction.requests"
 
 
 class BatchProcessor:
@@ -86,10 +94,14 @@ class BatchProcessor:
         result = BatchResult()
         dead: list[DeadLetter] = []
         decoded: list[tuple[RawMessage, ContextEvent]] = []
+        controls: list[ControlEvent] = []
         for msg in batch:
             try:
                 if msg.value is None:
                     raise InvalidEvent("empty message value", reason_code="empty_value")
+                if codec.writer_name(msg.value) == CONTROL_EVENT_NAME:
+                    controls.append(decode_control(msg.value))
+                    continue
                 ev = decode_event(msg.value)
                 validate_event(ev)
                 decoded.append((msg, ev))
@@ -121,6 +133,8 @@ class BatchProcessor:
                     self.config.topic_records,
                     next_offsets,
                 )
+                # After the records: checks see the counters the batch just produced.
+                control = await apply_controls(conn, controls) if controls else None
 
         now = int(time.time() * 1000)
         for nr in plan.records:
@@ -194,6 +208,12 @@ class BatchProcessor:
                 self.config.topic_records,
                 dl.source_offset,
                 dl.reason,
+            )
+        for req in control.requests if control else []:
+            await self.publisher.send(
+                self.config.topic_compaction_requests,
+                req.session_id.encode(),
+                encode_compaction_request(req),
             )
         await self.publisher.flush()
         result.committed = len(plan.records)

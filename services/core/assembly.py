@@ -48,20 +48,48 @@ class _OpenGroup:
 
 
 class ThreadRenderer:
-    def __init__(self, count: CountFn, message_overhead: int = 4) -> None:
+    """``covered`` are the records a committed summary replaces (R11): they are counted
+    as seen but not rendered; ``add_summary`` puts the summary block first."""
+
+    def __init__(
+        self,
+        count: CountFn,
+        message_overhead: int = 4,
+        covered: frozenset[str] = frozenset(),
+        summary_id: str | None = None,
+    ) -> None:
         self.count = count
         self.overhead = message_overhead
+        self.covered = covered
+        self.summary_id = summary_id
         self.messages: list[Message] = []
         self.tokens: dict[str, int] = {}
+        self.records: list[RecordView] = []  # uncovered records, for compaction selection
         self.record_count = 0
         self.last_sequence = 0
         self._open: _OpenGroup | None = None
 
     # --- feeding ---------------------------------------------------------------------
 
+    def add_summary(self, text: str, tokens: int) -> None:
+        self._add(
+            {
+                "role": "system",
+                "content": f"[history summary {self.summary_id}]\n{text}",
+                "block": "summary",
+                "summary_id": self.summary_id,
+            },
+            [],
+            "summary",
+            tokens,
+        )
+
     def feed(self, rec: RecordView, inherited: bool) -> None:
         self.record_count += 1
         self.last_sequence = rec.session_sequence
+        if rec.record_id in self.covered:
+            return
+        self.records.append(rec)
         self._route(rec, inherited)
 
     def _route(self, rec: RecordView, inherited: bool) -> None:

@@ -40,6 +40,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         ThreadViews(pool, counter.count),
         counter,
         settings.prepare_commit_wait_s,
+        settings.compaction_wait_s,
     )
     try:
         yield svc

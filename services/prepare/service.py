@@ -7,6 +7,7 @@ A run start is an event published to the session's partition; the session proces
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import time
@@ -25,13 +26,22 @@ from schemas.contracts import (
     Scope,
     Source,
 )
-from schemas.errors import Conflict, InvalidRequest, NotFound, RunActive
+from schemas.errors import (
+    Conflict,
+    ContextBudgetExceeded,
+    InvalidRequest,
+    NotFound,
+    RunActive,
+)
+from schemas.wire import BudgetObservation, ControlEvent
 from services.bus import EventProducer
-from services.core.assembly import skills_catalog_text, tool_schema_text
-from services.core.budget import ModelProfile, enforce, make_report
-from services.core.policy import validate_policy
+from services.core.assembly import ThreadRenderer, skills_catalog_text, tool_schema_text
+from services.core.budget import BudgetReport, ModelProfile, enforce, make_report
+from services.core.policy import validate_compaction, validate_policy
+from services.core.selection import build_groups, select_prefix
 from services.core.tokens import CachedCounter
-from services.prepare.views import ThreadViews
+from services.core.triggers import CompactionState, Counters, Observation, evaluate_triggers
+from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter
 
 
@@ -48,11 +58,13 @@ class PrepareService:
     views: ThreadViews
     counter: CachedCounter
     commit_wait_s: float
+    compaction_wait_s: float = 20.0
     host_id: str = "prepare"
     # Releases are frozen and a session's release never changes (R1.4): both are cached
     # for the life of the process, which takes two queries off every prepare.
     _releases: dict[str, dict[str, Any]] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
+    _summaries: dict[str, SummaryView] = field(default_factory=dict)
 
     # --- releases (R1.4, R17) -----------------------------------------------------------
 
@@ -201,44 +213,36 @@ class PrepareService:
         if not instance_id:
             async with self.pool.acquire() as conn:
                 instance_id = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
-        rend, snap = await self.views.view(sid, run_id, instance_id, profile.message_overhead)
-        pending = rend.pending_calls()
-        if pending:
-            raise Conflict(
-                "tool calls of this thread still wait for results",
-                reason="tool_results_pending",
-                call_ids=pending,
-            )
-        instr = rel["instructions"]
-        skills = skills_catalog_text(rel["skill_bindings"])
-        tool_text = tool_schema_text(tools) if tools else ""
-        items = {
-            "instructions": self._count(instr),
-            "skills": self._count(skills) if skills else 0,
-            "tool_schemas": self._count(tool_text) if tool_text else 0,
-        } | {k: v for k, v in rend.tokens.items()}
-        items["envelope"] = items.get("envelope", 0) + profile.message_overhead
-        required = (
-            items["instructions"]
-            + items["skills"]
-            + items["tool_schemas"]
-            + items.get("task", 0)
-            + profile.message_overhead
+        compaction = await self._compaction(sid)
+        summary = await self._summary(compaction["current_summary_id"] if compaction else None)
+        rend, snap, report, messages = await self._assemble(
+            sid, run_id, instance_id, rel, profile, tools, summary
         )
-        report = make_report(profile, items, required, self.counter.method)
+        job_status = None
+        if purpose == "action":
+            # R9.1: checked at every action prepare; the processor (state owner) decides
+            # and records the report; we only decide whether this call must wait.
+            fired, obs_key = await self._observe(
+                sid, run_id, instance_id, rel, rend, report, compaction, summary
+            )
+            if fired and report.estimated_input > report.input_budget:
+                # R9.7: over the hard budget nothing is sent; wait (bounded) for the job.
+                job_status = await self._wait_for_compaction(sid, obs_key)
+                compaction = await self._compaction(sid)
+                summary = await self._summary(
+                    compaction["current_summary_id"] if compaction else None
+                )
+                rend, snap, report, messages = await self._assemble(
+                    sid, run_id, instance_id, rel, profile, tools, summary
+                )
+        if report.estimated_input > report.input_budget and job_status is not None:
+            raise ContextBudgetExceeded(
+                "context exceeds the input budget and compaction did not bring it under",
+                reason="compaction_" + job_status["status"],
+                job=job_status,
+                **report.to_dict(),
+            )
         enforce(report)
-        system = instr + ("\n\n" + skills if skills else "")
-        messages = [
-            {
-                "role": "system",
-                "content": system,
-                "block": "instruction",
-                "category": "instructions",
-                "record_ids": [],
-                "tokens": 0,
-            }
-        ]
-        messages.extend(rend.messages)
         return {
             "prepared_id": f"prep_{uuid.uuid4().hex[:16]}",
             "purpose": purpose,
@@ -253,6 +257,7 @@ class PrepareService:
                 "thread_last_sequence": rend.last_sequence,
                 "policy_revision": rel["policy_revision"],
                 "release_id": rel["release_id"],
+                "summary_id": summary.summary_id if summary else None,
             },
             "inherited": {"through_session_sequence": snap.through_session_sequence},
             "record_count": rend.record_count,
@@ -261,6 +266,174 @@ class PrepareService:
                 "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
             },
         }
+
+    async def _assemble(
+        self,
+        sid: str,
+        run_id: str,
+        instance_id: str,
+        rel: dict[str, Any],
+        profile: ModelProfile,
+        tools: list[dict[str, Any]],
+        summary: SummaryView | None,
+    ) -> tuple[ThreadRenderer, Snapshot, BudgetReport, list[dict[str, Any]]]:
+        rend, snap = await self.views.view(
+            sid, run_id, instance_id, profile.message_overhead, summary
+        )
+        pending = rend.pending_calls()
+        if pending:
+            raise Conflict(
+                "tool calls of this thread still wait for results",
+                reason="tool_results_pending",
+                call_ids=pending,
+            )
+        instr = rel["instructions"]
+        skills = skills_catalog_text(rel["skill_bindings"])
+        tool_text = tool_schema_text(tools) if tools else ""
+        items = {
+            "instructions": self._count(instr),
+            "skills": self._count(skills) if skills else 0,
+            "tool_schemas": self._count(tool_text) if tool_text else 0,
+        } | dict(rend.tokens)
+        items["envelope"] = items.get("envelope", 0) + profile.message_overhead
+        required = (
+            items["instructions"]
+            + items["skills"]
+            + items["tool_schemas"]
+            + items.get("task", 0)
+            + profile.message_overhead
+        )
+        report = make_report(profile, items, required, self.counter.method)
+        system = instr + ("\n\n" + skills if skills else "")
+        messages: list[dict[str, Any]] = [
+            {
+                "role": "system",
+                "content": system,
+                "block": "instruction",
+                "category": "instructions",
+                "record_ids": [],
+                "tokens": 0,
+            }
+        ]
+        messages.extend(rend.messages)
+        return rend, snap, report, messages
+
+    async def _compaction(self, sid: str) -> dict[str, Any] | None:
+        r = await self.pool.fetchrow(
+            "SELECT c.current_summary_id, c.baseline_user_turns, c.baseline_model_steps,"
+            " c.last_attempt, c.active_job_id, s.user_turns, s.model_steps"
+            " FROM sessions s LEFT JOIN compaction_state c"
+            " ON c.session_id = s.session_id AND c.lineage = 'main' WHERE s.session_id=$1",
+            sid,
+        )
+        return dict(r) if r is not None else None
+
+    async def _summary(self, summary_id: str | None) -> SummaryView | None:
+        if summary_id is None:
+            return None
+        cached = self._summaries.get(summary_id)
+        if cached is None:
+            r = await self.pool.fetchrow(
+                "SELECT summary_text, summary_tokens, covered_record_ids FROM"
+                " summary_revisions WHERE summary_id=$1",
+                summary_id,
+            )
+            if r is None:
+                return None
+            cached = SummaryView(
+                summary_id,
+                r["summary_text"],
+                r["summary_tokens"],
+                frozenset(r["covered_record_ids"]),
+            )
+            self._summaries[summary_id] = cached  # revisions are immutable
+        return cached
+
+    async def _observe(
+        self,
+        sid: str,
+        run_id: str,
+        instance_id: str,
+        rel: dict[str, Any],
+        rend: ThreadRenderer,
+        report: BudgetReport,
+        compaction: dict[str, Any] | None,
+        summary: SummaryView | None,
+    ) -> tuple[bool, str]:
+        policy = validate_compaction(rel["context_policy"].get("compaction") or {})
+        c = compaction or {}
+        state = CompactionState(
+            totals=Counters(c.get("user_turns") or 0, c.get("model_steps") or 0),
+            baseline=Counters(
+                c.get("baseline_user_turns") or 0, c.get("baseline_model_steps") or 0
+            ),
+        )
+        fingerprint = hashlib.sha256(
+            json.dumps(
+                [
+                    rend.last_sequence,
+                    summary.summary_id if summary else None,
+                    rel["policy_revision"],
+                    report.input_budget,
+                    report.required,
+                ]
+            ).encode()
+        ).hexdigest()[:32]
+        probe = Observation(
+            report.estimated_input, report.input_budget, report.required, 1, fingerprint
+        )
+        fired = bool(evaluate_triggers(state, policy, probe).fired)
+        compressible = 0
+        if fired:  # selection is O(history): only when something fired
+            keep = validate_policy(rel["context_policy"]).recent_complete_groups
+            compressible = select_prefix(build_groups(rend.records), keep).compressible_tokens
+        fixed = sum(report.items.get(k, 0) for k in ("instructions", "skills", "tool_schemas"))
+        key = f"obs:{uuid.uuid4().hex}"
+        await self.producer.send_control(
+            ControlEvent(
+                key,
+                sid,
+                run_id,
+                instance_id,
+                int(time.time() * 1000),
+                BudgetObservation(
+                    report.estimated_input,
+                    report.input_budget,
+                    report.required,
+                    fixed,
+                    compressible,
+                    rend.last_sequence,
+                    summary.summary_id if summary else None,
+                    fingerprint,
+                    rel["policy_revision"],
+                ),
+            )
+        )
+        return fired or bool(c.get("active_job_id")), key
+
+    async def _wait_for_compaction(self, sid: str, obs_key: str) -> dict[str, Any]:
+        """Until the processor checked our observation and the job it started (or the one
+        in flight) finished: committed, failed or rejected."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.compaction_wait_s
+        while loop.time() < deadline:
+            rep = await self.pool.fetchrow(
+                "SELECT decision, reason, job_id FROM trigger_reports WHERE session_id=$1"
+                " AND event_key=$2",
+                sid,
+                obs_key,
+            )
+            if rep is not None:
+                if rep["job_id"] is None:
+                    return {"status": rep["decision"], "reason": rep["reason"]}
+                job = await self.pool.fetchrow(
+                    "SELECT status, stage, reason FROM compaction_jobs WHERE job_id=$1",
+                    rep["job_id"],
+                )
+                if job is not None and job["status"] != "requested":
+                    return dict(job) | {"job_id": rep["job_id"]}
+            await self.waiter.changed(0.1)
+        return {"status": "timeout", "reason": f"no commit within {self.compaction_wait_s}s"}
 
     def _count(self, text: str) -> int:
         return self.counter.count_keyed(hashlib.sha256(text.encode()).hexdigest(), text)

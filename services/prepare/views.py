@@ -14,14 +14,16 @@ from dataclasses import dataclass
 import asyncpg
 
 from schemas.errors import NotFound
-from services.core.assembly import CountFn, RecordView, ThreadRenderer
+from services.core.assembly import CountFn, ThreadRenderer
+from storage.threads import inherited_records, thread_records
 
-_COLS = (
-    "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
-    " COALESCE(r.content_inline, '[content ' || r.content_ref || ', '"
-    " || r.content_length || ' bytes: read back by reference]') AS text,"
-    " r.payload, r.token_count"
-)
+
+@dataclass(frozen=True)
+class SummaryView:
+    summary_id: str
+    text: str
+    tokens: int
+    covered: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -33,20 +35,6 @@ class Snapshot:
     through_session_sequence: int
     policy_revision: str
     run_status: str
-
-
-def _view(r: asyncpg.Record) -> RecordView:
-    return RecordView(
-        r["record_id"],
-        r["session_sequence"],
-        r["run_id"],
-        r["instance_id"],
-        r["kind"],
-        r["authority"],
-        r["text"],
-        r["payload"],
-        r["token_count"],
-    )
 
 
 class ThreadViews:
@@ -91,41 +79,38 @@ class ThreadViews:
         return snap
 
     async def view(
-        self, session_id: str, run_id: str, instance_id: str, message_overhead: int
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        message_overhead: int,
+        summary: SummaryView | None = None,
     ) -> tuple[ThreadRenderer, Snapshot]:
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock, self.pool.acquire() as conn:
             snap = await self.snapshot(conn, session_id, run_id)
             rend = self._views.get(key)
-            if rend is None or rend.overhead != message_overhead:
-                rend = ThreadRenderer(self.count, message_overhead)
-                # R2.2/R2.3: everything committed before the run started, from the main
-                # threads of earlier runs (child threads stay isolated, R13), once each.
-                for r in await conn.fetch(
-                    f"SELECT {_COLS} FROM records r LEFT JOIN runs u"
-                    " ON u.session_id = r.session_id AND u.run_id = r.run_id"
-                    " WHERE r.session_id=$1 AND r.session_sequence <= $2"
-                    " AND r.visibility IN ('session', 'actor')"
-                    " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-                    " ORDER BY r.session_sequence",
-                    session_id,
-                    snap.through_session_sequence,
-                ):
-                    rend.feed(_view(r), inherited=True)
+            summary_id = summary.summary_id if summary else None
+            if rend is None or rend.overhead != message_overhead or (rend.summary_id != summary_id):
+                # A new summary revision changes the view: rebuilt once, then incremental.
+                rend = ThreadRenderer(
+                    self.count,
+                    message_overhead,
+                    summary.covered if summary else frozenset(),
+                    summary_id,
+                )
+                if summary is not None:
+                    rend.add_summary(summary.text, summary.tokens)
+                for rec in await inherited_records(conn, session_id, snap.through_session_sequence):
+                    rend.feed(rec, inherited=True)
                 rend.seal_inherited()
                 rend.last_sequence = snap.through_session_sequence
                 self._views[key] = rend
-            for r in await conn.fetch(
-                f"SELECT {_COLS} FROM records r WHERE r.session_id=$1 AND r.run_id=$2"
-                " AND r.instance_id=$3 AND r.session_sequence > $4"
-                " ORDER BY r.session_sequence",
-                session_id,
-                run_id,
-                instance_id,
-                rend.last_sequence,
+            for rec in await thread_records(
+                conn, session_id, run_id, instance_id, rend.last_sequence
             ):
-                rend.feed(_view(r), inherited=False)
+                rend.feed(rec, inherited=False)
             self._views.move_to_end(key)
             while len(self._views) > self.capacity:
                 old, _ = self._views.popitem(last=False)

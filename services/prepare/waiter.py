@@ -37,6 +37,12 @@ class CommitWaiter:
     def _on_notify(self, *_: Any) -> None:
         self._changed.set()
 
+    async def changed(self, timeout: float) -> None:
+        """Sleep until the processor's next commit (or ``timeout``)."""
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
     async def committed(self, offsets: dict[int, int]) -> bool:
         rows = await self.pool.fetch(
             "SELECT partition, next_offset FROM consumer_offsets WHERE consumer=$1 AND topic=$2"

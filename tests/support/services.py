@@ -10,7 +10,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from services.launcher import PROCESSOR_READY, Proc
+from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
@@ -28,6 +28,7 @@ class Services:
     settings_env: dict[str, str]
     processor: Proc
     prepare: Proc
+    compaction: Proc
 
     @property
     def prepare_url(self) -> str:
@@ -38,6 +39,7 @@ class Services:
 
     def stop(self) -> None:
         self.prepare.stop()
+        self.compaction.stop()
         self.processor.stop()
 
 
@@ -49,6 +51,8 @@ def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
         "ALC_TOPIC_RECORDS": f"t{tag}.records",
         "ALC_TOPIC_COMMITTED": f"t{tag}.records.committed",
         "ALC_TOPIC_DEAD_LETTER": f"t{tag}.deadletter",
+        "ALC_TOPIC_COMPACTION_REQUESTS": f"t{tag}.compaction.requests",
+        "ALC_COMPACTION_GROUP": f"alc-test-compaction-{tag}",
         "ALC_PROCESSOR_ID": f"alc-test-{tag}",
         "ALC_PROCESSOR_INSTANCE_ID": f"alc-test-{tag}-1",
         "ALC_PREPARE_PORT": str(free_port()),
@@ -77,8 +81,17 @@ def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
         health_url=health,
         cwd=REPO,
     )
+    compaction = Proc(
+        "compaction",
+        [sys.executable, "-m", "services.compaction"],
+        env,
+        logs,
+        ready_line=COMPACTION_READY,
+        cwd=REPO,
+    )
     # Prepare first: it applies migrations and creates the topics, so the processor
     # joins its group with its partitions already there.
     prepare.start()
     processor.start()
-    return Services(stack, settings_env, processor, prepare)
+    compaction.start()
+    return Services(stack, settings_env, processor, prepare, compaction)

@@ -19,6 +19,10 @@ PURE_MODULES = sorted(
         "streams/accounting.py",
         "schemas/validation.py",
         "schemas/contracts.py",
+        "services/compaction/contracts.py",
+        "services/compaction/validate.py",
+        "services/compaction/extractive.py",
+        "services/compaction/scripted.py",
     ]
 )
 

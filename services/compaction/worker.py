@@ -1,0 +1,288 @@
+"""The compaction service's job handler (R11, R15.3): select → segment → summarize →
+validate → save the candidate → publish the outcome to the session's partition.
+
+The session processor, not this service, commits the result (R11.6). The candidate is
+saved in ``compaction_operations`` before anything is published, so a crash after the
+model returned resumes from the saved candidate with no second model call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+from aiokafka import AIOKafkaProducer
+
+from schemas.wire import CompactionOutcome, CompactionRequest, ControlEvent, encode_control
+from services.compaction.contracts import (
+    Fact,
+    SourceItem,
+    SummaryDraft,
+    SummaryRequest,
+)
+from services.compaction.gateway import InvalidSummary, SummarizerFailed, SummaryGateway
+from services.compaction.validate import validate_draft
+from services.core.assembly import RecordView
+from services.core.policy import validate_policy
+from services.core.selection import Group, Segment, build_groups, segment, select_prefix
+from services.core.tokens import CachedCounter
+from storage import compaction as repo
+from storage.threads import inherited_records, snapshot_boundary, thread_records
+
+log = logging.getLogger("agentloom.compaction")
+OVERSIZED_CHARS = 2_000  # an oversized group's records are shown clipped, by reference
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    topic_records: str
+    segment_tokens: int
+    output_tokens: int
+    call_timeout_s: float
+    crash_after_save: bool = False  # fault injection for the recovery tests only
+
+
+class CompactionWorker:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        producer: AIOKafkaProducer,
+        gateway: SummaryGateway,
+        counter: CachedCounter,
+        config: WorkerConfig,
+    ) -> None:
+        self.pool = pool
+        self.producer = producer
+        self.gateway = gateway
+        self.counter = counter
+        self.config = config
+
+    async def handle(self, req: CompactionRequest) -> CompactionOutcome:
+        saved = await self.pool.fetchval(
+            "SELECT outcome FROM compaction_operations WHERE job_id=$1", req.job_id
+        )
+        if saved is not None:
+            # R15.3: the model already answered for this job; republish, never regenerate.
+            log.info("job %s: republishing the saved outcome (no model call)", req.job_id)
+            await self._publish(req, saved)
+            return _outcome_of(saved)
+        t0 = time.perf_counter()
+        outcome = await self._run(req)
+        outcome = CompactionOutcome(
+            **{**outcome.__dict__, "elapsed_ms": (time.perf_counter() - t0) * 1000}
+        )
+        data = encode_control(
+            ControlEvent(
+                f"outcome:{req.job_id}",
+                req.session_id,
+                req.run_id,
+                req.instance_id,
+                int(time.time() * 1000),
+                outcome,
+            )
+        )
+        await self.pool.execute(
+            "INSERT INTO compaction_operations (job_id, status, stage, outcome,"
+            " model_operation_id, model_calls, error) VALUES ($1,$2,$3,$4,$5,$6,$7)"
+            " ON CONFLICT (job_id) DO NOTHING",
+            req.job_id,
+            "candidate_saved" if outcome.status == "succeeded" else outcome.status,
+            outcome.stage,
+            data,
+            outcome.model_operation_id,
+            outcome.model_calls,
+            outcome.reason,
+        )
+        if self.config.crash_after_save:
+            log.critical("fault injection: exiting after saving the candidate of %s", req.job_id)
+            logging.shutdown()
+            os._exit(137)
+        await self._publish(req, data)
+        log.info(
+            "job %s: %s at %s (%s) calls=%d covered=%d tokens -> summary %d tokens",
+            req.job_id,
+            outcome.status,
+            outcome.stage,
+            outcome.reason,
+            outcome.model_calls,
+            outcome.covered_tokens,
+            outcome.summary_tokens,
+        )
+        return outcome
+
+    async def _publish(self, req: CompactionRequest, data: bytes) -> None:
+        await self.producer.send_and_wait(
+            self.config.topic_records, data, key=req.session_id.encode()
+        )
+
+    async def _run(self, req: CompactionRequest) -> CompactionOutcome:
+        def failed(
+            stage: str, reason: str, calls: int = 0, status: str = "failed"
+        ) -> CompactionOutcome:
+            return CompactionOutcome(
+                req.job_id,
+                status,
+                stage,
+                reason,
+                parent_summary_id=req.parent_summary_id,
+                model_calls=calls,
+            )
+
+        async with self.pool.acquire() as conn:
+            parent = await repo.current_summary(conn, req.parent_summary_id)
+            records = await self._records(conn, req)
+            policy_raw = await conn.fetchval(
+                "SELECT r.context_policy FROM sessions s JOIN releases r USING (release_id)"
+                " WHERE s.session_id=$1",
+                req.session_id,
+            )
+        keep_recent = validate_policy(policy_raw).recent_complete_groups
+        covered_before = set(parent["covered_record_ids"]) if parent else set()
+        records = [r for r in records if r.record_id not in covered_before]
+        selection = select_prefix(build_groups(records), keep_recent=keep_recent)
+        if not selection.covered:
+            return failed(
+                "select", selection.deferral_reason or "nothing_compressible", status="deferred"
+            )
+        segments = segment(selection.covered, self.config.segment_tokens)
+        # R11.3: bounded calls. Cover only the segments we may summarize; the rest stays
+        # verbatim for a later job.
+        segments = segments[: max(1, req.max_calls)]
+        by_id = {r.record_id: r for r in records}
+        drafts: list[SummaryDraft] = []
+        calls = 0
+        op_id = f"{req.job_id}:model"
+        previous = parent["summary_text"] if parent else None
+        for i, seg in enumerate(segments):
+            items = _items(seg, by_id)
+            calls += 1
+            try:
+                result = await asyncio.wait_for(
+                    self.gateway.summarize(
+                        SummaryRequest(items, previous, self.config.output_tokens, f"{op_id}:{i}")
+                    ),
+                    self.config.call_timeout_s,
+                )
+                validate_draft(
+                    result.draft,
+                    frozenset(i.record_id for i in items),
+                    self.config.output_tokens * 6,
+                )
+            except InvalidSummary as exc:
+                return failed("validate", f"invalid_summary:{exc.details.get('reason')}", calls)
+            except (SummarizerFailed, TimeoutError) as exc:
+                return failed("summarize", getattr(exc, "code", "summarizer_timeout"), calls)
+            drafts.append(result.draft)
+        covered: list[Group] = [g for s in segments for g in s.groups]
+        merged = _merge(parent["summary"] if parent else None, drafts)
+        text = merged.text()
+        new_ids = [i for g in covered for i in g.record_ids]
+        covered_tokens = sum(g.tokens for g in covered) + (
+            parent["summary_tokens"] if parent else 0
+        )
+        ranges = _ranges(covered, parent)
+        return CompactionOutcome(
+            job_id=req.job_id,
+            status="succeeded",
+            stage="save",
+            summary_id=f"sum_{uuid.uuid4().hex[:16]}",
+            parent_summary_id=req.parent_summary_id,
+            summary_json=json.dumps({"draft": merged.to_dict(), "text": text}),
+            covered_ranges=ranges,
+            covered_record_ids=tuple(sorted(covered_before | set(new_ids))),
+            source_watermark=max(g.last_sequence for g in covered),
+            summary_tokens=self.counter.count(text),
+            covered_tokens=covered_tokens,
+            model_operation_id=op_id,
+            model_calls=calls,
+        )
+
+    async def _records(self, conn: asyncpg.Connection, req: CompactionRequest) -> list[RecordView]:
+        through = await snapshot_boundary(conn, req.session_id, req.run_id)
+        inherited = await inherited_records(conn, req.session_id, through)
+        own = await thread_records(
+            conn, req.session_id, req.run_id, req.instance_id, through, req.view_watermark
+        )
+        return inherited + own
+
+
+def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]:
+    out = []
+    for g in seg.groups:
+        for rid in g.record_ids:
+            r = by_id[rid]
+            text = r.text
+            if seg.oversized and len(text) > OVERSIZED_CHARS:
+                # R11.2: an oversized group is externalized first — its full content
+                # stays in the store, readable by record id; the request sees a clip.
+                text = (
+                    f"{text[:OVERSIZED_CHARS]}… [externalized: full content in record"
+                    f" {rid}, {len(r.text)} chars]"
+                )
+            p = r.payload
+            role = {
+                "user_input": "user",
+                "supplement": "user",
+                "assistant_message": "assistant",
+                "tool_outcome": "tool",
+            }.get(r.kind, "system")
+            calls = p.get("tool_calls") or []
+            out.append(
+                SourceItem(
+                    r.record_id,
+                    r.session_sequence,
+                    r.kind,
+                    role,
+                    text,
+                    tool_name=p.get("name"),
+                    tool_status=p.get("status"),
+                    call_id=p.get("call_id") or (calls[0]["call_id"] if calls else None),
+                )
+            )
+    return tuple(out)
+
+
+def _merge(parent: dict[str, object] | None, drafts: list[SummaryDraft]) -> SummaryDraft:
+    """The new revision carries the parent's content forward (covered records are not
+    summarized again, R11.8) and appends what the new segments add."""
+    parts = ([SummaryDraft.from_dict(parent)] if parent else []) + drafts
+
+    def cat(name: str) -> tuple[Fact, ...]:
+        return tuple(f for d in parts for f in getattr(d, name))
+
+    return SummaryDraft(
+        verified_facts=cat("verified_facts"),
+        decisions=cat("decisions"),
+        failures=cat("failures"),
+        unresolved_questions=cat("unresolved_questions"),
+        work_artifact_refs=tuple(dict.fromkeys(r for d in parts for r in d.work_artifact_refs)),
+        observations=tuple(o for d in parts for o in d.observations),
+    )
+
+
+def _ranges(covered: list[Group], parent: asyncpg.Record | None) -> tuple[tuple[int, int], ...]:
+    spans = sorted(
+        [(g.first_sequence, g.last_sequence) for g in covered]
+        + [tuple(r) for r in (parent["covered_ranges"] if parent else [])]
+    )
+    out: list[tuple[int, int]] = []
+    for a, b in spans:
+        if out and a <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return tuple(out)
+
+
+def _outcome_of(data: bytes) -> CompactionOutcome:
+    from schemas.wire import decode_control
+
+    body = decode_control(data).body
+    assert isinstance(body, CompactionOutcome)
+    return body

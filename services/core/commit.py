@@ -1,0 +1,57 @@
+"""Whether a compaction result may be committed (R8.4, R11.6, R15.3). Pure.
+
+The session processor applies a summary only if the versions the job depended on still
+hold; otherwise the old view stays and the baseline does not move. A summary that does
+not really shrink what it covers is refused too — "no real reduction" never moves the
+baseline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Dependencies:
+    summary_id: str | None  # the thread's current summary (the new one's parent)
+    policy_revision: str
+    task_version: int  # user inputs + supplements in the lineage
+
+
+@dataclass(frozen=True)
+class Candidate:
+    parent_summary_id: str | None
+    policy_revision: str
+    task_version: int
+    summary_tokens: int
+    covered_tokens: int
+    summary_empty: bool
+    covered_records_missing: int
+
+
+@dataclass(frozen=True)
+class CommitDecision:
+    commit: bool
+    reason: str | None = None
+
+
+def decide_commit(current: Dependencies, cand: Candidate) -> CommitDecision:
+    if cand.summary_empty:
+        return CommitDecision(False, "empty_summary")
+    if cand.covered_records_missing:
+        return CommitDecision(False, "covered_records_missing")
+    if current.summary_id != cand.parent_summary_id:
+        return CommitDecision(False, "version_conflict:parent_summary")
+    if current.policy_revision != cand.policy_revision:
+        return CommitDecision(False, "version_conflict:policy")
+    if current.task_version != cand.task_version:
+        # A new question or supplement arrived during compaction: it is kept (it is a
+        # record after the watermark) and the commit waits for a fresh check.
+        return CommitDecision(False, "version_conflict:task")
+    if cand.summary_tokens >= cand.covered_tokens:
+        return CommitDecision(False, "no_real_reduction")
+    return CommitDecision(True)
+
+
+def budget_after(budget_before: int, covered_tokens: int, summary_tokens: int) -> int:
+    return budget_before - covered_tokens + summary_tokens

@@ -1,0 +1,218 @@
+"""Compaction state, trigger reports, jobs and summary revisions (migration 002).
+
+Called by the session processor inside its batch transaction (it is the only writer of
+these rows), and read by Prepare and the compaction service.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+from services.core.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
+
+
+@dataclass(frozen=True)
+class StateRow:
+    session_id: str
+    lineage: str
+    policy_revision: str
+    current_summary_id: str | None
+    baseline: Counters
+    last_attempt: LastAttempt | None
+    active_job_id: str | None
+
+
+def _last_attempt(raw: Any) -> LastAttempt | None:
+    if not raw:
+        return None
+    c = raw["counters"]
+    return LastAttempt(
+        raw["fingerprint"],
+        raw["compressible_tokens"],
+        Counters(c["user_turns"], c["model_steps"]),
+        raw["input_budget"],
+        raw["required_tokens"],
+    )
+
+
+def last_attempt_json(a: LastAttempt) -> dict[str, Any]:
+    return {
+        "fingerprint": a.fingerprint,
+        "compressible_tokens": a.compressible_tokens,
+        "counters": {"user_turns": a.counters.user_turns, "model_steps": a.counters.model_steps},
+        "input_budget": a.input_budget,
+        "required_tokens": a.required_tokens,
+    }
+
+
+async def lock_state(
+    conn: asyncpg.Connection, session_id: str, lineage: str, policy_revision: str
+) -> StateRow:
+    await conn.execute(
+        "INSERT INTO compaction_state (session_id, lineage, policy_revision) VALUES ($1,$2,$3)"
+        " ON CONFLICT DO NOTHING",
+        session_id,
+        lineage,
+        policy_revision,
+    )
+    r = await conn.fetchrow(
+        "SELECT * FROM compaction_state WHERE session_id=$1 AND lineage=$2 FOR UPDATE",
+        session_id,
+        lineage,
+    )
+    assert r is not None
+    return StateRow(
+        r["session_id"],
+        r["lineage"],
+        r["policy_revision"],
+        r["current_summary_id"],
+        Counters(r["baseline_user_turns"], r["baseline_model_steps"]),
+        _last_attempt(r["last_attempt"]),
+        r["active_job_id"],
+    )
+
+
+def to_state(row: StateRow, totals: Counters) -> CompactionState:
+    return CompactionState(totals=totals, baseline=row.baseline, last_attempt=row.last_attempt)
+
+
+async def session_context(conn: asyncpg.Connection, session_id: str) -> asyncpg.Record:
+    r = await conn.fetchrow(
+        "SELECT s.user_turns, s.model_steps, r.policy_revision, r.context_policy"
+        " FROM sessions s JOIN releases r USING (release_id) WHERE s.session_id=$1",
+        session_id,
+    )
+    assert r is not None
+    return r
+
+
+async def task_version(conn: asyncpg.Connection, session_id: str) -> int:
+    """User inputs and supplements so far: a new one during compaction fails the commit."""
+    n = await conn.fetchval(
+        "SELECT count(*) FROM records WHERE session_id=$1 AND kind IN ('user_input', 'supplement')",
+        session_id,
+    )
+    return int(n)
+
+
+async def insert_report(
+    conn: asyncpg.Connection,
+    session_id: str,
+    lineage: str,
+    run_id: str,
+    event_key: str,
+    d: TriggerDecision,
+    decision: str,
+    reason: str | None,
+    job_id: str | None,
+    policy_revision: str,
+    view_watermark: int,
+    totals: Counters,
+    baseline: Counters,
+) -> None:
+    await conn.execute(
+        "INSERT INTO trigger_reports (session_id, lineage, run_id, event_key, fired, values,"
+        " thresholds, decision, reason, job_id, policy_revision, view_watermark, counters)"
+        " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)",
+        session_id,
+        lineage,
+        run_id,
+        event_key,
+        list(d.fired),
+        d.values,
+        d.thresholds,
+        decision,
+        reason,
+        job_id,
+        policy_revision,
+        view_watermark,
+        {"totals": totals.__dict__, "baseline": baseline.__dict__},
+    )
+
+
+async def update_state(conn: asyncpg.Connection, row: StateRow, **changes: Any) -> None:
+    cols = []
+    args: list[Any] = [row.session_id, row.lineage]
+    for k, v in changes.items():
+        args.append(v)
+        cols.append(f"{k}=${len(args)}")
+    await conn.execute(
+        f"UPDATE compaction_state SET {', '.join(cols)}, updated_at=now()"
+        " WHERE session_id=$1 AND lineage=$2",
+        *args,
+    )
+
+
+async def insert_job(
+    conn: asyncpg.Connection,
+    job_id: str,
+    session_id: str,
+    lineage: str,
+    run_id: str,
+    instance_id: str,
+    request: dict[str, Any],
+    observed: Counters,
+) -> None:
+    await conn.execute(
+        "INSERT INTO compaction_jobs (job_id, session_id, lineage, run_id, instance_id, status,"
+        " request, observed_user_turns, observed_model_steps)"
+        " VALUES ($1,$2,$3,$4,$5,'requested',$6,$7,$8)",
+        job_id,
+        session_id,
+        lineage,
+        run_id,
+        instance_id,
+        request,
+        observed.user_turns,
+        observed.model_steps,
+    )
+
+
+async def job(conn: asyncpg.Connection, job_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow("SELECT * FROM compaction_jobs WHERE job_id=$1", job_id)
+
+
+async def finish_job(
+    conn: asyncpg.Connection, job_id: str, status: str, stage: str | None, reason: str | None
+) -> None:
+    await conn.execute(
+        "UPDATE compaction_jobs SET status=$2, stage=$3, reason=$4, finished_at=now()"
+        " WHERE job_id=$1",
+        job_id,
+        status,
+        stage,
+        reason,
+    )
+
+
+async def missing_records(conn: asyncpg.Connection, session_id: str, ids: list[str]) -> int:
+    found = await conn.fetchval(
+        "SELECT count(*) FROM records WHERE session_id=$1 AND record_id = ANY($2::text[])",
+        session_id,
+        ids,
+    )
+    return len(set(ids)) - int(found)
+
+
+async def insert_summary(conn: asyncpg.Connection, **row: Any) -> None:
+    row["covered_ranges"] = [list(r) for r in row["covered_ranges"]]
+    cols = ", ".join(row)
+    marks = ", ".join(f"${i}" for i in range(1, len(row) + 1))
+    await conn.execute(f"INSERT INTO summary_revisions ({cols}) VALUES ({marks})", *row.values())
+
+
+async def current_summary(
+    conn: asyncpg.Connection, summary_id: str | None
+) -> asyncpg.Record | None:
+    if summary_id is None:
+        return None
+    return await conn.fetchrow("SELECT * FROM summary_revisions WHERE summary_id=$1", summary_id)
+
+
+def policy_compaction(context_policy: Any) -> dict[str, Any]:
+    policy = json.loads(context_policy) if isinstance(context_policy, str) else context_policy
+    return dict((policy or {}).get("compaction") or {})

@@ -1,0 +1,80 @@
+"""Reading a thread's source records as ``RecordView``s — used by Prepare (the view) and
+the compaction service (what to summarize), so both see exactly the same history."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from services.core.assembly import RecordView
+
+_COLS = (
+    "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
+    " COALESCE(r.content_inline, '[content ' || r.content_ref || ', '"
+    " || r.content_length || ' bytes: read back by reference]') AS text,"
+    " r.payload, r.token_count"
+)
+
+
+def record_view(r: asyncpg.Record) -> RecordView:
+    return RecordView(
+        r["record_id"],
+        r["session_sequence"],
+        r["run_id"],
+        r["instance_id"],
+        r["kind"],
+        r["authority"],
+        r["text"],
+        r["payload"],
+        r["token_count"],
+    )
+
+
+async def inherited_records(
+    conn: asyncpg.Connection, session_id: str, through: int
+) -> list[RecordView]:
+    """R2.2/R2.3: everything committed before the run started, from the main threads of
+    earlier runs (child threads stay isolated, R13), once each, in session order."""
+    rows = await conn.fetch(
+        f"SELECT {_COLS} FROM records r LEFT JOIN runs u"
+        " ON u.session_id = r.session_id AND u.run_id = r.run_id"
+        " WHERE r.session_id=$1 AND r.session_sequence <= $2"
+        " AND r.visibility IN ('session', 'actor')"
+        " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+        " ORDER BY r.session_sequence",
+        session_id,
+        through,
+    )
+    return [record_view(r) for r in rows]
+
+
+async def thread_records(
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    after: int,
+    upto: int | None = None,
+) -> list[RecordView]:
+    """The thread's own records with ``after < session_sequence <= upto``."""
+    rows = await conn.fetch(
+        f"SELECT {_COLS} FROM records r WHERE r.session_id=$1 AND r.run_id=$2"
+        " AND r.instance_id=$3 AND r.session_sequence > $4"
+        " AND ($5::bigint IS NULL OR r.session_sequence <= $5)"
+        " ORDER BY r.session_sequence",
+        session_id,
+        run_id,
+        instance_id,
+        after,
+        upto,
+    )
+    return [record_view(r) for r in rows]
+
+
+async def snapshot_boundary(conn: asyncpg.Connection, session_id: str, run_id: str) -> int:
+    through = await conn.fetchval(
+        "SELECT x.through_session_sequence FROM runs u JOIN history_snapshots x"
+        " USING (snapshot_id) WHERE u.session_id=$1 AND u.run_id=$2",
+        session_id,
+        run_id,
+    )
+    return int(through or 0)

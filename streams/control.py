@@ -1,0 +1,242 @@
+"""The session processor's handling of control events: budget observations (trigger
+checks, R9) and compaction outcomes (commit by the owner, R8.4, R11.6).
+
+Runs inside the batch transaction, after the batch's records, so counters and sequences
+are those the records just produced. Returns the compaction requests to publish once the
+transaction has committed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import asyncpg
+
+from schemas.wire import BudgetObservation, CompactionOutcome, CompactionRequest, ControlEvent
+from services.core.commit import Candidate, Dependencies, budget_after, decide_commit
+from services.core.policy import validate_compaction
+from services.core.triggers import Counters, LastAttempt, Observation, evaluate_triggers
+from services.core.triggers import ratio_threshold as threshold
+from storage import compaction as repo
+
+
+@dataclass(frozen=True)
+class ControlResult:
+    requests: list[CompactionRequest]
+    reports: int
+    commits: int
+    refusals: int
+
+
+async def _lineage(conn: asyncpg.Connection, ev: ControlEvent) -> str:
+    main = await conn.fetchval(
+        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
+        ev.session_id,
+        ev.run_id,
+    )
+    return "main" if main == ev.instance_id else ev.instance_id
+
+
+async def apply_controls(conn: asyncpg.Connection, events: list[ControlEvent]) -> ControlResult:
+    requests: list[CompactionRequest] = []
+    reports = commits = refusals = 0
+    for ev in events:
+        if isinstance(ev.body, BudgetObservation):
+            req = await _observe(conn, ev, ev.body)
+            reports += 1
+            if req is not None:
+                requests.append(req)
+        else:
+            ok = await _outcome(conn, ev, ev.body)
+            commits += ok
+            refusals += not ok
+    return ControlResult(requests, reports, commits, refusals)
+
+
+async def _observe(
+    conn: asyncpg.Connection, ev: ControlEvent, obs: BudgetObservation
+) -> CompactionRequest | None:
+    done = await conn.fetchval(
+        "SELECT 1 FROM trigger_reports WHERE session_id=$1 AND event_key=$2",
+        ev.session_id,
+        ev.event_key,
+    )
+    if done:
+        return None  # redelivered observation: already checked
+    ctx = await repo.session_context(conn, ev.session_id)
+    policy = validate_compaction(repo.policy_compaction(ctx["context_policy"]))
+    lineage = await _lineage(conn, ev)
+    row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
+    totals = Counters(ctx["user_turns"], ctx["model_steps"])
+    decision = evaluate_triggers(
+        repo.to_state(row, totals),
+        policy,
+        Observation(
+            obs.estimated_input,
+            obs.input_budget,
+            obs.required_tokens,
+            obs.compressible_tokens,
+            obs.fingerprint,
+        ),
+    )
+    args = (ev.session_id, lineage, ev.run_id, ev.event_key, decision)
+    common = (ctx["policy_revision"], obs.view_watermark, totals, row.baseline)
+    if decision.start_job and row.active_job_id is not None:
+        await repo.insert_report(
+            conn, *args, "suppressed", "job_in_flight", row.active_job_id, *common
+        )
+        return None  # R7.4: one job at a time, whatever fired
+    if not decision.start_job:
+        kind = (
+            "none"
+            if decision.reason == "below_thresholds"
+            else ("deferred" if decision.reason == "nothing_compressible" else "suppressed")
+        )
+        await repo.insert_report(conn, *args, kind, decision.reason, None, *common)
+        changes: dict[str, object] = {
+            "fixed_overhead": obs.fixed_overhead,
+            "input_budget": obs.input_budget,
+        }
+        if kind == "deferred":
+            # Remember the state so the same state never triggers a busy loop (R9.4).
+            changes["deferral_reason"] = decision.reason
+            changes["last_attempt"] = repo.last_attempt_json(
+                LastAttempt(
+                    obs.fingerprint,
+                    obs.compressible_tokens,
+                    totals.minus(row.baseline),
+                    obs.input_budget,
+                    obs.required_tokens,
+                )
+            )
+        await repo.update_state(conn, row, **changes)
+        return None
+    job_id = f"cmp_{uuid.uuid4().hex[:16]}"
+    target = threshold(policy.target_context_ratio, obs.input_budget)
+    req = CompactionRequest(
+        job_id=job_id,
+        session_id=ev.session_id,
+        run_id=ev.run_id,
+        instance_id=ev.instance_id,
+        view_watermark=obs.view_watermark,
+        parent_summary_id=row.current_summary_id,
+        policy_revision=ctx["policy_revision"],
+        task_version=await repo.task_version(conn, ev.session_id),
+        trigger_reasons=decision.fired,
+        budget_before=obs.estimated_input,
+        input_budget=obs.input_budget,
+        target_tokens=target,
+        max_calls=policy.max_compaction_calls,
+        requested_at_ms=int(time.time() * 1000),
+    )
+    await repo.insert_report(conn, *args, "job_started", None, job_id, *common)
+    await repo.insert_job(
+        conn,
+        job_id,
+        ev.session_id,
+        lineage,
+        ev.run_id,
+        ev.instance_id,
+        {**req.__dict__, "trigger_reasons": list(req.trigger_reasons)},
+        totals,
+    )
+    await repo.update_state(
+        conn,
+        row,
+        active_job_id=job_id,
+        deferral_reason=None,
+        attempts=await conn.fetchval(
+            "SELECT attempts + 1 FROM compaction_state WHERE session_id=$1 AND lineage=$2",
+            ev.session_id,
+            lineage,
+        ),
+        fixed_overhead=obs.fixed_overhead,
+        input_budget=obs.input_budget,
+        last_attempt=repo.last_attempt_json(
+            LastAttempt(
+                obs.fingerprint,
+                obs.compressible_tokens,
+                totals.minus(row.baseline),
+                obs.input_budget,
+                obs.required_tokens,
+            )
+        ),
+    )
+    return req
+
+
+async def _outcome(conn: asyncpg.Connection, ev: ControlEvent, out: CompactionOutcome) -> bool:
+    job = await repo.job(conn, out.job_id)
+    if job is None or job["status"] != "requested":
+        return False  # unknown or already finished: a redelivered outcome changes nothing
+    ctx = await repo.session_context(conn, ev.session_id)
+    row = await repo.lock_state(conn, ev.session_id, job["lineage"], ctx["policy_revision"])
+    if out.status != "succeeded":
+        # R8.4: failure or deferral never moves the baseline; the anti-storm memory stays.
+        await repo.finish_job(conn, out.job_id, "failed", out.stage, out.reason)
+        await repo.update_state(conn, row, active_job_id=None, deferral_reason=out.reason)
+        return False
+    request = job["request"]
+    decision = decide_commit(
+        Dependencies(
+            row.current_summary_id,
+            ctx["policy_revision"],
+            await repo.task_version(conn, ev.session_id),
+        ),
+        Candidate(
+            out.parent_summary_id,
+            request["policy_revision"],
+            request["task_version"],
+            out.summary_tokens,
+            out.covered_tokens,
+            not out.summary_json,
+            await repo.missing_records(conn, ev.session_id, list(out.covered_record_ids)),
+        ),
+    )
+    if not decision.commit:
+        await repo.finish_job(conn, out.job_id, "rejected", "commit", decision.reason)
+        await repo.update_state(conn, row, active_job_id=None, deferral_reason=decision.reason)
+        return False
+    after = budget_after(request["budget_before"], out.covered_tokens, out.summary_tokens)
+    summary = json.loads(out.summary_json or "{}")
+    observed = Counters(job["observed_user_turns"], job["observed_model_steps"])
+    await repo.insert_summary(
+        conn,
+        summary_id=out.summary_id,
+        session_id=ev.session_id,
+        lineage=job["lineage"],
+        parent_summary_id=out.parent_summary_id,
+        job_id=out.job_id,
+        source_watermark=out.source_watermark,
+        covered_ranges=out.covered_ranges,
+        covered_record_ids=list(out.covered_record_ids),
+        summary=summary["draft"],
+        summary_text=summary["text"],
+        summary_tokens=out.summary_tokens,
+        covered_tokens=out.covered_tokens,
+        model_operation_id=out.model_operation_id,
+        policy_revision=ctx["policy_revision"],
+        trigger_reasons=list(request["trigger_reasons"]),
+        observed_watermark=request["view_watermark"],
+        counter_baseline={"user_turns": observed.user_turns, "model_steps": observed.model_steps},
+        budget_before=request["budget_before"],
+        budget_after=after,
+        target_reached=after <= request["target_tokens"],
+    )
+    # R8.4: the baseline moves to the counters observed by the check that started the
+    # job, in the same transaction as the summary revision.
+    await repo.update_state(
+        conn,
+        row,
+        current_summary_id=out.summary_id,
+        baseline_user_turns=observed.user_turns,
+        baseline_model_steps=observed.model_steps,
+        last_attempt=None,
+        active_job_id=None,
+        deferral_reason=None,
+    )
+    await repo.finish_job(conn, out.job_id, "committed", "commit", None)
+    return True
