@@ -225,7 +225,8 @@ class PrepareService:
             fired, obs_key = await self._observe(
                 sid, run_id, instance_id, rel, rend, report, compaction, summary
             )
-            if fired and report.estimated_input > report.input_budget:
+            over = report.estimated_input > report.input_budget
+            if fired and over and report.required <= report.input_budget:
                 # R9.7: over the hard budget nothing is sent; wait (bounded) for the job.
                 job_status = await self._wait_for_compaction(sid, obs_key)
                 compaction = await self._compaction(sid)
@@ -235,7 +236,8 @@ class PrepareService:
                 rend, snap, report, messages = await self._assemble(
                     sid, run_id, instance_id, rel, profile, tools, summary
                 )
-        if report.estimated_input > report.input_budget and job_status is not None:
+        over_budget = report.estimated_input > report.input_budget
+        if over_budget and job_status is not None and report.required <= report.input_budget:
             raise ContextBudgetExceeded(
                 "context exceeds the input budget and compaction did not bring it under",
                 reason="compaction_" + job_status["status"],
