@@ -25,6 +25,7 @@ from schemas.errors import InvalidEvent
 from schemas.validation import validate_event
 from schemas.wire import (
     CommittedRecord,
+    CompactionRequest,
     ControlEvent,
     DeadLetter,
     decode_control,
@@ -37,7 +38,7 @@ from services.core.tokens import CachedCounter
 from storage import ingest
 from streams.accounting import text_key, token_text
 from streams.control import apply_controls
-from streams.planning import Incoming, plan_batch
+from streams.planning import BatchPlan, Incoming, plan_batch
 
 CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
 
@@ -94,13 +95,13 @@ class BatchProcessor:
         result = BatchResult()
         dead: list[DeadLetter] = []
         decoded: list[tuple[RawMessage, ContextEvent]] = []
-        controls: list[ControlEvent] = []
+        controls: list[tuple[int, int, ControlEvent]] = []
         for msg in batch:
             try:
                 if msg.value is None:
                     raise InvalidEvent("empty message value", reason_code="empty_value")
                 if codec.writer_name(msg.value) == CONTROL_EVENT_NAME:
-                    controls.append(decode_control(msg.value))
+                    controls.append((msg.partition, msg.offset, decode_control(msg.value)))
                     continue
                 ev = decode_event(msg.value)
                 validate_event(ev)
@@ -112,29 +113,27 @@ class BatchProcessor:
         for msg in batch:
             next_offsets[msg.partition] = max(next_offsets.get(msg.partition, 0), msg.offset + 1)
 
+        plan = BatchPlan()
+        existing: dict[tuple[str, str], ingest.ExistingRecord] = {}
+        requests: list[CompactionRequest] = []
         async with self.pool.acquire() as conn:
             incoming = await self._count(conn, decoded, dead)
-            keys: dict[str, set[str]] = defaultdict(set)
-            ops: dict[str, set[tuple[str, str]]] = defaultdict(set)
-            for inc in incoming:
-                keys[inc.event.scope.session_id].add(inc.event.event_key)
-                if inc.event.operation_id:
-                    ops[inc.event.scope.session_id].add(
-                        (inc.event.operation_id, str(inc.event.kind))
-                    )
             async with conn.transaction():
-                states, existing = await ingest.load_states(conn, keys, ops)
-                plan = plan_batch(incoming, states)
-                await ingest.write_plan(
-                    conn,
-                    plan,
-                    states,
-                    self.config.consumer,
-                    self.config.topic_records,
-                    next_offsets,
+                # Records and control events in offset order: a budget check must see the
+                # counters as they were when Prepare observed, not those of later records
+                # that happen to share its batch.
+                chunk: list[Incoming] = []
+                for item in _in_offset_order(incoming, controls):
+                    if isinstance(item, Incoming):
+                        chunk.append(item)
+                        continue
+                    await self._apply_records(conn, chunk, plan, existing)
+                    chunk = []
+                    requests += (await apply_controls(conn, [item])).requests
+                await self._apply_records(conn, chunk, plan, existing)
+                await ingest.write_offsets(
+                    conn, self.config.consumer, self.config.topic_records, next_offsets
                 )
-                # After the records: checks see the counters the batch just produced.
-                control = await apply_controls(conn, controls) if controls else None
 
         now = int(time.time() * 1000)
         for nr in plan.records:
@@ -209,7 +208,7 @@ class BatchProcessor:
                 dl.source_offset,
                 dl.reason,
             )
-        for req in control.requests if control else []:
+        for req in requests:
             await self.publisher.send(
                 self.config.topic_compaction_requests,
                 req.session_id.encode(),
@@ -220,6 +219,31 @@ class BatchProcessor:
         result.duplicates = len(plan.duplicates)
         result.dead_letters = len(dead)
         return result
+
+    async def _apply_records(
+        self,
+        conn: asyncpg.Connection,
+        chunk: list[Incoming],
+        plan: BatchPlan,
+        existing: dict[tuple[str, str], ingest.ExistingRecord],
+    ) -> None:
+        if not chunk:
+            return
+        keys: dict[str, set[str]] = defaultdict(set)
+        ops: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        for inc in chunk:
+            keys[inc.event.scope.session_id].add(inc.event.event_key)
+            if inc.event.operation_id:
+                ops[inc.event.scope.session_id].add((inc.event.operation_id, str(inc.event.kind)))
+        states, found = await ingest.load_states(conn, keys, ops)
+        part = plan_batch(chunk, states)
+        await ingest.write_plan(
+            conn, part, states, self.config.consumer, self.config.topic_records, {}
+        )
+        existing.update(found)
+        plan.records += part.records
+        plan.duplicates += part.duplicates
+        plan.rejections += part.rejections
 
     async def _count(
         self,
@@ -305,3 +329,14 @@ async def handle_or_exit(proc: BatchProcessor, batch: list[RawMessage], attempts
     log.critical("giving up on batch: exiting so that it is redelivered after restart")
     logging.shutdown()
     os._exit(CRASH_EXIT_CODE)
+
+
+def _in_offset_order(
+    incoming: list[Incoming], controls: list[tuple[int, int, ControlEvent]]
+) -> list[Incoming | ControlEvent]:
+    keyed: list[tuple[int, int, Incoming | ControlEvent]] = [
+        (i.partition, i.offset, i) for i in incoming
+    ]
+    keyed += controls
+    keyed.sort(key=lambda t: (t[0], t[1]))
+    return [t[2] for t in keyed]

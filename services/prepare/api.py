@@ -106,6 +106,12 @@ def create_api(svc: PrepareService) -> FastAPI:
         # 10k-message dict cost ~3x the assembly itself.
         return ORJSONResponse(await svc.prepare(session_id, run_id, body.model_dump()))
 
+    @app.get("/v1/sessions/{session_id}/records/{record_id}")
+    async def read_record(
+        session_id: str, record_id: str, offset: int = 0, limit: int = 65536
+    ) -> dict[str, Any]:
+        return await svc.read_record(session_id, record_id, offset, limit)
+
     @app.put("/v1/blobs")
     async def put_blob(request: Request) -> dict[str, Any]:
         media = request.headers.get("content-type", "text/plain")

