@@ -49,7 +49,15 @@ COMMITTED_RECORD = "committed_record.avsc"
 DEAD_LETTER = "dead_letter.avsc"
 CONTROL_EVENT = "control_event.avsc"
 COMPACTION_REQUEST = "compaction_request.avsc"
-ALL_SCHEMAS = (CONTEXT_EVENT, COMMITTED_RECORD, DEAD_LETTER, CONTROL_EVENT, COMPACTION_REQUEST)
+OBSERVABILITY_EVENT = "observability_event.avsc"
+ALL_SCHEMAS = (
+    CONTEXT_EVENT,
+    COMMITTED_RECORD,
+    DEAD_LETTER,
+    CONTROL_EVENT,
+    COMPACTION_REQUEST,
+    OBSERVABILITY_EVENT,
+)
 
 # Writer schemas we can read, by fingerprint. Older versions are registered here when a
 # schema evolves, so that payloads already in Kafka keep decoding.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from schemas import codec
@@ -180,3 +180,46 @@ def decode_compaction_request(data: bytes) -> CompactionRequest:
     raw = codec.decode(codec.COMPACTION_REQUEST, data)
     raw["trigger_reasons"] = tuple(raw["trigger_reasons"])
     return CompactionRequest(**raw)
+
+
+@dataclass(frozen=True)
+class ObservabilityEvent:
+    kind: str  # trigger_check | compaction_finished | prepare_budget
+    session_id: str
+    run_id: str
+    instance_id: str
+    occurred_at_ms: int
+    policy_revision: str
+    purpose: str | None = None
+    decision: str | None = None
+    reason: str | None = None
+    fired: tuple[str, ...] = ()
+    values: dict[str, float] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)
+    budget_items: dict[str, int] = field(default_factory=dict)
+    job_id: str | None = None
+    stage: str | None = None
+    input_budget: int | None = None
+    estimated_input: int | None = None
+    budget_before: int | None = None
+    budget_after: int | None = None
+    target_reached: bool | None = None
+    summary_tokens: int | None = None
+    covered_tokens: int | None = None
+    model_calls: int | None = None
+    elapsed_ms: float | None = None
+    counting_method: str | None = None
+
+
+def encode_observability(ev: ObservabilityEvent) -> bytes:
+    rec = dict(ev.__dict__)
+    rec["fired"] = list(ev.fired)
+    rec["values"] = {k: float(v) for k, v in ev.values.items()}
+    rec["thresholds"] = {k: float(v) for k, v in ev.thresholds.items()}
+    return codec.encode(codec.OBSERVABILITY_EVENT, rec)
+
+
+def decode_observability(data: bytes) -> ObservabilityEvent:
+    raw = codec.decode(codec.OBSERVABILITY_EVENT, data)
+    raw["fired"] = tuple(raw["fired"])
+    return ObservabilityEvent(**raw)

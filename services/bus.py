@@ -70,6 +70,11 @@ class EventProducer:
         )
         fut.add_done_callback(_log_failure)
 
+    async def send_nowait(self, topic: str, key: bytes, value: bytes) -> None:
+        """Queue a message without waiting for the ack (observability, advisory)."""
+        fut = await self._producer.send(topic, value, key=key)
+        fut.add_done_callback(_log_failure)
+
     def _remember(self, partition: int, offset: int) -> None:
         if offset > self.last_offsets.get(partition, -1):
             self.last_offsets[partition] = offset

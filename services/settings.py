@@ -23,6 +23,7 @@ class Settings(BaseSettings):
     topic_committed: str = "ctx.records.committed"
     topic_dead_letter: str = "ctx.deadletter"
     topic_compaction_requests: str = "ctx.compaction.requests"
+    topic_observability: str = "ctx.observability"
     compaction_group: str = "agentloom-compaction"
     # The summarizer behind the model gateway: "extractive" (built in, no model) or
     # "openai" (an OpenAI-compatible Chat Completions endpoint).

@@ -91,6 +91,7 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
                     topic_committed=settings.topic_committed,
                     topic_dead_letter=settings.topic_dead_letter,
                     topic_compaction_requests=settings.topic_compaction_requests,
+                    topic_observability=settings.topic_observability,
                 ),
             )
         return state["p"]

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from schemas.wire import BudgetObservation, CompactionOutcome, CompactionRequest, ControlEvent
+from schemas.wire import (
+    BudgetObservation,
+    CompactionOutcome,
+    CompactionRequest,
+    ControlEvent,
+    ObservabilityEvent,
+)
 from services.core.commit import Candidate, Dependencies, budget_after, decide_commit
 from services.core.policy import validate_compaction
 from services.core.triggers import Counters, LastAttempt, Observation, evaluate_triggers
@@ -26,6 +32,7 @@ from storage import compaction as repo
 @dataclass(frozen=True)
 class ControlResult:
     requests: list[CompactionRequest]
+    observability: list[ObservabilityEvent]
     reports: int
     commits: int
     refusals: int
@@ -42,22 +49,26 @@ async def _lineage(conn: asyncpg.Connection, ev: ControlEvent) -> str:
 
 async def apply_controls(conn: asyncpg.Connection, events: list[ControlEvent]) -> ControlResult:
     requests: list[CompactionRequest] = []
+    notes: list[ObservabilityEvent] = []
     reports = commits = refusals = 0
     for ev in events:
         if isinstance(ev.body, BudgetObservation):
-            req = await _observe(conn, ev, ev.body)
+            req = await _observe(conn, ev, ev.body, notes)
             reports += 1
             if req is not None:
                 requests.append(req)
         else:
-            ok = await _outcome(conn, ev, ev.body)
+            ok = await _outcome(conn, ev, ev.body, notes)
             commits += ok
             refusals += not ok
-    return ControlResult(requests, reports, commits, refusals)
+    return ControlResult(requests, notes, reports, commits, refusals)
 
 
 async def _observe(
-    conn: asyncpg.Connection, ev: ControlEvent, obs: BudgetObservation
+    conn: asyncpg.Connection,
+    ev: ControlEvent,
+    obs: BudgetObservation,
+    notes: list[ObservabilityEvent],
 ) -> CompactionRequest | None:
     done = await conn.fetchval(
         "SELECT 1 FROM trigger_reports WHERE session_id=$1 AND event_key=$2",
@@ -84,10 +95,31 @@ async def _observe(
     )
     args = (ev.session_id, lineage, ev.run_id, ev.event_key, decision)
     common = (ctx["policy_revision"], obs.view_watermark, totals, row.baseline)
-    if decision.start_job and row.active_job_id is not None:
-        await repo.insert_report(
-            conn, *args, "suppressed", "job_in_flight", row.active_job_id, *common
+
+    async def report(kind: str, reason: str | None, job_id: str | None) -> None:
+        await repo.insert_report(conn, *args, kind, reason, job_id, *common)
+        notes.append(
+            ObservabilityEvent(
+                "trigger_check",
+                ev.session_id,
+                ev.run_id,
+                ev.instance_id,
+                int(time.time() * 1000),
+                ctx["policy_revision"],
+                purpose="action",
+                decision=kind,
+                reason=reason,
+                fired=decision.fired,
+                values=decision.values,
+                thresholds=decision.thresholds,
+                job_id=job_id,
+                input_budget=obs.input_budget,
+                estimated_input=obs.estimated_input,
+            )
         )
+
+    if decision.start_job and row.active_job_id is not None:
+        await report("suppressed", "job_in_flight", row.active_job_id)
         return None  # R7.4: one job at a time, whatever fired
     if not decision.start_job:
         kind = (
@@ -95,7 +127,7 @@ async def _observe(
             if decision.reason == "below_thresholds"
             else ("deferred" if decision.reason == "nothing_compressible" else "suppressed")
         )
-        await repo.insert_report(conn, *args, kind, decision.reason, None, *common)
+        await report(kind, decision.reason, None)
         changes: dict[str, object] = {
             "fixed_overhead": obs.fixed_overhead,
             "input_budget": obs.input_budget,
@@ -132,7 +164,7 @@ async def _observe(
         max_calls=policy.max_compaction_calls,
         requested_at_ms=int(time.time() * 1000),
     )
-    await repo.insert_report(conn, *args, "job_started", None, job_id, *common)
+    await report("job_started", None, job_id)
     await repo.insert_job(
         conn,
         job_id,
@@ -168,16 +200,52 @@ async def _observe(
     return req
 
 
-async def _outcome(conn: asyncpg.Connection, ev: ControlEvent, out: CompactionOutcome) -> bool:
+async def _outcome(
+    conn: asyncpg.Connection,
+    ev: ControlEvent,
+    out: CompactionOutcome,
+    notes: list[ObservabilityEvent],
+) -> bool:
     job = await repo.job(conn, out.job_id)
     if job is None or job["status"] != "requested":
         return False  # unknown or already finished: a redelivered outcome changes nothing
+
+    def note(
+        decision: str,
+        reason: str | None,
+        budget_after: int | None = None,
+        target_reached: bool | None = None,
+    ) -> None:
+        notes.append(
+            ObservabilityEvent(
+                "compaction_finished",
+                ev.session_id,
+                ev.run_id,
+                ev.instance_id,
+                int(time.time() * 1000),
+                job["request"]["policy_revision"],
+                purpose="compaction",
+                decision=decision,
+                reason=reason,
+                job_id=out.job_id,
+                stage=out.stage,
+                budget_before=job["request"]["budget_before"],
+                model_calls=out.model_calls,
+                elapsed_ms=out.elapsed_ms,
+                summary_tokens=out.summary_tokens or None,
+                covered_tokens=out.covered_tokens or None,
+                budget_after=budget_after,
+                target_reached=target_reached,
+            )
+        )
+
     ctx = await repo.session_context(conn, ev.session_id)
     row = await repo.lock_state(conn, ev.session_id, job["lineage"], ctx["policy_revision"])
     if out.status != "succeeded":
         # R8.4: failure or deferral never moves the baseline; the anti-storm memory stays.
         await repo.finish_job(conn, out.job_id, "failed", out.stage, out.reason)
         await repo.update_state(conn, row, active_job_id=None, deferral_reason=out.reason)
+        note(out.status, out.reason)
         return False
     request = job["request"]
     decision = decide_commit(
@@ -199,6 +267,7 @@ async def _outcome(conn: asyncpg.Connection, ev: ControlEvent, out: CompactionOu
     if not decision.commit:
         await repo.finish_job(conn, out.job_id, "rejected", "commit", decision.reason)
         await repo.update_state(conn, row, active_job_id=None, deferral_reason=decision.reason)
+        note("rejected", decision.reason)
         return False
     after = budget_after(request["budget_before"], out.covered_tokens, out.summary_tokens)
     summary = json.loads(out.summary_json or "{}")
@@ -239,4 +308,10 @@ async def _outcome(conn: asyncpg.Connection, ev: ControlEvent, out: CompactionOu
         deferral_reason=None,
     )
     await repo.finish_job(conn, out.job_id, "committed", "commit", None)
+    note(
+        "committed",
+        None if after <= request["target_tokens"] else "target_not_reached",
+        budget_after=after,
+        target_reached=after <= request["target_tokens"],
+    )
     return True

@@ -66,6 +66,7 @@ async def run(settings: Settings) -> None:
             topic_committed=settings.topic_committed,
             topic_dead_letter=settings.topic_dead_letter,
             topic_compaction_requests=settings.topic_compaction_requests,
+            topic_observability=settings.topic_observability,
         ),
     )
     stop = asyncio.Event()

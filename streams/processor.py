@@ -28,11 +28,13 @@ from schemas.wire import (
     CompactionRequest,
     ControlEvent,
     DeadLetter,
+    ObservabilityEvent,
     decode_control,
     decode_event,
     encode_committed,
     encode_compaction_request,
     encode_dead_letter,
+    encode_observability,
 )
 from services.core.tokens import CachedCounter
 from storage import ingest
@@ -76,6 +78,7 @@ class ProcessorConfig:
     topic_committed: str
     topic_dead_letter: str
     topic_compaction_requests: str = "ctx.compaction.requests"
+    topic_observability: str = "ctx.observability"
 
 
 class BatchProcessor:
@@ -116,6 +119,7 @@ class BatchProcessor:
         plan = BatchPlan()
         existing: dict[tuple[str, str], ingest.ExistingRecord] = {}
         requests: list[CompactionRequest] = []
+        notes: list[ObservabilityEvent] = []
         async with self.pool.acquire() as conn:
             incoming = await self._count(conn, decoded, dead)
             async with conn.transaction():
@@ -129,7 +133,9 @@ class BatchProcessor:
                         continue
                     await self._apply_records(conn, chunk, plan, existing)
                     chunk = []
-                    requests += (await apply_controls(conn, [item])).requests
+                    applied = await apply_controls(conn, [item])
+                    requests += applied.requests
+                    notes += applied.observability
                 await self._apply_records(conn, chunk, plan, existing)
                 await ingest.write_offsets(
                     conn, self.config.consumer, self.config.topic_records, next_offsets
@@ -207,6 +213,12 @@ class BatchProcessor:
                 self.config.topic_records,
                 dl.source_offset,
                 dl.reason,
+            )
+        for note in notes:
+            await self.publisher.send(
+                self.config.topic_observability,
+                note.session_id.encode(),
+                encode_observability(note),
             )
         for req in requests:
             await self.publisher.send(

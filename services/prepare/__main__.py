@@ -41,6 +41,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         counter,
         settings.prepare_commit_wait_s,
         settings.compaction_wait_s,
+        settings.topic_observability,
     )
     try:
         yield svc

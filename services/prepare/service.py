@@ -33,7 +33,12 @@ from schemas.errors import (
     NotFound,
     RunActive,
 )
-from schemas.wire import BudgetObservation, ControlEvent
+from schemas.wire import (
+    BudgetObservation,
+    ControlEvent,
+    ObservabilityEvent,
+    encode_observability,
+)
 from services.bus import EventProducer
 from services.core.assembly import ThreadRenderer, skills_catalog_text, tool_schema_text
 from services.core.budget import BudgetReport, ModelProfile, enforce, make_report
@@ -59,12 +64,14 @@ class PrepareService:
     counter: CachedCounter
     commit_wait_s: float
     compaction_wait_s: float = 20.0
+    topic_observability: str | None = None
     host_id: str = "prepare"
     # Releases are frozen and a session's release never changes (R1.4): both are cached
     # for the life of the process, which takes two queries off every prepare.
     _releases: dict[str, dict[str, Any]] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
     _summaries: dict[str, SummaryView] = field(default_factory=dict)
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     # --- releases (R1.4, R17) -----------------------------------------------------------
 
@@ -244,6 +251,7 @@ class PrepareService:
                 job=job_status,
                 **report.to_dict(),
             )
+        self._note_budget(sid, run_id, instance_id, purpose, rel, report)
         enforce(report)
         return {
             "prepared_id": f"prep_{uuid.uuid4().hex[:16]}",
@@ -436,6 +444,39 @@ class PrepareService:
                     return dict(job) | {"job_id": rep["job_id"]}
             await self.waiter.changed(0.1)
         return {"status": "timeout", "reason": f"no commit within {self.compaction_wait_s}s"}
+
+    def _note_budget(
+        self,
+        sid: str,
+        run_id: str,
+        instance_id: str,
+        purpose: str,
+        rel: dict[str, Any],
+        report: BudgetReport,
+    ) -> None:
+        """R18: per purpose, the input estimate and its itemized shares — no content."""
+        if not self.topic_observability:
+            return
+        ev = ObservabilityEvent(
+            "prepare_budget",
+            sid,
+            run_id,
+            instance_id,
+            int(time.time() * 1000),
+            rel["policy_revision"],
+            purpose=purpose,
+            budget_items=dict(report.items),
+            input_budget=report.input_budget,
+            estimated_input=report.estimated_input,
+            counting_method=report.counting_method,
+        )
+        task = asyncio.get_running_loop().create_task(
+            self.producer.send_nowait(
+                self.topic_observability, sid.encode(), encode_observability(ev)
+            )
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _count(self, text: str) -> int:
         return self.counter.count_keyed(hashlib.sha256(text.encode()).hexdigest(), text)

@@ -18,8 +18,9 @@ import pytest
 import tiktoken
 
 from schemas.contracts import ToolStatus
+from schemas.wire import decode_observability
 from services.sdk.client import ApiError, ContextClient, RunHandle
-from tests.support.flows import client, new_session
+from tests.support.flows import client, new_session, read_topic
 from tests.support.model_server import Script, model_server
 from tests.support.services import Services, start_services
 from tests.support.stack import Stack
@@ -429,3 +430,50 @@ async def test_after_many_compactions_every_source_is_readable_and_the_chain_int
     tool = next(rid for rid, kind in kinds.items() if kind == "tool_outcome")
     page = await ctx.read_record(sid, tool, offset=0, limit=10)
     assert len(page["content"]) == 10 and page["next_offset"] == 10
+
+
+@pytest.mark.spec("R18", "R9.3")
+async def test_checks_outcomes_and_budgets_reach_the_observability_topic(
+    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    services = scripted[0]
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    run = await question(ctx, session, "o", rounds=2)
+    await ctx.finish_run(run)
+    run = await question(ctx, session, "p")
+    await ctx.prepare(run)
+    (job,) = await settled(db, session["session_id"])
+    events = []
+    for _ in range(40):
+        events = [
+            e
+            for e in (
+                decode_observability(v)
+                for _, v in await read_topic(
+                    services.stack.kafka_bootstrap,
+                    services.env("ALC_TOPIC_OBSERVABILITY"),
+                    want=100_000,
+                    timeout=1,
+                )
+            )
+            if e.session_id == session["session_id"]
+        ]
+        if {e.kind for e in events} >= {"trigger_check", "compaction_finished"}:
+            break
+    kinds = {e.kind: e for e in events}
+    check = kinds["trigger_check"]
+    assert (check.decision, check.fired, check.job_id) == (
+        "job_started",
+        ("user_turns",),
+        job["job_id"],
+    )
+    assert check.thresholds["user_turns"] == 2
+    done = kinds["compaction_finished"]
+    assert done.decision == "committed" and done.model_calls == 1
+    assert done.budget_after is not None and done.budget_before is not None
+    assert done.budget_after < done.budget_before
+    budget = kinds["prepare_budget"]
+    assert budget.purpose == "action" and budget.counting_method == "tiktoken:cl100k_base"
+    assert sum(budget.budget_items.values()) == budget.estimated_input

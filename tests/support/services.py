@@ -52,6 +52,7 @@ def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
         "ALC_TOPIC_COMMITTED": f"t{tag}.records.committed",
         "ALC_TOPIC_DEAD_LETTER": f"t{tag}.deadletter",
         "ALC_TOPIC_COMPACTION_REQUESTS": f"t{tag}.compaction.requests",
+        "ALC_TOPIC_OBSERVABILITY": f"t{tag}.observability",
         "ALC_COMPACTION_GROUP": f"alc-test-compaction-{tag}",
         "ALC_PROCESSOR_ID": f"alc-test-{tag}",
         "ALC_PROCESSOR_INSTANCE_ID": f"alc-test-{tag}-1",
