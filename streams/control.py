@@ -8,6 +8,7 @@ transaction has committed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -23,10 +24,18 @@ from schemas.wire import (
     ObservabilityEvent,
 )
 from services.core.commit import Candidate, Dependencies, budget_after, decide_commit
-from services.core.policy import validate_compaction
-from services.core.triggers import Counters, LastAttempt, Observation, evaluate_triggers
+from services.core.policy import validate_compaction, validate_policy
+from services.core.selection import build_groups, select_prefix
+from services.core.triggers import (
+    CompactionState,
+    Counters,
+    LastAttempt,
+    Observation,
+    evaluate_triggers,
+)
 from services.core.triggers import ratio_threshold as threshold
 from storage import compaction as repo
+from storage.threads import inherited_records, snapshot_boundary, thread_records
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,14 @@ async def _observe(
     policy = validate_compaction(repo.policy_compaction(ctx["context_policy"]))
     lineage = await _lineage(conn, ev)
     row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
+    # Resync the pre-emptive estimate with what Prepare really measured (drift fix).
+    await repo.update_state(
+        conn,
+        row,
+        fixed_overhead=obs.fixed_overhead,
+        input_budget=obs.input_budget,
+        view_tokens=obs.estimated_input - obs.fixed_overhead,
+    )
     totals = Counters(ctx["user_turns"], ctx["model_steps"])
     decision = evaluate_triggers(
         repo.to_state(row, totals),
@@ -307,6 +324,14 @@ async def _outcome(
         active_job_id=None,
         deferral_reason=None,
     )
+    await conn.execute(
+        "UPDATE compaction_state SET view_tokens = view_tokens - $3 + $4"
+        " WHERE session_id=$1 AND lineage=$2",
+        ev.session_id,
+        job["lineage"],
+        out.covered_tokens,
+        out.summary_tokens,
+    )
     await repo.finish_job(conn, out.job_id, "committed", "commit", None)
     note(
         "committed",
@@ -315,3 +340,68 @@ async def _outcome(
         target_reached=after <= request["target_tokens"],
     )
     return True
+
+
+async def preempt(
+    conn: asyncpg.Connection, session_ids: list[str], notes: list[ObservabilityEvent]
+) -> list[CompactionRequest]:
+    """Pre-emptive checks (DESIGN.md): from cached per-record counts and the last observed
+    fixed overhead, start compaction before the runtime asks — so that it is usually done
+    by the next prepare. Only the first crossing since the last success is handled here
+    (no ``last_attempt``); retries stay with the prepare-time checks and their growth gate."""
+    rows = await conn.fetch(
+        "SELECT c.*, s.user_turns, s.model_steps, s.active_run_id, r.context_policy,"
+        " r.policy_revision AS release_policy FROM compaction_state c"
+        " JOIN sessions s USING (session_id) JOIN releases r USING (release_id)"
+        " WHERE c.session_id = ANY($1::text[]) AND c.lineage = 'main'"
+        " AND c.input_budget > 0 AND c.active_job_id IS NULL AND c.last_attempt IS NULL"
+        " AND s.active_run_id IS NOT NULL",
+        session_ids,
+    )
+    requests: list[CompactionRequest] = []
+    for r in rows:
+        policy = validate_compaction(repo.policy_compaction(r["context_policy"]))
+        estimate = r["fixed_overhead"] + r["view_tokens"]
+        state = CompactionState(
+            Counters(r["user_turns"], r["model_steps"]),
+            Counters(r["baseline_user_turns"], r["baseline_model_steps"]),
+        )
+        probe = evaluate_triggers(
+            state, policy, Observation(estimate, r["input_budget"], r["fixed_overhead"], 1, "probe")
+        )
+        if not probe.start_job:
+            continue
+        sid, run_id = r["session_id"], r["active_run_id"]
+        main = await conn.fetchval(
+            "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", sid, run_id
+        )
+        through = await snapshot_boundary(conn, sid, run_id)
+        records = await inherited_records(conn, sid, through) + await thread_records(
+            conn, sid, run_id, main, through
+        )
+        summary = await repo.current_summary(conn, r["current_summary_id"])
+        covered = set(summary["covered_record_ids"]) if summary else set()
+        records = [x for x in records if x.record_id not in covered]
+        keep = validate_policy(r["context_policy"]).recent_complete_groups
+        compressible = select_prefix(build_groups(records), keep).compressible_tokens
+        last_seq = records[-1].session_sequence if records else through
+        fingerprint = hashlib.sha256(
+            f"pre:{last_seq}:{r['current_summary_id']}:{r['release_policy']}:"
+            f"{r['input_budget']}".encode()
+        ).hexdigest()[:32]
+        obs = BudgetObservation(
+            estimate,
+            r["input_budget"],
+            r["fixed_overhead"],
+            r["fixed_overhead"],
+            compressible,
+            last_seq,
+            r["current_summary_id"],
+            fingerprint,
+            r["release_policy"],
+        )
+        ev = ControlEvent(f"pre:{sid}:{last_seq}", sid, run_id, main, int(time.time() * 1000), obs)
+        req = await _observe(conn, ev, obs, notes)
+        if req is not None:
+            requests.append(req)
+    return requests

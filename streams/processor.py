@@ -39,8 +39,8 @@ from schemas.wire import (
 from services.core.tokens import CachedCounter
 from storage import ingest
 from streams.accounting import text_key, token_text
-from streams.control import apply_controls
-from streams.planning import BatchPlan, Incoming, plan_batch
+from streams.control import apply_controls, preempt
+from streams.planning import BatchPlan, Incoming, SessionState, plan_batch
 
 CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
 
@@ -137,6 +137,8 @@ class BatchProcessor:
                     requests += applied.requests
                     notes += applied.observability
                 await self._apply_records(conn, chunk, plan, existing)
+                if plan.touched_sessions:
+                    requests += await preempt(conn, sorted(plan.touched_sessions), notes)
                 await ingest.write_offsets(
                     conn, self.config.consumer, self.config.topic_records, next_offsets
                 )
@@ -253,6 +255,8 @@ class BatchProcessor:
             conn, part, states, self.config.consumer, self.config.topic_records, {}
         )
         existing.update(found)
+        await _grow_view_tokens(conn, part, states)
+        plan.touched_sessions |= part.touched_sessions
         plan.records += part.records
         plan.duplicates += part.duplicates
         plan.rejections += part.rejections
@@ -352,3 +356,32 @@ def _in_offset_order(
     keyed += controls
     keyed.sort(key=lambda t: (t[0], t[1]))
     return [t[2] for t in keyed]
+
+
+# Records that render nothing in a view (lifecycle markers).
+_INVISIBLE = frozenset({"run_started", "run_resumed", "run_finished"})
+_ENVELOPE = 4  # per message; the next observation resyncs any drift
+
+
+async def _grow_view_tokens(
+    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
+) -> None:
+    """Keep each session's main-view estimate current from the counts just stored."""
+    grow: dict[str, int] = {}
+    for nr in plan.records:
+        ev = nr.incoming.event
+        if str(ev.kind) in _INVISIBLE:
+            continue
+        st = states[ev.scope.session_id]
+        run = st.runs.get(ev.scope.run_id or "")
+        if ev.scope.instance_id is not None and (
+            run is None or run.main_instance_id != ev.scope.instance_id
+        ):
+            continue  # child threads have views of their own
+        grow[st.session_id] = grow.get(st.session_id, 0) + nr.incoming.token_count + _ENVELOPE
+    if grow:
+        await conn.executemany(
+            "UPDATE compaction_state SET view_tokens = view_tokens + $2"
+            " WHERE session_id=$1 AND lineage='main'",
+            sorted(grow.items()),
+        )

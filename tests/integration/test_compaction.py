@@ -67,11 +67,18 @@ def profile(budget: int) -> dict[str, Any]:
     }
 
 
-async def reports(db: asyncpg.Pool, sid: str, n: int, timeout: float = 20) -> list[Any]:
-    """The session's trigger reports, once at least ``n`` exist."""
+async def reports(
+    db: asyncpg.Pool, sid: str, n: int, timeout: float = 20, source: str = "obs:"
+) -> list[Any]:
+    """The session's trigger reports from ``source`` ("obs:" — Prepare's checks, "pre:" —
+    the processor's pre-emptive ones, "" — all), once at least ``n`` exist."""
+    rows: list[Any] = []
     for _ in range(int(timeout / 0.05)):
         rows = await db.fetch(
-            "SELECT * FROM trigger_reports WHERE session_id=$1 ORDER BY report_id", sid
+            "SELECT * FROM trigger_reports WHERE session_id=$1 AND event_key LIKE $2"
+            " ORDER BY report_id",
+            sid,
+            source + "%",
         )
         if len(rows) >= n:
             return rows
@@ -172,7 +179,14 @@ async def test_nth_question_and_mth_response_trigger_at_low_token_usage(
     rows = await reports(db, turns["session_id"], 3)
     assert [("user_turns" in r["fired"]) for r in rows] == [False, False, True]
     assert rows[2]["values"]["user_turns"] == 3
-    assert rows[2]["decision"] == "job_started"
+    # One job, started by the 3rd question: by the processor's pre-emptive check at run
+    # start, or by the prepare-time check — whichever saw it first.
+    started = [
+        r
+        for r in await reports(db, turns["session_id"], 3, source="")
+        if r["decision"] == "job_started"
+    ]
+    assert len(started) == 1 and started[0]["values"]["user_turns"] == 3
     steps = await new_session(
         ctx, context_policy={"compaction": {"context_ratio": None, "model_steps": 4}}
     )
@@ -477,3 +491,53 @@ async def test_checks_outcomes_and_budgets_reach_the_observability_topic(
     budget = kinds["prepare_budget"]
     assert budget.purpose == "action" and budget.counting_method == "tiktoken:cl100k_base"
     assert sum(budget.budget_items.values()) == budget.estimated_input
+
+
+@pytest.mark.spec("R8.2", "R8.3", "R3.1", "R19")
+async def test_retries_compaction_completion_and_child_calls_never_add_to_the_counters(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(ctx)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "count me once", "once")
+    await ctx.append_model_result(run, "a real step", "step-1")
+    await ctx.append_model_result(run, "a real step", "step-1")  # a retried append
+    await ctx.append_model_result(run, "summary text", "cmp-1", purpose="compaction")
+    await ctx.append_model_result(run, "verified", "cmp-2", purpose="completion")
+    child = RunHandle(run.session_id, run.run_id, "child-1", run.space_id, run.actor_id, {})
+    await ctx.append_model_result(child, "child step", "child-step-1")
+    await ctx.append_model_result(child, "child step", "child-step-2")
+    await ctx.prepare(run)  # waits for every append above
+    row = await db.fetchrow(
+        "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", session["session_id"]
+    )
+    assert tuple(row) == (1, 1)
+    kinds = await db.fetch(
+        "SELECT instance_id, payload->>'purpose' AS purpose FROM records"
+        " WHERE session_id=$1 AND kind='assistant_message'",
+        session["session_id"],
+    )
+    assert len(kinds) == 5  # every response is kept as a record, only one is a step
+
+
+@pytest.mark.spec("R9.1", "R9.2")
+async def test_the_processor_compacts_pre_emptively_before_the_runtime_asks(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx, model_profile=profile(3_000), context_policy={"recent_complete_groups": 1}
+    )
+    sid = session["session_id"]
+    run = await question(ctx, session, "e0")
+    first = await ctx.prepare(run)  # one observation: the processor learns the overhead
+    assert first["budget"]["ratio"] < 0.8
+    await reports(db, sid, 1)
+    for i in range(1, 8):  # the agent keeps working; nobody calls prepare meanwhile
+        await round_(ctx, run, f"e{i}", result_tokens=300)
+    pre = await reports(db, sid, 1, source="pre:")
+    assert pre and pre[0]["decision"] == "job_started" and pre[0]["fired"] == ["context_ratio"]
+    (job,) = await settled(db, sid)
+    assert job["status"] == "committed"
+    view = await ctx.prepare(run)  # the summary is already there when the runtime asks
+    assert view["dependency_versions"]["summary_id"] is not None
+    assert view["budget"]["estimated_input"] <= view["budget"]["input_budget"]
