@@ -98,9 +98,14 @@ async def _observe(
         input_budget=obs.input_budget,
         view_tokens=obs.estimated_input - obs.fixed_overhead,
     )
-    totals = Counters(ctx["user_turns"], ctx["model_steps"])
+    # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
+    # this view may reuse — not simply the newest summary of the session.
+    through = await snapshot_boundary(conn, ev.session_id, ev.run_id)
+    totals = await repo.view_counters(conn, ev.session_id, ev.run_id, through)
+    effective = await repo.effective_summary(conn, ev.session_id, ev.run_id, through)
+    baseline = repo.summary_baseline(effective)
     decision = evaluate_triggers(
-        repo.to_state(row, totals),
+        CompactionState(totals, baseline, row.last_attempt),
         policy,
         Observation(
             obs.estimated_input,
@@ -111,7 +116,7 @@ async def _observe(
         ),
     )
     args = (ev.session_id, lineage, ev.run_id, ev.event_key, decision)
-    common = (ctx["policy_revision"], obs.view_watermark, totals, row.baseline)
+    common = (ctx["policy_revision"], obs.view_watermark, totals, baseline)
 
     async def report(kind: str, reason: str | None, job_id: str | None) -> None:
         await repo.insert_report(conn, *args, kind, reason, job_id, *common)
@@ -156,7 +161,7 @@ async def _observe(
                 LastAttempt(
                     obs.fingerprint,
                     obs.compressible_tokens,
-                    totals.minus(row.baseline),
+                    totals.minus(baseline),
                     obs.input_budget,
                     obs.required_tokens,
                 )
@@ -171,7 +176,7 @@ async def _observe(
         run_id=ev.run_id,
         instance_id=ev.instance_id,
         view_watermark=obs.view_watermark,
-        parent_summary_id=row.current_summary_id,
+        parent_summary_id=effective["summary_id"] if effective else None,
         policy_revision=ctx["policy_revision"],
         task_version=await repo.task_version(conn, ev.session_id),
         trigger_reasons=decision.fired,
@@ -208,7 +213,7 @@ async def _observe(
             LastAttempt(
                 obs.fingerprint,
                 obs.compressible_tokens,
-                totals.minus(row.baseline),
+                totals.minus(baseline),
                 obs.input_budget,
                 obs.required_tokens,
             )
@@ -267,7 +272,7 @@ async def _outcome(
     request = job["request"]
     decision = decide_commit(
         Dependencies(
-            row.current_summary_id,
+            await _effective_id(conn, ev.session_id, job["run_id"]),
             ctx["policy_revision"],
             await repo.task_version(conn, ev.session_id),
         ),
@@ -296,6 +301,8 @@ async def _outcome(
         lineage=job["lineage"],
         parent_summary_id=out.parent_summary_id,
         job_id=out.job_id,
+        view_run_id=job["run_id"],
+        view_through=await snapshot_boundary(conn, ev.session_id, job["run_id"]),
         source_watermark=out.source_watermark,
         covered_ranges=out.covered_ranges,
         covered_record_ids=list(out.covered_record_ids),
@@ -362,32 +369,31 @@ async def preempt(
     for r in rows:
         policy = validate_compaction(repo.policy_compaction(r["context_policy"]))
         estimate = r["fixed_overhead"] + r["view_tokens"]
+        sid, run_id = r["session_id"], r["active_run_id"]
+        through = await snapshot_boundary(conn, sid, run_id)
+        summary = await repo.effective_summary(conn, sid, run_id, through)
+        summary_id = summary["summary_id"] if summary else None
         state = CompactionState(
-            Counters(r["user_turns"], r["model_steps"]),
-            Counters(r["baseline_user_turns"], r["baseline_model_steps"]),
+            await repo.view_counters(conn, sid, run_id, through), repo.summary_baseline(summary)
         )
         probe = evaluate_triggers(
             state, policy, Observation(estimate, r["input_budget"], r["fixed_overhead"], 1, "probe")
         )
         if not probe.start_job:
             continue
-        sid, run_id = r["session_id"], r["active_run_id"]
         main = await conn.fetchval(
             "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", sid, run_id
         )
-        through = await snapshot_boundary(conn, sid, run_id)
         records = await inherited_records(conn, sid, through) + await thread_records(
             conn, sid, run_id, main, through
         )
-        summary = await repo.current_summary(conn, r["current_summary_id"])
         covered = set(summary["covered_record_ids"]) if summary else set()
         records = [x for x in records if x.record_id not in covered]
         keep = validate_policy(r["context_policy"]).recent_complete_groups
         compressible = select_prefix(build_groups(records), keep).compressible_tokens
         last_seq = records[-1].session_sequence if records else through
         fingerprint = hashlib.sha256(
-            f"pre:{last_seq}:{r['current_summary_id']}:{r['release_policy']}:"
-            f"{r['input_budget']}".encode()
+            f"pre:{last_seq}:{summary_id}:{r['release_policy']}:{r['input_budget']}".encode()
         ).hexdigest()[:32]
         obs = BudgetObservation(
             estimate,
@@ -396,7 +402,7 @@ async def preempt(
             r["fixed_overhead"],
             compressible,
             last_seq,
-            r["current_summary_id"],
+            summary_id,
             fingerprint,
             r["release_policy"],
         )
@@ -405,3 +411,9 @@ async def preempt(
         if req is not None:
             requests.append(req)
     return requests
+
+
+async def _effective_id(conn: asyncpg.Connection, session_id: str, run_id: str) -> str | None:
+    through = await snapshot_boundary(conn, session_id, run_id)
+    s = await repo.effective_summary(conn, session_id, run_id, through)
+    return str(s["summary_id"]) if s else None

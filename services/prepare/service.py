@@ -48,6 +48,7 @@ from services.core.tokens import CachedCounter
 from services.core.triggers import CompactionState, Counters, Observation, evaluate_triggers
 from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter
+from storage import compaction as repo
 
 
 def policy_revision(policy: dict[str, Any]) -> str:
@@ -220,7 +221,7 @@ class PrepareService:
         if not instance_id:
             async with self.pool.acquire() as conn:
                 instance_id = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
-        compaction = await self._compaction(sid)
+        compaction = await self._compaction(sid, run_id)
         summary = await self._summary(compaction["current_summary_id"] if compaction else None)
         rend, snap, report, messages = await self._assemble(
             sid, run_id, instance_id, rel, profile, tools, summary
@@ -236,7 +237,7 @@ class PrepareService:
             if fired and over and report.required <= report.input_budget:
                 # R9.7: over the hard budget nothing is sent; wait (bounded) for the job.
                 job_status = await self._wait_for_compaction(sid, obs_key)
-                compaction = await self._compaction(sid)
+                compaction = await self._compaction(sid, run_id)
                 summary = await self._summary(
                     compaction["current_summary_id"] if compaction else None
                 )
@@ -328,15 +329,27 @@ class PrepareService:
         messages.extend(rend.messages)
         return rend, snap, report, messages
 
-    async def _compaction(self, sid: str) -> dict[str, Any] | None:
-        r = await self.pool.fetchrow(
-            "SELECT c.current_summary_id, c.baseline_user_turns, c.baseline_model_steps,"
-            " c.last_attempt, c.active_job_id, s.user_turns, s.model_steps"
-            " FROM sessions s LEFT JOIN compaction_state c"
-            " ON c.session_id = s.session_id AND c.lineage = 'main' WHERE s.session_id=$1",
-            sid,
-        )
-        return dict(r) if r is not None else None
+    async def _compaction(self, sid: str, run_id: str) -> dict[str, Any]:
+        """This run's compaction view (R2.7): the newest summary its view may reuse, the
+        counters of its view and that summary's baseline, and any job in flight."""
+        async with self.pool.acquire() as conn:
+            snap = await self.views.snapshot(conn, sid, run_id)
+            through = snap.through_session_sequence
+            summary = await repo.effective_summary(conn, sid, run_id, through)
+            totals = await repo.view_counters(conn, sid, run_id, through)
+            active = await conn.fetchval(
+                "SELECT active_job_id FROM compaction_state WHERE session_id=$1 AND lineage='main'",
+                sid,
+            )
+        base = repo.summary_baseline(summary)
+        return {
+            "current_summary_id": summary["summary_id"] if summary else None,
+            "user_turns": totals.user_turns,
+            "model_steps": totals.model_steps,
+            "baseline_user_turns": base.user_turns,
+            "baseline_model_steps": base.model_steps,
+            "active_job_id": active,
+        }
 
     async def _summary(self, summary_id: str | None) -> SummaryView | None:
         if summary_id is None:

@@ -76,6 +76,7 @@ class ContextClient:
         self.http = httpx.AsyncClient(base_url=prepare_url, timeout=30.0)
         self.producer_name = producer_name
         self.host_id = host_id
+        self._resumes: dict[str, int] = {}
 
     async def __aenter__(self) -> ContextClient:
         await self.producer.start()
@@ -257,6 +258,24 @@ class ContextClient:
             )
         )
 
+    async def resume_run(self, run: RunHandle, reason: str | None = None) -> tuple[int, int]:
+        """R1.2/R2.5: continue an earlier run in its own thread, with its own snapshot.
+        Refused with ``run_active`` while another run is active (see ``event_outcome``).
+        Event keys count this client's resumes of the run; several clients resuming the
+        same run pass their own keys through ``append``."""
+        self._resumes[run.run_id] = self._resumes.get(run.run_id, 0) + 1
+        key = f"run_resumed:{run.run_id}:{self._resumes[run.run_id]}"
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.RUN_RESUMED,
+                Authority.HOST,
+                Content.text(""),
+                RunLifecyclePayload(reason),
+                key,
+            )
+        )
+
     async def finish_run(
         self, run: RunHandle, cancelled: bool = False, reason: str | None = None
     ) -> tuple[int, int]:
@@ -268,7 +287,7 @@ class ContextClient:
                 Authority.HOST,
                 Content.text(""),
                 RunLifecyclePayload(reason),
-                f"{kind}:{run.run_id}",
+                f"{kind}:{run.run_id}:{self._resumes.get(run.run_id, 0)}",
             )
         )
 

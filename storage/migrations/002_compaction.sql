@@ -80,6 +80,10 @@ CREATE TABLE summary_revisions (
     lineage             text NOT NULL,
     parent_summary_id   text,
     job_id              text NOT NULL UNIQUE,
+    -- The view that was compacted: main-thread records through view_through plus the
+    -- main thread of view_run_id (R2.7: reusable only where that view is a prefix).
+    view_run_id         text NOT NULL,
+    view_through        bigint NOT NULL,
     source_watermark    bigint NOT NULL,
     covered_ranges      jsonb NOT NULL,
     covered_record_ids  text[] NOT NULL,

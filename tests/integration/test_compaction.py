@@ -541,3 +541,103 @@ async def test_the_processor_compacts_pre_emptively_before_the_runtime_asks(
     view = await ctx.prepare(run)  # the summary is already there when the runtime asks
     assert view["dependency_versions"]["summary_id"] is not None
     assert view["budget"]["estimated_input"] <= view["budget"]["input_budget"]
+
+
+@pytest.mark.spec("R2.5", "R2.6", "R2.7", "R8.4", "R19")
+async def test_a_b_c_resume_a_and_compact_then_d_counts_correctly(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """A → B → C → resume A and compact → D: D misses neither B, C nor resumed A's new
+    records, counts B, C and resumed A's new steps, and does not take resumed A's
+    summary and baseline merely because they are the newest (R2.7)."""
+    session = await new_session(
+        ctx,
+        context_policy={
+            "recent_complete_groups": 1,
+            "compaction": {"context_ratio": None, "model_steps": 12},
+        },
+    )
+    sid = session["session_id"]
+    a = await question(ctx, session, "A", rounds=2)  # 4 steps
+    await ctx.finish_run(a)
+    for tag in ("B", "C"):  # 2 steps each
+        run = await question(ctx, session, tag)
+        await ctx.finish_run(run)
+    await ctx.resume_run(a)
+    for i in range(2):  # resumed A: 4 new steps; its view holds 8 steps, the session 12
+        await round_(ctx, a, f"A-new{i}")
+    resumed = await ctx.prepare(a)
+    texts = " ".join(m["content"] for m in resumed["messages"])
+    assert "Question B?" not in texts and "Question C?" not in texts  # R2.5
+    # Resumed A's view counts 8 steps: no compaction yet. One more round reaches 12
+    # only if B's and C's steps leaked into A's count — they must not.
+    await round_(ctx, a, "A-new2")
+    await ctx.prepare(a)
+    rows = await reports(db, sid, 2)
+    assert [r["values"]["model_steps"] for r in rows] == [8, 10]
+    await round_(ctx, a, "A-new3")
+    await ctx.prepare(a)  # 12 steps in A's view: compaction of A's view
+    (job,) = await settled(db, sid)
+    assert job["status"] == "committed"
+    rev = await db.fetchrow("SELECT * FROM summary_revisions WHERE job_id=$1", job["job_id"])
+    assert rev["view_run_id"] == a.run_id
+    assert rev["counter_baseline"] == {"user_turns": 1, "model_steps": 12}
+    await ctx.finish_run(a)
+    d = await question(ctx, session, "D")
+    seen = await ctx.prepare(d)
+    # Resumed A's summary covers A-new records that come after B and C: it is not an
+    # ordered prefix of D's history, so D does not reuse it (nor its baseline).
+    assert seen["dependency_versions"]["summary_id"] is None
+    contents = [m["content"] for m in seen["messages"]]
+    for q in ("Question A?", "Question B?", "Question C?", "Question D?"):
+        assert q in contents
+    ids = [i for m in seen["messages"] for i in m["record_ids"]]
+    assert len(ids) == len(set(ids))
+    a_new = {
+        r["record_id"]
+        for r in await db.fetch(
+            "SELECT record_id FROM records WHERE session_id=$1 AND run_id=$2"
+            " AND kind NOT IN ('run_resumed', 'run_finished') AND session_sequence >"
+            " (SELECT session_sequence FROM records WHERE session_id=$1 AND kind='run_resumed')",
+            sid,
+            a.run_id,
+        )
+    }
+    assert len(a_new) == 12 and a_new <= set(ids)  # 4 rounds x 3 records, none missed
+    last = (await reports(db, sid, 4))[-1]
+    # D counts A (4 + 8 new), B (2), C (2) and D (2) steps against baseline 0
+    assert last["counters"]["baseline"] == {"user_turns": 0, "model_steps": 0}
+    assert last["values"]["model_steps"] == 18
+
+
+@pytest.mark.spec("R2.6", "R8.4", "R19")
+async def test_a_new_run_inherits_the_baseline_and_a_resume_does_not_reset_it(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    sid = session["session_id"]
+    a = await question(ctx, session, "a", rounds=2)
+    await ctx.finish_run(a)
+    b = await question(ctx, session, "b")
+    await ctx.prepare(b)
+    (job,) = await settled(db, sid)
+    assert job["status"] == "committed"
+    baseline = (
+        await db.fetchrow(
+            "SELECT counter_baseline FROM summary_revisions WHERE job_id=$1", job["job_id"]
+        )
+    )["counter_baseline"]
+    await ctx.finish_run(b)
+    c = await question(ctx, session, "c")
+    seen_c = await ctx.prepare(c)
+    assert seen_c["dependency_versions"]["summary_id"] is not None  # inherited summary
+    await ctx.finish_run(c)
+    await ctx.resume_run(b)
+    await round_(ctx, b, "b-more")
+    await ctx.prepare(b)
+    rows = await reports(db, sid, 3)
+    assert rows[1]["counters"]["baseline"] == baseline  # the new run C inherits it
+    assert rows[2]["counters"]["baseline"] == baseline  # resuming B does not reset it
+    assert rows[1]["values"]["user_turns"] == 1  # only C since the last success
