@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # Per summary request: the segment budget and the output cap (R11.2).
     compaction_segment_tokens: int = 6000
     compaction_output_tokens: int = 800
+    # context.compact.before/after hooks (R14): comma-separated "module:factory" callables
+    # returning a CompactHook, loaded by the compaction service at start-up.
+    compaction_hooks: str = ""
     # Prepare waits this long for a compaction commit when the view is over the hard budget.
     compaction_wait_s: float = 20.0
     topic_partitions: int = 4

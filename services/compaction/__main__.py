@@ -8,6 +8,7 @@ a crash re-runs the job — which then finds its saved candidate (R15.3).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from schemas.errors import InvalidEvent
 from schemas.wire import decode_compaction_request
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
+from services.compaction.hooks import HookChain
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.core.tokens import CachedCounter, make_counter
@@ -42,6 +44,17 @@ def make_gateway(settings: Settings) -> SummaryGateway:
             settings.summarizer_timeout_s,
         )
     return ExtractiveSummarizer()
+
+
+def load_hooks(spec: str) -> HookChain:
+    """``module:factory`` entries; each factory returns a ``CompactHook``."""
+    hooks = []
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        module, _, attr = entry.partition(":")
+        hook = getattr(importlib.import_module(module), attr)()
+        log.info("compact hook %s@%s loaded from %s", hook.name, hook.version, entry)
+        hooks.append(hook)
+    return HookChain(tuple(hooks))
 
 
 async def run(settings: Settings) -> None:
@@ -77,6 +90,7 @@ async def run(settings: Settings) -> None:
             settings.summarizer_timeout_s * 3,
             crash_after_save=os.environ.get("ALC_FAULT_CRASH_AFTER_SAVE") == "1",
         ),
+        load_hooks(settings.compaction_hooks),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

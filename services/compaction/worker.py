@@ -27,6 +27,7 @@ from services.compaction.contracts import (
     SummaryRequest,
 )
 from services.compaction.gateway import InvalidSummary, SummarizerFailed, SummaryGateway
+from services.compaction.hooks import AfterCompact, BeforeCompact, HookChain
 from services.compaction.validate import validate_draft
 from services.core.assembly import RecordView
 from services.core.policy import validate_policy
@@ -56,7 +57,9 @@ class CompactionWorker:
         gateway: SummaryGateway,
         counter: CachedCounter,
         config: WorkerConfig,
+        hooks: HookChain | None = None,
     ) -> None:
+        self.hooks = hooks or HookChain()
         self.pool = pool
         self.producer = producer
         self.gateway = gateway
@@ -143,9 +146,29 @@ class CompactionWorker:
                 req.session_id,
             )
         keep_recent = validate_policy(policy_raw).recent_complete_groups
+        output_tokens = self.config.output_tokens
         covered_before = set(parent["covered_record_ids"]) if parent else set()
         records = [r for r in records if r.record_id not in covered_before]
-        selection = select_prefix(build_groups(records), keep_recent=keep_recent)
+        pinned = _active_skills(records)  # active skill loads stay verbatim (R11.1, R12.3)
+        groups = build_groups(records)
+        selection = select_prefix(groups, keep_recent=keep_recent, pinned=pinned)
+        if selection.covered and self.hooks.hooks:
+            try:
+                before = await self.hooks.before(
+                    BeforeCompact(
+                        req.session_id,
+                        req.run_id,
+                        tuple(i for g in selection.covered for i in g.record_ids),
+                        req.trigger_reasons,
+                    )
+                )
+            except Exception as exc:  # a hook's failure never changes the view
+                return failed("hooks", f"compact_before_failed:{type(exc).__name__}")
+            selection = select_prefix(
+                groups, keep_recent=keep_recent, pinned=pinned | before.keep_record_ids
+            )
+            if before.max_output_tokens:
+                output_tokens = min(output_tokens, before.max_output_tokens)
         if not selection.covered:
             return failed(
                 "select", selection.deferral_reason or "nothing_compressible", status="deferred"
@@ -165,14 +188,14 @@ class CompactionWorker:
             try:
                 result = await asyncio.wait_for(
                     self.gateway.summarize(
-                        SummaryRequest(items, previous, self.config.output_tokens, f"{op_id}:{i}")
+                        SummaryRequest(items, previous, output_tokens, f"{op_id}:{i}")
                     ),
                     self.config.call_timeout_s,
                 )
                 validate_draft(
                     result.draft,
                     frozenset(i.record_id for i in items),
-                    self.config.output_tokens * 6,
+                    output_tokens * 6,
                 )
             except InvalidSummary as exc:
                 return failed("validate", f"invalid_summary:{exc.details.get('reason')}", calls)
@@ -181,6 +204,13 @@ class CompactionWorker:
             drafts.append(result.draft)
         covered: list[Group] = [g for s in segments for g in s.groups]
         merged = _merge(parent["summary"] if parent else None, drafts)
+        if self.hooks.hooks:
+            try:
+                merged = await self.hooks.after(AfterCompact(req.session_id, req.run_id, merged))
+            except InvalidSummary as exc:
+                return failed("hooks", f"invalid_summary:{exc.details.get('reason')}", calls)
+            except Exception as exc:
+                return failed("hooks", f"compact_after_failed:{type(exc).__name__}", calls)
         text = merged.text()
         new_ids = [i for g in covered for i in g.record_ids]
         covered_tokens = sum(g.tokens for g in covered) + (
@@ -286,3 +316,20 @@ def _outcome_of(data: bytes) -> CompactionOutcome:
     body = decode_control(data).body
     assert isinstance(body, CompactionOutcome)
     return body
+
+
+def _active_skills(records: list[RecordView]) -> frozenset[str]:
+    """Records of skills still active: their load results and activations are pinned, so
+    a compaction never removes the instructions the agent is working under."""
+    active: dict[str, set[str]] = {}
+    for r in records:
+        p = r.payload
+        if r.kind == "resource_activation" and p.get("resource_kind") == "skill":
+            ids = active.setdefault(str(p.get("resource_id")), set())
+            if p.get("active", True):
+                ids.add(r.record_id)
+            else:
+                active.pop(str(p.get("resource_id")), None)
+        elif r.kind == "tool_outcome" and p.get("skill"):
+            active.setdefault(str(p["skill"].get("name")), set()).add(r.record_id)
+    return frozenset(i for ids in active.values() for i in ids)

@@ -1,0 +1,89 @@
+"""R14: context.compact.before may narrow the range; after may patch text only."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from services.compaction.contracts import Fact, SummaryDraft
+from services.compaction.gateway import InvalidSummary
+from services.compaction.hooks import (
+    AfterCompact,
+    BeforeCompact,
+    BeforeDecision,
+    HookChain,
+    check_text_only,
+)
+
+DRAFT = SummaryDraft(
+    (Fact("a happened", ("r1",)),), (), (Fact("b failed", ("r2",)),), (), ("src/x.py",), ()
+)
+
+
+class Hook:
+    def __init__(
+        self,
+        keep: frozenset[str] = frozenset(),
+        patch: object = None,
+        sleep: float = 0.0,
+        max_out: int | None = None,
+    ) -> None:
+        self.name, self.version, self.timeout_s = "h", "1", 0.2
+        self.keep, self.patch, self.sleep, self.max_out = keep, patch, sleep, max_out
+
+    async def before(self, ctx: BeforeCompact) -> BeforeDecision:
+        await asyncio.sleep(self.sleep)
+        return BeforeDecision(self.keep, self.max_out)
+
+    async def after(self, ctx: AfterCompact) -> SummaryDraft:
+        return self.patch(ctx.draft) if callable(self.patch) else ctx.draft
+
+
+CTX = BeforeCompact("s", "r", ("r1", "r2", "r3"), ("user_turns",))
+
+
+@pytest.mark.spec("R14")
+async def test_before_narrows_only_within_the_candidates_and_takes_the_tightest_output() -> None:
+    chain = HookChain((Hook(frozenset({"r2", "zz"}), max_out=300), Hook(max_out=200)))
+    d = await chain.before(CTX)
+    assert d.keep_record_ids == {"r2"} and d.max_output_tokens == 200
+
+
+@pytest.mark.spec("R14")
+async def test_after_may_reword_statements() -> None:
+    reword = Hook(
+        patch=lambda d: dataclasses.replace(
+            d, verified_facts=(Fact("A happened (reviewed)", ("r1",)),)
+        )
+    )
+    out = await HookChain((reword,)).after(AfterCompact("s", "r", DRAFT))
+    assert out.verified_facts[0].statement == "A happened (reviewed)"
+
+
+@pytest.mark.spec("R14", "R11.4")
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda d: dataclasses.replace(d, verified_facts=()),
+        lambda d: dataclasses.replace(d, failures=(Fact("b failed", ("r9",)),)),
+        lambda d: dataclasses.replace(d, work_artifact_refs=()),
+        lambda d: dataclasses.replace(d, decisions=(Fact("new decision", ("r1",)),)),
+    ],
+)
+async def test_after_may_not_change_facts_sources_or_artifacts(change: object) -> None:
+    with pytest.raises(InvalidSummary) as err:
+        await HookChain((Hook(patch=change),)).after(AfterCompact("s", "r", DRAFT))
+    assert err.value.details["reason"] == "hook_changed_structure"
+
+
+@pytest.mark.spec("R14")
+async def test_a_slow_hook_times_out() -> None:
+    with pytest.raises(TimeoutError):
+        await HookChain((Hook(sleep=1.0),)).before(CTX)
+
+
+def test_check_text_only_accepts_identical_structure() -> None:
+    check_text_only(DRAFT, DRAFT, "h")
+    assert HookChain((Hook(),)).versions() == ("h@1",)
