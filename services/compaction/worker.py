@@ -38,6 +38,7 @@ from storage.threads import inherited_records, snapshot_boundary, thread_records
 
 log = logging.getLogger("agentloom.compaction")
 OVERSIZED_CHARS = 2_000  # an oversized group's records are shown clipped, by reference
+THREAD_CACHE = 64  # threads whose views stay cached between jobs
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class CompactionWorker:
         hooks: HookChain | None = None,
     ) -> None:
         self.hooks = hooks or HookChain()
+        # (session, run, instance) -> (view records, watermark read up to); insertion
+        # order doubles as LRU order.
+        self._threads: dict[tuple[str, str, str], tuple[list[RecordView], int]] = {}
         self.pool = pool
         self.producer = producer
         self.gateway = gateway
@@ -234,12 +238,31 @@ class CompactionWorker:
         )
 
     async def _records(self, conn: asyncpg.Connection, req: CompactionRequest) -> list[RecordView]:
-        through = await snapshot_boundary(conn, req.session_id, req.run_id)
-        inherited = await inherited_records(conn, req.session_id, through)
-        own = await thread_records(
-            conn, req.session_id, req.run_id, req.instance_id, through, req.view_watermark
+        """The job's view up to its watermark. A thread's view only grows (the inherited
+        part is fixed by the run's snapshot), so a per-thread cache is extended with the
+        records committed since the previous job instead of being read again."""
+        key = (req.session_id, req.run_id, req.instance_id)
+        cached = self._threads.pop(key, None)
+        if cached is None or cached[1] > req.view_watermark:
+            through = await snapshot_boundary(conn, req.session_id, req.run_id)
+            records = await inherited_records(conn, req.session_id, through)
+            cached = (records, through)
+        records, seen = cached
+        records = records + await thread_records(
+            conn, req.session_id, req.run_id, req.instance_id, seen, req.view_watermark
         )
-        return inherited + own
+        self._threads[key] = (records, req.view_watermark)
+        while len(self._threads) > THREAD_CACHE:
+            self._threads.pop(next(iter(self._threads)))
+        return records
+
+
+_ROLES = {
+    "user_input": "user",
+    "supplement": "user",
+    "assistant_message": "assistant",
+    "tool_outcome": "tool",
+}
 
 
 def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]:
@@ -256,12 +279,7 @@ def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]
                     f" {rid}, {len(r.text)} chars]"
                 )
             p = r.payload
-            role = {
-                "user_input": "user",
-                "supplement": "user",
-                "assistant_message": "assistant",
-                "tool_outcome": "tool",
-            }.get(r.kind, "system")
+            role = _ROLES.get(r.kind, "system")
             calls = p.get("tool_calls") or []
             out.append(
                 SourceItem(

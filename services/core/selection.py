@@ -49,48 +49,58 @@ class Selection:
 _KIND = {"user_input": "user", "supplement": "user", "child_result": "material"}
 
 
+_INTERACTION = frozenset({"assistant_message", "tool_call", "tool_outcome"})
+
+
 def build_groups(records: Sequence[RecordView]) -> list[Group]:
-    """Group records (session order) into message groups, ordered by first sequence."""
-    groups: list[Group] = []
-    open_calls: dict[str, int] = {}  # call_id -> index of its group in ``members``
-    members: list[list[RecordView]] = []
-    pending: list[set[str]] = []
+    """Group records (session order) into message groups, ordered by first sequence.
+
+    One pass with per-group accumulators: it runs over whole histories (100k tokens,
+    thousands of records) on every compaction job and pre-emptive check."""
+    open_calls: dict[str, int] = {}  # call_id -> index of its group
+    ids: list[list[str]] = []
+    first: list[RecordView] = []
+    last_seq: list[int] = []
+    tokens: list[int] = []
+    waiting: list[int] = []  # results still missing per group
     for rec in records:
-        calls = rec.payload.get("tool_calls") or [] if rec.kind == "assistant_message" else []
-        call_id = rec.payload.get("call_id")
-        if rec.kind == "tool_outcome" and call_id in open_calls:
-            i = open_calls.pop(call_id)
-            members[i].append(rec)
-            pending[i].discard(call_id)
-            continue
-        if rec.kind == "tool_call" and call_id in open_calls:
-            members[open_calls[call_id]].append(rec)
-            continue
-        members.append([rec])
-        ids = {c["call_id"] for c in calls}
-        if rec.kind == "tool_call" and call_id:
-            ids = {call_id}
-        pending.append(set(ids))
-        for cid in ids:
-            open_calls[cid] = len(members) - 1
-    for recs, waiting in zip(members, pending, strict=True):
-        first = recs[0]
-        kind = (
-            "interaction"
-            if first.kind in ("assistant_message", "tool_call", "tool_outcome")
-            else _KIND.get(first.kind, "state")
+        kind = rec.kind
+        payload = rec.payload
+        if kind == "tool_outcome" or kind == "tool_call":
+            call_id: str = payload.get("call_id") or ""
+            i = open_calls.get(call_id) if call_id else None
+            if i is not None:
+                if kind == "tool_outcome":
+                    del open_calls[call_id]
+                    waiting[i] -= 1
+                ids[i].append(rec.record_id)
+                last_seq[i] = max(last_seq[i], rec.session_sequence)
+                tokens[i] += rec.token_count
+                continue
+        n = len(ids)
+        ids.append([rec.record_id])
+        first.append(rec)
+        last_seq.append(rec.session_sequence)
+        tokens.append(rec.token_count)
+        calls: list[str] = []
+        if kind == "assistant_message":
+            calls = [c["call_id"] for c in payload.get("tool_calls") or ()]
+        elif kind == "tool_call" and payload.get("call_id"):
+            calls = [payload["call_id"]]
+        waiting.append(len(set(calls)))
+        for cid in calls:
+            open_calls[cid] = n
+    return [
+        Group(
+            tuple(ids[i]),
+            f.session_sequence,
+            last_seq[i],
+            tokens[i],
+            "interaction" if f.kind in _INTERACTION else _KIND.get(f.kind, "state"),
+            waiting[i] == 0,
         )
-        groups.append(
-            Group(
-                record_ids=tuple(r.record_id for r in recs),
-                first_sequence=first.session_sequence,
-                last_sequence=max(r.session_sequence for r in recs),
-                tokens=sum(r.token_count for r in recs),
-                kind=kind,
-                complete=not waiting,
-            )
-        )
-    return groups
+        for i, f in enumerate(first)
+    ]
 
 
 def select_prefix(
