@@ -38,8 +38,9 @@ test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XM
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
-bench: up ## Benchmarks: ingest throughput, prepare latency, raw ceilings (table + JSON)
+bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost (tables + JSON in build/bench)
 	@$(PY) -m benchmarks.run
+	@$(PY) -m benchmarks.compaction
 
 clean: down ## Stop the stack and remove local state (.state, build)
 	rm -rf .state build
