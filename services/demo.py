@@ -10,11 +10,14 @@ what the model saw.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+import asyncpg
 
 from schemas.contracts import SkillRef, ToolStatus
 from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
@@ -208,7 +211,94 @@ async def run_session(settings: Settings, prepare_url: str) -> None:
         if dupes:
             raise SystemExit("demo failed: a record appeared twice in Run C")
         await c.finish_run(cr)
+        await compaction_session(c, settings, out)
     print(f"\ndemo finished: {out.calls} model calls prepared through Kafka + PostgreSQL")
+
+
+async def compaction_session(c: ContextClient, settings: Settings, out: Printer) -> None:
+    """Part 2: proactive compaction. A release whose policy compacts every 2 questions;
+    the compaction service summarizes the old prefix and the processor commits it."""
+    print("\n══ part 2: proactive compaction (policy: every 2 questions, keep 1 recent group)")
+    rel = await c.register_release(
+        **{
+            **RELEASE,
+            "agent_id": "demo-compacting-assistant",
+            "context_policy": {"recent_complete_groups": 1, "compaction": {"user_turns": 2}},
+        }
+    )
+    session = await c.open_session("demo-space", "demo-user", rel["release_id"])
+    run = None
+    for q, path in enumerate(("storage/ingest.py", "streams/planning.py", "services/bus.py")):
+        run = await c.start_run(session)
+        await c.append_user(run, f"Review {path} for error handling.", f"k{q}-q")
+        await c.append_model_result(
+            run,
+            f"Reading {path}.",
+            f"k{q}-m1",
+            [(f"k{q}-c", "read_file", json.dumps({"path": path}))],
+        )
+        body = "\n".join(f"{path}:{i}: def step_{i}(): ...  # handles case {i}" for i in range(40))
+        await c.append_tool_outcome(run, f"k{q}-c", "read_file", body)
+        await c.append_model_result(run, f"{path} handles its errors.", f"k{q}-m2")
+        await c.prepare(run)  # each action prepare is a trigger check
+        if q < 2:
+            await c.finish_run(run)
+    assert run is not None
+    conn = await asyncpg.connect(settings.pg_dsn)
+    try:
+        for _ in range(300):  # jobs run in the compaction service; wait for them
+            checked = await conn.fetchval(
+                "SELECT count(*) FROM trigger_reports WHERE session_id=$1"
+                " AND event_key LIKE 'obs:%'",
+                session["session_id"],
+            )
+            running = await conn.fetchval(
+                "SELECT count(*) FROM compaction_jobs WHERE session_id=$1 AND status = 'requested'",
+                session["session_id"],
+            )
+            if checked >= 3 and running == 0:  # all three checks seen, no job running
+                break
+            await asyncio.sleep(0.1)
+        jobs = await conn.fetch(
+            "SELECT status, reason FROM compaction_jobs WHERE session_id=$1 ORDER BY created_at",
+            session["session_id"],
+        )
+        rev = await conn.fetchrow(
+            "SELECT summary_id, covered_tokens, summary_tokens, budget_before, budget_after,"
+            " target_reached, trigger_reasons, counter_baseline FROM summary_revisions"
+            " WHERE session_id=$1 ORDER BY created_at DESC LIMIT 1",
+            session["session_id"],
+        )
+        reports = await conn.fetch(
+            "SELECT decision, reason, fired FROM trigger_reports"
+            " WHERE session_id=$1 ORDER BY report_id",
+            session["session_id"],
+        )
+    finally:
+        await conn.close()
+    print(
+        "   jobs: "
+        + ", ".join(j["status"] + (f" ({j['reason']})" if j["reason"] else "") for j in jobs)
+    )
+    print(
+        "   trigger checks: "
+        + ", ".join(
+            f"{r['decision']}{'(' + ','.join(r['fired']) + ')' if r['fired'] else ''}"
+            for r in reports
+        )
+    )
+    if rev is None:
+        raise SystemExit("demo failed: no summary was committed")
+    print(
+        f"   committed {rev['summary_id']} ({', '.join(rev['trigger_reasons'])}):"
+        f" {rev['covered_tokens']} tokens of history -> {rev['summary_tokens']} tokens;"
+        f" budget {rev['budget_before']} -> {rev['budget_after']};"
+        f" baseline now {rev['counter_baseline']}"
+    )
+    out.model_call(
+        "question 3 after compaction (summary + recent records)", run, await c.prepare(run)
+    )
+    await c.finish_run(run)
 
 
 def _check_run_b(prepared: dict[str, Any]) -> None:
