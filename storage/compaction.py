@@ -232,9 +232,10 @@ async def view_counters(
     main threads in it — rebuilt from unique records, never by adding up runs (R2.6).
     The run's view is the whole session unless a later run exists (a resumed old run);
     only then is it counted record by record."""
+    # A run started after this one's snapshot: only then is this view not the whole
+    # session (runs is small; the records after a snapshot may be many).
     later = await conn.fetchval(
-        "SELECT 1 FROM records WHERE session_id=$1 AND session_sequence > $2"
-        " AND run_id IS DISTINCT FROM $3 LIMIT 1",
+        "SELECT 1 FROM runs WHERE session_id=$1 AND started_sequence > $2 AND run_id <> $3 LIMIT 1",
         session_id,
         through,
         run_id,

@@ -72,6 +72,8 @@ class PrepareService:
     _releases: dict[str, dict[str, Any]] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
     _summaries: dict[str, SummaryView] = field(default_factory=dict)
+    _summary_rows: dict[str, Any] = field(default_factory=dict)
+    _compatible: dict[tuple[str, str], bool] = field(default_factory=dict)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     # --- releases (R1.4, R17) -----------------------------------------------------------
@@ -331,16 +333,32 @@ class PrepareService:
 
     async def _compaction(self, sid: str, run_id: str) -> dict[str, Any]:
         """This run's compaction view (R2.7): the newest summary its view may reuse, the
-        counters of its view and that summary's baseline, and any job in flight."""
+        counters of its view and that summary's baseline, and any job in flight.
+
+        One round trip in the common case: summary rows and "may run R reuse summary S"
+        are immutable facts and cached; only a resumed old run counts record by record."""
         async with self.pool.acquire() as conn:
             snap = await self.views.snapshot(conn, sid, run_id)
             through = snap.through_session_sequence
-            summary = await repo.effective_summary(conn, sid, run_id, through)
-            totals = await repo.view_counters(conn, sid, run_id, through)
-            active = await conn.fetchval(
-                "SELECT active_job_id FROM compaction_state WHERE session_id=$1 AND lineage='main'",
+            r = await conn.fetchrow(
+                "SELECT s.user_turns, s.model_steps, c.current_summary_id, c.active_job_id,"
+                " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
+                "   AND x.started_sequence > $2 AND x.run_id <> $3) AS later"
+                " FROM sessions s LEFT JOIN compaction_state c"
+                " ON c.session_id = s.session_id AND c.lineage = 'main'"
+                " WHERE s.session_id = $1",
                 sid,
+                through,
+                run_id,
             )
+            if r is None:
+                raise NotFound(f"session {sid} not found")
+            totals = (
+                await repo.view_counters(conn, sid, run_id, through)
+                if r["later"]
+                else Counters(r["user_turns"], r["model_steps"])
+            )
+            summary = await self._effective(conn, sid, run_id, through, r["current_summary_id"])
         base = repo.summary_baseline(summary)
         return {
             "current_summary_id": summary["summary_id"] if summary else None,
@@ -348,8 +366,28 @@ class PrepareService:
             "model_steps": totals.model_steps,
             "baseline_user_turns": base.user_turns,
             "baseline_model_steps": base.model_steps,
-            "active_job_id": active,
+            "active_job_id": r["active_job_id"],
         }
+
+    async def _effective(
+        self, conn: asyncpg.Connection, sid: str, run_id: str, through: int, summary_id: str | None
+    ) -> Any:
+        while summary_id is not None:
+            row = self._summary_rows.get(summary_id)
+            if row is None:
+                row = await repo.current_summary(conn, summary_id)
+                if row is None:
+                    return None
+                self._summary_rows[summary_id] = row
+            key = (summary_id, run_id)
+            ok = self._compatible.get(key)
+            if ok is None:
+                ok = await repo.compatible(conn, row, sid, run_id, through)
+                self._compatible[key] = ok
+            if ok:
+                return row
+            summary_id = row["parent_summary_id"]
+        return None
 
     async def _summary(self, summary_id: str | None) -> SummaryView | None:
         if summary_id is None:
