@@ -380,8 +380,13 @@ async def _grow_view_tokens(
             continue  # child threads have views of their own
         grow[st.session_id] = grow.get(st.session_id, 0) + nr.incoming.token_count + _ENVELOPE
     if grow:
-        await conn.executemany(
-            "UPDATE compaction_state SET view_tokens = view_tokens + $2"
-            " WHERE session_id=$1 AND lineage='main'",
-            sorted(grow.items()),
+        # One statement for the whole batch: most sessions have no compaction state yet
+        # (no prepare seen), and a per-session UPDATE would cost a round trip each.
+        sids, tokens = zip(*sorted(grow.items()), strict=True)
+        await conn.execute(
+            "UPDATE compaction_state c SET view_tokens = c.view_tokens + d.t"
+            " FROM unnest($1::text[], $2::bigint[]) AS d(sid, t)"
+            " WHERE c.session_id = d.sid AND c.lineage = 'main'",
+            list(sids),
+            list(tokens),
         )
