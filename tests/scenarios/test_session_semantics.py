@@ -1,0 +1,147 @@
+"""SPEC R19 session scenarios that the foundation already carries (issue 5 builds on
+them): threads per question, full inheritance exactly once, failures and cancellations
+inherited, interrupted calls never replayed, old runs resumed without later questions."""
+
+from __future__ import annotations
+
+import json
+
+import asyncpg
+import pytest
+
+from schemas.contracts import ToolStatus
+from services.sdk.client import ContextClient, RunHandle
+from tests.support.flows import client, new_session, wait_committed
+from tests.support.services import Services
+
+pytestmark = pytest.mark.integration
+
+
+async def _round(
+    c: ContextClient, run: RunHandle, tag: str, status: ToolStatus = ToolStatus.OK
+) -> None:
+    await c.append_model_result(
+        run, f"step {tag}", f"{tag}-m", [(f"{tag}-c", "search", json.dumps({"q": tag}))]
+    )
+    await c.append_tool_outcome(run, f"{tag}-c", "search", f"result of {tag}", status)
+
+
+@pytest.mark.spec("R1.1", "R19")
+async def test_many_loops_of_one_question_keep_the_thread(services: Services) -> None:
+    async with client(services) as c:
+        session = await new_session(c)
+        run = await c.start_run(session)
+        await c.append_user(run, "one question", "q")
+        seen = set()
+        for i in range(5):  # five model/tool loops of the same question
+            await _round(c, run, f"loop{i}")
+            p = await c.prepare(run)
+            seen.add((p["run_id"], p["instance_id"]))
+    assert seen == {(run.run_id, run.instance_id)}
+
+
+@pytest.mark.spec("R1.1", "R2.2", "R2.3", "R19")
+async def test_a_new_question_gets_a_new_thread_with_the_full_history(services: Services) -> None:
+    async with client(services) as c:
+        session = await new_session(c)
+        first = await c.start_run(session)
+        await c.append_user(first, "first", "q1")
+        await _round(c, first, "a")
+        await c.append_model_result(first, "answer one", "a-final")
+        await c.finish_run(first)
+        second = await c.start_run(session)
+        await c.append_user(second, "second", "q2")
+        p = await c.prepare(second)
+    assert (second.run_id, second.instance_id) != (first.run_id, first.instance_id)
+    contents = [m["content"] for m in p["messages"]]
+    assert contents[1:] == ["first", "step a", "result of a", "answer one", "second"]
+
+
+@pytest.mark.spec("R2.2", "R2.4", "R19")
+async def test_failed_and_cancelled_records_are_inherited_and_old_calls_never_replayed(
+    services: Services,
+) -> None:
+    async with client(services) as c:
+        session = await new_session(c)
+        a = await c.start_run(session)
+        await c.append_user(a, "try things", "qa")
+        await _round(c, a, "bad", ToolStatus.ERROR)
+        await c.append_model_result(
+            a, "now a slow call", "slow-m", [("slow-c", "crawl", '{"site": "example"}')]
+        )
+        await c.finish_run(a, cancelled=True, reason="user stopped")  # slow-c never answered
+        b = await c.start_run(session)
+        await c.append_user(b, "what happened?", "qb")
+        p = await c.prepare(b)
+    msgs = p["messages"]
+    assert any(m.get("status") == "error" and m["content"] == "result of bad" for m in msgs)
+    unknown = [m for m in msgs if m["block"] == "state" and "slow-c" in m["content"]]
+    assert unknown and "result unknown" in unknown[0]["content"]
+    assert any("cancelled" in m["content"] for m in msgs if m["block"] == "state")
+    # never replayed, never given a made-up result: no tool message, no open call
+    assert not any(m.get("tool_call_id") == "slow-c" for m in msgs)
+    assert not any(c_["id"] == "slow-c" for m in msgs for c_ in m.get("tool_calls", []))
+
+
+@pytest.mark.spec("R2.3", "R3.1", "R19")
+async def test_seven_questions_in_a_row_never_duplicate_and_keep_the_first_sources(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    async with client(services) as c:
+        session = await new_session(c)
+        for q in range(7):
+            run = await c.start_run(session)
+            await c.append_user(run, f"question {q}", f"q{q}")
+            await _round(c, run, f"r{q}")
+            await c.append_model_result(run, f"answer {q}", f"r{q}-final")
+            p = await c.prepare(run)
+            ids = [i for m in p["messages"] for i in m["record_ids"]]
+            assert len(ids) == len(set(ids))  # each source exactly once, every round
+            await c.finish_run(run)
+        first = await db.fetch(
+            "SELECT record_id FROM records WHERE session_id=$1 AND event_key LIKE 'r0%'",
+            session["session_id"],
+        )
+        assert {r["record_id"] for r in first} <= set(ids)  # round 1 still there, verbatim
+        for r in first:  # ... and readable back by id
+            back = await c.read_record(session["session_id"], r["record_id"])
+            assert back["record_id"] == r["record_id"]
+
+
+@pytest.mark.spec("R1.2", "R2.5", "R19")
+async def test_resuming_an_old_run_mixes_in_no_later_question_and_is_idempotent(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    async with client(services) as c:
+        session = await new_session(c)
+        a = await c.start_run(session)
+        await c.append_user(a, "question A", "qa")
+        await c.finish_run(a)
+        b = await c.start_run(session)
+        await c.append_user(b, "question B", "qb")
+        await c.finish_run(b)
+        p1, o1 = await c.resume_run(a)
+        # the same resume delivered twice (e.g. a retried publish) changes nothing
+        again = await c.append(c._event(a, *_resume_parts(c, a)))
+        await wait_committed(db, services, {p1: max(o1, again[1])})
+        view = await c.prepare(a)
+        contents = [m["content"] for m in view["messages"]]
+        assert "question A" in contents and "question B" not in contents
+        resumes = await db.fetchval(
+            "SELECT count(*) FROM records WHERE session_id=$1 AND kind='run_resumed'",
+            session["session_id"],
+        )
+        assert resumes == 1
+        assert view["instance_id"] == a.instance_id  # the original thread (R1.2)
+
+
+def _resume_parts(c: ContextClient, run: RunHandle) -> tuple:  # type: ignore[type-arg]
+    from schemas.contracts import Authority, Content, RecordKind, RunLifecyclePayload
+
+    return (
+        RecordKind.RUN_RESUMED,
+        Authority.HOST,
+        Content.text(""),
+        RunLifecyclePayload(),
+        f"run_resumed:{run.run_id}:{c._resumes[run.run_id]}",
+    )
