@@ -23,7 +23,7 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.contracts import ToolStatus
 from schemas.wire import encode_event
-from services.launcher import PROCESSOR_READY, Proc
+from services.launcher import Proc, service_set
 from services.sdk.client import ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics
@@ -318,22 +318,10 @@ def main() -> None:
     asyncio.run(ensure_topics(s))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = OUT / f"logs-{tag}"
-    prepare = Proc(
-        "prepare",
-        [sys.executable, "-m", "services.prepare"],
-        env,
-        logs,
-        health_url=f"http://127.0.0.1:{s.prepare_port}/healthz",
-        cwd=REPO,
+    procs = service_set(
+        {**env, "ALC_LOG_LEVEL": "INFO"}, logs, REPO, "127.0.0.1", s.prepare_port, sys.executable
     )
-    processor = Proc(
-        "processor",
-        [sys.executable, "-m", "streams"],
-        {**env, "ALC_LOG_LEVEL": "INFO"},
-        logs,
-        ready_line=PROCESSOR_READY,
-        cwd=REPO,
-    )
+    prepare, processor = procs.prepare, procs.processor
     try:
         prepare.start()
         processor.start()

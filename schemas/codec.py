@@ -83,9 +83,8 @@ def encode(file_name: str, record: dict[str, Any]) -> bytes:
     return buf.getvalue()
 
 
-def writer_name(data: bytes) -> str:
-    """The record name of the writer schema of single-object bytes (for topics that carry
-    more than one record type, like ctx.records with ContextEvent and ControlEvent)."""
+def _writer(data: bytes) -> AvroSchema:
+    """The writer schema named by the single-object header."""
     _ensure_registered()
     if len(data) < HEADER_LEN or data[:2] != MAGIC:
         raise InvalidEvent("not Avro single-object encoded", reason_code="bad_header")
@@ -96,21 +95,18 @@ def writer_name(data: bytes) -> str:
             reason_code="unknown_schema",
             fingerprint=data[2:HEADER_LEN].hex(),
         )
-    return writer.name
+    return writer
+
+
+def writer_name(data: bytes) -> str:
+    """The record name of the writer schema of single-object bytes (for topics that carry
+    more than one record type, like ctx.records with ContextEvent and ControlEvent)."""
+    return _writer(data).name
 
 
 def decode(file_name: str, data: bytes) -> dict[str, Any]:
     """Decode single-object bytes into a dict of the reader schema ``file_name``."""
-    _ensure_registered()
-    if len(data) < HEADER_LEN or data[:2] != MAGIC:
-        raise InvalidEvent("not Avro single-object encoded", reason_code="bad_header")
-    writer = _WRITERS.get(data[2:HEADER_LEN])
-    if writer is None:
-        raise UnknownSchema(
-            "writer schema fingerprint unknown",
-            reason_code="unknown_schema",
-            fingerprint=data[2:HEADER_LEN].hex(),
-        )
+    writer = _writer(data)
     reader = schema(file_name)
     if writer.name != reader.name:
         raise InvalidEvent(

@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 
 from schemas.contracts import SkillRef, ToolStatus
-from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
+from services.launcher import service_set
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
 
@@ -329,47 +329,22 @@ def main() -> None:
     repo = Path(__file__).resolve().parents[1]
     logs = repo / ".state" / "logs" / f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    processor = Proc(
-        "processor",
-        [sys.executable, "-m", "streams"],
-        env,
-        logs,
-        ready_line=PROCESSOR_READY,
-        cwd=repo,
-    )
-    prepare = Proc(
-        "prepare",
-        [sys.executable, "-m", "services.prepare"],
-        env,
-        logs,
-        health_url=f"http://{settings.prepare_host}:{settings.prepare_port}/healthz",
-        cwd=repo,
-    )
-    compaction = Proc(
-        "compaction",
-        [sys.executable, "-m", "services.compaction"],
-        env,
-        logs,
-        ready_line=COMPACTION_READY,
-        cwd=repo,
+    procs = service_set(
+        env, logs, repo, settings.prepare_host, settings.prepare_port, sys.executable
     )
     print(
         f"[demo] starting Prepare, the session processor and the compaction service"
         f" (logs in {logs})"
     )
     try:
-        prepare.start()
-        processor.start()
-        compaction.start()
+        procs.start()
         print("[demo] services ready")
         asyncio.run(
             run_session(settings, f"http://{settings.prepare_host}:{settings.prepare_port}")
         )
     finally:
         print("[demo] stopping services")
-        prepare.stop()
-        compaction.stop()
-        processor.stop()
+        procs.stop()
 
 
 if __name__ == "__main__":

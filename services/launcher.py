@@ -81,3 +81,47 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait(5)
+
+
+@dataclass
+class ServiceSet:
+    """Our three processes, started in dependency order: Prepare applies migrations and
+    creates the topics, so the processor and the compaction service join their groups
+    with the partitions already there."""
+
+    prepare: Proc
+    processor: Proc
+    compaction: Proc
+
+    def start(self, with_compaction: bool = True) -> None:
+        self.prepare.start()
+        self.processor.start()
+        if with_compaction:
+            self.compaction.start()
+
+    def stop(self) -> None:
+        self.prepare.stop()
+        self.compaction.stop()
+        self.processor.stop()
+
+
+def service_set(
+    env: dict[str, str],
+    log_dir: Path,
+    cwd: Path,
+    prepare_host: str,
+    prepare_port: int | str,
+    python: str,
+) -> ServiceSet:
+    def proc(name: str, module: str, **ready: str) -> Proc:
+        return Proc(name, [python, "-m", module], env, log_dir, cwd=cwd, **ready)  # type: ignore[arg-type]
+
+    return ServiceSet(
+        prepare=proc(
+            "prepare",
+            "services.prepare",
+            health_url=f"http://{prepare_host}:{prepare_port}/healthz",
+        ),
+        processor=proc("processor", "streams", ready_line=PROCESSOR_READY),
+        compaction=proc("compaction", "services.compaction", ready_line=COMPACTION_READY),
+    )

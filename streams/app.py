@@ -20,10 +20,9 @@ from typing import Any
 
 import faust
 
-from services.core.tokens import CachedCounter, make_counter
 from services.settings import Settings
 from storage.pool import create_pool
-from streams.processor import BatchProcessor, ProcessorConfig, RawMessage, handle_or_exit
+from streams.processor import BatchProcessor, RawMessage, build_processor, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
 
@@ -80,20 +79,7 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
     async def processor() -> BatchProcessor:
         if "p" not in state:
             pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
-            counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-            state["p"] = BatchProcessor(
-                pool,
-                FaustPublisher(app),
-                counter,
-                ProcessorConfig(
-                    consumer=settings.processor_id,
-                    topic_records=settings.topic_records,
-                    topic_committed=settings.topic_committed,
-                    topic_dead_letter=settings.topic_dead_letter,
-                    topic_compaction_requests=settings.topic_compaction_requests,
-                    topic_observability=settings.topic_observability,
-                ),
-            )
+            state["p"] = build_processor(settings, pool, FaustPublisher(app))
         return state["p"]
 
     @app.agent(records, concurrency=1)

@@ -15,10 +15,9 @@ import signal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from services.core.tokens import CachedCounter, make_counter
 from services.settings import Settings
 from storage.pool import create_pool
-from streams.processor import BatchProcessor, ProcessorConfig, RawMessage, handle_or_exit
+from streams.processor import RawMessage, build_processor, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
 
@@ -55,20 +54,7 @@ async def run(settings: Settings) -> None:
     )
     await producer.start()
     await consumer.start()
-    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-    proc = BatchProcessor(
-        pool,
-        AioPublisher(producer),
-        counter,
-        ProcessorConfig(
-            consumer=settings.processor_id,
-            topic_records=settings.topic_records,
-            topic_committed=settings.topic_committed,
-            topic_dead_letter=settings.topic_dead_letter,
-            topic_compaction_requests=settings.topic_compaction_requests,
-            topic_observability=settings.topic_observability,
-        ),
-    )
+    proc = build_processor(settings, pool, AioPublisher(producer))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -36,7 +36,8 @@ from schemas.wire import (
     encode_dead_letter,
     encode_observability,
 )
-from services.core.tokens import CachedCounter
+from services.core.tokens import CachedCounter, make_counter
+from services.settings import Settings
 from storage import ingest
 from streams.accounting import text_key, token_text
 from streams.control import apply_controls, preempt
@@ -312,6 +313,24 @@ class BatchProcessor:
         await self.publisher.send(
             self.config.topic_committed, rec.session_id.encode(), encode_committed(rec)
         )
+
+
+def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher) -> BatchProcessor:
+    """The one place a processor is wired from settings, whichever driver feeds it."""
+    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
+    return BatchProcessor(
+        pool,
+        publisher,
+        counter,
+        ProcessorConfig(
+            consumer=settings.processor_id,
+            topic_records=settings.topic_records,
+            topic_committed=settings.topic_committed,
+            topic_dead_letter=settings.topic_dead_letter,
+            topic_compaction_requests=settings.topic_compaction_requests,
+            topic_observability=settings.topic_observability,
+        ),
+    )
 
 
 CRASH_EXIT_CODE = 70

@@ -10,7 +10,7 @@ import sys
 import uuid
 from dataclasses import dataclass
 
-from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
+from services.launcher import Proc, service_set
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
@@ -65,34 +65,8 @@ def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
     settings_env = services_env(stack, pg_dsn) | overrides
     env = {**os.environ, **settings_env, "PYTHONUNBUFFERED": "1"}
     logs = LOG_DIR / settings_env["ALC_PROCESSOR_ID"]
-    processor = Proc(
-        "processor",
-        [sys.executable, "-m", "streams"],
-        env,
-        logs,
-        ready_line=PROCESSOR_READY,
-        cwd=REPO,
+    procs = service_set(
+        env, logs, REPO, "127.0.0.1", settings_env["ALC_PREPARE_PORT"], sys.executable
     )
-    health = f"http://127.0.0.1:{settings_env['ALC_PREPARE_PORT']}/healthz"
-    prepare = Proc(
-        "prepare",
-        [sys.executable, "-m", "services.prepare"],
-        env,
-        logs,
-        health_url=health,
-        cwd=REPO,
-    )
-    compaction = Proc(
-        "compaction",
-        [sys.executable, "-m", "services.compaction"],
-        env,
-        logs,
-        ready_line=COMPACTION_READY,
-        cwd=REPO,
-    )
-    # Prepare first: it applies migrations and creates the topics, so the processor
-    # joins its group with its partitions already there.
-    prepare.start()
-    processor.start()
-    compaction.start()
-    return Services(stack, settings_env, processor, prepare, compaction)
+    procs.start()
+    return Services(stack, settings_env, procs.processor, procs.prepare, procs.compaction)
