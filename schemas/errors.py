@@ -50,6 +50,13 @@ class NotFound(ContextError):
     http_status = 404
 
 
+class NotGranted(ContextError):
+    """R13/R15.4: the caller's scope holds no grant for what it asked to read."""
+
+    code = "not_granted"
+    http_status = 403
+
+
 class Conflict(ContextError):
     code = "conflict"
     http_status = 409

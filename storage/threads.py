@@ -3,6 +3,8 @@ the compaction service (what to summarize), so both see exactly the same history
 
 from __future__ import annotations
 
+import json
+
 import asyncpg
 
 from services.core.assembly import RecordView
@@ -78,3 +80,38 @@ async def snapshot_boundary(conn: asyncpg.Connection, session_id: str, run_id: s
         run_id,
     )
     return int(through or 0)
+
+
+async def child_transfer(
+    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+) -> list[str]:
+    """The record ids a parent exported to this child thread (R13.2), in export order."""
+    rows = await conn.fetch(
+        "SELECT content_inline FROM records WHERE session_id=$1 AND run_id=$2"
+        " AND instance_id=$3 AND kind='resource_activation'"
+        " AND payload->>'resource_kind' = 'child_transfer' ORDER BY session_sequence",
+        session_id,
+        run_id,
+        instance_id,
+    )
+    out: list[str] = []
+    for r in rows:
+        out.extend(json.loads(r["content_inline"] or "[]"))
+    return list(dict.fromkeys(out))
+
+
+async def records_by_id(
+    conn: asyncpg.Connection, session_id: str, ids: list[str]
+) -> list[RecordView]:
+    """Main-thread (or session-scoped) records of the session among ``ids`` — what a
+    parent may transfer; another child's records are never material for a sibling."""
+    rows = await conn.fetch(
+        f"SELECT {_COLS} FROM records r LEFT JOIN runs u"
+        " ON u.session_id = r.session_id AND u.run_id = r.run_id"
+        " WHERE r.session_id=$1 AND r.record_id = ANY($2::text[])"
+        " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+        " ORDER BY r.session_sequence",
+        session_id,
+        ids,
+    )
+    return [record_view(r) for r in rows]

@@ -84,6 +84,16 @@ class ThreadRenderer:
             tokens,
         )
 
+    def add_material(self, rec: RecordView) -> None:
+        """R13.2: background a parent chose for a child — material, never an instruction."""
+        content = f"[background from the parent task: {rec.kind}, material]\n{rec.text}"
+        self._add(
+            {"role": "user", "content": content, "block": "material"},
+            [rec],
+            "material",
+            rec.token_count,
+        )
+
     def feed(self, rec: RecordView, inherited: bool) -> None:
         self.record_count += 1
         self.last_sequence = rec.session_sequence

@@ -108,9 +108,17 @@ def create_api(svc: PrepareService) -> FastAPI:
 
     @app.get("/v1/sessions/{session_id}/records/{record_id}")
     async def read_record(
-        session_id: str, record_id: str, offset: int = 0, limit: int = 65536
+        session_id: str,
+        record_id: str,
+        offset: int = 0,
+        limit: int = 65536,
+        run_id: str | None = None,
+        instance_id: str | None = None,
     ) -> dict[str, Any]:
-        return await svc.read_record(session_id, record_id, offset, limit)
+        """Read a source record back by id, paged. With ``run_id`` + ``instance_id`` the
+        read is made on behalf of that thread and scope-checked (a child thread reads
+        only its own records and its transfer: ``not_granted`` otherwise)."""
+        return await svc.read_record(session_id, record_id, offset, limit, run_id, instance_id)
 
     @app.put("/v1/blobs")
     async def put_blob(request: Request) -> dict[str, Any]:

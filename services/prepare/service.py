@@ -31,6 +31,7 @@ from schemas.errors import (
     ContextBudgetExceeded,
     InvalidRequest,
     NotFound,
+    NotGranted,
     RunActive,
 )
 from schemas.wire import (
@@ -49,6 +50,7 @@ from services.core.triggers import CompactionState, Counters, Observation, evalu
 from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter
 from storage import compaction as repo
+from storage.threads import child_transfer
 
 
 def policy_revision(policy: dict[str, Any]) -> str:
@@ -219,17 +221,19 @@ class PrepareService:
         profile = ModelProfile.from_dict(body.get("model_profile") or rel["model_profile"])
         tools = body.get("tool_catalog")
         tools = rel["tool_catalog"] if tools is None else tools
-        instance_id = body.get("instance_id")
-        if not instance_id:
-            async with self.pool.acquire() as conn:
-                instance_id = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
-        compaction = await self._compaction(sid, run_id)
+        async with self.pool.acquire() as conn:
+            main_instance = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
+        instance_id = body.get("instance_id") or main_instance
+        # Child threads (R13) have their own view and no share in the run's compaction
+        # lineage: no session summary, no trigger checks on the parent's counters.
+        is_child = instance_id != main_instance
+        compaction = None if is_child else await self._compaction(sid, run_id)
         summary = await self._summary(compaction["current_summary_id"] if compaction else None)
         rend, snap, report, messages = await self._assemble(
             sid, run_id, instance_id, rel, profile, tools, summary
         )
         job_status = None
-        if purpose == "action":
+        if purpose == "action" and not is_child:
             # R9.1: checked at every action prepare; the processor (state owner) decides
             # and records the report; we only decide whether this call must wait.
             fired, obs_key = await self._observe(
@@ -554,12 +558,20 @@ class PrepareService:
         return {"sha256": sha, "length": len(data), "token_count": tokens, "token_method": method}
 
     async def read_record(
-        self, sid: str, record_id: str, offset: int = 0, limit: int = 65536
+        self,
+        sid: str,
+        record_id: str,
+        offset: int = 0,
+        limit: int = 65536,
+        run_id: str | None = None,
+        instance_id: str | None = None,
     ) -> dict[str, Any]:
         """Read a source record back by id, paged by character offset (R11.8: sources
         stay readable after any number of compactions). Scoped to its session."""
         if offset < 0 or not 0 < limit <= 1 << 20:
             raise InvalidRequest("offset must be >= 0 and limit in 1..1048576")
+        if run_id and instance_id:
+            await self._check_grant(sid, run_id, instance_id, record_id)
         r = await self.pool.fetchrow(
             "SELECT r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind,"
             " r.authority, r.payload, r.content_length, r.content_sha256,"
@@ -591,6 +603,29 @@ class PrepareService:
             "total_chars": len(text),
             "next_offset": offset + limit if offset + limit < len(text) else None,
         }
+
+    async def _check_grant(self, sid: str, run_id: str, instance_id: str, record_id: str) -> None:
+        """R13.2: a child thread reads its own records and what its parent exported to
+        it — nothing else of the parent's, whatever ids it learns."""
+        async with self.pool.acquire() as conn:
+            snap = await self.views.snapshot(conn, sid, run_id)
+            if instance_id == snap.main_instance_id:
+                return
+            own = await conn.fetchval(
+                "SELECT 1 FROM records WHERE session_id=$1 AND record_id=$2 AND run_id=$3"
+                " AND instance_id=$4",
+                sid,
+                record_id,
+                run_id,
+                instance_id,
+            )
+            if own or record_id in await child_transfer(conn, sid, run_id, instance_id):
+                return
+        raise NotGranted(
+            f"record {record_id} is outside the transfer of child {instance_id}",
+            record_id=record_id,
+            instance_id=instance_id,
+        )
 
     async def outcome(self, sid: str, event_key: str) -> dict[str, Any]:
         r = await self.pool.fetchrow(

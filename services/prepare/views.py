@@ -15,7 +15,7 @@ import asyncpg
 
 from schemas.errors import NotFound
 from services.core.assembly import CountFn, ThreadRenderer
-from storage.threads import inherited_records, thread_records
+from storage.threads import child_transfer, inherited_records, records_by_id, thread_records
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,20 @@ class ThreadViews:
                     summary.covered if summary else frozenset(),
                     summary_id,
                 )
-                if summary is not None:
-                    rend.add_summary(summary.text, summary.tokens)
-                for rec in await inherited_records(conn, session_id, snap.through_session_sequence):
-                    rend.feed(rec, inherited=True)
-                rend.seal_inherited()
+                if instance_id != snap.main_instance_id:
+                    # R13: a child sees only the background its parent exported (as
+                    # material) and its own thread — no inherited history, no summary.
+                    ids = await child_transfer(conn, session_id, run_id, instance_id)
+                    for rec in await records_by_id(conn, session_id, ids):
+                        rend.add_material(rec)
+                else:
+                    if summary is not None:
+                        rend.add_summary(summary.text, summary.tokens)
+                    for rec in await inherited_records(
+                        conn, session_id, snap.through_session_sequence
+                    ):
+                        rend.feed(rec, inherited=True)
+                    rend.seal_inherited()
                 rend.last_sequence = snap.through_session_sequence
                 self._views[key] = rend
             for rec in await thread_records(

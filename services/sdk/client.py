@@ -9,6 +9,7 @@ the latest of these so the answer includes every append made before it.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import uuid
 from dataclasses import dataclass
@@ -292,13 +293,41 @@ class ContextClient:
         )
 
     async def read_record(
-        self, session_id: str, record_id: str, offset: int = 0, limit: int = 65536
+        self,
+        session_id: str,
+        record_id: str,
+        offset: int = 0,
+        limit: int = 65536,
+        as_thread: RunHandle | None = None,
     ) -> dict[str, Any]:
+        params: dict[str, Any] = {"offset": offset, "limit": limit}
+        if as_thread is not None:
+            params |= {"run_id": as_thread.run_id, "instance_id": as_thread.instance_id}
         return await self._call(
-            "GET",
-            f"/v1/sessions/{session_id}/records/{record_id}",
-            params={"offset": offset, "limit": limit},
+            "GET", f"/v1/sessions/{session_id}/records/{record_id}", params=params
         )
+
+    async def export_for_child(
+        self, run: RunHandle, child_instance_id: str, background_record_ids: list[str]
+    ) -> RunHandle:
+        """R13.2: open a child thread of ``run`` that sees only the chosen background
+        (as material, not a grant) and its own records. Returns the child's handle."""
+        child = RunHandle(
+            run.session_id, run.run_id, child_instance_id, run.space_id, run.actor_id, run.snapshot
+        )
+        body = json.dumps(list(background_record_ids))
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        await self.append(
+            self._event(
+                child,
+                RecordKind.RESOURCE_ACTIVATION,
+                Authority.HOST,
+                Content.text(body),
+                ResourceActivationPayload("child_transfer", child_instance_id, "1", digest),
+                f"child_transfer:{child_instance_id}",
+            )
+        )
+        return child
 
     # --- prepare --------------------------------------------------------------------------
 
