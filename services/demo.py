@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from schemas.contracts import SkillRef, ToolStatus
+from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
 from services.launcher import service_set
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
@@ -211,14 +211,57 @@ async def run_session(settings: Settings, prepare_url: str) -> None:
         if dupes:
             raise SystemExit("demo failed: a record appeared twice in Run C")
         await c.finish_run(cr)
+        await resume_and_child(c, session, a, out)
         await compaction_session(c, settings, out)
     print(f"\ndemo finished: {out.calls} model calls prepared through Kafka + PostgreSQL")
 
 
+async def resume_and_child(
+    c: ContextClient, session: dict[str, Any], a: RunHandle, out: Printer
+) -> None:
+    """Part 2: resume Run A in its own thread (later questions stay out, R2.5) and give a
+    child task only the background it needs (R13)."""
+    print("\n══ part 2: resume an old run, and a child task with an explicit transfer")
+    await c.resume_run(a, reason="user asked a follow-up on question 1")
+    await c.append_user(a, "Also, which test file failed?", "a-supplement", supplement=True)
+    resumed = await c.prepare(a)
+    out.model_call("Run A resumed (its own snapshot: no later questions)", a, resumed)
+    texts = [m["content"] for m in resumed["messages"]]
+    print(
+        f"   later questions mixed in: {'yes' if any('Which call failed' in t for t in texts) else 'no'}"
+    )
+    await c.append_model_result(a, "tests/test_ingest.py failed.", "a-m4")
+    await c.finish_run(a)
+    d = await c.start_run(session)
+    await c.append_user(d, "Ask a helper to double-check the CI log only.", "d-q")
+    first = await c.prepare(d)
+    log_result = next(
+        i for m in first["messages"] if m.get("name") == "read_file" for i in m["record_ids"]
+    )
+    child = await c.export_for_child(d, f"{d.run_id}.helper", [log_result])
+    await c.append_user(child, "Check the CI log for the failing test name.", "child-q")
+    seen = await c.prepare(child)
+    out.model_call("child task of Run D (sees only the transferred CI log)", child, seen)
+    await c.append_model_result(child, "The failing test is test_copy.", "child-m")
+    await c.accept_child_result(
+        d,
+        ChildResultPayload(
+            child.instance_id,
+            "child-op-1",
+            "ok",
+            "The failing test is test_copy.",
+            source_revision=1,
+        ),
+        "The failing test is test_copy.",
+    )
+    out.model_call("Run D after accepting the child result (as material)", d, await c.prepare(d))
+    await c.finish_run(d)
+
+
 async def compaction_session(c: ContextClient, settings: Settings, out: Printer) -> None:
-    """Part 2: proactive compaction. A release whose policy compacts every 2 questions;
+    """Part 3: proactive compaction. A release whose policy compacts every 2 questions;
     the compaction service summarizes the old prefix and the processor commits it."""
-    print("\n══ part 2: proactive compaction (policy: every 2 questions, keep 1 recent group)")
+    print("\n══ part 3: proactive compaction (policy: every 2 questions, keep 1 recent group)")
     rel = await c.register_release(
         **{
             **RELEASE,
