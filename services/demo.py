@@ -227,9 +227,10 @@ async def resume_and_child(
     resumed = await c.prepare(a)
     out.model_call("Run A resumed (its own snapshot: no later questions)", a, resumed)
     texts = [m["content"] for m in resumed["messages"]]
-    print(
-        f"   later questions mixed in: {'yes' if any('Which call failed' in t for t in texts) else 'no'}"
-    )
+    leaked = any("Which call failed" in t for t in texts)
+    print(f"   later questions mixed in: {'yes' if leaked else 'no'}")
+    if leaked:
+        raise SystemExit("demo failed: a later question leaked into the resumed run")
     await c.append_model_result(a, "tests/test_ingest.py failed.", "a-m4")
     await c.finish_run(a)
     d = await c.start_run(session)
