@@ -56,6 +56,10 @@ class NewRecord:
     record_id: str
     session_sequence: int
     instance_sequence: int | None
+    # R16: the producer saw an older thread revision. The result is kept and appended in
+    # order anyway — never dropped, never a reason to call the model again — and the
+    # conflict is reported (R18).
+    revision_conflict: bool = False
 
 
 @dataclass(frozen=True)
@@ -150,12 +154,18 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     st.known_keys.add(ev.event_key)
     if op_key:
         st.known_operations.add(op_key)
+    # Thread revision = records already in the thread (the instance sequence before this).
+    seen = (inst_seq - 1) if inst_seq is not None else None
+    conflict = (
+        ev.expected_revision is not None and seen is not None and (ev.expected_revision != seen)
+    )
     plan.records.append(
         NewRecord(
             inc,
             record_id_for(st.space_id, st.session_id, ev.event_key),
             seq,
             inst_seq,
+            conflict,
         )
     )
     plan.touched_sessions.add(st.session_id)

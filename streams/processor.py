@@ -217,6 +217,24 @@ class BatchProcessor:
                 dl.source_offset,
                 dl.reason,
             )
+        for nr in plan.records:
+            if nr.revision_conflict:
+                ev = nr.incoming.event
+                notes.append(
+                    ObservabilityEvent(
+                        "revision_conflict",
+                        ev.scope.session_id,
+                        ev.scope.run_id or "",
+                        ev.scope.instance_id or "",
+                        now,
+                        "",
+                        decision="appended",
+                        values={
+                            "expected_revision": float(ev.expected_revision or 0),
+                            "thread_revision": float((nr.instance_sequence or 1) - 1),
+                        },
+                    )
+                )
         for note in notes:
             await self.publisher.send(
                 self.config.topic_observability,

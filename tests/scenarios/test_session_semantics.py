@@ -145,3 +145,67 @@ def _resume_parts(c: ContextClient, run: RunHandle) -> tuple:  # type: ignore[ty
         RunLifecyclePayload(),
         f"run_resumed:{run.run_id}:{c._resumes[run.run_id]}",
     )
+
+
+@pytest.mark.spec("R16", "R18", "R15.3")
+async def test_a_stale_expected_revision_keeps_the_result_and_reports_the_conflict(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    from schemas.wire import decode_observability
+    from tests.support.flows import read_topic
+
+    async with client(services) as c:
+        session = await new_session(c)
+        run = await c.start_run(session)
+        await c.append_user(run, "go", "q")
+        await c.append_model_result(run, "first", "m1")
+        # The runtime computed this result against revision 1 (before "first" landed).
+        await c.append_model_result(run, "second, from a stale view", "m2", expected_revision=1)
+        view = await c.prepare(run)
+    assert [m["content"] for m in view["messages"]][-2:] == [
+        "first",
+        "second, from a stale view",
+    ]  # kept, in order, appended once
+    events = [
+        decode_observability(v)
+        for _, v in await read_topic(
+            services.stack.kafka_bootstrap,
+            services.env("ALC_TOPIC_OBSERVABILITY"),
+            want=100_000,
+            timeout=2,
+        )
+    ]
+    conflicts = [
+        e for e in events if e.kind == "revision_conflict" and e.session_id == session["session_id"]
+    ]
+    assert len(conflicts) == 1
+    assert conflicts[0].values == {"expected_revision": 1.0, "thread_revision": 3.0}
+
+
+@pytest.mark.spec("R5.3", "R2.2", "R19")
+async def test_supplements_given_during_a_resume_reach_the_next_questions_history(
+    services: Services,
+) -> None:
+    async with client(services) as c:
+        session = await new_session(c)
+        a = await c.start_run(session)
+        await c.append_user(a, "question A", "qa")
+        await c.finish_run(a)
+        b = await c.start_run(session)
+        await c.append_user(b, "question B", "qb")
+        await c.finish_run(b)
+        await c.resume_run(a)
+        await c.append_model_result(a, "working", "a-m", [("a-c", "search", "{}")])
+        # the supplement arrives while the tool call is open: it waits for the group
+        await c.append_user(a, "supplement to A", "a-supp", supplement=True)
+        await c.append_tool_outcome(a, "a-c", "search", "found it")
+        resumed = await c.prepare(a)
+        await c.finish_run(a)
+        c_run = await c.start_run(session)
+        await c.append_user(c_run, "question C", "qc")
+        later = await c.prepare(c_run)
+    order = [m["content"] for m in resumed["messages"]][1:]
+    assert order == ["question A", "working", "found it", "supplement to A"]  # R5.3
+    history = [m["content"] for m in later["messages"]]
+    assert "supplement to A" in history
+    assert history.index("question B") < history.index("supplement to A")
