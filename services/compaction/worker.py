@@ -31,6 +31,7 @@ from services.compaction.hooks import AfterCompact, BeforeCompact, HookChain
 from services.compaction.validate import validate_draft
 from services.core.assembly import RecordView
 from services.core.policy import validate_policy
+from services.core.redaction import redact
 from services.core.selection import Group, Segment, build_groups, segment, select_prefix
 from services.core.tokens import CachedCounter
 from storage import compaction as repo
@@ -270,7 +271,7 @@ def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]
     for g in seg.groups:
         for rid in g.record_ids:
             r = by_id[rid]
-            text = r.text
+            text, _ = redact(r.text)  # R15.4: no credential reaches the summarizer
             if seg.oversized and len(text) > OVERSIZED_CHARS:
                 # R11.2: an oversized group is externalized first — its full content
                 # stays in the store, readable by record id; the request sees a clip.

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.core.redaction import redact
+
 Message = dict[str, Any]
 CountFn = Callable[[str], int]
 
@@ -256,6 +258,12 @@ class ThreadRenderer:
             self._route(d, grp.inherited)
 
     def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
+        # R15.4: credentials never enter context. Counts stay those of the original — a
+        # placeholder is never longer than what it replaces, so the estimate stays safe.
+        content, redacted = redact(msg.get("content") or "")
+        if redacted:
+            msg["content"] = content
+            msg["redactions"] = redacted
         msg["record_ids"] = [s.record_id for s in sources]
         msg["category"] = category
         msg["tokens"] = tokens + self.overhead

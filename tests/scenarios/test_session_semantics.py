@@ -209,3 +209,22 @@ async def test_supplements_given_during_a_resume_reach_the_next_questions_histor
     history = [m["content"] for m in later["messages"]]
     assert "supplement to A" in history
     assert history.index("question B") < history.index("supplement to A")
+
+
+@pytest.mark.spec("R15.4")
+async def test_credentials_never_enter_context_but_the_original_is_kept(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    secret = "AKIAIOSFODNN7EXAMPLE"
+    async with client(services) as c:
+        session = await new_session(c)
+        run = await c.start_run(session)
+        await c.append_user(run, "show the deploy config", "q")
+        await c.append_model_result(run, "reading", "m", [("c1", "read_file", "{}")])
+        await c.append_tool_outcome(run, "c1", "read_file", f"aws_key: {secret}\nregion: eu")
+        view = await c.prepare(run)
+        tool = next(m for m in view["messages"] if m["role"] == "tool")
+        assert secret not in str(view["messages"])
+        assert tool["redactions"] == 1 and "region: eu" in tool["content"]
+        rid = tool["record_ids"][0]
+        assert secret in (await c.read_record(session["session_id"], rid))["content"]
