@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, ORJSONResponse
 from pydantic import BaseModel, Field
@@ -40,6 +40,19 @@ class SessionIn(BaseModel):
 class RunIn(BaseModel):
     run_id: str | None = None
     instance_id: str | None = None
+
+
+class GrantIn(BaseModel):
+    actor_id: str
+    granted_by: str
+
+
+ACTOR = Header(
+    default=None,
+    alias="X-AgentLoom-Actor",
+    description="The actor the caller acts for (set by the runtime after its own "
+    "authentication); another actor than the session's needs a grant",
+)
 
 
 class PrepareIn(BaseModel):
@@ -101,9 +114,12 @@ def create_api(svc: PrepareService) -> FastAPI:
             }
         },
     )
-    async def prepare(session_id: str, run_id: str, body: PrepareIn) -> ORJSONResponse:
+    async def prepare(
+        session_id: str, run_id: str, body: PrepareIn, actor: str | None = ACTOR
+    ) -> ORJSONResponse:
         # Returned as a ready response: FastAPI's generic pydantic serialization of a
         # 10k-message dict cost ~3x the assembly itself.
+        await svc.check_actor(session_id, actor)
         return ORJSONResponse(await svc.prepare(session_id, run_id, body.model_dump()))
 
     @app.get("/v1/sessions/{session_id}/records/{record_id}")
@@ -114,11 +130,17 @@ def create_api(svc: PrepareService) -> FastAPI:
         limit: int = 65536,
         run_id: str | None = None,
         instance_id: str | None = None,
+        actor: str | None = ACTOR,
     ) -> dict[str, Any]:
         """Read a source record back by id, paged. With ``run_id`` + ``instance_id`` the
         read is made on behalf of that thread and scope-checked (a child thread reads
         only its own records and its transfer: ``not_granted`` otherwise)."""
+        await svc.check_actor(session_id, actor)
         return await svc.read_record(session_id, record_id, offset, limit, run_id, instance_id)
+
+    @app.post("/v1/sessions/{session_id}/grants", status_code=201)
+    async def grant(session_id: str, body: GrantIn) -> dict[str, Any]:
+        return await svc.grant(session_id, body.model_dump())
 
     @app.put("/v1/blobs")
     async def put_blob(request: Request) -> dict[str, Any]:

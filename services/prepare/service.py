@@ -76,6 +76,8 @@ class PrepareService:
     _summaries: dict[str, SummaryView] = field(default_factory=dict)
     _summary_rows: dict[str, Any] = field(default_factory=dict)
     _compatible: dict[tuple[str, str], bool] = field(default_factory=dict)
+    _owners: dict[str, str] = field(default_factory=dict)
+    _grants: set[tuple[str, str]] = field(default_factory=set)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
 
     # --- releases (R1.4, R17) -----------------------------------------------------------
@@ -603,6 +605,39 @@ class PrepareService:
             "total_chars": len(text),
             "next_offset": offset + limit if offset + limit < len(text) else None,
         }
+
+    async def grant(self, sid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """Let another actor read this session (host-only, explicit, idempotent)."""
+        await self.session(sid)
+        await self.pool.execute(
+            "INSERT INTO session_grants (session_id, actor_id, granted_by) VALUES ($1,$2,$3)"
+            " ON CONFLICT DO NOTHING",
+            sid,
+            body["actor_id"],
+            body["granted_by"],
+        )
+        self._grants.add((sid, body["actor_id"]))
+        return {"session_id": sid, "actor_id": body["actor_id"], "granted": True}
+
+    async def check_actor(self, sid: str, actor_id: str | None) -> None:
+        """R3.3/R15.4: a caller acting for another actor needs an explicit grant. No
+        actor means the host itself (the runtime, already authenticated)."""
+        if actor_id is None or (sid, actor_id) in self._grants:
+            return
+        owner = self._owners.get(sid)
+        if owner is None:
+            owner = str((await self.session(sid))["actor_id"])
+            self._owners[sid] = owner
+        if actor_id == owner:
+            return
+        if await self.pool.fetchval(
+            "SELECT 1 FROM session_grants WHERE session_id=$1 AND actor_id=$2", sid, actor_id
+        ):
+            self._grants.add((sid, actor_id))
+            return
+        raise NotGranted(
+            f"actor {actor_id} has no grant on session {sid}", session_id=sid, actor_id=actor_id
+        )
 
     async def _check_grant(self, sid: str, run_id: str, instance_id: str, record_id: str) -> None:
         """R13.2: a child thread reads its own records and what its parent exported to

@@ -299,12 +299,23 @@ class ContextClient:
         offset: int = 0,
         limit: int = 65536,
         as_thread: RunHandle | None = None,
+        actor: str | None = None,
     ) -> dict[str, Any]:
+        """``actor``: the actor this read is made for; another actor than the session's
+        needs a grant (``not_granted``)."""
         params: dict[str, Any] = {"offset": offset, "limit": limit}
         if as_thread is not None:
             params |= {"run_id": as_thread.run_id, "instance_id": as_thread.instance_id}
+        headers = {"X-AgentLoom-Actor": actor} if actor else None
         return await self._call(
-            "GET", f"/v1/sessions/{session_id}/records/{record_id}", params=params
+            "GET", f"/v1/sessions/{session_id}/records/{record_id}", params=params, headers=headers
+        )
+
+    async def grant(self, session_id: str, actor_id: str, granted_by: str) -> dict[str, Any]:
+        return await self._call(
+            "POST",
+            f"/v1/sessions/{session_id}/grants",
+            json={"actor_id": actor_id, "granted_by": granted_by},
         )
 
     async def export_for_child(

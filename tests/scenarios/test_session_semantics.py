@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from schemas.contracts import ToolStatus
-from services.sdk.client import ContextClient, RunHandle
+from services.sdk.client import ApiError, ContextClient, RunHandle
 from tests.support.flows import client, new_session, wait_committed
 from tests.support.services import Services
 
@@ -228,3 +228,25 @@ async def test_credentials_never_enter_context_but_the_original_is_kept(
         assert tool["redactions"] == 1 and "region: eu" in tool["content"]
         rid = tool["record_ids"][0]
         assert secret in (await c.read_record(session["session_id"], rid))["content"]
+
+
+@pytest.mark.spec("R3.3", "R15.4")
+async def test_another_actors_session_is_not_readable_without_an_explicit_grant(
+    services: Services,
+) -> None:
+    async with client(services) as c:
+        session = await new_session(c)
+        sid = session["session_id"]
+        run = await c.start_run(session)
+        await c.append_user(run, "private question", "q")
+        await c.prepare(run)
+        rid = (await c.prepare(run))["messages"][1]["record_ids"][0]
+        owner = session["actor_id"]
+        assert (await c.read_record(sid, rid, actor=owner))["content"] == "private question"
+        with pytest.raises(ApiError) as refused:
+            await c.read_record(sid, rid, actor="mallory")
+        assert (refused.value.code, refused.value.status) == ("not_granted", 403)
+        await c.grant(sid, "auditor-1", granted_by=owner)
+        assert (await c.read_record(sid, rid, actor="auditor-1"))["record_id"] == rid
+        with pytest.raises(ApiError):
+            await c.read_record(sid, rid, actor="mallory")  # a grant is per actor
