@@ -225,6 +225,7 @@ async def seed_history(
                 now_ms + seq,
                 0,
                 seq,
+                None,
             )
         )
 

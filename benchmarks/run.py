@@ -106,6 +106,7 @@ async def copy_ceiling(pool: asyncpg.Pool, n: int) -> float:
             0,
             0,
             i,
+            None,
         )
         for i in range(n)
     ]

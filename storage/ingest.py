@@ -41,6 +41,7 @@ RECORD_COLUMNS = (
     "occurred_at_ms",
     "source_partition",
     "source_offset",
+    "resource_ref",
 )
 
 
@@ -150,6 +151,20 @@ async def load_states(
     return states, existing
 
 
+def resource_ref(ev: Any) -> str | None:
+    """The resource a record derives from: the host's ``source.resource_version``
+    (``resource_id`` or ``resource_id@version``), a skill load's skill, or the resource a
+    ``resource_activation`` (de)activates."""
+    if ev.source.resource_version:
+        return str(ev.source.resource_version).split("@", 1)[0]
+    p = ev.payload
+    skill = getattr(p, "skill", None)
+    if skill is not None:
+        return str(skill.name)
+    rid = getattr(p, "resource_id", None)
+    return str(rid) if rid else None
+
+
 def _payload_json(payload: Any) -> Any:
     out: dict[str, Any] = to_wire(payload)
     out["type"] = type(payload).__name__
@@ -186,6 +201,7 @@ def _record_rows(plan: BatchPlan) -> Iterable[tuple[Any, ...]]:
             ev.source.occurred_at_ms,
             inc.partition,
             inc.offset,
+            resource_ref(ev),
         )
 
 

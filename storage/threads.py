@@ -13,11 +13,16 @@ _COLS = (
     "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
     " COALESCE(r.content_inline, '[content ' || r.content_ref || ', '"
     " || r.content_length || ' bytes: read back by reference]') AS text,"
-    " r.payload, r.token_count"
+    " r.payload, r.token_count, r.resource_ref,"
+    " (r.resource_ref IS NOT NULL AND EXISTS (SELECT 1 FROM revoked_resources v"
+    "   WHERE v.session_id = r.session_id AND v.resource_id = r.resource_ref)) AS revoked"
 )
 
 
 def record_view(r: asyncpg.Record) -> RecordView:
+    # A revoked resource's content is withdrawn from every view (R15.3); the record keeps
+    # its place, call id and status, so tool groups stay complete.
+    text = f"[withdrawn: resource {r['resource_ref']} was revoked]" if r["revoked"] else r["text"]
     return RecordView(
         r["record_id"],
         r["session_sequence"],
@@ -25,7 +30,7 @@ def record_view(r: asyncpg.Record) -> RecordView:
         r["instance_id"],
         r["kind"],
         r["authority"],
-        r["text"],
+        text,
         r["payload"],
         r["token_count"],
     )

@@ -20,7 +20,7 @@ from typing import Protocol
 import asyncpg
 
 from schemas import codec
-from schemas.contracts import ContextEvent
+from schemas.contracts import ContextEvent, ResourceActivationPayload
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_event
 from schemas.wire import (
@@ -38,6 +38,7 @@ from schemas.wire import (
 )
 from services.core.tokens import CachedCounter, make_counter
 from services.settings import Settings
+from storage import compaction as compaction_repo
 from storage import ingest
 from streams.accounting import text_key, token_text
 from streams.control import apply_controls, preempt
@@ -275,6 +276,16 @@ class BatchProcessor:
         )
         existing.update(found)
         await _grow_view_tokens(conn, part, states)
+        for nr in part.records:  # resource (de)activations: R11.8 revocation
+            p = nr.incoming.event.payload
+            if isinstance(p, ResourceActivationPayload):
+                await compaction_repo.set_resource_state(
+                    conn,
+                    nr.incoming.event.scope.session_id,
+                    p.resource_id,
+                    p.active,
+                    nr.session_sequence,
+                )
         plan.touched_sessions |= part.touched_sessions
         plan.records += part.records
         plan.duplicates += part.duplicates

@@ -232,7 +232,14 @@ class PrepareService:
         compaction = None if is_child else await self._compaction(sid, run_id)
         summary = await self._summary(compaction["current_summary_id"] if compaction else None)
         rend, snap, report, messages = await self._assemble(
-            sid, run_id, instance_id, rel, profile, tools, summary
+            sid,
+            run_id,
+            instance_id,
+            rel,
+            profile,
+            tools,
+            summary,
+            compaction["revocations"] if compaction else "",
         )
         job_status = None
         if purpose == "action" and not is_child:
@@ -250,7 +257,14 @@ class PrepareService:
                     compaction["current_summary_id"] if compaction else None
                 )
                 rend, snap, report, messages = await self._assemble(
-                    sid, run_id, instance_id, rel, profile, tools, summary
+                    sid,
+                    run_id,
+                    instance_id,
+                    rel,
+                    profile,
+                    tools,
+                    summary,
+                    compaction["revocations"] if compaction else "",
                 )
         over_budget = report.estimated_input > report.input_budget
         if over_budget and job_status is not None and report.required <= report.input_budget:
@@ -295,9 +309,10 @@ class PrepareService:
         profile: ModelProfile,
         tools: list[dict[str, Any]],
         summary: SummaryView | None,
+        epoch: str = "",
     ) -> tuple[ThreadRenderer, Snapshot, BudgetReport, list[dict[str, Any]]]:
         rend, snap = await self.views.view(
-            sid, run_id, instance_id, profile.message_overhead, summary
+            sid, run_id, instance_id, profile.message_overhead, summary, epoch
         )
         pending = rend.pending_calls()
         if pending:
@@ -349,7 +364,9 @@ class PrepareService:
             r = await conn.fetchrow(
                 "SELECT s.user_turns, s.model_steps, c.current_summary_id, c.active_job_id,"
                 " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
-                "   AND x.started_sequence > $2 AND x.run_id <> $3) AS later"
+                "   AND x.started_sequence > $2 AND x.run_id <> $3) AS later,"
+                " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
+                "  FROM revoked_resources v WHERE v.session_id = s.session_id) AS revocations"
                 " FROM sessions s LEFT JOIN compaction_state c"
                 " ON c.session_id = s.session_id AND c.lineage = 'main'"
                 " WHERE s.session_id = $1",
@@ -373,6 +390,7 @@ class PrepareService:
             "baseline_user_turns": base.user_turns,
             "baseline_model_steps": base.model_steps,
             "active_job_id": r["active_job_id"],
+            "revocations": r["revocations"],
         }
 
     async def _effective(

@@ -44,6 +44,7 @@ class ThreadViews:
         self.capacity = capacity
         self._views: OrderedDict[tuple[str, str, str], ThreadRenderer] = OrderedDict()
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
+        self._epochs: dict[tuple[str, str, str], str] = {}
         # Snapshots are immutable (R2.1): cached without expiry. ``run_status`` in a cached
         # entry is the status when first read; callers needing it now pass fresh=True.
         self._snapshots: dict[tuple[str, str], Snapshot] = {}
@@ -85,14 +86,22 @@ class ThreadViews:
         instance_id: str,
         message_overhead: int,
         summary: SummaryView | None = None,
+        epoch: str = "",
     ) -> tuple[ThreadRenderer, Snapshot]:
+        """``epoch`` changes when a resource of the session is revoked or reactivated:
+        rendered history may hold its content, so the view is rebuilt (R15.3)."""
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock, self.pool.acquire() as conn:
             snap = await self.snapshot(conn, session_id, run_id)
             rend = self._views.get(key)
             summary_id = summary.summary_id if summary else None
-            if rend is None or rend.overhead != message_overhead or (rend.summary_id != summary_id):
+            if (
+                rend is None
+                or rend.overhead != message_overhead
+                or rend.summary_id != summary_id
+                or self._epochs.get(key) != epoch
+            ):
                 # A new summary revision changes the view: rebuilt once, then incremental.
                 rend = ThreadRenderer(
                     self.count,
@@ -116,6 +125,7 @@ class ThreadViews:
                     rend.seal_inherited()
                 rend.last_sequence = snap.through_session_sequence
                 self._views[key] = rend
+                self._epochs[key] = epoch
             for rec in await thread_records(
                 conn, session_id, run_id, instance_id, rend.last_sequence
             ):

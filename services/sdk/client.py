@@ -8,6 +8,7 @@ the latest of these so the answer includes every append made before it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
@@ -212,19 +213,42 @@ class ContextClient:
         server: str | None = None,
         error_code: str | None = None,
         skill: SkillRef | None = None,
+        resource_ref: str | None = None,
     ) -> tuple[int, int]:
+        """``resource_ref``: the resource this result derives from (``id`` or
+        ``id@version``, e.g. a document); revoking it withdraws the result (R15.3)."""
         payload = ToolOutcomePayload(
             call_id, name, status, error_code, tool_kind, server, skill=skill
         )
+        ev = self._event(
+            run,
+            RecordKind.TOOL_OUTCOME,
+            Authority.TOOL,
+            await self._content(result),
+            payload,
+            f"tool:{call_id}",
+            f"tool:{call_id}",
+        )
+        if resource_ref:
+            ev = dataclasses.replace(
+                ev, source=dataclasses.replace(ev.source, resource_version=resource_ref)
+            )
+        return await self.append(ev)
+
+    async def revoke_resource(
+        self, run: RunHandle, kind: str, resource_id: str, version: str
+    ) -> tuple[int, int]:
+        """R11.8/R15.3: the resource is no longer authorized — its content leaves every
+        view and summaries derived from it are invalidated and rebuilt from sources."""
+        payload = ResourceActivationPayload(kind, resource_id, version, "", active=False)
         return await self.append(
             self._event(
                 run,
-                RecordKind.TOOL_OUTCOME,
-                Authority.TOOL,
-                await self._content(result),
+                RecordKind.RESOURCE_ACTIVATION,
+                Authority.HOST,
+                Content.text(""),
                 payload,
-                f"tool:{call_id}",
-                f"tool:{call_id}",
+                f"revoke:{kind}:{resource_id}:{version}",
             )
         )
 

@@ -641,3 +641,50 @@ async def test_a_new_run_inherits_the_baseline_and_a_resume_does_not_reset_it(
     assert rows[1]["counters"]["baseline"] == baseline  # the new run C inherits it
     assert rows[2]["counters"]["baseline"] == baseline  # resuming B does not reset it
     assert rows[1]["values"]["user_turns"] == 1  # only C since the last success
+
+
+@pytest.mark.spec("R11.8", "R15.3", "R19")
+async def test_a_resource_revoked_after_a_summary_exists_invalidates_it_and_the_view_rebuilds(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    sid = session["session_id"]
+    a = await ctx.start_run(session)
+    await ctx.append_user(a, "What does the contract say?", "rv-q")
+    await ctx.append_model_result(a, "Reading it.", "rv-m", [("rv-c", "read_doc", "{}")])
+    doc = "CONFIDENTIAL-CLAUSE-7: the fee is 42 units per call " * 5
+    await ctx.append_tool_outcome(a, "rv-c", "read_doc", doc, resource_ref="doc-42@3")
+    await ctx.append_model_result(a, "The fee is 42 units.", "rv-a")
+    await round_(ctx, a, "rv-more")
+    await ctx.finish_run(a)
+    b = await question(ctx, session, "rv-b")
+    await ctx.prepare(b)
+    (job,) = await settled(db, sid)
+    assert job["status"] == "committed"
+    rev = await db.fetchrow("SELECT * FROM summary_revisions WHERE job_id=$1", job["job_id"])
+    doc_id = await db.fetchval(
+        "SELECT record_id FROM records WHERE session_id=$1 AND event_key='tool:rv-c'", sid
+    )
+    assert doc_id in rev["covered_record_ids"]  # the summary derives from the document
+    await ctx.revoke_resource(b, "document", "doc-42", "3")
+    view = await ctx.prepare(b)  # waits for the revocation to commit
+    status = await db.fetchval(
+        "SELECT status FROM summary_revisions WHERE summary_id=$1", rev["summary_id"]
+    )
+    assert status == "invalidated"
+    st = await state(db, sid)
+    assert st["current_summary_id"] is None and st["baseline_user_turns"] == 0
+    text = "\n".join(m["content"] for m in view["messages"])
+    assert "CONFIDENTIAL-CLAUSE-7" not in text  # withdrawn from the rebuilt view
+    assert view["dependency_versions"]["summary_id"] is None
+    tool = next(m for m in view["messages"] if m.get("tool_call_id") == "rv-c")
+    assert "withdrawn" in tool["content"] and tool["status"] == "ok"  # group stays whole
+    # the source record itself is never deleted
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM records WHERE session_id=$1 AND event_key='tool:rv-c'", sid
+        )
+        == 1
+    )
