@@ -369,3 +369,45 @@ async def set_resource_state(
             base.model_steps,
         )
     return [r["summary_id"] for r in rows]
+
+
+async def child_counters(
+    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+) -> Counters:
+    """R13.1/R8.3: a child thread counts on its own — its tasks and its valid steps."""
+    r = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE kind IN ('user_input')) AS turns,"
+        " count(*) FILTER (WHERE kind = 'assistant_message'"
+        " AND payload->>'purpose' = 'action') AS steps FROM records"
+        " WHERE session_id=$1 AND run_id=$2 AND instance_id=$3",
+        session_id,
+        run_id,
+        instance_id,
+    )
+    return Counters(int(r["turns"]), int(r["steps"]))
+
+
+async def lineage_summary(
+    conn: asyncpg.Connection, session_id: str, lineage: str
+) -> asyncpg.Record | None:
+    """A child lineage's own newest valid summary (a single thread: always a prefix)."""
+    sid = await conn.fetchval(
+        "SELECT current_summary_id FROM compaction_state WHERE session_id=$1 AND lineage=$2",
+        session_id,
+        lineage,
+    )
+    s = await current_summary(conn, sid)
+    return s if s is not None and s["status"] == "committed" else None
+
+
+async def thread_task_version(
+    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+) -> int:
+    n = await conn.fetchval(
+        "SELECT count(*) FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
+        " AND kind IN ('user_input', 'supplement')",
+        session_id,
+        run_id,
+        instance_id,
+    )
+    return int(n)

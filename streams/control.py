@@ -101,8 +101,12 @@ async def _observe(
     # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
     # this view may reuse — not simply the newest summary of the session.
     through = await snapshot_boundary(conn, ev.session_id, ev.run_id)
-    totals = await repo.view_counters(conn, ev.session_id, ev.run_id, through)
-    effective = await repo.effective_summary(conn, ev.session_id, ev.run_id, through)
+    if lineage == "main":
+        totals = await repo.view_counters(conn, ev.session_id, ev.run_id, through)
+        effective = await repo.effective_summary(conn, ev.session_id, ev.run_id, through)
+    else:  # R13.1: a child has its own counters and its own summary chain
+        totals = await repo.child_counters(conn, ev.session_id, ev.run_id, ev.instance_id)
+        effective = await repo.lineage_summary(conn, ev.session_id, lineage)
     baseline = repo.summary_baseline(effective)
     decision = evaluate_triggers(
         CompactionState(totals, baseline, row.last_attempt),
@@ -178,7 +182,7 @@ async def _observe(
         view_watermark=obs.view_watermark,
         parent_summary_id=effective["summary_id"] if effective else None,
         policy_revision=ctx["policy_revision"],
-        task_version=await repo.task_version(conn, ev.session_id),
+        task_version=await _task_version(conn, ev.session_id, lineage, ev.run_id, ev.instance_id),
         trigger_reasons=decision.fired,
         budget_before=obs.estimated_input,
         input_budget=obs.input_budget,
@@ -272,9 +276,13 @@ async def _outcome(
     request = job["request"]
     decision = decide_commit(
         Dependencies(
-            await _effective_id(conn, ev.session_id, job["run_id"]),
+            await _effective_id(conn, ev.session_id, job["run_id"])
+            if job["lineage"] == "main"
+            else _summary_id(await repo.lineage_summary(conn, ev.session_id, job["lineage"])),
             ctx["policy_revision"],
-            await repo.task_version(conn, ev.session_id),
+            await _task_version(
+                conn, ev.session_id, job["lineage"], job["run_id"], job["instance_id"]
+            ),
         ),
         Candidate(
             out.parent_summary_id,
@@ -417,3 +425,15 @@ async def _effective_id(conn: asyncpg.Connection, session_id: str, run_id: str) 
     through = await snapshot_boundary(conn, session_id, run_id)
     s = await repo.effective_summary(conn, session_id, run_id, through)
     return str(s["summary_id"]) if s else None
+
+
+def _summary_id(summary: asyncpg.Record | None) -> str | None:
+    return str(summary["summary_id"]) if summary else None
+
+
+async def _task_version(
+    conn: asyncpg.Connection, session_id: str, lineage: str, run_id: str, instance_id: str
+) -> int:
+    if lineage == "main":
+        return await repo.task_version(conn, session_id)
+    return await repo.thread_task_version(conn, session_id, run_id, instance_id)

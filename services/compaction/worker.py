@@ -246,7 +246,18 @@ class CompactionWorker:
         cached = self._threads.pop(key, None)
         if cached is None or cached[1] > req.view_watermark:
             through = await snapshot_boundary(conn, req.session_id, req.run_id)
-            records = await inherited_records(conn, req.session_id, through)
+            main = await conn.fetchval(
+                "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
+                req.session_id,
+                req.run_id,
+            )
+            # A child thread summarizes its own records only (R13.1); the background its
+            # parent transferred stays the parent's.
+            records = (
+                await inherited_records(conn, req.session_id, through)
+                if main == req.instance_id
+                else []
+            )
             cached = (records, through)
         records, seen = cached
         records = records + await thread_records(

@@ -229,7 +229,11 @@ class PrepareService:
         # Child threads (R13) have their own view and no share in the run's compaction
         # lineage: no session summary, no trigger checks on the parent's counters.
         is_child = instance_id != main_instance
-        compaction = None if is_child else await self._compaction(sid, run_id)
+        compaction = (
+            await self._child_compaction(sid, run_id, instance_id)
+            if is_child
+            else await self._compaction(sid, run_id)
+        )
         summary = await self._summary(compaction["current_summary_id"] if compaction else None)
         rend, snap, report, messages = await self._assemble(
             sid,
@@ -242,7 +246,7 @@ class PrepareService:
             compaction["revocations"] if compaction else "",
         )
         job_status = None
-        if purpose == "action" and not is_child:
+        if purpose == "action":
             # R9.1: checked at every action prepare; the processor (state owner) decides
             # and records the report; we only decide whether this call must wait.
             fired, obs_key = await self._observe(
@@ -391,6 +395,27 @@ class PrepareService:
             "baseline_model_steps": base.model_steps,
             "active_job_id": r["active_job_id"],
             "revocations": r["revocations"],
+        }
+
+    async def _child_compaction(self, sid: str, run_id: str, instance_id: str) -> dict[str, Any]:
+        """A child thread's own lineage (R13.1): its counters, its summary, its job."""
+        async with self.pool.acquire() as conn:
+            totals = await repo.child_counters(conn, sid, run_id, instance_id)
+            summary = await repo.lineage_summary(conn, sid, instance_id)
+            active = await conn.fetchval(
+                "SELECT active_job_id FROM compaction_state WHERE session_id=$1 AND lineage=$2",
+                sid,
+                instance_id,
+            )
+        base = repo.summary_baseline(summary)
+        return {
+            "current_summary_id": summary["summary_id"] if summary else None,
+            "user_turns": totals.user_turns,
+            "model_steps": totals.model_steps,
+            "baseline_user_turns": base.user_turns,
+            "baseline_model_steps": base.model_steps,
+            "active_job_id": active,
+            "revocations": "",
         }
 
     async def _effective(

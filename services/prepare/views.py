@@ -111,10 +111,12 @@ class ThreadViews:
                 )
                 if instance_id != snap.main_instance_id:
                     # R13: a child sees only the background its parent exported (as
-                    # material) and its own thread — no inherited history, no summary.
+                    # material) and its own thread — no inherited history.
                     ids = await child_transfer(conn, session_id, run_id, instance_id)
                     for rec in await records_by_id(conn, session_id, ids):
                         rend.add_material(rec)
+                    if summary is not None:  # the child's own summary chain (R13.1)
+                        rend.add_summary(summary.text, summary.tokens)
                 else:
                     if summary is not None:
                         rend.add_summary(summary.text, summary.tokens)

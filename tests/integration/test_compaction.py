@@ -688,3 +688,40 @@ async def test_a_resource_revoked_after_a_summary_exists_invalidates_it_and_the_
         )
         == 1
     )
+
+
+@pytest.mark.spec("R13.1", "R8.3", "R19")
+async def test_a_child_compacts_on_its_own_counters_and_summary_never_the_parents(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx,
+        context_policy={
+            "recent_complete_groups": 1,
+            "compaction": {"context_ratio": None, "model_steps": 2},
+        },
+    )
+    sid = session["session_id"]
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Delegate the reading.", "ch-q")
+    child = await ctx.export_for_child(run, "child-reader-1", [])
+    await ctx.append_user(child, "Read the three files.", "ch-task")
+    for i in range(3):  # 6 valid steps in the child thread
+        await round_(ctx, child, f"ch{i}")
+    await ctx.prepare(child)
+    (job,) = await settled(db, sid)
+    assert (job["status"], job["lineage"]) == ("committed", "child-reader-1")
+    rev = await db.fetchrow("SELECT * FROM summary_revisions WHERE job_id=$1", job["job_id"])
+    assert rev["lineage"] == "child-reader-1"
+    assert rev["counter_baseline"] == {"user_turns": 1, "model_steps": 6}
+    seen = await ctx.prepare(child)
+    assert any(m["block"] == "summary" for m in seen["messages"])
+    parent = await ctx.prepare(run)
+    assert parent["dependency_versions"]["summary_id"] is None
+    assert not any(m["block"] == "summary" for m in parent["messages"])
+    steps = await db.fetchval("SELECT model_steps FROM sessions WHERE session_id=$1", sid)
+    assert steps == 0  # the child's 6 steps never reached the parent (R8.3)
+    main = await db.fetchrow(
+        "SELECT * FROM compaction_state WHERE session_id=$1 AND lineage='main'", sid
+    )
+    assert main is None or main["current_summary_id"] is None
