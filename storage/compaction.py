@@ -92,8 +92,9 @@ async def session_context(conn: asyncpg.Connection, session_id: str) -> asyncpg.
 
 async def task_version(conn: asyncpg.Connection, session_id: str) -> int:
     """User inputs and supplements so far: a new one during compaction fails the commit."""
+    # Main threads only: a child's task or supplement never fails the parent's commit.
     n = await conn.fetchval(
-        "SELECT count(*) FROM records WHERE session_id=$1 AND kind IN ('user_input', 'supplement')",
+        "SELECT count(*)" + _MAIN_VIEW + " AND r.kind IN ('user_input', 'supplement')",
         session_id,
     )
     return int(n)
@@ -411,3 +412,26 @@ async def thread_task_version(
         instance_id,
     )
     return int(n)
+
+
+async def revoked_records(conn: asyncpg.Connection, session_id: str, ids: list[str]) -> int:
+    """How many of ``ids`` derive from a resource revoked in this session."""
+    n = await conn.fetchval(
+        "SELECT count(*) FROM records r JOIN revoked_resources v"
+        " ON v.session_id = r.session_id AND v.resource_id = r.resource_ref"
+        " WHERE r.session_id=$1 AND r.record_id = ANY($2::text[])",
+        session_id,
+        ids,
+    )
+    return int(n)
+
+
+async def revocation_epoch(conn: asyncpg.Connection, session_id: str) -> str:
+    """Changes whenever a resource of the session is revoked or reactivated."""
+    return str(
+        await conn.fetchval(
+            "SELECT count(*) || ':' || coalesce(max(revoked_sequence), 0)"
+            " FROM revoked_resources WHERE session_id=$1",
+            session_id,
+        )
+    )

@@ -14,6 +14,7 @@ from schemas.contracts import to_wire
 from streams.planning import BatchPlan, RunState, SessionState
 
 NOTIFY_CHANNEL = "ctx_committed"
+UNSCOPED_REFUSALS = frozenset({"unknown_session", "scope_mismatch"})
 
 RECORD_COLUMNS = (
     "session_id",
@@ -299,6 +300,9 @@ async def write_plan(
                     r.message,
                 )
                 for r in plan.rejections
+                # Only refusals of events whose scope checked out: a key claimed under a
+                # wrong scope must not poison the real session's key.
+                if r.code not in UNSCOPED_REFUSALS
             ],
         )
     await write_offsets(conn, consumer, topic, next_offsets)

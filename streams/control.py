@@ -79,13 +79,20 @@ async def _observe(
     obs: BudgetObservation,
     notes: list[ObservabilityEvent],
 ) -> CompactionRequest | None:
-    done = await conn.fetchval(
-        "SELECT 1 FROM trigger_reports WHERE session_id=$1 AND event_key=$2",
+    done = await conn.fetchrow(
+        "SELECT t.job_id, j.status, j.request FROM trigger_reports t"
+        " LEFT JOIN compaction_jobs j ON j.job_id = t.job_id"
+        " WHERE t.session_id=$1 AND t.event_key=$2",
         ev.session_id,
         ev.event_key,
     )
-    if done:
-        return None  # redelivered observation: already checked
+    if done is not None:
+        # Redelivered observation: already checked. If it started a job that is still
+        # waiting, the request may have been lost between our commit and its publish —
+        # publish it again (the worker and the commit both dedupe by job id).
+        if done["status"] == "requested":
+            return _request_of(done["request"])
+        return None
     ctx = await repo.session_context(conn, ev.session_id)
     policy = validate_compaction(repo.policy_compaction(ctx["context_policy"]))
     lineage = await _lineage(conn, ev)
@@ -292,6 +299,7 @@ async def _outcome(
             out.covered_tokens,
             not out.summary_json,
             await repo.missing_records(conn, ev.session_id, list(out.covered_record_ids)),
+            await repo.revoked_records(conn, ev.session_id, list(out.covered_record_ids)),
         ),
     )
     if not decision.commit:
@@ -437,3 +445,9 @@ async def _task_version(
     if lineage == "main":
         return await repo.task_version(conn, session_id)
     return await repo.thread_task_version(conn, session_id, run_id, instance_id)
+
+
+def _request_of(raw: dict[str, object]) -> CompactionRequest:
+    values = dict(raw)
+    values["trigger_reasons"] = tuple(values["trigger_reasons"])  # type: ignore[arg-type]
+    return CompactionRequest(**values)  # type: ignore[arg-type]

@@ -64,7 +64,7 @@ class CompactionWorker:
         self.hooks = hooks or HookChain()
         # (session, run, instance) -> (view records, watermark read up to); insertion
         # order doubles as LRU order.
-        self._threads: dict[tuple[str, str, str], tuple[list[RecordView], int]] = {}
+        self._threads: dict[tuple[str, str, str], tuple[list[RecordView], int, str]] = {}
         self.pool = pool
         self.producer = producer
         self.gateway = gateway
@@ -95,10 +95,10 @@ class CompactionWorker:
                 outcome,
             )
         )
-        await self.pool.execute(
+        stored = await self.pool.fetchval(
             "INSERT INTO compaction_operations (job_id, status, stage, outcome,"
             " model_operation_id, model_calls, error) VALUES ($1,$2,$3,$4,$5,$6,$7)"
-            " ON CONFLICT (job_id) DO NOTHING",
+            " ON CONFLICT (job_id) DO NOTHING RETURNING outcome",
             req.job_id,
             "candidate_saved" if outcome.status == "succeeded" else outcome.status,
             outcome.stage,
@@ -107,6 +107,13 @@ class CompactionWorker:
             outcome.model_calls,
             outcome.reason,
         )
+        if stored is None:
+            # Another delivery of this job saved its candidate first: publish that one, so
+            # the committed summary is the saved candidate (R15.1 audit link).
+            data = await self.pool.fetchval(
+                "SELECT outcome FROM compaction_operations WHERE job_id=$1", req.job_id
+            )
+            outcome = _outcome_of(data)
         if self.config.crash_after_save:
             log.critical("fault injection: exiting after saving the candidate of %s", req.job_id)
             logging.shutdown()
@@ -244,7 +251,10 @@ class CompactionWorker:
         records committed since the previous job instead of being read again."""
         key = (req.session_id, req.run_id, req.instance_id)
         cached = self._threads.pop(key, None)
-        if cached is None or cached[1] > req.view_watermark:
+        # A revocation rewrites past records (withdrawn content): never reuse text read
+        # before it.
+        epoch = await repo.revocation_epoch(conn, req.session_id)
+        if cached is None or cached[1] > req.view_watermark or cached[2] != epoch:
             through = await snapshot_boundary(conn, req.session_id, req.run_id)
             main = await conn.fetchval(
                 "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
@@ -258,12 +268,12 @@ class CompactionWorker:
                 if main == req.instance_id
                 else []
             )
-            cached = (records, through)
-        records, seen = cached
+            cached = (records, through, epoch)
+        records, seen, _ = cached
         records = records + await thread_records(
             conn, req.session_id, req.run_id, req.instance_id, seen, req.view_watermark
         )
-        self._threads[key] = (records, req.view_watermark)
+        self._threads[key] = (records, req.view_watermark, epoch)
         while len(self._threads) > THREAD_CACHE:
             self._threads.pop(next(iter(self._threads)))
         return records

@@ -97,6 +97,8 @@ class ThreadRenderer:
         )
 
     def feed(self, rec: RecordView, inherited: bool) -> None:
+        if rec.session_sequence <= self.last_sequence:
+            return  # already rendered: feeding is idempotent (R2.3)
         self.record_count += 1
         self.last_sequence = rec.session_sequence
         if rec.record_id in self.covered:

@@ -27,6 +27,7 @@ class Candidate:
     covered_tokens: int
     summary_empty: bool
     covered_records_missing: int
+    covered_records_revoked: int = 0  # derived from a resource revoked since the job began
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ def decide_commit(current: Dependencies, cand: Candidate) -> CommitDecision:
         return CommitDecision(False, "empty_summary")
     if cand.covered_records_missing:
         return CommitDecision(False, "covered_records_missing")
+    if cand.covered_records_revoked:
+        # R11.6: resource and grant versions are dependencies too.
+        return CommitDecision(False, "version_conflict:resource_revoked")
     if current.summary_id != cand.parent_summary_id:
         return CommitDecision(False, "version_conflict:parent_summary")
     if current.policy_revision != cand.policy_revision:

@@ -407,6 +407,7 @@ class PrepareService:
                 sid,
                 instance_id,
             )
+            epoch = await repo.revocation_epoch(conn, sid)
         base = repo.summary_baseline(summary)
         return {
             "current_summary_id": summary["summary_id"] if summary else None,
@@ -415,7 +416,7 @@ class PrepareService:
             "baseline_user_turns": base.user_turns,
             "baseline_model_steps": base.model_steps,
             "active_job_id": active,
-            "revocations": "",
+            "revocations": epoch,
         }
 
     async def _effective(
@@ -620,7 +621,9 @@ class PrepareService:
         r = await self.pool.fetchrow(
             "SELECT r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind,"
             " r.authority, r.payload, r.content_length, r.content_sha256,"
-            " COALESCE(r.content_inline, convert_from(b.content, 'UTF8')) AS text"
+            " COALESCE(r.content_inline, convert_from(b.content, 'UTF8')) AS text,"
+            " r.resource_ref, EXISTS (SELECT 1 FROM revoked_resources v WHERE"
+            "  v.session_id = r.session_id AND v.resource_id = r.resource_ref) AS revoked"
             " FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
             " WHERE r.session_id=$1 AND r.record_id=$2",
             sid,
@@ -628,7 +631,12 @@ class PrepareService:
         )
         if r is None:
             raise NotFound(f"record {record_id} not found in session {sid}")
-        text = r["text"] or ""
+        # R15.3: a revoked resource's content is withdrawn here too, not only in views.
+        text = (
+            f"[withdrawn: resource {r['resource_ref']} was revoked]"
+            if r["revoked"]
+            else r["text"] or ""
+        )
         out = {
             k: r[k]
             for k in (

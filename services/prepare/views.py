@@ -95,6 +95,8 @@ class ThreadViews:
         async with lock, self.pool.acquire() as conn:
             snap = await self.snapshot(conn, session_id, run_id)
             rend = self._views.get(key)
+            if rend is not None:
+                self._views.move_to_end(key)  # in use: never the one evicted meanwhile
             summary_id = summary.summary_id if summary else None
             if (
                 rend is None
@@ -132,8 +134,14 @@ class ThreadViews:
                 conn, session_id, run_id, instance_id, rend.last_sequence
             ):
                 rend.feed(rec, inherited=False)
+            self._views[key] = rend
             self._views.move_to_end(key)
             while len(self._views) > self.capacity:
                 old, _ = self._views.popitem(last=False)
-                self._locks.pop(old, None)
+                self._epochs.pop(old, None)
+                lock_of_old = self._locks.get(old)
+                if lock_of_old is not None and not lock_of_old.locked():
+                    # A lock in use stays: a waiter must find the same lock, or two
+                    # prepares could feed one renderer at once.
+                    del self._locks[old]
             return rend, snap

@@ -725,3 +725,107 @@ async def test_a_child_compacts_on_its_own_counters_and_summary_never_the_parent
         "SELECT * FROM compaction_state WHERE session_id=$1 AND lineage='main'", sid
     )
     assert main is None or main["current_summary_id"] is None
+
+
+@pytest.mark.spec("R15.3", "R7.4")
+async def test_a_compaction_request_lost_after_the_commit_is_published_again(
+    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """The processor committed a job, then died before publishing its request: the
+    redelivered observation finds the job still waiting and publishes it again, so the
+    session's compaction is not blocked for good."""
+    import time as _time
+
+    from schemas.wire import BudgetObservation, ControlEvent, encode_control
+
+    services = scripted[0]
+    session = await new_session(
+        ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    )
+    sid = session["session_id"]
+    run = await question(ctx, session, "lo", rounds=2)
+    await ctx.finish_run(run)
+    run = await question(ctx, session, "lp")
+    await ctx.append_user(run, "sync", "lp-sync")  # a barrier we wait on below
+    await ctx.read_record(sid, await _wait_record(db, sid, "lp-sync"))
+    # The state the crashed processor left: report + job + active job, no request sent.
+    policy_rev = await db.fetchval(
+        "SELECT r.policy_revision FROM sessions s JOIN releases r USING (release_id)"
+        " WHERE s.session_id=$1",
+        sid,
+    )
+    watermark = await db.fetchval(
+        "SELECT max(session_sequence) FROM records WHERE session_id=$1", sid
+    )
+    job_id, obs_key = "cmp_lost0000000001", "obs:lost-publish"
+    request = {
+        "job_id": job_id,
+        "session_id": sid,
+        "run_id": run.run_id,
+        "instance_id": run.instance_id,
+        "view_watermark": watermark,
+        "parent_summary_id": None,
+        "policy_revision": policy_rev,
+        "task_version": 3,
+        "trigger_reasons": ["user_turns"],
+        "budget_before": 1500,
+        "input_budget": 14_500,
+        "target_tokens": 8_700,
+        "max_calls": 4,
+        "requested_at_ms": int(_time.time() * 1000),
+    }
+    await db.execute(
+        "INSERT INTO compaction_state (session_id, lineage, policy_revision, active_job_id)"
+        " VALUES ($1, 'main', $2, $3) ON CONFLICT (session_id, lineage)"
+        " DO UPDATE SET active_job_id = EXCLUDED.active_job_id",
+        sid,
+        policy_rev,
+        job_id,
+    )
+    await db.execute(
+        "INSERT INTO compaction_jobs (job_id, session_id, lineage, run_id, instance_id,"
+        " status, request, observed_user_turns, observed_model_steps)"
+        " VALUES ($1,$2,'main',$3,$4,'requested',$5,2,6)",
+        job_id,
+        sid,
+        run.run_id,
+        run.instance_id,
+        request,
+    )
+    await db.execute(
+        "INSERT INTO trigger_reports (session_id, lineage, run_id, event_key, fired, values,"
+        " thresholds, decision, job_id, policy_revision, view_watermark, counters)"
+        " VALUES ($1,'main',$2,$3,'{user_turns}','{}','{}','job_started',$4,$5,$6,'{}')",
+        sid,
+        run.run_id,
+        obs_key,
+        job_id,
+        policy_rev,
+        watermark,
+    )
+    # Kafka redelivers the observation (its offset was never committed).
+    redelivered = ControlEvent(
+        obs_key,
+        sid,
+        run.run_id,
+        run.instance_id,
+        0,
+        BudgetObservation(0, 1, 0, 0, 0, 0, None, "x", policy_rev),
+    )
+    await ctx.producer._producer.send_and_wait(
+        services.env("ALC_TOPIC_RECORDS"), encode_control(redelivered), key=sid.encode()
+    )
+    jobs = await settled(db, sid)
+    assert [j["job_id"] for j in jobs] == [job_id]  # the same job, not a second one
+    assert jobs[0]["status"] == "committed"
+
+
+async def _wait_record(db: asyncpg.Pool, sid: str, event_key: str) -> str:
+    for _ in range(400):
+        rid = await db.fetchval(
+            "SELECT record_id FROM records WHERE session_id=$1 AND event_key=$2", sid, event_key
+        )
+        if rid:
+            return str(rid)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{event_key} never committed")

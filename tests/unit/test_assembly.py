@@ -484,3 +484,15 @@ def test_every_visible_record_is_rendered_once_the_thread_moves_on(sc: Scenario)
         assert any(
             m["role"] == "system" and f"tool call {call} " in m["content"] for m in r.messages
         )
+
+
+@pytest.mark.spec("R2.3")
+def test_feeding_a_record_twice_renders_it_once() -> None:
+    from services.core.assembly import RecordView, ThreadRenderer
+
+    r = ThreadRenderer(lambda t: len(t.split()))
+    rec = RecordView("r1", 5, "run", "main", "user_input", "user", "hello there", {}, 2)
+    r.feed(rec, inherited=False)
+    r.feed(rec, inherited=False)  # e.g. two prepares racing on one cached view
+    assert [m["record_ids"] for m in r.messages] == [["r1"]]
+    assert r.record_count == 1

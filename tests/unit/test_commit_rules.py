@@ -35,6 +35,7 @@ def test_matching_versions_and_real_reduction_commit() -> None:
         ({"summary_tokens": 5_000}, "no_real_reduction"),
         ({"summary_empty": True}, "empty_summary"),
         ({"covered_records_missing": 1}, "covered_records_missing"),
+        ({"covered_records_revoked": 2}, "version_conflict:resource_revoked"),
     ],
 )
 def test_no_commit_and_so_no_baseline_move(change: dict[str, object], reason: str) -> None:
