@@ -104,6 +104,7 @@ async def _observe(
         fixed_overhead=obs.fixed_overhead,
         input_budget=obs.input_budget,
         view_tokens=obs.estimated_input - obs.fixed_overhead,
+        required_tokens=obs.required_tokens,
     )
     # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
     # this view may reuse — not simply the newest summary of the session.
@@ -414,7 +415,9 @@ async def preempt(
         obs = BudgetObservation(
             estimate,
             r["input_budget"],
-            r["fixed_overhead"],
+            # What Prepare last measured as required: the same number its checks compare
+            # against, so a failed pre-emptive job does not look like "required changed".
+            r["required_tokens"] or r["fixed_overhead"],
             r["fixed_overhead"],
             compressible,
             last_seq,

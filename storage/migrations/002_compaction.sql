@@ -16,6 +16,7 @@ CREATE TABLE compaction_state (
     attempts                bigint NOT NULL DEFAULT 0,
     fixed_overhead          bigint NOT NULL DEFAULT 0, -- last observed, for pre-emptive checks
     input_budget            bigint NOT NULL DEFAULT 0,
+    required_tokens         bigint NOT NULL DEFAULT 0, -- last observed required content
     -- History part of the main view (summary + uncovered records + envelopes), kept up to
     -- date by the processor from cached per-record counts and resynced at every
     -- observation: fixed_overhead + view_tokens estimates the next prepare (DESIGN.md).
