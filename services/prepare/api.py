@@ -60,6 +60,11 @@ class PrepareIn(BaseModel):
     instance_id: str | None = None
     model_profile: dict[str, Any] | None = None
     tool_catalog: list[dict[str, Any]] | None = None
+    render: bool = Field(
+        False,
+        description="also return the request body in the model profile's "
+        "provider_format (openai_chat | openai_responses | anthropic_messages)",
+    )
     after: dict[str, int] = Field(
         default_factory=dict,
         description="partition -> offset of the caller's last append (read-your-writes)",

@@ -44,6 +44,7 @@ from services.bus import EventProducer
 from services.core.assembly import ThreadRenderer, skills_catalog_text, tool_schema_text
 from services.core.budget import BudgetReport, ModelProfile, enforce, make_report
 from services.core.policy import validate_compaction, validate_policy
+from services.core.providers import render as render_provider
 from services.core.selection import build_groups, select_prefix
 from services.core.tokens import CachedCounter
 from services.core.triggers import CompactionState, Counters, Observation, evaluate_triggers
@@ -280,8 +281,18 @@ class PrepareService:
             )
         self._note_budget(sid, run_id, instance_id, purpose, rel, report)
         enforce(report)
+        provider = None
+        if body.get("render"):
+            try:
+                provider = {
+                    "format": profile.provider_format,
+                    "request": render_provider(messages, tools, profile.provider_format),
+                }
+            except ValueError as exc:
+                raise InvalidRequest(str(exc), field="provider_format") from exc
         return {
             "prepared_id": f"prep_{uuid.uuid4().hex[:16]}",
+            "provider": provider,
             "purpose": purpose,
             "session_id": sid,
             "run_id": run_id,

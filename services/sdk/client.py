@@ -372,6 +372,7 @@ class ContextClient:
         purpose: str = "action",
         tool_catalog: list[dict[str, Any]] | None = None,
         model_profile: dict[str, Any] | None = None,
+        render: bool = False,
     ) -> dict[str, Any]:
         return await self._call(
             "POST",
@@ -381,6 +382,7 @@ class ContextClient:
                 "instance_id": run.instance_id,
                 "tool_catalog": tool_catalog,
                 "model_profile": model_profile,
+                "render": render,
                 "after": {str(p): o for p, o in self.producer.last_offsets.items()},
             },
         )

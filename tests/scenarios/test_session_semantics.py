@@ -250,3 +250,32 @@ async def test_another_actors_session_is_not_readable_without_an_explicit_grant(
         assert (await c.read_record(sid, rid, actor="auditor-1"))["record_id"] == rid
         with pytest.raises(ApiError):
             await c.read_record(sid, rid, actor="mallory")  # a grant is per actor
+
+
+@pytest.mark.spec("R5.1", "R4.4")
+@pytest.mark.parametrize("fmt", ["openai_chat", "openai_responses", "anthropic_messages"])
+async def test_prepare_renders_provider_ready_requests(services: Services, fmt: str) -> None:
+    from tests.support.flows import PROFILE
+
+    async with client(services) as c:
+        session = await new_session(c, model_profile=PROFILE | {"provider_format": fmt})
+        run = await c.start_run(session)
+        await c.append_user(run, "read it", "q")
+        await _round(c, run, "x", ToolStatus.ERROR)
+        p = await c.prepare(run, render=True)
+    req = p["provider"]["request"]
+    assert p["provider"]["format"] == fmt
+    text = json.dumps(req)
+    assert "x-c" in text and "result of x" in text and "error" in text
+    if fmt == "anthropic_messages":
+        assert req["system"].startswith("You are a careful test agent.")
+        assert [t["role"] for t in req["messages"]] == ["user", "assistant", "user"]
+    elif fmt == "openai_chat":
+        assert [m["role"] for m in req["messages"]] == ["system", "user", "assistant", "tool"]
+    else:
+        assert [i["type"] for i in req["input"]] == [
+            "message",
+            "message",
+            "function_call",
+            "function_call_output",
+        ]
