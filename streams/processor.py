@@ -172,19 +172,10 @@ class BatchProcessor:
             # on record_id.
             old = existing.get((inc.event.scope.session_id, inc.event.event_key))
             if old is not None:
+                # ExistingRecord holds exactly the committed fields; add when/where.
                 await self._send_committed(
                     CommittedRecord(
-                        record_id=old.record_id,
-                        session_id=old.session_id,
-                        session_sequence=old.session_sequence,
-                        run_id=old.run_id,
-                        instance_id=old.instance_id,
-                        instance_sequence=old.instance_sequence,
-                        event_key=old.event_key,
-                        kind=old.kind,
-                        token_count=old.token_count,
-                        token_method=old.token_method,
-                        content_sha256=old.content_sha256,
+                        **old.__dict__,
                         committed_at_ms=now,
                         source_partition=inc.partition,
                         source_offset=inc.offset,
