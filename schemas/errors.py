@@ -85,6 +85,30 @@ class ContextBudgetExceeded(ContextError):
     http_status = 422
 
 
+class ContextReprepareRequired(ContextError):
+    """R9.8/R14: a model before-hook pushed the call past the soft threshold; prepare again
+    (once) with the hook's size reserved, so compaction can make room first."""
+
+    code = "context_reprepare_required"
+    retriable = True
+    http_status = 409
+
+
+class ProtectedBlockViolation(ContextError):
+    """R10.5: a hook removed, altered or downgraded a required block; nothing is sent."""
+
+    code = "protected_block_violation"
+    http_status = 422
+
+
+class HookFailed(ContextError):
+    """A hook raised or ran past its timeout; the call is not sent (R14)."""
+
+    code = "hook_failed"
+    retriable = True
+    http_status = 502
+
+
 class NotCommittedYet(ContextError):
     """Read-your-writes wait ran out: the runtime's last append is not committed yet."""
 

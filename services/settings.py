@@ -38,6 +38,9 @@ class Settings(BaseSettings):
     # context.compact.before/after hooks (R14): comma-separated "module:factory" callables
     # returning a CompactHook, loaded by the compaction service at start-up.
     compaction_hooks: str = ""
+    # context.prepare.* and model.chat.* hooks (R14), "module:factory" callables, loaded by
+    # the Prepare service at start-up.
+    prepare_hooks: str = ""
     # Prepare waits this long for a compaction commit when the view is over the hard budget.
     compaction_wait_s: float = 20.0
     topic_partitions: int = 4

@@ -9,10 +9,21 @@ import asyncpg
 
 from services.core.assembly import RecordView
 
+# Content in the blob store (over 64 KiB) is read whole only where it must be shown whole:
+# what a user or model said, a child's result and a skill body (R10.4, R12.3). Any other
+# large result is shown as a view, so only a bounded prefix is read (R10.3).
+PREFIX_BYTES = 32768
+_WHOLE = (
+    "r.kind IN ('user_input', 'supplement', 'assistant_message', 'child_result')"
+    " OR jsonb_typeof(r.payload->'skill') = 'object'"
+)
 _COLS = (
     "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
-    " COALESCE(r.content_inline, '[content ' || r.content_ref || ', '"
-    " || r.content_length || ' bytes: read back by reference]') AS text,"
+    f" CASE WHEN r.content_inline IS NOT NULL THEN r.content_inline WHEN {_WHOLE}"
+    " THEN convert_from(b.content, 'UTF8') END AS text,"
+    f" CASE WHEN r.content_inline IS NULL AND NOT ({_WHOLE})"
+    f" THEN substring(b.content FROM 1 FOR {PREFIX_BYTES}) END AS prefix,"
+    " r.content_length, r.content_sha256,"
     " r.payload, r.token_count, r.resource_ref,"
     " (r.resource_ref IS NOT NULL AND EXISTS (SELECT 1 FROM revoked_resources v"
     "   WHERE v.session_id = r.session_id AND v.resource_id = r.resource_ref)) AS revoked"
@@ -22,7 +33,14 @@ _COLS = (
 def record_view(r: asyncpg.Record) -> RecordView:
     # A revoked resource's content is withdrawn from every view (R15.3); the record keeps
     # its place, call id and status, so tool groups stay complete.
-    text = f"[withdrawn: resource {r['resource_ref']} was revoked]" if r["revoked"] else r["text"]
+    length = -1
+    if r["revoked"]:
+        text = f"[withdrawn: resource {r['resource_ref']} was revoked]"
+    elif r["text"] is not None:
+        text = r["text"]
+    else:  # a bounded prefix of a large blob; a cut multi-byte character is dropped
+        text = bytes(r["prefix"] or b"").decode("utf-8", errors="ignore")
+        length = int(r["content_length"])
     return RecordView(
         r["record_id"],
         r["session_sequence"],
@@ -33,6 +51,8 @@ def record_view(r: asyncpg.Record) -> RecordView:
         text,
         r["payload"],
         r["token_count"],
+        length,
+        r["content_sha256"],
     )
 
 
@@ -42,7 +62,8 @@ async def inherited_records(
     """R2.2/R2.3: everything committed before the run started, from the main threads of
     earlier runs (child threads stay isolated, R13), once each, in session order."""
     rows = await conn.fetch(
-        f"SELECT {_COLS} FROM records r LEFT JOIN runs u"
+        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+        " LEFT JOIN runs u"
         " ON u.session_id = r.session_id AND u.run_id = r.run_id"
         " WHERE r.session_id=$1 AND r.session_sequence <= $2"
         " AND r.visibility IN ('session', 'actor')"
@@ -64,7 +85,8 @@ async def thread_records(
 ) -> list[RecordView]:
     """The thread's own records with ``after < session_sequence <= upto``."""
     rows = await conn.fetch(
-        f"SELECT {_COLS} FROM records r WHERE r.session_id=$1 AND r.run_id=$2"
+        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+        " WHERE r.session_id=$1 AND r.run_id=$2"
         " AND r.instance_id=$3 AND r.session_sequence > $4"
         " AND ($5::bigint IS NULL OR r.session_sequence <= $5)"
         " ORDER BY r.session_sequence",
@@ -111,7 +133,8 @@ async def records_by_id(
     """Main-thread (or session-scoped) records of the session among ``ids`` — what a
     parent may transfer; another child's records are never material for a sibling."""
     rows = await conn.fetch(
-        f"SELECT {_COLS} FROM records r LEFT JOIN runs u"
+        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+        " LEFT JOIN runs u"
         " ON u.session_id = r.session_id AND u.run_id = r.run_id"
         " WHERE r.session_id=$1 AND r.record_id = ANY($2::text[])"
         " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"

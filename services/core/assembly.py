@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from services.core.policy import LargeResultSettings
 from services.core.redaction import redact
 
 Message = dict[str, Any]
@@ -35,6 +36,38 @@ class RecordView:
     text: str
     payload: dict[str, Any]
     token_count: int
+    # Length in characters of the whole content; ``text`` may hold only a prefix of it
+    # when the content lives in the blob store and is shown as an externalized view.
+    content_length: int = -1
+    content_sha256: str | None = None
+
+    @property
+    def full_length(self) -> int:
+        return self.content_length if self.content_length >= 0 else len(self.text)
+
+
+@dataclass
+class SkillLoad:
+    """A tool result that says it loaded a skill — a claim, until the assembler matches it
+    against the release binding and the host's activation (R12.2)."""
+
+    record_id: str
+    name: str
+    revision: str
+    content_sha256: str
+    text: str
+    tokens: int
+    message_index: int | None  # the tool message showing it, while not summarized
+
+
+@dataclass(frozen=True)
+class SkillActivation:
+    name: str
+    version: str
+    content_hash: str
+    authority: str
+    active: bool
+    record_id: str
 
 
 @dataclass
@@ -59,13 +92,20 @@ class ThreadRenderer:
         message_overhead: int = 4,
         covered: frozenset[str] = frozenset(),
         summary_id: str | None = None,
+        large: LargeResultSettings | None = None,
     ) -> None:
         self.count = count
         self.overhead = message_overhead
         self.covered = covered
         self.summary_id = summary_id
+        self.large = large or LargeResultSettings()
         self.messages: list[Message] = []
         self.tokens: dict[str, int] = {}
+        self.message_counts: dict[str, int] = {}
+        self.task_indices: list[int] = []  # messages of the current task: required (R10.1)
+        self.externalized: list[str] = []  # record ids shown as views (R10.3)
+        self.skill_loads: dict[str, SkillLoad] = {}  # by content hash
+        self.activations: dict[str, SkillActivation] = {}  # latest per skill name
         self.records: list[RecordView] = []  # uncovered records, for compaction selection
         self.record_count = 0
         self.last_sequence = 0
@@ -101,6 +141,7 @@ class ThreadRenderer:
             return  # already rendered: feeding is idempotent (R2.3)
         self.record_count += 1
         self.last_sequence = rec.session_sequence
+        self._track_skill(rec)
         if rec.record_id in self.covered:
             return
         self.records.append(rec)
@@ -128,6 +169,32 @@ class ThreadRenderer:
                 grp.deferred.append(rec)
             return
         self._emit_record(rec, inherited)
+
+    def _track_skill(self, rec: RecordView) -> None:
+        """Skill state is tracked for every record, summarized or not: after the load
+        group is summarized the assembler re-provides the body from it (R12.3)."""
+        p = rec.payload
+        if rec.kind == "tool_outcome" and isinstance(p.get("skill"), dict):
+            ref = p["skill"]
+            sha = rec.content_sha256 or ""
+            self.skill_loads[sha] = SkillLoad(
+                rec.record_id,
+                str(ref.get("name")),
+                str(ref.get("revision")),
+                sha,
+                rec.text,
+                rec.token_count,
+                None,
+            )
+        elif rec.kind == "resource_activation" and p.get("resource_kind") == "skill":
+            self.activations[str(p.get("resource_id"))] = SkillActivation(
+                str(p.get("resource_id")),
+                str(p.get("version")),
+                str(p.get("content_hash")),
+                rec.authority,
+                bool(p.get("active", True)),
+                rec.record_id,
+            )
 
     def seal_inherited(self) -> None:
         """End of the inherited history: an inherited open group closes as unknown."""
@@ -231,19 +298,30 @@ class ThreadRenderer:
         self._add(msg, [a], cat, a.token_count)
         for c in answered:
             r = grp.results[c["call_id"]]
-            self._add(
-                {
-                    "role": "tool",
-                    "tool_call_id": c["call_id"],
-                    "name": c["name"],
-                    "status": r.payload.get("status", "unknown"),
-                    "content": r.text,
-                    "block": "interaction",
-                },
-                [r],
-                "history" if grp.inherited else "tool_results",
-                r.token_count,
-            )
+            status = r.payload.get("status", "unknown")
+            msg = {
+                "role": "tool",
+                "tool_call_id": c["call_id"],
+                "name": c["name"],
+                "status": status,
+                "content": r.text,
+                "block": "interaction",
+            }
+            tokens = r.token_count
+            skill = r.payload.get("skill")
+            if isinstance(skill, dict):
+                # A skill body is never cut (R12.3); the assembler decides if it counts.
+                load = self.skill_loads.get(r.content_sha256 or "")
+                if load is not None and load.record_id == r.record_id:
+                    load.message_index = len(self.messages)
+            elif self._is_large(r):
+                msg["content"] = self._view_of(r, c["call_id"], c["name"], status)
+                msg["decision"] = "externalized"
+                msg["reason"] = "large_result_view"
+                msg["content_ref"] = f"rec:{r.record_id}"
+                tokens = self.count(msg["content"])
+                self.externalized.append(r.record_id)
+            self._add(msg, [r], "history" if grp.inherited else "tool_results", tokens)
         for c in missing:
             note = (
                 f"[state] tool call {c['call_id']} ({c['name']}, arguments "
@@ -251,13 +329,37 @@ class ThreadRenderer:
                 "not re-executed."
             )
             self._add(
-                {"role": "system", "content": note, "block": "state"},
+                {
+                    "role": "system",
+                    "content": note,
+                    "block": "state",
+                    "block_id": f"unknown:{a.record_id}:{c['call_id']}",
+                },
                 [a],
                 "state",
                 self.count(note),
             )
         for d in grp.deferred:
             self._route(d, grp.inherited)
+
+    def _is_large(self, r: RecordView) -> bool:
+        # Metadata only: the stored count and length decide, not the content (R10.3).
+        return r.token_count > self.large.inline_max_tokens or (
+            r.full_length > len(r.text)  # only a prefix was loaded: never inline
+        )
+
+    def _view_of(self, r: RecordView, call_id: str, name: str, status: str) -> str:
+        """R5.4/R10.3: call id, real status, a truncation note, a real reference, the
+        length, the readable range and how to read the rest."""
+        shown = r.text[: self.large.preview_chars]
+        total = r.full_length
+        unit = "bytes" if r.content_length >= 0 else "characters"  # blob: bytes known
+        return (
+            f"[result truncated: call_id={call_id} name={name} status={status}; "
+            f"{total} {unit}, {r.token_count} tokens; showing characters 0-{len(shown)}."
+            f' Read the rest with read_content(ref="rec:{r.record_id}", offset={len(shown)},'
+            f" limit=8000); readable range 0-{total} {unit}.]\n{shown}"
+        )
 
     def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
         # R15.4: credentials never enter context. Counts stay those of the original — a
@@ -269,9 +371,36 @@ class ThreadRenderer:
         msg["record_ids"] = [s.record_id for s in sources]
         msg["category"] = category
         msg["tokens"] = tokens + self.overhead
+        msg.setdefault("block_id", _block_id(msg, sources))
+        msg.setdefault("retention", RETENTION.get(category, "compressible"))
+        if category == "task":
+            self.task_indices.append(len(self.messages))
         self.messages.append(msg)
         self.tokens[category] = self.tokens.get(category, 0) + tokens
+        self.message_counts[category] = self.message_counts.get(category, 0) + 1
         self.tokens["envelope"] = self.tokens.get("envelope", 0) + self.overhead
+
+
+# R10.1 retention classes per category: the current task is required; state (unknown
+# results, activations) is active; history and interactions are compressible; material a
+# parent chose is optional beside the child's own task.
+RETENTION = {
+    "task": "required",
+    "state": "active",
+    "summary": "active",
+    "history": "compressible",
+    "interactions": "compressible",
+    "tool_results": "compressible",
+    "material": "optional",
+}
+
+
+def _block_id(msg: Message, sources: list[RecordView]) -> str:
+    if msg.get("block") == "summary":
+        return f"summary:{msg.get('summary_id')}"
+    if not sources:
+        return "state"
+    return f"rec:{sources[0].record_id}"
 
 
 def tool_schema_text(tool_catalog: list[dict[str, Any]]) -> str:

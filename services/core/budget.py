@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +89,15 @@ class BudgetReport:
     output_reserve: int
     context_capacity: int
     ratio: float = field(default=0.0)
+    calibration: Calibration | None = None
+
+    @property
+    def calibrated_input(self) -> int:
+        """The estimate scaled by what the provider reported before — only ever upward, so
+        calibration can make the check stricter, never looser (R6.4)."""
+        if self.calibration is None or self.calibration.factor <= 1.0:
+            return self.estimated_input
+        return math.ceil(self.estimated_input * self.calibration.factor)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -101,11 +111,48 @@ class BudgetReport:
             "output_reserve": self.output_reserve,
             "context_capacity": self.context_capacity,
             "ratio": round(self.ratio, 6),
+        } | (
+            {
+                "calibration": self.calibration.to_dict(),
+                "calibrated_input": self.calibrated_input,
+            }
+            if self.calibration is not None
+            else {}
+        )
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Provider-reported input tokens over our estimate, smoothed (EWMA) per model."""
+
+    factor: float = 1.0
+    samples: int = 0
+    last_drift: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "factor": round(self.factor, 6),
+            "samples": self.samples,
+            "last_drift": round(self.last_drift, 6),
         }
 
 
+def calibrate(cal: Calibration, estimated: int, actual: int, alpha: float = 0.2) -> Calibration:
+    """Fold one observation in. The first sample sets the factor; later ones move it by
+    ``alpha``, so one odd response does not swing every later check."""
+    if estimated <= 0 or actual <= 0:
+        return cal
+    ratio = actual / estimated
+    factor = ratio if cal.samples == 0 else (1 - alpha) * cal.factor + alpha * ratio
+    return Calibration(factor, cal.samples + 1, ratio - 1.0)
+
+
 def make_report(
-    profile: ModelProfile, items: Mapping[str, int], required: int, counting_method: str
+    profile: ModelProfile,
+    items: Mapping[str, int],
+    required: int,
+    counting_method: str,
+    calibration: Calibration | None = None,
 ) -> BudgetReport:
     budget = profile.input_budget()
     total = sum(items.values())
@@ -120,6 +167,7 @@ def make_report(
         output_reserve=profile.output_reserve,
         context_capacity=profile.context_capacity,
         ratio=total / budget,
+        calibration=calibration,
     )
 
 
@@ -132,7 +180,7 @@ def enforce(report: BudgetReport) -> None:
             reason="required_over_budget",
             **report.to_dict(),
         )
-    if report.estimated_input > report.input_budget:
+    if report.calibrated_input > report.input_budget:
         raise ContextBudgetExceeded(
             "context exceeds the input budget; history must be compacted first",
             reason="history_over_budget",

@@ -23,10 +23,20 @@ class CompactionPolicy:
 
 
 @dataclass(frozen=True)
+class LargeResultSettings:
+    """R10.3: results over ``inline_max_tokens`` are shown as a ``preview_chars`` view with
+    a read-back reference."""
+
+    inline_max_tokens: int = 4000
+    preview_chars: int = 2000
+
+
+@dataclass(frozen=True)
 class ContextPolicy:
     api_version: str = "v1"
     recent_complete_groups: int = 2
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+    large_result: LargeResultSettings = field(default_factory=LargeResultSettings)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,7 +121,7 @@ def validate_compaction(raw: Mapping[str, Any]) -> CompactionPolicy:
 
 def validate_policy(raw: Mapping[str, Any] | None) -> ContextPolicy:
     raw = dict(raw or {})
-    known = {"api_version", "recent_complete_groups", "compaction"}
+    known = {"api_version", "recent_complete_groups", "compaction", "large_result"}
     unknown = set(raw) - known
     if unknown:
         raise InvalidPolicy(
@@ -126,4 +136,21 @@ def validate_policy(raw: Mapping[str, Any] | None) -> ContextPolicy:
         api_version=str(raw.get("api_version", "v1")),
         recent_complete_groups=groups,
         compaction=validate_compaction(raw.get("compaction") or {}),
+        large_result=validate_large_result(raw.get("large_result") or {}),
+    )
+
+
+def validate_large_result(raw: Mapping[str, Any]) -> LargeResultSettings:
+    defaults = asdict(LargeResultSettings())
+    unknown = set(raw) - set(defaults)
+    if unknown:
+        raise InvalidPolicy(
+            f"unknown large_result fields: {sorted(unknown)}",
+            rule="unknown_field",
+            fields=sorted(unknown),
+        )
+    v = defaults | dict(raw)
+    return LargeResultSettings(
+        inline_max_tokens=_count("inline_max_tokens", v["inline_max_tokens"], nullable=False) or 0,
+        preview_chars=_count("preview_chars", v["preview_chars"], nullable=False) or 0,
     )

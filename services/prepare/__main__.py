@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from services.bus import EventProducer
 from services.core.tokens import CachedCounter, make_counter
 from services.prepare.api import create_api
+from services.prepare.hooks import load_hooks
 from services.prepare.service import PrepareService
 from services.prepare.views import ThreadViews
 from services.prepare.waiter import CommitWaiter
@@ -42,7 +43,9 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         settings.prepare_commit_wait_s,
         settings.compaction_wait_s,
         settings.topic_observability,
+        hooks=load_hooks(settings.prepare_hooks),
     )
+    await svc.load_calibration()
     try:
         yield svc
     finally:

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, ORJSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.errors import ContextError, InvalidRequest
 from services.prepare.service import PrepareService
@@ -68,6 +68,38 @@ class PrepareIn(BaseModel):
     after: dict[str, int] = Field(
         default_factory=dict,
         description="partition -> offset of the caller's last append (read-your-writes)",
+    )
+    material: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="retrieved passages for this call (R12.4): citation_id, version, text,"
+        " source, record_id; merged by citation, kept apart when versions conflict,"
+        " dropped first when over budget — never instructions",
+    )
+    reserve_tokens: int = Field(
+        0,
+        description="tokens to keep free (a re-prepare after context_reprepare_required"
+        " passes the hook_tokens it was given)",
+    )
+    reprepare_of: str | None = Field(
+        None, description="the prepared_id this re-prepares (R9.8: asked at most once)"
+    )
+
+
+class ModelCallIn(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+    prepared_id: str
+    model_config_: dict[str, Any] = Field(
+        default_factory=dict,
+        alias="model_config",
+        description="temperature, max_tokens, … as sent (recorded, R15.1)",
+    )
+
+
+class ModelResultIn(BaseModel):
+    response: dict[str, Any] = Field(default_factory=dict)
+    usage: dict[str, Any] = Field(
+        default_factory=dict, description="provider usage: input_tokens, output_tokens"
     )
 
 
@@ -126,6 +158,28 @@ def create_api(svc: PrepareService) -> FastAPI:
         # 10k-message dict cost ~3x the assembly itself.
         await svc.check_actor(session_id, actor)
         return ORJSONResponse(await svc.prepare(session_id, run_id, body.model_dump()))
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/model-calls", status_code=201)
+    async def model_call(
+        session_id: str, run_id: str, body: ModelCallIn, actor: str | None = ACTOR
+    ) -> ORJSONResponse:
+        """The gateway's final check (R9.8, R10.5, R14): ``model.chat.before`` hooks, the
+        protected block manifest, the same budget. 201 with the provider-ready
+        ``request`` to send; 409 ``context_reprepare_required`` (once); 422
+        ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
+        await svc.check_actor(session_id, actor)
+        out = await svc.model_call(
+            session_id,
+            run_id,
+            {"prepared_id": body.prepared_id, "model_config": body.model_config_},
+        )
+        return ORJSONResponse(out, status_code=201)
+
+    @app.post("/v1/model-calls/{call_id}/result")
+    async def model_result(call_id: str, body: ModelResultIn) -> dict[str, Any]:
+        """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
+        usage calibrates later estimates and the drift is returned (R6.4)."""
+        return await svc.model_result(call_id, body.model_dump())
 
     @app.get("/v1/sessions/{session_id}/records/{record_id}")
     async def read_record(

@@ -12,6 +12,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,17 +42,62 @@ from schemas.wire import (
     encode_observability,
 )
 from services.bus import EventProducer
-from services.core.assembly import ThreadRenderer, skills_catalog_text, tool_schema_text
-from services.core.budget import BudgetReport, ModelProfile, enforce, make_report
+from services.core.assembly import ThreadRenderer
+from services.core.budget import (
+    BudgetReport,
+    Calibration,
+    ModelProfile,
+    calibrate,
+    enforce,
+)
+from services.core.context import Assembled, Material, assemble
+from services.core.gate import check_manifest, gate
 from services.core.policy import validate_compaction, validate_policy
 from services.core.providers import render as render_provider
 from services.core.selection import build_groups, select_prefix
 from services.core.tokens import CachedCounter
 from services.core.triggers import CompactionState, Counters, Observation, evaluate_triggers
+from services.prepare.hooks import HookRegistry, ModelCall, PrepareRequest
 from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter
 from storage import compaction as repo
 from storage.threads import child_transfer
+
+# R10.3: offered to the model when something was externalized; the runtime executes it with
+# ``ContextClient.read_content`` (scope-checked, paged).
+READ_CONTENT_TOOL: dict[str, Any] = {
+    "name": "read_content",
+    "description": "Read part of a result that was shown truncated. ref is the reference"
+    " given in the truncation note; offset and limit are in characters.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "ref": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 65536},
+        },
+        "required": ["ref"],
+    },
+}
+
+
+@dataclass
+class PreparedEntry:
+    """A prepared context held for the gateway's final check (R10.5). Held in memory: a
+    call for one this process no longer holds gets ``prepared_not_found`` — prepare again."""
+
+    prepared_id: str
+    session_id: str
+    run_id: str
+    instance_id: str
+    purpose: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    built: Assembled
+    profile: ModelProfile
+    soft_ratio: float | None
+    reprepare_of: str | None
+    dependency_versions: dict[str, Any]
 
 
 def policy_revision(policy: dict[str, Any]) -> str:
@@ -80,6 +126,10 @@ class PrepareService:
     _owners: dict[str, str] = field(default_factory=dict)
     _grants: set[tuple[str, str]] = field(default_factory=set)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
+    hooks: HookRegistry = field(default_factory=HookRegistry)
+    prepared_capacity: int = 4096
+    _prepared: OrderedDict[str, PreparedEntry] = field(default_factory=OrderedDict)
+    _calibration: dict[str, Calibration] = field(default_factory=dict)
 
     # --- releases (R1.4, R17) -----------------------------------------------------------
 
@@ -217,6 +267,16 @@ class PrepareService:
             purpose = "completion"  # R4.1: both names accepted
         if purpose not in ("action", "compaction", "completion"):
             raise InvalidRequest(f"unknown purpose {purpose!r}")
+        reserve = int(body.get("reserve_tokens") or 0)
+        reprepare_of = body.get("reprepare_of")
+        if reserve < 0:
+            raise InvalidRequest("reserve_tokens must be >= 0", field="reserve_tokens")
+        try:
+            material = tuple(Material.from_dict(m) for m in body.get("material") or ())
+        except (KeyError, TypeError) as exc:
+            raise InvalidRequest(
+                "material items need citation_id and text", field="material"
+            ) from exc
         after = {int(k): int(v) for k, v in (body.get("after") or {}).items()}
         await self.waiter.wait(after, self.commit_wait_s)
         waited = time.perf_counter() - t0
@@ -227,6 +287,10 @@ class PrepareService:
         async with self.pool.acquire() as conn:
             main_instance = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
         instance_id = body.get("instance_id") or main_instance
+        if self.hooks.hooks:
+            material = await self.hooks.prepare_before(
+                PrepareRequest(sid, run_id, instance_id, purpose, material)
+            )
         # Child threads (R13) have their own view and no share in the run's compaction
         # lineage: no session summary, no trigger checks on the parent's counters.
         is_child = instance_id != main_instance
@@ -236,16 +300,23 @@ class PrepareService:
             else await self._compaction(sid, run_id)
         )
         summary = await self._summary(compaction["current_summary_id"] if compaction else None)
-        rend, snap, report, messages = await self._assemble(
-            sid,
-            run_id,
-            instance_id,
-            rel,
-            profile,
-            tools,
-            summary,
-            compaction["revocations"] if compaction else "",
-        )
+
+        async def build() -> tuple[ThreadRenderer, Snapshot, Assembled]:
+            return await self._assemble(
+                sid,
+                run_id,
+                instance_id,
+                rel,
+                profile,
+                tools,
+                summary,
+                compaction["revocations"] if compaction else "",
+                material,
+                reserve,
+            )
+
+        rend, snap, built = await build()
+        report = built.report
         job_status = None
         if purpose == "action":
             # R9.1: checked at every action prepare; the processor (state owner) decides
@@ -253,25 +324,18 @@ class PrepareService:
             fired, obs_key = await self._observe(
                 sid, run_id, instance_id, rel, rend, report, compaction, summary
             )
-            over = report.estimated_input > report.input_budget
-            if fired and over and report.required <= report.input_budget:
-                # R9.7: over the hard budget nothing is sent; wait (bounded) for the job.
+            over = report.calibrated_input > report.input_budget
+            # R9.7: over the hard budget nothing is sent — wait (bounded) for the job. A
+            # re-prepare for a hook's additions (R9.8) waits too, so there is room for them.
+            if fired and (over or reprepare_of) and report.required <= report.input_budget:
                 job_status = await self._wait_for_compaction(sid, obs_key)
                 compaction = await self._compaction(sid, run_id)
                 summary = await self._summary(
                     compaction["current_summary_id"] if compaction else None
                 )
-                rend, snap, report, messages = await self._assemble(
-                    sid,
-                    run_id,
-                    instance_id,
-                    rel,
-                    profile,
-                    tools,
-                    summary,
-                    compaction["revocations"] if compaction else "",
-                )
-        over_budget = report.estimated_input > report.input_budget
+                rend, snap, built = await build()
+                report = built.report
+        over_budget = report.calibrated_input > report.input_budget
         if over_budget and job_status is not None and report.required <= report.input_budget:
             raise ContextBudgetExceeded(
                 "context exceeds the input budget and compaction did not bring it under",
@@ -281,6 +345,7 @@ class PrepareService:
             )
         self._note_budget(sid, run_id, instance_id, purpose, rel, report)
         enforce(report)
+        messages = built.messages
         provider = None
         if body.get("render"):
             try:
@@ -290,8 +355,32 @@ class PrepareService:
                 }
             except ValueError as exc:
                 raise InvalidRequest(str(exc), field="provider_format") from exc
-        return {
-            "prepared_id": f"prep_{uuid.uuid4().hex[:16]}",
+        prepared_id = f"prep_{uuid.uuid4().hex[:16]}"
+        deps = {
+            "through_session_sequence": snap.through_session_sequence,
+            "thread_last_sequence": rend.last_sequence,
+            "policy_revision": rel["policy_revision"],
+            "release_id": rel["release_id"],
+            "summary_id": summary.summary_id if summary else None,
+        }
+        self._remember(
+            PreparedEntry(
+                prepared_id,
+                sid,
+                run_id,
+                instance_id,
+                purpose,
+                messages,
+                tools,
+                built,
+                profile,
+                validate_compaction(rel["context_policy"].get("compaction") or {}).context_ratio,
+                reprepare_of,
+                deps,
+            )
+        )
+        out = {
+            "prepared_id": prepared_id,
             "provider": provider,
             "purpose": purpose,
             "session_id": sid,
@@ -300,13 +389,27 @@ class PrepareService:
             "messages": messages,
             "tools": tools,
             "budget": report.to_dict(),
-            "dependency_versions": {
-                "through_session_sequence": snap.through_session_sequence,
-                "thread_last_sequence": rend.last_sequence,
-                "policy_revision": rel["policy_revision"],
-                "release_id": rel["release_id"],
-                "summary_id": summary.summary_id if summary else None,
-            },
+            "protected_block_manifest": [p.to_dict() for p in built.manifest],
+            "decisions": built.decisions
+            + [
+                {"block_id": f"rec:{r}", "decision": "externalized", "reason": "large_result_view"}
+                for r in rend.externalized
+            ]
+            + (
+                [
+                    {
+                        "block_id": f"summary:{summary.summary_id}",
+                        "decision": "summarized",
+                        "reason": "covered_by_summary",
+                        "records": len(summary.covered),
+                    }
+                ]
+                if summary
+                else []
+            ),
+            "read_content_tool": READ_CONTENT_TOOL if rend.externalized else None,
+            "reprepare_of": reprepare_of,
+            "dependency_versions": deps,
             "inherited": {"through_session_sequence": snap.through_session_sequence},
             "record_count": rend.record_count,
             "timing": {
@@ -314,6 +417,16 @@ class PrepareService:
                 "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
             },
         }
+        if self.hooks.hooks:
+            await self.hooks.prepare_after(
+                {k: out[k] for k in ("prepared_id", "purpose", "budget", "decisions")}
+            )
+        return out
+
+    def _remember(self, entry: PreparedEntry) -> None:
+        self._prepared[entry.prepared_id] = entry
+        while len(self._prepared) > self.prepared_capacity:
+            self._prepared.popitem(last=False)
 
     async def _assemble(
         self,
@@ -325,9 +438,12 @@ class PrepareService:
         tools: list[dict[str, Any]],
         summary: SummaryView | None,
         epoch: str = "",
-    ) -> tuple[ThreadRenderer, Snapshot, BudgetReport, list[dict[str, Any]]]:
+        material: tuple[Material, ...] = (),
+        reserve_tokens: int = 0,
+    ) -> tuple[ThreadRenderer, Snapshot, Assembled]:
+        large = validate_policy(rel["context_policy"]).large_result
         rend, snap = await self.views.view(
-            sid, run_id, instance_id, profile.message_overhead, summary, epoch
+            sid, run_id, instance_id, profile.message_overhead, summary, epoch, large
         )
         pending = rend.pending_calls()
         if pending:
@@ -336,36 +452,19 @@ class PrepareService:
                 reason="tool_results_pending",
                 call_ids=pending,
             )
-        instr = rel["instructions"]
-        skills = skills_catalog_text(rel["skill_bindings"])
-        tool_text = tool_schema_text(tools) if tools else ""
-        items = {
-            "instructions": self._count(instr),
-            "skills": self._count(skills) if skills else 0,
-            "tool_schemas": self._count(tool_text) if tool_text else 0,
-        } | dict(rend.tokens)
-        items["envelope"] = items.get("envelope", 0) + profile.message_overhead
-        required = (
-            items["instructions"]
-            + items["skills"]
-            + items["tool_schemas"]
-            + items.get("task", 0)
-            + profile.message_overhead
+        built = assemble(
+            profile=profile,
+            counting_method=self.counter.method,
+            count=self._count,
+            instructions=rel["instructions"],
+            skill_bindings=rel["skill_bindings"],
+            tools=tools,
+            thread=rend,
+            material=material,
+            reserve_tokens=reserve_tokens,
+            calibration=self._calibration.get(profile.name),
         )
-        report = make_report(profile, items, required, self.counter.method)
-        system = instr + ("\n\n" + skills if skills else "")
-        messages: list[dict[str, Any]] = [
-            {
-                "role": "system",
-                "content": system,
-                "block": "instruction",
-                "category": "instructions",
-                "record_ids": [],
-                "tokens": 0,
-            }
-        ]
-        messages.extend(rend.messages)
-        return rend, snap, report, messages
+        return rend, snap, built
 
     async def _compaction(self, sid: str, run_id: str) -> dict[str, Any]:
         """This run's compaction view (R2.7): the newest summary its view may reuse, the
@@ -582,6 +681,11 @@ class PrepareService:
             estimated_input=report.estimated_input,
             counting_method=report.counting_method,
         )
+        self._publish_observability(sid, ev)
+
+    def _publish_observability(self, sid: str, ev: ObservabilityEvent) -> None:
+        if not self.topic_observability:
+            return
         task = asyncio.get_running_loop().create_task(
             self.producer.send_nowait(
                 self.topic_observability, sid.encode(), encode_observability(ev)
@@ -592,6 +696,197 @@ class PrepareService:
 
     def _count(self, text: str) -> int:
         return self.counter.count_keyed(hashlib.sha256(text.encode()).hexdigest(), text)
+
+    # --- model gateway (R9.8, R10.5, R14, R15.1) ----------------------------------------
+
+    async def model_call(self, sid: str, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The gateway's final check before a model call: ``model.chat.before`` hooks, the
+        protected manifest, the same BudgetPolicy, then the model call record. Returns the
+        provider-ready request to send. Idempotent per prepared context: a retry returns
+        the same call."""
+        prepared_id = str(body.get("prepared_id") or "")
+        existing = await self.pool.fetchrow(
+            "SELECT call_id, status, final_input_sha256, budget, hook_versions"
+            " FROM model_calls WHERE prepared_id=$1",
+            prepared_id,
+        )
+        if existing is not None:
+            request = json.loads(
+                await self.pool.fetchval(
+                    "SELECT convert_from(content, 'UTF8') FROM blobs WHERE sha256=$1",
+                    existing["final_input_sha256"],
+                )
+            )
+            return {
+                "call_id": existing["call_id"],
+                "prepared_id": prepared_id,
+                "status": existing["status"],
+                "request": request,
+                "budget": existing["budget"],
+                "hook_versions": existing["hook_versions"],
+                "idempotent_replay": True,
+            }
+        p = self._prepared.get(prepared_id)
+        if p is None or p.session_id != sid or p.run_id != run_id:
+            raise NotFound(
+                f"prepared context {prepared_id} is not held here; prepare again",
+                reason="prepared_not_found",
+                prepared_id=prepared_id,
+            )
+        call = ModelCall(
+            sid,
+            run_id,
+            p.instance_id,
+            prepared_id,
+            p.purpose,
+            tuple(p.tools),
+            p.built.report.to_dict(),
+        )
+        messages, added, removed, used = await self.hooks.model_before(
+            call, list(p.messages), p.built.manifest, self._count, p.profile.message_overhead
+        )
+        check_manifest(messages, p.built.manifest)
+        decision = gate(
+            estimated_before=p.built.report.calibrated_input,
+            added=added,
+            removed=removed,
+            input_budget=p.built.report.input_budget,
+            soft_ratio=p.soft_ratio,
+            reprepared=p.reprepare_of is not None,
+            details={"prepared_id": prepared_id, "hooks": used},
+        )
+        request = render_provider(messages, p.tools, p.profile.provider_format)
+        final = json.dumps(request, sort_keys=True, separators=(",", ":")).encode()
+        blob = await self.put_blob(final, "application/json")
+        budget = p.built.report.to_dict() | {
+            "final_estimated_input": decision.estimated_input,
+            "hook_tokens": decision.hook_tokens,
+            "soft_limit": decision.soft_limit,
+        }
+        call_id = f"mc_{prepared_id.removeprefix('prep_')}"
+        model_config = dict(body.get("model_config") or {}) | {
+            "model": p.profile.name,
+            "provider_format": p.profile.provider_format,
+        }
+        await self.pool.execute(
+            "INSERT INTO model_calls (call_id, prepared_id, session_id, run_id, instance_id,"
+            " purpose, status, model, final_input_sha256, tool_catalog_version, model_config,"
+            " dependency_versions, manifest, budget, hook_versions)"
+            " VALUES ($1,$2,$3,$4,$5,$6,'ready',$7,$8,$9,$10,$11,$12,$13,$14)"
+            " ON CONFLICT (prepared_id) DO NOTHING",
+            call_id,
+            prepared_id,
+            sid,
+            run_id,
+            p.instance_id,
+            p.purpose,
+            p.profile.name,
+            blob["sha256"],
+            p.built.tool_schema_sha256,
+            model_config,
+            p.dependency_versions,
+            [b.to_dict() for b in p.built.manifest],
+            budget,
+            used,
+        )
+        return {
+            "call_id": call_id,
+            "prepared_id": prepared_id,
+            "status": "ready",
+            "request": request,
+            "budget": budget,
+            "hook_versions": used,
+            "idempotent_replay": False,
+        }
+
+    async def model_result(self, call_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The runtime reports the response: ``model.chat.after`` (read-only), the response
+        reference and the provider's usage, which calibrates later estimates (R6.4)."""
+        row = await self.pool.fetchrow(
+            "SELECT session_id, run_id, instance_id, prepared_id, purpose, model, budget,"
+            " status, drift FROM model_calls WHERE call_id=$1",
+            call_id,
+        )
+        if row is None:
+            raise NotFound(f"model call {call_id} not found")
+        if row["status"] == "completed":
+            return {"call_id": call_id, "status": "completed", "drift": row["drift"]}
+        response = body.get("response") or {}
+        blob = await self.put_blob(
+            json.dumps(response, sort_keys=True, separators=(",", ":")).encode(),
+            "application/json",
+        )
+        usage = dict(body.get("usage") or {})
+        estimated = int(row["budget"]["final_estimated_input"])
+        drift = None
+        actual = usage.get("input_tokens")
+        if isinstance(actual, int) and actual > 0:
+            cal = calibrate(self._calibration.get(row["model"], Calibration()), estimated, actual)
+            self._calibration[row["model"]] = cal
+            drift = {
+                "estimated_input": estimated,
+                "reported_input": actual,
+                "drift_ratio": round(actual / estimated - 1.0, 6) if estimated else None,
+                "calibration": cal.to_dict(),
+            }
+        await self.pool.execute(
+            "UPDATE model_calls SET status='completed', response_sha256=$2, usage=$3,"
+            " drift=$4, completed_at=now() WHERE call_id=$1 AND status='ready'",
+            call_id,
+            blob["sha256"],
+            usage,
+            drift,
+        )
+        if self.hooks.hooks:
+            await self.hooks.model_after(
+                ModelCall(
+                    row["session_id"],
+                    row["run_id"],
+                    row["instance_id"],
+                    row["prepared_id"],
+                    row["purpose"],
+                    (),
+                    row["budget"],
+                ),
+                response,
+            )
+        self._note_usage(row, usage, drift)
+        return {"call_id": call_id, "status": "completed", "drift": drift}
+
+    async def load_calibration(self) -> None:
+        """At start: each model's factor from its last reported calls, so a restart does not
+        forget what the provider said."""
+        rows = await self.pool.fetch(
+            "SELECT model, (budget->>'final_estimated_input')::bigint AS est,"
+            " (usage->>'input_tokens')::bigint AS act FROM (SELECT *, row_number() OVER"
+            " (PARTITION BY model ORDER BY completed_at DESC) AS n FROM model_calls"
+            " WHERE usage ? 'input_tokens') x WHERE n <= 20 ORDER BY model, completed_at"
+        )
+        for r in rows:
+            if r["est"] and r["act"]:
+                cal = self._calibration.get(r["model"], Calibration())
+                self._calibration[r["model"]] = calibrate(cal, r["est"], r["act"])
+
+    def _note_usage(self, row: Any, usage: dict[str, Any], drift: dict[str, Any] | None) -> None:
+        """R18: real usage beside the estimate, per purpose."""
+        if not self.topic_observability:
+            return
+        ev = ObservabilityEvent(
+            "model_call_usage",
+            row["session_id"],
+            row["run_id"],
+            row["instance_id"],
+            int(time.time() * 1000),
+            str(row["budget"].get("model", "")),
+            purpose=row["purpose"],
+            input_budget=int(row["budget"]["input_budget"]),
+            estimated_input=int(row["budget"]["final_estimated_input"]),
+            counting_method=str(row["budget"].get("counting_method", "")),
+            budget_items={
+                k: int(v) for k, v in usage.items() if isinstance(v, int) and k.endswith("tokens")
+            },
+        )
+        self._publish_observability(row["session_id"], ev)
 
     # --- content store (R3.4) -----------------------------------------------------------
 

@@ -15,6 +15,7 @@ import asyncpg
 
 from schemas.errors import NotFound
 from services.core.assembly import CountFn, ThreadRenderer
+from services.core.policy import LargeResultSettings
 from storage.threads import child_transfer, inherited_records, records_by_id, thread_records
 
 
@@ -87,6 +88,7 @@ class ThreadViews:
         message_overhead: int,
         summary: SummaryView | None = None,
         epoch: str = "",
+        large: LargeResultSettings | None = None,
     ) -> tuple[ThreadRenderer, Snapshot]:
         """``epoch`` changes when a resource of the session is revoked or reactivated:
         rendered history may hold its content, so the view is rebuilt (R15.3)."""
@@ -103,6 +105,7 @@ class ThreadViews:
                 or rend.overhead != message_overhead
                 or rend.summary_id != summary_id
                 or self._epochs.get(key) != epoch
+                or (large is not None and rend.large != large)
             ):
                 # A new summary revision changes the view: rebuilt once, then incremental.
                 rend = ThreadRenderer(
@@ -110,6 +113,7 @@ class ThreadViews:
                     message_overhead,
                     summary.covered if summary else frozenset(),
                     summary_id,
+                    large,
                 )
                 if instance_id != snap.main_instance_id:
                     # R13: a child sees only the background its parent exported (as

@@ -1,0 +1,168 @@
+"""Prepare-side hooks (R14): ``context.prepare.before/after`` and ``model.chat.before/after``.
+
+A hook is any object with ``name``, ``version``, ``timeout_s`` and one or more of the
+methods below; the registry calls each method under the hook's own timeout. What a hook
+adds is temporary — tagged with ``hook:<name>@<version>`` as its source, never written to
+history — and bounded: ``model.chat.before`` output is checked against the protected
+block manifest (services/core/gate.py) after every hook, so a hook cannot remove, alter or
+downgrade a required block. ``*.after`` hooks are read-only: they get copies, and their
+failure is logged, never fatal. A failing ``before`` hook fails the call: nothing is sent
+on a context nobody checked (``hook_failed``).
+
+Configured with ``ALC_PREPARE_HOOKS="module:factory,..."`` (see README).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import importlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.errors import Conflict, ContextError, HookFailed
+from services.core.context import Material, ProtectedBlock
+from services.core.gate import HookEffect, apply_hook
+
+log = logging.getLogger("agentloom.prepare.hooks")
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PrepareRequest:
+    """What ``context.prepare.before`` sees: who prepares, for what, with which material."""
+
+    session_id: str
+    run_id: str
+    instance_id: str
+    purpose: str
+    material: tuple[Material, ...]
+
+
+@dataclass(frozen=True)
+class PrepareAdjust:
+    """``context.prepare.before``: add authorized material, drop optional material by
+    citation id, or reject the prepare with a reason."""
+
+    add_material: tuple[Mapping[str, Any], ...] = ()
+    drop_citations: frozenset[str] = frozenset()
+    reject: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelCall:
+    """What ``model.chat.before/after`` see."""
+
+    session_id: str
+    run_id: str
+    instance_id: str
+    prepared_id: str
+    purpose: str
+    tools: tuple[Mapping[str, Any], ...]
+    budget: Mapping[str, Any]
+
+
+def hook_source(h: Any) -> str:
+    return f"{h.name}@{h.version}"
+
+
+@dataclass
+class HookRegistry:
+    hooks: Sequence[Any] = field(default_factory=tuple)
+
+    def versions(self, point: str) -> list[str]:
+        return [hook_source(h) for h in self.hooks if hasattr(h, point)]
+
+    async def _call(self, h: Any, point: str, *args: Any) -> Any:
+        try:
+            return await asyncio.wait_for(getattr(h, point)(*args), float(h.timeout_s))
+        except ContextError:
+            raise
+        except TimeoutError as exc:
+            raise HookFailed(
+                f"hook {hook_source(h)} timed out at {point}",
+                hook=hook_source(h),
+                point=point,
+                reason="timeout",
+                timeout_s=h.timeout_s,
+            ) from exc
+        except Exception as exc:
+            raise HookFailed(
+                f"hook {hook_source(h)} failed at {point}: {type(exc).__name__}",
+                hook=hook_source(h),
+                point=point,
+                reason=type(exc).__name__,
+            ) from exc
+
+    async def prepare_before(self, req: PrepareRequest) -> tuple[Material, ...]:
+        material = list(req.material)
+        for h in self.hooks:
+            if not hasattr(h, "prepare_before"):
+                continue
+            adj: PrepareAdjust = await self._call(h, "prepare_before", req)
+            if adj.reject:
+                raise Conflict(
+                    f"hook {hook_source(h)} rejected the prepare: {adj.reject}",
+                    reason="rejected_by_hook",
+                    hook=hook_source(h),
+                )
+            # Only optional material may be dropped; the hook can't reach anything else.
+            material = [m for m in material if m.citation_id not in adj.drop_citations]
+            material.extend(
+                Material.from_dict(d, origin=f"hook:{hook_source(h)}") for d in adj.add_material
+            )
+        return tuple(material)
+
+    async def prepare_after(self, prepared: Mapping[str, Any]) -> None:
+        await self._read_only("prepare_after", prepared)
+
+    async def model_before(
+        self,
+        call: ModelCall,
+        messages: list[Message],
+        manifest: Sequence[ProtectedBlock],
+        count: Callable[[str], int],
+        overhead: int,
+    ) -> tuple[list[Message], int, int, list[str]]:
+        """Each hook gets a copy and returns the messages to send; each result is checked
+        against the manifest before the next hook runs."""
+        added = removed = 0
+        used: list[str] = []
+        for h in self.hooks:
+            if not hasattr(h, "model_before"):
+                continue
+            out = await self._call(h, "model_before", call, [dict(m) for m in messages])
+            eff: HookEffect = apply_hook(
+                f"hook:{hook_source(h)}", messages, list(out), manifest, count, overhead
+            )
+            messages, added, removed = (
+                eff.messages,
+                added + eff.added_tokens,
+                removed + (eff.removed_tokens),
+            )
+            used.append(hook_source(h))
+        return messages, added, removed, used
+
+    async def model_after(self, call: ModelCall, response: Mapping[str, Any]) -> None:
+        await self._read_only("model_after", call, response)
+
+    async def _read_only(self, point: str, *args: Any) -> None:
+        for h in self.hooks:
+            if not hasattr(h, point):
+                continue
+            try:
+                await self._call(h, point, *(copy.deepcopy(a) for a in args))
+            except HookFailed as exc:  # read-only: the result stands, the failure is logged
+                log.warning("%s (ignored: read-only hook)", exc.message)
+
+
+def load_hooks(spec: str) -> HookRegistry:
+    hooks = []
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        module, _, attr = entry.partition(":")
+        hook = getattr(importlib.import_module(module), attr)()
+        log.info("prepare hook %s loaded from %s", hook_source(hook), entry)
+        hooks.append(hook)
+    return HookRegistry(tuple(hooks))
