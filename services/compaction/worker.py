@@ -161,7 +161,9 @@ class CompactionWorker:
         output_tokens = self.config.output_tokens
         covered_before = set(parent["covered_record_ids"]) if parent else set()
         records = [r for r in records if r.record_id not in covered_before]
-        pinned = _active_skills(records)  # active skill loads stay verbatim (R11.1, R12.3)
+        # Active skills are not pinned: once their load group is summarized, the assembler
+        # re-provides the instruction from the same revision, exactly once (R11.1, R12.3).
+        pinned: frozenset[str] = frozenset()
         groups = build_groups(records)
         selection = select_prefix(groups, keep_recent=keep_recent, pinned=pinned)
         if selection.covered and self.hooks.hooks:
@@ -356,20 +358,3 @@ def _outcome_of(data: bytes) -> CompactionOutcome:
     body = decode_control(data).body
     assert isinstance(body, CompactionOutcome)
     return body
-
-
-def _active_skills(records: list[RecordView]) -> frozenset[str]:
-    """Records of skills still active: their load results and activations are pinned, so
-    a compaction never removes the instructions the agent is working under."""
-    active: dict[str, set[str]] = {}
-    for r in records:
-        p = r.payload
-        if r.kind == "resource_activation" and p.get("resource_kind") == "skill":
-            ids = active.setdefault(str(p.get("resource_id")), set())
-            if p.get("active", True):
-                ids.add(r.record_id)
-            else:
-                active.pop(str(p.get("resource_id")), None)
-        elif r.kind == "tool_outcome" and p.get("skill"):
-            active.setdefault(str(p["skill"].get("name")), set()).add(r.record_id)
-    return frozenset(i for ids in active.values() for i in ids)

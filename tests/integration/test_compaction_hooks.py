@@ -1,5 +1,6 @@
 """Compaction with the built-in extractive summarizer and configured compact hooks:
-active skills stay verbatim, hooks narrow and patch (R11.1, R12.3, R14)."""
+a summarized skill load has its instruction re-provided once, hooks narrow and patch
+(R11.1, R12.3, R14)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,23 @@ def hooked(stack: Stack, pg_dsn: str) -> Iterator[Services]:
     svc.stop()
 
 
-@pytest.mark.spec("R11.1", "R12.3", "R14", "R11.5")
-async def test_active_skills_stay_verbatim_and_hooks_narrow_and_patch(
+@pytest.mark.spec("R11.1", "R12.3", "R14", "R11.5", "R19")
+async def test_skill_summarized_then_execution_continues_with_its_instruction_exactly_once(
     hooked: Services, db: asyncpg.Pool
 ) -> None:
     async with client(hooked) as c:
         session = await new_session(
-            c, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+            c,
+            context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}},
+            skill_bindings=[
+                {
+                    "name": "checklist",
+                    "version": "1",
+                    "description": "House checklist",
+                    "load_entry": "load_skill",
+                    "content_sha256": hashlib.sha256(SKILL.encode()).hexdigest(),
+                }
+            ],
         )
         a = await question(c, session, "sa")
         await c.append_model_result(
@@ -54,7 +65,7 @@ async def test_active_skills_stay_verbatim_and_hooks_narrow_and_patch(
         await round_(c, a, "sa-work")
         await c.finish_run(a)
         b = await question(c, session, "sb")
-        await c.prepare(b)
+        before = await c.prepare(b)
         for _ in range(400):
             job = await db.fetchrow(
                 "SELECT * FROM compaction_jobs WHERE session_id=$1", session["session_id"]
@@ -69,9 +80,21 @@ async def test_active_skills_stay_verbatim_and_hooks_narrow_and_patch(
         "SELECT record_id FROM records WHERE session_id=$1 AND event_key='tool:sa-skill'",
         session["session_id"],
     )
-    assert skill_rec not in rev["covered_record_ids"]  # the active skill is not summarized
-    assert SKILL in [m["content"] for m in view["messages"]]  # ...and present exactly once
-    assert [m["content"] for m in view["messages"]].count(SKILL) == 1
+    # Before the summary: the real load result shows the body, as the skill instruction.
+    shown = [m for m in before["messages"] if SKILL in (m["content"] or "")]
+    assert [(m["role"], m["block"], m["retention"]) for m in shown] == [
+        ("tool", "skill_instruction", "required")
+    ]
+    # The load group is summarized; execution continues with the instruction re-provided
+    # from the same revision — present exactly once, counted as required skills.
+    assert skill_rec in rev["covered_record_ids"]
+    shown = [m for m in view["messages"] if SKILL in (m["content"] or "")]
+    assert len(shown) == 1, shown
+    assert shown[0]["block"] == "skill_instruction"
+    assert shown[0]["reason"] == "skill_reprovided_after_summary"
+    assert shown[0]["record_ids"] == [skill_rec]
+    assert view["budget"]["items"]["skills"] >= len(SKILL.split())
+    assert any(p["block_id"] == shown[0]["block_id"] for p in view["protected_block_manifest"])
     assert "[reviewed]" in rev["summary_text"]  # after-hook patched the text
     first = await db.fetchval(
         "SELECT record_id FROM records WHERE session_id=$1 AND kind='run_started'"
