@@ -746,8 +746,10 @@ class PrepareService:
             call, list(p.messages), p.built.manifest, self._count, p.profile.message_overhead
         )
         check_manifest(messages, p.built.manifest)
+        # Room reserved for the hooks at a re-prepare is what they now fill: not counted twice.
+        reserved = p.built.report.items.get("reserved", 0)
         decision = gate(
-            estimated_before=p.built.report.calibrated_input,
+            estimated_before=p.built.report.calibrated_input - reserved,
             added=added,
             removed=removed,
             input_budget=p.built.report.input_budget,
@@ -804,7 +806,7 @@ class PrepareService:
         reference and the provider's usage, which calibrates later estimates (R6.4)."""
         row = await self.pool.fetchrow(
             "SELECT session_id, run_id, instance_id, prepared_id, purpose, model, budget,"
-            " status, drift FROM model_calls WHERE call_id=$1",
+            " status, drift, dependency_versions FROM model_calls WHERE call_id=$1",
             call_id,
         )
         if row is None:
@@ -872,12 +874,12 @@ class PrepareService:
         if not self.topic_observability:
             return
         ev = ObservabilityEvent(
-            "model_call_usage",
+            "model_call",
             row["session_id"],
             row["run_id"],
             row["instance_id"],
             int(time.time() * 1000),
-            str(row["budget"].get("model", "")),
+            str(row["dependency_versions"].get("policy_revision", "")),
             purpose=row["purpose"],
             input_budget=int(row["budget"]["input_budget"]),
             estimated_input=int(row["budget"]["final_estimated_input"]),

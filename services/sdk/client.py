@@ -13,6 +13,7 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -373,7 +374,12 @@ class ContextClient:
         tool_catalog: list[dict[str, Any]] | None = None,
         model_profile: dict[str, Any] | None = None,
         render: bool = False,
+        material: list[dict[str, Any]] | None = None,
+        reserve_tokens: int = 0,
+        reprepare_of: str | None = None,
     ) -> dict[str, Any]:
+        """``material``: retrieved passages for this call (citation_id, version, text,
+        source) — reference material, merged by citation (R12.4)."""
         return await self._call(
             "POST",
             f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare",
@@ -383,6 +389,73 @@ class ContextClient:
                 "tool_catalog": tool_catalog,
                 "model_profile": model_profile,
                 "render": render,
+                "material": material or [],
+                "reserve_tokens": reserve_tokens,
+                "reprepare_of": reprepare_of,
                 "after": {str(p): o for p, o in self.producer.last_offsets.items()},
             },
         )
+
+    # --- model gateway (R9.8, R10.5, R14, R15.1) ----------------------------------------
+
+    async def check_model_call(
+        self, run: RunHandle, prepared: dict[str, Any], model_config: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The gateway's final check of a prepared context: model.chat.before hooks, the
+        protected manifest, the budget. Returns ``request`` (provider-ready) and
+        ``call_id``; raises ApiError ``context_reprepare_required`` /
+        ``context_budget_exceeded`` / ``protected_block_violation`` (nothing to send)."""
+        return await self._call(
+            "POST",
+            f"/v1/sessions/{run.session_id}/runs/{run.run_id}/model-calls",
+            json={"prepared_id": prepared["prepared_id"], "model_config": model_config or {}},
+        )
+
+    async def report_model_result(
+        self, call_id: str, response: dict[str, Any], usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """The response and the provider's usage (input_tokens, output_tokens): recorded
+        with the call, and the estimate's drift is returned (R6.4, R15.1)."""
+        return await self._call(
+            "POST",
+            f"/v1/model-calls/{call_id}/result",
+            json={"response": response, "usage": usage or {}},
+        )
+
+    async def call_model(
+        self,
+        run: RunHandle,
+        send: Callable[[dict[str, Any]], Awaitable[tuple[dict[str, Any], dict[str, Any]]]],
+        model_config: dict[str, Any] | None = None,
+        **prepare_kw: Any,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Prepare → final check → ``send(request)`` → report. ``send`` calls the provider
+        with the provider-ready request and returns (response, usage). On
+        ``context_reprepare_required`` it prepares again once, with the hooks' tokens
+        reserved; the gateway never asks twice (R9.8). Returns (response, call record)."""
+        prepared = await self.prepare(run, **prepare_kw)
+        try:
+            call = await self.check_model_call(run, prepared, model_config)
+        except ApiError as exc:
+            if exc.code != "context_reprepare_required":
+                raise
+            prepared = await self.prepare(
+                run,
+                **prepare_kw,
+                reserve_tokens=int(exc.details.get("hook_tokens") or 0),
+                reprepare_of=prepared["prepared_id"],
+            )
+            call = await self.check_model_call(run, prepared, model_config)
+        response, usage = await send(call["request"])
+        record = await self.report_model_result(call["call_id"], response, usage)
+        return response, record | {"call_id": call["call_id"], "prepared": prepared}
+
+    async def read_content(
+        self, run: RunHandle, ref: str, offset: int = 0, limit: int = 8000
+    ) -> dict[str, Any]:
+        """Execute the model's ``read_content`` tool call (R10.3): a paged read-back of an
+        externalized result, scope-checked for this thread."""
+        kind, _, ident = ref.partition(":")
+        if kind != "rec" or not ident:
+            raise ValueError(f"unknown content reference {ref!r}; expected rec:<record_id>")
+        return await self.read_record(run.session_id, ident, offset, limit, as_thread=run)
