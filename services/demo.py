@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
+from services.core.tokens import make_counter
 from services.launcher import service_set
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
@@ -105,11 +106,27 @@ class Printer:
                 )
             if m["role"] == "tool":
                 extra = f" [{m['name']} {m['tool_call_id']} status={m['status']}]"
+            if m.get("block") == "skill_instruction":
+                extra += f" [skill instruction {m.get('skill')}, {m.get('reason')}]"
+            if m.get("decision") == "externalized":
+                extra += f" [externalized view of {m.get('content_ref')}]"
             print(f"     {m['role']:<9} {m.get('category', ''):<12} {text!r}{extra}")
+
+    def gateway(self, record: dict[str, Any]) -> None:
+        p = record["prepared"]
+        drift = record.get("drift") or {}
+        print(
+            f"   gateway: call {record['call_id']} sent; protected blocks "
+            f"{len(p['protected_block_manifest'])}; provider reported "
+            f"{drift.get('reported_input')} input tokens vs our {drift.get('estimated_input')}"
+            f" (drift {drift.get('drift_ratio', 0):+.1%}; calibration factor "
+            f"{(drift.get('calibration') or {}).get('factor')})"
+        )
 
 
 async def run_session(settings: Settings, prepare_url: str) -> None:
     out = Printer()
+    tokenizer = make_counter("cl100k_base", settings.tiktoken_file)
     async with ContextClient(
         settings.kafka_bootstrap,
         prepare_url,
@@ -163,12 +180,25 @@ async def run_session(settings: Settings, prepare_url: str) -> None:
             skill=SkillRef("release-notes", "3", _sha(SKILL_BODY)),
         )
         await c.activate_resource(a, "skill", "release-notes", "3", SKILL_BODY)
-        out.model_call("Run A, after the skill load", a, await c.prepare(a))
-        await c.append_model_result(
-            a,
-            "test_copy fails on the jsonb encoder; run_tests could not reach the database.",
-            "a-m3",
-        )
+        answer = "test_copy fails on the jsonb encoder; run_tests could not reach the database."
+
+        async def send(request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+            # The runtime's own provider client goes here; the demo answers from a script
+            # and reports a usage figure: the gateway records it and reports the drift.
+            # Its "provider" counts like OpenAI's cookbook: content + 4 per message, the tool
+            # definitions, and 3 tokens priming the reply.
+            usage = 3 + tokenizer.count(json.dumps(request.get("tools", [])))
+            usage += sum(
+                tokenizer.count(str(m.get("content") or "")) + 4 for m in request["messages"]
+            )
+            return {"content": answer}, {"input_tokens": usage, "output_tokens": 20}
+
+        # Through the gateway: final check (hooks, protected blocks, budget), the provider
+        # request, and the model call record with usage (R9.8, R10.5, R15.1).
+        _, record = await c.call_model(a, send, {"temperature": 0})
+        out.model_call("Run A, after the skill load (through the gateway)", a, record["prepared"])
+        out.gateway(record)
+        await c.append_model_result(a, answer, "a-m3")
         await c.finish_run(a)
 
         # ── Run B: question 2 sees all of Run A ────────────────────────────────────────
