@@ -286,6 +286,8 @@ class PrepareService:
         profile = ModelProfile.from_dict(body.get("model_profile") or rel["model_profile"])
         tools = body.get("tool_catalog")
         tools = rel["tool_catalog"] if tools is None else tools
+        if purpose == "compaction":
+            tools = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
         async with self.pool.acquire() as conn:
             main_instance = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
         instance_id = body.get("instance_id") or main_instance

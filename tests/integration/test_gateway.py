@@ -263,3 +263,21 @@ async def test_oversized_tool_schema_is_context_budget_exceeded_with_itemized_si
     assert err.value.code == "context_budget_exceeded" and d["reason"] == "required_over_budget"
     assert d["items"]["tool_schemas"] > d["input_budget"]
     assert {"instructions", "tool_schemas", "task", "envelope"} <= set(d["items"])
+
+
+@pytest.mark.spec("R4.1", "R11.3")
+async def test_purposes_verification_is_completion_and_compaction_gets_no_tools(
+    gw: Services,
+) -> None:
+    async with client(gw) as c:
+        run = await _ask(c, "Check the answer.")
+        action = await c.prepare(run)
+        verification = await c.prepare(run, purpose="verification")
+        compaction = await c.prepare(run, purpose="compaction")
+        with pytest.raises(ApiError) as bad:
+            await c.prepare(run, purpose="chitchat")
+    assert verification["purpose"] == "completion"
+    assert verification["messages"] == action["messages"]
+    assert action["tools"] and action["budget"]["items"]["tool_schemas"] > 0
+    assert compaction["tools"] == [] and compaction["budget"]["items"]["tool_schemas"] == 0
+    assert bad.value.code == "invalid_request"
