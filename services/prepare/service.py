@@ -128,7 +128,8 @@ class PrepareService:
     _grants: set[tuple[str, str]] = field(default_factory=set)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
     hooks: HookRegistry = field(default_factory=HookRegistry)
-    prepared_capacity: int = 4096
+    # Each entry holds its message list (pointers to shared message dicts): bounded.
+    prepared_capacity: int = 256
     _prepared: OrderedDict[str, PreparedEntry] = field(default_factory=OrderedDict)
     _calibration: dict[str, Calibration] = field(default_factory=dict)
 
