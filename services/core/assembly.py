@@ -114,16 +114,17 @@ class ThreadRenderer:
     # --- feeding ---------------------------------------------------------------------
 
     def add_summary(self, text: str, tokens: int) -> None:
+        content = f"[history summary {self.summary_id}]\n{text}"
         self._add(
             {
                 "role": "system",
-                "content": f"[history summary {self.summary_id}]\n{text}",
+                "content": content,
                 "block": "summary",
                 "summary_id": self.summary_id,
             },
             [],
             "summary",
-            tokens,
+            self._framed(tokens, content, text),
         )
 
     def add_material(self, rec: RecordView) -> None:
@@ -133,7 +134,7 @@ class ThreadRenderer:
             {"role": "user", "content": content, "block": "material"},
             [rec],
             "material",
-            rec.token_count,
+            self._framed(rec.token_count, content, rec.text),
         )
 
     def feed(self, rec: RecordView, inherited: bool) -> None:
@@ -247,18 +248,15 @@ class ThreadRenderer:
                 {"role": "system", "content": note, "block": "state"},
                 [rec],
                 "state",
-                rec.token_count + self.count(note) - self.count(rec.text),
+                self._framed(rec.token_count, note, rec.text),
             )
         elif k == "child_result":
+            content = f"[child task result — material]\n{rec.text}"
             self._add(
-                {
-                    "role": "user",
-                    "content": f"[child task result — material]\n{rec.text}",
-                    "block": "material",
-                },
+                {"role": "user", "content": content, "block": "material"},
                 [rec],
                 "material",
-                rec.token_count,
+                self._framed(rec.token_count, content, rec.text),
             )
         elif k == "resource_activation":
             p = rec.payload
@@ -361,13 +359,21 @@ class ThreadRenderer:
             f" limit=8000); readable range 0-{total} {unit}.]\n{shown}"
         )
 
+    def _framed(self, tokens: int, shown: str, text: str) -> int:
+        """The stored count of ``text`` plus what the header around it adds (R6.2): the
+        model sees the header too."""
+        return tokens + self.count(shown) - self.count(text)
+
     def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
-        # R15.4: credentials never enter context. Counts stay those of the original — a
-        # placeholder is never longer than what it replaces, so the estimate stays safe.
-        content, redacted = redact(msg.get("content") or "")
+        # R15.4: credentials never enter context. A placeholder can be longer than the
+        # secret it replaces ("pwd=x" → "pwd=[credential redacted]"): the growth is
+        # counted, so the estimate never falls below what is sent (R6.2).
+        original = msg.get("content") or ""
+        content, redacted = redact(original)
         if redacted:
             msg["content"] = content
             msg["redactions"] = redacted
+            tokens += max(0, self.count(content) - self.count(original))
         msg["record_ids"] = [s.record_id for s in sources]
         msg["category"] = category
         msg["tokens"] = tokens + self.overhead

@@ -16,6 +16,7 @@ dropped, last supplied first → completed history is compacted (the caller's tr
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,10 +216,12 @@ def assemble(
         + thread.tokens.get("task", 0)
         + ov * (required_messages + thread.message_counts.get("task", 0))
     )
-    # R10.2 step 3: optional material goes first when over budget, last supplied first.
+    # R10.2 step 3: optional material goes first when over budget, last supplied first —
+    # judged by the calibrated estimate, the one ``enforce`` checks (R6.4).
     budget = profile.input_budget()
+    factor = calibration.factor if calibration is not None and calibration.factor > 1.0 else 1.0
     total = sum(items.values()) + sum(m["tokens"] for m in mat_msgs)
-    while mat_msgs and total > budget:
+    while mat_msgs and math.ceil(total * factor) > budget:
         gone = mat_msgs.pop()
         total -= gone["tokens"]
         decisions.append(
@@ -260,6 +263,10 @@ def _skills(
         elif load is None or load.name != name or load.revision != act.version:
             why = "no_matching_load_result"
         out.append((name, None if why else load, why))
+    # A load result that names a skill the host never activated is only a claim (R12.2):
+    # it stays an ordinary tool result, and the decision says why (R4.2).
+    claimed = {load.name for load in thread.skill_loads.values()} - set(thread.activations)
+    out.extend((name, None, "no_host_activation") for name in sorted(claimed))
     return out
 
 
