@@ -184,7 +184,9 @@ def decode_compaction_request(data: bytes) -> CompactionRequest:
 
 @dataclass(frozen=True)
 class ObservabilityEvent:
-    kind: str  # trigger_check | compaction_finished | prepare_budget | revision_conflict | model_call
+    kind: (
+        str  # trigger_check | compaction_finished | prepare_budget | revision_conflict | model_call
+    )
     session_id: str
     run_id: str
     instance_id: str

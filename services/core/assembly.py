@@ -379,6 +379,8 @@ class ThreadRenderer:
         msg["tokens"] = tokens + self.overhead
         msg.setdefault("block_id", _block_id(msg, sources))
         msg.setdefault("retention", RETENTION.get(category, "compressible"))
+        msg.setdefault("decision", "kept")  # R4.2: every block says why it is there
+        msg.setdefault("reason", KEPT_BECAUSE.get(category, "in_thread"))
         if category == "task":
             self.task_indices.append(len(self.messages))
         self.messages.append(msg)
@@ -398,6 +400,17 @@ RETENTION = {
     "interactions": "compressible",
     "tool_results": "compressible",
     "material": "optional",
+}
+
+
+KEPT_BECAUSE = {
+    "task": "current_task",
+    "state": "state_of_record",
+    "summary": "history_summary",
+    "history": "inherited_history_not_yet_summarized",
+    "interactions": "this_thread",
+    "tool_results": "this_thread",
+    "material": "parent_transfer",
 }
 
 

@@ -61,7 +61,7 @@ def apply_hook(
                 "role": m.get("role", "user"),
                 "content": str(m.get("content") or ""),
                 "block": "hook",
-                "block_id": f"hook:{hook}:{i}",
+                "block_id": f"{hook}:{i}",
                 "category": "hook",
                 "retention": "optional",
                 "decision": "added_by_hook",
@@ -86,7 +86,9 @@ def apply_hook(
         if p is not None:
             _violation(hook, p, m)
         t = count(str(m.get("content") or "")) + overhead
+        role = m.get("role") if m.get("role") in ("user", "assistant", "system") else prev["role"]
         changed = dict(prev) | {
+            "role": role,
             "content": m.get("content"),
             "decision": "adjusted_by_hook",
             "source": hook,

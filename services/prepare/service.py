@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -752,9 +753,11 @@ class PrepareService:
         )
         check_manifest(messages, p.built.manifest)
         # Room reserved for the hooks at a re-prepare is what they now fill: not counted twice.
-        reserved = p.built.report.items.get("reserved", 0)
+        report = p.built.report
+        reserved = report.items.get("reserved", 0)
+        factor = max(1.0, report.calibration.factor) if report.calibration else 1.0
         decision = gate(
-            estimated_before=p.built.report.calibrated_input - reserved,
+            estimated_before=math.ceil((report.estimated_input - reserved) * factor),
             added=added,
             removed=removed,
             input_budget=p.built.report.input_budget,

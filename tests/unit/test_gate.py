@@ -79,7 +79,7 @@ def test_messages_a_hook_adds_are_tagged_as_temporary_hook_material_and_counted(
     eff = apply_hook(HOOK, a.messages, after, a.manifest, words, OV)
     assert len(eff.messages) == len(a.messages) + 2
     added = [eff.messages[1], eff.messages[-1]]
-    assert [m["block_id"] for m in added] == [f"hook:{HOOK}:1", f"hook:{HOOK}:{len(after) - 1}"]
+    assert [m["block_id"] for m in added] == [f"{HOOK}:1", f"{HOOK}:{len(after) - 1}"]
     assert eff.added_block_ids == tuple(m["block_id"] for m in added)
     for m in added:
         assert m["block"] == "hook" and m["retention"] == "optional"
