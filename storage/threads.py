@@ -19,8 +19,8 @@ _WHOLE = (
 )
 _COLS = (
     "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
-    f" CASE WHEN r.content_inline IS NOT NULL THEN r.content_inline WHEN {_WHOLE}"
-    " THEN convert_from(b.content, 'UTF8') END AS text,"
+    " r.content_inline AS text,"
+    f" CASE WHEN r.content_inline IS NULL AND ({_WHOLE}) THEN b.content END AS whole,"
     f" CASE WHEN r.content_inline IS NULL AND NOT ({_WHOLE})"
     f" THEN substring(b.content FROM 1 FOR {PREFIX_BYTES}) END AS prefix,"
     " r.content_length, r.content_sha256,"
@@ -38,6 +38,8 @@ def record_view(r: asyncpg.Record) -> RecordView:
         text = f"[withdrawn: resource {r['resource_ref']} was revoked]"
     elif r["text"] is not None:
         text = r["text"]
+    elif r["whole"] is not None:  # decoded here: bytes that are not UTF-8 never fail a view
+        text = bytes(r["whole"]).decode("utf-8", errors="replace")
     else:  # a bounded prefix of a large blob; a cut multi-byte character is dropped
         text = bytes(r["prefix"] or b"").decode("utf-8", errors="ignore")
         length = int(r["content_length"])

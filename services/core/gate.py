@@ -77,19 +77,30 @@ def apply_hook(
             out.append(tagged)
             continue
         seen.add(str(bid))
-        if m is prev or (
-            m.get("content") == prev.get("content") and m.get("role") == prev.get("role")
-        ):
-            out.append(prev)
-            continue
         p = protected.get(str(bid))
         if p is not None:
             _violation(hook, p, m)
-        t = count(str(m.get("content") or "")) + overhead
-        role = m.get("role") if m.get("role") in ("user", "assistant", "system") else prev["role"]
+        # Tool protocol fields and roles are never a hook's to change: a changed call id,
+        # name or argument, or a role moved, breaks a group or promotes material (R5, R12.4).
+        for f in ("role", "tool_calls", "tool_call_id", "name"):
+            if m.get(f) != prev.get(f):
+                raise ProtectedBlockViolation(
+                    f"hook {hook} changed {f} of block {bid}",
+                    hook=hook,
+                    block_id=bid,
+                    violation="protocol_field_changed",
+                    field=f,
+                )
+        if m.get("content") == prev.get("content"):
+            out.append(prev)
+            continue
+        # Re-count the content only: the rest of the stored count (call names and JSON
+        # arguments, the envelope) is still sent.
+        old_text = str(prev.get("content") or "")
+        new_text = str(m.get("content") or "")
+        t = int(prev.get("tokens") or 0) - count(old_text) + count(new_text)
         changed = dict(prev) | {
-            "role": role,
-            "content": m.get("content"),
+            "content": new_text,
             "decision": "adjusted_by_hook",
             "source": hook,
             "tokens": t,
@@ -127,6 +138,36 @@ def _violation(hook: str, p: ProtectedBlock, m: Message) -> None:
         kind=p.kind,
         authority=p.authority,
     )
+
+
+def check_tool_groups(messages: Sequence[Message]) -> None:
+    """R5.1 at the last moment: every call answered right after its assistant message,
+    no result without its call — what a provider would refuse with a 400."""
+    pending: list[str] = []
+    for m in messages:
+        if m.get("role") == "tool":
+            cid = m.get("tool_call_id")
+            if cid not in pending:
+                raise ProtectedBlockViolation(
+                    f"tool result {cid} has no call right before it",
+                    violation="tool_group_broken",
+                    call_id=cid,
+                )
+            pending.remove(cid)
+            continue
+        if pending:
+            raise ProtectedBlockViolation(
+                f"tool calls {pending} are not followed by their results",
+                violation="tool_group_broken",
+                call_ids=list(pending),
+            )
+        pending = [str(c["id"]) for c in m.get("tool_calls") or ()]
+    if pending:
+        raise ProtectedBlockViolation(
+            f"tool calls {pending} have no results",
+            violation="tool_group_broken",
+            call_ids=pending,
+        )
 
 
 def check_manifest(messages: Sequence[Message], manifest: Sequence[ProtectedBlock]) -> None:

@@ -175,11 +175,14 @@ def create_api(svc: PrepareService) -> FastAPI:
         )
         return ORJSONResponse(out, status_code=201)
 
-    @app.post("/v1/model-calls/{call_id}/result")
-    async def model_result(call_id: str, body: ModelResultIn) -> dict[str, Any]:
+    @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result")
+    async def model_result(
+        session_id: str, call_id: str, body: ModelResultIn, actor: str | None = ACTOR
+    ) -> dict[str, Any]:
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
         usage calibrates later estimates and the drift is returned (R6.4)."""
-        return await svc.model_result(call_id, body.model_dump())
+        await svc.check_actor(session_id, actor)
+        return await svc.model_result(session_id, call_id, body.model_dump())
 
     @app.get("/v1/sessions/{session_id}/records/{record_id}")
     async def read_record(

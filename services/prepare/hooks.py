@@ -133,7 +133,8 @@ class HookRegistry:
         for h in self.hooks:
             if not hasattr(h, "model_before"):
                 continue
-            out = await self._call(h, "model_before", call, [dict(m) for m in messages])
+            # A deep copy: the messages are shared with the cached thread view.
+            out = await self._call(h, "model_before", call, copy.deepcopy(messages))
             eff: HookEffect = apply_hook(
                 f"hook:{hook_source(h)}", messages, list(out), manifest, count, overhead
             )

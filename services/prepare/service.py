@@ -53,7 +53,7 @@ from services.core.budget import (
     enforce,
 )
 from services.core.context import Assembled, Material, assemble
-from services.core.gate import check_manifest, gate
+from services.core.gate import check_manifest, check_tool_groups, gate
 from services.core.policy import validate_compaction, validate_policy
 from services.core.providers import render as render_provider
 from services.core.selection import build_groups, select_prefix
@@ -286,10 +286,10 @@ class PrepareService:
         waited = time.perf_counter() - t0
         rel = await self.session_release(sid)
         profile = ModelProfile.from_dict(body.get("model_profile") or rel["model_profile"])
-        tools = body.get("tool_catalog")
-        tools = rel["tool_catalog"] if tools is None else tools
+        asked = body.get("tool_catalog")
+        catalog: list[dict[str, Any]] = rel["tool_catalog"] if asked is None else asked
         if purpose == "compaction":
-            tools = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
+            catalog = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
         async with self.pool.acquire() as conn:
             main_instance = (await self.views.snapshot(conn, sid, run_id)).main_instance_id
         instance_id = body.get("instance_id") or main_instance
@@ -307,21 +307,22 @@ class PrepareService:
         )
         summary = await self._summary(compaction["current_summary_id"] if compaction else None)
 
-        async def build() -> tuple[ThreadRenderer, Snapshot, Assembled]:
+        async def build() -> tuple[ThreadRenderer, Snapshot, Assembled, list[dict[str, Any]]]:
             return await self._assemble(
                 sid,
                 run_id,
                 instance_id,
                 rel,
                 profile,
-                tools,
+                catalog,
                 summary,
                 compaction["revocations"] if compaction else "",
                 material,
                 reserve,
+                purpose != "compaction",
             )
 
-        rend, snap, built = await build()
+        rend, snap, built, tools = await build()
         report = built.report
         job_status = None
         if purpose == "action":
@@ -339,7 +340,7 @@ class PrepareService:
                 summary = await self._summary(
                     compaction["current_summary_id"] if compaction else None
                 )
-                rend, snap, built = await build()
+                rend, snap, built, tools = await build()
                 report = built.report
         over_budget = report.calibrated_input > report.input_budget
         if over_budget and job_status is not None and report.required <= report.input_budget:
@@ -446,7 +447,8 @@ class PrepareService:
         epoch: str = "",
         material: tuple[Material, ...] = (),
         reserve_tokens: int = 0,
-    ) -> tuple[ThreadRenderer, Snapshot, Assembled]:
+        offer_read_content: bool = True,
+    ) -> tuple[ThreadRenderer, Snapshot, Assembled, list[dict[str, Any]]]:
         large = validate_policy(rel["context_policy"]).large_result
         rend, snap = await self.views.view(
             sid, run_id, instance_id, profile.message_overhead, summary, epoch, large
@@ -458,6 +460,14 @@ class PrepareService:
                 reason="tool_results_pending",
                 call_ids=pending,
             )
+        if (
+            offer_read_content
+            and rend.externalized
+            and all(t.get("name") != READ_CONTENT_TOOL["name"] for t in tools)
+        ):
+            # R10.3: views point at read_content, so the model is offered it (and its
+            # schema is counted like every other tool's).
+            tools = [*tools, READ_CONTENT_TOOL]
         built = assemble(
             profile=profile,
             counting_method=counting_label(profile.counting, self.counter.method),
@@ -470,7 +480,7 @@ class PrepareService:
             reserve_tokens=reserve_tokens,
             calibration=self._calibration.get(profile.name),
         )
-        return rend, snap, built
+        return rend, snap, built, tools
 
     async def _compaction(self, sid: str, run_id: str) -> dict[str, Any]:
         """This run's compaction view (R2.7): the newest summary its view may reuse, the
@@ -713,8 +723,10 @@ class PrepareService:
         prepared_id = str(body.get("prepared_id") or "")
         existing = await self.pool.fetchrow(
             "SELECT call_id, status, final_input_sha256, budget, hook_versions"
-            " FROM model_calls WHERE prepared_id=$1",
+            " FROM model_calls WHERE prepared_id=$1 AND session_id=$2 AND run_id=$3",
             prepared_id,
+            sid,
+            run_id,
         )
         if existing is not None:
             request = json.loads(
@@ -752,6 +764,7 @@ class PrepareService:
             call, list(p.messages), p.built.manifest, self._count, p.profile.message_overhead
         )
         check_manifest(messages, p.built.manifest)
+        check_tool_groups(messages)
         # Room reserved for the hooks at a re-prepare is what they now fill: not counted twice.
         report = p.built.report
         reserved = report.items.get("reserved", 0)
@@ -768,8 +781,10 @@ class PrepareService:
         request = render_provider(messages, p.tools, p.profile.provider_format)
         final = json.dumps(request, sort_keys=True, separators=(",", ":")).encode()
         blob = await self.put_blob(final, "application/json")
+        raw = report.estimated_input - reserved + decision.hook_tokens
         budget = p.built.report.to_dict() | {
             "final_estimated_input": decision.estimated_input,
+            "final_estimated_input_raw": raw,  # before calibration: what calibration compares
             "hook_tokens": decision.hook_tokens,
             "soft_limit": decision.soft_limit,
         }
@@ -778,12 +793,12 @@ class PrepareService:
             "model": p.profile.name,
             "provider_format": p.profile.provider_format,
         }
-        await self.pool.execute(
+        inserted = await self.pool.fetchval(
             "INSERT INTO model_calls (call_id, prepared_id, session_id, run_id, instance_id,"
             " purpose, status, model, final_input_sha256, tool_catalog_version, model_config,"
             " dependency_versions, manifest, budget, hook_versions)"
             " VALUES ($1,$2,$3,$4,$5,$6,'ready',$7,$8,$9,$10,$11,$12,$13,$14)"
-            " ON CONFLICT (prepared_id) DO NOTHING",
+            " ON CONFLICT (prepared_id) DO NOTHING RETURNING call_id",
             call_id,
             prepared_id,
             sid,
@@ -799,6 +814,8 @@ class PrepareService:
             budget,
             used,
         )
+        if inserted is None:  # a concurrent check of the same context won: send its input
+            return await self.model_call(sid, run_id, body)
         return {
             "call_id": call_id,
             "prepared_id": prepared_id,
@@ -809,13 +826,15 @@ class PrepareService:
             "idempotent_replay": False,
         }
 
-    async def model_result(self, call_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def model_result(self, sid: str, call_id: str, body: dict[str, Any]) -> dict[str, Any]:
         """The runtime reports the response: ``model.chat.after`` (read-only), the response
         reference and the provider's usage, which calibrates later estimates (R6.4)."""
         row = await self.pool.fetchrow(
             "SELECT session_id, run_id, instance_id, prepared_id, purpose, model, budget,"
-            " status, drift, dependency_versions FROM model_calls WHERE call_id=$1",
+            " status, drift, dependency_versions FROM model_calls WHERE call_id=$1"
+            " AND session_id=$2",
             call_id,
+            sid,
         )
         if row is None:
             raise NotFound(f"model call {call_id} not found")
@@ -827,26 +846,38 @@ class PrepareService:
             "application/json",
         )
         usage = dict(body.get("usage") or {})
-        estimated = int(row["budget"]["final_estimated_input"])
+        # Claim the call first: of concurrent reports exactly one calibrates and runs the
+        # after-hooks; the others read what it stored.
+        claimed = await self.pool.fetchval(
+            "UPDATE model_calls SET status='completed', response_sha256=$2, usage=$3,"
+            " completed_at=now() WHERE call_id=$1 AND status='ready' RETURNING call_id",
+            call_id,
+            blob["sha256"],
+            usage,
+        )
+        if claimed is None:
+            stored = await self.pool.fetchval(
+                "SELECT drift FROM model_calls WHERE call_id=$1", call_id
+            )
+            return {"call_id": call_id, "status": "completed", "drift": stored}
+        estimated = int(row["budget"].get("final_estimated_input_raw") or 0)
         drift = None
         actual = usage.get("input_tokens")
-        if isinstance(actual, int) and actual > 0:
-            cal = calibrate(self._calibration.get(row["model"], Calibration()), estimated, actual)
+        if isinstance(actual, int) and actual > 0 and estimated > 0:
+            # One report moves the factor by at most a bounded ratio, so a wrong usage
+            # figure cannot lock a model out of every session at once.
+            bounded = min(max(actual, estimated // 2), estimated * 2)
+            cal = calibrate(self._calibration.get(row["model"], Calibration()), estimated, bounded)
             self._calibration[row["model"]] = cal
             drift = {
                 "estimated_input": estimated,
                 "reported_input": actual,
-                "drift_ratio": round(actual / estimated - 1.0, 6) if estimated else None,
+                "drift_ratio": round(actual / estimated - 1.0, 6),
                 "calibration": cal.to_dict(),
             }
-        await self.pool.execute(
-            "UPDATE model_calls SET status='completed', response_sha256=$2, usage=$3,"
-            " drift=$4, completed_at=now() WHERE call_id=$1 AND status='ready'",
-            call_id,
-            blob["sha256"],
-            usage,
-            drift,
-        )
+            await self.pool.execute(
+                "UPDATE model_calls SET drift=$2 WHERE call_id=$1", call_id, drift
+            )
         if self.hooks.hooks:
             await self.hooks.model_after(
                 ModelCall(
@@ -867,7 +898,7 @@ class PrepareService:
         """At start: each model's factor from its last reported calls, so a restart does not
         forget what the provider said."""
         rows = await self.pool.fetch(
-            "SELECT model, (budget->>'final_estimated_input')::bigint AS est,"
+            "SELECT model, (budget->>'final_estimated_input_raw')::bigint AS est,"
             " (usage->>'input_tokens')::bigint AS act FROM (SELECT *, row_number() OVER"
             " (PARTITION BY model ORDER BY completed_at DESC) AS n FROM model_calls"
             " WHERE usage ? 'input_tokens') x WHERE n <= 20 ORDER BY model, completed_at"
@@ -875,7 +906,8 @@ class PrepareService:
         for r in rows:
             if r["est"] and r["act"]:
                 cal = self._calibration.get(r["model"], Calibration())
-                self._calibration[r["model"]] = calibrate(cal, r["est"], r["act"])
+                act = min(max(r["act"], r["est"] // 2), r["est"] * 2)
+                self._calibration[r["model"]] = calibrate(cal, r["est"], act)
 
     def _note_usage(self, row: Any, usage: dict[str, Any], drift: dict[str, Any] | None) -> None:
         """R18: real usage beside the estimate, per purpose."""

@@ -412,13 +412,17 @@ class ContextClient:
         )
 
     async def report_model_result(
-        self, call_id: str, response: dict[str, Any], usage: dict[str, Any] | None = None
+        self,
+        run: RunHandle,
+        call_id: str,
+        response: dict[str, Any],
+        usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The response and the provider's usage (input_tokens, output_tokens): recorded
         with the call, and the estimate's drift is returned (R6.4, R15.1)."""
         return await self._call(
             "POST",
-            f"/v1/model-calls/{call_id}/result",
+            f"/v1/sessions/{run.session_id}/model-calls/{call_id}/result",
             json={"response": response, "usage": usage or {}},
         )
 
@@ -447,7 +451,7 @@ class ContextClient:
             )
             call = await self.check_model_call(run, prepared, model_config)
         response, usage = await send(call["request"])
-        record = await self.report_model_result(call["call_id"], response, usage)
+        record = await self.report_model_result(run, call["call_id"], response, usage)
         return response, record | {"call_id": call["call_id"], "prepared": prepared}
 
     async def read_content(

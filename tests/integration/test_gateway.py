@@ -55,7 +55,12 @@ async def test_model_before_hook_adding_many_messages_soft_reprepares_once(
     gw: Services, db: asyncpg.Pool
 ) -> None:
     async with client(gw) as c:
-        run = await _ask(c, "Summarize the incident. [hook-add 2800]")
+        # its own model name: the usage it reports calibrates that model only
+        run = await _ask(
+            c,
+            "Summarize the incident. [hook-add 2800]",
+            model_profile=SMALL | {"name": f"soft-{uuid.uuid4().hex[:6]}"},
+        )
         sent: list[dict[str, Any]] = []
 
         async def send(request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -139,9 +144,10 @@ async def test_model_call_record_keeps_final_input_and_usage_and_calibrates_drif
         replay = await c.check_model_call(run, prepared, {"temperature": 0.2})
         assert replay["call_id"] == call["call_id"] and replay["idempotent_replay"]
         assert replay["request"] == call["request"]
-        estimate = call["budget"]["final_estimated_input"]
+        estimate = call["budget"]["final_estimated_input_raw"]
         reported = int(estimate * 1.25)
         out = await c.report_model_result(
+            run,
             call["call_id"],
             {"content": "It changed."},
             {"input_tokens": reported, "output_tokens": 4},
@@ -235,6 +241,7 @@ async def test_one_group_over_budget_is_shown_as_views_readable_back_through_rea
             assert t["decision"] == "externalized" and t["status"] == "ok"
             assert "result truncated" in t["content"] and t["tool_call_id"] in t["content"]
         assert out["read_content_tool"]["name"] == "read_content"
+        assert out["tools"][-1]["name"] == "read_content"  # offered, and its schema counted
         # The model's read_content call, executed by the runtime: paged, complete.
         ref = tools[3]["content_ref"]
         assert f'ref="{ref}"' in tools[3]["content"]

@@ -331,7 +331,8 @@ def test_hook_edits_are_refused_exactly_when_they_touch_a_protected_block(
             m["content"] = f"{m['content']} edited"
         elif op == "role":
             m["role"] = "user" if m["role"] != "user" else "assistant"
-        touched |= m["block_id"] in protected
+        # a role is never a hook's to change, protected or not (R5, R12.4)
+        touched |= m["block_id"] in protected or op == "role"
     after = [m for i, m in enumerate(after) if ops.get(i) != "remove"]
     for n in adds:
         after.insert(n % (len(after) + 1), {"role": "user", "content": filler(n % 7 + 1)})
@@ -351,3 +352,33 @@ def test_hook_edits_are_refused_exactly_when_they_touch_a_protected_block(
             assert m["retention"] == "optional" and m["source"] == HOOK
         elif m["block_id"] in protected:
             assert m is originals[m["block_id"]]  # passed through untouched
+
+
+@pytest.mark.spec("R5.1", "R14")
+def test_a_hook_changing_tool_protocol_fields_or_breaking_a_group_is_refused() -> None:
+    from services.core.gate import check_tool_groups
+
+    call = {
+        "role": "assistant",
+        "content": "",
+        "block_id": "rec:a",
+        "tool_calls": [{"id": "c1", "name": "grep", "arguments": "{}"}],
+        "tokens": 9,
+    }
+    result = {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "name": "grep",
+        "content": "x",
+        "block_id": "rec:r",
+    }
+    user = {"role": "user", "content": "hi", "block_id": "rec:u"}
+    check_tool_groups([user, call, result])
+    forged = dict(call, tool_calls=[{"id": "c1", "name": "grep", "arguments": '{"q": "rm"}'}])
+    with pytest.raises(ProtectedBlockViolation) as err:
+        apply_hook(HOOK, [user, call, result], [user, forged, result], (), words, OV)
+    assert err.value.details["violation"] == "protocol_field_changed"
+    for broken in ([user, result], [call, user, result], [user, call]):
+        with pytest.raises(ProtectedBlockViolation) as err:
+            check_tool_groups(broken)
+        assert err.value.details["violation"] == "tool_group_broken"
