@@ -103,6 +103,7 @@ class ThreadRenderer:
         self.tokens: dict[str, int] = {}
         self.message_counts: dict[str, int] = {}
         self.task_indices: list[int] = []  # messages of the current task: required (R10.1)
+        self.protected_cache: list[Any] = []  # their manifest entries, filled by the assembler
         self.externalized: list[str] = []  # record ids shown as views (R10.3)
         self.skill_loads: dict[str, SkillLoad] = {}  # by content hash
         self.activations: dict[str, SkillActivation] = {}  # latest per skill name

@@ -15,6 +15,7 @@ dropped, last supplied first → completed history is compacted (the caller's tr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +73,10 @@ class ProtectedBlock:
     authority: str
     sha256: str
     source_ids: tuple[str, ...]
+
+    @functools.cached_property
+    def as_dict(self) -> dict[str, Any]:
+        return self.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -235,7 +240,7 @@ def assemble(
 
     report = make_report(profile, items, required, counting_method, calibration)
     messages = head + thread_msgs + mat_msgs
-    manifest = _manifest(head, thread_msgs, body_msgs, thread.task_indices)
+    manifest = _manifest(head, thread, body_msgs)
     return Assembled(messages, report, manifest, sha256(tool_text), decisions)
 
 
@@ -317,14 +322,18 @@ def _merge_material(
 
 def _manifest(
     head: list[Message],
-    thread_msgs: list[Message],
+    thread: ThreadRenderer,
     body_msgs: Mapping[int, Message],
-    task_indices: Sequence[int],
 ) -> tuple[ProtectedBlock, ...]:
+    """Head blocks, the current task's messages, visible skill bodies. The task's blocks
+    are computed once per message and kept on the renderer: a long task (many loops and
+    supplements) costs nothing more per prepare."""
+    cache: list[ProtectedBlock] = thread.protected_cache
+    for i in thread.task_indices[len(cache) :]:
+        cache.append(_protected(thread.messages[i], "user"))
     out = [_protected(m, "system") for m in head]
-    for i in sorted(set(task_indices) | set(body_msgs)):
-        out.append(_protected(thread_msgs[i], "user" if i in task_indices else "host"))
-    return tuple(out)
+    out.extend(_protected(body_msgs[i], "host") for i in sorted(body_msgs))
+    return (*out, *cache)
 
 
 def _protected(m: Message, authority: str) -> ProtectedBlock:

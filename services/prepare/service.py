@@ -396,7 +396,7 @@ class PrepareService:
             "messages": messages,
             "tools": tools,
             "budget": report.to_dict(),
-            "protected_block_manifest": [p.to_dict() for p in built.manifest],
+            "protected_block_manifest": [p.as_dict for p in built.manifest],
             "decisions": built.decisions
             + [
                 {"block_id": f"rec:{r}", "decision": "externalized", "reason": "large_result_view"}
