@@ -964,6 +964,8 @@ class PrepareService:
         stay readable after any number of compactions). Scoped to its session."""
         if offset < 0 or not 0 < limit <= 1 << 20:
             raise InvalidRequest("offset must be >= 0 and limit in 1..1048576")
+        if bool(run_id) != bool(instance_id):
+            raise InvalidRequest("a read on behalf of a thread names both run_id and instance_id")
         if run_id and instance_id:
             await self._check_grant(sid, run_id, instance_id, record_id)
         r = await self.pool.fetchrow(
@@ -1044,7 +1046,25 @@ class PrepareService:
         async with self.pool.acquire() as conn:
             snap = await self.views.snapshot(conn, sid, run_id)
             if instance_id == snap.main_instance_id:
-                return
+                # A main thread reads what the session shares plus its own records: another
+                # thread's instance- or private-scoped records stay out, whatever the id.
+                r = await conn.fetchrow(
+                    "SELECT visibility, run_id, instance_id FROM records"
+                    " WHERE session_id=$1 AND record_id=$2",
+                    sid,
+                    record_id,
+                )
+                if (
+                    r is None
+                    or r["visibility"] in ("session", "actor")
+                    or (r["run_id"], r["instance_id"]) == (run_id, instance_id)
+                ):
+                    return
+                raise NotGranted(
+                    f"record {record_id} is {r['visibility']}-scoped to another thread",
+                    record_id=record_id,
+                    instance_id=instance_id,
+                )
             own = await conn.fetchval(
                 "SELECT 1 FROM records WHERE session_id=$1 AND record_id=$2 AND run_id=$3"
                 " AND instance_id=$4",

@@ -288,3 +288,32 @@ async def test_purposes_verification_is_completion_and_compaction_gets_no_tools(
     assert action["tools"] and action["budget"]["items"]["tool_schemas"] > 0
     assert compaction["tools"] == [] and compaction["budget"]["items"]["tool_schemas"] == 0
     assert bad.value.code == "invalid_request"
+
+
+@pytest.mark.spec("R3.3", "R10.3", "R15.4")
+async def test_read_content_does_not_reach_another_threads_private_record(gw: Services) -> None:
+    import dataclasses
+
+    from schemas.contracts import Authority, Content, RecordKind, UserInputPayload, Visibility
+
+    async with client(gw) as c:
+        first = await _ask(c, "First question.")
+        ev = c._event(
+            first,
+            RecordKind.USER_INPUT,
+            Authority.USER,
+            Content.text("my private note"),
+            UserInputPayload(),
+            "private-1",
+        )
+        await c.append(dataclasses.replace(ev, visibility=Visibility.PRIVATE))
+        await c.prepare(first)  # committed
+        sid = first.session_id
+        rid = (await c._call("GET", f"/v1/sessions/{sid}/events/private-1"))["record_id"]
+        own = await c.read_content(first, f"rec:{rid}")
+        assert own["content"] == "my private note"  # its own thread reads it
+        await c.finish_run(first)
+        second = await c.start_run(await c._call("GET", f"/v1/sessions/{sid}"))
+        with pytest.raises(ApiError) as err:
+            await c.read_content(second, f"rec:{rid}")
+    assert err.value.code == "not_granted"
