@@ -36,8 +36,8 @@ class RecordView:
     text: str
     payload: dict[str, Any]
     token_count: int
-    # Length in characters of the whole content; ``text`` may hold only a prefix of it
-    # when the content lives in the blob store and is shown as an externalized view.
+    # Set only when ``text`` holds a prefix of content in the blob store: the whole
+    # content's length in bytes (the view says so). -1: ``text`` is the whole content.
     content_length: int = -1
     content_sha256: str | None = None
 
@@ -241,20 +241,27 @@ class ThreadRenderer:
         elif k == "tool_outcome":
             # A result whose call is not in view: keep it visible as state, not as a
             # tool message (a provider rejects a result without its call).
-            note = (
-                f"[tool result without its call in view] call_id={rec.payload.get('call_id')}"
-                f" name={rec.payload.get('name')} status={rec.payload.get('status')}\n{rec.text}"
-            )
-            self._add(
-                {"role": "system", "content": note, "block": "state"},
-                [rec],
-                "state",
-                self._framed(rec.token_count, note, rec.text),
-            )
+            p = rec.payload
+            cid, name, status = str(p.get("call_id")), str(p.get("name")), str(p.get("status"))
+            head = f"[tool result without its call in view] call_id={cid} name={name}"
+            msg: Message = {"role": "system", "block": "state"}
+            if self._is_large(rec):  # a large one is a view here too (R5.4, R10.3)
+                msg["content"] = f"{head} status={status}\n{self._view_of(rec, cid, name, status)}"
+                msg |= {
+                    "decision": "externalized",
+                    "reason": "large_result_view",
+                    "content_ref": f"rec:{rec.record_id}",
+                }
+                tokens = self.count(msg["content"])
+                self.externalized.append(rec.record_id)
+            else:
+                msg["content"] = f"{head} status={status}\n{rec.text}"
+                tokens = self._framed(rec.token_count, msg["content"], rec.text)
+            self._add(msg, [rec], "state", tokens)
         elif k == "child_result":
             content = f"[child task result — material]\n{rec.text}"
             self._add(
-                {"role": "user", "content": content, "block": "material"},
+                {"role": "user", "content": content, "block": "material", "reason": "child_result"},
                 [rec],
                 "material",
                 self._framed(rec.token_count, content, rec.text),

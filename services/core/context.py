@@ -179,9 +179,6 @@ def assemble(
     tool_text = tool_schema_text([dict(t) for t in tools]) if tools else ""
     items["tool_schemas"] = count(tool_text) if tool_text else 0
 
-    thread_msgs = thread.messages
-    if body_msgs:
-        thread_msgs = [body_msgs.get(i, m) for i, m in enumerate(thread.messages)]
     for cat, t in thread.tokens.items():
         items[cat] = items.get(cat, 0) + t
     items["envelope"] = items.get("envelope", 0) + ov * len(head)
@@ -239,7 +236,9 @@ def assemble(
         items["envelope"] += ov * len(mat_msgs)
 
     report = make_report(profile, items, required, counting_method, calibration)
-    messages = head + thread_msgs + mat_msgs
+    messages = head + thread.messages + mat_msgs  # the one copy of the thread's list
+    for i, m in body_msgs.items():  # the shown skill bodies, without copying twice
+        messages[len(head) + i] = m
     manifest = _manifest(head, thread, body_msgs)
     return Assembled(messages, report, manifest, sha256(tool_text), decisions)
 

@@ -54,7 +54,7 @@ from services.core.budget import (
 )
 from services.core.context import Assembled, Material, assemble
 from services.core.gate import check_manifest, check_tool_groups, gate
-from services.core.policy import validate_compaction, validate_policy
+from services.core.policy import ContextPolicy, validate_policy
 from services.core.providers import render as render_provider
 from services.core.selection import build_groups, select_prefix
 from services.core.tokens import CachedCounter
@@ -122,6 +122,7 @@ class PrepareService:
     # for the life of the process, which takes two queries off every prepare.
     _releases: dict[str, dict[str, Any]] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
+    _policies: dict[str, ContextPolicy] = field(default_factory=dict)
     _summaries: dict[str, SummaryView] = field(default_factory=dict)
     _summary_rows: dict[str, Any] = field(default_factory=dict)
     _compatible: dict[tuple[str, str], bool] = field(default_factory=dict)
@@ -181,6 +182,13 @@ class PrepareService:
         rel = dict(r) | {"frozen_at": r["frozen_at"].isoformat()}
         self._releases[release_id] = rel
         return rel
+
+    def _policy(self, rel: dict[str, Any]) -> ContextPolicy:
+        """A release's policy, validated once: releases are frozen (R17)."""
+        pol = self._policies.get(rel["release_id"])
+        if pol is None:
+            pol = self._policies[rel["release_id"]] = validate_policy(rel["context_policy"])
+        return pol
 
     async def session_release(self, sid: str) -> dict[str, Any]:
         release_id = self._session_release.get(sid)
@@ -381,7 +389,7 @@ class PrepareService:
                 tools,
                 built,
                 profile,
-                validate_compaction(rel["context_policy"].get("compaction") or {}).context_ratio,
+                self._policy(rel).compaction.context_ratio,
                 reprepare_of,
                 deps,
             )
@@ -449,7 +457,7 @@ class PrepareService:
         reserve_tokens: int = 0,
         offer_read_content: bool = True,
     ) -> tuple[ThreadRenderer, Snapshot, Assembled, list[dict[str, Any]]]:
-        large = validate_policy(rel["context_policy"]).large_result
+        large = self._policy(rel).large_result
         rend, snap = await self.views.view(
             sid, run_id, instance_id, profile.message_overhead, summary, epoch, large
         )
@@ -597,7 +605,7 @@ class PrepareService:
         compaction: dict[str, Any] | None,
         summary: SummaryView | None,
     ) -> tuple[bool, str]:
-        policy = validate_compaction(rel["context_policy"].get("compaction") or {})
+        policy = self._policy(rel).compaction
         c = compaction or {}
         state = CompactionState(
             totals=Counters(c.get("user_turns") or 0, c.get("model_steps") or 0),
@@ -622,7 +630,7 @@ class PrepareService:
         fired = bool(evaluate_triggers(state, policy, probe).fired)
         compressible = 0
         if fired:  # selection is O(history): only when something fired
-            keep = validate_policy(rel["context_policy"]).recent_complete_groups
+            keep = self._policy(rel).recent_complete_groups
             compressible = select_prefix(build_groups(rend.records), keep).compressible_tokens
         fixed = sum(report.items.get(k, 0) for k in ("instructions", "skills", "tool_schemas"))
         key = f"obs:{uuid.uuid4().hex}"
@@ -780,7 +788,9 @@ class PrepareService:
         )
         request = render_provider(messages, p.tools, p.profile.provider_format)
         final = json.dumps(request, sort_keys=True, separators=(",", ":")).encode()
-        blob = await self.put_blob(final, "application/json")
+        blob = await self.put_blob(
+            final, "application/json", (decision.estimated_input, "gateway_final_estimate")
+        )
         raw = report.estimated_input - reserved + decision.hook_tokens
         budget = p.built.report.to_dict() | {
             "final_estimated_input": decision.estimated_input,
@@ -932,13 +942,20 @@ class PrepareService:
 
     # --- content store (R3.4) -----------------------------------------------------------
 
-    async def put_blob(self, data: bytes, media_type: str) -> dict[str, Any]:
+    async def put_blob(
+        self, data: bytes, media_type: str, counted: tuple[int, str] | None = None
+    ) -> dict[str, Any]:
+        """``counted``: a token count the caller already has, with its method — the
+        gateway's final input is its own estimate, not worth a second tokenizer pass."""
         sha = hashlib.sha256(data).hexdigest()
-        try:
-            text = data.decode("utf-8")
-            tokens, method = self._count(text), self.counter.method
-        except UnicodeDecodeError:
-            tokens, method = len(data), "estimate:utf8_bytes"
+        if counted is not None:
+            tokens, method = counted
+        else:
+            try:
+                text = data.decode("utf-8")
+                tokens, method = self._count(text), self.counter.method
+            except UnicodeDecodeError:
+                tokens, method = len(data), "estimate:utf8_bytes"
         await self.pool.execute(
             "INSERT INTO blobs (sha256, content, length, media_type, token_count, token_method)"
             " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (sha256) DO NOTHING",

@@ -475,6 +475,22 @@ def test_a_prefix_loaded_from_the_blob_store_is_always_a_view_with_its_byte_leng
     assert "900000 bytes" in tool["content"] and "readable range 0-900000 bytes" in tool["content"]
 
 
+@pytest.mark.spec("R5.4", "R10.3")
+def test_a_large_result_whose_call_is_not_in_view_is_a_view_too() -> None:
+    s = Recs()
+    big = filler(6000)
+    # The call is covered by a summary; its late result is still in view, as state.
+    recs = [s.assistant("fetching", [("c9", "fetch", "{}")]), s.outcome("c9", "fetch", big)]
+    t = renderer(recs, covered=frozenset({recs[0].record_id}), summary="earlier work")
+    a = build(t)
+    (state,) = [m for m in a.messages if m.get("content_ref")]
+    assert state["role"] == "system" and state["decision"] == "externalized"
+    assert "call_id=c9" in state["content"] and f'ref="rec:{recs[1].record_id}"' in state["content"]
+    assert big not in state["content"]
+    assert a.report.estimated_input < words(big)
+    assert t.externalized == [recs[1].record_id]
+
+
 # --- skills (R12.2, R12.3) -----------------------------------------------------------
 
 
