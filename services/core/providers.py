@@ -3,7 +3,9 @@ OpenAI Responses input items and Anthropic Messages. Pure and deterministic — 
 files pin the exact JSON (tests/golden/providers/).
 
 Our neutral messages keep tool groups whole (R5.1), so each format gets every call with
-its result; state and summary blocks become text in the position they hold.
+its result; state and summary blocks become text in the position they hold. Roles follow
+authority by origin (``services.core.authority``): only release-owned blocks are sent as
+system/developer, whatever role a message was given upstream (R3.3, R12.4).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from services.core.authority import may_instruct, speaking_role
 
 Message = dict[str, Any]
 FORMATS = ("openai_chat", "openai_responses", "anthropic_messages")
@@ -40,7 +44,7 @@ def _schema(tool: dict[str, Any]) -> dict[str, Any]:
 def _openai_chat(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out: list[dict[str, Any]] = []
     for m in messages:
-        role = m["role"]
+        role = speaking_role(m)
         if role == "assistant":
             item: dict[str, Any] = {"role": "assistant", "content": m.get("content") or None}
             if m.get("tool_calls"):
@@ -93,7 +97,7 @@ def _openai_responses(
     for m in messages:
         if m.get("block") == "instruction":
             continue
-        role = m["role"]
+        role = speaking_role(m)
         if role == "assistant":
             if m.get("content"):
                 items.append(
@@ -146,10 +150,14 @@ def _openai_responses(
 
 
 def _anthropic(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """System text goes to ``system``; later system/state blocks become user text (the
-    API has no mid-conversation system role); consecutive same-role turns merge, since
-    the API requires alternation; tool results travel in the next user turn."""
-    system = [m["content"] for m in messages if m.get("block") == "instruction"]
+    """The leading release-owned blocks (instructions, skill catalog, re-provided skill
+    instructions) go to ``system``; anything later becomes user text (the API has no
+    mid-conversation system role); consecutive same-role turns merge, since the API
+    requires alternation; tool results travel in the next user turn."""
+    lead = 0
+    while lead < len(messages) and speaking_role(messages[lead]) == "system":
+        lead += 1
+    system = [str(m.get("content", "")) for m in messages[:lead] if may_instruct(m)]
     turns: list[dict[str, Any]] = []
 
     def push(role: str, block: dict[str, Any]) -> None:
@@ -158,10 +166,8 @@ def _anthropic(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> 
         else:
             turns.append({"role": role, "content": [block]})
 
-    for m in messages:
-        if m.get("block") == "instruction":
-            continue
-        role = m["role"]
+    for m in messages[lead:]:
+        role = speaking_role(m)
         if role == "assistant":
             if m.get("content"):
                 push("assistant", {"type": "text", "text": m["content"]})

@@ -183,7 +183,7 @@ def test_inherited_error_and_cancelled_results_are_kept() -> None:
         s.lifecycle("run_cancelled"),
     ]
     r = render(inherited, [])
-    assert roles(r) == ["user", "assistant", "tool", "tool", "system"]
+    assert roles(r) == ["user", "assistant", "tool", "tool", "user"]  # state: R3.3
     assert [m["status"] for m in r.messages[2:4]] == ["error", "cancelled"]
     assert all(m["category"] == "history" for m in r.messages[:4])
     assert "cancelled" in r.messages[4]["content"] and "run-a" in r.messages[4]["content"]
@@ -200,7 +200,7 @@ def test_inherited_open_group_is_sealed_as_result_unknown() -> None:
     r = render(inherited, [], seal=False)
     assert r.pending_calls() == []  # inherited calls are never pending for this thread
     r.seal_inherited()
-    assert roles(r) == ["user", "assistant", "tool", "system"]
+    assert roles(r) == ["user", "assistant", "tool", "user"]
     a = r.messages[1]
     assert [c["id"] for c in a["tool_calls"]] == ["c1"]  # the unanswered call is not shown
     state = r.messages[3]
@@ -214,7 +214,7 @@ def test_inherited_open_group_is_sealed_as_result_unknown() -> None:
 def test_inherited_group_without_any_result() -> None:
     s = Stream(run="run-a")
     r = render([s.assistant("calling", calls=("c1",))], [])
-    assert roles(r) == ["assistant", "system"]
+    assert roles(r) == ["assistant", "user"]
     assert "tool_calls" not in r.messages[0]
     assert "result unknown" in r.messages[1]["content"] and "c1" in r.messages[1]["content"]
     assert '{"id": "c1"}' in r.messages[1]["content"]  # arguments shown, call not re-run
@@ -227,7 +227,7 @@ def test_run_boundary_closes_an_inherited_group_even_without_seal() -> None:
     cur = Stream(run="run-b")
     cur.seq = s.seq
     r = render(inherited, [cur.user("next question")], seal=False)
-    assert roles(r) == ["assistant", "system", "user"]
+    assert roles(r) == ["assistant", "user", "user"]
     assert "result unknown" in r.messages[1]["content"]
     assert r.pending_calls() == []
 
@@ -252,7 +252,7 @@ def test_current_thread_tool_call_record_opens_a_group() -> None:
 def test_result_without_its_call_is_state_not_a_tool_message() -> None:
     s = Stream()
     r = render([], [s.outcome("ghost", status="error", text="orphan")])
-    assert roles(r) == ["system"]
+    assert roles(r) == ["user"]
     assert "ghost" in r.messages[0]["content"] and "orphan" in r.messages[0]["content"]
 
 
@@ -424,7 +424,7 @@ def check_structure(sc: Scenario, r: ThreadRenderer, ordered: bool = False) -> N
             answered_ids.add(m["tool_call_id"])
     # a call whose result is unknown never gets a tool message
     for m in msgs:
-        if m["role"] == "system" and "result unknown" in m["content"]:
+        if m["block"] == "state" and "result unknown" in m["content"]:
             call_id = m["content"].split("tool call ", 1)[1].split(" ", 1)[0]
             assert call_id not in answered_ids
     # no record rendered twice in the same role (result-unknown notes: one per call)
@@ -432,12 +432,16 @@ def check_structure(sc: Scenario, r: ThreadRenderer, ordered: bool = False) -> N
     for m in msgs:
         for rid in m["record_ids"]:
             assert rid in by_id
-            extra = m["content"] if m["role"] == "system" else ""
+            extra = m["content"] if m["block"] == "state" else ""
             key = (m["role"], rid, extra)
             assert key not in seen
             seen.add(key)
     # user messages keep receive order
-    user_seq = [by_id[m["record_ids"][0]].session_sequence for m in msgs if m["role"] == "user"]
+    user_seq = [
+        by_id[m["record_ids"][0]].session_sequence
+        for m in msgs
+        if m["role"] == "user" and m["block"] != "state"
+    ]
     assert user_seq == sorted(user_seq)
     if ordered:
         # Every non-tool message is anchored at its source record: a record received
@@ -482,7 +486,7 @@ def test_every_visible_record_is_rendered_once_the_thread_moves_on(sc: Scenario)
         assert rec.record_id in shown, rec  # inherited run_cancelled is shown as state
     for call in pending:
         assert any(
-            m["role"] == "system" and f"tool call {call} " in m["content"] for m in r.messages
+            m["block"] == "state" and f"tool call {call} " in m["content"] for m in r.messages
         )
 
 

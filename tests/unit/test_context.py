@@ -236,8 +236,8 @@ def test_blocks_are_ordered_instructions_catalog_skill_thread_material() -> None
         "system",
         "system",
         "system",
-        "system",
-        "system",
+        "user",  # the summary and state notes are never instructions (R3.3)
+        "user",
         "user",
         "assistant",
         "user",
@@ -484,7 +484,7 @@ def test_a_large_result_whose_call_is_not_in_view_is_a_view_too() -> None:
     t = renderer(recs, covered=frozenset({recs[0].record_id}), summary="earlier work")
     a = build(t)
     (state,) = [m for m in a.messages if m.get("content_ref")]
-    assert state["role"] == "system" and state["decision"] == "externalized"
+    assert state["role"] == "user" and state["decision"] == "externalized"
     assert "call_id=c9" in state["content"] and f'ref="rec:{recs[1].record_id}"' in state["content"]
     assert big not in state["content"]
     assert a.report.estimated_input < words(big)

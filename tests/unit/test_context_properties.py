@@ -14,10 +14,13 @@ from hypothesis import strategies as st
 
 from schemas.errors import ContextBudgetExceeded
 from services.core.assembly import RecordView, ThreadRenderer, tool_schema_text
+from services.core.authority import INSTRUCTION_BLOCKS
 from services.core.budget import Calibration, enforce
 from services.core.context import Assembled, Material
 from services.core.gate import check_manifest
 from services.core.policy import LargeResultSettings
+from services.core.providers import FORMATS
+from services.core.providers import render as render_provider
 from services.core.tokens import make_counter
 from tests.unit.test_context import (
     OV,
@@ -350,3 +353,43 @@ def test_estimate_covers_the_real_tokenizer_count(sc: Scenario) -> None:
     check_groups(a.messages)
     check_budget(a, sc, _TIKTOKEN)
     check_required(a, sc)
+
+
+def _system_texts(body: dict[str, Any], fmt: str) -> list[str]:
+    """Every text a provider request gives system/developer authority."""
+    if fmt == "openai_chat":
+        return [str(m["content"]) for m in body["messages"] if m["role"] in ("system", "developer")]
+    if fmt == "openai_responses":
+        return [body["instructions"]] + [
+            c["text"]
+            for m in body["input"]
+            if m.get("type") == "message" and m["role"] in ("system", "developer")
+            for c in m["content"]
+        ]
+    return [body["system"]]
+
+
+@pytest.mark.spec("R3.3", "R12.4", "R11.5")
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sc=scenarios())
+def test_every_system_or_developer_message_comes_from_a_release_owned_block(
+    sc: Scenario,
+) -> None:
+    """Authority by origin: summaries, state notes quoting tool output, "result unknown"
+    notes, child results and material never speak as system/developer, in any format."""
+    r = render(sc, wc)
+    assume(not r.pending_calls())
+    a = assemble(sc, r, wc)
+    allowed = [m for m in a.messages if m["block"] in INSTRUCTION_BLOCKS]
+    for m in a.messages:
+        if m["role"] in ("system", "developer"):
+            assert m["block"] in INSTRUCTION_BLOCKS, m
+    allowed_texts = {str(m["content"]) for m in allowed}
+    tools = [dict(t) for t in sc.tools]
+    for fmt in FORMATS:
+        body = render_provider(a.messages, tools, fmt)
+        for text in _system_texts(body, fmt):
+            # one release-owned block, or several joined (Anthropic ``system``)
+            assert all(part in allowed_texts for part in text.split("\n\n") if part) or (
+                text in allowed_texts
+            ), (fmt, text)
