@@ -59,10 +59,11 @@ async def _events_for(run: RunHandle, rounds: int, tag: str) -> list[Any]:
     return out
 
 
-async def producer_ceiling(bootstrap: str, payloads: list[bytes], keys: list[bytes]) -> float:
+async def producer_ceiling(s: Settings, payloads: list[bytes], keys: list[bytes]) -> float:
     topic = f"bench.raw.{uuid.uuid4().hex[:6]}"
+    await ensure_topics(s, [topic])  # the broker creates no topic on first use
     p = AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=s.kafka_bootstrap,
         acks="all",
         enable_idempotence=True,
         linger_ms=2,
@@ -204,7 +205,7 @@ async def bench(
             f" (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
         )
         log("ceiling: aiokafka producer alone (pre-encoded, acks=all, idempotent)")
-        prod = await producer_ceiling(s.kafka_bootstrap, payloads, keys)
+        prod = await producer_ceiling(s, payloads, keys)
         log(f"  {prod:,.0f} events/s")
         log("ceiling: asyncpg COPY alone (records rows, batches of 2000)")
         copy = await copy_ceiling(pool, len(stream))

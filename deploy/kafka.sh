@@ -139,7 +139,10 @@ log.dirs=$DATA
 num.partitions=4
 default.replication.factor=1
 min.insync.replicas=1
-auto.create.topics.enable=true
+# Topics are ours: every service creates or validates its topics at start
+# (services/topics.py). A topic the broker would create on first use hides a missing
+# creation step and gets the broker's defaults instead of our partition count.
+auto.create.topics.enable=false
 group.initial.rebalance.delay.ms=0
 
 # Internal topics must fit on one broker.
@@ -252,17 +255,22 @@ cmd_up() {
   local pid
   if pid=$(broker_pid); then
     echo "$pid" >"$PIDFILE"
-    if port_open "$PORT"; then
-      log "already running (pid $pid) at $BOOTSTRAP"
-      if ! render_config | cmp -s - "$CONF"; then
-        log "note: the generated server.properties changed since it started; 'down' then 'up' to apply"
+    if render_config | cmp -s - "$CONF"; then
+      if port_open "$PORT"; then
+        log "already running (pid $pid) at $BOOTSTRAP"
+        return 0
       fi
+      log "broker process $pid exists but $BOOTSTRAP does not answer yet"
+      [[ -d $LIBS ]] || die "jar cache $LIBS missing while broker $pid runs"
+      wait_ready "$pid"
       return 0
     fi
-    log "broker process $pid exists but $BOOTSTRAP does not answer yet"
-    [[ -d $LIBS ]] || die "jar cache $LIBS missing while broker $pid runs"
-    wait_ready "$pid"
-    return 0
+    # The broker reads server.properties only at start (and settings such as
+    # auto.create.topics.enable cannot be changed at runtime): an 'up' after the
+    # generated config changed restarts it, so a re-run always leaves the broker on the
+    # current settings. Clients reconnect; committed data stays in $DATA.
+    log "server.properties changed since broker $pid started; restarting it to apply"
+    stop_broker "$pid"
   fi
   rm -f "$PIDFILE"
 
@@ -309,6 +317,12 @@ cmd_down() {
     log "not running"
     return 0
   fi
+  stop_broker "$pid"
+}
+
+# SIGTERM (30 s grace), then SIGKILL; the caller holds the lock.
+stop_broker() {
+  local pid=$1
   log "stopping broker (pid $pid) ..."
   kill -TERM "$pid" 2>/dev/null || true
   local t0=$SECONDS

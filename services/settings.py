@@ -44,6 +44,7 @@ class Settings(BaseSettings):
     # Prepare waits this long for a compaction commit when the view is over the hard budget.
     compaction_wait_s: float = 20.0
     topic_partitions: int = 4
+    topic_replication: int = 1
 
     processor_id: str = "agentloom-session-processor"
     processor_batch_max: int = 2000

@@ -7,14 +7,17 @@ import logging
 from pathlib import Path
 
 from services.settings import Settings
-from services.topics import ensure_topics
+from services.topics import require_topics
 from storage.migrate import apply_dsn
 from streams.app import create_app
 
 
 async def _prepare_infrastructure(settings: Settings) -> None:
     await apply_dsn(settings.pg_dsn)
-    await ensure_topics(settings)
+    # Every topic the processor reads or writes (records in; committed, dead letters,
+    # compaction requests, observability out) exists with our partition count, or the
+    # process stops here — before faust or aiokafka joins the group.
+    await require_topics(settings)
 
 
 def main() -> None:

@@ -24,7 +24,7 @@ from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.core.tokens import CachedCounter, make_counter
 from services.settings import Settings
-from services.topics import ensure_topics
+from services.topics import require_topics
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 
@@ -59,7 +59,7 @@ def load_hooks(spec: str) -> HookChain:
 
 async def run(settings: Settings) -> None:
     await apply_dsn(settings.pg_dsn)
-    await ensure_topics(settings)
+    await require_topics(settings)  # requests in, records out: exit before joining if wrong
     pool = await create_pool(settings.pg_dsn, 1, 4)
     producer = AIOKafkaProducer(
         bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True

@@ -18,7 +18,7 @@ from services.prepare.service import PrepareService
 from services.prepare.views import ThreadViews
 from services.prepare.waiter import CommitWaiter
 from services.settings import Settings
-from services.topics import ensure_topics
+from services.topics import ensure_topics, require_topics
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 
@@ -83,6 +83,9 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    # Topics first, outside uvicorn: a failure in the ASGI lifespan is logged by uvicorn
+    # and ends serve() normally (exit 0); here it stops the process with its code.
+    asyncio.run(require_topics(settings))
     config = uvicorn.Config(
         build_app(settings),
         host=settings.prepare_host,
@@ -90,7 +93,10 @@ def main() -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
     )
-    asyncio.run(uvicorn.Server(config).serve())
+    server = uvicorn.Server(config)
+    asyncio.run(server.serve())
+    if not server.started:
+        raise SystemExit(3)  # uvicorn's own code for a failed start-up
 
 
 if __name__ == "__main__":

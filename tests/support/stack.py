@@ -47,7 +47,12 @@ def _testcontainers() -> Iterator[Stack]:
     from testcontainers.postgres import PostgresContainer
 
     with ExitStack() as stack:
-        kafka = stack.enter_context(KafkaContainer("apache/kafka:4.1.1").with_kraft())
+        kafka = stack.enter_context(
+            KafkaContainer("apache/kafka:4.1.1")
+            .with_kraft()
+            # Like deploy/kafka.sh: no topic is created on first use (services/topics.py).
+            .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+        )
         pg = stack.enter_context(PostgresContainer("postgres:15", driver=None))
         dsn = pg.get_connection_url()
         yield Stack(kafka.get_bootstrap_server(), dsn, "testcontainers")
