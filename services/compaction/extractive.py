@@ -17,6 +17,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
+from services.compaction.bound import ROLLUP_KIND
 from services.compaction.contracts import (
     SECTION_TITLES,
     Fact,
@@ -46,6 +47,14 @@ _PATH = re.compile(
 
 # Drop order under the size cap: lower classes go first (oldest first within a class).
 NOTE, TOOL_OK, DECISION, ANSWER, ARTIFACT, KEEP = range(6)
+# A roll-up (R11.8) re-summarizes entries of earlier summaries: each keeps its section's
+# rank, so failures and open questions outlive plain facts here too.
+_ROLLUP_CLASS = {
+    "verified_facts": ANSWER,
+    "decisions": DECISION,
+    "failures": KEEP,
+    "unresolved_questions": KEEP,
+}
 TRUNCATION_NOTE_RESERVE = 80
 
 
@@ -107,6 +116,15 @@ def _extract(segment: tuple[SourceItem, ...]) -> tuple[list[_Line], list[str]]:
     dispatched = _dispatched(segment)
     for i, item in enumerate(segment):
         kind = item.kind
+        if kind.startswith(ROLLUP_KIND):
+            section = kind[len(ROLLUP_KIND) :]
+            if section in _ROLLUP_CLASS:
+                cls = _ROLLUP_CLASS[section]
+                if cls == ANSWER and not item.text.startswith("Q: "):
+                    cls = TOOL_OK  # a tool result goes before an answered question
+                fact = Fact(_clip(item.text) or "(empty)", (item.record_id,))
+                lines.append(_Line(cls, section, fact))
+            continue
         if kind in TOOL_KINDS and len(refs) < MAX_ARTIFACT_REFS:
             for path in _PATH.findall(item.text[:PATH_SCAN_CHARS]):
                 refs.setdefault(path.rstrip("."), None)
@@ -146,6 +164,8 @@ def _extract(segment: tuple[SourceItem, ...]) -> tuple[list[_Line], list[str]]:
 
 
 def _notes(segment: tuple[SourceItem, ...]) -> str:
+    if all(item.kind.startswith(ROLLUP_KIND) for item in segment):
+        return f"rolled up {len(segment)} entries of earlier summaries"
     kinds = Counter(item.kind for item in segment)
     counts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
     lo, hi = segment[0].session_sequence, segment[-1].session_sequence

@@ -6,7 +6,7 @@ stage (R15.3). Each rejection names one machine-readable ``reason``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 
 from services.compaction.contracts import SummaryDraft
 from services.compaction.gateway import InvalidSummary
@@ -85,3 +85,38 @@ def coverage(draft: SummaryDraft, segment_ids: Iterable[str]) -> float:
     if not ids:
         return 1.0
     return len(ids & draft.cited_ids()) / len(ids)
+
+
+def check_coverage(
+    draft: SummaryDraft,
+    covered: Mapping[str, int],
+    ranges: Sequence[tuple[int, int]],
+    *,
+    earlier: frozenset[str] = frozenset(),
+) -> None:
+    """R11.4/R11.7: every record the summary covers is either cited by an entry or
+    accounted for by one of its covered ranges, and every cited record is one it covers
+    (``covered``: record id → session_sequence, for this job; ``earlier``: records the
+    parent chain covers). Raises ``InvalidSummary`` (``source_out_of_range`` or
+    ``coverage_gap``)."""
+    for field, facts in draft.sections():
+        for index, fact in enumerate(facts):
+            for sid in fact.source_ids:
+                if sid not in covered and sid not in earlier:
+                    raise InvalidSummary(
+                        f"summary cites {sid!r}, which it does not cover",
+                        reason="source_out_of_range",
+                        source_id=sid,
+                        field=field,
+                        index=index,
+                    )
+    cited = draft.cited_ids()
+    for rid, seq in covered.items():
+        if rid in cited or any(lo <= seq <= hi for lo, hi in ranges):
+            continue
+        raise InvalidSummary(
+            f"covered record {rid!r} is neither cited nor in a covered range",
+            reason="coverage_gap",
+            record_id=rid,
+            session_sequence=seq,
+        )

@@ -9,6 +9,7 @@ model returned resumes from the saved candidate with no second model call.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -20,6 +21,15 @@ import asyncpg
 from aiokafka import AIOKafkaProducer
 
 from schemas.wire import CompactionOutcome, CompactionRequest, ControlEvent, encode_control
+from services.compaction.bound import (
+    ARTIFACTS_KEPT,
+    MIN_BOUND,
+    chunk,
+    concat,
+    fit_draft,
+    rollup_items,
+    summary_bound,
+)
 from services.compaction.contracts import (
     Fact,
     SourceItem,
@@ -28,17 +38,25 @@ from services.compaction.contracts import (
 )
 from services.compaction.gateway import InvalidSummary, SummarizerFailed, SummaryGateway
 from services.compaction.hooks import AfterCompact, BeforeCompact, HookChain
-from services.compaction.validate import validate_draft
+from services.compaction.validate import check_coverage, validate_draft
 from services.core.assembly import RecordView
 from services.core.policy import validate_policy
 from services.core.redaction import redact
-from services.core.selection import Group, Segment, build_groups, segment, select_prefix
+from services.core.selection import (
+    Group,
+    Segment,
+    build_groups,
+    current_task_ids,
+    segment,
+    select_prefix,
+)
 from services.core.tokens import CachedCounter
 from storage import compaction as repo
 from storage.threads import inherited_records, snapshot_boundary, thread_records
 
 log = logging.getLogger("agentloom.compaction")
 OVERSIZED_CHARS = 2_000  # an oversized group's records are shown clipped, by reference
+CHARS_PER_TOKEN = 4  # to clip an old, unbounded parent summary before it is sent
 THREAD_CACHE = 64  # threads whose views stay cached between jobs
 
 
@@ -157,13 +175,19 @@ class CompactionWorker:
                 " WHERE s.session_id=$1",
                 req.session_id,
             )
-        keep_recent = validate_policy(policy_raw).recent_complete_groups
-        output_tokens = self.config.output_tokens
+        policy = validate_policy(policy_raw)
+        keep_recent = policy.recent_complete_groups
+        # R11.2/R11.8: the effective summary is bounded; a segment's draft never needs
+        # more than the whole bound.
+        bound = summary_bound(policy.compaction.summary_max_ratio, req.input_budget)
+        output_tokens = min(self.config.output_tokens, bound)
         covered_before = set(parent["covered_record_ids"]) if parent else set()
         records = [r for r in records if r.record_id not in covered_before]
-        # Active skills are not pinned: once their load group is summarized, the assembler
-        # re-provides the instruction from the same revision, exactly once (R11.1, R12.3).
-        pinned: frozenset[str] = frozenset()
+        # R4.4/R10.1/R11.1: the current task (the run's question and its supplements) is
+        # required — never summarized. Active skills are not pinned: once their load group
+        # is summarized, the assembler re-provides the instruction from the same revision,
+        # exactly once (R12.3).
+        pinned = current_task_ids(records, req.run_id)
         groups = build_groups(records)
         selection = select_prefix(groups, keep_recent=keep_recent, pinned=pinned)
         if selection.covered and self.hooks.hooks:
@@ -195,7 +219,9 @@ class CompactionWorker:
         drafts: list[SummaryDraft] = []
         calls = 0
         op_id = f"{req.job_id}:model"
-        previous = parent["summary_text"] if parent else None
+        # The previous summary is context for the summarizer; it is bounded like every
+        # summary (R11.2), and an old unbounded one is clipped, never sent whole.
+        previous = parent["summary_text"][: bound * CHARS_PER_TOKEN] if parent else None
         for i, seg in enumerate(segments):
             items = _items(seg, by_id)
             calls += 1
@@ -218,6 +244,10 @@ class CompactionWorker:
             drafts.append(result.draft)
         covered: list[Group] = [g for s in segments for g in s.groups]
         merged = _merge(parent["summary"] if parent else None, drafts)
+        rollup: dict[str, object] | None = None
+        if self.counter.count(merged.text()) > bound:
+            merged, rollup = await self._roll_up(merged, bound, op_id, req.parent_summary_id)
+            calls += int(rollup["calls"])  # type: ignore[call-overload]
         if self.hooks.hooks:
             try:
                 merged = await self.hooks.after(AfterCompact(req.session_id, req.run_id, merged))
@@ -225,19 +255,45 @@ class CompactionWorker:
                 return failed("hooks", f"invalid_summary:{exc.details.get('reason')}", calls)
             except Exception as exc:
                 return failed("hooks", f"compact_after_failed:{type(exc).__name__}", calls)
-        text = merged.text()
+        # The bound holds whatever a model or a hook answered (R11.2).
+        merged, fitted = fit_draft(merged, bound, self.counter.count)
+        if fitted:
+            rollup = {**(rollup or {}), "fitted_out": fitted}
         new_ids = [i for g in covered for i in g.record_ids]
+        ranges = _ranges(covered, parent)
+        try:
+            # R11.4: every covered record is cited or in a covered range; every citation
+            # is a record this summary covers (through its parents).
+            check_coverage(
+                merged,
+                {i: by_id[i].session_sequence for i in new_ids},
+                ranges,
+                earlier=frozenset(covered_before),
+            )
+        except InvalidSummary as exc:
+            return failed("validate", f"invalid_summary:{exc.details.get('reason')}", calls)
+        text = merged.text()
         covered_tokens = sum(g.tokens for g in covered) + (
             parent["summary_tokens"] if parent else 0
         )
-        ranges = _ranges(covered, parent)
+        new_set = set(new_ids)
+        # R11.7: what the job kept verbatim on purpose (current task, recent groups,
+        # pinned and unfinished groups) — referenced, not summarized.
+        retained = [r.record_id for r in records if r.record_id not in new_set]
+        body = {
+            "draft": merged.to_dict(),
+            "text": text,
+            "retained_reference_ids": retained,
+            "bound_tokens": bound,
+            "rollup": rollup,
+        }
         return CompactionOutcome(
             job_id=req.job_id,
             status="succeeded",
             stage="save",
             summary_id=f"sum_{uuid.uuid4().hex[:16]}",
             parent_summary_id=req.parent_summary_id,
-            summary_json=json.dumps({"draft": merged.to_dict(), "text": text}),
+            summary_json=json.dumps(body),
             covered_ranges=ranges,
             covered_record_ids=tuple(sorted(covered_before | set(new_ids))),
             source_watermark=max(g.last_sequence for g in covered),
@@ -246,6 +302,57 @@ class CompactionWorker:
             model_operation_id=op_id,
             model_calls=calls,
         )
+
+    async def _roll_up(
+        self, draft: SummaryDraft, bound: int, op_id: str, parent_id: str | None
+    ) -> tuple[SummaryDraft, dict[str, object]]:
+        """Hierarchical re-summarization (R11.8): the parent's entries and the new drafts
+        become one summary within ``bound``. Each request holds at most one segment's
+        worth of entries (R11.2). If the summarizer fails here, the deterministic fit
+        still bounds the summary — a roll-up never leaves the session uncompactable."""
+        items = rollup_items(draft)
+        chunks = chunk(items, self.config.segment_tokens, self.counter.count)
+        per_chunk = max(MIN_BOUND, bound // max(1, len(chunks)))
+        parts: list[SummaryDraft] = []
+        calls = 0
+        error = None
+        for k, part in enumerate(chunks):
+            calls += 1
+            try:
+                result = await asyncio.wait_for(
+                    self.gateway.summarize(
+                        SummaryRequest(part, None, per_chunk, f"{op_id}:rollup:{k}")
+                    ),
+                    self.config.call_timeout_s,
+                )
+                validate_draft(
+                    result.draft,
+                    frozenset(i.record_id for i in part),
+                    per_chunk * 6,
+                )
+            except (InvalidSummary, SummarizerFailed, TimeoutError) as exc:
+                error = getattr(exc, "code", "summarizer_timeout")
+                log.warning("roll-up call %d failed (%s): fitting deterministically", k, error)
+                break
+            parts.append(result.draft)
+        rolled = concat(parts) if error is None else draft
+        note = (
+            f"rolled up summary {parent_id or '-'} and new segments: {len(items)} entries"
+            f" condensed to fit {bound} tokens; every covered record stays readable by id"
+        )
+        rolled = dataclasses.replace(
+            rolled,
+            work_artifact_refs=tuple(draft.work_artifact_refs[-ARTIFACTS_KEPT:]),
+            observations=(*rolled.observations[-3:], note),
+        )
+        info: dict[str, object] = {
+            "calls": calls,
+            "entries_in": len(items),
+            "entries_out": len(rolled.all_facts()),
+            "requests": len(chunks),
+            "error": error,
+        }
+        return rolled, info
 
     async def _records(self, conn: asyncpg.Connection, req: CompactionRequest) -> list[RecordView]:
         """The job's view up to its watermark. A thread's view only grows (the inherited
@@ -303,7 +410,7 @@ def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]
                     f" {rid}, {len(r.text)} chars]"
                 )
             p = r.payload
-            role = _ROLES.get(r.kind, "system")
+            role = _ROLES.get(r.kind, "user")  # R3.3: never system
             calls = p.get("tool_calls") or []
             out.append(
                 SourceItem(

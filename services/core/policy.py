@@ -3,6 +3,7 @@ validation. Pure. A release whose policy fails here is not published (R7.7)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,6 +21,12 @@ class CompactionPolicy:
     target_context_ratio: float = 0.60  # R7.5: the goal, not a trigger
     max_compaction_calls: int = 4  # R7.6
     retry_growth_ratio: float = 0.05  # R7.6 / R9.5
+    # R15.3: every job has a deadline; a check past it records the job expired and may
+    # start another, so a lost request never leaves the session stuck.
+    job_timeout_s: float = 120.0
+    # R11.2/R11.8: the effective summary stays within this share of InputBudget; past it
+    # the job rolls the parent summary and the new segments up into one summary.
+    summary_max_ratio: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,14 @@ def _count(name: str, v: Any, nullable: bool, cap: int | None = None) -> int | N
     return v
 
 
+def _positive(name: str, v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+        raise InvalidPolicy(
+            f"{name} must be a positive number", field=name, rule="positive_number", value=v
+        )
+    return float(v)
+
+
 def validate_compaction(raw: Mapping[str, Any]) -> CompactionPolicy:
     """Every rule of R7.7; unknown fields are refused so that a typo is not silently
     ignored."""
@@ -102,6 +117,9 @@ def validate_compaction(raw: Mapping[str, Any]) -> CompactionPolicy:
         )
         or 0,
         retry_growth_ratio=_ratio("retry_growth_ratio", v["retry_growth_ratio"], nullable=False)
+        or 0.0,
+        job_timeout_s=_positive("job_timeout_s", v["job_timeout_s"]),
+        summary_max_ratio=_ratio("summary_max_ratio", v["summary_max_ratio"], nullable=False)
         or 0.0,
     )
     if p.context_ratio is None and p.user_turns is None and p.model_steps is None:

@@ -161,3 +161,13 @@ def segment(covered: Sequence[Group], per_request_tokens: int) -> list[Segment]:
     if cur:
         out.append(Segment(tuple(cur), size, False))
     return out
+
+
+_TASK_KINDS = frozenset({"user_input", "supplement"})
+
+
+def current_task_ids(records: Sequence[RecordView], run_id: str) -> frozenset[str]:
+    """R4.4/R10.1/R11.1: the current task — the run's question and every supplement of
+    the run — is a required block. It is never selected for compaction: pinned, it stays
+    verbatim however long the run grows (a summary would shrink the goal to one line)."""
+    return frozenset(r.record_id for r in records if r.run_id == run_id and r.kind in _TASK_KINDS)

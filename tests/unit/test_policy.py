@@ -78,6 +78,8 @@ def test_whole_policy_freezes_every_default_explicitly() -> None:
         "target_context_ratio": 0.6,
         "max_compaction_calls": 4,
         "retry_growth_ratio": 0.05,
+        "job_timeout_s": 120.0,
+        "summary_max_ratio": 0.15,
     }
     with pytest.raises(InvalidPolicy):
         validate_policy({"hooks": []})
