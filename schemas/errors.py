@@ -62,6 +62,13 @@ class Conflict(ContextError):
     http_status = 409
 
 
+class ReleaseConflict(Conflict):
+    """R1.4: a release id names one content forever; republishing it with any other
+    content (policy, instructions, tools, skills, hooks, model profile) is refused."""
+
+    code = "release_conflict"
+
+
 class RunActive(Conflict):
     """R1.3: the session already has an active run; wait for it or stop it."""
 

@@ -23,6 +23,10 @@ class ReleaseIn(BaseModel):
     instructions: str
     tool_catalog: list[dict[str, Any]] = Field(default_factory=list)
     skill_bindings: list[dict[str, Any]] = Field(default_factory=list)
+    hook_bindings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="hooks bound to this release (point, hook, version, ...); frozen with it",
+    )
     model_profile: dict[str, Any] = Field(
         description="context_capacity (required), output_reserve, safety_margin, "
         "platform_limit, input_limit, counting, message_overhead, provider_format"

@@ -34,6 +34,7 @@ from schemas.errors import (
     InvalidRequest,
     NotFound,
     NotGranted,
+    ReleaseConflict,
     RunActive,
 )
 from schemas.wire import (
@@ -107,6 +108,27 @@ def policy_revision(policy: dict[str, Any]) -> str:
     return "pol_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
+# Every field a release freezes (R1.4, R17): one differing field is another release.
+RELEASE_CONTENT = (
+    "agent_id",
+    "instructions",
+    "tool_catalog",
+    "skill_bindings",
+    "hook_bindings",
+    "model_profile",
+    "context_policy",
+)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def release_content_hash(content: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a release's content fields."""
+    return hashlib.sha256(_canonical({k: content[k] for k in RELEASE_CONTENT}).encode()).hexdigest()
+
+
 @dataclass
 class PrepareService:
     pool: asyncpg.Pool
@@ -144,31 +166,52 @@ class PrepareService:
         # explicit so that a later change of platform defaults never alters it.
         policy = validate_policy(body.get("context_policy")).to_dict()
         rev = policy_revision({"policy": policy, "model_profile": body["model_profile"]})
+        content = {
+            "agent_id": body["agent_id"],
+            "instructions": body["instructions"],
+            "tool_catalog": body.get("tool_catalog") or [],
+            "skill_bindings": body.get("skill_bindings") or [],
+            "hook_bindings": body.get("hook_bindings") or [],
+            "model_profile": body["model_profile"],
+            "context_policy": policy,
+        }
+        digest = release_content_hash(content)
         release_id = body.get("release_id") or f"rel_{uuid.uuid4().hex[:12]}"
         row = await self.pool.fetchrow(
             "INSERT INTO releases (release_id, agent_id, instructions, tool_catalog,"
-            " skill_bindings, model_profile, context_policy, policy_revision)"
-            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8) ON CONFLICT (release_id) DO NOTHING"
-            " RETURNING release_id",
+            " skill_bindings, hook_bindings, model_profile, context_policy, policy_revision,"
+            " content_hash) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)"
+            " ON CONFLICT (release_id) DO NOTHING RETURNING release_id",
             release_id,
-            body["agent_id"],
-            body["instructions"],
-            body.get("tool_catalog") or [],
-            body.get("skill_bindings") or [],
-            body["model_profile"],
-            policy,
+            *(content[k] for k in RELEASE_CONTENT),
             rev,
+            digest,
         )
         if row is None:
+            # The id exists: the same content is the same release (a retry, answered
+            # alike); any other content is refused, never applied to sessions in flight.
             existing = await self.release(release_id)
-            if (
-                existing["policy_revision"] != rev
-                or existing["instructions"] != body["instructions"]
-            ):
-                raise Conflict(f"release {release_id} is frozen with different content")
+            if (existing["content_hash"] or release_content_hash(existing)) != digest:
+                differ = [
+                    k for k in RELEASE_CONTENT if _canonical(existing[k]) != _canonical(content[k])
+                ]
+                raise ReleaseConflict(
+                    f"release {release_id} is frozen with other content"
+                    f" ({', '.join(differ) or 'content hash'} differ); publish a new release id",
+                    release_id=release_id,
+                    fields=differ,
+                )
+            if existing["content_hash"] is None:  # published before migration 006
+                await self.pool.execute(
+                    "UPDATE releases SET content_hash=$2 WHERE release_id=$1"
+                    " AND content_hash IS NULL",
+                    release_id,
+                    digest,
+                )
         return {
             "release_id": release_id,
             "policy_revision": rev,
+            "content_hash": digest,
             "input_budget": profile.input_budget(),
         }
 
@@ -987,7 +1030,7 @@ class PrepareService:
             await self._check_grant(sid, run_id, instance_id, record_id)
         r = await self.pool.fetchrow(
             "SELECT r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind,"
-            " r.authority, r.payload, r.content_length, r.content_sha256,"
+            " r.authority, r.visibility, r.payload, r.content_length, r.content_sha256,"
             " COALESCE(r.content_inline, convert_from(b.content, 'UTF8')) AS text,"
             " r.resource_ref, EXISTS (SELECT 1 FROM revoked_resources v WHERE"
             "  v.session_id = r.session_id AND v.resource_id = r.resource_ref) AS revoked"
@@ -998,6 +1041,15 @@ class PrepareService:
         )
         if r is None:
             raise NotFound(f"record {record_id} not found in session {sid}")
+        if not run_id and r["visibility"] not in ("session", "actor"):
+            # R13/R15.4: as for a thread's read, an instance- or private-scoped record is
+            # its own thread's; a read on behalf of no thread is not that thread.
+            raise NotGranted(
+                f"record {record_id} is {r['visibility']}-scoped to its thread: read it on"
+                " behalf of that thread (run_id and instance_id)",
+                record_id=record_id,
+                visibility=r["visibility"],
+            )
         # R15.3: a revoked resource's content is withdrawn here too, not only in views.
         text = (
             f"[withdrawn: resource {r['resource_ref']} was revoked]"
