@@ -75,6 +75,12 @@ class RunActive(Conflict):
     code = "run_active"
 
 
+class RunNotActive(Conflict):
+    """R1.3: the run is finished or cancelled; resume it first (R1.2)."""
+
+    code = "run_not_active"
+
+
 class InvalidPolicy(ContextError):
     code = "invalid_policy"
     http_status = 422

@@ -91,13 +91,17 @@ async def load_states(
         return states, {}
     present = list(states)
     for r in await conn.fetch(
-        "SELECT s.session_id, s.run_id, s.main_instance_id, s.status, x.policy_revision"
-        " FROM runs s JOIN history_snapshots x USING (snapshot_id)"
-        " WHERE s.session_id = ANY($1::text[])",
+        "SELECT session_id, run_id, main_instance_id, status, resumes, ends, refused_resumes"
+        " FROM runs WHERE session_id = ANY($1::text[])",
         present,
     ):
         states[r["session_id"]].runs[r["run_id"]] = RunState(
-            r["run_id"], r["main_instance_id"], r["status"]
+            r["run_id"],
+            r["main_instance_id"],
+            r["status"],
+            r["resumes"],
+            r["ends"],
+            r["refused_resumes"],
         )
     for r in await conn.fetch(
         "SELECT session_id, run_id, instance_id, next_instance_sequence FROM threads"
@@ -237,12 +241,17 @@ async def write_plan(
             run.started_sequence,
         )
     for ch in plan.run_changes:
+        # A refused resume changes only the counters: its run keeps its ended_at.
         await conn.execute(
             "UPDATE runs SET status=$3, ended_at = CASE WHEN $3='active' THEN NULL"
-            " ELSE now() END WHERE session_id=$1 AND run_id=$2",
+            " WHEN runs.status = $3 THEN runs.ended_at ELSE now() END,"
+            " resumes=$4, ends=$5, refused_resumes=$6 WHERE session_id=$1 AND run_id=$2",
             ch.session_id,
             ch.run_id,
             ch.status,
+            ch.resumes,
+            ch.ends,
+            ch.refused_resumes,
         )
     if plan.records:
         # The session rows are locked and keys were checked under that lock, so COPY

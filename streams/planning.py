@@ -11,7 +11,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from schemas.contracts import AssistantMessagePayload, ContextEvent, RecordKind
+from schemas.contracts import (
+    AssistantMessagePayload,
+    ContextEvent,
+    RecordKind,
+    ResourceActivationPayload,
+)
 from schemas.validation import RUN_SCOPED
 
 Thread = tuple[str, str]  # (run_id, instance_id)
@@ -31,6 +36,11 @@ class RunState:
     run_id: str
     main_instance_id: str
     status: str  # active | finished | cancelled
+    # Lifecycle counters (durable in ``runs``): the keys of resume/finish/cancel derive
+    # from them (``lifecycle_key``), never from a client's memory.
+    resumes: int = 0  # accepted run_resumed
+    ends: int = 0  # accepted run_finished / run_cancelled
+    refused_resumes: int = 0
 
 
 @dataclass
@@ -87,6 +97,13 @@ class RunChange:
     session_id: str
     run_id: str
     status: str
+    resumes: int
+    ends: int
+    refused_resumes: int
+
+    @classmethod
+    def of(cls, session_id: str, run: RunState) -> RunChange:
+        return cls(session_id, run.run_id, run.status, run.resumes, run.ends, run.refused_resumes)
 
 
 @dataclass
@@ -104,6 +121,39 @@ def record_id_for(space_id: str, session_id: str, event_key: str) -> str:
     """Deterministic: a redelivered event maps to the same id it was committed under."""
     digest = hashlib.sha256(f"{space_id}\x1f{session_id}\x1f{event_key}".encode()).hexdigest()
     return f"rec_{digest[:32]}"
+
+
+def lifecycle_key(kind: RecordKind, run: RunState) -> str:
+    """The event key of a resume, finish or cancel of ``run`` when the caller names none,
+    derived from the run's durable lifecycle counters: the same for a retry, new for the
+    next transition, whichever client (or restarted runtime) asks.
+
+    A resume is "the resume after the run's n-th end": accepting it ends nothing, so a
+    retry derives the same key (a duplicate); the next resume follows another end. A
+    refused key stays refused (redelivery must not change an outcome), so each refusal
+    gives the next attempt a key of its own. An end is "the end of the run's n-th
+    resumption": a retry after it was accepted derives the same key; the run can end
+    again only after another resume, which moves n.
+    """
+    if kind is RecordKind.RUN_RESUMED:
+        key = f"run_resumed:{run.run_id}:{run.ends}"
+        return f"{key}:{run.refused_resumes}" if run.refused_resumes else key
+    if kind in (RecordKind.RUN_FINISHED, RecordKind.RUN_CANCELLED):
+        return f"{kind}:{run.run_id}:{run.resumes}"
+    raise ValueError(f"{kind} is not a resume, finish or cancel")
+
+
+def accepts_appends(ev: ContextEvent, run: RunState, active_run_id: str | None) -> bool:
+    """R1.3/R8.2: only the session's active run takes appends — its main thread and its
+    child instances alike. An event for a finished or cancelled run (a late result, a
+    runtime that did not notice the run ended) is refused, never recorded or counted;
+    resuming the run (R1.2) makes it active again. Exempt: a revocation, which withdraws
+    a resource from every view and must never be refused because of the handle it came
+    through."""
+    p = ev.payload
+    if isinstance(p, ResourceActivationPayload) and not p.active:
+        return True
+    return run.status == "active" and active_run_id == run.run_id
 
 
 def plan_batch(batch: list[Incoming], sessions: dict[str, SessionState]) -> BatchPlan:
@@ -208,6 +258,9 @@ def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Reject
         return Rejection(inc, "unknown_run", f"run {run_id} was never started", True)
     if ev.kind is RecordKind.RUN_RESUMED:
         if st.active_run_id not in (None, run_id):
+            # Counted (durably) so that the next resume derives a fresh key.
+            run.refused_resumes += 1
+            plan.run_changes.append(RunChange.of(st.session_id, run))
             return Rejection(
                 inc,
                 "run_active",
@@ -215,15 +268,26 @@ def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Reject
                 False,
             )
         run.status = "active"
+        run.resumes += 1
         st.active_run_id = run_id
-        plan.run_changes.append(RunChange(st.session_id, run_id, "active"))
+        plan.run_changes.append(RunChange.of(st.session_id, run))
     elif ev.kind in (RecordKind.RUN_FINISHED, RecordKind.RUN_CANCELLED):
         if run.status != "active":
             return Rejection(inc, "run_not_active", f"run {run_id} is {run.status}", False)
         run.status = "finished" if ev.kind is RecordKind.RUN_FINISHED else "cancelled"
+        run.ends += 1
         if st.active_run_id == run_id:
             st.active_run_id = None
-        plan.run_changes.append(RunChange(st.session_id, run_id, run.status))
+        plan.run_changes.append(RunChange.of(st.session_id, run))
+    elif not accepts_appends(ev, run, st.active_run_id):
+        # Invalid input, like an unknown run: dead-lettered (the bytes are kept) and its
+        # key remembered, so a redelivery stays refused.
+        return Rejection(
+            inc,
+            "run_not_active",
+            f"run {run_id} is {run.status}: resume it before appending to it",
+            True,
+        )
     return None
 
 

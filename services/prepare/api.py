@@ -46,6 +46,23 @@ class RunIn(BaseModel):
     instance_id: str | None = None
 
 
+class RunLifecycleIn(BaseModel):
+    reason: str | None = None
+    event_key: str | None = Field(
+        None,
+        description="idempotency key; by default derived from the run's lifecycle counters"
+        " (a retry gets the same key, the next resume or finish a new one)",
+    )
+    after: dict[str, int] = Field(
+        default_factory=dict,
+        description="partition -> offset of the caller's last append (read-your-writes)",
+    )
+
+
+class FinishIn(RunLifecycleIn):
+    cancelled: bool = Field(False, description="stopped by the user (run_cancelled)")
+
+
 class GrantIn(BaseModel):
     actor_id: str
     granted_by: str
@@ -144,6 +161,25 @@ def create_api(svc: PrepareService) -> FastAPI:
     @app.post("/v1/sessions/{session_id}/runs", status_code=201)
     async def start_run(session_id: str, body: RunIn) -> dict[str, Any]:
         return await svc.start_run(session_id, body.model_dump())
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume")
+    async def resume_run(
+        session_id: str, run_id: str, body: RunLifecycleIn, actor: str | None = ACTOR
+    ) -> dict[str, Any]:
+        """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
+        processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
+        await svc.check_actor(session_id, actor)
+        return await svc.resume_run(session_id, run_id, body.model_dump())
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish")
+    async def finish_run(
+        session_id: str, run_id: str, body: FinishIn, actor: str | None = ACTOR
+    ) -> dict[str, Any]:
+        """Finish (or cancel) the run once the processor accepted it; 409
+        ``run_not_active`` when it already ended otherwise. Appends to an ended run are
+        dead-lettered (``run_not_active``) until it is resumed."""
+        await svc.check_actor(session_id, actor)
+        return await svc.finish_run(session_id, run_id, body.model_dump())
 
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/prepare",

@@ -36,7 +36,9 @@ from schemas.errors import (
     NotGranted,
     ReleaseConflict,
     RunActive,
+    RunNotActive,
 )
+from schemas.validation import validate_event
 from schemas.wire import (
     BudgetObservation,
     ControlEvent,
@@ -65,6 +67,7 @@ from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter
 from storage import compaction as repo
 from storage.threads import child_transfer
+from streams.planning import RunState, lifecycle_key
 
 # R10.3: offered to the model when something was externalized; the runtime executes it with
 # ``ContextClient.read_content`` (scope-checked, paged).
@@ -290,15 +293,7 @@ class PrepareService:
         )
         part, off = await self.producer.send(ev)
         await self.waiter.wait({part: off}, self.commit_wait_s)
-        outcome = await self.pool.fetchrow(
-            "SELECT code, message FROM event_outcomes WHERE session_id=$1 AND event_key=$2",
-            sid,
-            event_key,
-        )
-        if outcome is not None:
-            if outcome["code"] == "run_active":
-                raise RunActive(outcome["message"], session_id=sid)
-            raise Conflict(outcome["message"], reason=outcome["code"])
+        await self._raise_if_refused(sid, event_key)
         async with self.pool.acquire() as conn:
             snap = await self.views.snapshot(conn, sid, run_id)
         return {
@@ -312,6 +307,80 @@ class PrepareService:
                 "policy_revision": snap.policy_revision,
             },
         }
+
+    async def resume_run(self, sid: str, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """R1.2: continue an earlier run — same run_id, thread and snapshot. The processor
+        decides, as for a start: refused with ``run_active`` while another run is active."""
+        return await self._run_lifecycle(sid, run_id, RecordKind.RUN_RESUMED, body)
+
+    async def finish_run(self, sid: str, run_id: str, body: dict[str, Any]) -> dict[str, Any]:
+        """End the run (``cancelled``: stopped by the user); refused with
+        ``run_not_active`` when it already ended otherwise."""
+        kind = RecordKind.RUN_CANCELLED if body.get("cancelled") else RecordKind.RUN_FINISHED
+        return await self._run_lifecycle(sid, run_id, kind, body)
+
+    async def _run_lifecycle(
+        self, sid: str, run_id: str, kind: RecordKind, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        # The caller's earlier appends first: the key derives from the counters they leave
+        # (a resume the caller appended itself, say).
+        after = {int(k): int(v) for k, v in (body.get("after") or {}).items()}
+        await self.waiter.wait(after, self.commit_wait_s)
+        s = await self.session(sid)
+        row = await self.pool.fetchrow(
+            "SELECT main_instance_id, status, resumes, ends, refused_resumes FROM runs"
+            " WHERE session_id=$1 AND run_id=$2",
+            sid,
+            run_id,
+        )
+        if row is None:
+            raise NotFound(f"run {run_id} of session {sid} not found")
+        run = RunState(run_id, **dict(row))
+        # Durable counters, not a client's memory: a restarted runtime's next resume gets
+        # a new key, a retry of the same one the same key (a duplicate, answered alike).
+        event_key = body.get("event_key") or lifecycle_key(kind, run)
+        ev = ContextEvent(
+            event_id=str(uuid.uuid4()),
+            event_key=event_key,
+            scope=Scope(s["space_id"], s["actor_id"], sid, run_id, run.main_instance_id),
+            kind=kind,
+            authority=Authority.HOST,
+            source=Source("prepare", self.host_id, int(time.time() * 1000)),
+            content=Content.text(""),
+            payload=RunLifecyclePayload(reason=body.get("reason")),
+        )
+        validate_event(ev)  # a key the processor would dead-letter unseen is refused here
+        part, off = await self.producer.send(ev)
+        await self.waiter.wait({part: off}, self.commit_wait_s)
+        await self._raise_if_refused(sid, event_key)
+        status = await self.pool.fetchval(
+            "SELECT status FROM runs WHERE session_id=$1 AND run_id=$2", sid, run_id
+        )
+        return {
+            "session_id": sid,
+            "run_id": run_id,
+            "instance_id": run.main_instance_id,
+            "status": status,
+            "event_key": event_key,
+            "partition": part,
+            "offset": off,
+        }
+
+    async def _raise_if_refused(self, sid: str, event_key: str) -> None:
+        """Report the processor's refusal of a committed lifecycle event (the outcome of
+        its first delivery: a duplicate is answered like the original)."""
+        o = await self.pool.fetchrow(
+            "SELECT code, message FROM event_outcomes WHERE session_id=$1 AND event_key=$2",
+            sid,
+            event_key,
+        )
+        if o is None:
+            return
+        if o["code"] == "run_active":
+            raise RunActive(o["message"], session_id=sid)
+        if o["code"] == "run_not_active":
+            raise RunNotActive(o["message"], session_id=sid)
+        raise Conflict(o["message"], reason=o["code"])
 
     # --- prepare (R4, R6) ---------------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Runtime SDK (R16). Appends go over Kafka (idempotent producer, acks=all); run start,
-prepare and content upload go over HTTP to the Prepare service.
+resume and finish, prepare and content upload go over HTTP to the Prepare service.
 
 Every append takes an ``event_key`` (idempotency: retrying the same append never makes a
 second record) and returns the (partition, offset) it was written at; ``prepare`` passes
@@ -28,7 +28,6 @@ from schemas.contracts import (
     Payload,
     RecordKind,
     ResourceActivationPayload,
-    RunLifecyclePayload,
     Scope,
     SkillRef,
     Source,
@@ -79,7 +78,6 @@ class ContextClient:
         self.http = httpx.AsyncClient(base_url=prepare_url, timeout=30.0)
         self.producer_name = producer_name
         self.host_id = host_id
-        self._resumes: dict[str, int] = {}
 
     async def __aenter__(self) -> ContextClient:
         await self.producer.start()
@@ -284,38 +282,38 @@ class ContextClient:
             )
         )
 
-    async def resume_run(self, run: RunHandle, reason: str | None = None) -> tuple[int, int]:
+    async def resume_run(
+        self, run: RunHandle, reason: str | None = None, event_key: str | None = None
+    ) -> tuple[int, int]:
         """R1.2/R2.5: continue an earlier run in its own thread, with its own snapshot.
-        Refused with ``run_active`` while another run is active (see ``event_outcome``).
-        Event keys count this client's resumes of the run; several clients resuming the
-        same run pass their own keys through ``append``."""
-        self._resumes[run.run_id] = self._resumes.get(run.run_id, 0) + 1
-        key = f"run_resumed:{run.run_id}:{self._resumes[run.run_id]}"
-        return await self.append(
-            self._event(
-                run,
-                RecordKind.RUN_RESUMED,
-                Authority.HOST,
-                Content.text(""),
-                RunLifecyclePayload(reason),
-                key,
-            )
-        )
+        Returns once the processor accepted it; raises ApiError ``run_active`` while
+        another run is active (R1.3). The key comes from the run's durable lifecycle
+        counters (the server's): a retry — also from a restarted runtime — is a
+        duplicate, the next resume after another finish is new. ``event_key`` pins it."""
+        return await self._lifecycle(run, "resume", {"reason": reason, "event_key": event_key})
 
     async def finish_run(
-        self, run: RunHandle, cancelled: bool = False, reason: str | None = None
+        self,
+        run: RunHandle,
+        cancelled: bool = False,
+        reason: str | None = None,
+        event_key: str | None = None,
     ) -> tuple[int, int]:
-        kind = RecordKind.RUN_CANCELLED if cancelled else RecordKind.RUN_FINISHED
-        return await self.append(
-            self._event(
-                run,
-                kind,
-                Authority.HOST,
-                Content.text(""),
-                RunLifecyclePayload(reason),
-                f"{kind}:{run.run_id}:{self._resumes.get(run.run_id, 0)}",
-            )
+        """End the run (``cancelled``: stopped by the user). Returns once the processor
+        accepted it (a retry is a duplicate, answered alike); raises ApiError
+        ``run_not_active`` when the run already ended otherwise."""
+        body = {"cancelled": cancelled, "reason": reason, "event_key": event_key}
+        return await self._lifecycle(run, "finish", body)
+
+    async def _lifecycle(
+        self, run: RunHandle, action: str, body: dict[str, Any]
+    ) -> tuple[int, int]:
+        r = await self._call(
+            "POST",
+            f"/v1/sessions/{run.session_id}/runs/{run.run_id}/{action}",
+            json=body | {"after": {str(p): o for p, o in self.producer.last_offsets.items()}},
         )
+        return int(r["partition"]), int(r["offset"])
 
     async def read_record(
         self,

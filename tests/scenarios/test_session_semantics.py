@@ -143,7 +143,7 @@ def _resume_parts(c: ContextClient, run: RunHandle) -> tuple:  # type: ignore[ty
         Authority.HOST,
         Content.text(""),
         RunLifecyclePayload(),
-        f"run_resumed:{run.run_id}:{c._resumes[run.run_id]}",
+        f"run_resumed:{run.run_id}:1",  # the resume after the run's first end
     )
 
 

@@ -13,6 +13,7 @@ from schemas.contracts import (
     AssistantMessagePayload,
     ContextEvent,
     RecordKind,
+    ResourceActivationPayload,
     ToolOutcomePayload,
     ToolStatus,
 )
@@ -21,6 +22,8 @@ from streams.planning import (
     Incoming,
     RunState,
     SessionState,
+    accepts_appends,
+    lifecycle_key,
     plan_batch,
     record_id_for,
 )
@@ -398,6 +401,205 @@ def test_session_scoped_resource_activation_is_accepted() -> None:
     assert len(p.records) == 1 and p.records[0].instance_sequence is None
 
 
+# --- serial runs: only the active run takes appends (R1.2, R1.3, R8.2) -------------------
+
+_APPENDS = (
+    RecordKind.USER_INPUT,
+    RecordKind.SUPPLEMENT,
+    RecordKind.ASSISTANT_MESSAGE,
+    RecordKind.TOOL_CALL,
+    RecordKind.TOOL_OUTCOME,
+    RecordKind.CHILD_RESULT,
+    RecordKind.RESOURCE_ACTIVATION,  # an activation (or a child transfer) into the thread
+)
+_LIFECYCLE = (
+    RecordKind.RUN_STARTED,
+    RecordKind.RUN_RESUMED,
+    RecordKind.RUN_FINISHED,
+    RecordKind.RUN_CANCELLED,
+)
+
+
+def ended_state(status: str = "finished", **kw: Any) -> SessionState:
+    """run-1 ended (``status``), no run active."""
+    return new_state(runs={"run-1": RunState("run-1", "main", status, ends=1)}, **kw)
+
+
+@pytest.mark.spec("R1.3", "R8.2")
+@pytest.mark.parametrize("kind", _APPENDS)
+@pytest.mark.parametrize("instance", ["main", "child-1"])
+def test_an_append_to_a_finished_run_is_dead_lettered_and_not_counted(
+    kind: RecordKind, instance: str
+) -> None:
+    s = ended_state(next_session_sequence=9, user_turns=1, model_steps=4, revision=8)
+    before = counters(s)
+    ev = inc(make_event(kind, "late", instance=instance, operation_id="op-late"))
+    p = plan([ev], s)
+    assert [(r.code, r.dead_letter, r.incoming) for r in p.rejections] == [
+        ("run_not_active", True, ev)
+    ]
+    assert "run-1 is finished" in p.rejections[0].message
+    assert p.records == [] and p.new_threads == set() and p.touched_sessions == set()
+    assert counters(s) == before and s.threads == {}
+
+
+@pytest.mark.spec("R1.3", "R8.2")
+def test_an_action_response_to_a_cancelled_run_while_another_runs_is_refused() -> None:
+    s = active_state("run-2", model_steps=3)
+    s.runs["run-1"] = RunState("run-1", "main", "cancelled", ends=1)
+    p = plan(batch_of(assistant("stale", run="run-1"), assistant("live", run="run-2")), s)
+    assert [r.incoming.event.event_key for r in p.records] == ["live"]
+    assert [(r.code, r.dead_letter) for r in p.rejections] == [("run_not_active", True)]
+    assert s.model_steps == 4  # only run-2's step (R8.2)
+    assert s.active_run_id == "run-2" and s.runs["run-1"].status == "cancelled"
+
+
+@pytest.mark.spec("R1.2", "R3.1")
+def test_a_refused_append_stays_refused_after_the_run_is_resumed() -> None:
+    s = ended_state()
+    first = plan(batch_of(make_event(RecordKind.USER_INPUT, "late")), s)
+    assert [r.code for r in first.rejections] == ["run_not_active"]
+    p = plan(
+        batch_of(
+            make_event(RecordKind.RUN_RESUMED, "resume"),
+            make_event(RecordKind.USER_INPUT, "late"),  # redelivered: outcome unchanged
+            make_event(RecordKind.USER_INPUT, "fresh"),
+        ),
+        s,
+    )
+    assert [r.incoming.event.event_key for r in p.records] == ["resume", "fresh"]
+    assert [i.event.event_key for i in p.duplicates] == ["late"]
+
+
+@pytest.mark.spec("R1.2", "R8.2")
+def test_a_resumed_run_takes_appends_again_and_counts_its_steps() -> None:
+    s = ended_state(model_steps=2)
+    p = plan(
+        batch_of(
+            make_event(RecordKind.RUN_RESUMED, "resume"),
+            assistant("m"),
+            assistant("c", instance="child-1"),  # a child of the resumed run
+            make_event(RecordKind.RUN_FINISHED, "fin"),
+            assistant("after-end"),
+        ),
+        s,
+    )
+    assert [r.incoming.event.event_key for r in p.records] == ["resume", "m", "c", "fin"]
+    assert [(r.incoming.event.event_key, r.code) for r in p.rejections] == [
+        ("after-end", "run_not_active")
+    ]
+    assert s.model_steps == 3
+
+
+@pytest.mark.spec("R1.3", "R11.8")
+def test_a_revocation_through_an_ended_runs_handle_is_never_refused() -> None:
+    s = ended_state()
+    revoke = ResourceActivationPayload("document", "doc-1", "2", "", active=False)
+    activate = ResourceActivationPayload("document", "doc-2", "1", "0" * 64)
+    p = plan(
+        batch_of(
+            make_event(RecordKind.RESOURCE_ACTIVATION, "revoke", payload=revoke),
+            make_event(RecordKind.RESOURCE_ACTIVATION, "activate", payload=activate),
+        ),
+        s,
+    )
+    assert [r.incoming.event.event_key for r in p.records] == ["revoke"]
+    assert [r.code for r in p.rejections] == ["run_not_active"]
+
+
+@pytest.mark.spec("R1.3")
+@pytest.mark.parametrize(
+    ("status", "active", "accepted"),
+    [
+        ("active", "run-1", True),
+        ("finished", None, False),
+        ("cancelled", None, False),
+        ("cancelled", "run-2", False),
+        ("active", "run-2", False),  # inconsistent state: strictly refused
+    ],
+)
+def test_accepts_appends_only_for_the_active_run(
+    status: str, active: str | None, accepted: bool
+) -> None:
+    ev = make_event(RecordKind.TOOL_OUTCOME, "t")
+    assert accepts_appends(ev, RunState("run-1", "main", status), active) is accepted
+
+
+@pytest.mark.spec("R1.2")
+def test_lifecycle_counters_follow_accepted_and_refused_events() -> None:
+    s = active_state("run-2")
+    s.runs["run-1"] = RunState("run-1", "main", "finished", ends=1)
+    p = plan(batch_of(make_event(RecordKind.RUN_RESUMED, "r-refused")), s)
+    assert s.runs["run-1"] == RunState("run-1", "main", "finished", 0, 1, 1)
+    assert [(c.run_id, c.status, c.resumes, c.ends, c.refused_resumes) for c in p.run_changes] == [
+        ("run-1", "finished", 0, 1, 1)
+    ]
+    assert p.records == []
+    p = plan(
+        batch_of(
+            make_event(RecordKind.RUN_FINISHED, "f2", run="run-2"),
+            make_event(RecordKind.RUN_RESUMED, "r-ok"),
+        ),
+        s,
+    )
+    assert s.runs["run-1"] == RunState("run-1", "main", "active", 1, 1, 1)
+    assert s.runs["run-2"] == RunState("run-2", "main", "finished", 0, 1, 0)
+    assert [(c.run_id, c.status, c.resumes, c.ends) for c in p.run_changes] == [
+        ("run-2", "finished", 0, 1),
+        ("run-1", "active", 1, 1),
+    ]
+
+
+# --- lifecycle keys: durable, restart-safe, retry-idempotent (R1.2, R3.1) -------------------
+
+
+@pytest.mark.spec("R1.2", "R3.1")
+def test_lifecycle_keys_derive_from_the_runs_counters() -> None:
+    run = RunState("run-1", "main", "finished", resumes=2, ends=3)
+    assert lifecycle_key(RecordKind.RUN_RESUMED, run) == "run_resumed:run-1:3"
+    assert lifecycle_key(RecordKind.RUN_FINISHED, run) == "run_finished:run-1:2"
+    assert lifecycle_key(RecordKind.RUN_CANCELLED, run) == "run_cancelled:run-1:2"
+    refused = RunState("run-1", "main", "finished", resumes=2, ends=3, refused_resumes=1)
+    assert lifecycle_key(RecordKind.RUN_RESUMED, refused) == "run_resumed:run-1:3:1"
+    with pytest.raises(ValueError):
+        lifecycle_key(RecordKind.USER_INPUT, run)
+
+
+def _lifecycle(kind: RecordKind, s: SessionState, run: str = "run-1") -> BatchPlan:
+    """What Prepare does for a resume/finish without a key: derive it from the state
+    (any client, any restart), then let the processor plan it."""
+    key = lifecycle_key(kind, s.runs[run])
+    return plan([inc(make_event(kind, key, run=run))], s)
+
+
+@pytest.mark.spec("R1.2", "R3.1")
+def test_derived_keys_make_retries_duplicates_and_every_next_transition_new() -> None:
+    s = new_state()
+    plan(batch_of(started()), s)
+    for _ in range(3):  # finish, resume, three times over: every transition is recorded
+        for kind in (RecordKind.RUN_FINISHED, RecordKind.RUN_RESUMED):
+            first = _lifecycle(kind, s)
+            assert len(first.records) == 1 and first.rejections == []
+            retry = _lifecycle(kind, s)  # the same request again: same key, a no-op
+            assert retry.records == [] and len(retry.duplicates) == 1
+    assert s.runs["run-1"] == RunState("run-1", "main", "active", 3, 3, 0)
+    assert s.user_turns == 1  # resumes add no user turn (R8.1)
+
+
+@pytest.mark.spec("R1.2", "R1.3", "R3.1")
+def test_a_refused_resume_does_not_poison_the_next_attempt() -> None:
+    s = new_state()
+    plan(batch_of(started("run-1"), make_event(RecordKind.RUN_FINISHED, "f1")), s)
+    plan(batch_of(started("run-2")), s)
+    refused = _lifecycle(RecordKind.RUN_RESUMED, s)
+    assert [r.code for r in refused.rejections] == ["run_active"]
+    assert [r.code for r in _lifecycle(RecordKind.RUN_RESUMED, s).rejections] == ["run_active"]
+    _lifecycle(RecordKind.RUN_FINISHED, s, "run-2")
+    accepted = _lifecycle(RecordKind.RUN_RESUMED, s)
+    assert len(accepted.records) == 1 and s.active_run_id == "run-1"
+    assert len(_lifecycle(RecordKind.RUN_RESUMED, s).duplicates) == 1  # retry: no-op
+
+
 # --- redelivery property ------------------------------------------------------------------
 
 _RUNS = ("run-1", "run-1", "run-1", "run-2")  # weighted: most events hit a started run
@@ -521,6 +723,17 @@ def test_redelivery_is_a_no_op(
             main_actions += 1
     assert s1.model_steps - steps == main_actions
     assert len(p1.records) + len(p1.duplicates) + len(p1.rejections) == len(batch)
+
+    # serial runs: every record that is no lifecycle event lands in the active run
+    active = "run-1" if run_1_active else None
+    for r in p1.records:
+        ev = r.incoming.event
+        if ev.kind in (RecordKind.RUN_STARTED, RecordKind.RUN_RESUMED):
+            active = ev.scope.run_id
+        elif ev.kind in (RecordKind.RUN_FINISHED, RecordKind.RUN_CANCELLED):
+            active = None
+        else:
+            assert ev.scope.run_id == active
 
     # the same batch again, against the state it left behind: nothing new
     after_first = counters(s1)
