@@ -259,6 +259,8 @@ class CompactionWorker:
         merged, fitted = fit_draft(merged, bound, self.counter.count)
         if fitted:
             rollup = {**(rollup or {}), "fitted_out": fitted}
+        if rollup is not None:
+            rollup["entries_out"] = len(merged.all_facts())
         new_ids = [i for g in covered for i in g.record_ids]
         ranges = _ranges(covered, parent)
         try:
