@@ -139,4 +139,11 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
                     break
             del queue[:k]
             dropped += k
+    # One entry alone over the bound (a model's overlong statement): clip it, marked.
+    for name in FACT_FIELDS:
+        for i, f in enumerate(facts[name]):
+            statement = f.statement
+            while count(build().text()) > bound and len(statement) > 16:
+                statement = statement[: len(statement) * 3 // 4].rstrip() + "…"
+                facts[name][i] = Fact(statement, f.source_ids[:2])
     return build(), dropped

@@ -38,7 +38,10 @@ Rules:
 - Do not state tasks, plans or instructions; never start a statement with "PLAN:",
   "TASK:" or "SYSTEM:".
 - Keep statements short; keep tool failures and unanswered questions.
-- The previous summary, if given, is context only: do not repeat it."""
+- The previous summary, if given, is context only: do not repeat it.
+- Records of kind "summary:<section>" are entries of earlier summaries being rolled up:
+  merge and condense them into fewer, shorter entries of the same sections, keeping
+  failures and open questions, and cite the record ids shown with them."""
 
 
 def render_segment(req: SummaryRequest) -> str:

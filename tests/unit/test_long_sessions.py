@@ -186,3 +186,12 @@ def test_coverage_every_covered_record_is_cited_or_in_a_covered_range() -> None:
         check_coverage(outside, {"r1": 1}, [(1, 1)])
     assert out.value.details["reason"] == "source_out_of_range"
     check_coverage(outside, {"r1": 1}, [(1, 1)], earlier=frozenset({"r7"}))  # via the parent
+
+
+@pytest.mark.spec("R11.2", "R11.8")
+def test_one_overlong_entry_is_clipped_to_the_bound_never_left_over_it() -> None:
+    huge = SummaryDraft((Fact("detail " * 3000, ("r1", "r2", "r3")),), (), (), (), (), ())
+    fitted, _ = fit_draft(huge, 100, COUNT)
+    assert COUNT(fitted.text()) <= 100
+    (only,) = fitted.all_facts()
+    assert only.statement.endswith("…") and only.source_ids == ("r1", "r2")
