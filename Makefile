@@ -38,10 +38,11 @@ test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XM
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
-bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost, prepare at scale vs naive recount (tables + JSON in build/bench)
+bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost, prepare at scale vs naive recount, a 1,000-question session (tables + JSON in build/bench)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.compaction
 	@$(PY) -m benchmarks.prepare_scale
+	@$(PY) -m benchmarks.long_session
 
 clean: down ## Stop the stack and remove local state (.state, build)
 	rm -rf .state build
