@@ -41,6 +41,12 @@ class Settings(BaseSettings):
     # context.prepare.* and model.chat.* hooks (R14), "module:factory" callables, loaded by
     # the Prepare service at start-up.
     prepare_hooks: str = ""
+    # A request that makes the worker raise this many times (not a normal 'failed'
+    # outcome) is quarantined: dead-lettered, its job failed, the partition moves on.
+    compaction_max_worker_failures: int = 3
+    # Transient infrastructure errors (database or broker connection loss) are retried
+    # with backoff for this long before the service exits and the request is redelivered.
+    compaction_transient_retry_s: float = 300.0
     # Prepare waits this long for a compaction commit when the view is over the hard budget.
     compaction_wait_s: float = 20.0
     topic_partitions: int = 4

@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import asyncpg
 
@@ -24,7 +24,7 @@ from schemas.wire import (
     ObservabilityEvent,
 )
 from services.core.commit import Candidate, Dependencies, budget_after, decide_commit
-from services.core.policy import validate_compaction, validate_policy
+from services.core.policy import CompactionPolicy, validate_compaction, validate_policy
 from services.core.selection import build_groups, select_prefix
 from services.core.triggers import (
     CompactionState,
@@ -32,6 +32,7 @@ from services.core.triggers import (
     LastAttempt,
     Observation,
     evaluate_triggers,
+    job_expired,
 )
 from services.core.triggers import ratio_threshold as threshold
 from storage import compaction as repo
@@ -97,6 +98,7 @@ async def _observe(
     policy = validate_compaction(repo.policy_compaction(ctx["context_policy"]))
     lineage = await _lineage(conn, ev)
     row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
+    row = await _expire_overdue(conn, ev, row, policy, notes)
     # Resync the pre-emptive estimate with what Prepare really measured (drift fix).
     await repo.update_state(
         conn,
@@ -234,6 +236,50 @@ async def _observe(
     return req
 
 
+async def _expire_overdue(
+    conn: asyncpg.Connection,
+    ev: ControlEvent,
+    row: repo.StateRow,
+    policy: CompactionPolicy,
+    notes: list[ObservabilityEvent],
+) -> repo.StateRow:
+    """R15.3: a job in flight past its deadline (its request lost or unreadable, its worker
+    dead) is recorded ``expired`` and let go, so that this very check may start another.
+    The baseline does not move; a late outcome of the job is ignored (``_outcome``)."""
+    if row.active_job_id is None:
+        return row
+    job = await repo.job(conn, row.active_job_id)
+    now = int(time.time() * 1000)
+    if job is not None and job["status"] == "requested":
+        requested_at = int(job["request"]["requested_at_ms"])
+        if not job_expired(requested_at, policy.job_timeout_s, now):
+            return row
+        reason = f"no outcome within {policy.job_timeout_s:g}s"
+        await repo.finish_job(conn, row.active_job_id, "expired", "deadline", reason)
+        notes.append(
+            ObservabilityEvent(
+                "compaction_finished",
+                ev.session_id,
+                job["run_id"],
+                job["instance_id"],
+                now,
+                job["request"]["policy_revision"],
+                purpose="compaction",
+                decision="expired",
+                reason=reason,
+                job_id=row.active_job_id,
+                stage="deadline",
+                budget_before=job["request"]["budget_before"],
+                elapsed_ms=float(now - requested_at),
+            )
+        )
+    # (A pointer to a job that is unknown or already finished is cleared the same way.)
+    # The anti-storm memory of the lost attempt goes too: it never produced a result, so
+    # the same state may be tried again (R9.4 forbids repeating a finished attempt).
+    await repo.update_state(conn, row, active_job_id=None, last_attempt=None)
+    return replace(row, active_job_id=None, last_attempt=None)
+
+
 async def _outcome(
     conn: asyncpg.Connection,
     ev: ControlEvent,
@@ -242,7 +288,26 @@ async def _outcome(
 ) -> bool:
     job = await repo.job(conn, out.job_id)
     if job is None or job["status"] != "requested":
-        return False  # unknown or already finished: a redelivered outcome changes nothing
+        # Unknown or already finished: a redelivered outcome changes nothing, and the late
+        # outcome of an expired job never moves the baseline (R15.3).
+        if job is not None and job["status"] == "expired":
+            notes.append(
+                ObservabilityEvent(
+                    "compaction_finished",
+                    ev.session_id,
+                    ev.run_id,
+                    ev.instance_id,
+                    int(time.time() * 1000),
+                    job["request"]["policy_revision"],
+                    purpose="compaction",
+                    decision="ignored",
+                    reason="job_expired",
+                    job_id=out.job_id,
+                    stage=out.stage,
+                    model_calls=out.model_calls,
+                )
+            )
+        return False
 
     def note(
         decision: str,

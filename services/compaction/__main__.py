@@ -2,7 +2,9 @@
 
 Its own consumer group on ``ctx.compaction.requests``: jobs are handled one at a time per
 partition and the offset is committed only after the outcome was saved and published, so
-a crash re-runs the job — which then finds its saved candidate (R15.3).
+a crash re-runs the job — which then finds its saved candidate (R15.3). No request stalls
+its partition: unreadable ones are dead-lettered, and one that keeps making the worker
+raise is quarantined (``RequestLoop``); transient infrastructure errors are retried.
 """
 
 from __future__ import annotations
@@ -12,11 +14,33 @@ import importlib
 import logging
 import os
 import signal
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+import asyncpg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+from tenacity import (
+    AsyncRetrying,
+    before_sleep_log,
+    retry_if_exception,
+    stop_after_delay,
+    wait_exponential,
+)
 
 from schemas.errors import InvalidEvent
-from schemas.wire import decode_compaction_request
+from schemas.wire import (
+    CompactionOutcome,
+    CompactionRequest,
+    ControlEvent,
+    DeadLetter,
+    decode_compaction_request,
+    encode_control,
+    encode_dead_letter,
+)
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
 from services.compaction.hooks import HookChain
@@ -29,6 +53,7 @@ from storage.migrate import apply_dsn
 from storage.pool import create_pool
 
 log = logging.getLogger("agentloom.compaction")
+_T = TypeVar("_T")
 
 
 def make_gateway(settings: Settings) -> SummaryGateway:
@@ -96,20 +121,27 @@ async def run(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    requests = RequestLoop(
+        worker,
+        pool,
+        producer,
+        LoopConfig(
+            settings.topic_records,
+            settings.topic_dead_letter,
+            settings.compaction_max_worker_failures,
+            settings.compaction_transient_retry_s,
+        ),
+    )
     log.info("[compaction]: Ready, consuming %s", settings.topic_compaction_requests)
     try:
         while not stop.is_set():
             fetched = await consumer.getmany(timeout_ms=200)
             for tp, msgs in fetched.items():
                 for m in msgs:
-                    try:
-                        req = decode_compaction_request(m.value)
-                    except InvalidEvent as exc:
-                        log.error(
-                            "unreadable compaction request at %s:%d: %s", tp, m.offset, exc.message
-                        )
-                        continue
-                    await _handle_or_exit(worker, req)
+                    await requests.consume(m)
+                # After every request of the batch has its outcome published (or was
+                # dead-lettered): a crash before this line redelivers, and redelivery
+                # republishes saved outcomes instead of working again.
                 await consumer.commit({tp: msgs[-1].offset + 1})
     finally:
         await consumer.stop()
@@ -117,19 +149,169 @@ async def run(settings: Settings) -> None:
         await pool.close()
 
 
-async def _handle_or_exit(worker: CompactionWorker, req: object) -> None:
-    from schemas.wire import CompactionRequest
+@dataclass(frozen=True)
+class LoopConfig:
+    topic_records: str
+    topic_dead_letter: str
+    max_failures: int
+    transient_retry_s: float
 
-    assert isinstance(req, CompactionRequest)
-    for attempt in range(1, 4):
+
+def transient(exc: BaseException) -> bool:
+    """Infrastructure that will come back (database or broker connection loss, timeouts):
+    retried with backoff, never counted against the request."""
+    if isinstance(exc, KafkaError):
+        return bool(exc.retriable) or isinstance(exc, KafkaConnectionError | KafkaTimeoutError)
+    return isinstance(
+        exc,
+        ConnectionError  # refused, reset, broken pipe
+        | socket.gaierror
+        | TimeoutError
+        | asyncpg.PostgresConnectionError
+        | asyncpg.exceptions.OperatorInterventionError
+        | asyncpg.TooManyConnectionsError,
+    )
+
+
+class RequestLoop:
+    """One request at a time, so that a request that keeps failing never stalls its
+    partition (R15.3): an unreadable request is dead-lettered; one that makes the worker
+    raise ``max_failures`` times is quarantined — dead-lettered with its reason and its job
+    failed, so the processor lets the session go on with its baseline unmoved."""
+
+    def __init__(
+        self,
+        worker: CompactionWorker,
+        pool: asyncpg.Pool,
+        producer: AIOKafkaProducer,
+        config: LoopConfig,
+    ) -> None:
+        self.worker = worker
+        self.pool = pool
+        self.producer = producer
+        self.config = config
+
+    async def _retry(self, fn: Callable[[], Awaitable[_T]]) -> _T:
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(transient),
+            wait=wait_exponential(multiplier=0.2, max=10),
+            stop=stop_after_delay(self.config.transient_retry_s),
+            before_sleep=before_sleep_log(log, logging.WARNING),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await fn()
+        raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def consume(self, m: ConsumerRecord[bytes, bytes]) -> None:
         try:
-            await worker.handle(req)
+            req = decode_compaction_request(m.value)  # type: ignore[arg-type]
+        except Exception as exc:  # bad bytes: InvalidEvent, or None/garbage a decoder rejects
+            code = exc.reason_code if isinstance(exc, InvalidEvent) else "undecodable"
+            await self._dead_letter(m, code, f"unreadable compaction request: {exc}", None, None)
             return
+        try:
+            status = await self._retry(
+                lambda: self.pool.fetchval(
+                    "SELECT status FROM compaction_jobs WHERE job_id=$1", req.job_id
+                )
+            )
+            if status == "expired":
+                # Past its deadline the processor gave up on this job (and may have
+                # started another): its outcome would be ignored, so spend no model call.
+                log.info("job %s expired before it was handled: skipped", req.job_id)
+                return
+            failures = 0
+            while True:
+                try:
+                    await self._retry(lambda: self.worker.handle(req))
+                    return
+                except Exception as exc:
+                    if transient(exc):
+                        raise
+                    failures += 1
+                    log.exception(
+                        "job %s raised (%d/%d)", req.job_id, failures, self.config.max_failures
+                    )
+                    if failures >= self.config.max_failures:
+                        await self._quarantine(m, req, failures, exc)
+                        return
+                    await asyncio.sleep(0.5 * failures)
         except Exception:
-            log.exception("job %s failed (attempt %d/3)", req.job_id, attempt)
-            await asyncio.sleep(0.5 * attempt)
-    logging.shutdown()
-    os._exit(70)  # uncommitted: the job is redelivered after restart
+            # A transient error that outlived its retries, or a quarantine that could not
+            # be written: exit uncommitted, the request is redelivered after restart.
+            log.critical("infrastructure still failing: exiting", exc_info=True)
+            logging.shutdown()
+            os._exit(70)
+
+    async def _quarantine(
+        self, m: ConsumerRecord[bytes, bytes], req: CompactionRequest, n: int, exc: Exception
+    ) -> None:
+        reason = f"worker raised {n} times: {type(exc).__name__}: {exc}"[:1000]
+        outcome = CompactionOutcome(
+            req.job_id,
+            "failed",
+            "worker",
+            f"quarantined:{type(exc).__name__}",
+            parent_summary_id=req.parent_summary_id,
+        )
+        data = encode_control(
+            ControlEvent(
+                f"outcome:{req.job_id}",
+                req.session_id,
+                req.run_id,
+                req.instance_id,
+                int(time.time() * 1000),
+                outcome,
+            )
+        )
+        # Saved like any outcome: a redelivery republishes it instead of failing again.
+        await self._retry(
+            lambda: self.pool.execute(
+                "INSERT INTO compaction_operations (job_id, status, stage, outcome,"
+                " model_calls, error) VALUES ($1, 'failed', 'worker', $2, 0, $3)"
+                " ON CONFLICT (job_id) DO NOTHING",
+                req.job_id,
+                data,
+                reason,
+            )
+        )
+        await self._dead_letter(m, "compaction_worker_failed", reason, req.session_id, req.job_id)
+        # The processor marks the job failed from this outcome: baseline unmoved (R8.4).
+        await self._retry(
+            lambda: self.producer.send_and_wait(
+                self.config.topic_records, data, key=req.session_id.encode()
+            )
+        )
+        log.error("job %s quarantined: %s", req.job_id, reason)
+
+    async def _dead_letter(
+        self,
+        m: ConsumerRecord[bytes, bytes],
+        code: str,
+        reason: str,
+        session_id: str | None,
+        job_id: str | None,
+    ) -> None:
+        dl = DeadLetter(
+            reason_code=code,
+            reason=reason,
+            source_topic=m.topic,
+            source_partition=m.partition,
+            source_offset=m.offset,
+            key=m.key,
+            value=m.value,
+            session_id=session_id,
+            event_key=job_id,
+            failed_at_ms=int(time.time() * 1000),
+        )
+        await self._retry(
+            lambda: self.producer.send_and_wait(
+                self.config.topic_dead_letter, encode_dead_letter(dl), key=m.key
+            )
+        )
+        log.warning("dead letter %s at %s:%d: %s", code, m.topic, m.offset, reason)
 
 
 def main() -> None:

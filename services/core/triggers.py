@@ -3,7 +3,9 @@
 ``evaluate_triggers(state, policy, observation)`` answers: does a compaction job start
 now, which conditions fired (all reported, one job — R7.4), and if not, why (deferred or
 suppressed, with a reason — R9.4). Thresholds are exact integers: ``context_ratio`` 0.80
-of an InputBudget of 100,000 fires at 80,000 and not at 79,999 (R7.8).
+of an InputBudget of 100,000 fires at 80,000 and not at 79,999 (R7.8). An estimate over
+the hard budget always fires (``hard_budget``), whichever triggers are enabled (R9.7).
+``job_expired`` decides when a job in flight is given up (R15.3).
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ def ratio_threshold(ratio: float, input_budget: int) -> int:
     return math.ceil(Fraction(str(ratio)) * input_budget)
 
 
+def job_expired(requested_at_ms: int, timeout_s: float, now_ms: int) -> bool:
+    """R15.3: a job still in flight at ``requested_at_ms + timeout_s`` is expired — its
+    request was lost, unreadable, or its worker died; the session must not wait forever."""
+    return now_ms >= requested_at_ms + math.ceil(timeout_s * 1000)
+
+
 def evaluate_triggers(
     state: CompactionState, policy: CompactionPolicy, obs: Observation
 ) -> TriggerDecision:
@@ -84,6 +92,13 @@ def evaluate_triggers(
         values["context_tokens"], thresholds["context_tokens"] = obs.estimated_input, t
         if obs.estimated_input >= t:
             fired.append("context_ratio")
+    if "context_ratio" not in fired and obs.estimated_input > obs.input_budget:
+        # R9.7: the hard budget implies compaction. Over it nothing is sent, so with the
+        # ratio trigger off a session would stay stuck over budget, waiting for turn
+        # triggers that cannot fire while no call goes out.
+        values["hard_budget_tokens"] = obs.estimated_input
+        thresholds["hard_budget_tokens"] = obs.input_budget + 1
+        fired.append("hard_budget")
     if policy.user_turns is not None:
         values["user_turns"], thresholds["user_turns"] = since.user_turns, policy.user_turns
         if since.user_turns >= policy.user_turns:

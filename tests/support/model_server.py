@@ -22,6 +22,7 @@ class Script:
     500) | garbage (not JSON)."""
 
     mode: str = "ok"
+    delay_s: float = 0.0  # a slow model: each reply waits this long first
     hits: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -30,7 +31,9 @@ class Script:
         with self.lock:
             self.hits += 1
             self.requests.append(body)
-            mode = self.mode
+            mode, delay = self.mode, self.delay_s
+        if delay:
+            time.sleep(delay)  # this handler's own thread (ThreadingHTTPServer)
         if mode == "fail":
             return 500, {"error": {"message": "scripted failure"}}
         if mode == "garbage":

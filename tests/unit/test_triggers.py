@@ -8,13 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.core.policy import CompactionPolicy
+from schemas.errors import InvalidPolicy
+from services.core.policy import CompactionPolicy, validate_compaction
 from services.core.triggers import (
     CompactionState,
     Counters,
     LastAttempt,
     Observation,
     evaluate_triggers,
+    job_expired,
     ratio_threshold,
 )
 
@@ -129,3 +131,65 @@ def test_budget_change_allows_a_retry() -> None:
 def test_since_last_success_is_totals_minus_baseline(totals: int, base: int) -> None:
     s = CompactionState(totals=Counters(totals, totals), baseline=Counters(base, base))
     assert s.since_success == Counters(totals - base, totals - base)
+
+
+# --- no stuck session: the hard budget implies compaction, every job has a deadline ---
+
+TURNS_ONLY = CompactionPolicy(context_ratio=None, user_turns=50)
+
+
+@pytest.mark.spec("R9.7", "R15.3")
+def test_over_the_hard_budget_starts_a_job_even_with_the_ratio_trigger_off() -> None:
+    at = evaluate_triggers(CompactionState(), TURNS_ONLY, obs(100_000))
+    assert not at.start_job and at.reason == "below_thresholds"  # at the budget: fits
+    d = evaluate_triggers(CompactionState(), TURNS_ONLY, obs(100_001))
+    assert d.start_job and d.fired == ("hard_budget",)
+    assert d.values["hard_budget_tokens"] == 100_001
+    assert d.thresholds["hard_budget_tokens"] == 100_001
+    # Still no summary call on a state already tried (R9.4), nor with nothing to compact.
+    last = LastAttempt("fp", 10_000, Counters(), 100_000, 5_000)
+    same = evaluate_triggers(CompactionState(last_attempt=last), TURNS_ONLY, obs(100_001))
+    assert not same.start_job and same.reason == "same_state_as_last_attempt"
+    empty = evaluate_triggers(CompactionState(), TURNS_ONLY, obs(100_001, compressible=0))
+    assert not empty.start_job and empty.reason == "nothing_compressible"
+
+
+@pytest.mark.spec("R9.7")
+def test_with_the_ratio_on_the_hard_budget_adds_no_second_condition() -> None:
+    d = evaluate_triggers(CompactionState(), RATIO_ONLY, obs(120_000))
+    assert d.start_job and d.fired == ("context_ratio",)
+
+
+@pytest.mark.spec("R15.3")
+def test_a_job_expires_at_its_deadline_exactly() -> None:
+    assert not job_expired(1_000, 3, 3_999)
+    assert job_expired(1_000, 3, 4_000)
+    assert job_expired(1_000, 3, 60_000)
+    assert not job_expired(1_000, 0.25, 1_249) and job_expired(1_000, 0.25, 1_250)
+    assert not job_expired(1_000, 120, 1_000)  # just requested
+
+
+@pytest.mark.spec("R15.3")
+@given(
+    requested=st.integers(0, 10**13),
+    timeout=st.floats(0.001, 10_000, allow_nan=False),
+    elapsed=st.integers(0, 10**10),
+)
+def test_expiry_is_monotonic_in_time(requested: int, timeout: float, elapsed: int) -> None:
+    if job_expired(requested, timeout, requested + elapsed):
+        assert job_expired(requested, timeout, requested + elapsed + 1)
+        assert elapsed >= timeout * 1000 - 1
+    else:
+        assert elapsed < timeout * 1000
+
+
+@pytest.mark.spec("R7.7", "R15.3")
+def test_job_timeout_is_a_positive_number_validated_at_publish() -> None:
+    assert validate_compaction({}).job_timeout_s == 120.0
+    assert validate_compaction({"job_timeout_s": 3}).job_timeout_s == 3.0
+    assert validate_compaction({"job_timeout_s": 0.5}).job_timeout_s == 0.5
+    for bad in (0, -1, True, "3", None, float("nan"), float("inf")):
+        with pytest.raises(InvalidPolicy) as err:
+            validate_compaction({"job_timeout_s": bad})
+        assert err.value.details["rule"] == "positive_number"
+        assert err.value.details["field"] == "job_timeout_s"
