@@ -90,12 +90,18 @@ async def session_context(conn: asyncpg.Connection, session_id: str) -> asyncpg.
     return r
 
 
-async def task_version(conn: asyncpg.Connection, session_id: str) -> int:
-    """User inputs and supplements so far: a new one during compaction fails the commit."""
+async def task_version(conn: asyncpg.Connection, session_id: str, through: int) -> int:
+    """User inputs and supplements up to the job's view watermark ``through``: the task
+    state the job saw (R11.6). Input after the watermark is not a conflict — it is never
+    covered, the current task is pinned, and it is rendered after the summary — so it no
+    longer discards a finished job (issue 10: jobs wasted after their model call)."""
     # Main threads only: a child's task or supplement never fails the parent's commit.
     n = await conn.fetchval(
-        "SELECT count(*)" + _MAIN_VIEW + " AND r.kind IN ('user_input', 'supplement')",
+        "SELECT count(*)"
+        + _MAIN_VIEW
+        + " AND r.kind IN ('user_input', 'supplement') AND r.session_sequence <= $2",
         session_id,
+        through,
     )
     return int(n)
 
@@ -402,14 +408,15 @@ async def lineage_summary(
 
 
 async def thread_task_version(
-    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str, through: int
 ) -> int:
     n = await conn.fetchval(
         "SELECT count(*) FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
-        " AND kind IN ('user_input', 'supplement')",
+        " AND kind IN ('user_input', 'supplement') AND session_sequence <= $4",
         session_id,
         run_id,
         instance_id,
+        through,
     )
     return int(n)
 

@@ -192,7 +192,9 @@ async def _observe(
         view_watermark=obs.view_watermark,
         parent_summary_id=effective["summary_id"] if effective else None,
         policy_revision=ctx["policy_revision"],
-        task_version=await _task_version(conn, ev.session_id, lineage, ev.run_id, ev.instance_id),
+        task_version=await _task_version(
+            conn, ev.session_id, lineage, ev.run_id, ev.instance_id, obs.view_watermark
+        ),
         trigger_reasons=decision.fired,
         budget_before=obs.estimated_input,
         input_budget=obs.input_budget,
@@ -354,7 +356,12 @@ async def _outcome(
             else _summary_id(await repo.lineage_summary(conn, ev.session_id, job["lineage"])),
             ctx["policy_revision"],
             await _task_version(
-                conn, ev.session_id, job["lineage"], job["run_id"], job["instance_id"]
+                conn,
+                ev.session_id,
+                job["lineage"],
+                job["run_id"],
+                job["instance_id"],
+                request["view_watermark"],
             ),
         ),
         Candidate(
@@ -511,11 +518,16 @@ def _summary_id(summary: asyncpg.Record | None) -> str | None:
 
 
 async def _task_version(
-    conn: asyncpg.Connection, session_id: str, lineage: str, run_id: str, instance_id: str
+    conn: asyncpg.Connection,
+    session_id: str,
+    lineage: str,
+    run_id: str,
+    instance_id: str,
+    through: int,
 ) -> int:
     if lineage == "main":
-        return await repo.task_version(conn, session_id)
-    return await repo.thread_task_version(conn, session_id, run_id, instance_id)
+        return await repo.task_version(conn, session_id, through)
+    return await repo.thread_task_version(conn, session_id, run_id, instance_id, through)
 
 
 def _request_of(raw: dict[str, object]) -> CompactionRequest:

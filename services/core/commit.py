@@ -15,7 +15,7 @@ from dataclasses import dataclass
 class Dependencies:
     summary_id: str | None  # the thread's current summary (the new one's parent)
     policy_revision: str
-    task_version: int  # user inputs + supplements in the lineage
+    task_version: int  # user inputs + supplements in the lineage, up to the job's watermark
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,8 @@ def decide_commit(current: Dependencies, cand: Candidate) -> CommitDecision:
     if current.policy_revision != cand.policy_revision:
         return CommitDecision(False, "version_conflict:policy")
     if current.task_version != cand.task_version:
-        # A new question or supplement arrived during compaction: it is kept (it is a
-        # record after the watermark) and the commit waits for a fresh check.
+        # The task the job saw (input up to its watermark) changed. Input after the
+        # watermark is not a conflict: it is never covered and renders after the summary.
         return CommitDecision(False, "version_conflict:task")
     if cand.summary_tokens >= cand.covered_tokens:
         return CommitDecision(False, "no_real_reduction")

@@ -389,11 +389,24 @@ async def test_a_supplement_arriving_at_commit_is_not_lost(
     await ctx.append_user(run, "Also check the logs, please.", "supp", supplement=True)
     services.compaction.start()
     (job,) = await settled(db, session["session_id"])
-    assert (job["status"], job["reason"]) == ("rejected", "version_conflict:task")
+    # The supplement came after the job's watermark: the job never covered it and the
+    # task it saw did not change, so the summary commits (issue 10: no wasted job) and
+    # the supplement stays verbatim after it — never lost, never summarized (R4.4).
+    assert (job["status"], job["reason"]) == ("committed", None)
     st = await state(db, session["session_id"])
-    assert (st["baseline_user_turns"], st["current_summary_id"]) == (0, None)
+    assert st["current_summary_id"] is not None and st["baseline_user_turns"] == 2
+    supp = await db.fetchval(
+        "SELECT record_id FROM records WHERE session_id=$1 AND kind='supplement'",
+        session["session_id"],
+    )
+    covered = await db.fetchval(
+        "SELECT covered_record_ids FROM summary_revisions WHERE summary_id=$1",
+        st["current_summary_id"],
+    )
+    assert supp not in covered
     view = await ctx.prepare(run)
-    assert "Also check the logs, please." in [m["content"] for m in view["messages"]]
+    shown = [m for m in view["messages"] if m["content"] == "Also check the logs, please."]
+    assert len(shown) == 1 and shown[0]["category"] == "task"
 
 
 @pytest.mark.spec("R11.8", "R3.1", "R19")
@@ -829,3 +842,46 @@ async def _wait_record(db: asyncpg.Pool, sid: str, event_key: str) -> str:
             return str(rid)
         await asyncio.sleep(0.05)
     raise AssertionError(f"{event_key} never committed")
+
+
+@pytest.mark.spec("R11.2", "R11.3", "R11.8", "R9.7")
+async def test_the_openai_summarizer_input_stays_bounded_and_the_summary_rolls_up(
+    ctx: ContextClient, db: asyncpg.Pool, script: Script
+) -> None:
+    """codex #13271 / pi #8371: the summarizer's input must not grow with the session.
+    Every request — segments and roll-ups — holds at most one segment of records plus a
+    previous summary within the bound; the committed summaries stay within the bound."""
+    ratio = 0.03  # bound: 60 tokens of a 2,000-token budget
+    session = await new_session(
+        ctx,
+        model_profile=profile(2000),
+        context_policy={
+            "recent_complete_groups": 1,
+            "compaction": {"user_turns": 1, "summary_max_ratio": ratio},
+        },
+    )
+    sid = session["session_id"]
+    seen = len(script.requests)
+    for i in range(8):
+        run = await question(ctx, session, f"ob{i}", rounds=1)
+        await ctx.prepare(run)
+        await settled(db, sid, at_least=0)
+        await ctx.finish_run(run)
+    revs = await db.fetch(
+        "SELECT summary_tokens, bound_tokens, rollup FROM summary_revisions"
+        " WHERE session_id=$1 ORDER BY created_at",
+        sid,
+    )
+    assert len(revs) >= 4
+    assert all(r["summary_tokens"] <= r["bound_tokens"] == 60 for r in revs)
+    rolled = [r for r in revs if r["rollup"] is not None]
+    assert rolled and all(r["rollup"]["calls"] >= 1 for r in rolled)
+    sent = script.requests[seen:]
+    rollups = [b for b in sent if "summary:" in b["messages"][-1]["content"]]
+    assert rollups, "no roll-up request reached the model"
+    for body in sent:
+        user = body["messages"][-1]["content"]
+        previous = user.split("Segment to summarize:", 1)[0]
+        assert len(ENC.encode(previous)) <= 60 + 20  # the bound, plus the header line
+        assert body["max_tokens"] <= 60  # no draft may need more than the whole bound
+        assert len(ENC.encode(user)) <= 6000 + 200  # one segment (ALC default) at most

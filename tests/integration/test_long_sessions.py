@@ -70,16 +70,18 @@ async def test_the_question_and_its_supplement_survive_every_compaction_verbatim
         revs = await summaries(db, sid)
         assert len(revs) >= 3  # compaction really ran, several times
         task = {
-            r["record_id"]
+            r["record_id"]: r["session_sequence"]
             for r in await db.fetch(
-                "SELECT record_id FROM records WHERE session_id=$1"
+                "SELECT record_id, session_sequence FROM records WHERE session_id=$1"
                 " AND kind IN ('user_input', 'supplement')",
                 sid,
             )
         }
+        assert len(task) == 2
         for rev in revs:
-            assert not task & set(rev["covered_record_ids"])
-            assert task <= set(rev["retained_reference_ids"])  # R11.7: kept on purpose
+            assert not set(task) & set(rev["covered_record_ids"])
+            seen = {i for i, seq in task.items() if seq <= rev["observed_watermark"]}
+            assert seen <= set(rev["retained_reference_ids"])  # R11.7: kept on purpose
         prepared = await c.prepare(run)
         task_msgs = [m for m in prepared["messages"] if m["category"] == "task"]
         assert {m["content"] for m in task_msgs} == {GOAL, SUPPLEMENT}
