@@ -48,10 +48,12 @@ from services.core.assembly import RecordView
 from services.core.policy import ContextPolicy
 from services.core.tokens import CachedCounter, TiktokenCounter
 from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
+from services.prepare.auth import KeyKind
 from services.sdk.client import ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics
 from storage.ingest import RECORD_COLUMNS
+from storage.keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 
@@ -826,6 +828,8 @@ def main() -> None:
     procs: list[Proc] = []
     try:
         asyncio.run(apply_dsn(s.pg_dsn))
+        # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
+        os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
         results: dict[str, Any] = {
             "machine": {"cores": os.cpu_count(), "loadavg_1m_at_start": os.getloadavg()[0]},
             "database": db,

@@ -35,9 +35,11 @@ from typing import Any
 import asyncpg
 
 from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
+from services.prepare.auth import KeyKind
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics
+from storage.keys import issue
 from storage.migrate import apply_dsn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -299,6 +301,8 @@ def main() -> None:
     logs = OUT / f"logs-long-{tag}"
     try:
         asyncio.run(apply_dsn(s.pg_dsn))
+        # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
+        os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
         asyncio.run(ensure_topics(s))
         procs = [
             Proc(

@@ -24,10 +24,12 @@ from aiokafka import AIOKafkaProducer
 from schemas.contracts import ToolStatus
 from schemas.wire import encode_event
 from services.launcher import Proc, service_set
+from services.prepare.auth import KeyKind
 from services.sdk.client import ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics
 from storage.ingest import RECORD_COLUMNS
+from storage.keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 
@@ -226,7 +228,7 @@ async def bench(
         }
         # ── prepare latency ──────────────────────────────────────────────────────────
         results["prepare"] = []
-        async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        async with httpx.AsyncClient(base_url=url, timeout=60, headers=c.http.headers) as http:
             for size in prepare_sizes:
                 sess = await c.open_session("bench", "bench", rel["release_id"])
                 run = await c.start_run(sess)
@@ -317,6 +319,8 @@ def main() -> None:
     os.environ.update(env_over)
     s = Settings()
     asyncio.run(apply_dsn(s.pg_dsn))
+    # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
+    os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
     asyncio.run(ensure_topics(s))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     logs = OUT / f"logs-{tag}"

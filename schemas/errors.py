@@ -50,6 +50,13 @@ class NotFound(ContextError):
     http_status = 404
 
 
+class Unauthenticated(ContextError):
+    """R15.4: no API key, or one that is malformed, unknown or revoked."""
+
+    code = "unauthenticated"
+    http_status = 401
+
+
 class NotGranted(ContextError):
     """R13/R15.4: the caller's scope holds no grant for what it asked to read."""
 

@@ -22,8 +22,10 @@ import asyncpg
 from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
 from services.core.tokens import make_counter
 from services.launcher import service_set
+from services.prepare.auth import KeyKind
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
+from storage.keys import issue, revoke_key
 
 SKILL_BODY = (
     "# release-notes skill v3\nWrite release notes as: Summary, Breaking changes, "
@@ -124,7 +126,7 @@ class Printer:
         )
 
 
-async def run_session(settings: Settings, prepare_url: str) -> None:
+async def run_session(settings: Settings, prepare_url: str, api_key: str) -> None:
     out = Printer()
     tokenizer = make_counter("cl100k_base", settings.tiktoken_file)
     async with ContextClient(
@@ -132,6 +134,7 @@ async def run_session(settings: Settings, prepare_url: str) -> None:
         prepare_url,
         topic=settings.topic_records,
         producer_name="demo-runtime",
+        api_key=api_key,
     ) as c:
         rel = await c.register_release(**RELEASE)
         session = await c.open_session("demo-space", "demo-user", rel["release_id"])
@@ -398,6 +401,23 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+async def demo_with_key(settings: Settings) -> None:
+    """The demo runtime authenticates like any other (R15.4): a host key of demo-space,
+    created here (as ``agentloom-keys create`` does) and revoked when the demo ends."""
+    key = await issue(settings.pg_dsn, "demo-space", KeyKind.HOST, label="make demo")
+    print(f"[demo] dev key {key.key_id}: host key of demo-space (agentloom-keys create)")
+    try:
+        await run_session(
+            settings, f"http://{settings.prepare_host}:{settings.prepare_port}", key.key
+        )
+    finally:
+        conn = await asyncpg.connect(settings.pg_dsn)
+        try:
+            await revoke_key(conn, key.key_id)
+        finally:
+            await conn.close()
+
+
 def main() -> None:
     settings = Settings()
     repo = Path(__file__).resolve().parents[1]
@@ -413,9 +433,7 @@ def main() -> None:
     try:
         procs.start()
         print("[demo] services ready")
-        asyncio.run(
-            run_session(settings, f"http://{settings.prepare_host}:{settings.prepare_port}")
-        )
+        asyncio.run(demo_with_key(settings))
     finally:
         print("[demo] stopping services")
         procs.stop()

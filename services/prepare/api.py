@@ -8,12 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, ORJSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.errors import ContextError, InvalidRequest
+from schemas.errors import ContextError, InvalidRequest, Unauthenticated
+from services.prepare.auth import Action, Principal, authorize_release, session_owner
 from services.prepare.service import PrepareService
 
 
@@ -36,8 +39,12 @@ class ReleaseIn(BaseModel):
 
 class SessionIn(BaseModel):
     session_id: str | None = None
-    space_id: str
-    actor_id: str
+    space_id: str | None = Field(None, description="the API key's space (default)")
+    actor_id: str | None = Field(
+        None,
+        description="the session's owner; by default the actor of a user key, or the one a"
+        " host key names in X-AgentLoom-Actor",
+    )
     release_id: str
 
 
@@ -64,16 +71,28 @@ class FinishIn(RunLifecycleIn):
 
 
 class GrantIn(BaseModel):
-    actor_id: str
-    granted_by: str
+    actor_id: str = Field(description="the actor who may read the session from now on")
+    # Who granted is derived from the API key (and the actor a host key acts for): a
+    # body field naming it would let any caller claim to be the owner.
 
 
 ACTOR = Header(
     default=None,
     alias="X-AgentLoom-Actor",
-    description="The actor the caller acts for (set by the runtime after its own "
-    "authentication); another actor than the session's needs a grant",
+    description="With a host API key: the actor of its space the runtime acts for (absent:"
+    " the runtime itself). With a user API key: must be the key's actor if sent. Another"
+    " actor than the session's owner needs a grant to read, and cannot act.",
 )
+BEARER = HTTPBearer(
+    auto_error=False,
+    description="API key of one tenant space (agentloom-keys create): Authorization: Bearer <key>",
+)
+# Documented on every authenticated route (R15.4).
+AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "unauthenticated: no API key, or a malformed, unknown or revoked one"},
+    403: {"description": "not_granted: the key's actor may not do this"},
+    404: {"description": "not_found: unknown, or of another tenant space"},
+}
 
 
 class PrepareIn(BaseModel):
@@ -133,6 +152,24 @@ def create_api(svc: PrepareService) -> FastAPI:
     async def _context_error(_: Request, exc: ContextError) -> JSONResponse:
         return ORJSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
 
+    async def principal(
+        bearer: HTTPAuthorizationCredentials | None = Depends(BEARER),  # noqa: B008
+        actor: str | None = ACTOR,
+    ) -> Principal:
+        """R15.4: every route but the health check authenticates; the actor comes from
+        the key (a host key's header names it within the key's space)."""
+        return await svc.authenticate(bearer.credentials if bearer else None, actor)
+
+    auth = Depends(principal)
+
+    @app.exception_handler(Unauthenticated)
+    async def _unauthenticated(_: Request, exc: Unauthenticated) -> JSONResponse:
+        return ORJSONResponse(
+            {"error": exc.to_dict()},
+            status_code=exc.http_status,
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         err = InvalidRequest("request body does not match the API", errors=exc.errors())
@@ -143,42 +180,53 @@ def create_api(svc: PrepareService) -> FastAPI:
         return {"status": "ok"}
 
     @app.post("/v1/releases", status_code=201)
-    async def register_release(body: ReleaseIn) -> dict[str, Any]:
-        return await svc.register_release(body.model_dump())
+    async def register_release(body: ReleaseIn, who: Principal = auth) -> dict[str, Any]:
+        """Publish a release in the key's space (host keys only); ids are global."""
+        authorize_release(who, body.release_id or "", None, Action.RELEASE_PUBLISH).enforce()
+        return await svc.register_release(body.model_dump(), who.space_id)
 
     @app.get("/v1/releases/{release_id}")
-    async def get_release(release_id: str) -> dict[str, Any]:
-        return await svc.release(release_id)
+    async def get_release(release_id: str, who: Principal = auth) -> dict[str, Any]:
+        return await svc.authorized_release(release_id, who)
 
     @app.post("/v1/sessions", status_code=201)
-    async def open_session(body: SessionIn) -> dict[str, Any]:
-        return await svc.open_session(body.model_dump())
+    async def open_session(body: SessionIn, who: Principal = auth) -> dict[str, Any]:
+        """Open a session in the key's space for its owner: a user key's own actor, or any
+        actor of the space for a host key."""
+        owner = session_owner(who, body.space_id, body.actor_id)
+        if not isinstance(owner, str):
+            owner.enforce()
+        return await svc.open_session(
+            body.model_dump() | {"space_id": who.space_id, "actor_id": owner}
+        )
 
     @app.get("/v1/sessions/{session_id}")
-    async def get_session(session_id: str) -> dict[str, Any]:
+    async def get_session(session_id: str, who: Principal = auth) -> dict[str, Any]:
+        await svc.authorize(session_id, who, Action.SESSION_READ)
         return await svc.session(session_id)
 
     @app.post("/v1/sessions/{session_id}/runs", status_code=201)
-    async def start_run(session_id: str, body: RunIn) -> dict[str, Any]:
+    async def start_run(session_id: str, body: RunIn, who: Principal = auth) -> dict[str, Any]:
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return await svc.start_run(session_id, body.model_dump())
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume")
     async def resume_run(
-        session_id: str, run_id: str, body: RunLifecycleIn, actor: str | None = ACTOR
+        session_id: str, run_id: str, body: RunLifecycleIn, who: Principal = auth
     ) -> dict[str, Any]:
         """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
         processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
-        await svc.check_actor(session_id, actor)
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return await svc.resume_run(session_id, run_id, body.model_dump())
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish")
     async def finish_run(
-        session_id: str, run_id: str, body: FinishIn, actor: str | None = ACTOR
+        session_id: str, run_id: str, body: FinishIn, who: Principal = auth
     ) -> dict[str, Any]:
         """Finish (or cancel) the run once the processor accepted it; 409
         ``run_not_active`` when it already ended otherwise. Appends to an ended run are
         dead-lettered (``run_not_active``) until it is resumed."""
-        await svc.check_actor(session_id, actor)
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return await svc.finish_run(session_id, run_id, body.model_dump())
 
     @app.post(
@@ -192,22 +240,22 @@ def create_api(svc: PrepareService) -> FastAPI:
         },
     )
     async def prepare(
-        session_id: str, run_id: str, body: PrepareIn, actor: str | None = ACTOR
+        session_id: str, run_id: str, body: PrepareIn, who: Principal = auth
     ) -> ORJSONResponse:
         # Returned as a ready response: FastAPI's generic pydantic serialization of a
         # 10k-message dict cost ~3x the assembly itself.
-        await svc.check_actor(session_id, actor)
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return ORJSONResponse(await svc.prepare(session_id, run_id, body.model_dump()))
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/model-calls", status_code=201)
     async def model_call(
-        session_id: str, run_id: str, body: ModelCallIn, actor: str | None = ACTOR
+        session_id: str, run_id: str, body: ModelCallIn, who: Principal = auth
     ) -> ORJSONResponse:
         """The gateway's final check (R9.8, R10.5, R14): ``model.chat.before`` hooks, the
         protected block manifest, the same budget. 201 with the provider-ready
         ``request`` to send; 409 ``context_reprepare_required`` (once); 422
         ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
-        await svc.check_actor(session_id, actor)
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
         out = await svc.model_call(
             session_id,
             run_id,
@@ -217,11 +265,11 @@ def create_api(svc: PrepareService) -> FastAPI:
 
     @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result")
     async def model_result(
-        session_id: str, call_id: str, body: ModelResultIn, actor: str | None = ACTOR
+        session_id: str, call_id: str, body: ModelResultIn, who: Principal = auth
     ) -> dict[str, Any]:
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
         usage calibrates later estimates and the drift is returned (R6.4)."""
-        await svc.check_actor(session_id, actor)
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return await svc.model_result(session_id, call_id, body.model_dump())
 
     @app.get("/v1/sessions/{session_id}/records/{record_id}")
@@ -232,25 +280,38 @@ def create_api(svc: PrepareService) -> FastAPI:
         limit: int = 65536,
         run_id: str | None = None,
         instance_id: str | None = None,
-        actor: str | None = ACTOR,
+        who: Principal = auth,
     ) -> dict[str, Any]:
         """Read a source record back by id, paged. With ``run_id`` + ``instance_id`` the
         read is made on behalf of that thread and scope-checked (a child thread reads
         only its own records and its transfer: ``not_granted`` otherwise)."""
-        await svc.check_actor(session_id, actor)
+        await svc.authorize(session_id, who, Action.SESSION_READ)
         return await svc.read_record(session_id, record_id, offset, limit, run_id, instance_id)
 
     @app.post("/v1/sessions/{session_id}/grants", status_code=201)
-    async def grant(session_id: str, body: GrantIn) -> dict[str, Any]:
-        return await svc.grant(session_id, body.model_dump())
+    async def grant(session_id: str, body: GrantIn, who: Principal = auth) -> dict[str, Any]:
+        """Let ``actor_id`` read the session (R3.3): only its owner, or the host key acting
+        as itself or for the owner; ``granted_by`` is derived from the key."""
+        return await svc.grant(session_id, who, body.actor_id)
 
     @app.put("/v1/blobs")
-    async def put_blob(request: Request) -> dict[str, Any]:
+    async def put_blob(request: Request, who: Principal = auth) -> dict[str, Any]:
+        """Content store (R3.4): any key; content-addressed, readable only through the
+        records that reference it."""
         media = request.headers.get("content-type", "text/plain")
         return await svc.put_blob(await request.body(), media)
 
     @app.get("/v1/sessions/{session_id}/events/{event_key}")
-    async def event_outcome(session_id: str, event_key: str) -> dict[str, Any]:
+    async def event_outcome(
+        session_id: str, event_key: str, who: Principal = auth
+    ) -> dict[str, Any]:
+        await svc.authorize(session_id, who, Action.SESSION_READ)
         return await svc.outcome(session_id, event_key)
 
+    # Every route that authenticates documents the answers it may give for that reason.
+    for route in app.routes:
+        if isinstance(route, APIRoute) and principal in (
+            d.call for d in route.dependant.dependencies
+        ):
+            route.responses = AUTH_RESPONSES | dict(route.responses)
     return app

@@ -37,6 +37,7 @@ from schemas.errors import (
     ReleaseConflict,
     RunActive,
     RunNotActive,
+    Unauthenticated,
 )
 from schemas.validation import validate_event
 from schemas.wire import (
@@ -62,10 +63,23 @@ from services.core.providers import render as render_provider
 from services.core.selection import build_groups, select_prefix
 from services.core.tokens import CachedCounter
 from services.core.triggers import CompactionState, Counters, Observation, evaluate_triggers
+from services.prepare.auth import (
+    Action,
+    Principal,
+    SessionScope,
+    acting,
+    authorize,
+    authorize_release,
+    grant_to_check,
+    granted_by,
+    key_id_of,
+    verify,
+)
 from services.prepare.hooks import HookRegistry, ModelCall, PrepareRequest
 from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter
 from storage import compaction as repo
+from storage.keys import StoredKey, find_key
 from storage.threads import child_transfer
 from streams.planning import RunState, lifecycle_key
 
@@ -151,8 +165,12 @@ class PrepareService:
     _summaries: dict[str, SummaryView] = field(default_factory=dict)
     _summary_rows: dict[str, Any] = field(default_factory=dict)
     _compatible: dict[tuple[str, str], bool] = field(default_factory=dict)
-    _owners: dict[str, str] = field(default_factory=dict)
+    _scopes: dict[str, SessionScope] = field(default_factory=dict)
     _grants: set[tuple[str, str]] = field(default_factory=set)
+    # Verified keys are looked up again after this long: a revoked key stops working
+    # within it, and a prepare does not pay a query for its key.
+    key_cache_s: float = 10.0
+    _keys: dict[str, tuple[float, StoredKey]] = field(default_factory=dict)
     _background: set[asyncio.Task[None]] = field(default_factory=set)
     hooks: HookRegistry = field(default_factory=HookRegistry)
     # Each entry holds its message list (pointers to shared message dicts): bounded.
@@ -162,7 +180,10 @@ class PrepareService:
 
     # --- releases (R1.4, R17) -----------------------------------------------------------
 
-    async def register_release(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def register_release(
+        self, body: dict[str, Any], space_id: str | None = None
+    ) -> dict[str, Any]:
+        """``space_id``: the publishing key's space, which owns the release (R15.4)."""
         profile = ModelProfile.from_dict(body["model_profile"])  # validates R6.1/R6.5
         counting_label(profile.counting, self.counter.method)  # R6.4: refused at publish
         # R7.7/R17: validated and frozen at publish; stored with every default made
@@ -183,17 +204,24 @@ class PrepareService:
         row = await self.pool.fetchrow(
             "INSERT INTO releases (release_id, agent_id, instructions, tool_catalog,"
             " skill_bindings, hook_bindings, model_profile, context_policy, policy_revision,"
-            " content_hash) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10)"
+            " content_hash, space_id) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
             " ON CONFLICT (release_id) DO NOTHING RETURNING release_id",
             release_id,
             *(content[k] for k in RELEASE_CONTENT),
             rev,
             digest,
+            space_id,
         )
         if row is None:
             # The id exists: the same content is the same release (a retry, answered
             # alike); any other content is refused, never applied to sessions in flight.
             existing = await self.release(release_id)
+            if existing.get("space_id") not in (None, space_id):
+                # Ids are global: another space's release is named by nothing but "taken".
+                raise ReleaseConflict(
+                    f"release id {release_id} is taken; publish under another id",
+                    release_id=release_id,
+                )
             if (existing["content_hash"] or release_content_hash(existing)) != digest:
                 differ = [
                     k for k in RELEASE_CONTENT if _canonical(existing[k]) != _canonical(content[k])
@@ -246,8 +274,12 @@ class PrepareService:
     # --- sessions and runs (R1) ---------------------------------------------------------
 
     async def open_session(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``space_id`` and ``actor_id`` are the caller's, checked by the API against its
+        credential (``auth.session_owner``); the release must be visible in that space."""
         sid = body.get("session_id") or f"ses_{uuid.uuid4().hex[:16]}"
-        await self.release(body["release_id"])
+        rel = await self.release(body["release_id"])
+        if rel.get("space_id") not in (None, body["space_id"]):
+            raise NotFound(f"release {body['release_id']} not found")
         row = await self.pool.fetchrow(
             "INSERT INTO sessions (session_id, space_id, actor_id, release_id)"
             " VALUES ($1,$2,$3,$4) ON CONFLICT (session_id) DO NOTHING RETURNING session_id",
@@ -1145,38 +1177,68 @@ class PrepareService:
             "next_offset": offset + limit if offset + limit < len(text) else None,
         }
 
-    async def grant(self, sid: str, body: dict[str, Any]) -> dict[str, Any]:
-        """Let another actor read this session (host-only, explicit, idempotent)."""
-        await self.session(sid)
+    async def grant(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
+        """Let another actor read this session (R3.3): only its owner, or the host acting
+        for it, grants; who granted is derived from the credential (idempotent)."""
+        scope = await self.authorize(sid, who, Action.SESSION_GRANT)
+        by = granted_by(who, scope)
         await self.pool.execute(
-            "INSERT INTO session_grants (session_id, actor_id, granted_by) VALUES ($1,$2,$3)"
-            " ON CONFLICT DO NOTHING",
+            "INSERT INTO session_grants (session_id, actor_id, granted_by, granted_by_key)"
+            " VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING",
             sid,
-            body["actor_id"],
-            body["granted_by"],
+            actor_id,
+            by,
+            who.key_id,
         )
-        self._grants.add((sid, body["actor_id"]))
-        return {"session_id": sid, "actor_id": body["actor_id"], "granted": True}
+        self._grants.add((sid, actor_id))
+        return {"session_id": sid, "actor_id": actor_id, "granted": True, "granted_by": by}
 
-    async def check_actor(self, sid: str, actor_id: str | None) -> None:
-        """R3.3/R15.4: a caller acting for another actor needs an explicit grant. No
-        actor means the host itself (the runtime, already authenticated)."""
-        if actor_id is None or (sid, actor_id) in self._grants:
-            return
-        owner = self._owners.get(sid)
-        if owner is None:
-            owner = str((await self.session(sid))["actor_id"])
-            self._owners[sid] = owner
-        if actor_id == owner:
-            return
-        if await self.pool.fetchval(
-            "SELECT 1 FROM session_grants WHERE session_id=$1 AND actor_id=$2", sid, actor_id
-        ):
-            self._grants.add((sid, actor_id))
-            return
-        raise NotGranted(
-            f"actor {actor_id} has no grant on session {sid}", session_id=sid, actor_id=actor_id
-        )
+    async def authenticate(self, key: str | None, header_actor: str | None) -> Principal:
+        """R15.4: the principal of a request from its API key (``Authorization: Bearer``)
+        and, for a host key, the actor ``X-AgentLoom-Actor`` names."""
+        key_id = key_id_of(key)
+        if key is None or key_id is None:
+            raise Unauthenticated(
+                "an API key is required: Authorization: Bearer <key>"
+                if not key
+                else "malformed API key"
+            )
+        now = time.monotonic()
+        cached = self._keys.get(key_id)
+        if cached is None or cached[0] < now:
+            stored = await find_key(self.pool, key_id)
+            if stored is None:
+                self._keys.pop(key_id, None)
+                raise Unauthenticated("unknown or revoked API key")
+            cached = self._keys[key_id] = (now + self.key_cache_s, stored)
+        if not verify(key, cached[1].digest):
+            raise Unauthenticated("unknown or revoked API key")
+        return acting(cached[1].credential, header_actor)
+
+    async def authorize(self, sid: str, who: Principal, action: Action) -> SessionScope:
+        """R3.3/R15.4: tenant, then ownership or a grant (``auth.authorize``). A session of
+        another space answers exactly like an unknown one."""
+        scope = self._scopes.get(sid)
+        if scope is None:
+            s = await self.session(sid)
+            scope = self._scopes[sid] = SessionScope(sid, s["space_id"], s["actor_id"])
+        granted = False
+        actor = grant_to_check(who, scope, action)
+        if actor is not None:
+            granted = (sid, actor) in self._grants
+            if not granted and await self.pool.fetchval(
+                "SELECT 1 FROM session_grants WHERE session_id=$1 AND actor_id=$2", sid, actor
+            ):
+                self._grants.add((sid, actor))
+                granted = True
+        authorize(who, scope, action, granted).enforce()
+        return scope
+
+    async def authorized_release(self, release_id: str, who: Principal) -> dict[str, Any]:
+        """A release as its space sees it: another space's is not found (R15.4)."""
+        rel = await self.release(release_id)
+        authorize_release(who, release_id, rel.get("space_id"), Action.RELEASE_READ).enforce()
+        return rel
 
     async def _check_grant(self, sid: str, run_id: str, instance_id: str, record_id: str) -> None:
         """R13.2: a child thread reads its own records and what its parent exported to

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -73,9 +74,15 @@ class ContextClient:
         topic: str = "ctx.records",
         producer_name: str = "runtime",
         host_id: str = "local",
+        api_key: str | None = None,
     ) -> None:
+        """``api_key``: this runtime's API key (``agentloom-keys create``), by default from
+        ``ALC_API_KEY``; sent as ``Authorization: Bearer`` on every HTTP call. Appends go
+        over Kafka, where the broker authenticates (SASL/ACLs in production)."""
         self.producer = EventProducer(kafka_bootstrap, topic)
-        self.http = httpx.AsyncClient(base_url=prepare_url, timeout=30.0)
+        key = api_key if api_key is not None else os.environ.get("ALC_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else None
+        self.http = httpx.AsyncClient(base_url=prepare_url, timeout=30.0, headers=headers)
         self.producer_name = producer_name
         self.host_id = host_id
 
@@ -334,11 +341,18 @@ class ContextClient:
             "GET", f"/v1/sessions/{session_id}/records/{record_id}", params=params, headers=headers
         )
 
-    async def grant(self, session_id: str, actor_id: str, granted_by: str) -> dict[str, Any]:
+    async def grant(
+        self, session_id: str, actor_id: str, actor: str | None = None
+    ) -> dict[str, Any]:
+        """Let ``actor_id`` read the session. Only its owner grants: a user key of the
+        owner, or a host key acting as itself or for ``actor`` (the owner). Who granted
+        is recorded from the key, never sent."""
+        headers = {"X-AgentLoom-Actor": actor} if actor else None
         return await self._call(
             "POST",
             f"/v1/sessions/{session_id}/grants",
-            json={"actor_id": actor_id, "granted_by": granted_by},
+            json={"actor_id": actor_id},
+            headers=headers,
         )
 
     async def export_for_child(

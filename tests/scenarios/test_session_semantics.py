@@ -246,7 +246,7 @@ async def test_another_actors_session_is_not_readable_without_an_explicit_grant(
         with pytest.raises(ApiError) as refused:
             await c.read_record(sid, rid, actor="mallory")
         assert (refused.value.code, refused.value.status) == ("not_granted", 403)
-        await c.grant(sid, "auditor-1", granted_by=owner)
+        await c.grant(sid, "auditor-1", actor=owner)
         assert (await c.read_record(sid, rid, actor="auditor-1"))["record_id"] == rid
         with pytest.raises(ApiError):
             await c.read_record(sid, rid, actor="mallory")  # a grant is per actor

@@ -13,7 +13,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 
 from services.sdk.client import ContextClient
-from tests.support.services import Services
+from tests.support.services import TEST_SPACE, Services
 
 PROFILE = {
     "name": "test-model",
@@ -24,11 +24,13 @@ PROFILE = {
 
 
 @asynccontextmanager
-async def client(services: Services) -> AsyncIterator[ContextClient]:
+async def client(services: Services, api_key: str | None = None) -> AsyncIterator[ContextClient]:
+    """A runtime client with the test stack's host key (or ``api_key``)."""
     async with ContextClient(
         services.stack.kafka_bootstrap,
         services.prepare_url,
         topic=services.env("ALC_TOPIC_RECORDS"),
+        api_key=api_key if api_key is not None else services.api_key,
     ) as c:
         yield c
 
@@ -47,7 +49,7 @@ async def new_session(c: ContextClient, **release: Any) -> dict[str, Any]:
         "model_profile": PROFILE,
     } | release
     rel = await c.register_release(**body)
-    return await c.open_session("space-1", f"actor-{uuid.uuid4().hex[:6]}", rel["release_id"])
+    return await c.open_session(TEST_SPACE, f"actor-{uuid.uuid4().hex[:6]}", rel["release_id"])
 
 
 async def wait_committed(

@@ -4,6 +4,7 @@ topics, consumer group and database."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import sys
@@ -11,9 +12,12 @@ import uuid
 from dataclasses import dataclass
 
 from services.launcher import Proc, service_set
+from services.prepare.auth import KeyKind
+from storage.keys import IssuedKey, issue
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
+TEST_SPACE = "space-1"  # the tenant space of the tests' sessions (flows.new_session)
 
 
 def free_port() -> int:
@@ -29,6 +33,8 @@ class Services:
     processor: Proc
     prepare: Proc
     compaction: Proc
+    # A host key of TEST_SPACE (the runtime's credential): what ``flows.client`` sends.
+    api_key: str = ""
 
     @property
     def prepare_url(self) -> str:
@@ -36,6 +42,11 @@ class Services:
 
     def env(self, key: str) -> str:
         return self.settings_env[key]
+
+    async def new_key(
+        self, space_id: str, kind: KeyKind = KeyKind.HOST, actor_id: str | None = None
+    ) -> IssuedKey:
+        return await issue(self.env("ALC_PG_DSN"), space_id, kind, actor_id, label="tests")
 
     def stop(self) -> None:
         self.prepare.stop()
@@ -69,4 +80,11 @@ def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
         env, logs, REPO, "127.0.0.1", settings_env["ALC_PREPARE_PORT"], sys.executable
     )
     procs.start()
-    return Services(stack, settings_env, procs.processor, procs.prepare, procs.compaction)
+    # Prepare applied the migrations at start: the keys table is there.
+    # A private loop: this runs in sync fixtures, beside pytest-asyncio's own loop.
+    loop = asyncio.new_event_loop()
+    try:
+        key = loop.run_until_complete(issue(pg_dsn, TEST_SPACE, KeyKind.HOST, label="tests"))
+    finally:
+        loop.close()
+    return Services(stack, settings_env, procs.processor, procs.prepare, procs.compaction, key.key)

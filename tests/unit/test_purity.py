@@ -23,6 +23,7 @@ PURE_MODULES = sorted(
         "services/compaction/validate.py",
         "services/compaction/extractive.py",
         "services/compaction/scripted.py",
+        "services/prepare/auth.py",
     ]
 )
 

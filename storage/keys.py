@@ -1,0 +1,97 @@
+"""API keys in PostgreSQL (migration 010): create, look up, list, revoke.
+
+Only a key's sha256 is stored; ``create_key`` returns the key itself once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+
+from services.prepare.auth import Credential, KeyKind, new_key
+
+
+class _Executor(Protocol):
+    async def fetchrow(self, query: str, *args: Any) -> Any: ...
+
+    async def fetch(self, query: str, *args: Any) -> Any: ...
+
+    async def execute(self, query: str, *args: Any) -> Any: ...
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    credential: Credential
+    digest: str
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    key_id: str
+    key: str
+    space_id: str
+    kind: KeyKind
+    actor_id: str | None
+
+
+async def create_key(
+    db: _Executor, space_id: str, kind: KeyKind, actor_id: str | None = None, label: str = ""
+) -> IssuedKey:
+    if (kind is KeyKind.USER) != (actor_id is not None):
+        raise ValueError("a user key names exactly one actor; a host key names none")
+    fresh = new_key()
+    await db.execute(
+        "INSERT INTO api_keys (key_id, key_sha256, space_id, kind, actor_id, label)"
+        " VALUES ($1,$2,$3,$4,$5,$6)",
+        fresh.key_id,
+        fresh.digest,
+        space_id,
+        kind.value,
+        actor_id,
+        label,
+    )
+    return IssuedKey(fresh.key_id, fresh.key, space_id, kind, actor_id)
+
+
+async def find_key(db: _Executor, key_id: str) -> StoredKey | None:
+    """A live (not revoked) key by id."""
+    r = await db.fetchrow(
+        "SELECT key_id, key_sha256, space_id, kind, actor_id FROM api_keys"
+        " WHERE key_id=$1 AND revoked_at IS NULL",
+        key_id,
+    )
+    if r is None:
+        return None
+    cred = Credential(r["key_id"], r["space_id"], KeyKind(r["kind"]), r["actor_id"])
+    return StoredKey(cred, r["key_sha256"])
+
+
+async def revoke_key(db: _Executor, key_id: str) -> bool:
+    r = await db.fetchrow(
+        "UPDATE api_keys SET revoked_at=now() WHERE key_id=$1 AND revoked_at IS NULL"
+        " RETURNING key_id",
+        key_id,
+    )
+    return r is not None
+
+
+async def list_keys(db: _Executor, space_id: str | None = None) -> list[dict[str, Any]]:
+    rows = await db.fetch(
+        "SELECT key_id, space_id, kind, actor_id, label, created_at, revoked_at FROM api_keys"
+        " WHERE $1::text IS NULL OR space_id=$1 ORDER BY created_at",
+        space_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def issue(
+    dsn: str, space_id: str, kind: KeyKind, actor_id: str | None = None, label: str = ""
+) -> IssuedKey:
+    """One key over a short-lived connection (the CLI, the demo, benchmarks, tests)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        return await create_key(conn, space_id, kind, actor_id, label)
+    finally:
+        await conn.close()
