@@ -377,7 +377,14 @@ async def _outcome(
     )
     if not decision.commit:
         await repo.finish_job(conn, out.job_id, "rejected", "commit", decision.reason)
-        await repo.update_state(conn, row, active_job_id=None, deferral_reason=decision.reason)
+        changes: dict[str, object] = {"active_job_id": None, "deferral_reason": decision.reason}
+        if (decision.reason or "").startswith("version_conflict"):
+            # The view the job summarized changed under it: the next check summarizes a
+            # different state, so the growth gate (R9.5, against repeating a summary of
+            # the same state) must not hold it back — over the hard budget nothing is
+            # sent until a job commits (R9.7).
+            changes["last_attempt"] = None
+        await repo.update_state(conn, row, **changes)
         note("rejected", decision.reason)
         return False
     after = budget_after(request["budget_before"], out.covered_tokens, out.summary_tokens)
