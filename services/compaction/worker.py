@@ -31,7 +31,6 @@ from services.compaction.bound import (
     summary_bound,
 )
 from services.compaction.contracts import (
-    Fact,
     SourceItem,
     SummaryDraft,
     SummaryRequest,
@@ -226,28 +225,22 @@ class CompactionWorker:
             items = _items(seg, by_id)
             calls += 1
             try:
-                result = await asyncio.wait_for(
-                    self.gateway.summarize(
-                        SummaryRequest(items, previous, output_tokens, f"{op_id}:{i}")
-                    ),
-                    self.config.call_timeout_s,
-                )
-                validate_draft(
-                    result.draft,
-                    frozenset(i.record_id for i in items),
-                    output_tokens * 6,
+                draft = await self._summarize(
+                    SummaryRequest(items, previous, output_tokens, f"{op_id}:{i}")
                 )
             except InvalidSummary as exc:
                 return failed("validate", f"invalid_summary:{exc.details.get('reason')}", calls)
             except (SummarizerFailed, TimeoutError) as exc:
                 return failed("summarize", getattr(exc, "code", "summarizer_timeout"), calls)
-            drafts.append(result.draft)
+            drafts.append(draft)
         covered: list[Group] = [g for s in segments for g in s.groups]
         merged = _merge(parent["summary"] if parent else None, drafts)
         rollup: dict[str, object] | None = None
         if self.counter.count(merged.text()) > bound:
-            merged, rollup = await self._roll_up(merged, bound, op_id, req.parent_summary_id)
-            calls += int(rollup["calls"])  # type: ignore[call-overload]
+            merged, rollup_calls, rollup = await self._roll_up(
+                merged, bound, op_id, req.parent_summary_id
+            )
+            calls += rollup_calls
         if self.hooks.hooks:
             try:
                 merged = await self.hooks.after(AfterCompact(req.session_id, req.run_id, merged))
@@ -305,9 +298,17 @@ class CompactionWorker:
             model_calls=calls,
         )
 
+    async def _summarize(self, req: SummaryRequest) -> SummaryDraft:
+        """One bounded summarizer call (R11.3), its draft validated against the request's
+        own records (R11.4). Raises InvalidSummary, SummarizerFailed or TimeoutError."""
+        result = await asyncio.wait_for(self.gateway.summarize(req), self.config.call_timeout_s)
+        # ~6 characters per token at most: a draft far over its output cap is refused.
+        validate_draft(result.draft, req.source_ids, req.max_output_tokens * 6)
+        return result.draft
+
     async def _roll_up(
         self, draft: SummaryDraft, bound: int, op_id: str, parent_id: str | None
-    ) -> tuple[SummaryDraft, dict[str, object]]:
+    ) -> tuple[SummaryDraft, int, dict[str, object]]:
         """Hierarchical re-summarization (R11.8): the parent's entries and the new drafts
         become one summary within ``bound``. Each request holds at most one segment's
         worth of entries (R11.2). If the summarizer fails here, the deterministic fit
@@ -321,22 +322,15 @@ class CompactionWorker:
         for k, part in enumerate(chunks):
             calls += 1
             try:
-                result = await asyncio.wait_for(
-                    self.gateway.summarize(
+                parts.append(
+                    await self._summarize(
                         SummaryRequest(part, None, per_chunk, f"{op_id}:rollup:{k}")
-                    ),
-                    self.config.call_timeout_s,
-                )
-                validate_draft(
-                    result.draft,
-                    frozenset(i.record_id for i in part),
-                    per_chunk * 6,
+                    )
                 )
             except (InvalidSummary, SummarizerFailed, TimeoutError) as exc:
                 error = getattr(exc, "code", "summarizer_timeout")
                 log.warning("roll-up call %d failed (%s): fitting deterministically", k, error)
                 break
-            parts.append(result.draft)
         rolled = concat(parts) if error is None else draft
         note = (
             f"rolled up summary {parent_id or '-'} and new segments: {len(items)} entries"
@@ -354,7 +348,7 @@ class CompactionWorker:
             "requests": len(chunks),
             "error": error,
         }
-        return rolled, info
+        return rolled, calls, info
 
     async def _records(self, conn: asyncpg.Connection, req: CompactionRequest) -> list[RecordView]:
         """The job's view up to its watermark. A thread's view only grows (the inherited
@@ -431,20 +425,9 @@ def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]
 
 def _merge(parent: dict[str, object] | None, drafts: list[SummaryDraft]) -> SummaryDraft:
     """The new revision carries the parent's content forward (covered records are not
-    summarized again, R11.8) and appends what the new segments add."""
-    parts = ([SummaryDraft.from_dict(parent)] if parent else []) + drafts
-
-    def cat(name: str) -> tuple[Fact, ...]:
-        return tuple(f for d in parts for f in getattr(d, name))
-
-    return SummaryDraft(
-        verified_facts=cat("verified_facts"),
-        decisions=cat("decisions"),
-        failures=cat("failures"),
-        unresolved_questions=cat("unresolved_questions"),
-        work_artifact_refs=tuple(dict.fromkeys(r for d in parts for r in d.work_artifact_refs)),
-        observations=tuple(o for d in parts for o in d.observations),
-    )
+    summarized again, R11.8) and appends what the new segments add; the bound is applied
+    afterwards (roll-up, fit)."""
+    return concat(([SummaryDraft.from_dict(parent)] if parent else []) + drafts)
 
 
 def _ranges(covered: list[Group], parent: asyncpg.Record | None) -> tuple[tuple[int, int], ...]:
