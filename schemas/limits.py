@@ -28,6 +28,8 @@ MAX_JSON_DEPTH = 64
 # Integers that reach bigint columns or Kafka offsets, and int columns / partitions.
 MAX_INT64 = 2**63 - 1
 MAX_INT32 = 2**31 - 1
+# Exact in every JSON parser (and in a double): Kafka offsets a caller sends back.
+MAX_JSON_INT = 2**53 - 1
 # Characters per page of a record read (R11.8).
 MAX_READ_LIMIT = 1 << 20
 

@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     prepare_port: int = 18080
     # Read-your-writes: how long prepare waits for the runtime's last append.
     prepare_commit_wait_s: float = 5.0
+    # Request bodies over this get 413 payload_too_large, a declared Content-Length before
+    # a byte is read; content store uploads (PUT /v1/blobs) have their own bound.
+    max_request_bytes: int = 8 * 1024 * 1024
+    max_blob_bytes: int = 16 * 1024 * 1024
 
     # Local .tiktoken file to count with instead of the bundled cl100k_base (R6.4).
     tiktoken_file: str | None = None

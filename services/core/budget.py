@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from schemas.errors import ContextBudgetExceeded, InvalidPolicy
+from schemas.limits import MAX_ID_LEN, MAX_INT32, MAX_KEY_LEN
 
 CATEGORIES = (
     "instructions",
@@ -49,6 +50,11 @@ class ModelProfile:
         unknown = set(d) - allowed
         if unknown:
             raise InvalidPolicy(f"unknown model profile fields: {sorted(unknown)}")
+        wrong = sorted(k for k, v in d.items() if not _profile_value_ok(k, v))
+        if wrong:
+            raise InvalidPolicy(
+                f"model profile fields of the wrong type or out of range: {wrong}", fields=wrong
+            )
         try:
             prof = ModelProfile(**{k: v for k, v in d.items() if k in allowed})
         except TypeError as exc:
@@ -75,6 +81,18 @@ class ModelProfile:
                 safety_margin=self.safety_margin,
             )
         return budget
+
+
+def _profile_value_ok(name: str, value: Any) -> bool:
+    """Sizes are integers in 0..2^31-1 (a bool is not one); labels are bounded strings
+    (the name keys calibration rows)."""
+    if name in ("name", "counting", "provider_format"):
+        return isinstance(value, str) and len(value) <= (
+            MAX_ID_LEN if name == "name" else MAX_KEY_LEN
+        )
+    if value is None and name in ("platform_limit", "input_limit"):
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT32
 
 
 def counting_label(requested: str, available: str) -> str:

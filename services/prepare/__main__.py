@@ -65,7 +65,7 @@ def build_app(settings: Settings) -> FastAPI:
             yield
 
     # The routes need the service; create_api reads it lazily through a proxy.
-    app = create_api(_Lazy(holder))  # type: ignore[arg-type]
+    app = create_api(_Lazy(holder), settings)  # type: ignore[arg-type]
     app.router.lifespan_context = lifespan
     return app
 

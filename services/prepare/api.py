@@ -6,23 +6,38 @@ mapped from the error class; clients branch on ``code``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, ORJSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from schemas.errors import ContextError, InvalidRequest, Unauthenticated
+from schemas.errors import Unauthenticated
 from services.prepare.auth import Action, Principal, authorize_release, session_owner
+from services.prepare.fields import (
+    Body,
+    Id,
+    Key,
+    Limit,
+    Offset,
+    Offsets,
+    PathId,
+    PathKey,
+    QueryId,
+    RunId,
+    Tokens,
+)
+from services.prepare.http_errors import CONFLICT, HOOKS, ApiRoute, install_error_handlers
+from services.prepare.middleware import BodyLimit, ErrorShield
 from services.prepare.service import PrepareService
+from services.settings import Settings
 
 
-class ReleaseIn(BaseModel):
-    release_id: str | None = None
-    agent_id: str
+class ReleaseIn(Body):
+    release_id: Id | None = None
+    agent_id: Id
     instructions: str
     tool_catalog: list[dict[str, Any]] = Field(default_factory=list)
     skill_bindings: list[dict[str, Any]] = Field(default_factory=list)
@@ -37,41 +52,38 @@ class ReleaseIn(BaseModel):
     context_policy: dict[str, Any] = Field(default_factory=dict)
 
 
-class SessionIn(BaseModel):
-    session_id: str | None = None
-    space_id: str | None = Field(None, description="the API key's space (default)")
-    actor_id: str | None = Field(
+class SessionIn(Body):
+    session_id: Id | None = None
+    space_id: Id | None = Field(None, description="the API key's space (default)")
+    actor_id: Id | None = Field(
         None,
         description="the session's owner; by default the actor of a user key, or the one a"
         " host key names in X-AgentLoom-Actor",
     )
-    release_id: str
+    release_id: Id
 
 
-class RunIn(BaseModel):
-    run_id: str | None = None
-    instance_id: str | None = None
+class RunIn(Body):
+    run_id: RunId | None = None
+    instance_id: Id | None = None
 
 
-class RunLifecycleIn(BaseModel):
+class RunLifecycleIn(Body):
     reason: str | None = None
-    event_key: str | None = Field(
+    event_key: Key | None = Field(
         None,
         description="idempotency key; by default derived from the run's lifecycle counters"
         " (a retry gets the same key, the next resume or finish a new one)",
     )
-    after: dict[str, int] = Field(
-        default_factory=dict,
-        description="partition -> offset of the caller's last append (read-your-writes)",
-    )
+    after: Offsets = Field(default_factory=dict)
 
 
 class FinishIn(RunLifecycleIn):
     cancelled: bool = Field(False, description="stopped by the user (run_cancelled)")
 
 
-class GrantIn(BaseModel):
-    actor_id: str = Field(description="the actor who may read the session from now on")
+class GrantIn(Body):
+    actor_id: Id = Field(description="the actor who may read the session from now on")
     # Who granted is derived from the API key (and the actor a host key acts for): a
     # body field naming it would let any caller claim to be the owner.
 
@@ -95,9 +107,11 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-class PrepareIn(BaseModel):
-    purpose: str = Field("action", description="action | compaction | completion (verification)")
-    instance_id: str | None = None
+class PrepareIn(Body):
+    purpose: Literal["action", "compaction", "completion", "verification"] = Field(
+        "action", description="action | compaction | completion (verification)"
+    )
+    instance_id: Id | None = None
     model_profile: dict[str, Any] | None = None
     tool_catalog: list[dict[str, Any]] | None = None
     render: bool = Field(
@@ -105,30 +119,27 @@ class PrepareIn(BaseModel):
         description="also return the request body in the model profile's "
         "provider_format (openai_chat | openai_responses | anthropic_messages)",
     )
-    after: dict[str, int] = Field(
-        default_factory=dict,
-        description="partition -> offset of the caller's last append (read-your-writes)",
-    )
+    after: Offsets = Field(default_factory=dict)
     material: list[dict[str, Any]] = Field(
         default_factory=list,
         description="retrieved passages for this call (R12.4): citation_id, version, text,"
         " source, record_id; merged by citation, kept apart when versions conflict,"
         " dropped first when over budget — never instructions",
     )
-    reserve_tokens: int = Field(
+    reserve_tokens: Tokens = Field(
         0,
         description="tokens to keep free (a re-prepare after context_reprepare_required"
         " passes the hook_tokens it was given)",
     )
-    reprepare_of: str | None = Field(
+    reprepare_of: Id | None = Field(
         None, description="the prepared_id this re-prepares (R9.8: asked at most once)"
     )
 
 
-class ModelCallIn(BaseModel):
+class ModelCallIn(Body):
     model_config = ConfigDict(protected_namespaces=())
 
-    prepared_id: str
+    prepared_id: Id
     model_config_: dict[str, Any] = Field(
         default_factory=dict,
         alias="model_config",
@@ -136,21 +147,26 @@ class ModelCallIn(BaseModel):
     )
 
 
-class ModelResultIn(BaseModel):
+class ModelResultIn(Body):
     response: dict[str, Any] = Field(default_factory=dict)
     usage: dict[str, Any] = Field(
         default_factory=dict, description="provider usage: input_tokens, output_tokens"
     )
 
 
-def create_api(svc: PrepareService) -> FastAPI:
+def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI:
+    limits = settings or Settings.model_construct()  # the defaults, not the environment
     app = FastAPI(
         title="AgentLoom Context — Prepare", version="0.1.0", default_response_class=ORJSONResponse
     )
-
-    @app.exception_handler(ContextError)
-    async def _context_error(_: Request, exc: ContextError) -> JSONResponse:
-        return ORJSONResponse({"error": exc.to_dict()}, status_code=exc.http_status)
+    # 4xx never 5xx (issue 10.3): every status documented with one error shape, a JSON
+    # body or 415, a size limit or 413, and a last answer that keeps the connection.
+    app.router.route_class = ApiRoute
+    install_error_handlers(app)
+    app.add_middleware(
+        BodyLimit, max_bytes=limits.max_request_bytes, max_blob_bytes=limits.max_blob_bytes
+    )
+    app.add_middleware(ErrorShield)
 
     async def principal(
         bearer: HTTPAuthorizationCredentials | None = Depends(BEARER),  # noqa: B008
@@ -170,26 +186,21 @@ def create_api(svc: PrepareService) -> FastAPI:
             headers={"WWW-Authenticate": "Bearer"},
         )
 
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        err = InvalidRequest("request body does not match the API", errors=exc.errors())
-        return ORJSONResponse({"error": err.to_dict()}, status_code=err.http_status)
-
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.post("/v1/releases", status_code=201)
+    @app.post("/v1/releases", status_code=201, responses=CONFLICT)
     async def register_release(body: ReleaseIn, who: Principal = auth) -> dict[str, Any]:
         """Publish a release in the key's space (host keys only); ids are global."""
         authorize_release(who, body.release_id or "", None, Action.RELEASE_PUBLISH).enforce()
         return await svc.register_release(body.model_dump(), who.space_id)
 
     @app.get("/v1/releases/{release_id}")
-    async def get_release(release_id: str, who: Principal = auth) -> dict[str, Any]:
+    async def get_release(release_id: PathId, who: Principal = auth) -> dict[str, Any]:
         return await svc.authorized_release(release_id, who)
 
-    @app.post("/v1/sessions", status_code=201)
+    @app.post("/v1/sessions", status_code=201, responses=CONFLICT)
     async def open_session(body: SessionIn, who: Principal = auth) -> dict[str, Any]:
         """Open a session in the key's space for its owner: a user key's own actor, or any
         actor of the space for a host key."""
@@ -201,27 +212,27 @@ def create_api(svc: PrepareService) -> FastAPI:
         )
 
     @app.get("/v1/sessions/{session_id}")
-    async def get_session(session_id: str, who: Principal = auth) -> dict[str, Any]:
+    async def get_session(session_id: PathId, who: Principal = auth) -> dict[str, Any]:
         await svc.authorize(session_id, who, Action.SESSION_READ)
         return await svc.session(session_id)
 
-    @app.post("/v1/sessions/{session_id}/runs", status_code=201)
-    async def start_run(session_id: str, body: RunIn, who: Principal = auth) -> dict[str, Any]:
+    @app.post("/v1/sessions/{session_id}/runs", status_code=201, responses=CONFLICT)
+    async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> dict[str, Any]:
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return await svc.start_run(session_id, body.model_dump())
 
-    @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume")
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume", responses=CONFLICT)
     async def resume_run(
-        session_id: str, run_id: str, body: RunLifecycleIn, who: Principal = auth
+        session_id: PathId, run_id: PathId, body: RunLifecycleIn, who: Principal = auth
     ) -> dict[str, Any]:
         """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
         processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return await svc.resume_run(session_id, run_id, body.model_dump())
 
-    @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish")
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish", responses=CONFLICT)
     async def finish_run(
-        session_id: str, run_id: str, body: FinishIn, who: Principal = auth
+        session_id: PathId, run_id: PathId, body: FinishIn, who: Principal = auth
     ) -> dict[str, Any]:
         """Finish (or cancel) the run once the processor accepted it; 409
         ``run_not_active`` when it already ended otherwise. Appends to an ended run are
@@ -236,20 +247,23 @@ def create_api(svc: PrepareService) -> FastAPI:
             200: {
                 "description": "PreparedContext: messages, tools, budget report, "
                 "dependency versions, block → source map (record_ids)"
-            }
+            },
+            **HOOKS,
         },
     )
     async def prepare(
-        session_id: str, run_id: str, body: PrepareIn, who: Principal = auth
+        session_id: PathId, run_id: PathId, body: PrepareIn, who: Principal = auth
     ) -> ORJSONResponse:
         # Returned as a ready response: FastAPI's generic pydantic serialization of a
         # 10k-message dict cost ~3x the assembly itself.
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
         return ORJSONResponse(await svc.prepare(session_id, run_id, body.model_dump()))
 
-    @app.post("/v1/sessions/{session_id}/runs/{run_id}/model-calls", status_code=201)
+    @app.post(
+        "/v1/sessions/{session_id}/runs/{run_id}/model-calls", status_code=201, responses=HOOKS
+    )
     async def model_call(
-        session_id: str, run_id: str, body: ModelCallIn, who: Principal = auth
+        session_id: PathId, run_id: PathId, body: ModelCallIn, who: Principal = auth
     ) -> ORJSONResponse:
         """The gateway's final check (R9.8, R10.5, R14): ``model.chat.before`` hooks, the
         protected block manifest, the same budget. 201 with the provider-ready
@@ -263,9 +277,9 @@ def create_api(svc: PrepareService) -> FastAPI:
         )
         return ORJSONResponse(out, status_code=201)
 
-    @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result")
+    @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result", responses=HOOKS)
     async def model_result(
-        session_id: str, call_id: str, body: ModelResultIn, who: Principal = auth
+        session_id: PathId, call_id: PathId, body: ModelResultIn, who: Principal = auth
     ) -> dict[str, Any]:
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
         usage calibrates later estimates and the drift is returned (R6.4)."""
@@ -274,12 +288,12 @@ def create_api(svc: PrepareService) -> FastAPI:
 
     @app.get("/v1/sessions/{session_id}/records/{record_id}")
     async def read_record(
-        session_id: str,
-        record_id: str,
-        offset: int = 0,
-        limit: int = 65536,
-        run_id: str | None = None,
-        instance_id: str | None = None,
+        session_id: PathId,
+        record_id: PathId,
+        offset: Offset = 0,
+        limit: Limit = 65536,
+        run_id: QueryId = None,
+        instance_id: QueryId = None,
         who: Principal = auth,
     ) -> dict[str, Any]:
         """Read a source record back by id, paged. With ``run_id`` + ``instance_id`` the
@@ -289,7 +303,7 @@ def create_api(svc: PrepareService) -> FastAPI:
         return await svc.read_record(session_id, record_id, offset, limit, run_id, instance_id)
 
     @app.post("/v1/sessions/{session_id}/grants", status_code=201)
-    async def grant(session_id: str, body: GrantIn, who: Principal = auth) -> dict[str, Any]:
+    async def grant(session_id: PathId, body: GrantIn, who: Principal = auth) -> dict[str, Any]:
         """Let ``actor_id`` read the session (R3.3): only its owner, or the host key acting
         as itself or for the owner; ``granted_by`` is derived from the key."""
         return await svc.grant(session_id, who, body.actor_id)
@@ -303,7 +317,7 @@ def create_api(svc: PrepareService) -> FastAPI:
 
     @app.get("/v1/sessions/{session_id}/events/{event_key}")
     async def event_outcome(
-        session_id: str, event_key: str, who: Principal = auth
+        session_id: PathId, event_key: PathKey, who: Principal = auth
     ) -> dict[str, Any]:
         await svc.authorize(session_id, who, Action.SESSION_READ)
         return await svc.outcome(session_id, event_key)

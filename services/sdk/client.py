@@ -44,13 +44,28 @@ INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4
 
 
 class ApiError(ContextError):
-    """An error answered by the Prepare service; ``code`` is the server's code."""
+    """A call to the Prepare service that did not succeed — always with a ``code``: the
+    server's (``run_active``, ``not_committed_yet``, ...) or, when no answer of our shape
+    came, ``timeout`` / ``unavailable`` (no answer; ``status`` 0), ``http_<status>`` (an
+    error status without our body, e.g. from a proxy) or ``bad_response`` (a success that
+    is not a JSON object). ``retriable`` is the server's, or ours for those."""
 
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        err = body.get("error", {})
-        super().__init__(err.get("message", str(body)), **err.get("details", {}))
+    def __init__(self, status: int, body: dict[str, Any], *, retriable: bool | None = None):
+        err = body.get("error")
+        if not isinstance(err, dict) or not isinstance(err.get("code"), str):
+            err = {"code": f"http_{status}", "message": str(body)[:500]}
+        details = err.get("details")
+        super().__init__(str(err.get("message") or err["code"]))
+        self.details = details if isinstance(details, dict) else {}
         self.status = status
-        self.code = err.get("code", "http_error")  # type: ignore[misc]
+        self.code = err["code"]  # type: ignore[misc]
+        if retriable is None:
+            retriable = err.get("retriable") is True or status in (502, 503, 504)
+        self.retriable = retriable  # type: ignore[misc]
+
+    @classmethod
+    def of(cls, status: int, code: str, message: str, retriable: bool) -> ApiError:
+        return cls(status, {"error": {"code": code, "message": message}}, retriable=retriable)
 
 
 @dataclass(frozen=True)
@@ -95,11 +110,28 @@ class ContextClient:
         await self.http.aclose()
 
     async def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        r = await self.http.request(method, path, **kw)
-        body = r.json()
+        """One HTTP call; anything but a JSON object with a 2xx raises ``ApiError``."""
+        what = f"{method} {path}"
+        try:
+            r = await self.http.request(method, path, **kw)
+        except httpx.TimeoutException as exc:
+            raise ApiError.of(0, "timeout", f"{what}: no answer in time ({exc!r})", True) from exc
+        except httpx.TransportError as exc:  # refused, reset, dropped mid-answer
+            raise ApiError.of(0, "unavailable", f"{what}: {exc!r}", True) from exc
+        except httpx.RequestError as exc:  # an answer that cannot be decoded
+            raise ApiError.of(0, "bad_response", f"{what}: {exc!r}", False) from exc
+        try:
+            body = r.json()
+        except ValueError:  # not JSON (or not UTF-8): a proxy's page, a crash text
+            body = None
         if r.status_code >= 400:
+            if not isinstance(body, dict):
+                body = {"error": {"code": f"http_{r.status_code}", "message": r.text[:500]}}
             raise ApiError(r.status_code, body)
-        assert isinstance(body, dict)
+        if not isinstance(body, dict):
+            raise ApiError.of(
+                r.status_code, "bad_response", f"{what}: not a JSON object: {r.text[:200]!r}", False
+            )
         return body
 
     # --- releases and sessions ----------------------------------------------------------
