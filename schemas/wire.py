@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from schemas import codec
@@ -76,6 +78,50 @@ def encode_dead_letter(dl: DeadLetter) -> bytes:
 
 def decode_dead_letter(data: bytes) -> DeadLetter:
     return DeadLetter(**codec.decode(codec.DEAD_LETTER, data))
+
+
+# A producer refuses a message over its max.request.size (aiokafka 1 MiB, faust
+# 1,000,000 bytes): a dead letter carrying a ~1 MB original must be cut, or the
+# process that cannot publish it stalls its partition. Headroom for Kafka's framing.
+DEAD_LETTER_MAX_BYTES = 900_000
+MAX_REASON_CHARS = 2000
+_TRUNCATED = re.compile(r"\[(key|value) truncated to (\d+) of (\d+) bytes, sha256 ([0-9a-f]{64})\]")
+
+
+def fit_dead_letter(dl: DeadLetter, max_bytes: int = DEAD_LETTER_MAX_BYTES) -> DeadLetter:
+    """``dl`` made publishable: the reason capped at ``MAX_REASON_CHARS``; when the
+    encoded letter would exceed ``max_bytes``, the original key and value are cut to a
+    prefix and the reason names each original's size and sha256 (``truncated_original``
+    reads them back). The original stays in its source topic at the recorded offset."""
+    reason = dl.reason if len(dl.reason) <= MAX_REASON_CHARS else dl.reason[:MAX_REASON_CHARS] + "…"
+    dl = replace(dl, reason=reason)
+    key, value = dl.key or b"", dl.value or b""
+    bare = len(encode_dead_letter(replace(dl, key=None, value=None)))
+    room = max_bytes - bare - 400  # the notes below, and varint lengths
+    if len(key) + len(value) <= room:
+        return dl
+    notes: list[str] = []
+    kept_key = dl.key
+    if len(key) > room // 2:
+        kept_key = key[: room // 2]
+        notes.append(_note("key", key, len(kept_key)))
+    kept_value = value[: max(0, room - len(kept_key or b""))]
+    notes.append(_note("value", value, len(kept_value)))
+    return replace(dl, key=kept_key, value=kept_value, reason=f"{reason} {' '.join(notes)}")
+
+
+def _note(what: str, original: bytes, kept: int) -> str:
+    digest = hashlib.sha256(original).hexdigest()
+    return f"[{what} truncated to {kept} of {len(original)} bytes, sha256 {digest}]"
+
+
+def truncated_original(dl: DeadLetter, what: str = "value") -> tuple[int, str] | None:
+    """(size, sha256) of the original ``what`` ("key" or "value") when ``fit_dead_letter``
+    cut it; None when the letter carries it whole."""
+    for m in _TRUNCATED.finditer(dl.reason):
+        if m.group(1) == what:
+            return int(m.group(3)), m.group(4)
+    return None
 
 
 # --- control events (ctx.records) and compaction requests ---------------------------

@@ -58,6 +58,10 @@ class Settings(BaseSettings):
     # Unique per processor process (static group membership); scale out with -2, -3, ...
     processor_instance_id: str = "processor-1"
     processor_session_timeout_s: float = 10.0
+    # Transient infrastructure errors (connection loss, serialization failure, deadlock)
+    # are retried with backoff for this long before the processor exits (code 70); a
+    # record it cannot apply is dead-lettered instead, never retried.
+    processor_transient_retry_s: float = 300.0
     # "faust" (faust-streaming agent) or "aiokafka" (direct batch consumer, higher
     # throughput); both run the same BatchProcessor with the same guarantees.
     processor_driver: Literal["faust", "aiokafka"] = "faust"

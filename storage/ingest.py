@@ -333,9 +333,47 @@ async def write_offsets(
     await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, topic)
 
 
-async def blob_tokens(conn: asyncpg.Connection, hashes: list[str]) -> dict[str, tuple[int, str]]:
+async def blob_tokens(
+    conn: asyncpg.Connection, hashes: list[str]
+) -> dict[str, tuple[int, str, int]]:
+    """sha256 -> (token_count, token_method, length) of the stored blobs among ``hashes``."""
     rows = await conn.fetch(
-        "SELECT sha256, token_count, token_method FROM blobs WHERE sha256 = ANY($1::text[])",
+        "SELECT sha256, token_count, token_method, length FROM blobs"
+        " WHERE sha256 = ANY($1::text[])",
         hashes,
     )
-    return {r["sha256"]: (r["token_count"], r["token_method"]) for r in rows}
+    return {r["sha256"]: (r["token_count"], r["token_method"], r["length"]) for r in rows}
+
+
+# Records that render nothing in a view (lifecycle markers).
+_INVISIBLE = frozenset({"run_started", "run_resumed", "run_finished"})
+_ENVELOPE = 4  # per message; the next observation resyncs any drift
+
+
+async def grow_view_tokens(
+    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
+) -> None:
+    """Keep each session's main-view estimate current from the counts just stored."""
+    grow: dict[str, int] = {}
+    for nr in plan.records:
+        ev = nr.incoming.event
+        if str(ev.kind) in _INVISIBLE:
+            continue
+        st = states[ev.scope.session_id]
+        run = st.runs.get(ev.scope.run_id or "")
+        if ev.scope.instance_id is not None and (
+            run is None or run.main_instance_id != ev.scope.instance_id
+        ):
+            continue  # child threads have views of their own
+        grow[st.session_id] = grow.get(st.session_id, 0) + nr.incoming.token_count + _ENVELOPE
+    if grow:
+        # One statement for the whole batch: most sessions have no compaction state yet
+        # (no prepare seen), and a per-session UPDATE would cost a round trip each.
+        sids, tokens = zip(*sorted(grow.items()), strict=True)
+        await conn.execute(
+            "UPDATE compaction_state c SET view_tokens = c.view_tokens + d.t"
+            " FROM unnest($1::text[], $2::bigint[]) AS d(sid, t)"
+            " WHERE c.session_id = d.sid AND c.lineage = 'main'",
+            list(sids),
+            list(tokens),
+        )

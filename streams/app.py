@@ -5,7 +5,8 @@ matter for correctness (see DESIGN.md "Known traps"):
 - ``concurrency=1``: with more, faust can commit an offset past an in-flight message
   (faust-streaming #606).
 - ``take_events`` acks a batch in a ``finally`` once the loop body returns — and also if
-  the body raises. So the body never raises: on an unrecoverable error the process exits
+  the body raises. So the body never raises: a record it cannot apply is dead-lettered
+  (``BatchProcessor.handle``), and when the infrastructure stays lost the process exits
   at once (crash-only) before faust can ack, and the batch is redelivered on restart.
 - no ``exactly_once`` guarantee from faust (#517, #323): effectively-once comes from
   PostgreSQL unique keys and the consumer tracking rows written with the effects.
@@ -91,6 +92,6 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
                 RawMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
                 for e in events
             ]
-            await handle_or_exit(await processor(), batch)
+            await handle_or_exit(await processor(), batch, settings.processor_transient_retry_s)
 
     return app

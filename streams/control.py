@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import asyncpg
 
@@ -37,6 +37,16 @@ from services.core.triggers import (
 from services.core.triggers import ratio_threshold as threshold
 from storage import compaction as repo
 from storage.threads import inherited_records, snapshot_boundary, thread_records
+from streams.faults import describe_failure, is_transient
+
+
+@dataclass(frozen=True)
+class ControlFailure:
+    """A control event that could not be applied: dead-lettered with this reason."""
+
+    event: ControlEvent
+    code: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,7 @@ class ControlResult:
     reports: int
     commits: int
     refusals: int
+    failures: list[ControlFailure] = field(default_factory=list)
 
 
 async def _lineage(conn: asyncpg.Connection, ev: ControlEvent) -> str:
@@ -58,20 +69,38 @@ async def _lineage(conn: asyncpg.Connection, ev: ControlEvent) -> str:
 
 
 async def apply_controls(conn: asyncpg.Connection, events: list[ControlEvent]) -> ControlResult:
+    """Apply ``events`` in order, each in a savepoint of the caller's transaction: one
+    that raises (anything but a transient infrastructure error, which is re-raised so
+    the batch is retried) is undone alone and returned in ``failures`` for the dead-letter
+    topic — it never stops the partition (R15.3)."""
     requests: list[CompactionRequest] = []
     notes: list[ObservabilityEvent] = []
+    failures: list[ControlFailure] = []
     reports = commits = refusals = 0
     for ev in events:
-        if isinstance(ev.body, BudgetObservation):
-            req = await _observe(conn, ev, ev.body, notes)
+        mark = len(notes)
+        req: CompactionRequest | None = None
+        ok: bool | None = None  # None: an observation; else whether the outcome committed
+        try:
+            async with conn.transaction():  # nested: a savepoint
+                if isinstance(ev.body, BudgetObservation):
+                    req = await _observe(conn, ev, ev.body, notes)
+                else:
+                    ok = await _outcome(conn, ev, ev.body, notes)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            del notes[mark:]  # they describe effects the savepoint just undid
+            failures.append(ControlFailure(ev, *describe_failure(exc)))
+            continue
+        if ok is None:
             reports += 1
             if req is not None:
                 requests.append(req)
         else:
-            ok = await _outcome(conn, ev, ev.body, notes)
             commits += ok
             refusals += not ok
-    return ControlResult(requests, notes, reports, commits, refusals)
+    return ControlResult(requests, notes, reports, commits, refusals, failures)
 
 
 async def _observe(

@@ -76,7 +76,7 @@ async def run(settings: Settings) -> None:
             for tp, msgs in fetched.items():  # per-partition order is what matters
                 batch.extend(RawMessage(m.key, m.value, m.partition, m.offset) for m in msgs)
                 next_offsets[tp] = msgs[-1].offset + 1
-            await handle_or_exit(proc, batch)
+            await handle_or_exit(proc, batch, settings.processor_transient_retry_s)
             # Only after the database commit and the acknowledged publishes.
             await consumer.commit(next_offsets)
     finally:

@@ -5,6 +5,11 @@ transaction → publish committed events and dead letters.
 Offsets are committed by the caller only after ``handle`` returns, i.e. after both the
 database commit and the publishes were acknowledged. A crash anywhere before that means
 redelivery, and redelivery is a no-op (unique keys + tracking rows).
+
+No record stops the partition (issue 10.1): what cannot be decoded or validated is
+dead-lettered before any SQL; whatever else fails the transaction is isolated by
+bisecting the batch and dead-lettered, and the rest commits once. Only infrastructure
+loss (``streams.faults.is_transient``) is retried, and past its bound ends the process.
 """
 
 from __future__ import annotations
@@ -12,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,19 +26,16 @@ import asyncpg
 from schemas import codec
 from schemas.contracts import ContextEvent, ResourceActivationPayload
 from schemas.errors import InvalidEvent
-from schemas.validation import validate_event
+from schemas.validation import validate_control, validate_event
 from schemas.wire import (
-    CommittedRecord,
     CompactionRequest,
     ControlEvent,
     DeadLetter,
     ObservabilityEvent,
     decode_control,
     decode_event,
-    encode_committed,
-    encode_compaction_request,
     encode_dead_letter,
-    encode_observability,
+    fit_dead_letter,
 )
 from services.core.tokens import CachedCounter, make_counter
 from services.settings import Settings
@@ -42,7 +43,9 @@ from storage import compaction as compaction_repo
 from storage import ingest
 from streams.accounting import text_key, token_text
 from streams.control import apply_controls, preempt
-from streams.planning import BatchPlan, Incoming, SessionState, plan_batch
+from streams.faults import describe_failure, is_transient, retry_transient
+from streams.outgoing import Applied, ProcessorConfig, dead_letter, encode_applied
+from streams.planning import BatchPlan, Incoming, plan_batch
 
 CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
 
@@ -70,17 +73,21 @@ class BatchResult:
     duplicates: int = 0
     dead_letters: int = 0
     rejected: int = 0
+    isolated: int = 0  # records the batch transaction could not apply (dead-lettered)
     codes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
-class ProcessorConfig:
-    consumer: str
-    topic_records: str
-    topic_committed: str
-    topic_dead_letter: str
-    topic_compaction_requests: str = "ctx.compaction.requests"
-    topic_observability: str = "ctx.observability"
+class Control:
+    """A decoded, validated control event and where it came from."""
+
+    partition: int
+    offset: int
+    event: ControlEvent
+    msg: RawMessage
+
+
+Item = Incoming | Control
 
 
 class BatchProcessor:
@@ -97,153 +104,217 @@ class BatchProcessor:
         self.config = config
 
     async def handle(self, batch: list[RawMessage]) -> BatchResult:
-        result = BatchResult()
+        """Apply ``batch``; raise only for a transient (infrastructure) failure.
+
+        No record can fail the batch (R3.3, R15.3): what does not decode or validate is
+        dead-lettered before any SQL, and if the batch transaction still fails for
+        another reason, the batch is bisected until the records it cannot apply are
+        isolated — dead-lettered with the reason — while every other record commits
+        exactly once (each part in its own transaction)."""
         dead: list[DeadLetter] = []
+        async with self.pool.acquire() as conn:
+            items = await self._admit(conn, batch, dead)
+            offsets = _next_offsets(batch)
+            try:
+                parts = [await self._attempt(conn, items, offsets)]
+                bad: list[tuple[Item, BaseException]] = []
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                log.warning("batch of %d failed (%r): isolating what fails", len(items), exc)
+                parts, bad = await self._isolate(conn, items, exc)
+                await self._finish_isolated(conn, bad, offsets)
+        result = BatchResult(isolated=len(bad))
+        for item, error in bad:
+            code, reason = describe_failure(error)
+            dead.append(self._dead_item(item, code, reason))
+            result.codes[code] = result.codes.get(code, 0) + 1
+        for part in parts:
+            dead += part.dead
+            result.committed += part.records
+            result.duplicates += part.duplicates
+            result.rejected += part.rejected
+            for code, n in part.codes.items():
+                result.codes[code] = result.codes.get(code, 0) + n
+            for topic, key, value in part.committed:
+                await self.publisher.send(topic, key, value)
+        await self._send_dead_letters(batch, dead)
+        for part in parts:
+            for topic, key, value in part.other:
+                await self.publisher.send(topic, key, value)
+        await self.publisher.flush()
+        result.dead_letters = len(dead)
+        return result
+
+    async def _admit(
+        self, conn: asyncpg.Connection, batch: list[RawMessage], dead: list[DeadLetter]
+    ) -> list[Item]:
+        """Decode, validate and count, in offset order; what fails is dead-lettered."""
         decoded: list[tuple[RawMessage, ContextEvent]] = []
-        controls: list[tuple[int, int, ControlEvent]] = []
+        controls: list[Control] = []
         for msg in batch:
             try:
                 if msg.value is None:
                     raise InvalidEvent("empty message value", reason_code="empty_value")
                 if codec.writer_name(msg.value) == CONTROL_EVENT_NAME:
-                    controls.append((msg.partition, msg.offset, decode_control(msg.value)))
+                    ctl = _decode_control(msg.value)
+                    validate_control(ctl)
+                    controls.append(Control(msg.partition, msg.offset, ctl, msg))
                     continue
                 ev = decode_event(msg.value)
                 validate_event(ev)
                 decoded.append((msg, ev))
             except InvalidEvent as exc:
                 dead.append(self._dead(msg, exc.reason_code, exc.message, None, None))
+            except Exception as exc:  # hostile bytes: whatever a decoder may raise
+                reason = f"{type(exc).__name__}: {exc}"
+                dead.append(self._dead(msg, "undecodable", reason, None, None))
+        if controls:
+            # A control event names a session the processor owns; one that does not
+            # exist is bad input, not a reason to stop (validated ids: a safe query).
+            known = {
+                r["session_id"]
+                for r in await conn.fetch(
+                    "SELECT session_id FROM sessions WHERE session_id = ANY($1::text[])",
+                    sorted({c.event.session_id for c in controls}),
+                )
+            }
+            for c in [c for c in controls if c.event.session_id not in known]:
+                controls.remove(c)
+                reason = f"session {c.event.session_id} is not open"
+                dead.append(self._dead(c.msg, "unknown_session", reason, None, c.event.event_key))
+        incoming = await self._count(conn, decoded, dead)
+        return _in_offset_order(incoming, controls)
 
-        next_offsets: dict[int, int] = {}
-        for msg in batch:
-            next_offsets[msg.partition] = max(next_offsets.get(msg.partition, 0), msg.offset + 1)
-
+    async def _attempt(
+        self, conn: asyncpg.Connection, items: list[Item], offsets: dict[int, int]
+    ) -> Applied:
+        """One transaction over ``items`` (in offset order); everything to publish is
+        encoded inside it, so that not even an encoding error can follow a commit."""
         plan = BatchPlan()
         existing: dict[tuple[str, str], ingest.ExistingRecord] = {}
         requests: list[CompactionRequest] = []
         notes: list[ObservabilityEvent] = []
-        async with self.pool.acquire() as conn:
-            incoming = await self._count(conn, decoded, dead)
-            async with conn.transaction():
-                # Records and control events in offset order: a budget check must see the
-                # counters as they were when Prepare observed, not those of later records
-                # that happen to share its batch.
-                chunk: list[Incoming] = []
-                for item in _in_offset_order(incoming, controls):
-                    if isinstance(item, Incoming):
-                        chunk.append(item)
-                        continue
-                    await self._apply_records(conn, chunk, plan, existing)
-                    chunk = []
-                    applied = await apply_controls(conn, [item])
-                    requests += applied.requests
-                    notes += applied.observability
+        failed: list[DeadLetter] = []
+        async with conn.transaction():
+            # Records and control events in offset order: a budget check must see the
+            # counters as they were when Prepare observed, not those of later records
+            # that happen to share its batch.
+            chunk: list[Incoming] = []
+            for item in items:
+                if isinstance(item, Incoming):
+                    chunk.append(item)
+                    continue
                 await self._apply_records(conn, chunk, plan, existing)
-                if plan.touched_sessions:
-                    requests += await preempt(conn, sorted(plan.touched_sessions), notes)
-                await ingest.write_offsets(
-                    conn, self.config.consumer, self.config.topic_records, next_offsets
-                )
-
-        now = int(time.time() * 1000)
-        for nr in plan.records:
-            ev = nr.incoming.event
-            await self._send_committed(
-                CommittedRecord(
-                    record_id=nr.record_id,
-                    session_id=ev.scope.session_id,
-                    session_sequence=nr.session_sequence,
-                    run_id=ev.scope.run_id,
-                    instance_id=ev.scope.instance_id,
-                    instance_sequence=nr.instance_sequence,
-                    event_key=ev.event_key,
-                    kind=str(ev.kind),
-                    token_count=nr.incoming.token_count,
-                    token_method=nr.incoming.token_method,
-                    content_sha256=ev.content.sha256,
-                    committed_at_ms=now,
-                    source_partition=nr.incoming.partition,
-                    source_offset=nr.incoming.offset,
-                )
+                chunk = []
+                applied = await apply_controls(conn, [item.event])
+                requests += applied.requests
+                notes += applied.observability
+                failed += [self._dead_item(item, f.code, f.reason) for f in applied.failures]
+            await self._apply_records(conn, chunk, plan, existing)
+            if plan.touched_sessions:
+                requests += await self._preempt(conn, sorted(plan.touched_sessions), notes)
+            await ingest.write_offsets(
+                conn, self.config.consumer, self.config.topic_records, offsets
             )
-        for inc in plan.duplicates:
-            # Republish: the first attempt may have crashed between the database commit
-            # and this publish. The committed topic is at-least-once; consumers dedupe
-            # on record_id.
-            old = existing.get((inc.event.scope.session_id, inc.event.event_key))
-            if old is not None:
-                # ExistingRecord holds exactly the committed fields; add when/where.
-                await self._send_committed(
-                    CommittedRecord(
-                        **old.__dict__,
-                        committed_at_ms=now,
-                        source_partition=inc.partition,
-                        source_offset=inc.offset,
-                    )
-                )
-        for rej in plan.rejections:
-            if rej.dead_letter:
-                msg = RawMessage(None, None, rej.incoming.partition, rej.incoming.offset)
-                dead.append(
-                    self._dead(
-                        msg,
-                        rej.code,
-                        rej.message,
-                        rej.incoming.event.scope.session_id,
-                        rej.incoming.event.event_key,
-                    )
-                )
-            else:
-                result.rejected += 1
-            result.codes[rej.code] = result.codes.get(rej.code, 0) + 1
+            out = encode_applied(self.config, plan, existing, notes, requests)
+        out.dead += failed
+        return out
+
+    async def _isolate(
+        self, conn: asyncpg.Connection, items: list[Item], failure: BaseException
+    ) -> tuple[list[Applied], list[tuple[Item, BaseException]]]:
+        """Bisect a failed batch, in offset order: a part that commits is done (once), a
+        part that fails is split again, down to the single items that fail alone."""
+        parts: list[Applied] = []
+        bad: list[tuple[Item, BaseException]] = []
+        todo: list[tuple[list[Item], BaseException | None]] = [(items, failure)]
+        while todo:
+            part, error = todo.pop(0)
+            if error is None:
+                try:
+                    parts.append(await self._attempt(conn, part, _offsets_of(part)))
+                    continue
+                except Exception as exc:
+                    if is_transient(exc):
+                        raise  # committed parts are redelivered as duplicates: a no-op
+                    error = exc
+            if len(part) == 1:
+                log.error("offset %d cannot be applied: %r", part[0].offset, error)
+                bad.append((part[0], error))
+                continue
+            mid = len(part) // 2
+            todo[0:0] = [(part[:mid], None), (part[mid:], None)]
+        return parts, bad
+
+    async def _finish_isolated(
+        self,
+        conn: asyncpg.Connection,
+        bad: list[tuple[Item, BaseException]],
+        offsets: dict[int, int],
+    ) -> None:
+        """The batch is consumed: its offsets pass the isolated records, and each one's
+        key is remembered as dead-lettered (so a caller waiting for it, like Prepare's
+        run start, gets an answer, and a redelivery stays refused)."""
+        async with conn.transaction():
+            for item, exc in bad:
+                if not isinstance(item, Incoming):
+                    continue
+                ev = item.event
+                try:
+                    async with conn.transaction():  # best effort: a savepoint
+                        await conn.execute(
+                            "INSERT INTO event_outcomes (session_id, event_key, outcome, code,"
+                            " message) SELECT session_id, $2, 'dead_letter', $3, $4 FROM sessions"
+                            " WHERE session_id=$1 AND space_id=$5 AND actor_id=$6"
+                            " ON CONFLICT DO NOTHING",
+                            ev.scope.session_id,
+                            ev.event_key,
+                            *describe_failure(exc),
+                            ev.scope.space_id,
+                            ev.scope.actor_id,
+                        )
+                except Exception as failure:
+                    if is_transient(failure):
+                        raise
+                    log.warning("outcome of offset %d not recorded: %r", item.offset, failure)
+            await ingest.write_offsets(
+                conn, self.config.consumer, self.config.topic_records, offsets
+            )
+
+    async def _preempt(
+        self, conn: asyncpg.Connection, session_ids: list[str], notes: list[ObservabilityEvent]
+    ) -> list[CompactionRequest]:
+        """Pre-emptive checks are an optimisation (Prepare checks again at the next
+        action prepare): one that fails is undone (a savepoint) and skipped, never a
+        reason to lose the batch's records."""
+        mark = len(notes)
+        try:
+            async with conn.transaction():
+                return await preempt(conn, session_ids, notes)
+        except Exception as exc:
+            if is_transient(exc):
+                raise
+            del notes[mark:]
+            log.exception("pre-emptive check of %d sessions skipped", len(session_ids))
+            return []
+
+    async def _send_dead_letters(self, batch: list[RawMessage], dead: list[DeadLetter]) -> None:
         raw_by_offset = {(m.partition, m.offset): m for m in batch}
         for dl in dead:
             raw = raw_by_offset.get((dl.source_partition, dl.source_offset))
             if raw is not None and dl.value is None:
                 dl = DeadLetter(**{**dl.__dict__, "key": raw.key, "value": raw.value})
+            # Cut to what the producer accepts: a ~1 MB original must not stall us.
+            dl = fit_dead_letter(dl)
             await self.publisher.send(self.config.topic_dead_letter, dl.key, encode_dead_letter(dl))
             log.warning(
                 "dead letter %s at %s:%d: %s",
                 dl.reason_code,
                 self.config.topic_records,
                 dl.source_offset,
-                dl.reason,
+                dl.reason[:300],
             )
-        for nr in plan.records:
-            if nr.revision_conflict:
-                ev = nr.incoming.event
-                notes.append(
-                    ObservabilityEvent(
-                        "revision_conflict",
-                        ev.scope.session_id,
-                        ev.scope.run_id or "",
-                        ev.scope.instance_id or "",
-                        now,
-                        "",
-                        decision="appended",
-                        values={
-                            "expected_revision": float(ev.expected_revision or 0),
-                            "thread_revision": float((nr.instance_sequence or 1) - 1),
-                        },
-                    )
-                )
-        for note in notes:
-            await self.publisher.send(
-                self.config.topic_observability,
-                note.session_id.encode(),
-                encode_observability(note),
-            )
-        for req in requests:
-            await self.publisher.send(
-                self.config.topic_compaction_requests,
-                req.session_id.encode(),
-                encode_compaction_request(req),
-            )
-        await self.publisher.flush()
-        result.committed = len(plan.records)
-        result.duplicates = len(plan.duplicates)
-        result.dead_letters = len(dead)
-        return result
 
     async def _apply_records(
         self,
@@ -266,7 +337,7 @@ class BatchProcessor:
             conn, part, states, self.config.consumer, self.config.topic_records, {}
         )
         existing.update(found)
-        await _grow_view_tokens(conn, part, states)
+        await ingest.grow_view_tokens(conn, part, states)
         for nr in part.records:  # resource (de)activations: R11.8 revocation
             p = nr.incoming.event.payload
             if isinstance(p, ResourceActivationPayload):
@@ -289,49 +360,70 @@ class BatchProcessor:
         dead: list[DeadLetter],
     ) -> list[Incoming]:
         refs = [ev.content.ref for _, ev in decoded if ev.content.ref]
-        blob_counts = await ingest.blob_tokens(conn, refs) if refs else {}
+        blobs = await ingest.blob_tokens(conn, refs) if refs else {}
         out: list[Incoming] = []
         for msg, obj in decoded:
-            text = token_text(obj)
-            if text is None:
-                found = blob_counts.get(obj.content.ref or "")
-                if found is None:
-                    # R3.4: large content is stored first; a dangling reference is bad input.
-                    dead.append(
-                        self._dead(
-                            msg,
-                            "blob_missing",
-                            f"content ref {obj.content.ref} is not stored",
-                            obj.scope.session_id,
-                            obj.event_key,
-                        )
+            try:
+                tokens, method = self._tokens(obj, blobs)
+            except InvalidEvent as exc:
+                dead.append(
+                    self._dead(
+                        msg, exc.reason_code, exc.message, obj.scope.session_id, obj.event_key
                     )
-                    continue
-                tokens, method = found
-            else:
-                tokens, method = self.counter.count_keyed(text_key(text), text), self.counter.method
+                )
+                continue
+            except Exception as exc:  # a tokenizer that chokes on one text
+                code, reason = describe_failure(exc)
+                dead.append(self._dead(msg, code, reason, obj.scope.session_id, obj.event_key))
+                continue
             out.append(Incoming(obj, msg.partition, msg.offset, tokens, method))
         return out
+
+    def _tokens(self, ev: ContextEvent, blobs: dict[str, tuple[int, str, int]]) -> tuple[int, str]:
+        text = token_text(ev)
+        if text is not None:
+            return self.counter.count_keyed(text_key(text), text), self.counter.method
+        found = blobs.get(ev.content.ref or "")
+        if found is None:
+            # R3.4: large content is stored first; a dangling reference is bad input.
+            raise InvalidEvent(
+                f"content ref {ev.content.ref} is not stored", reason_code="blob_missing"
+            )
+        tokens, method, length = found
+        if length != ev.content.length:
+            raise InvalidEvent(
+                f"content.length {ev.content.length} but the stored blob has {length} bytes",
+                reason_code="content_length_mismatch",
+            )
+        return tokens, method
 
     def _dead(
         self, msg: RawMessage, code: str, reason: str, session_id: str | None, event_key: str | None
     ) -> DeadLetter:
-        return DeadLetter(
-            reason_code=code,
-            reason=reason,
-            source_topic=self.config.topic_records,
-            source_partition=msg.partition,
-            source_offset=msg.offset,
-            key=msg.key,
-            value=msg.value,
-            session_id=session_id,
-            event_key=event_key,
-            failed_at_ms=int(time.time() * 1000),
+        return dead_letter(
+            self.config,
+            msg.partition,
+            msg.offset,
+            code,
+            reason,
+            session_id,
+            event_key,
+            msg.key,
+            msg.value,
         )
 
-    async def _send_committed(self, rec: CommittedRecord) -> None:
-        await self.publisher.send(
-            self.config.topic_committed, rec.session_id.encode(), encode_committed(rec)
+    def _dead_item(self, item: Item, code: str, reason: str) -> DeadLetter:
+        """A dead letter for a decoded item; its raw bytes are added when it is sent."""
+        if isinstance(item, Control):
+            return self._dead(item.msg, code, reason, item.event.session_id, item.event.event_key)
+        return dead_letter(
+            self.config,
+            item.partition,
+            item.offset,
+            code,
+            reason,
+            item.event.scope.session_id,
+            item.event.event_key,
         )
 
 
@@ -356,76 +448,76 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
 CRASH_EXIT_CODE = 70
 
 
-async def handle_or_exit(proc: BatchProcessor, batch: list[RawMessage], attempts: int = 5) -> None:
-    """Handle a batch, retrying transient failures; then exit the process at once.
+async def handle_or_exit(
+    proc: BatchProcessor,
+    batch: list[RawMessage],
+    transient_retry_s: float = 300.0,
+    attempts: int = 3,
+) -> None:
+    """Handle a batch; exit the process at once when the infrastructure stays lost.
+
+    ``handle`` isolates and dead-letters whatever record it cannot apply, so what
+    reaches here is infrastructure: a transient failure (connection loss, serialization
+    failure, deadlock) is retried with backoff for ``transient_retry_s``; anything else
+    — a defect outside record isolation — is tried ``attempts`` times.
 
     Exiting (rather than raising) is deliberate: faust's ``take_events`` acks a batch in a
     ``finally`` even when the loop body raises, so an exception could let its offsets be
     committed. A dead process commits nothing; the batch is redelivered after restart,
     and redelivery is a no-op for whatever did commit.
     """
-    delay = 0.2
     for attempt in range(1, attempts + 1):
         try:
-            result = await proc.handle(batch)
+            result = await retry_transient(lambda: proc.handle(batch), transient_retry_s)
             log.info(
-                "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d",
+                "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d isolated=%d",
                 len(batch),
                 result.committed,
                 result.duplicates,
                 result.dead_letters,
                 result.rejected,
+                result.isolated,
             )
             return
-        except Exception:
+        except Exception as exc:
+            if is_transient(exc):
+                log.critical("infrastructure lost for %.0fs", transient_retry_s, exc_info=True)
+                break
             log.exception("batch of %d failed (attempt %d/%d)", len(batch), attempt, attempts)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            await asyncio.sleep(0.5 * attempt)
     log.critical("giving up on batch: exiting so that it is redelivered after restart")
     logging.shutdown()
     os._exit(CRASH_EXIT_CODE)
 
 
-def _in_offset_order(
-    incoming: list[Incoming], controls: list[tuple[int, int, ControlEvent]]
-) -> list[Incoming | ControlEvent]:
-    keyed: list[tuple[int, int, Incoming | ControlEvent]] = [
-        (i.partition, i.offset, i) for i in incoming
-    ]
-    keyed += controls
-    keyed.sort(key=lambda t: (t[0], t[1]))
-    return [t[2] for t in keyed]
+def _decode_control(data: bytes) -> ControlEvent:
+    try:
+        return decode_control(data)
+    except InvalidEvent:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:  # e.g. a covered range of 3 numbers
+        raise InvalidEvent(
+            f"control event does not map to the contract: {exc}", reason_code="bad_control"
+        ) from exc
 
 
-# Records that render nothing in a view (lifecycle markers).
-_INVISIBLE = frozenset({"run_started", "run_resumed", "run_finished"})
-_ENVELOPE = 4  # per message; the next observation resyncs any drift
+def _in_offset_order(incoming: list[Incoming], controls: list[Control]) -> list[Item]:
+    items: list[Item] = [*incoming, *controls]
+    items.sort(key=lambda i: (i.partition, i.offset))
+    return items
 
 
-async def _grow_view_tokens(
-    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
-) -> None:
-    """Keep each session's main-view estimate current from the counts just stored."""
-    grow: dict[str, int] = {}
-    for nr in plan.records:
-        ev = nr.incoming.event
-        if str(ev.kind) in _INVISIBLE:
-            continue
-        st = states[ev.scope.session_id]
-        run = st.runs.get(ev.scope.run_id or "")
-        if ev.scope.instance_id is not None and (
-            run is None or run.main_instance_id != ev.scope.instance_id
-        ):
-            continue  # child threads have views of their own
-        grow[st.session_id] = grow.get(st.session_id, 0) + nr.incoming.token_count + _ENVELOPE
-    if grow:
-        # One statement for the whole batch: most sessions have no compaction state yet
-        # (no prepare seen), and a per-session UPDATE would cost a round trip each.
-        sids, tokens = zip(*sorted(grow.items()), strict=True)
-        await conn.execute(
-            "UPDATE compaction_state c SET view_tokens = c.view_tokens + d.t"
-            " FROM unnest($1::text[], $2::bigint[]) AS d(sid, t)"
-            " WHERE c.session_id = d.sid AND c.lineage = 'main'",
-            list(sids),
-            list(tokens),
-        )
+def _next_offsets(batch: list[RawMessage]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for msg in batch:
+        out[msg.partition] = max(out.get(msg.partition, 0), msg.offset + 1)
+    return out
+
+
+def _offsets_of(items: list[Item]) -> dict[int, int]:
+    """Tracking rows for a part of a bisected batch: only as far as the part goes, so
+    that a reader waiting for a later record does not wake before it commits."""
+    out: dict[int, int] = {}
+    for item in items:
+        out[item.partition] = max(out.get(item.partition, 0), item.offset + 1)
+    return out

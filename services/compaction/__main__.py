@@ -40,6 +40,7 @@ from schemas.wire import (
     decode_compaction_request,
     encode_control,
     encode_dead_letter,
+    fit_dead_letter,
 )
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
@@ -306,9 +307,10 @@ class RequestLoop:
             event_key=job_id,
             failed_at_ms=int(time.time() * 1000),
         )
+        dl = fit_dead_letter(dl)  # a ~1 MB request must not make the letter unsendable
         await self._retry(
             lambda: self.producer.send_and_wait(
-                self.config.topic_dead_letter, encode_dead_letter(dl), key=m.key
+                self.config.topic_dead_letter, encode_dead_letter(dl), key=dl.key
             )
         )
         log.warning("dead letter %s at %s:%d: %s", code, m.topic, m.offset, reason)

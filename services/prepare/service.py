@@ -39,7 +39,7 @@ from schemas.errors import (
     RunNotActive,
     Unauthenticated,
 )
-from schemas.validation import validate_event
+from schemas.validation import run_start_problem, validate_event
 from schemas.wire import (
     BudgetObservation,
     ControlEvent,
@@ -309,6 +309,10 @@ class PrepareService:
         return dict(r)
 
     async def start_run(self, sid: str, body: dict[str, Any]) -> dict[str, Any]:
+        # Refused here, before anything is published: the processor would dead-letter it.
+        problem = run_start_problem(body.get("run_id"), body.get("instance_id"))
+        if problem is not None:
+            raise InvalidRequest(problem)
         s = await self.session(sid)
         run_id = body.get("run_id") or f"run_{uuid.uuid4().hex[:12]}"
         instance_id = body.get("instance_id") or f"{run_id}.main"

@@ -1,0 +1,180 @@
+"""What the session processor publishes: encoded while the transaction that earns it
+is still open (an encoding error rolls it back instead of following a commit), and
+sent only once it committed."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from schemas.wire import (
+    CommittedRecord,
+    CompactionRequest,
+    DeadLetter,
+    ObservabilityEvent,
+    encode_committed,
+    encode_compaction_request,
+    encode_observability,
+)
+from storage.ingest import ExistingRecord
+from streams.planning import BatchPlan
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    consumer: str
+    topic_records: str
+    topic_committed: str
+    topic_dead_letter: str
+    topic_compaction_requests: str = "ctx.compaction.requests"
+    topic_observability: str = "ctx.observability"
+
+
+Outgoing = tuple[str, bytes | None, bytes]  # topic, key, value
+
+
+@dataclass
+class Applied:
+    """What one committed transaction produced, published only after it committed."""
+
+    committed: list[Outgoing] = field(default_factory=list)
+    other: list[Outgoing] = field(default_factory=list)  # observability, compaction requests
+    dead: list[DeadLetter] = field(default_factory=list)
+    records: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    codes: dict[str, int] = field(default_factory=dict)
+
+
+def dead_letter(
+    config: ProcessorConfig,
+    partition: int,
+    offset: int,
+    code: str,
+    reason: str,
+    session_id: str | None,
+    event_key: str | None,
+    key: bytes | None = None,
+    value: bytes | None = None,
+) -> DeadLetter:
+    """A dead letter of the records topic (without ``value``, the processor adds the
+    original bytes when it sends it)."""
+    return DeadLetter(
+        reason_code=code,
+        reason=reason,
+        source_topic=config.topic_records,
+        source_partition=partition,
+        source_offset=offset,
+        key=key,
+        value=value,
+        session_id=session_id,
+        event_key=event_key,
+        failed_at_ms=int(time.time() * 1000),
+    )
+
+
+def encode_applied(
+    config: ProcessorConfig,
+    plan: BatchPlan,
+    existing: dict[tuple[str, str], ExistingRecord],
+    notes: list[ObservabilityEvent],
+    requests: list[CompactionRequest],
+) -> Applied:
+    out = Applied(records=len(plan.records), duplicates=len(plan.duplicates))
+    now = int(time.time() * 1000)
+    for nr in plan.records:
+        ev = nr.incoming.event
+        out.committed.append(
+            _committed(
+                config,
+                CommittedRecord(
+                    record_id=nr.record_id,
+                    session_id=ev.scope.session_id,
+                    session_sequence=nr.session_sequence,
+                    run_id=ev.scope.run_id,
+                    instance_id=ev.scope.instance_id,
+                    instance_sequence=nr.instance_sequence,
+                    event_key=ev.event_key,
+                    kind=str(ev.kind),
+                    token_count=nr.incoming.token_count,
+                    token_method=nr.incoming.token_method,
+                    content_sha256=ev.content.sha256,
+                    committed_at_ms=now,
+                    source_partition=nr.incoming.partition,
+                    source_offset=nr.incoming.offset,
+                ),
+            )
+        )
+    for inc in plan.duplicates:
+        # Republish: the first attempt may have crashed between the database commit
+        # and this publish. The committed topic is at-least-once; consumers dedupe
+        # on record_id.
+        old = existing.get((inc.event.scope.session_id, inc.event.event_key))
+        if old is not None:
+            # ExistingRecord holds exactly the committed fields; add when/where.
+            out.committed.append(
+                _committed(
+                    config,
+                    CommittedRecord(
+                        **old.__dict__,
+                        committed_at_ms=now,
+                        source_partition=inc.partition,
+                        source_offset=inc.offset,
+                    ),
+                )
+            )
+    for rej in plan.rejections:
+        if rej.dead_letter:
+            out.dead.append(
+                dead_letter(
+                    config,
+                    rej.incoming.partition,
+                    rej.incoming.offset,
+                    rej.code,
+                    rej.message,
+                    rej.incoming.event.scope.session_id,
+                    rej.incoming.event.event_key,
+                )
+            )
+        else:
+            out.rejected += 1
+        out.codes[rej.code] = out.codes.get(rej.code, 0) + 1
+    for nr in plan.records:
+        if nr.revision_conflict:
+            ev = nr.incoming.event
+            notes.append(
+                ObservabilityEvent(
+                    "revision_conflict",
+                    ev.scope.session_id,
+                    ev.scope.run_id or "",
+                    ev.scope.instance_id or "",
+                    now,
+                    "",
+                    decision="appended",
+                    values={
+                        "expected_revision": float(ev.expected_revision or 0),
+                        "thread_revision": float((nr.instance_sequence or 1) - 1),
+                    },
+                )
+            )
+    for note in notes:
+        out.other.append(
+            (
+                config.topic_observability,
+                note.session_id.encode(),
+                encode_observability(note),
+            )
+        )
+    for req in requests:
+        out.other.append(
+            (
+                config.topic_compaction_requests,
+                req.session_id.encode(),
+                encode_compaction_request(req),
+            )
+        )
+    return out
+
+
+def _committed(config: ProcessorConfig, rec: CommittedRecord) -> Outgoing:
+    return (config.topic_committed, rec.session_id.encode(), encode_committed(rec))
