@@ -1,9 +1,10 @@
 # AgentLoom Context — every set-up step lives in deploy/*.sh and is idempotent.
 PY := .venv/bin/python
 JUNIT := build/test-results/junit.xml
+SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo test lint typecheck unit bench clean
+.PHONY: help setup up down status demo test lint typecheck unit bench soak clean
 
 help: ## List the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -43,6 +44,9 @@ bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost, pre
 	@$(PY) -m benchmarks.compaction
 	@$(PY) -m benchmarks.prepare_scale
 	@$(PY) -m benchmarks.long_session
+
+soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)
+	@$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)
 
 clean: down ## Stop the stack and remove local state (.state, build)
 	rm -rf .state build
