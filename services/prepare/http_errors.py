@@ -222,6 +222,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(asyncpg.PostgresConnectionError)
     @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)  # shutdown, starting
     @app.exception_handler(asyncpg.InterfaceError)
+    # A pooled connection broken by a server restart mid-operation ("cannot switch to
+    # state ..."; seen in the soak's PostgreSQL restart): retriable, like a lost one.
+    @app.exception_handler(asyncpg.InternalClientError)
     @app.exception_handler(ConnectionError)
     async def _storage_lost(_: Request, exc: Exception) -> Response:
         return error_response(StorageUnavailable(f"database unavailable: {type(exc).__name__}"))
