@@ -14,7 +14,7 @@ fi
 echo "[bootstrap] creating Python environment in $venv"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-echo "[bootstrap] installing agentloom-context with dev extras (pip)"
-"$venv/bin/python" -m pip install -q -e "$repo[dev]"
+echo "[bootstrap] installing agentloom-context with dev + integration extras (pip)"
+"$venv/bin/python" -m pip install -q -e "$repo[dev,openai-agents]"
 echo "$want" > "$stamp"
 echo "[bootstrap] done"

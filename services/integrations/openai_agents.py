@@ -1,0 +1,227 @@
+"""``AgentLoomSession``: the OpenAI Agents SDK's ``Session`` protocol (openai-agents
+0.24) over AgentLoom Context. Switch by replacing ``SQLiteSession("conv-1")`` with
+``AgentLoomSession("conv-1")``; compaction, baselines and the hard budget are ours.
+
+- ``add_items`` appends the items as our events (``responses_items.to_ops``): a user
+  message after the run's answer starts a new run (the previous one is finished) — one
+  run per question; keys come from content and position, so a retried ``add_items`` is
+  a duplicate, not a second record; call ids are kept.
+- ``get_items`` answers with the prepared context of the current run — the committed
+  summary plus the uncovered items, within the release's budget — as Responses input
+  items (``prepare(render=True)`` in ``openai_responses``). The release's instructions
+  are left out: the Agent sends its own.
+- ``clear_session`` finishes the run and moves the SDK's session id to a fresh session of
+  ours (``<id>.<n>``); the old one stays readable by id. ``pop_item`` is not supported:
+  we have no retraction event, and pretending to remove a record would be a lie.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from agents.memory.session import SessionABC
+from agents.memory.session_settings import SessionSettings, resolve_session_limit
+
+from schemas.contracts import ToolStatus
+from services.core.providers import render
+from services.integrations import responses_items as ri
+from services.integrations.connection import AgentLoomConnection
+from services.sdk.client import ApiError, ContextClient, RunHandle
+
+DEFAULT_RELEASE: dict[str, Any] = {
+    "agent_id": "openai-agents",
+    "instructions": "Instructions come from the agent (OpenAI Agents SDK).",
+    "tool_catalog": [],
+    "model_profile": {
+        "name": "openai-responses-128k",
+        "context_capacity": 128000,
+        "output_reserve": 8000,
+        "safety_margin": 2000,
+        "provider_format": "openai_responses",
+    },
+}
+POP_UNSUPPORTED = (
+    "AgentLoomSession.pop_item is not supported: AgentLoom Context records are append-only "
+    "and have no retraction event; use clear_session() to start over"
+)
+
+
+class AgentLoomSession(SessionABC):
+    """A conversation of the OpenAI Agents SDK, kept by AgentLoom Context.
+
+    ``connection``: where the service runs (default ``AgentLoomConnection.from_env()``,
+    closed with the session); ``release_id`` or ``release`` (registered once): the agent
+    release whose model profile and context policy apply; ``actor_id``: whose session.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        connection: AgentLoomConnection | None = None,
+        release_id: str | None = None,
+        release: dict[str, Any] | None = None,
+        space_id: str | None = None,
+        actor_id: str = "agents-sdk-user",
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.session_settings = session_settings or SessionSettings()
+        self._owns_connection = connection is None
+        self._conn = connection or AgentLoomConnection.from_env()
+        self._release_id = release_id
+        self._release = release or DEFAULT_RELEASE
+        self._space_id, self._actor_id = space_id or self._conn.space_id, actor_id
+        # Loop-side state (touched only on the connection's loop, under _lock).
+        self._lock: asyncio.Lock | None = None
+        self._session: dict[str, Any] | None = None
+        self._run: RunHandle | None = None
+        self._answered = False  # the current run has model output: a user message is new
+        self._ordinal = 0  # items appended in the current run (keys)
+        self._tool_names: dict[str, str] = {}
+        self._partial: tuple[str, int] | None = None  # (batch key, ops appended)
+
+    # --- the Session protocol -----------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        n = resolve_session_limit(limit, self.session_settings)
+        items = await self._conn.run(lambda c: self._locked(c, self._get_items))
+        return ri.last(items, n)
+
+    async def add_items(self, items: list[Any]) -> None:
+        batch = [dict(i) for i in items]
+        if batch:
+            await self._conn.run(lambda c: self._locked(c, lambda c2: self._add(c2, batch)))
+
+    async def pop_item(self) -> Any:
+        raise NotImplementedError(POP_UNSUPPORTED)
+
+    async def clear_session(self) -> None:
+        await self._conn.run(lambda c: self._locked(c, self._clear))
+
+    def close(self) -> None:
+        """Closes the connection if the session made it (``SQLiteSession.close``)."""
+        if self._owns_connection:
+            self._conn.close()
+
+    # --- on the connection's loop -------------------------------------------------------
+
+    async def _locked(self, c: ContextClient, fn: Any) -> Any:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._session is None:
+                await self._open(c)
+            return await fn(c)
+
+    async def _open(self, c: ContextClient) -> None:
+        """The SDK session's current generation: the last of ``<id>``, ``<id>.1``, … that
+        exists (``clear_session`` made the later ones); its active run, if any."""
+        if self._release_id is None:
+            self._release_id = await self._register(c)
+        gen, current = 0, None
+        while True:
+            try:
+                current = await c._call("GET", f"/v1/sessions/{self._generation_id(gen)}")
+            except ApiError as exc:
+                if exc.code != "not_found":
+                    raise
+                break
+            gen += 1
+        sid = self._generation_id(max(gen - 1, 0))
+        if current is None:
+            current = await c.open_session(self._space_id, self._actor_id, self._release_id, sid)
+        self._session = current
+        run_id = current.get("active_run_id")
+        if run_id:
+            self._run = RunHandle(
+                sid, run_id, f"{run_id}.main", current["space_id"], current["actor_id"], {}
+            )
+            self._answered, self._ordinal = True, int(current.get("last_sequence") or 0)
+
+    def _generation_id(self, gen: int) -> str:
+        return self.session_id if gen == 0 else f"{self.session_id}.{gen}"
+
+    async def _register(self, c: ContextClient) -> str:
+        canon = json.dumps(self._release, sort_keys=True)
+        if canon not in self._conn.releases:
+            self._conn.releases[canon] = (await c.register_release(**self._release))["release_id"]
+        return self._conn.releases[canon]
+
+    async def _new_run(self, c: ContextClient) -> RunHandle:
+        assert self._session is not None
+        if self._run is not None:
+            await self._finish(c)
+        self._run = await c.start_run(self._session)
+        self._answered, self._ordinal = False, 0
+        return self._run
+
+    async def _finish(self, c: ContextClient) -> None:
+        if self._run is None:
+            return
+        try:
+            await c.finish_run(self._run)
+        except ApiError as exc:
+            if exc.code != "run_not_active":
+                raise
+        self._run = None
+
+    async def _add(self, c: ContextClient, items: list[ri.Item]) -> None:
+        ops = ri.to_ops(items)
+        batch = ri.op_key("b:", self.session_id, 0, ri.UserOp(repr(ops)))
+        # A retry of a batch that failed part-way skips what was appended (the SDK retries
+        # a failed write with the same items); what failed is repeated at the same
+        # position, so its key matches if it had in fact reached the broker.
+        done = self._partial[1] if self._partial and self._partial[0] == batch else 0
+        self._partial = None
+        for i, op in enumerate(ops):
+            if i < done:
+                continue
+            try:
+                await self._append(c, op)
+            except BaseException:
+                self._partial = (batch, i)
+                raise
+
+    async def _append(self, c: ContextClient, op: ri.Op) -> None:
+        if isinstance(op, ri.UserOp) and (self._run is None or self._answered):
+            await self._new_run(c)
+        run = self._run or await self._new_run(c)
+        ordinal = self._ordinal
+        if isinstance(op, ri.UserOp):
+            question = op.role == "user" and ordinal == 0
+            key = ri.op_key("u:", run.run_id, ordinal, op)
+            await c.append_user(run, op.text, key, supplement=not question)
+        elif isinstance(op, ri.ModelOp):
+            op_id = ri.op_key("m:", run.run_id, ordinal, op)
+            await c.append_model_result(run, op.text, op_id, list(op.calls))
+            self._tool_names |= {call_id: name for call_id, name, _ in op.calls}
+            self._answered = True
+        else:
+            name = self._tool_names.get(op.call_id, "function")
+            status = ToolStatus.OK if op.status == "ok" else ToolStatus.ERROR
+            await c.append_tool_outcome(run, op.call_id, name, op.output, status)
+        self._ordinal = ordinal + 1
+
+    async def _get_items(self, c: ContextClient) -> list[ri.Item]:
+        if self._run is None:
+            return []
+        prepared = await c.prepare(self._run, render=True)
+        provider = prepared.get("provider") or {}
+        if provider.get("format") == "openai_responses":
+            rendered = provider["request"]["input"]
+        else:
+            rendered = render(prepared["messages"], [], "openai_responses")["input"]
+        return ri.to_items(rendered)
+
+    async def _clear(self, c: ContextClient) -> None:
+        await self._finish(c)
+        assert self._session is not None and self._release_id is not None
+        sid = self._session["session_id"]
+        gen = int(sid.rsplit(".", 1)[1]) + 1 if sid != self.session_id else 1
+        self._session = await c.open_session(
+            self._space_id, self._actor_id, self._release_id, self._generation_id(gen)
+        )
+        self._answered, self._ordinal, self._tool_names = False, 0, {}
