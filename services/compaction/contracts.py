@@ -29,7 +29,10 @@ class SourceItem:
 
     ``call_id`` links a tool call record to its outcome; an ``assistant_message`` that
     made tool calls carries the id of one of them (any), so that summarizers can tell a
-    final answer (no ``call_id``) from a step that only dispatched tools.
+    final answer (no ``call_id``) from a step that only dispatched tools. ``arguments``
+    holds ``(tool name, arguments JSON)`` of every call the record made — an assistant
+    message's calls, or a ``tool_call`` record's own — so that a file that was only
+    read is still known.
     """
 
     record_id: str
@@ -40,6 +43,7 @@ class SourceItem:
     tool_name: str | None = None
     tool_status: str | None = None
     call_id: str | None = None
+    arguments: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,39 @@
 """Extractive summarizer: deterministic, no model (R11.3 default adapter and test double).
 
-It lifts what a segment already states — questions and their answers, tool results,
-failures, decisions, touched paths — into a ``SummaryDraft`` that always cites the
-records it came from. One pass over the segment plus one over the lines, so thousands
-of records summarize in milliseconds, and the same segment always gives the same draft.
+It keeps what a segment already states, spending the output budget where the facts
+are (issue 16). Every record becomes candidate lines of fragments (``fill``):
 
-When the rendered text would exceed ~4 characters per output token, the least
-important lines go first: notes, successful tool results, decisions, answered
-questions, artifact paths; failures and open questions go last, oldest first.
+- user and assistant text first — observation masking as the first layer: each
+  question with its answer (``Q: … → A: …``), each tool-calling step with the calls it
+  made (names and arguments: a file that was only read is still named), every decision
+  sentence ("I'll…", "Let's…", "Decision: …", "decided", "switching to", …) and every
+  open question; a sentence that names nothing and decides nothing goes last;
+- from tool output its salient lines — errors (and the frame just before one),
+  numbers with units, identifiers, paths — wherever they sit, not a fixed prefix; lines
+  of a shape repeated through an output (log lines, rows, hits) count as a few;
+  failures and unanswered questions are worth a line by themselves;
+- a short ranked path list: the files the tool calls touched first, at most ten.
+
+``fill.Fill`` then keeps the fragments with the most new worth per character, record
+ids included, so a path or an error code is paid for once however often it recurs.
+Lines keep their record order and cite the records they quote (R11.4); the same
+segment always gives the same draft; a segment takes milliseconds, 5,000 records well
+under a second.
+
+Entries of earlier summaries (kind ``summary:<section>``, a roll-up, R11.8) go through
+the same selection: each keeps its section and its citation, failures and open
+questions weigh the most, and an entry may lose its least salient fragments.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass
 
+from services.compaction import salience as sal
 from services.compaction.bound import ROLLUP_KIND
 from services.compaction.contracts import (
     SECTION_TITLES,
@@ -25,69 +42,113 @@ from services.compaction.contracts import (
     SummaryDraft,
     SummaryRequest,
     SummaryResult,
-    one_line,
 )
-from services.compaction.validate import claims_plan_state
+from services.compaction.fill import CHARS_PER_TOKEN, Candidates, Fill, Frag, fact, render
 
-CHARS_PER_TOKEN = 4
-STATEMENT_CHARS = 160
-MAX_ARTIFACT_REFS = 50
-PATH_SCAN_CHARS = 20_000  # a path worth keeping shows up early; bounds work on huge results
+LAYER1_SHARE = 0.6  # of the budget, at most, for the first layer (``fill.Frag.layer``)
+MAX_ARTIFACT_REFS = 10
+ARTIFACT_SHARE = 0.08  # of the budget, at most, for the path list
+LISTED_CREDIT = 1.0  # a listed path is known already: a line that only names it adds less
+NOTES_RESERVE = 60  # characters kept for the note
 
 USER_KINDS = frozenset({"user_input", "supplement"})
-TOOL_KINDS = frozenset({"tool_call", "tool_outcome"})
 FAILED = {"error": "failed", "cancelled": "was cancelled", "unknown": "outcome unknown"}
-_DECISION = re.compile(r"\b(?:decided|decide to|will|plan to|planning to|going to)\b", re.I)
-# Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
-# lookbehind keeps URLs ("https://host/a.html") and ratios ("and/or") out.
-_PATH = re.compile(
-    r"(?<![\w:/.~-])(?:(?:~|\.{1,2})?/(?:[\w.-]+/)+[\w.-]+"
-    r"|(?:[\w-][\w.-]*/)+[\w-][\w-]*\.[A-Za-z0-9]{1,8})(?![\w/.-])"
-)
 
-# Drop order under the size cap: lower classes go first (oldest first within a class).
-NOTE, TOOL_OK, DECISION, ANSWER, ARTIFACT, KEEP = range(6)
-# A roll-up (R11.8) re-summarizes entries of earlier summaries: each keeps its section's
-# rank, so failures and open questions outlive plain facts here too.
+# Worth of a fragment by where it comes from, before its features and cues.
+PRIOR_USER = 1.0
+PRIOR_ANSWER = 1.5  # a final answer's sentences: the conclusions of a run
+PRIOR_ASSISTANT = 0.4  # a step's sentences and calls
+PRIOR_PLAIN = 0.1  # share of the prior left to a sentence without features or cues
+PRIOR_OUTPUT_HEAD = 0.25  # a tool result's first line
+PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
+PRIOR_BEFORE_ERROR = 0.5  # the line or two before an error: a traceback's frame
+BONUS_KEEP = 2.0  # a failure or an unanswered question is worth a line by itself
+# Repeated fragments of one part are worth less each time: the budget spreads over records.
+DECAY_OUTPUT = 0.75
+DECAY_PROSE = 0.9
+# A roll-up keeps each entry's section; failures and open questions outlive plain facts.
 _ROLLUP_CLASS = {
-    "verified_facts": ANSWER,
-    "decisions": DECISION,
-    "failures": KEEP,
-    "unresolved_questions": KEEP,
+    "verified_facts": 0.5,
+    "decisions": 1.0,
+    "failures": BONUS_KEEP,
+    "unresolved_questions": BONUS_KEEP,
 }
-TRUNCATION_NOTE_RESERVE = 80
+_ROLLUP_SPLIT = re.compile(r"( \| | … | → |; )")
 
 
-@dataclass(frozen=True)
-class _Line:
-    cls: int
-    section: str  # a SummaryDraft field name
-    fact: Fact | None = None
-    text: str = ""
+class _Builder(Candidates):
+    """Fragments of text, as ``fill`` weighs them."""
 
-    def rendered_len(self) -> int:
-        return len(self.fact.line() if self.fact else f"- {one_line(self.text)}") + 1
+    def add(
+        self,
+        part: int,
+        text: str,
+        base: float,
+        *,
+        sep: str = " ",
+        output: bool = False,
+        path_weight: float = sal.W_PATH,
+        layer: int = 1,
+        scale: float = 1.0,
+        section: str | None = None,
+    ) -> None:
+        code = sal.W_CODE if output else sal.W_IDENT  # a name in prose is a deliberate mention
+        found = sal.features(text, path_weight=path_weight, code_weight=code)
+        feats = {k: w * scale for k, w in found.items()} if scale != 1.0 else found
+        decay = DECAY_OUTPUT if output else DECAY_PROSE
+        self.frag(part, Frag(text, part, 0, sep, feats, base, decay, layer, section))
+
+    def prose(
+        self, part: int, sentences: list[sal.Piece], prior: float, *, cue: float = 0.0,
+        section: str | None = None, user: bool = False,
+    ) -> None:  # fmt: skip
+        for piece in sentences:
+            s, text = piece.text, sal.clip(piece.text)
+            named = bool(sal.features(text))
+            # "I'll read the code first." decides less than "I'll pin urllib3 to 1.26".
+            base = (cue if named else cue / 2) + (sal.W_ERROR if sal.is_error(s) else 0.0)
+            if user and sal.is_constraint(s):
+                base += sal.W_CONSTRAINT
+            # A sentence that names nothing and decides nothing ("Let me check how this
+            # is wired.") is kept only when there is room to spare.
+            plain = not base and not named
+            worth = base + prior * (PRIOR_PLAIN if plain else 1.0)
+            self.add(part, text, worth, sep=piece.sep, section=section)
+
+    def calls(self, part: int, item: SourceItem, args_only: bool = False) -> None:
+        for k, (name, args) in enumerate(_calls(item)):
+            call = sal.render_call("" if args_only else name, args)
+            sep = "; " if k else " → "  # after the step's words: what it did
+            self.add(part, call, PRIOR_ASSISTANT, sep=sep, path_weight=sal.W_PATH_TOUCHED)
+
+    def output(self, part: int, text: str, failure: bool = False) -> None:
+        """Salient lines of a tool result. Error lines belong to the first layer; so
+        does a failure's first line when it has no error line."""
+        ps = [p for p in sal.pieces(text) if not sal.is_noise(p.text)]
+        errors = [sal.is_error(p.text) for p in ps]
+        shapes = [sal.shape(p.text) for p in ps]
+        counts = Counter(shapes)
+        for k, p in enumerate(ps):
+            # Lines of a shape repeated n times (log lines, rows, hits, code) are worth
+            # about sqrt(n) lines together; the line unlike the others keeps its worth.
+            scale = 1 / math.sqrt(counts[shapes[k]])
+            base = sal.W_ERROR * scale if errors[k] else 0.0
+            if not errors[k] and any(errors[k + 1 : k + 3]):
+                base += PRIOR_BEFORE_ERROR
+            if k == 0:
+                base += PRIOR_OUTPUT_HEAD
+            elif k >= len(ps) - 2:
+                base += PRIOR_OUTPUT_TAIL
+            first = errors[k] or (failure and k == 0 and not any(errors))
+            self.add(
+                part, sal.clip(p.text, 200), base, sep=" | " if p.line_start else " ",
+                output=True, path_weight=sal.W_PATH_OUTPUT, layer=1 if first else 2,
+                scale=scale,
+            )  # fmt: skip
 
 
-def _clip(text: str, limit: int = STATEMENT_CHARS) -> str:
-    # Cut before collapsing whitespace so a megabyte tool result costs O(limit), not O(size).
-    flat = one_line(text[: limit * 4])
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
-
-
-def _fact(statement: str, *ids: str) -> Fact:
-    if claims_plan_state(statement):  # quoted history, not a directive (R11.5)
-        statement = f"said: {statement}"
-    return Fact(statement or "(empty)", tuple(dict.fromkeys(ids)))
-
-
-def _decision_sentence(text: str) -> str | None:
-    m = _DECISION.search(text)
-    if m is None:
-        return None
-    start = max(text.rfind(c, 0, m.start()) for c in ".!?\n") + 1
-    ends = [i for i in (text.find(c, m.end()) for c in ".!?\n") if i >= 0]
-    return _clip(text[start : (min(ends) + 1 if ends else len(text))])
+def _sentences(text: str) -> list[sal.Piece]:
+    return sal.pieces(text, prose=True, head=8_000, tail=2_000)
 
 
 def _dispatched(segment: tuple[SourceItem, ...]) -> list[bool]:
@@ -100,150 +161,218 @@ def _dispatched(segment: tuple[SourceItem, ...]) -> list[bool]:
     tools_after = False
     for i in range(len(segment) - 1, -1, -1):
         item = segment[i]
-        if item.kind in TOOL_KINDS:
+        if item.kind in ("tool_call", "tool_outcome"):
             tools_after = True
         elif item.kind == "assistant_message":
-            out[i] = tools_after or item.call_id is not None
+            out[i] = tools_after or item.call_id is not None or bool(item.arguments)
             tools_after = False
     return out
 
 
-def _extract(segment: tuple[SourceItem, ...]) -> tuple[list[_Line], list[str]]:
-    lines: list[_Line] = []
-    refs: dict[str, None] = {}  # insertion-ordered set
-    pending: list[SourceItem] = []
-    call_records: dict[str, str] = {}
+def _calls(item: SourceItem) -> list[tuple[str, str]]:
+    if item.arguments:
+        return list(item.arguments)
+    if item.kind == "tool_call":  # an item built without ``arguments``: its text is them
+        return [(item.tool_name or "call", item.text)]
+    return []
+
+
+def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
+    b = _Builder()
     dispatched = _dispatched(segment)
+    failed = {
+        i.call_id
+        for i in segment
+        if i.kind == "tool_outcome" and (i.tool_status or "unknown") != "ok" and i.call_id
+    }
+    call_items = {i.call_id: i for i in segment if i.kind == "tool_call" and i.call_id}
+    pending: list[SourceItem] = []
+
+    def user(line: int, item: SourceItem, prefix: str = "") -> None:
+        part = b.part(line, item.record_id, prefix)
+        b.prose(part, _sentences(item.text), PRIOR_USER, user=True)
+
     for i, item in enumerate(segment):
         kind = item.kind
         if kind.startswith(ROLLUP_KIND):
-            section = kind[len(ROLLUP_KIND) :]
-            if section in _ROLLUP_CLASS:
-                cls = _ROLLUP_CLASS[section]
-                if cls == ANSWER and not item.text.startswith("Q: "):
-                    cls = TOOL_OK  # a tool result goes before an answered question
-                fact = Fact(_clip(item.text) or "(empty)", (item.record_id,))
-                lines.append(_Line(cls, section, fact))
-            continue
-        if kind in TOOL_KINDS and len(refs) < MAX_ARTIFACT_REFS:
-            for path in _PATH.findall(item.text[:PATH_SCAN_CHARS]):
-                refs.setdefault(path.rstrip("."), None)
-        if kind in USER_KINDS:
+            if kind[len(ROLLUP_KIND) :] in _ROLLUP_CLASS:
+                _rollup_entry(b, item, kind[len(ROLLUP_KIND) :])
+        elif kind in USER_KINDS:
             pending.append(item)
+        elif kind == "assistant_message" and dispatched[i]:
+            _step(b, item)
         elif kind == "assistant_message":
-            if not dispatched[i]:
-                for q in pending:
-                    qa = f"Q: {_clip(q.text)} → A: {_clip(item.text)}"
-                    lines.append(
-                        _Line(ANSWER, "verified_facts", _fact(qa, q.record_id, item.record_id))
-                    )
-                pending.clear()
-            decision = _decision_sentence(item.text)
-            if decision:
-                lines.append(_Line(DECISION, "decisions", _fact(decision, item.record_id)))
-        elif kind == "tool_call" and item.call_id:
-            call_records.setdefault(item.call_id, item.record_id)
+            for q in pending[:-1]:  # earlier inputs this answer also closes
+                user(b.line("verified_facts"), q, "user: ")
+            line = b.line("verified_facts")
+            if pending:
+                user(line, pending[-1], "Q: ")
+            pending.clear()
+            _answer(b, line, item)
+        elif kind == "tool_call" and item.call_id not in failed:  # else on the failure
+            b.calls(b.part(b.line("verified_facts"), item.record_id, "call: "), item)
+        elif kind == "tool_outcome" and (item.tool_status or "unknown") == "ok":
+            if item.text.strip():
+                name = item.tool_name or "unnamed"
+                b.output(b.part(b.line("verified_facts"), item.record_id, f"{name}: "), item.text)
         elif kind == "tool_outcome":
-            name, status = item.tool_name or "unnamed", item.tool_status or "unknown"
-            if status == "ok":
-                fact = _fact(f"tool {name} returned: {_clip(item.text)}", item.record_id)
-                lines.append(_Line(TOOL_OK, "verified_facts", fact))
-            else:
-                ids = [call_records[item.call_id]] if item.call_id in call_records else []
-                verb = FAILED.get(status, status)
-                fact = _fact(f"tool {name} {verb}: {_clip(item.text)}", *ids, item.record_id)
-                lines.append(_Line(KEEP, "failures", fact))
+            _failure(b, item, call_items.get(item.call_id or ""))
         elif kind == "child_result":
-            fact = _fact(f"child result: {_clip(item.text)}", item.record_id)
-            lines.append(_Line(TOOL_OK, "verified_facts", fact))
+            b.output(b.part(b.line("verified_facts"), item.record_id, "child result: "), item.text)
         elif kind == "run_cancelled":
-            lines.append(_Line(KEEP, "failures", _fact("run was cancelled", item.record_id)))
+            part = b.part(b.line("failures", "", BONUS_KEEP), item.record_id)
+            b.add(part, "run was cancelled", 0.0)
     for q in pending:  # never answered within the segment
-        lines.append(_Line(KEEP, "unresolved_questions", _fact(_clip(q.text), q.record_id)))
-    return lines, list(refs)
+        user(b.line("unresolved_questions", "", BONUS_KEEP), q)
+    return b
+
+
+def _split(
+    sentences: list[sal.Piece],
+) -> tuple[list[sal.Piece], list[sal.Piece], list[sal.Piece]]:
+    """(decisions, open questions, the rest) of an assistant message's sentences."""
+    decisions = [s for s in sentences if sal.is_decision(s.text)]
+    opens = [s for s in sentences if s not in decisions and sal.is_open(s.text)]
+    return decisions, opens, [s for s in sentences if s not in decisions and s not in opens]
+
+
+def _step(b: _Builder, item: SourceItem) -> None:
+    """A tool-calling step: one line (one record id to pay for) — its sentences in
+    order, then its calls; the line moves to Decisions or Open questions when a
+    decision or an open question is among what is kept of it."""
+    sentences = _sentences(item.text)
+    decisions, opens, _ = _split(sentences)
+    part = b.part(b.line("verified_facts"), item.record_id)
+    for s in sentences:
+        if s in decisions:
+            b.prose(part, [s], PRIOR_ASSISTANT, cue=sal.W_DECISION, section="decisions")
+        elif s in opens:
+            b.prose(part, [s], PRIOR_ASSISTANT, cue=sal.W_OPEN, section="unresolved_questions")
+        elif sal.features(s.text) or sal.is_error(s.text):  # not "Let me check the code."
+            b.prose(part, [s], PRIOR_ASSISTANT)
+    b.calls(part, item)
+
+
+def _answer(b: _Builder, line: int, item: SourceItem) -> None:
+    """A final answer: its findings on the question's line, each decision sentence and
+    open question on a line of its own section."""
+    decisions, opens, rest = _split(_sentences(item.text))
+    b.prose(b.part(line, item.record_id, " → A: ", "A: "), rest, PRIOR_ANSWER)
+    if decisions:
+        part = b.part(b.line("decisions"), item.record_id)
+        b.prose(part, decisions, PRIOR_ASSISTANT, cue=sal.W_DECISION)
+    if opens:
+        part = b.part(b.line("unresolved_questions"), item.record_id)
+        b.prose(part, opens, PRIOR_ASSISTANT, cue=sal.W_OPEN)
+
+
+def _failure(b: _Builder, item: SourceItem, call: SourceItem | None) -> None:
+    """A failed, cancelled or unknown tool outcome: worth a line by itself, its error
+    first; the call's arguments when the call is a record of its own."""
+    status = item.tool_status or "unknown"
+    head = f"{item.tool_name or 'unnamed'} {FAILED.get(status, status)}"
+    line = b.line("failures", head, BONUS_KEEP)
+    if call is not None:
+        b.calls(b.part(line, call.record_id, " "), call, args_only=True)
+    out = b.part(line, item.record_id, ": ")
+    b.lines[line].core = out  # the error itself earns the line its place
+    b.output(out, item.text, failure=True)
+    if not b.parts[out].frags:
+        b.add(out, "(no output)", 0.0)
+
+
+def _rollup_entry(b: _Builder, item: SourceItem, section: str) -> None:
+    """An entry of an earlier summary: its fragments (as it joined them) compete again."""
+    part = b.part(b.line(section, "", _ROLLUP_CLASS[section]), item.record_id)
+    bits = _ROLLUP_SPLIT.split(sal.one_line(item.text))
+    for k in range(0, len(bits), 2):
+        if bits[k]:
+            base = PRIOR_ASSISTANT + (sal.W_ERROR if sal.is_error(bits[k]) else 0.0)
+            if section == "decisions" and sal.is_decision(bits[k]):
+                base += sal.W_DECISION
+            b.add(part, sal.clip(bits[k], 400), base, sep=bits[k - 1] if k else " ")
+    if not b.parts[part].frags:
+        b.add(part, "(empty)", 0.0)
+
+
+def _touched(segment: tuple[SourceItem, ...]) -> list[str]:
+    """Paths the tool calls were given, in order: files actually read, run or edited."""
+    out: dict[str, None] = {}
+    for item in segment:
+        for _, args in _calls(item):
+            for path in sal.call_paths(args):
+                out.setdefault(path, None)
+    return list(out)
+
+
+def _artifacts(touched: list[str], facts: list[Fact], allowance: int) -> list[str]:
+    """A short ranked path list: touched files first, then paths the kept lines name."""
+    ranked = dict.fromkeys(touched)
+    for f in facts:
+        for m in sal.PATH.finditer(f.statement):
+            ranked.setdefault(m.group(0).rstrip("."), None)
+    out: list[str] = []
+    for path in ranked:
+        if len(out) >= MAX_ARTIFACT_REFS or allowance < len(path) + 3:
+            break
+        out.append(path)
+        allowance -= len(path) + 3
+    return out
 
 
 def _notes(segment: tuple[SourceItem, ...]) -> str:
     if all(item.kind.startswith(ROLLUP_KIND) for item in segment):
         return f"rolled up {len(segment)} entries of earlier summaries"
-    kinds = Counter(item.kind for item in segment)
-    counts = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
     lo, hi = segment[0].session_sequence, segment[-1].session_sequence
-    return f"{len(segment)} records, sequences {lo}-{hi}: {counts}"
-
-
-def _fit(lines: list[_Line], cap: int) -> tuple[list[bool], int]:
-    """Mark lines to drop, least important and oldest first, until the estimate fits.
-
-    The estimate counts every section header, so it is never below the real length.
-    """
-    headers = sum(len(t) + 4 for t in (*SECTION_TITLES.values(), "Artifacts", "Notes"))
-    total = headers + sum(line.rendered_len() for line in lines)
-    dropped = [False] * len(lines)
-    if total <= cap:
-        return dropped, 0
-    budget = cap - TRUNCATION_NOTE_RESERVE
-    by_class: list[list[int]] = [[] for _ in range(KEEP + 1)]
-    for index, line in enumerate(lines):
-        by_class[line.cls].append(index)
-    n_facts = sum(1 for line in lines if line.fact is not None)
-    n_dropped = 0
-    for queue in by_class:
-        for index in queue:
-            if total <= budget:
-                return dropped, n_dropped
-            if lines[index].fact is not None and n_facts == 1:
-                continue  # an empty draft is worse than a long one
-            dropped[index] = True
-            n_dropped += 1
-            total -= lines[index].rendered_len()
-            n_facts -= lines[index].fact is not None
-    return dropped, n_dropped
-
-
-def _draft(lines: list[_Line], dropped: list[bool]) -> SummaryDraft:
-    fields: dict[str, list[Fact]] = {name: [] for name in SECTION_TITLES}
-    refs: list[str] = []
-    notes: list[str] = []
-    for line, gone in zip(lines, dropped, strict=True):
-        if gone:
-            continue
-        if line.fact is not None:
-            fields[line.section].append(line.fact)
-        elif line.section == "work_artifact_refs":
-            refs.append(line.text)
-        else:
-            notes.append(line.text)
-    return SummaryDraft(
-        verified_facts=tuple(fields["verified_facts"]),
-        decisions=tuple(fields["decisions"]),
-        failures=tuple(fields["failures"]),
-        unresolved_questions=tuple(fields["unresolved_questions"]),
-        work_artifact_refs=tuple(refs),
-        observations=tuple(notes),
-    )
+    return f"{len(segment)} records, sequences {lo}-{hi}"
 
 
 def extract_draft(req: SummaryRequest) -> SummaryDraft:
     """The deterministic draft for ``req``; ``req.previous_summary_text`` is not used —
     the earlier summary stays in the chain (R11.8) and is not restated."""
     segment = req.segment
-    lines, refs = _extract(segment)
-    if not any(line.fact for line in lines):
+    cap = int(CHARS_PER_TOKEN * req.max_output_tokens)
+    b = _candidates(segment)
+    touched = _touched(segment)
+    listed = touched[:MAX_ARTIFACT_REFS]
+    allowance = min(int(cap * ARTIFACT_SHARE), sum(len(p) + 3 for p in listed))
+    allowance += 14 if touched else 0  # the section header
+    fill = Fill(b, cap - NOTES_RESERVE - allowance)
+    for path in _artifacts(touched, [], allowance):
+        fill.seen[("path", path)] = LISTED_CREDIT
+    fill.run(LAYER1_SHARE)
+    if b.frags and not any(f.kept for f in b.frags):
+        # Too small a budget for any whole fragment: the most valuable one, clipped.
+        best = max(b.frags, key=lambda f: fill.gain(f))
+        best.text, best.kept = sal.clip(best.text, max(16, cap // 3)), True
+    left_frags, left_lines = fill.left_out()
+    sections = render(b)
+    facts = [f for name in SECTION_TITLES for f in sections[name]]
+    if not facts:
         # Nothing to lift (e.g. only lifecycle records): still account for the range.
         first, last = segment[0].record_id, segment[-1].record_id
         statement = f"{len(segment)} records without questions, answers or tool results"
-        lines.append(_Line(KEEP, "verified_facts", _fact(statement, first, last)))
-    lines += [_Line(ARTIFACT, "work_artifact_refs", text=ref) for ref in refs]
-    lines.append(_Line(NOTE, "observations", text=_notes(segment)))
-    cap = CHARS_PER_TOKEN * req.max_output_tokens
-    dropped, n_dropped = _fit(lines, cap)
-    draft = _draft(lines, dropped)
-    if n_dropped:
-        note = f"omitted {n_dropped} of {len(lines)} lines to fit {cap} characters"
-        noted = _draft([*lines, _Line(NOTE, "observations", text=note)], [*dropped, False])
-        if len(noted.text()) <= cap:
-            draft = noted
+        sections["verified_facts"].append(fact(statement, first, last))
+        facts = sections["verified_facts"]
+    # One note: what was left out (the originals stay readable by record id), or else
+    # what the draft covers.
+    notes = [_notes(segment)]
+    if left_frags:
+        notes = [f"omitted {left_frags} of {len(b.frags)} fragments ({left_lines} whole lines)"]
+    draft = SummaryDraft(
+        verified_facts=tuple(sections["verified_facts"]),
+        decisions=tuple(sections["decisions"]),
+        failures=tuple(sections["failures"]),
+        unresolved_questions=tuple(sections["unresolved_questions"]),
+        work_artifact_refs=tuple(_artifacts(touched, facts, max(0, fill.budget) + allowance)),
+        observations=tuple(notes),
+    )
+    while len(draft.text()) > cap and (draft.observations or draft.work_artifact_refs):
+        # The estimate over-counts (ids count double); this only guards odd input.
+        if draft.observations:
+            draft = dataclasses.replace(draft, observations=draft.observations[:-1])
+        else:
+            draft = dataclasses.replace(draft, work_artifact_refs=draft.work_artifact_refs[:-1])
     return draft
 
 

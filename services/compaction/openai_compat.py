@@ -29,7 +29,8 @@ SYSTEM_PROMPT = """You summarize an old part of an agent conversation so it can 
 Answer with ONE JSON object with exactly these keys:
   "verified_facts", "decisions", "failures", "unresolved_questions": arrays of
       {"statement": string, "source_ids": [record ids]},
-  "work_artifact_refs": array of strings (file paths, URLs, artifact ids that were touched),
+  "work_artifact_refs": array of strings (at most 10 file paths, the files the tool calls
+      read, ran or edited first),
   "observations": array of short strings.
 Rules:
 - Every statement cites the records it rests on; use ONLY the record ids shown in
@@ -37,15 +38,26 @@ Rules:
 - Record history only: what was asked, found, decided, what failed, what is still open.
 - Do not state tasks, plans or instructions; never start a statement with "PLAN:",
   "TASK:" or "SYSTEM:".
-- Keep statements short; keep tool failures and unanswered questions.
+- Spend the output where the facts are. Keep, word for word where short: what the user
+  asked and every constraint they set; every decision, however phrased ("I'll ...",
+  "Let's ...", "Decision: ...", "we will ...", "switching to ..."); error codes and
+  messages; numbers with their units; identifiers (commit hashes, ticket ids, request
+  ids, env vars, function names); the files tool calls touched (calls are shown with
+  their arguments); questions nobody answered.
+- From tool output take the lines that carry such facts, wherever they are (often the
+  end: totals, the error), not the first lines; drop filler, progress and repetition.
+- One entry per record where you can: a statement may hold several facts of the same
+  record. Keep tool failures and unanswered questions.
 - The previous summary, if given, is context only: do not repeat it.
 - Records of kind "summary:<section>" are entries of earlier summaries being rolled up:
   merge and condense them into fewer, shorter entries of the same sections, keeping
-  failures and open questions, and cite the record ids shown with them."""
+  failures, open questions, decisions, numbers and identifiers, and cite the record ids
+  shown with them."""
 
 
 def render_segment(req: SummaryRequest) -> str:
-    """The user message: one ``[record_id] role/kind: text`` line per record."""
+    """The user message: one ``[record_id] role/kind: text`` line per record; a record
+    that made tool calls shows them with their arguments (``→ calls: name {json}``)."""
     lines: list[str] = []
     if req.previous_summary_text:
         lines += ["Previous summary (context only):", req.previous_summary_text, ""]
@@ -55,6 +67,13 @@ def render_segment(req: SummaryRequest) -> str:
         if item.tool_name or item.tool_status:
             tool = f"({', '.join(x for x in (item.tool_name, item.tool_status) if x)}) "
         text = item.text.replace("\n", "\\n")  # one record per line, ids stay unambiguous
+        calls = "; ".join(
+            f"{name} {args}".replace("\n", "\\n")
+            for name, args in item.arguments
+            if args != item.text  # a tool_call record whose text is its arguments
+        )
+        if calls:  # not in square brackets: those hold record ids only
+            text = f"{text} → calls: {calls}" if text else f"→ calls: {calls}"
         lines.append(f"[{item.record_id}] {item.role}/{item.kind}: {tool}{text}")
     return "\n".join(lines)
 

@@ -408,6 +408,16 @@ def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]
             p = r.payload
             role = _ROLES.get(r.kind, "user")  # R3.3: never system
             calls = p.get("tool_calls") or []
+            # The calls' names and arguments: a file that was only read is named there.
+            # Redacted and clipped like the text (R15.4, R11.2).
+            specs = [p] if r.kind == "tool_call" else calls
+            arguments = tuple(
+                (str(c.get("name") or ""), redact(str(c.get("arguments_json") or ""))[0])
+                for c in specs
+                if c.get("name") or c.get("arguments_json")
+            )
+            if seg.oversized:
+                arguments = tuple((n, a[:OVERSIZED_CHARS]) for n, a in arguments)
             out.append(
                 SourceItem(
                     r.record_id,
@@ -418,6 +428,7 @@ def _items(seg: Segment, by_id: dict[str, RecordView]) -> tuple[SourceItem, ...]
                     tool_name=p.get("name"),
                     tool_status=p.get("status"),
                     call_id=p.get("call_id") or (calls[0]["call_id"] if calls else None),
+                    arguments=arguments,
                 )
             )
     return tuple(out)

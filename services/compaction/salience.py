@@ -1,0 +1,265 @@
+"""What in a piece of agent history is worth keeping: text heuristics, no model. Pure.
+
+The extractive summarizer spends its budget on *fragments* (a sentence of prose, a line
+of tool output, one tool call) by how many distinct salient things each adds per
+character. This module finds those things:
+
+- **features**, counted once per summary however often they recur: file paths, numbers
+  with units or decimals, identifiers (hashes, ticket-style ids, UPPER_SNAKE names, error
+  codes, back-quoted names), code-style names (weighted low: source listings are full of
+  them);
+- **cues**, which make a fragment worth keeping by itself: errors, decisions ("I'll…",
+  "Let's…", "Decision: …", "decided", "switching to", …), open questions and user
+  constraints ("must", "don't", "keep", …).
+
+Nothing here knows what a particular session or benchmark looks like: the rules are the
+general shapes facts take in coding-agent transcripts.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
+# lookbehind keeps URLs ("https://host/a.html") and ratios ("and/or") out.
+PATH = re.compile(
+    r"(?<![\w:/.~-])(?:(?:~|\.{1,2})?/(?:[\w.-]+/)+[\w.-]+"
+    r"|(?:[\w-][\w.-]*/)+[\w-][\w-]*\.[A-Za-z0-9]{1,8}"
+    # a bare file name with a common source or config extension: setup.py, ci.yml
+    r"|[\w-]+\.(?:py|pyi|md|rst|toml|ya?ml|json|ts|tsx|js|jsx|go|rs|java|kt|c|h|cc|cpp|hpp"
+    r"|rb|php|sql|cfg|ini|txt|sh|lock|proto|tf|csv|log|html|css))(?![\w/.-])"
+)
+_UNITS = (
+    r"%|ms|µs|us|ns|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|hours?|days?|[KMGT]i?B|bytes?"
+    r"|req/s|rps|qps|ops/s|/s|x|tokens?|rows?|records?|items?|files?|lines?|tests?|errors?"
+    r"|warnings?|passed|failed|skipped|retries|attempts|calls|requests|users|connections"
+    r"|workers|threads|cores|MHz|GHz|kb|mb|gb"
+)
+_MEASURE = re.compile(
+    rf"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?![\w])"
+    r"|(?<![\w.])[-+]?\d+\.\d+(?![\w.])"  # a decimal: 0.973, 412.7
+    r"|(?<![\w.])v?\d+(?:\.\d+){2,}(?![\w.])"  # a version: 3.11.4
+)
+_INTEGER = re.compile(r"(?<![\w.,/-])(?:\d{1,3}(?:,\d{3})+|\d{3,})(?![\w.,/])")
+_IDENT = re.compile(
+    r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # a hash: 3f9a2c1
+    r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b"  # a ticket or code: PAY-4821, ORA-00942
+    r"|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"  # UPPER_SNAKE: LEDGER_SYNC_TIMEOUT
+    r"|\b[A-Z]{1,5}\d{3,6}\b"  # an error code: E4127
+    r"|\b[a-z][a-z0-9]*[-_][a-z0-9]*\d[a-z0-9]*\b"  # a generated id: acct_81a2, req-77f
+)
+_QUOTED = re.compile(r"`([^`\n]{2,80})`")
+_ERROR_NAMES = re.compile(r"'([^'\n]{2,60})'|\"([^\"\n]{2,60})\"|\b(\w+(?:Error|Exception))\b")
+_CODE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b")
+
+ERROR_CUE = re.compile(
+    r"\b(?:error|errors|exception|traceback|fails|failed|failing|failure|fatal|panic|denied"
+    r"|refused|timed? ?out|timeout|cannot|can't|could not|couldn't|unable|invalid|missing"
+    r"|not found|no such|undefined|unexpected|mismatch|conflict|abort(?:ed)?|crash(?:ed)?"
+    r"|segfault|killed|oom|regression|broken|non-zero|exit (?:code|status) [1-9]\d*)\b"
+    r"|\b(?:HTTP|status)[ /:]*[45]\d\d\b|\b\w+(?:Error|Exception)\b",
+    re.I,
+)
+DECISION_CUE = re.compile(
+    r"\b(?:i'll|i will|i'm going to|i am going to|we'll|we will|we're going to|let's|let us"
+    r"|decided|decide to|decision|we should|i'd rather|going with|go with|opt(?:ed|ing)? for"
+    r"|chose|choosing|switch(?:ed|ing)?(?: \S+){0,4} to|settled on|plan to|planning to|going to"
+    r"|instead of|rather than|will use|won't|will not|prefer|the fix is|the plan is)\b",
+    re.I,
+)
+OPEN_CUE = re.compile(
+    r"\?\s*$|\b(?:open question|unclear|not sure|unsure|unknown whether|still (?:unknown|open"
+    r"|unclear)|tbd|todo|to be (?:decided|confirmed)|remains? to be|need to (?:confirm|check"
+    r"|verify|find out|ask|decide)|haven't (?:yet )?(?:confirmed|checked|verified|found)"
+    r"|not yet (?:confirmed|known|clear|verified))\b",
+    re.I,
+)
+CONSTRAINT_CUE = re.compile(
+    r"\b(?:must|mustn't|don't|do not|never|always|only|keep|without|avoid|no new|at most"
+    r"|at least|no more than|under|below|within|required|requirement|should not"
+    r"|shouldn't|cannot|can't|please)\b",
+    re.I,
+)
+
+# Weights: what one distinct feature or cue adds to a fragment's worth.
+W_PATH = 1.0
+W_PATH_TOUCHED = 1.5  # a path a tool call was given: a file actually read, run or edited
+W_PATH_OUTPUT = 0.8  # a path in tool output (a hit list's many weigh less: ``shape``)
+W_MEASURE = 1.0
+W_INTEGER = 0.4
+W_IDENT = 1.0
+W_CODE = 0.3  # in tool output; in prose W_IDENT
+W_ERROR = 1.5
+W_DECISION = 2.0
+W_OPEN = 1.5
+W_CONSTRAINT = 1.0
+
+Feature = tuple[str, str]  # (kind, normalized value)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\s.])")
+CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\s.])|\s+(?=—\s)")  # prose: clauses too
+FRAGMENT_CHARS = 240  # a fragment longer than this is clipped around what is salient
+ARG_CHARS = 80  # one argument value of a tool call
+
+
+@functools.lru_cache(maxsize=65_536)  # roll-ups see the same entries again and again
+def features(
+    text: str, *, path_weight: float = W_PATH, code_weight: float = W_CODE
+) -> dict[Feature, float]:
+    """The distinct salient things in ``text`` with their weights (cached: read only).
+    ``code_weight``: a code-style name in prose is a deliberate mention, in a listing
+    one name of many."""
+    out: dict[Feature, float] = {}
+
+    def put(kind: str, value: str, weight: float) -> None:
+        key = (kind, value)
+        if out.get(key, 0.0) < weight:
+            out[key] = weight
+
+    for m in PATH.finditer(text):
+        put("path", m.group(0).rstrip("."), path_weight)
+    for m in _MEASURE.finditer(text):
+        put("num", m.group(0).replace(" ", "").lower(), W_MEASURE)
+    for m in _INTEGER.finditer(text):
+        put("num", m.group(0), W_INTEGER)
+    for m in _IDENT.finditer(text):
+        put("id", m.group(0), W_IDENT)
+    for m in _QUOTED.finditer(text):
+        put("id", m.group(1), W_IDENT)
+    for m in _CODE_NAME.finditer(text):
+        put("id", m.group(0), code_weight)
+    if ERROR_CUE.search(text):  # what an error names: KeyError: 'currency_code'
+        for m in _ERROR_NAMES.finditer(text):
+            put("id", next(g for g in m.groups() if g), W_IDENT)
+    return out
+
+
+def is_decision(sentence: str) -> bool:
+    return DECISION_CUE.search(sentence) is not None
+
+
+def is_open(sentence: str) -> bool:
+    return OPEN_CUE.search(sentence) is not None
+
+
+def is_error(line: str) -> bool:
+    return ERROR_CUE.search(line) is not None
+
+
+def is_constraint(sentence: str) -> bool:
+    return CONSTRAINT_CUE.search(sentence) is not None
+
+
+_DECORATION = re.compile(r"([=\-_*#~+.])\1{3,}")
+
+
+def one_line(text: str) -> str:
+    """Whitespace collapsed and decoration runs ("=====", "-----") cut to one char."""
+    return " ".join(_DECORATION.sub(r"\1", text).split()).strip("=-_*#~ ")
+
+
+def clip(text: str, limit: int = FRAGMENT_CHARS) -> str:
+    """``text`` on one line, at most ``limit`` characters: a window that starts just
+    before the first salient thing when that lies beyond the limit, marked with "…"."""
+    flat = one_line(text[: limit * 8])
+    if len(flat) <= limit:
+        return flat
+    spans = [m.start() for p in (PATH, _MEASURE, _IDENT, ERROR_CUE) for m in p.finditer(flat)]
+    start = max(0, min(spans) - 24) if spans and min(spans) > limit - 40 else 0
+    if start:
+        start = flat.find(" ", start) + 1 or start
+    body = flat[start : start + limit - 2].rstrip()
+    return ("…" if start else "") + body + "…"
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A fragment of a record's text, in order."""
+
+    text: str
+    index: int
+    line_start: bool  # begins a new line of the source (tool output, pasted text)
+    sep: str = " "  # what joined it to the previous piece ("; " after a clause)
+
+
+def pieces(text: str, *, prose: bool = False, head: int = 12_000, tail: int = 4_000) -> list[Piece]:
+    """Split text into lines, and lines into sentences (prose: every line; output: long
+    lines only). Only the first ``head`` and last ``tail`` characters are read: a huge
+    result's facts are in its head and its tail, and this bounds the work."""
+    if len(text) > head + tail:
+        text = text[:head] + "\n" + text[-tail:]
+    out: list[Piece] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if prose:
+            parts = CLAUSE_END.split(stripped)
+        else:
+            parts = SENTENCE_END.split(stripped) if len(stripped) > 80 else [stripped]
+        sep = " "
+        for k, part in enumerate(parts):
+            part = part.strip()
+            if part.endswith(";"):  # a clause: the ";" joins it to the next one
+                part, next_sep = part[:-1].rstrip(), "; "
+            else:
+                next_sep = " "
+            if part:
+                out.append(Piece(part, len(out), k == 0, sep))
+            sep = next_sep
+    return out
+
+
+_SHAPE_NUM = re.compile(r"\b[0-9a-f]{7,}\b|\d+")
+_SHAPE_WORD = re.compile(r"[a-z]+")
+_SHAPE_RUN = re.compile(r"(.)\1+")
+
+
+def shape(line: str) -> str:
+    """A line with its numbers, hashes and lower-case words abstracted: log lines,
+    table rows, grep hits and code lines of one output share a few shapes, while the
+    error, the summary or the odd line out has its own."""
+    return _SHAPE_RUN.sub(r"\1", _SHAPE_WORD.sub("a", _SHAPE_NUM.sub("9", line)))
+
+
+def is_noise(line: str) -> bool:
+    """Separator rules, progress dots and bare punctuation carry nothing."""
+    core = line.strip("=-_*#.>|:+~ \t")
+    return len(core) < 3 or sum(ch.isalpha() for ch in core) < 2  # "[58%]", "| 4006 |"
+
+
+def render_call(name: str, arguments: str) -> str:
+    """``name(value, value…)``: argument values without their keys, long ones clipped
+    around what is salient (a path, a number, an id). Non-JSON arguments as they are."""
+    try:
+        parsed = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return f"{name}({clip(arguments, ARG_CHARS * 2)})"
+    values = list(parsed.values()) if isinstance(parsed, dict) else [parsed]
+    return f"{name}({', '.join(_arg(v) for v in _flat(values))})"
+
+
+def _flat(values: object) -> Iterator[object]:
+    for v in values if isinstance(values, (list, tuple)) else [values]:
+        if isinstance(v, dict):
+            yield from _flat(list(v.values()))
+        elif isinstance(v, list):
+            yield from _flat(v)
+        else:
+            yield v
+
+
+def _arg(value: object) -> str:
+    if isinstance(value, str):
+        text = clip(value, ARG_CHARS)
+        simple = text and not any(c in text for c in " ,()\"'")
+        return text if simple else json.dumps(text, ensure_ascii=False)
+    return json.dumps(value)
+
+
+def call_paths(arguments: str) -> list[str]:
+    """Paths named in a tool call's arguments: the files it actually touched."""
+    return [m.group(0).rstrip(".") for m in PATH.finditer(arguments)]
