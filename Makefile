@@ -4,10 +4,10 @@ JUNIT := build/test-results/junit.xml
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo test lint typecheck unit bench soak clean
+.PHONY: help setup up down status demo test lint typecheck unit bench soak clean peer-tests
 
 help: ## List the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 
 setup: ## Install what is missing: Python env (.venv), Kafka jars (Maven); `up` adds PostgreSQL (apt)
 	@bash deploy/bootstrap.sh
@@ -48,6 +48,9 @@ bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost, pre
 
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)
 	@$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)
+
+peer-tests: setup ## The openai-agents sdist's own session tests with SQLiteSession replaced by ours (real stack)
+	@bash deploy/peer-tests.sh
 
 clean: down ## Stop the stack and remove local state (.state, build)
 	rm -rf .state build
