@@ -1,0 +1,39 @@
+"""The OpenAI Agents SDK with its history kept by AgentLoom Context.
+
+    make up
+    export ALC_API_KEY=$(.venv/bin/agentloom-keys create --space default --kind host)
+    export OPENAI_API_KEY=sk-...            # the agent's own model
+    .venv/bin/python examples/openai_agents_session.py
+
+The one-line switch: ``SQLiteSession("conv-1")`` → ``AgentLoomSession("conv-1")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from agents import Agent, Runner, function_tool
+
+from services.integrations.openai_agents import AgentLoomSession
+
+
+@function_tool
+def read_table(name: str) -> str:
+    """Read a table."""
+    return f"{name}: " + ", ".join(f"row{i}={i * 7}" for i in range(20))
+
+
+async def main() -> None:
+    agent = Agent(name="analyst", instructions="Answer briefly.", tools=[read_table])
+    session = AgentLoomSession("example-conv-1")  # was: SQLiteSession("example-conv-1")
+    try:
+        for question in ("What is in table t1?", "And in t2?", "Which one has more rows?"):
+            result = await Runner.run(agent, question, session=session)
+            print(f"> {question}\n{result.final_output}\n")
+        print(f"{len(await session.get_items())} items in the prepared context")
+    finally:
+        session.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
