@@ -23,6 +23,10 @@ PURE_MODULES = sorted(
         "services/compaction/validate.py",
         "services/compaction/extractive.py",
         "services/compaction/scripted.py",
+        "services/compaction/bound.py",
+        "services/compaction/fill.py",
+        "services/compaction/salience.py",
+        "schemas/limits.py",
         "services/prepare/auth.py",
     ]
 )
