@@ -27,6 +27,7 @@ PURE_MODULES = sorted(
         "services/compaction/fill.py",
         "services/compaction/salience.py",
         "schemas/limits.py",
+        "services/integrations/responses_items.py",
         "services/prepare/auth.py",
     ]
 )
