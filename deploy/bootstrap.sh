@@ -15,6 +15,6 @@ echo "[bootstrap] creating Python environment in $venv"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 echo "[bootstrap] installing agentloom-context with dev + integration extras (pip)"
-"$venv/bin/python" -m pip install -q -e "$repo[dev,openai-agents]"
+"$venv/bin/python" -m pip install -q -e "$repo[dev,openai-agents,langchain]"
 echo "$want" > "$stamp"
 echo "[bootstrap] done"

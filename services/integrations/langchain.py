@@ -1,0 +1,221 @@
+"""``AgentLoomMiddleware``: LangChain v1 ``create_agent`` middleware (langchain 1.5) over
+AgentLoom Context. Switch by replacing ``SummarizationMiddleware(...)`` with
+``AgentLoomMiddleware("conv-1")``; compaction, baselines and the hard budget are ours.
+
+Around every model call (``wrap_model_call`` / ``awrap_model_call``):
+
+1. the request's messages not yet recorded become our events (``langchain_messages``):
+   a human message after the run's answer starts a new run (one run per question), an
+   AI message is one model result with its calls, a tool message the outcome of its call;
+   keys come from the message ids, so a retried call records nothing twice;
+2. the request's messages are replaced by the prepared context of the run — the committed
+   summary plus the uncovered records, within the release's budget, checked by our model
+   gateway (``prepare(render=True)`` then the final check); tool groups are whole by
+   construction. The release's instructions are left out: the agent sends its own;
+3. the model's answer is recorded and reported with its usage (``usage_metadata``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+from langchain_core.messages import AIMessage, BaseMessage
+
+from schemas.contracts import ToolStatus
+from services.core.providers import render
+from services.integrations import langchain_messages as lm
+from services.integrations import responses_items as ri
+from services.integrations.connection import AgentLoomConnection
+from services.sdk.client import ApiError, ContextClient, RunHandle
+
+DEFAULT_RELEASE: dict[str, Any] = {
+    "agent_id": "langchain-agent",
+    "instructions": "Instructions come from the agent (LangChain create_agent).",
+    "tool_catalog": [],
+    "model_profile": {
+        "name": "openai-chat-128k",
+        "context_capacity": 128000,
+        "output_reserve": 8000,
+        "safety_margin": 2000,
+        "provider_format": "openai_chat",
+    },
+}
+
+Handler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
+AsyncHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
+
+
+class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any]):
+    """One conversation of a LangChain agent, kept by AgentLoom Context.
+
+    ``session_id``: ours (one per conversation); ``connection``: where the service runs
+    (default ``AgentLoomConnection.from_env()``); ``release_id`` or ``release`` (registered
+    once): the agent release whose model profile and context policy apply.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        connection: AgentLoomConnection | None = None,
+        release_id: str | None = None,
+        release: dict[str, Any] | None = None,
+        space_id: str | None = None,
+        actor_id: str = "langchain-user",
+    ) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self._owns_connection = connection is None
+        self._conn = connection or AgentLoomConnection.from_env()
+        self._release_id = release_id
+        self._release = release or DEFAULT_RELEASE
+        self._space_id, self._actor_id = space_id or self._conn.space_id, actor_id
+        # Loop-side state (touched only on the connection's loop, under _lock).
+        self._lock: asyncio.Lock | None = None
+        self._session: dict[str, Any] | None = None
+        self._run: RunHandle | None = None
+        self._answered = False  # the current run has model output: a human message is new
+        self._asked = False  # the current run has its question: more user text supplements it
+        self._seen: set[str] = set()  # ids of the messages recorded
+        self._tool_names: dict[str, str] = {}
+
+    # --- the middleware hooks -----------------------------------------------------------
+
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Handler) -> ModelResponse[Any]:
+        prepared = self._conn.submit(lambda c: self._locked(c, self._before, request)).result()
+        response = handler(request.override(messages=prepared[0]))
+        self._conn.submit(lambda c: self._locked(c, self._after, prepared[1], response)).result()
+        return response
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: AsyncHandler
+    ) -> ModelResponse[Any]:
+        prepared = await self._conn.run(lambda c: self._locked(c, self._before, request))
+        response = await handler(request.override(messages=prepared[0]))
+        await self._conn.run(lambda c: self._locked(c, self._after, prepared[1], response))
+        return response
+
+    def close(self) -> None:
+        """Closes the connection if the middleware made it."""
+        if self._owns_connection:
+            self._conn.close()
+
+    # --- on the connection's loop -------------------------------------------------------
+
+    async def _locked(self, c: ContextClient, fn: Any, *args: Any) -> Any:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._session is None:
+                await self._open(c)
+            return await fn(c, *args)
+
+    async def _open(self, c: ContextClient) -> None:
+        if self._release_id is None:
+            canon = json.dumps(self._release, sort_keys=True)
+            if canon not in self._conn.releases:
+                release = await c.register_release(**self._release)
+                self._conn.releases[canon] = release["release_id"]
+            self._release_id = self._conn.releases[canon]
+        try:
+            self._session = await c._call("GET", f"/v1/sessions/{self.session_id}")
+        except ApiError as exc:
+            if exc.code != "not_found":
+                raise
+            self._session = await c.open_session(
+                self._space_id, self._actor_id, self._release_id, self.session_id
+            )
+        run_id = self._session.get("active_run_id")
+        if run_id:  # a process restarted mid-run: go on with it
+            s = self._session
+            self._run = RunHandle(
+                s["session_id"], run_id, f"{run_id}.main", s["space_id"], s["actor_id"], {}
+            )
+            self._answered = self._asked = True
+
+    async def _before(
+        self, c: ContextClient, request: ModelRequest[Any]
+    ) -> tuple[list[BaseMessage], str | None]:
+        for message in lm.new_messages(request.messages, self._seen):
+            await self._record(c, message)
+        if self._run is None:  # nothing asked yet: the request goes as it is
+            return list(request.messages), None
+        prepared = await c.prepare(self._run, render=True)
+        call = await self._check(c, prepared)
+        chat = call["request"].get("messages") if call else None
+        if chat is None:  # a profile in another format: rendered here in openai_chat
+            chat = render(prepared["messages"], [], "openai_chat")["messages"]
+        instructions = {
+            str(m.get("content")) for m in prepared["messages"] if m.get("block") == "instruction"
+        }
+        return lm.to_messages(chat, instructions), (call or {}).get("call_id")
+
+    async def _check(self, c: ContextClient, prepared: dict[str, Any]) -> dict[str, Any] | None:
+        """The gateway's final check (hooks, manifest, budget); asked to prepare again,
+        it does so once with the hooks' tokens reserved (as ``ContextClient.call_model``)."""
+        assert self._run is not None
+        try:
+            return await c.check_model_call(self._run, prepared)
+        except ApiError as exc:
+            if exc.code != "context_reprepare_required":
+                raise
+            hook_tokens = int(exc.details.get("hook_tokens") or 0)
+        again = await c.prepare(
+            self._run,
+            render=True,
+            reserve_tokens=hook_tokens,
+            reprepare_of=prepared["prepared_id"],
+        )
+        return await c.check_model_call(self._run, again)
+
+    async def _after(
+        self, c: ContextClient, call_id: str | None, response: ModelResponse[Any]
+    ) -> None:
+        for message in response.result:
+            if isinstance(message, AIMessage):
+                # add_messages keeps an id it is given: the one our key is made from.
+                message.id = message.id or f"lc-{uuid.uuid4().hex}"
+                await self._record(c, message)
+                if call_id is not None and self._run is not None:
+                    answer, usage = lm.response_of(message)
+                    await c.report_model_result(self._run, call_id, answer, usage)
+
+    async def _record(self, c: ContextClient, message: BaseMessage) -> None:
+        op = lm.to_op(message)
+        if op is None:
+            return
+        if isinstance(op, ri.UserOp) and (self._run is None or self._answered):
+            await self._new_run(c)
+        run = self._run or await self._new_run(c)
+        if isinstance(op, ri.UserOp):
+            key = lm.message_key("u:", self.session_id, message, op)
+            await c.append_user(run, op.text, key, supplement=self._asked or op.role != "user")
+            self._asked = True
+        elif isinstance(op, ri.ModelOp):
+            op_id = lm.message_key("m:", self.session_id, message, op)
+            await c.append_model_result(run, op.text, op_id, list(op.calls))
+            self._tool_names |= {call_id: name for call_id, name, _ in op.calls}
+            self._answered = True
+        else:
+            name = getattr(message, "name", None) or self._tool_names.get(op.call_id, "function")
+            status = ToolStatus.OK if op.status == "ok" else ToolStatus.ERROR
+            await c.append_tool_outcome(run, op.call_id, name, op.output, status)
+        if message.id:
+            self._seen.add(message.id)
+
+    async def _new_run(self, c: ContextClient) -> RunHandle:
+        assert self._session is not None
+        if self._run is not None:
+            try:
+                await c.finish_run(self._run)
+            except ApiError as exc:
+                if exc.code != "run_not_active":
+                    raise
+        self._run = await c.start_run(self._session)
+        self._answered = self._asked = False
+        return self._run
