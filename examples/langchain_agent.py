@@ -1,0 +1,47 @@
+"""A LangChain v1 ``create_agent`` agent with its context kept by AgentLoom Context.
+
+    make up
+    export ALC_API_KEY=$(.venv/bin/agentloom-keys create --space default --kind host)
+    export OPENAI_API_KEY=sk-...            # the agent's own model (pip install langchain-openai)
+    .venv/bin/python examples/langchain_agent.py
+
+The one-line switch: ``SummarizationMiddleware(...)`` → ``AgentLoomMiddleware("conv-1")``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from langchain.agents import create_agent
+from langchain_core.messages import HumanMessage
+from langchain_core.tools import tool
+
+from services.integrations.langchain import AgentLoomMiddleware
+
+
+@tool
+def read_table(name: str) -> str:
+    """Read a table."""
+    return f"{name}: " + ", ".join(f"row{i}={i * 7}" for i in range(20))
+
+
+async def main() -> None:
+    # was: middleware=[SummarizationMiddleware(model="openai:gpt-4o-mini", trigger=...)]
+    context = AgentLoomMiddleware("example-lc-conv-1")
+    agent = create_agent(
+        "openai:gpt-4o-mini",
+        [read_table],
+        system_prompt="Answer briefly.",
+        middleware=[context],
+    )
+    try:
+        for question in ("What is in table t1?", "And in t2?", "Which one has more rows?"):
+            # No checkpointer needed: the conversation's history is ours.
+            result = await agent.ainvoke({"messages": [HumanMessage(question)]})
+            print(f"> {question}\n{result['messages'][-1].content}\n")
+    finally:
+        context.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
