@@ -25,6 +25,12 @@ class Settings(BaseSettings):
     topic_compaction_requests: str = "ctx.compaction.requests"
     topic_observability: str = "ctx.observability"
     compaction_group: str = "agentloom-compaction"
+    # The analytics consumer group (ctx.observability + dead letters → rollups).
+    analytics_group: str = "agentloom-analytics"
+    analytics_batch_max: int = 2000
+    # Prometheus /metrics of the processes without an HTTP API (processor, compaction,
+    # analytics): a port to serve it on, or None (off). Prepare serves it on its own port.
+    metrics_port: int | None = None
     # The summarizer behind the model gateway: "extractive" (built in, no model) or
     # "openai" (an OpenAI-compatible Chat Completions endpoint).
     summarizer: str = "extractive"

@@ -1,0 +1,1 @@
+"""Analytics: tumbling-window rollups of ``ctx.observability`` and the dead-letter topic."""
