@@ -157,3 +157,120 @@ def test_response_and_usage_for_the_gateway() -> None:
     ]
     assert usage == {"input_tokens": 120, "output_tokens": 7}
     assert lm.response_of(AIMessage("x"))[1] == {}
+
+
+# --- the middleware over a hand-written fake client (no service) -------------------------
+
+
+class _FakeClient:
+    """Records what the middleware appends; prepares it all back, with instructions."""
+
+    def __init__(self) -> None:
+        self.msgs: list[dict[str, Any]] = []
+        self.log: list[Any] = []
+
+    async def __aenter__(self) -> _FakeClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+    async def register_release(self, **_: Any) -> dict[str, Any]:
+        return {"release_id": "rel"}
+
+    async def _call(self, *_: Any, **__: Any) -> dict[str, Any]:
+        from services.sdk.client import ApiError
+
+        raise ApiError.of(404, "not_found", "no session", False)
+
+    async def open_session(self, *a: Any) -> dict[str, Any]:
+        return {"session_id": a[3], "space_id": "sp", "actor_id": "a"}
+
+    async def start_run(self, _: Any) -> Any:
+        from services.sdk.client import RunHandle
+
+        self.log.append("start")
+        return RunHandle("s", f"r{len(self.log)}", "i", "sp", "a", {})
+
+    async def finish_run(self, _: Any) -> None:
+        self.log.append("finish")
+
+    async def append_user(self, _: Any, text: str, key: str, supplement: bool = False) -> None:
+        self.log.append(("user", text, supplement))
+        self.msgs.append({"role": "user", "content": text, "block": "interaction"})
+
+    async def append_model_result(self, _: Any, text: str, op_id: str, calls: Any) -> None:
+        self.log.append(("model", text))
+        tool_calls = [{"id": c, "name": n, "arguments": a} for c, n, a in calls]
+        self.msgs.append({"role": "assistant", "content": text, "tool_calls": tool_calls})
+
+    async def append_tool_outcome(self, _: Any, cid: str, name: str, out: str, st: Any) -> None:
+        self.log.append(("tool", cid, name))
+        self.msgs.append({"role": "tool", "tool_call_id": cid, "content": out})
+
+    async def prepare(self, *_: Any, **__: Any) -> dict[str, Any]:
+        rel = {"role": "system", "content": "Release text.", "block": "instruction"}
+        return {"prepared_id": "p", "messages": [rel, *self.msgs]}
+
+    async def check_model_call(self, _: Any, prepared: dict[str, Any]) -> dict[str, Any]:
+        return {"call_id": "mc", "request": render(prepared["messages"], [], "openai_chat")}
+
+    async def report_model_result(self, _: Any, cid: str, resp: Any, usage: Any) -> None:
+        self.log.append(("report", cid, usage))
+
+
+def test_the_middleware_records_each_message_once_and_sends_our_context() -> None:
+    pytest.importorskip("langchain")
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.tools import tool
+
+    from services.integrations.connection import AgentLoomConnection
+    from services.integrations.langchain import AgentLoomMiddleware
+
+    requests: list[list[Any]] = []
+
+    class Fake(GenericFakeChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+        def _generate(self, messages: Any, *a: Any, **k: Any) -> Any:
+            requests.append(list(messages))
+            return super()._generate(messages, *a, **k)
+
+    @tool
+    def lookup(table: str) -> str:
+        """Read a table."""
+        return f"{table}: rows"
+
+    def script() -> Any:
+        for q in range(2):
+            call = {"name": "lookup", "args": {"table": f"t{q}"}, "id": f"call_{q}"}
+            yield AIMessage("", tool_calls=[call])
+            yield AIMessage(f"t{q} done.", usage_metadata={
+                "input_tokens": 10, "output_tokens": 2, "total_tokens": 12})  # fmt: skip
+
+    fake = _FakeClient()
+    conn = AgentLoomConnection()
+    conn._make = lambda: fake  # type: ignore[assignment,return-value]
+    mw = AgentLoomMiddleware("s1", connection=conn)
+    agent = create_agent(Fake(messages=script()), [lookup], system_prompt="Answer.",
+                         middleware=[mw])  # fmt: skip
+    try:
+        agent.invoke({"messages": [HumanMessage("q0")]})  # no checkpointer: q0 is ours
+        agent.invoke({"messages": [HumanMessage("q1")]})
+    finally:
+        conn.close()
+    users = [e for e in fake.log if isinstance(e, tuple) and e[0] == "user"]
+    assert users == [("user", "q0", False), ("user", "q1", False)]  # each once, a question
+    assert fake.log.count("start") == 2 and fake.log.count("finish") == 1  # a run per question
+    assert ("report", "mc", {"input_tokens": 10, "output_tokens": 2}) in fake.log
+    assert len(requests) == 4
+    last = requests[-1]
+    assert [type(m).__name__ for m in last] == [
+        "SystemMessage", "HumanMessage", "AIMessage", "ToolMessage",
+        "AIMessage", "HumanMessage", "AIMessage", "ToolMessage",
+    ]  # fmt: skip
+    assert last[0].content == "Answer."  # the agent's prompt; the release's is left out
+    assert last[1].content == "q0" and last[5].content == "q1"
+    assert all(lm.pairs_intact(r) for r in requests)
