@@ -6,16 +6,26 @@ mapped from the error class; clients branch on ``code``.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Request
-from fastapi.responses import JSONResponse, ORJSONResponse
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.responses import JSONResponse, ORJSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ConfigDict, Field
 
-from schemas.errors import Unauthenticated
-from services.prepare.auth import Action, Principal, authorize_release, session_owner
+from schemas.errors import ContextError, InvalidRequest, NotFound, NotGranted, Unauthenticated
+from services.metrics import PREPARE_SECONDS
+from services.prepare.auth import (
+    Action,
+    KeyKind,
+    Principal,
+    authorize_release,
+    session_owner,
+)
 from services.prepare.fields import (
     Body,
     Id,
@@ -30,9 +40,11 @@ from services.prepare.fields import (
     Tokens,
 )
 from services.prepare.http_errors import CONFLICT, HOOKS, ApiRoute, install_error_handlers
+from services.prepare.metrics_mw import RequestMetrics
 from services.prepare.middleware import BodyLimit, ErrorShield
 from services.prepare.service import PrepareService
 from services.settings import Settings
+from storage import analytics
 
 
 class ReleaseIn(Body):
@@ -154,6 +166,16 @@ class ModelResultIn(Body):
     )
 
 
+def _utc(at: datetime | None) -> datetime | None:
+    """A naive time is UTC; one PostgreSQL cannot hold is a 422, not a 500."""
+    if at is None:
+        return None
+    try:
+        return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidRequest(f"time out of range: {at!r}") from exc
+
+
 def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI:
     limits = settings or Settings.model_construct()  # the defaults, not the environment
     app = FastAPI(
@@ -167,6 +189,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         BodyLimit, max_bytes=limits.max_request_bytes, max_blob_bytes=limits.max_blob_bytes
     )
     app.add_middleware(ErrorShield)
+    app.add_middleware(RequestMetrics)
 
     async def principal(
         bearer: HTTPAuthorizationCredentials | None = Depends(BEARER),  # noqa: B008
@@ -189,6 +212,45 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        """Prometheus exposition; like the health check, no key (scrapers have none)."""
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/v1/analytics/rollups")
+    async def analytics_rollups(
+        window: Literal["1m", "1h"] = "1m",
+        start: Annotated[
+            datetime | None, Query(alias="from", description="first window start (inclusive)")
+        ] = None,
+        end: Annotated[
+            datetime | None, Query(alias="to", description="last window start (exclusive)")
+        ] = None,
+        space: QueryId = None,
+        agent: QueryId = None,
+        purpose: QueryId = None,
+        limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+        who: Principal = auth,
+    ) -> dict[str, Any]:
+        """R18 rollups of the key's tenant space (host keys only: they span every actor),
+        per tumbling window (event time) and agent / release / model / purpose: prepares,
+        estimated input tokens, refusals by reason, trigger checks by decision,
+        compactions by outcome and reason, tokens before/after/saved, summarizer calls,
+        model calls and usage, dead letters by reason (``metric`` + ``label``)."""
+        if space is not None and space != who.space_id:
+            raise NotFound(f"space {space} not found")
+        if who.credential.kind is not KeyKind.HOST:
+            raise NotGranted("analytics span every actor of a space: host keys only")
+        rows = await analytics.query(
+            svc.pool, window, who.space_id, _utc(start), _utc(end), agent, purpose, limit + 1
+        )
+        return {
+            "window": window,
+            "space_id": who.space_id,
+            "rows": rows[:limit],
+            "truncated": len(rows) > limit,
+        }
 
     @app.post("/v1/releases", status_code=201, responses=CONFLICT)
     async def register_release(body: ReleaseIn, who: Principal = auth) -> dict[str, Any]:
@@ -257,7 +319,17 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         # Returned as a ready response: FastAPI's generic pydantic serialization of a
         # 10k-message dict cost ~3x the assembly itself.
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return ORJSONResponse(await svc.prepare(session_id, run_id, body.model_dump()))
+        started, outcome = time.perf_counter(), "error"
+        try:
+            out = await svc.prepare(session_id, run_id, body.model_dump())
+            outcome = "ok"
+        except ContextError as exc:
+            outcome = exc.code
+            raise
+        finally:
+            elapsed = time.perf_counter() - started
+            PREPARE_SECONDS.labels(body.purpose, outcome).observe(elapsed)
+        return ORJSONResponse(out)
 
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/model-calls", status_code=201, responses=HOOKS
