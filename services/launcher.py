@@ -16,6 +16,7 @@ import httpx
 # direct driver's "[direct-driver]: Ready".
 PROCESSOR_READY = "]: Ready"
 COMPACTION_READY = "[compaction]: Ready"
+ANALYTICS_READY = "[analytics]: Ready"
 
 
 @dataclass
@@ -94,14 +95,21 @@ class ServiceSet:
     prepare: Proc
     processor: Proc
     compaction: Proc
+    # Off the core path (its own consumer group): started on request — the demo does, the
+    # integration tests start it only where they test it, to keep their start-up short.
+    analytics: Proc | None = None
 
-    def start(self, with_compaction: bool = True) -> None:
+    def start(self, with_compaction: bool = True, with_analytics: bool = False) -> None:
         self.prepare.start()
         self.processor.start()
         if with_compaction:
             self.compaction.start()
+        if with_analytics and self.analytics is not None:
+            self.analytics.start()
 
     def stop(self) -> None:
+        if self.analytics is not None:
+            self.analytics.stop()
         self.prepare.stop()
         self.compaction.stop()
         self.processor.stop()
@@ -126,4 +134,5 @@ def service_set(
         ),
         processor=proc("processor", "streams", ready_line=PROCESSOR_READY),
         compaction=proc("compaction", "services.compaction", ready_line=COMPACTION_READY),
+        analytics=proc("analytics", "services.analytics", ready_line=ANALYTICS_READY),
     )
