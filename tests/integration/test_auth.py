@@ -81,6 +81,9 @@ RELEASE_PUBLISH = READ | {
 # not visible from another space.
 OPEN = WRITE | {"host_for_other_actor": 403}
 ANY_KEY = {k: (v if v == 401 else 0) for k, v in READ.items()}
+# Analytics span every actor of a space: host keys only, each its own space (issue 12).
+HOST_KEY = ANY_KEY | {"owner": 403, "granted": 403, "other_actor": 403}
+HOST_KEY |= {"other_space_same_actor": 403}
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,7 @@ ROUTES = [
         "content": b"auth test blob", "headers": {"content-type": "text/plain"}})),
     Route("get", "/v1/sessions/{session_id}/events/{event_key}", READ,
           lambda w: (f"/v1/sessions/{w.sid}/events/{w.event_key}", {})),
+    Route("get", "/v1/analytics/rollups", HOST_KEY, lambda w: ("/v1/analytics/rollups", {})),
 ]  # fmt: skip
 ERROR_CODE = {401: "unauthenticated", 403: "not_granted", 404: "not_found"}
 
