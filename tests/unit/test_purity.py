@@ -28,6 +28,7 @@ PURE_MODULES = sorted(
         "services/compaction/salience.py",
         "schemas/limits.py",
         "services/integrations/responses_items.py",
+        "services/analytics/rollup.py",
         "services/integrations/langchain_messages.py",
         "services/prepare/auth.py",
     ]
