@@ -188,13 +188,11 @@ async def test_body_sizes_get_a_clear_answer(
     # 50 MB, declared: 413 for a JSON route and for the content store, and the connection
     # (the server discards the rest of the upload) serves the next request.
     big = json.dumps(release | {"instructions": "x" * (50 * MB)}).encode()
-    t0 = time.monotonic()
     r = http.post("/v1/releases", content=big, headers={"content-type": "application/json"})
     err = error_of(r, 413, "payload_too_large")
     assert err["details"]["limit_bytes"] == 8 * MB and err["details"]["content_length"] == len(big)
     r2 = http.put("/v1/blobs", content=b"b" * (50 * MB), headers={"content-type": "text/plain"})
     assert error_of(r2, 413, "payload_too_large")["details"]["limit_bytes"] == 16 * MB
-    assert time.monotonic() - t0 < 20
     good = http.get(f"/v1/sessions/{real['session']}")
     assert good.status_code == 200 and local_port(good) == local_port(r2)
 
@@ -211,18 +209,18 @@ async def test_a_declared_50_mb_body_is_refused_before_it_is_sent(services: Serv
     """The 413 comes back while the client has sent the headers only: nothing of the
     body is read (or buffered) to decide."""
     url = urlsplit(services.prepare_url)
-    with socket.create_connection((url.hostname, url.port), timeout=10) as sock:
-        t0 = time.monotonic()
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
         sock.sendall(
             b"POST /v1/releases HTTP/1.1\r\nHost: prepare\r\n"
             b"Authorization: Bearer " + services.api_key.encode() + b"\r\n"
             b"Content-Type: application/json\r\nContent-Length: 52428800\r\n\r\n"
         )
+        # No byte of the body was sent: an answer at all proves the server decided from
+        # the declared length (a server that read the body would wait for it, and the
+        # socket timeout would fail the test). No wall-clock bound: CI machines are shared.
         head = sock.recv(65536)
-        elapsed = time.monotonic() - t0
     assert head.startswith(b"HTTP/1.1 413 "), head[:200]
     assert b'"code":"payload_too_large"' in head
-    assert elapsed < 2.0, elapsed
 
 
 # --- our 500 and 503 (a service that fails like a bug or a lost database) --------------

@@ -7,7 +7,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -148,7 +147,6 @@ def test_every_service_stops_at_start_on_a_topic_with_other_partitions(
         "ALC_PREPARE_PORT": str(free_port()),
     }
     modules = ["streams", "services.compaction", "services.prepare"]
-    t0 = time.monotonic()
     procs = {
         m: subprocess.Popen(
             [sys.executable, "-m", m],
@@ -168,7 +166,6 @@ def test_every_service_stops_at_start_on_a_topic_with_other_partitions(
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert time.monotonic() - t0 < 90
     for m, (rc, log) in out.items():
         assert rc == EXIT_TOPICS, f"{m} exited {rc}:\n{log[-2000:]}"
         assert "topic_mismatch" in log, log[-2000:]
