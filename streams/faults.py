@@ -45,7 +45,8 @@ def is_transient(exc: BaseException) -> bool:
         | asyncpg.PostgresConnectionError
         | asyncpg.exceptions.OperatorInterventionError  # admin shutdown, cannot connect now
         | asyncpg.exceptions.InsufficientResourcesError  # too many connections, disk full
-        | asyncpg.exceptions.TransactionRollbackError,  # serialization failure, deadlock
+        | asyncpg.exceptions.TransactionRollbackError  # serialization failure, deadlock
+        | asyncpg.InternalClientError,  # a pooled connection broken by a server restart
     )
 
 

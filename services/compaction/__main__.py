@@ -170,7 +170,10 @@ def transient(exc: BaseException) -> bool:
         | TimeoutError
         | asyncpg.PostgresConnectionError
         | asyncpg.exceptions.OperatorInterventionError
-        | asyncpg.TooManyConnectionsError,
+        | asyncpg.TooManyConnectionsError
+        # A pooled connection broken mid-operation by a server restart ("cannot switch
+        # to state ..."): the soak's PostgreSQL restart made the service exit on it.
+        | asyncpg.InternalClientError,
     )
 
 
