@@ -39,6 +39,7 @@ from typing import Any, cast
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
+from schemas.auth import KeyKind
 from schemas.wire import CompactionRequest
 from services.compaction.contracts import Fact, SummaryDraft, SummaryRequest, SummaryResult
 from services.compaction.extractive import ExtractiveSummarizer
@@ -48,7 +49,6 @@ from services.core.assembly import RecordView
 from services.core.policy import ContextPolicy
 from services.core.tokens import CachedCounter, TiktokenCounter
 from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
-from services.prepare.auth import KeyKind
 from services.sdk.client import ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics

@@ -34,8 +34,8 @@ from typing import Any
 
 import asyncpg
 
+from schemas.auth import KeyKind
 from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
-from services.prepare.auth import KeyKind
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics

@@ -21,10 +21,10 @@ import asyncpg
 import httpx
 from aiokafka import AIOKafkaProducer
 
+from schemas.auth import KeyKind
 from schemas.contracts import ToolStatus
 from schemas.wire import encode_event
 from services.launcher import Proc, service_set
-from services.prepare.auth import KeyKind
 from services.sdk.client import ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics

@@ -19,10 +19,10 @@ from typing import Any
 
 import asyncpg
 
+from schemas.auth import KeyKind
 from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
 from services.core.tokens import make_counter
 from services.launcher import service_set
-from services.prepare.auth import KeyKind
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
 from storage.keys import issue, revoke_key

@@ -18,7 +18,7 @@ from typing import Annotated
 import asyncpg
 import typer
 
-from services.prepare.auth import KeyKind
+from schemas.auth import KeyKind
 from services.settings import Settings
 from storage import keys
 from storage.migrate import apply_dsn

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from services.analytics.rollup import Dims, Fact, RollupKey, rollup
+from schemas.rollup import Dims, Fact, RollupKey, rollup
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from services.prepare.auth import Credential, KeyKind, new_key
+from schemas.auth import Credential, KeyKind, new_key
 
 
 class _Executor(Protocol):

@@ -19,14 +19,14 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 
-from schemas.wire import decode_dead_letter, decode_observability
-from services import metrics
-from services.analytics.rollup import (
+from schemas.rollup import (
     Dims,
     Fact,
     dead_letter_increments,
     observability_increments,
 )
+from schemas.wire import decode_dead_letter, decode_observability
+from services import metrics
 from services.settings import Settings
 from services.topics import require_topics
 from storage import analytics as store

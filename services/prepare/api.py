@@ -17,15 +17,15 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ConfigDict, Field
 
-from schemas.errors import ContextError, InvalidRequest, NotFound, NotGranted, Unauthenticated
-from services.metrics import PREPARE_SECONDS
-from services.prepare.auth import (
+from schemas.auth import (
     Action,
     KeyKind,
     Principal,
     authorize_release,
     session_owner,
 )
+from schemas.errors import ContextError, InvalidRequest, NotFound, NotGranted, Unauthenticated
+from services.metrics import PREPARE_SECONDS
 from services.prepare.fields import (
     Body,
     Id,

@@ -19,6 +19,18 @@ from typing import Any
 
 import asyncpg
 
+from schemas.auth import (
+    Action,
+    Principal,
+    SessionScope,
+    acting,
+    authorize,
+    authorize_release,
+    grant_to_check,
+    granted_by,
+    key_id_of,
+    verify,
+)
 from schemas.contracts import (
     Authority,
     Content,
@@ -63,18 +75,6 @@ from services.core.providers import render as render_provider
 from services.core.selection import build_groups, select_prefix
 from services.core.tokens import CachedCounter
 from services.core.triggers import CompactionState, Counters, Observation, evaluate_triggers
-from services.prepare.auth import (
-    Action,
-    Principal,
-    SessionScope,
-    acting,
-    authorize,
-    authorize_release,
-    grant_to_check,
-    granted_by,
-    key_id_of,
-    verify,
-)
 from services.prepare.hooks import HookRegistry, ModelCall, PrepareRequest
 from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter

@@ -19,9 +19,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.contracts import ToolStatus
-from schemas.wire import decode_dead_letter, decode_observability
-from services.analytics.__main__ import READY
-from services.analytics.rollup import (
+from schemas.rollup import (
     Dims,
     Fact,
     RollupKey,
@@ -29,6 +27,8 @@ from services.analytics.rollup import (
     observability_increments,
     rollup,
 )
+from schemas.wire import decode_dead_letter, decode_observability
+from services.analytics.__main__ import READY
 from services.launcher import Proc
 from services.sdk.client import ContextClient
 from storage.analytics import session_dims

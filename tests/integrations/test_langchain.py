@@ -11,9 +11,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-
-pytest.importorskip("langchain")
-
 from langchain.agents import create_agent
 from langchain_core.callbacks import CallbackManagerForLLMRun
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel

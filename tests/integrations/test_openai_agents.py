@@ -10,9 +10,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-
-pytest.importorskip("agents")
-
 from agents import Agent, Runner, function_tool
 
 from services.integrations.connection import AgentLoomConnection

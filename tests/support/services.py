@@ -11,8 +11,8 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from schemas.auth import KeyKind
 from services.launcher import Proc, service_set
-from services.prepare.auth import KeyKind
 from storage.keys import IssuedKey, issue
 from tests.support.stack import REPO, Stack
 

@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.wire import DeadLetter, ObservabilityEvent
-from services.analytics.rollup import (
+from schemas.rollup import (
     WINDOWS_MS,
     Dims,
     Fact,
@@ -18,6 +17,7 @@ from services.analytics.rollup import (
     observability_increments,
     rollup,
 )
+from schemas.wire import DeadLetter, ObservabilityEvent
 
 KINDS = [
     "trigger_check",

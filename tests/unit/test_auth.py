@@ -1,11 +1,10 @@
-"""services/prepare/auth.py: keys, principals and access decisions (R3.3, R15.4) — pure."""
+"""schemas/auth.py: keys, principals and access decisions (R3.3, R15.4) — pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from schemas.errors import InvalidRequest, NotFound, NotGranted, Unauthenticated
-from services.prepare.auth import (
+from schemas.auth import (
     Action,
     Credential,
     Decision,
@@ -23,6 +22,7 @@ from services.prepare.auth import (
     session_owner,
     verify,
 )
+from schemas.errors import InvalidRequest, NotFound, NotGranted, Unauthenticated
 
 HOST = Credential("h" * 16, "acme", KeyKind.HOST)
 ALICE = Credential("a" * 16, "acme", KeyKind.USER, "alice")

@@ -6,10 +6,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
-pytest.importorskip("langchain_core")
-
 from langchain_core.messages import (
     AIMessage,
     HumanMessage,
@@ -220,7 +216,6 @@ class _FakeClient:
 
 
 def test_the_middleware_records_each_message_once_and_sends_our_context() -> None:
-    pytest.importorskip("langchain")
     from langchain.agents import create_agent
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.tools import tool
