@@ -17,8 +17,6 @@ Around every model call (``wrap_model_call`` / ``awrap_model_call``):
 
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,6 +28,7 @@ from schemas.contracts import ToolStatus
 from services.core.providers import render
 from services.integrations import langchain_messages as lm
 from services.integrations import responses_items as ri
+from services.integrations.binding import ConversationBinding
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle
 
@@ -50,7 +49,7 @@ Handler = Callable[[ModelRequest[Any]], ModelResponse[Any]]
 AsyncHandler = Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]]
 
 
-class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any]):
+class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any], ConversationBinding):
     """One conversation of a LangChain agent, kept by AgentLoom Context.
 
     ``session_id``: ours (one per conversation); ``connection``: where the service runs
@@ -69,16 +68,9 @@ class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any]):
         actor_id: str = "langchain-user",
     ) -> None:
         super().__init__()
-        self.session_id = session_id
-        self._owns_connection = connection is None
-        self._conn = connection or AgentLoomConnection.from_env()
-        self._release_id = release_id
-        self._release = release or DEFAULT_RELEASE
-        self._space_id, self._actor_id = space_id or self._conn.space_id, actor_id
-        # Loop-side state (touched only on the connection's loop, under _lock).
-        self._lock: asyncio.Lock | None = None
-        self._session: dict[str, Any] | None = None
-        self._run: RunHandle | None = None
+        self._bind(
+            session_id, connection, release_id, release or DEFAULT_RELEASE, space_id, actor_id
+        )
         self._answered = False  # the current run has model output: a human message is new
         self._asked = False  # the current run has its question: more user text supplements it
         self._seen: set[str] = set()  # ids of the messages recorded
@@ -100,42 +92,20 @@ class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any]):
         await self._conn.run(lambda c: self._locked(c, self._after, prepared[1], response))
         return response
 
-    def close(self) -> None:
-        """Closes the connection if the middleware made it."""
-        if self._owns_connection:
-            self._conn.close()
-
     # --- on the connection's loop -------------------------------------------------------
 
-    async def _locked(self, c: ContextClient, fn: Any, *args: Any) -> Any:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._session is None:
-                await self._open(c)
-            return await fn(c, *args)
-
     async def _open(self, c: ContextClient) -> None:
-        if self._release_id is None:
-            canon = json.dumps(self._release, sort_keys=True)
-            if canon not in self._conn.releases:
-                release = await c.register_release(**self._release)
-                self._conn.releases[canon] = release["release_id"]
-            self._release_id = self._conn.releases[canon]
+        release_id = await self._registered_release(c)
         try:
             self._session = await c._call("GET", f"/v1/sessions/{self.session_id}")
         except ApiError as exc:
             if exc.code != "not_found":
                 raise
             self._session = await c.open_session(
-                self._space_id, self._actor_id, self._release_id, self.session_id
+                self._space_id, self._actor_id, release_id, self.session_id
             )
-        run_id = self._session.get("active_run_id")
-        if run_id:  # a process restarted mid-run: go on with it
-            s = self._session
-            self._run = RunHandle(
-                s["session_id"], run_id, f"{run_id}.main", s["space_id"], s["actor_id"], {}
-            )
+        self._run = self._active_run(self._session)
+        if self._run is not None:
             self._answered = self._asked = True
 
     async def _before(
@@ -210,12 +180,7 @@ class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any]):
 
     async def _new_run(self, c: ContextClient) -> RunHandle:
         assert self._session is not None
-        if self._run is not None:
-            try:
-                await c.finish_run(self._run)
-            except ApiError as exc:
-                if exc.code != "run_not_active":
-                    raise
+        await self._finish_run(c)
         self._run = await c.start_run(self._session)
         self._answered = self._asked = False
         return self._run

@@ -17,8 +17,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
 from typing import Any
 
 from agents.memory.session import SessionABC
@@ -27,6 +25,7 @@ from agents.memory.session_settings import SessionSettings, resolve_session_limi
 from schemas.contracts import ToolStatus
 from services.core.providers import render
 from services.integrations import responses_items as ri
+from services.integrations.binding import ConversationBinding
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle
 
@@ -48,7 +47,7 @@ POP_UNSUPPORTED = (
 )
 
 
-class AgentLoomSession(SessionABC):
+class AgentLoomSession(SessionABC, ConversationBinding):
     """A conversation of the OpenAI Agents SDK, kept by AgentLoom Context.
 
     ``connection``: where the service runs (default ``AgentLoomConnection.from_env()``,
@@ -67,17 +66,10 @@ class AgentLoomSession(SessionABC):
         actor_id: str = "agents-sdk-user",
         session_settings: SessionSettings | None = None,
     ) -> None:
-        self.session_id = session_id
+        self._bind(
+            session_id, connection, release_id, release or DEFAULT_RELEASE, space_id, actor_id
+        )
         self.session_settings = session_settings or SessionSettings()
-        self._owns_connection = connection is None
-        self._conn = connection or AgentLoomConnection.from_env()
-        self._release_id = release_id
-        self._release = release or DEFAULT_RELEASE
-        self._space_id, self._actor_id = space_id or self._conn.space_id, actor_id
-        # Loop-side state (touched only on the connection's loop, under _lock).
-        self._lock: asyncio.Lock | None = None
-        self._session: dict[str, Any] | None = None
-        self._run: RunHandle | None = None
         self._answered = False  # the current run has model output: a user message is new
         self._ordinal = 0  # items appended in the current run (keys)
         self._tool_names: dict[str, str] = {}
@@ -93,7 +85,7 @@ class AgentLoomSession(SessionABC):
     async def add_items(self, items: list[Any]) -> None:
         batch = [dict(i) for i in items]
         if batch:
-            await self._conn.run(lambda c: self._locked(c, lambda c2: self._add(c2, batch)))
+            await self._conn.run(lambda c: self._locked(c, self._add, batch))
 
     async def pop_item(self) -> Any:
         raise NotImplementedError(POP_UNSUPPORTED)
@@ -101,26 +93,12 @@ class AgentLoomSession(SessionABC):
     async def clear_session(self) -> None:
         await self._conn.run(lambda c: self._locked(c, self._clear))
 
-    def close(self) -> None:
-        """Closes the connection if the session made it (``SQLiteSession.close``)."""
-        if self._owns_connection:
-            self._conn.close()
-
     # --- on the connection's loop -------------------------------------------------------
-
-    async def _locked(self, c: ContextClient, fn: Any) -> Any:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        async with self._lock:
-            if self._session is None:
-                await self._open(c)
-            return await fn(c)
 
     async def _open(self, c: ContextClient) -> None:
         """The SDK session's current generation: the last of ``<id>``, ``<id>.1``, … that
         exists (``clear_session`` made the later ones); its active run, if any."""
-        if self._release_id is None:
-            self._release_id = await self._register(c)
+        release_id = await self._registered_release(c)
         gen, current = 0, None
         while True:
             try:
@@ -132,41 +110,21 @@ class AgentLoomSession(SessionABC):
             gen += 1
         sid = self._generation_id(max(gen - 1, 0))
         if current is None:
-            current = await c.open_session(self._space_id, self._actor_id, self._release_id, sid)
+            current = await c.open_session(self._space_id, self._actor_id, release_id, sid)
         self._session = current
-        run_id = current.get("active_run_id")
-        if run_id:
-            self._run = RunHandle(
-                sid, run_id, f"{run_id}.main", current["space_id"], current["actor_id"], {}
-            )
+        self._run = self._active_run(current)
+        if self._run is not None:
             self._answered, self._ordinal = True, int(current.get("last_sequence") or 0)
 
     def _generation_id(self, gen: int) -> str:
         return self.session_id if gen == 0 else f"{self.session_id}.{gen}"
 
-    async def _register(self, c: ContextClient) -> str:
-        canon = json.dumps(self._release, sort_keys=True)
-        if canon not in self._conn.releases:
-            self._conn.releases[canon] = (await c.register_release(**self._release))["release_id"]
-        return self._conn.releases[canon]
-
     async def _new_run(self, c: ContextClient) -> RunHandle:
         assert self._session is not None
-        if self._run is not None:
-            await self._finish(c)
+        await self._finish_run(c)
         self._run = await c.start_run(self._session)
         self._answered, self._ordinal = False, 0
         return self._run
-
-    async def _finish(self, c: ContextClient) -> None:
-        if self._run is None:
-            return
-        try:
-            await c.finish_run(self._run)
-        except ApiError as exc:
-            if exc.code != "run_not_active":
-                raise
-        self._run = None
 
     async def _add(self, c: ContextClient, items: list[ri.Item]) -> None:
         ops = ri.to_ops(items)
@@ -217,7 +175,7 @@ class AgentLoomSession(SessionABC):
         return ri.to_items(rendered)
 
     async def _clear(self, c: ContextClient) -> None:
-        await self._finish(c)
+        await self._finish_run(c)
         assert self._session is not None and self._release_id is not None
         sid = self._session["session_id"]
         gen = int(sid.rsplit(".", 1)[1]) + 1 if sid != self.session_id else 1
