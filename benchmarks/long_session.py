@@ -35,7 +35,7 @@ from typing import Any
 import asyncpg
 
 from schemas.auth import KeyKind
-from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
+from services.launcher import service_set
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from services.settings import Settings
 from services.topics import ensure_topics
@@ -296,49 +296,22 @@ def main() -> None:
     )
     s = Settings()
     log(f"database {db}, topics benchlong{tag}.*, {args.questions} questions, 16k profile")
-    procs: list[Proc] = []
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # INFO: the processor and the compaction service say "ready" at that level.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ALC_LOG_LEVEL": "INFO"}
     logs = OUT / f"logs-long-{tag}"
+    procs = service_set(env, logs, REPO, "127.0.0.1", s.prepare_port, sys.executable)
     try:
         asyncio.run(apply_dsn(s.pg_dsn))
         # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
         os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
         asyncio.run(ensure_topics(s))
-        procs = [
-            Proc(
-                "prepare",
-                [sys.executable, "-m", "services.prepare"],
-                env,
-                logs,
-                health_url=f"http://127.0.0.1:{s.prepare_port}/healthz",
-                cwd=REPO,
-            ),
-            Proc(
-                "processor",
-                [sys.executable, "-m", "streams"],
-                {**env, "ALC_LOG_LEVEL": "INFO"},
-                logs,
-                ready_line=PROCESSOR_READY,
-                cwd=REPO,
-            ),
-            Proc(
-                "compaction",
-                [sys.executable, "-m", "services.compaction"],
-                {**env, "ALC_LOG_LEVEL": "INFO"},
-                logs,
-                ready_line=COMPACTION_READY,
-                cwd=REPO,
-            ),
-        ]
-        for p in procs:
-            p.start()
+        procs.start()
         log(f"services up (logs in {logs})")
         result = asyncio.run(
             measure(s, f"http://127.0.0.1:{s.prepare_port}", args.questions, args.seed)
         )
     finally:
-        for p in reversed(procs):
-            p.stop()
+        procs.stop()
         if not args.keep_db:
             asyncio.run(admin(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
     OUT.mkdir(parents=True, exist_ok=True)
