@@ -6,6 +6,7 @@ stage (R15.3). Each rejection names one machine-readable ``reason``.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 
 from services.compaction.contracts import SummaryDraft
@@ -111,8 +112,16 @@ def check_coverage(
                         index=index,
                     )
     cited = draft.cited_ids()
+    spans: list[tuple[int, int]] = []  # merged, so the range before ``seq`` decides
+    for lo, hi in sorted(ranges):
+        if spans and lo <= spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], hi))
+        else:
+            spans.append((lo, hi))
+    starts = [lo for lo, _ in spans]
     for rid, seq in covered.items():
-        if rid in cited or any(lo <= seq <= hi for lo, hi in ranges):
+        i = bisect.bisect_right(starts, seq) - 1  # the last range starting at or before seq
+        if rid in cited or (i >= 0 and seq <= spans[i][1]):
             continue
         raise InvalidSummary(
             f"covered record {rid!r} is neither cited nor in a covered range",

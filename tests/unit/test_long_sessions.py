@@ -195,3 +195,24 @@ def test_one_overlong_entry_is_clipped_to_the_bound_never_left_over_it() -> None
     assert COUNT(fitted.text()) <= 100
     (only,) = fitted.all_facts()
     assert only.statement.endswith("…") and only.source_ids == ("r1", "r2")
+
+
+@pytest.mark.spec("R11.4")
+@settings(max_examples=100, deadline=None)
+@given(
+    ranges=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 20)), max_size=6),
+    seqs=st.lists(st.integers(0, 90), min_size=1, max_size=10, unique=True),
+)
+def test_coverage_by_ranges_matches_a_plain_scan(
+    ranges: list[tuple[int, int]], seqs: list[int]
+) -> None:
+    spans = [(lo, lo + width) for lo, width in ranges]  # possibly overlapping, unsorted
+    draft = SummaryDraft((Fact("x", ("cited",)),), (), (), (), (), ())
+    covered = {f"r{s}": s for s in seqs} | {"cited": 999}
+    expected_gap = [s for s in seqs if not any(lo <= s <= hi for lo, hi in spans)]
+    try:
+        check_coverage(draft, covered, spans)
+        assert expected_gap == []
+    except InvalidSummary as exc:
+        assert exc.details["reason"] == "coverage_gap"
+        assert exc.details["session_sequence"] in expected_gap
