@@ -23,7 +23,7 @@ status: ## Show whether Kafka and PostgreSQL run
 	@bash deploy/stack.sh status
 
 demo: up ## Main job: run every service and drive a 3-question agent session through them
-	@$(PY) -m services.demo
+	@$(PY) -m devstack.demo
 
 lint: setup ## ruff lint + format check
 	@$(PY) -m ruff check .

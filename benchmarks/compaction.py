@@ -39,23 +39,23 @@ from typing import Any, cast
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
+from devstack.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
+from domain.policy import ContextPolicy
+from domain.rendering import RecordView
+from domain.tokens import CachedCounter, TiktokenCounter
 from schemas.auth import KeyKind
+from schemas.settings import Settings
 from schemas.wire import CompactionRequest
-from services.compaction.contracts import Fact, SummaryDraft, SummaryRequest, SummaryResult
+from services.compaction.drafts import Fact, SummaryDraft, SummaryRequest, SummaryResult
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
 from services.compaction.worker import CompactionWorker, WorkerConfig
-from services.core.assembly import RecordView
-from services.core.policy import ContextPolicy
-from services.core.tokens import CachedCounter, TiktokenCounter
-from services.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
 from services.sdk.client import ContextClient, RunHandle
-from services.settings import Settings
-from services.topics import ensure_topics
+from storage.api_keys import issue
 from storage.ingest import RECORD_COLUMNS
-from storage.keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

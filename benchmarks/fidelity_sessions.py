@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.core.assembly import RecordView
+from domain.rendering import RecordView
 
 
 def _words(text: str) -> tuple[str, ...]:

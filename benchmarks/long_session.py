@@ -34,13 +34,13 @@ from typing import Any
 
 import asyncpg
 
+from devstack.launcher import service_set
 from schemas.auth import KeyKind
-from services.launcher import service_set
+from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle
-from services.settings import Settings
-from services.topics import ensure_topics
-from storage.keys import issue
+from storage.api_keys import issue
 from storage.migrate import apply_dsn
+from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

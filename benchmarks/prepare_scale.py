@@ -6,7 +6,7 @@ Pure and in-process: no Kafka, no PostgreSQL. For each size a synthetic session 
 messages calling 1-3 tools, tool outcomes of 50-2,000 characters (log-uniform) mixing
 prose, code, JSON and logs, about 1 in 100 of them a large result (16k-48k characters,
 over the 4,000-token inline limit) and final answers. Token counts are computed once, at
-"ingest", from the same text the session processor counts (``streams.accounting``).
+"ingest", from the same text the session processor counts (``domain.accounting``).
 
 Then the agent loop is simulated: K times, 2 new records (an assistant message calling a
 tool, and its outcome) are appended and the context is prepared, both ways, on the same
@@ -40,11 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.core.assembly import Message, RecordView, ThreadRenderer
-from services.core.budget import ModelProfile, enforce
-from services.core.context import assemble
-from services.core.policy import LargeResultSettings
-from services.core.tokens import CachedCounter, TokenCounter, make_counter
+from domain.assemble import assemble
+from domain.budget import ModelProfile, enforce
+from domain.policy import LargeResultSettings
+from domain.rendering import Message, RecordView, ThreadRenderer
+from domain.tokens import CachedCounter, TokenCounter, make_counter
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
@@ -152,7 +152,7 @@ def _corpus(rng: random.Random, size: int) -> str:
 
 
 def token_text(kind: str, text: str, payload: dict[str, Any]) -> str:
-    """The text the session processor counts at ingest (``streams.accounting.token_text``):
+    """The text the session processor counts at ingest (``domain.accounting.token_text``):
     the content, plus tool names and arguments for a model step, the tool name for a
     result."""
     parts = [text]

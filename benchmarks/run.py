@@ -21,17 +21,17 @@ import asyncpg
 import httpx
 from aiokafka import AIOKafkaProducer
 
+from devstack.launcher import Proc, service_set
 from schemas.auth import KeyKind
 from schemas.contracts import ToolStatus
+from schemas.settings import Settings
 from schemas.wire import encode_event
-from services.launcher import Proc, service_set
 from services.sdk.client import ContextClient, RunHandle
-from services.settings import Settings
-from services.topics import ensure_topics
+from storage.api_keys import issue
 from storage.ingest import RECORD_COLUMNS
-from storage.keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

@@ -42,12 +42,12 @@ from benchmarks.soak_chaos import Chaos, plan
 from benchmarks.soak_check import check_compaction, check_records, next_summary_after
 from benchmarks.soak_db import compaction_log_lines, fetch, wait_caught_up
 from benchmarks.soak_load import Ledger, LoadConfig, run_load
+from devstack.launcher import ServiceSet, service_set
 from schemas.auth import KeyKind
-from services.launcher import ServiceSet, service_set
-from services.settings import Settings
-from services.topics import ensure_topics
-from storage.keys import issue
+from schemas.settings import Settings
+from storage.api_keys import issue
 from storage.migrate import apply_dsn
+from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "soak"

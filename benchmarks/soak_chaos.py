@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.soak_load import Ledger
-from services.launcher import Proc, ServiceSet
+from devstack.launcher import Proc, ServiceSet
 
 RECOVERY_BOUND_S = 120.0  # a fault not recovered from by then is reported as such
 RESTART_DELAY_S = 0.5  # a supervisor's restart delay after a kill

@@ -43,23 +43,24 @@ from pathlib import Path
 from typing import Any, cast
 
 from benchmarks.fidelity_sessions import Planted, Session, make_session
-from services.compaction.bound import fit_draft, summary_bound
-from services.compaction.contracts import SummaryDraft, SummaryRequest
-from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.gateway import InvalidSummary, SummarizerFailed, SummaryGateway
-from services.compaction.openai_compat import OpenAICompatibleSummarizer
-from services.compaction.validate import check_coverage
-from services.compaction.worker import CompactionWorker, WorkerConfig, _items, _merge, _ranges
-from services.core.assembly import RecordView
-from services.core.budget import ModelProfile
-from services.core.selection import (
+from domain.budget import ModelProfile
+from domain.rendering import RecordView
+from domain.selection import (
     build_groups,
     current_task_ids,
     segment,
     select_prefix,
 )
-from services.core.tokens import CachedCounter, make_counter
-from services.settings import Settings
+from domain.tokens import CachedCounter, make_counter
+from schemas.settings import Settings
+from services.compaction.bound import fit_draft, summary_bound
+from services.compaction.drafts import SummaryDraft, SummaryRequest
+from services.compaction.errors import InvalidSummary, SummarizerFailed
+from services.compaction.extractive import ExtractiveSummarizer
+from services.compaction.gateway import SummaryGateway
+from services.compaction.openai_compat import OpenAICompatibleSummarizer
+from services.compaction.validate import check_coverage
+from services.compaction.worker import CompactionWorker, WorkerConfig, _items, _merge, _ranges
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

@@ -7,7 +7,7 @@ the owner's rights on every session of its space. A *user* key is bound to one a
 header, if sent, must name that actor. The actor is never taken from a body field.
 
 Decisions here are plain functions over frozen dataclasses; looking keys, sessions and
-grants up is the caller's I/O (``storage/keys.py``, ``PrepareService.authorize``).
+grants up is the caller's I/O (``storage/api_keys.py``, ``PrepareService.authorize``).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from services.core.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
+from domain.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from typing import Any
 
 import asyncpg
 
+from domain.planning import BatchPlan, RunState, SessionState
 from schemas.contracts import to_wire
-from streams.planning import BatchPlan, RunState, SessionState
 
 NOTIFY_CHANNEL = "ctx_committed"
 UNSCOPED_REFUSALS = frozenset({"unknown_session", "scope_mismatch"})

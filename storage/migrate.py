@@ -72,7 +72,7 @@ async def apply_dsn(dsn: str) -> list[int]:
 
 
 def main() -> None:
-    from services.settings import Settings
+    from schemas.settings import Settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     versions = asyncio.run(apply_dsn(Settings().pg_dsn))

@@ -7,7 +7,7 @@ import json
 
 import asyncpg
 
-from services.core.assembly import RecordView
+from domain.rendering import RecordView
 
 # Content in the blob store (over 64 KiB) is read whole only where it must be shown whole:
 # what a user or model said, a child's result and a skill body (R10.4, R12.3). Any other

@@ -6,10 +6,10 @@ import asyncio
 import logging
 from pathlib import Path
 
-from services.settings import Settings
-from services.topics import require_topics
+from schemas.settings import Settings
 from storage.migrate import apply_dsn
 from streams.app import create_app
+from streams.topics import require_topics
 
 
 async def _prepare_infrastructure(settings: Settings) -> None:

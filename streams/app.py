@@ -21,7 +21,7 @@ from typing import Any
 
 import faust
 
-from services.settings import Settings
+from schemas.settings import Settings
 from storage.pool import create_pool
 from streams.processor import BatchProcessor, RawMessage, build_processor, handle_or_exit
 

@@ -16,17 +16,10 @@ from dataclasses import dataclass, field, replace
 
 import asyncpg
 
-from schemas.wire import (
-    BudgetObservation,
-    CompactionOutcome,
-    CompactionRequest,
-    ControlEvent,
-    ObservabilityEvent,
-)
-from services.core.commit import Candidate, Dependencies, budget_after, decide_commit
-from services.core.policy import CompactionPolicy, validate_compaction, validate_policy
-from services.core.selection import build_groups, select_prefix
-from services.core.triggers import (
+from domain.commit import Candidate, Dependencies, budget_after, decide_commit
+from domain.policy import CompactionPolicy, validate_compaction, validate_policy
+from domain.selection import build_groups, select_prefix
+from domain.triggers import (
     CompactionState,
     Counters,
     LastAttempt,
@@ -34,7 +27,14 @@ from services.core.triggers import (
     evaluate_triggers,
     job_expired,
 )
-from services.core.triggers import ratio_threshold as threshold
+from domain.triggers import ratio_threshold as threshold
+from schemas.wire import (
+    BudgetObservation,
+    CompactionOutcome,
+    CompactionRequest,
+    ControlEvent,
+    ObservabilityEvent,
+)
 from storage import compaction as repo
 from storage.threads import inherited_records, snapshot_boundary, thread_records
 from streams.faults import describe_failure, is_transient

@@ -15,7 +15,7 @@ import signal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from services.settings import Settings
+from schemas.settings import Settings
 from storage.pool import create_pool
 from streams.processor import RawMessage, build_processor, handle_or_exit
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from domain.planning import BatchPlan
 from schemas.wire import (
     CommittedRecord,
     CompactionRequest,
@@ -17,7 +18,6 @@ from schemas.wire import (
     encode_observability,
 )
 from storage.ingest import ExistingRecord
-from streams.planning import BatchPlan
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,13 @@ from typing import Protocol
 
 import asyncpg
 
+from domain.accounting import text_key, token_text
+from domain.planning import BatchPlan, Incoming, plan_batch
+from domain.tokens import CachedCounter, make_counter
 from schemas import codec
 from schemas.contracts import ContextEvent, ResourceActivationPayload
 from schemas.errors import InvalidEvent
+from schemas.settings import Settings
 from schemas.validation import validate_control, validate_event
 from schemas.wire import (
     CompactionRequest,
@@ -37,15 +41,11 @@ from schemas.wire import (
     encode_dead_letter,
     fit_dead_letter,
 )
-from services.core.tokens import CachedCounter, make_counter
-from services.settings import Settings
 from storage import compaction as compaction_repo
 from storage import ingest
-from streams.accounting import text_key, token_text
 from streams.control import apply_controls, preempt
 from streams.faults import describe_failure, is_transient, retry_transient
 from streams.outgoing import Applied, ProcessorConfig, dead_letter, encode_applied
-from streams.planning import BatchPlan, Incoming, plan_batch
 
 CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
 

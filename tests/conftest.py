@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
-from services.settings import Settings
+from schemas.settings import Settings
 from tests.support.services import Services, start_services
 from tests.support.stack import Stack, resolve_stack
 

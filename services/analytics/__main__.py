@@ -25,13 +25,13 @@ from schemas.rollup import (
     dead_letter_increments,
     observability_increments,
 )
+from schemas.settings import Settings
 from schemas.wire import decode_dead_letter, decode_observability
 from services import metrics
-from services.settings import Settings
-from services.topics import require_topics
 from storage import analytics as store
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.topics import require_topics
 
 log = logging.getLogger("agentloom.analytics")
 READY = "[analytics]: Ready"

@@ -31,7 +31,9 @@ from tenacity import (
     wait_exponential,
 )
 
+from domain.tokens import CachedCounter, make_counter
 from schemas.errors import InvalidEvent
+from schemas.settings import Settings
 from schemas.wire import (
     CompactionOutcome,
     CompactionRequest,
@@ -42,16 +44,14 @@ from schemas.wire import (
     encode_dead_letter,
     fit_dead_letter,
 )
+from services.compaction.compact_hooks import HookChain
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
-from services.compaction.hooks import HookChain
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.worker import CompactionWorker, WorkerConfig
-from services.core.tokens import CachedCounter, make_counter
-from services.settings import Settings
-from services.topics import require_topics
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.topics import require_topics
 
 log = logging.getLogger("agentloom.compaction")
 _T = TypeVar("_T")

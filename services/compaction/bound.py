@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from services.compaction.contracts import FACT_FIELDS, Fact, SourceItem, SummaryDraft
+from services.compaction.drafts import FACT_FIELDS, Fact, SourceItem, SummaryDraft
 
 CountFn = Callable[[str], int]
 ROLLUP_KIND = "summary:"  # + a SummaryDraft section: an entry of an earlier summary

@@ -35,7 +35,7 @@ from collections import Counter
 
 from services.compaction import salience as sal
 from services.compaction.bound import ROLLUP_KIND
-from services.compaction.contracts import (
+from services.compaction.drafts import (
     SECTION_TITLES,
     Fact,
     SourceItem,

@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from services.compaction.contracts import SECTION_TITLES, Fact
+from services.compaction.drafts import SECTION_TITLES, Fact
 from services.compaction.salience import Feature
 from services.compaction.validate import claims_plan_state
 

@@ -1,4 +1,4 @@
-"""The summarizer port (R11.3) and its errors.
+"""The summarizer port (R11.3); its errors are in ``errors``.
 
 A compaction job asks a ``SummaryGateway`` for one segment at a time. Adapters never
 offer tools and only ever run with ``purpose="compaction"`` (R11.3, R14: compaction goes
@@ -9,48 +9,9 @@ bounds — without parsing messages.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 
-from schemas.errors import ContextError
-
-if TYPE_CHECKING:  # contracts imports InvalidSummary from here; avoid the import cycle
-    from services.compaction.contracts import SummaryRequest, SummaryResult
-
-
-class SummarizerFailed(ContextError):
-    """The summarizer did not produce an answer (transport, provider or quota error).
-
-    Retriable: the same request may succeed later; the job bounds how often (R15.3).
-    """
-
-    code = "summarizer_failed"
-    retriable = True
-    http_status = 502
-
-
-class SummarizerTimeout(SummarizerFailed):
-    """Every attempt ran past the adapter's time limit."""
-
-    code = "summarizer_timeout"
-    http_status = 504
-
-
-class InvalidSummary(ContextError):
-    """The summarizer answered, but the answer cannot become a summary (R11.4).
-
-    ``details["reason"]`` is machine-readable: ``empty``, ``unknown_source_id``,
-    ``source_out_of_range``, ``uncited``, ``empty_statement``, ``missing_field``,
-    ``unparseable``, ``too_long``, ``plan_state_in_summary``. Not retriable as such: a
-    repeat of the same request at temperature 0 tends to give the same answer, so the
-    job decides whether a changed request (smaller segment, other adapter) is worth it.
-    """
-
-    code = "invalid_summary"
-    http_status = 502
-
-    def __init__(self, message: str, *, reason: str, **details: Any) -> None:
-        super().__init__(message, reason=reason, **details)
-        self.reason = reason
+from services.compaction.drafts import SummaryRequest, SummaryResult
 
 
 class SummaryGateway(Protocol):

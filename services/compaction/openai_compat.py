@@ -17,8 +17,8 @@ from typing import Any
 
 import httpx
 
-from services.compaction.contracts import SummaryDraft, SummaryRequest, SummaryResult
-from services.compaction.gateway import InvalidSummary, SummarizerFailed, SummarizerTimeout
+from services.compaction.drafts import SummaryDraft, SummaryRequest, SummaryResult
+from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ script repeats its last step, so "fail forever" is simply ``["fail"]``.
 
 from __future__ import annotations
 
-from services.compaction.contracts import Fact, SummaryDraft, SummaryRequest, SummaryResult
+from services.compaction.drafts import Fact, SummaryDraft, SummaryRequest, SummaryResult
+from services.compaction.errors import SummarizerFailed, SummarizerTimeout
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.gateway import SummarizerFailed, SummarizerTimeout
 
 STEPS = frozenset({"ok", "fail", "timeout", "empty", "invalid"})
 FOREIGN_SOURCE_ID = "rec_not_in_segment"

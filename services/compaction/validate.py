@@ -9,8 +9,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 
-from services.compaction.contracts import SummaryDraft
-from services.compaction.gateway import InvalidSummary
+from services.compaction.drafts import SummaryDraft
+from services.compaction.errors import InvalidSummary
 
 # R11.5: task, constraints and plan come from their own sources. A summary line that
 # reads like a directive setting them would, once rendered into context, compete with

@@ -20,6 +20,18 @@ from dataclasses import dataclass
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
+from domain.policy import validate_policy
+from domain.redaction import redact
+from domain.rendering import RecordView
+from domain.selection import (
+    Group,
+    Segment,
+    build_groups,
+    current_task_ids,
+    segment,
+    select_prefix,
+)
+from domain.tokens import CachedCounter
 from schemas.wire import CompactionOutcome, CompactionRequest, ControlEvent, encode_control
 from services.compaction.bound import (
     ARTIFACTS_KEPT,
@@ -30,26 +42,15 @@ from services.compaction.bound import (
     rollup_items,
     summary_bound,
 )
-from services.compaction.contracts import (
+from services.compaction.compact_hooks import AfterCompact, BeforeCompact, HookChain
+from services.compaction.drafts import (
     SourceItem,
     SummaryDraft,
     SummaryRequest,
 )
-from services.compaction.gateway import InvalidSummary, SummarizerFailed, SummaryGateway
-from services.compaction.hooks import AfterCompact, BeforeCompact, HookChain
+from services.compaction.errors import InvalidSummary, SummarizerFailed
+from services.compaction.gateway import SummaryGateway
 from services.compaction.validate import check_coverage, validate_draft
-from services.core.assembly import RecordView
-from services.core.policy import validate_policy
-from services.core.redaction import redact
-from services.core.selection import (
-    Group,
-    Segment,
-    build_groups,
-    current_task_ids,
-    segment,
-    select_prefix,
-)
-from services.core.tokens import CachedCounter
 from storage import compaction as repo
 from storage.threads import inherited_records, snapshot_boundary, thread_records
 

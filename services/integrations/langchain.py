@@ -24,8 +24,8 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage
 
+from domain.providers import render
 from schemas.contracts import ToolStatus
-from services.core.providers import render
 from services.integrations import langchain_messages as lm
 from services.integrations import responses_items as ri
 from services.integrations.binding import ConversationBinding

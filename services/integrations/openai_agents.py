@@ -22,8 +22,8 @@ from typing import Any
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
+from domain.providers import render
 from schemas.contracts import ToolStatus
-from services.core.providers import render
 from services.integrations import responses_items as ri
 from services.integrations.binding import ConversationBinding
 from services.integrations.connection import AgentLoomConnection

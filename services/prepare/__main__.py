@@ -10,17 +10,17 @@ from collections.abc import AsyncIterator
 import uvicorn
 from fastapi import FastAPI
 
+from domain.tokens import CachedCounter, make_counter
+from schemas.settings import Settings
 from services.bus import EventProducer
-from services.core.tokens import CachedCounter, make_counter
 from services.prepare.api import create_api
-from services.prepare.hooks import load_hooks
+from services.prepare.prepare_hooks import load_hooks
 from services.prepare.service import PrepareService
 from services.prepare.views import ThreadViews
 from services.prepare.waiter import CommitWaiter
-from services.settings import Settings
-from services.topics import ensure_topics, require_topics
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.topics import ensure_topics, require_topics
 
 
 @contextlib.asynccontextmanager

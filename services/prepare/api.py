@@ -25,6 +25,7 @@ from schemas.auth import (
     session_owner,
 )
 from schemas.errors import ContextError, InvalidRequest, NotFound, NotGranted, Unauthenticated
+from schemas.settings import Settings
 from services.metrics import PREPARE_SECONDS
 from services.prepare.fields import (
     Body,
@@ -43,7 +44,6 @@ from services.prepare.http_errors import CONFLICT, HOOKS, ApiRoute, install_erro
 from services.prepare.metrics_mw import RequestMetrics
 from services.prepare.middleware import BodyLimit, ErrorShield
 from services.prepare.service import PrepareService
-from services.settings import Settings
 from storage import analytics
 
 

@@ -19,6 +19,23 @@ from typing import Any
 
 import asyncpg
 
+from domain.assemble import Assembled, Material, assemble
+from domain.budget import (
+    BudgetReport,
+    Calibration,
+    ModelProfile,
+    calibrate,
+    counting_label,
+    enforce,
+)
+from domain.gate import check_manifest, check_tool_groups, gate
+from domain.planning import RunState, lifecycle_key
+from domain.policy import ContextPolicy, validate_policy
+from domain.providers import render as render_provider
+from domain.rendering import ThreadRenderer
+from domain.selection import build_groups, select_prefix
+from domain.tokens import CachedCounter
+from domain.triggers import CompactionState, Counters, Observation, evaluate_triggers
 from schemas.auth import (
     Action,
     Principal,
@@ -59,29 +76,12 @@ from schemas.wire import (
     encode_observability,
 )
 from services.bus import EventProducer
-from services.core.assembly import ThreadRenderer
-from services.core.budget import (
-    BudgetReport,
-    Calibration,
-    ModelProfile,
-    calibrate,
-    counting_label,
-    enforce,
-)
-from services.core.context import Assembled, Material, assemble
-from services.core.gate import check_manifest, check_tool_groups, gate
-from services.core.policy import ContextPolicy, validate_policy
-from services.core.providers import render as render_provider
-from services.core.selection import build_groups, select_prefix
-from services.core.tokens import CachedCounter
-from services.core.triggers import CompactionState, Counters, Observation, evaluate_triggers
-from services.prepare.hooks import HookRegistry, ModelCall, PrepareRequest
+from services.prepare.prepare_hooks import HookRegistry, ModelCall, PrepareRequest
 from services.prepare.views import Snapshot, SummaryView, ThreadViews
 from services.prepare.waiter import CommitWaiter
 from storage import compaction as repo
-from storage.keys import StoredKey, find_key
+from storage.api_keys import StoredKey, find_key
 from storage.threads import child_transfer
-from streams.planning import RunState, lifecycle_key
 
 # R10.3: offered to the model when something was externalized; the runtime executes it with
 # ``ContextClient.read_content`` (scope-checked, paged).

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from domain.policy import LargeResultSettings
+from domain.rendering import CountFn, ThreadRenderer
 from schemas.errors import NotFound
-from services.core.assembly import CountFn, ThreadRenderer
-from services.core.policy import LargeResultSettings
 from storage.threads import child_transfer, inherited_records, records_by_id, thread_records
 
 

@@ -18,6 +18,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from devstack.launcher import Proc
 from schemas.contracts import ToolStatus
 from schemas.rollup import (
     Dims,
@@ -29,7 +30,6 @@ from schemas.rollup import (
 )
 from schemas.wire import decode_dead_letter, decode_observability
 from services.analytics.__main__ import READY
-from services.launcher import Proc
 from services.sdk.client import ContextClient
 from storage.analytics import session_dims
 from tests.support.flows import client, new_session

@@ -21,7 +21,7 @@ import pytest_asyncio
 
 from schemas.auth import KeyKind
 from services.sdk.client import ApiError, ContextClient
-from storage.keys import revoke_key
+from storage.api_keys import revoke_key
 from tests.support.flows import PROFILE, client
 from tests.support.services import TEST_SPACE, Services
 

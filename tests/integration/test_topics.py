@@ -14,8 +14,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
-from services.settings import Settings
-from services.topics import EXIT_TOPICS, TopicMismatch, _cleanup_policies, ensure_topics
+from schemas.settings import Settings
+from streams.topics import EXIT_TOPICS, TopicMismatch, _cleanup_policies, ensure_topics
 from tests.support.services import free_port
 from tests.support.stack import REPO, Stack
 

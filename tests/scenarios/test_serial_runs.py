@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
+from domain.planning import record_id_for
 from schemas.contracts import ChildResultPayload, ToolStatus
 from schemas.wire import decode_dead_letter
 from services.sdk.client import ApiError, ContextClient, RunHandle
-from streams.planning import record_id_for
 from tests.support.flows import client, new_session, read_topic, wait_committed
 from tests.support.services import Services
 

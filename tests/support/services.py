@@ -11,9 +11,9 @@ import sys
 import uuid
 from dataclasses import dataclass
 
+from devstack.launcher import Proc, service_set
 from schemas.auth import KeyKind
-from services.launcher import Proc, service_set
-from storage.keys import IssuedKey, issue
+from storage.api_keys import IssuedKey, issue
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from services.core.commit import Candidate, Dependencies, budget_after, decide_commit
+from domain.commit import Candidate, Dependencies, budget_after, decide_commit
 
 CURRENT = Dependencies("sum_1", "pol_a", 3)
 GOOD = Candidate(

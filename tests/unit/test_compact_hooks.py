@@ -7,15 +7,15 @@ import dataclasses
 
 import pytest
 
-from services.compaction.contracts import Fact, SummaryDraft
-from services.compaction.gateway import InvalidSummary
-from services.compaction.hooks import (
+from services.compaction.compact_hooks import (
     AfterCompact,
     BeforeCompact,
     BeforeDecision,
     HookChain,
     check_text_only,
 )
+from services.compaction.drafts import Fact, SummaryDraft
+from services.compaction.errors import InvalidSummary
 
 DRAFT = SummaryDraft(
     (Fact("a happened", ("r1",)),), (), (Fact("b failed", ("r2",)),), (), ("src/x.py",), ()

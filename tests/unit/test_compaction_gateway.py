@@ -13,15 +13,15 @@ from typing import Any
 import httpx
 import pytest
 
-from services.compaction.contracts import (
+from services.compaction.drafts import (
     FACT_FIELDS,
     Fact,
     SourceItem,
     SummaryDraft,
     SummaryRequest,
 )
+from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from services.compaction.extractive import ExtractiveSummarizer, extract_draft
-from services.compaction.gateway import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.scripted import ScriptedSummarizer
 from services.compaction.validate import coverage, validate_draft
@@ -182,7 +182,7 @@ def test_extractive_handles_thousands_of_records() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["contracts", "validate", "extractive", "scripted"],
+    ["drafts", "errors", "validate", "extractive", "scripted"],
 )
 def test_summary_logic_stays_pure(module: str) -> None:
     # Only the HTTP adapter may reach for I/O; the rest runs inside pure jobs and tests.

@@ -1,4 +1,4 @@
-"""services/core/context.py ``assemble``: block order, itemized budget, required content,
+"""domain/assemble.py ``assemble``: block order, itemized budget, required content,
 tool groups, large-result views, verified skills (R12.2/R12.3), RAG material (R12.4)."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from domain.assemble import Assembled, Material, assemble
+from domain.budget import Calibration, ModelProfile, enforce
+from domain.gate import check_manifest
+from domain.policy import LargeResultSettings
+from domain.rendering import RecordView, ThreadRenderer, tool_schema_text
+from domain.tokens import make_counter
 from schemas.errors import ContextBudgetExceeded
-from services.core.assembly import RecordView, ThreadRenderer, tool_schema_text
-from services.core.budget import Calibration, ModelProfile, enforce
-from services.core.context import Assembled, Material, assemble
-from services.core.gate import check_manifest
-from services.core.policy import LargeResultSettings
-from services.core.tokens import make_counter
 
 CountFn = Callable[[str], int]
 OV = 4  # message envelope overhead used throughout
@@ -38,7 +38,7 @@ def filler(n: int, word: str = "lorem") -> str:
 
 class Recs:
     """Builds ``RecordView``s in session order the way the processor stores them: the
-    token count covers the text plus tool names and arguments (streams/accounting.py)."""
+    token count covers the text plus tool names and arguments (domain/accounting.py)."""
 
     def __init__(self, count: CountFn = words, run: str = "run-1") -> None:
         self.count = count

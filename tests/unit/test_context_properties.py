@@ -12,16 +12,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from domain.assemble import Assembled, Material
+from domain.authority import INSTRUCTION_BLOCKS
+from domain.budget import Calibration, enforce
+from domain.gate import check_manifest
+from domain.policy import LargeResultSettings
+from domain.providers import FORMATS
+from domain.providers import render as render_provider
+from domain.rendering import RecordView, ThreadRenderer, tool_schema_text
+from domain.tokens import make_counter
 from schemas.errors import ContextBudgetExceeded
-from services.core.assembly import RecordView, ThreadRenderer, tool_schema_text
-from services.core.authority import INSTRUCTION_BLOCKS
-from services.core.budget import Calibration, enforce
-from services.core.context import Assembled, Material
-from services.core.gate import check_manifest
-from services.core.policy import LargeResultSettings
-from services.core.providers import FORMATS
-from services.core.providers import render as render_provider
-from services.core.tokens import make_counter
 from tests.unit.test_context import (
     OV,
     PDF_BINDING,

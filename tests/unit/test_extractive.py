@@ -8,16 +8,16 @@ import json
 
 import pytest
 
+from domain.rendering import RecordView
+from domain.selection import Group, Segment
+from domain.tokens import make_counter
 from services.compaction import salience as sal
 from services.compaction.bound import rollup_items
-from services.compaction.contracts import Fact, SourceItem, SummaryDraft, SummaryRequest
+from services.compaction.drafts import Fact, SourceItem, SummaryDraft, SummaryRequest
 from services.compaction.extractive import MAX_ARTIFACT_REFS, extract_draft
 from services.compaction.openai_compat import SYSTEM_PROMPT, render_segment
 from services.compaction.validate import validate_draft
 from services.compaction.worker import _items
-from services.core.assembly import RecordView
-from services.core.selection import Group, Segment
-from services.core.tokens import make_counter
 from tests.unit.test_purity import FORBIDDEN, _closure
 
 COUNT = make_counter("cl100k_base").count

@@ -1,4 +1,4 @@
-"""services/core/gate.py: model.chat.before hooks against the protected block manifest
+"""domain/gate.py: model.chat.before hooks against the protected block manifest
 (R10.5, R14) and the gateway's send / re-prepare once / refuse decision (R9.8, R6.3)."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from domain.assemble import Assembled, Material, sha256
+from domain.gate import GateDecision, apply_hook, check_manifest, gate
 from schemas.errors import ContextBudgetExceeded, ContextReprepareRequired, ProtectedBlockViolation
-from services.core.context import Assembled, Material, sha256
-from services.core.gate import GateDecision, apply_hook, check_manifest, gate
 from tests.unit.test_context import (
     OV,
     PDF_BINDING,
@@ -53,7 +53,7 @@ def prepared(reserve_tokens: int = 0, capacity: int = 100_000) -> Assembled:
 
 
 def copy(messages: list[Message]) -> list[Message]:
-    return [dict(m) for m in messages]  # what a hook receives (services/prepare/hooks.py)
+    return [dict(m) for m in messages]  # what a hook receives (services/prepare/prepare_hooks.py)
 
 
 def find(messages: list[Message], **kw: Any) -> int:
@@ -356,7 +356,7 @@ def test_hook_edits_are_refused_exactly_when_they_touch_a_protected_block(
 
 @pytest.mark.spec("R5.1", "R14")
 def test_a_hook_changing_tool_protocol_fields_or_breaking_a_group_is_refused() -> None:
-    from services.core.gate import check_tool_groups
+    from domain.gate import check_tool_groups
 
     call = {
         "role": "assistant",

@@ -14,7 +14,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from services.core.providers import render
+from domain.providers import render
 from services.integrations import langchain_messages as lm
 from services.integrations.responses_items import ModelOp, ToolOp, UserOp
 

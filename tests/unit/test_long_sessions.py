@@ -9,6 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from domain.policy import validate_compaction
+from domain.rendering import RecordView
+from domain.selection import build_groups, current_task_ids, select_prefix
+from domain.tokens import make_counter
 from schemas.errors import InvalidPolicy
 from services.compaction.bound import (
     chunk,
@@ -16,14 +20,10 @@ from services.compaction.bound import (
     rollup_items,
     summary_bound,
 )
-from services.compaction.contracts import Fact, SummaryDraft, SummaryRequest
+from services.compaction.drafts import Fact, SummaryDraft, SummaryRequest
+from services.compaction.errors import InvalidSummary
 from services.compaction.extractive import extract_draft
-from services.compaction.gateway import InvalidSummary
 from services.compaction.validate import check_coverage, validate_draft
-from services.core.assembly import RecordView
-from services.core.policy import validate_compaction
-from services.core.selection import build_groups, current_task_ids, select_prefix
-from services.core.tokens import make_counter
 
 COUNT = make_counter("cl100k_base").count
 

@@ -1,4 +1,4 @@
-"""streams/planning.py ``plan_batch``: dedupe, sequences, runs, counters (pure)."""
+"""domain/planning.py ``plan_batch``: dedupe, sequences, runs, counters (pure)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.contracts import (
-    AssistantMessagePayload,
-    ContextEvent,
-    RecordKind,
-    ResourceActivationPayload,
-    ToolOutcomePayload,
-    ToolStatus,
-)
-from streams.planning import (
+from domain.planning import (
     BatchPlan,
     Incoming,
     RunState,
@@ -26,6 +18,14 @@ from streams.planning import (
     lifecycle_key,
     plan_batch,
     record_id_for,
+)
+from schemas.contracts import (
+    AssistantMessagePayload,
+    ContextEvent,
+    RecordKind,
+    ResourceActivationPayload,
+    ToolOutcomePayload,
+    ToolStatus,
 )
 
 from .factories import make_event

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.errors import InvalidPolicy
-from services.core.policy import (
+from domain.policy import (
     PLATFORM_MAX_COMPACTION_CALLS,
     CompactionPolicy,
     validate_compaction,
     validate_policy,
 )
+from schemas.errors import InvalidPolicy
 
 
 @pytest.mark.spec("R7.1", "R7.5", "R7.6")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from services.core.providers import FORMATS, render
+from domain.providers import FORMATS, render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "providers"
 

@@ -4,22 +4,21 @@
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {"asyncio", "faust", "aiokafka", "asyncpg", "fastapi", "httpx"}
-PROJECT_PACKAGES = {"schemas", "streams", "services", "storage", "benchmarks"}
+PROJECT_PACKAGES = {"schemas", "domain", "storage", "streams", "services", "devstack", "benchmarks"}
 
 PURE_MODULES = sorted(
-    [str(p.relative_to(ROOT)) for p in (ROOT / "services" / "core").glob("*.py")]
+    [str(p.relative_to(ROOT)) for p in (ROOT / "domain").glob("*.py")]
     + [
-        "streams/planning.py",
-        "streams/accounting.py",
         "schemas/validation.py",
         "schemas/contracts.py",
-        "services/compaction/contracts.py",
+        "services/compaction/drafts.py",
         "services/compaction/validate.py",
         "services/compaction/extractive.py",
         "services/compaction/scripted.py",
@@ -95,9 +94,9 @@ def _closure(start: str) -> dict[str, set[str]]:
 
 
 def test_pure_module_list_is_not_empty() -> None:
-    assert "services/core/assembly.py" in PURE_MODULES
-    assert "services/core/budget.py" in PURE_MODULES
-    assert "services/core/tokens.py" in PURE_MODULES
+    assert "domain/rendering.py" in PURE_MODULES
+    assert "domain/budget.py" in PURE_MODULES
+    assert "domain/tokens.py" in PURE_MODULES
     assert all((ROOT / m).is_file() for m in PURE_MODULES)
 
 
@@ -105,7 +104,7 @@ def test_import_scanner_sees_io_modules() -> None:
     # The scanner must be able to fail: the processor really imports asyncpg.
     names = _imports(ROOT / "streams" / "processor.py")
     assert "asyncpg" in names
-    assert "streams.planning" in names
+    assert "domain.planning" in names
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)
@@ -119,24 +118,77 @@ def test_pure_module_imports_no_io_framework(module: str) -> None:
     assert offenders == set()
 
 
-# Layers, one direction (issue 11): schemas at the bottom, storage above it, streams and
-# services on top. These storage modules still reach up for pure code that has not moved
-# down yet; issue 11 moves it. Nothing may be added to this list.
-KNOWN_BACK_IMPORTS = {
-    "storage/compaction.py": {"services"},
-    "storage/ingest.py": {"streams"},
-    "storage/migrate.py": {"services"},
-    "storage/threads.py": {"services"},
-}
-HIGHER = {"schemas": {"storage", "streams", "services"}, "storage": {"streams", "services"}}
+# Layers, one direction (issue 11): schemas at the bottom, the pure domain above it, then
+# storage, then streams, then services; tools (devstack, benchmarks) on top of everything.
+# Each package may import only the packages below it.
+LAYERS = ["schemas", "domain", "storage", "streams", "services", "devstack"]
 
 
-@pytest.mark.parametrize("package", sorted(HIGHER))
-def test_no_new_import_runs_back_up(package: str) -> None:
+def _back_imports(package: str) -> dict[str, list[str]]:
+    higher = set(LAYERS[LAYERS.index(package) + 1 :]) | {"benchmarks", "tests"}
     offenders = {}
-    for path in sorted((ROOT / package).glob("*.py")):
-        key = str(path.relative_to(ROOT))
-        up = {name.split(".")[0] for name in _imports(path)} & HIGHER[package]
-        if up - KNOWN_BACK_IMPORTS.get(key, set()):
-            offenders[key] = sorted(up)
-    assert offenders == {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        up = {name.split(".")[0] for name in _imports(path)} & higher
+        if up:
+            offenders[str(path.relative_to(ROOT))] = sorted(up)
+    return offenders
+
+
+@pytest.mark.parametrize("package", LAYERS)
+def test_no_import_runs_back_up(package: str) -> None:
+    assert _back_imports(package) == {}
+
+
+def test_back_import_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A tree with one storage module reaching up into services must fail.
+    (tmp_path / "storage").mkdir()
+    (tmp_path / "storage" / "bad.py").write_text("from services.prepare import api\n")
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _back_imports("storage") == {"storage/bad.py": ["services"]}
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Product module -> the product modules it imports (by their longest existing name)."""
+    graph: dict[str, set[str]] = {}
+    for package in LAYERS:
+        for path in (ROOT / package).rglob("*.py"):
+            module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            edges = graph.setdefault(module.removesuffix(".__init__"), set())
+            for name in _imports(path):
+                parts = name.split(".")
+                found = (".".join(parts[:i]) for i in range(len(parts), 0, -1))
+                target = next((m for m in found if _module_path(m) is not None), None)
+                if target is not None:
+                    edges.add(target)
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every back edge of a depth-first walk, as the cycle it closes."""
+    cycles: list[list[str]] = []
+    on_stack: list[str] = []
+    done: set[str] = set()
+
+    def visit(node: str) -> None:
+        on_stack.append(node)
+        for target in sorted(graph.get(node, set()) - {node}):
+            if target in on_stack:
+                cycles.append([*on_stack[on_stack.index(target) :], target])
+            elif target not in done and target in graph:
+                visit(target)
+        on_stack.pop()
+        done.add(node)
+
+    for module in sorted(graph):
+        if module not in done:
+            visit(module)
+    return cycles
+
+
+def test_no_import_cycle_between_modules() -> None:
+    assert _cycles(_module_graph()) == []
+
+
+def test_cycle_check_can_fail() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c", "a"]]

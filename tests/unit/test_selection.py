@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.assembly import RecordView
-from services.core.selection import build_groups, segment, select_prefix
+from domain.rendering import RecordView
+from domain.selection import build_groups, segment, select_prefix
 
 
 def rec(seq: int, kind: str, tokens: int = 10, **payload: object) -> RecordView:

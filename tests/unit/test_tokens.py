@@ -1,4 +1,4 @@
-"""services/core/tokens.py: the real tokenizer offline, a labelled upper-bound estimate."""
+"""domain/tokens.py: the real tokenizer offline, a labelled upper-bound estimate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.core.tokens import (
+from domain.tokens import (
     ESTIMATE_METHOD,
     ByteEstimateCounter,
     CachedCounter,

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.errors import InvalidPolicy
-from services.core.policy import CompactionPolicy, validate_compaction
-from services.core.triggers import (
+from domain.policy import CompactionPolicy, validate_compaction
+from domain.triggers import (
     CompactionState,
     Counters,
     LastAttempt,
@@ -19,6 +18,7 @@ from services.core.triggers import (
     job_expired,
     ratio_threshold,
 )
+from schemas.errors import InvalidPolicy
 
 RATIO_ONLY = CompactionPolicy()  # context_ratio 0.80, turn triggers off
 

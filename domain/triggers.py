@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from services.core.policy import CompactionPolicy
+from domain.policy import CompactionPolicy
 
 
 @dataclass(frozen=True)

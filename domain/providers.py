@@ -4,7 +4,7 @@ files pin the exact JSON (tests/golden/providers/).
 
 Our neutral messages keep tool groups whole (R5.1), so each format gets every call with
 its result; state and summary blocks become text in the position they hold. Roles follow
-authority by origin (``services.core.authority``): only release-owned blocks are sent as
+authority by origin (``domain.authority``): only release-owned blocks are sent as
 system/developer, whatever role a message was given upstream (R3.3, R12.4).
 """
 
@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from services.core.authority import may_instruct, speaking_role
+from domain.authority import may_instruct, speaking_role
 
 Message = dict[str, Any]
 FORMATS = ("openai_chat", "openai_responses", "anthropic_messages")

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from domain.assemble import ProtectedBlock, sha256
 from schemas.errors import ContextBudgetExceeded, ContextReprepareRequired, ProtectedBlockViolation
-from services.core.context import ProtectedBlock, sha256
 
 Message = dict[str, Any]
 

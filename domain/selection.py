@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from services.core.assembly import RecordView
+from domain.rendering import RecordView
 
 
 @dataclass(frozen=True)

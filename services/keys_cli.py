@@ -19,8 +19,8 @@ import asyncpg
 import typer
 
 from schemas.auth import KeyKind
-from services.settings import Settings
-from storage import keys
+from schemas.settings import Settings
+from storage import api_keys
 from storage.migrate import apply_dsn
 
 app = typer.Typer(
@@ -43,10 +43,10 @@ def create(
     if (kind is KeyKind.USER) != (actor is not None):
         raise typer.BadParameter("--actor is required for a user key and refused for a host key")
 
-    async def run() -> keys.IssuedKey:
+    async def run() -> api_keys.IssuedKey:
         dsn = Settings().pg_dsn
         await apply_dsn(dsn)
-        return await keys.issue(dsn, space, kind, actor, label)
+        return await api_keys.issue(dsn, space, kind, actor, label)
 
     issued = asyncio.run(run())
     who = f" for actor {issued.actor_id}" if issued.actor_id else ""
@@ -61,7 +61,7 @@ def list_(space: Annotated[str | None, typer.Option(help="only this space")] = N
     async def run() -> list[dict[str, object]]:
         conn = await asyncpg.connect(Settings().pg_dsn)
         try:
-            return await keys.list_keys(conn, space)
+            return await api_keys.list_keys(conn, space)
         finally:
             await conn.close()
 
@@ -80,7 +80,7 @@ def revoke(key_id: str) -> None:
     async def run() -> bool:
         conn = await asyncpg.connect(Settings().pg_dsn)
         try:
-            return await keys.revoke_key(conn, key_id)
+            return await api_keys.revoke_key(conn, key_id)
         finally:
             await conn.close()
 

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.core.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
-from services.core.policy import LargeResultSettings
-from services.core.redaction import redact
+from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
+from domain.policy import LargeResultSettings
+from domain.redaction import redact
 
 Message = dict[str, Any]
 CountFn = Callable[[str], int]

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from services.compaction.contracts import SummaryDraft
-from services.compaction.gateway import InvalidSummary
+from services.compaction.drafts import SummaryDraft
+from services.compaction.errors import InvalidSummary
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from schemas.errors import ContextError
-from services.settings import Settings
+from schemas.settings import Settings
 
 log = logging.getLogger(__name__)
 

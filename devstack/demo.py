@@ -19,13 +19,13 @@ from typing import Any
 
 import asyncpg
 
+from devstack.launcher import service_set
+from domain.tokens import make_counter
 from schemas.auth import KeyKind
 from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
-from services.core.tokens import make_counter
-from services.launcher import service_set
+from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle
-from services.settings import Settings
-from storage.keys import issue, revoke_key
+from storage.api_keys import issue, revoke_key
 
 SKILL_BODY = (
     "# release-notes skill v3\nWrite release notes as: Summary, Breaking changes, "
@@ -305,7 +305,7 @@ async def compaction_session(c: ContextClient, settings: Settings, out: Printer)
     )
     session = await c.open_session("demo-space", "demo-user", rel["release_id"])
     run = None
-    for q, path in enumerate(("storage/ingest.py", "streams/planning.py", "services/bus.py")):
+    for q, path in enumerate(("storage/ingest.py", "domain/planning.py", "services/bus.py")):
         run = await c.start_run(session)
         await c.append_user(run, f"Review {path} for error handling.", f"k{q}-q")
         await c.append_model_result(

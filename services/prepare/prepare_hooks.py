@@ -4,7 +4,7 @@ A hook is any object with ``name``, ``version``, ``timeout_s`` and one or more o
 methods below; the registry calls each method under the hook's own timeout. What a hook
 adds is temporary — tagged with ``hook:<name>@<version>`` as its source, never written to
 history — and bounded: ``model.chat.before`` output is checked against the protected
-block manifest (services/core/gate.py) after every hook, so a hook cannot remove, alter or
+block manifest (domain/gate.py) after every hook, so a hook cannot remove, alter or
 downgrade a required block. ``*.after`` hooks are read-only: they get copies, and their
 failure is logged, never fatal. A failing ``before`` hook fails the call: nothing is sent
 on a context nobody checked (``hook_failed``).
@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.assemble import Material, ProtectedBlock
+from domain.gate import HookEffect, apply_hook
 from schemas.errors import Conflict, ContextError, HookFailed
-from services.core.context import Material, ProtectedBlock
-from services.core.gate import HookEffect, apply_hook
 
 log = logging.getLogger("agentloom.prepare.hooks")
 Message = dict[str, Any]

@@ -22,14 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from services.core.assembly import (
+from domain.budget import BudgetReport, Calibration, ModelProfile, make_report
+from domain.rendering import (
     Message,
     SkillLoad,
     ThreadRenderer,
     skills_catalog_text,
     tool_schema_text,
 )
-from services.core.budget import BudgetReport, Calibration, ModelProfile, make_report
 
 CountFn = Callable[[str], int]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from services.compaction.gateway import InvalidSummary
+from services.compaction.errors import InvalidSummary
 
 COMPACTION_PURPOSE = "compaction"
 FACT_FIELDS = ("verified_facts", "decisions", "failures", "unresolved_questions")
