@@ -1,0 +1,132 @@
+"""The one Kafka adapter for writing: a ``Publisher`` port and one implementation per driver.
+
+Every process publishes through this module: the session processor (faust or aiokafka
+driver), the compaction service, Prepare and the SDK. One place holds the producer
+settings that the guarantees depend on:
+
+- ``acks=all`` and ``enable_idempotence``: an acknowledged write survives a broker loss
+  (with ``min.insync.replicas`` > 1) and a retried send after a lost ack is not written
+  twice.
+- Keys are session ids, so one session's messages land on one partition in order.
+
+Three ways to send, because callers need three different promises:
+
+- ``send`` queues and is tracked: ``flush`` waits until everything queued so far is
+  acknowledged (the processor commits offsets only after that).
+- ``send_and_wait`` waits for this one message and returns where it landed (Prepare
+  hands the offset to the caller for read-your-writes; a compaction outcome must be
+  written before its request's offset is committed).
+- ``send_advisory`` queues without tracking; a failure is logged, never raised
+  (observations and observability are advisory and must not cost a round trip).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaProducer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """Where an acknowledged message landed."""
+
+    partition: int
+    offset: int
+
+
+class Publisher(Protocol):
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue a message; ``flush`` waits until all queued messages are acknowledged."""
+
+    async def flush(self) -> None:
+        """Wait for every message queued by ``send`` since the last flush."""
+
+    async def send_and_wait(self, topic: str, key: bytes | None, value: bytes) -> Delivery:
+        """Send one message and wait for its acknowledgement."""
+
+    async def send_advisory(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Queue a message nobody waits for; a failed delivery is logged."""
+
+
+def _log_failure(fut: asyncio.Future[Any]) -> None:
+    if fut.cancelled():
+        return
+    exc = fut.exception()
+    if exc is not None:
+        log.warning("advisory message not delivered: %s", exc)
+
+
+class _Tracked:
+    """The bookkeeping both drivers share: pending acknowledgements for ``flush``."""
+
+    def __init__(self) -> None:
+        self._pending: list[asyncio.Future[Any]] = []
+
+    def _track(self, fut: asyncio.Future[Any]) -> None:
+        self._pending.append(fut)
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        if pending:
+            await asyncio.gather(*pending)
+
+
+class AiokafkaPublisher(_Tracked):
+    """aiokafka's producer with our settings; ``start``/``stop`` own its lifecycle."""
+
+    def __init__(self, bootstrap: str, *, linger_ms: int = 2, max_batch_size: int = 1 << 20):
+        super().__init__()
+        self.producer = AIOKafkaProducer(
+            bootstrap_servers=bootstrap,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=linger_ms,
+            max_batch_size=max_batch_size,
+        )
+
+    async def start(self) -> None:
+        await self.producer.start()
+
+    async def stop(self) -> None:
+        await self.producer.stop()
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self._track(await self.producer.send(topic, value, key=key))
+
+    async def send_and_wait(self, topic: str, key: bytes | None, value: bytes) -> Delivery:
+        md = await self.producer.send_and_wait(topic, value, key=key)
+        return Delivery(md.partition, md.offset)
+
+    async def send_advisory(self, topic: str, key: bytes | None, value: bytes) -> None:
+        fut = await self.producer.send(topic, value, key=key)
+        fut.add_done_callback(_log_failure)
+
+
+class FaustPublisher(_Tracked):
+    """faust's own producer (the app sets ``producer_acks=-1``; faust starts and stops it)."""
+
+    def __init__(self, app: Any) -> None:  # faust.App: untyped
+        super().__init__()
+        self.app = app
+
+    async def _send(self, topic: str, key: bytes | None, value: bytes) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = await self.app.producer.send(
+            topic, key, value, partition=None, timestamp=None, headers=None
+        )
+        return fut
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self._track(await self._send(topic, key, value))
+
+    async def send_and_wait(self, topic: str, key: bytes | None, value: bytes) -> Delivery:
+        md = await (await self._send(topic, key, value))
+        return Delivery(md.partition, md.offset)
+
+    async def send_advisory(self, topic: str, key: bytes | None, value: bytes) -> None:
+        (await self._send(topic, key, value)).add_done_callback(_log_failure)
