@@ -5,6 +5,14 @@
 #   deploy/stack.sh down     stop both
 #   deploy/stack.sh status   exit 0 when both run, 3 otherwise
 #
+#   deploy/stack.sh up|down|status --brokers 3
+#                            the same with a 3-node Kafka cluster (deploy/kafka.sh
+#                            --brokers 3: own ports 29092-29094, own state <state>/kafka-3)
+#                            instead of the single broker; both can run side by side
+#                            and share PostgreSQL, so 'down' of either leaves
+#                            PostgreSQL running while the other Kafka still runs.
+#                            Env file: <state>/stack-brokers3.env
+#
 # After 'up' the connection settings are in ${ALC_STATE_DIR:-<repo>/.state}/stack.env:
 #   ALC_KAFKA_BOOTSTRAP=127.0.0.1:19092
 #   ALC_PG_DSN=postgresql://agentloom@127.0.0.1:55432/agentloom
@@ -19,17 +27,55 @@ export ALC_STATE_DIR
 
 log() { echo "[stack] $*"; }
 
+# --brokers N (before or after the command; or ALC_KAFKA_BROKERS=N): 1 = the single
+# broker (default).
+BROKERS=${ALC_KAFKA_BROKERS:-1}
+ARGS=()
+while (($#)); do
+  case $1 in
+    --brokers) [[ $# -ge 2 ]] || { echo "[stack] --brokers needs a number" >&2; exit 64; }
+      BROKERS=$2; shift 2 ;;
+    --brokers=*) BROKERS=${1#*=}; shift ;;
+    *) ARGS+=("$1"); shift ;;
+  esac
+done
+set -- ${ARGS[@]+"${ARGS[@]}"}
+ENV_FILE=$ALC_STATE_DIR/stack.env
+[[ $BROKERS == 1 ]] || ENV_FILE=$ALC_STATE_DIR/stack-brokers$BROKERS.env
+
+kafka() { bash "$DEPLOY_DIR/kafka.sh" --brokers "$BROKERS" "$@"; }
+
+# The other Kafka of this state dir (the cluster when we are the single broker and
+# vice versa) is running: PostgreSQL is shared, so 'down' must leave it up.
+other_kafka_running() {
+  if [[ $BROKERS == 1 ]]; then
+    local d n
+    for d in "$ALC_STATE_DIR"/kafka-[0-9]*; do
+      [[ -d $d ]] || continue
+      n=${d##*/kafka-}
+      bash "$DEPLOY_DIR/kafka.sh" --brokers "$n" status >/dev/null 2>&1 && return 0
+    done
+    return 1
+  fi
+  bash "$DEPLOY_DIR/kafka.sh" --brokers 1 status >/dev/null 2>&1
+}
+
 # Run "deploy/<svc>.sh <cmd>" for postgres and kafka concurrently. Postgres is
 # the quick one: its output is printed in one block when it finishes, then
 # Kafka's output is streamed live (progress dots included), so lines never mix.
 # Returns the first non-zero exit code (postgres first).
 run_both() {
-  local cmd=$1 tmp pg_pid kafka_pid pg_rc=0 kafka_rc=0
+  local cmd=$1 pg_cmd=${2:-$1} tmp pg_pid kafka_pid pg_rc=0 kafka_rc=0
   tmp=$(mktemp -d)
   : >"$tmp/kafka.out"
-  bash "$DEPLOY_DIR/postgres.sh" "$cmd" >"$tmp/postgres.out" 2>&1 &
+  if [[ $pg_cmd == skip ]]; then
+    echo "[stack] PostgreSQL left running: the other Kafka of $ALC_STATE_DIR still uses it" >"$tmp/postgres.out"
+    true &
+  else
+    bash "$DEPLOY_DIR/postgres.sh" "$pg_cmd" >"$tmp/postgres.out" 2>&1 &
+  fi
   pg_pid=$!
-  bash "$DEPLOY_DIR/kafka.sh" "$cmd" >"$tmp/kafka.out" 2>&1 &
+  kafka "$cmd" >"$tmp/kafka.out" 2>&1 &
   kafka_pid=$!
   wait "$pg_pid" || pg_rc=$?
   cat "$tmp/postgres.out"
@@ -43,35 +89,47 @@ run_both() {
 }
 
 env_lines() {
-  echo "ALC_KAFKA_BOOTSTRAP=127.0.0.1:${ALC_KAFKA_PORT:-19092}"
+  if [[ $BROKERS == 1 ]]; then
+    echo "ALC_KAFKA_BOOTSTRAP=127.0.0.1:${ALC_KAFKA_PORT:-19092}"
+  else
+    local i boot="" base=${ALC_KAFKA_CLUSTER_PORT:-29092}
+    for ((i = 0; i < BROKERS; i++)); do boot+=${boot:+,}127.0.0.1:$((base + i)); done
+    echo "ALC_KAFKA_BOOTSTRAP=$boot"
+  fi
   echo "ALC_PG_DSN=postgresql://${ALC_PG_USER:-agentloom}@127.0.0.1:${ALC_PG_PORT:-55432}/${ALC_PG_DB:-agentloom}"
 }
 
 cmd_up() {
   local t0=$SECONDS rc=0
-  log "starting postgres + kafka (state in $ALC_STATE_DIR)"
+  local what=kafka klogs=$ALC_STATE_DIR/kafka/logs/
+  if [[ $BROKERS != 1 ]]; then
+    what="a $BROKERS-node kafka cluster"
+    klogs="$ALC_STATE_DIR/kafka-$BROKERS/node-*/logs/"
+  fi
+  log "starting postgres + $what (state in $ALC_STATE_DIR)"
   run_both up || rc=$?
   if ((rc != 0)); then
-    log "stack NOT up (exit $rc); logs: $ALC_STATE_DIR/postgres/postgres.log, $ALC_STATE_DIR/kafka/logs/" >&2
+    log "stack NOT up (exit $rc); logs: $ALC_STATE_DIR/postgres/postgres.log, $klogs" >&2
     exit "$rc"
   fi
   mkdir -p "$ALC_STATE_DIR"
-  env_lines >"$ALC_STATE_DIR/stack.env"
-  log "up in $((SECONDS - t0)) s; env written to $ALC_STATE_DIR/stack.env:"
+  env_lines >"$ENV_FILE"
+  log "up in $((SECONDS - t0)) s; env written to $ENV_FILE:"
   env_lines
 }
 
 cmd_down() {
-  local rc=0
-  run_both down || rc=$?
-  rm -f "$ALC_STATE_DIR/stack.env"
+  local rc=0 pg=down
+  other_kafka_running && pg=skip
+  run_both down "$pg" || rc=$?
+  rm -f "$ENV_FILE"
   exit "$rc"
 }
 
 cmd_status() {
   local rc=0
   bash "$DEPLOY_DIR/postgres.sh" status || rc=3
-  bash "$DEPLOY_DIR/kafka.sh" status || rc=3
+  kafka status || rc=3
   exit "$rc"
 }
 
@@ -80,7 +138,7 @@ case "${1:-}" in
   down) cmd_down ;;
   status) cmd_status ;;
   *)
-    echo "usage: $0 up|down|status" >&2
+    echo "usage: $0 up|down|status [--brokers 1|3]" >&2
     exit 64
     ;;
 esac
