@@ -207,7 +207,7 @@ num.partitions=4
 default.replication.factor=1
 min.insync.replicas=1
 # Topics are ours: every service creates or validates its topics at start
-# (services/topics.py). A topic the broker would create on first use hides a missing
+# (streams/topics.py). A topic the broker would create on first use hides a missing
 # creation step and gets the broker's defaults instead of our partition count.
 auto.create.topics.enable=false
 group.initial.rebalance.delay.ms=0

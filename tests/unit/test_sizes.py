@@ -101,6 +101,6 @@ def test_exceptions_are_still_needed() -> None:
 
 
 def test_function_measure_sees_a_long_function(tmp_path: Path) -> None:
-    body = "\n".join(f"    x{i} = {i}" for i in range(70))
-    (tmp_path / "m.py").write_text(f"class C:\n    def f(self):\n    {body}\n")
+    body = "\n".join(f"        x{i} = {i}" for i in range(70))
+    (tmp_path / "m.py").write_text(f"class C:\n    def f(self):\n{body}\n")
     assert _functions(tmp_path / "m.py")["C.f"] > MAX_FUNCTION_LINES
