@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 
 from domain.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
+from storage.view_state import MAIN_VIEW, counted_view, reusable, summary_ref
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ async def task_version(conn: asyncpg.Connection, session_id: str, through: int) 
     # Main threads only: a child's task or supplement never fails the parent's commit.
     n = await conn.fetchval(
         "SELECT count(*)"
-        + _MAIN_VIEW
+        + MAIN_VIEW
         + " AND r.kind IN ('user_input', 'supplement') AND r.session_sequence <= $2",
         session_id,
         through,
@@ -225,94 +226,32 @@ def policy_compaction(context_policy: Any) -> dict[str, Any]:
     return dict((policy or {}).get("compaction") or {})
 
 
-_MAIN_VIEW = (
-    " FROM records r LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
-    " WHERE r.session_id = $1"
-    " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-)
-
-
 async def view_counters(
     conn: asyncpg.Connection, session_id: str, run_id: str, through: int
 ) -> Counters:
     """R8.1/R8.2 counters of one run's view — questions and valid action steps of the
     main threads in it — rebuilt from unique records, never by adding up runs (R2.6).
     The run's view is the whole session unless a later run exists (a resumed old run);
-    only then is it counted record by record."""
-    # A run started after this one's snapshot: only then is this view not the whole
-    # session (runs is small; the records after a snapshot may be many).
+    only then is it counted record by record. (``load_view_state`` reads the same.)"""
     later = await conn.fetchval(
         "SELECT 1 FROM runs WHERE session_id=$1 AND started_sequence > $2 AND run_id <> $3 LIMIT 1",
         session_id,
         through,
         run_id,
     )
-    if not later:
-        r = await conn.fetchrow(
-            "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", session_id
-        )
-        return Counters(r["user_turns"], r["model_steps"]) if r else Counters()
+    if later:
+        return await counted_view(conn, session_id, run_id, through)
     r = await conn.fetchrow(
-        "SELECT count(*) FILTER (WHERE r.kind = 'run_started') AS turns,"
-        " count(*) FILTER (WHERE r.kind = 'assistant_message'"
-        " AND r.payload->>'purpose' = 'action') AS steps"
-        + _MAIN_VIEW
-        + " AND (r.session_sequence <= $2 OR r.run_id = $3)",
-        session_id,
-        through,
-        run_id,
+        "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", session_id
     )
-    return Counters(int(r["turns"]), int(r["steps"]))
+    return Counters(r["user_turns"], r["model_steps"]) if r else Counters()
 
 
 async def compatible(
     conn: asyncpg.Connection, summary: asyncpg.Record, session_id: str, run_id: str, through: int
 ) -> bool:
-    """R2.7: a summary may serve a run's view only if the view it compacted is an ordered
-    prefix of this one — nothing of this view before its watermark is missing from it,
-    and it covers nothing this view does not contain."""
-    if summary["view_run_id"] == run_id:
-        return True
-    missing = await conn.fetchval(
-        "SELECT 1" + _MAIN_VIEW + " AND r.session_sequence > $2 AND r.session_sequence <= $3"
-        " AND r.run_id IS DISTINCT FROM $4 AND (r.session_sequence <= $5 OR r.run_id = $6)"
-        " LIMIT 1",
-        session_id,
-        summary["view_through"],
-        summary["source_watermark"],
-        summary["view_run_id"],
-        through,
-        run_id,
-    )
-    if missing:
-        return False
-    beyond = await conn.fetchval(
-        "SELECT 1 FROM records WHERE session_id=$1 AND record_id = ANY($2::text[])"
-        " AND session_sequence > $3 AND run_id IS DISTINCT FROM $4 LIMIT 1",
-        session_id,
-        summary["covered_record_ids"],
-        through,
-        run_id,
-    )
-    return not beyond
-
-
-async def effective_summary(
-    conn: asyncpg.Connection, session_id: str, run_id: str, through: int
-) -> asyncpg.Record | None:
-    """The newest summary of the session's chain that this run's view may reuse."""
-    sid = await conn.fetchval(
-        "SELECT current_summary_id FROM compaction_state WHERE session_id=$1 AND lineage='main'",
-        session_id,
-    )
-    while sid is not None:
-        s = await current_summary(conn, sid)
-        if s is None:
-            return None
-        if s["status"] == "committed" and await compatible(conn, s, session_id, run_id, through):
-            return s
-        sid = s["parent_summary_id"]
-    return None
+    """R2.7 reuse of a summary row by a run's view: ``storage.view_state.reusable``."""
+    return await reusable(conn, summary_ref(summary), session_id, run_id, through)
 
 
 def summary_baseline(summary: asyncpg.Record | None) -> Counters:

@@ -37,6 +37,7 @@ from schemas.wire import (
 )
 from storage import compaction as repo
 from storage.threads import inherited_records, snapshot_boundary, thread_records
+from storage.view_state import ViewState, load_view_state
 from streams.faults import describe_failure, is_transient
 
 
@@ -138,15 +139,11 @@ async def _observe(
         required_tokens=obs.required_tokens,
     )
     # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
-    # this view may reuse — not simply the newest summary of the session.
-    through = await snapshot_boundary(conn, ev.session_id, ev.run_id)
-    if lineage == "main":
-        totals = await repo.view_counters(conn, ev.session_id, ev.run_id, through)
-        effective = await repo.effective_summary(conn, ev.session_id, ev.run_id, through)
-    else:  # R13.1: a child has its own counters and its own summary chain
-        totals = await repo.child_counters(conn, ev.session_id, ev.run_id, ev.instance_id)
-        effective = await repo.lineage_summary(conn, ev.session_id, lineage)
-    baseline = repo.summary_baseline(effective)
+    # this view may reuse — not simply the newest summary of the session. (R13.1: a
+    # child has its own counters and its own summary chain.) The job in flight is the
+    # locked row's, not the view's: ``_expire_overdue`` may just have let it go.
+    view = await _view(conn, ev.session_id, ev.run_id, lineage)
+    totals, baseline = view.counters, view.baseline
     decision = evaluate_triggers(
         CompactionState(totals, baseline, row.last_attempt),
         policy,
@@ -219,7 +216,7 @@ async def _observe(
         run_id=ev.run_id,
         instance_id=ev.instance_id,
         view_watermark=obs.view_watermark,
-        parent_summary_id=effective["summary_id"] if effective else None,
+        parent_summary_id=view.summary_id,
         policy_revision=ctx["policy_revision"],
         task_version=await _task_version(
             conn, ev.session_id, lineage, ev.run_id, ev.instance_id, obs.view_watermark
@@ -380,9 +377,7 @@ async def _outcome(
     request = job["request"]
     decision = decide_commit(
         Dependencies(
-            await _effective_id(conn, ev.session_id, job["run_id"])
-            if job["lineage"] == "main"
-            else _summary_id(await repo.lineage_summary(conn, ev.session_id, job["lineage"])),
+            (await _view(conn, ev.session_id, job["run_id"], job["lineage"])).summary_id,
             ctx["policy_revision"],
             await _task_version(
                 conn,
@@ -498,12 +493,9 @@ async def preempt(
         policy = validate_compaction(repo.policy_compaction(r["context_policy"]))
         estimate = r["fixed_overhead"] + r["view_tokens"]
         sid, run_id = r["session_id"], r["active_run_id"]
-        through = await snapshot_boundary(conn, sid, run_id)
-        summary = await repo.effective_summary(conn, sid, run_id, through)
-        summary_id = summary["summary_id"] if summary else None
-        state = CompactionState(
-            await repo.view_counters(conn, sid, run_id, through), repo.summary_baseline(summary)
-        )
+        view = await _view(conn, sid, run_id, "main")
+        through, summary_id = view.through, view.summary_id
+        state = CompactionState(view.counters, view.baseline)
         probe = evaluate_triggers(
             state, policy, Observation(estimate, r["input_budget"], r["fixed_overhead"], 1, "probe")
         )
@@ -515,7 +507,7 @@ async def preempt(
         records = await inherited_records(conn, sid, through) + await thread_records(
             conn, sid, run_id, main, through
         )
-        covered = set(summary["covered_record_ids"]) if summary else set()
+        covered = set(view.summary.covered_record_ids) if view.summary else set()
         records = [x for x in records if x.record_id not in covered]
         keep = validate_policy(r["context_policy"]).recent_complete_groups
         compressible = select_prefix(build_groups(records), keep).compressible_tokens
@@ -543,14 +535,14 @@ async def preempt(
     return requests
 
 
-async def _effective_id(conn: asyncpg.Connection, session_id: str, run_id: str) -> str | None:
-    through = await snapshot_boundary(conn, session_id, run_id)
-    s = await repo.effective_summary(conn, session_id, run_id, through)
-    return str(s["summary_id"]) if s else None
-
-
-def _summary_id(summary: asyncpg.Record | None) -> str | None:
-    return str(summary["summary_id"]) if summary else None
+async def _view(conn: asyncpg.Connection, session_id: str, run_id: str, lineage: str) -> ViewState:
+    """The compaction view of ``lineage`` ("main" or a child instance) for ``run_id``."""
+    view = await load_view_state(
+        conn, session_id, run_id, child_instance_id=None if lineage == "main" else lineage
+    )
+    if view is None:
+        raise LookupError(f"session {session_id} not found")
+    return view
 
 
 async def _task_version(

@@ -1,0 +1,298 @@
+"""One read of a thread's compaction view (issue 11): the counters of the view, the summary
+it may reuse and that summary's baseline, the job in flight and the revocation epoch.
+
+The processor's trigger checks and Prepare read the same facts; this module is the one
+place they are read, so that each rule (R2.6 counters of the view, R2.7 summary reuse,
+R13.1 a child's own lineage) lives once.
+
+The summary-reuse rule (R2.7) as unified here: walk the lineage's chain from its current
+summary towards the root and take the first summary that is **committed** and whose view
+is a prefix of this one. (The processor checked "committed"; Prepare did not — it relied
+on revocation moving ``current_summary_id`` back. The committed check is kept: an
+invalidated summary, R11.8, must never be reused, even as a parent further up the chain.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from domain.triggers import Counters
+from storage.threads import snapshot_boundary
+
+# The main threads of a session's records: the part of a run's view that compacts.
+MAIN_VIEW = (
+    " FROM records r LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
+    " WHERE r.session_id = $1"
+    " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+)
+
+_SUMMARY_COLUMNS = (
+    "summary_id, parent_summary_id, view_run_id, view_through, source_watermark,"
+    " covered_record_ids, counter_baseline"
+)
+
+
+@dataclass(frozen=True)
+class SummaryRef:
+    """What a view needs of a summary revision. Immutable once written (only its status
+    changes, which is why the status is not part of it)."""
+
+    summary_id: str
+    parent_summary_id: str | None
+    view_run_id: str
+    view_through: int
+    source_watermark: int
+    covered_record_ids: tuple[str, ...]
+    baseline: Counters  # R8.4: the counters observed by the check that started its job
+
+
+@dataclass(frozen=True)
+class ViewState:
+    """A thread's compaction view, read in one place (see ``load_view_state``)."""
+
+    session_id: str
+    run_id: str
+    lineage: str  # "main" or the child instance id (R13.1)
+    through: int  # the run's snapshot boundary (session sequence)
+    counters: Counters  # R8.1/R8.2 of this view, rebuilt from unique records (R2.6)
+    summary: SummaryRef | None  # the effective summary (R2.7), None before the first
+    active_job_id: str | None  # R7.4: the lineage's job in flight, if any
+    revocation_epoch: str  # changes whenever a resource is revoked or reactivated
+
+    @property
+    def baseline(self) -> Counters:
+        """The effective summary's baseline: counters since it are what triggers see."""
+        return self.summary.baseline if self.summary is not None else Counters()
+
+    @property
+    def summary_id(self) -> str | None:
+        return self.summary.summary_id if self.summary is not None else None
+
+
+@dataclass
+class ViewStateCache:
+    """Facts that never change, safe to keep for the life of a process (Prepare keeps
+    one): a summary's content and "may run R reuse summary S". A summary's status does
+    change (revocation), so it is read again on every call."""
+
+    summaries: dict[str, SummaryRef] = field(default_factory=dict)
+    reusable: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+
+async def load_view_state(
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    *,
+    child_instance_id: str | None = None,
+    through: int | None = None,
+    cache: ViewStateCache | None = None,
+) -> ViewState | None:
+    """The compaction view of run ``run_id``'s main thread, or with ``child_instance_id``
+    of that child thread's own lineage (R13.1: its own counters, summary and job).
+
+    ``through`` is the run's snapshot boundary when the caller already has it (Prepare's
+    snapshot); otherwise it is read. ``cache`` keeps immutable facts across calls.
+    Returns None when the session does not exist. Reads only; inside a transaction it
+    sees that transaction's writes (the processor calls it in its batch transaction).
+    """
+    if through is None:
+        through = await snapshot_boundary(conn, session_id, run_id)
+    cache = cache if cache is not None else ViewStateCache()
+    if child_instance_id is not None:
+        return await _child_view(conn, session_id, run_id, child_instance_id, through, cache)
+    r = await _main_row(conn, session_id, run_id, through)
+    if r is None:
+        return None
+    counters = (
+        await counted_view(conn, session_id, run_id, through)
+        if r["later"]
+        else Counters(r["user_turns"], r["model_steps"])
+    )
+    summary = None
+    for summary_id in r["chain"]:
+        candidate = await _summary(conn, summary_id, cache)
+        if candidate is not None and await _reusable(
+            conn, candidate, session_id, run_id, through, cache
+        ):
+            summary = candidate
+            break
+    return ViewState(
+        session_id,
+        run_id,
+        "main",
+        through,
+        counters,
+        summary,
+        r["active_job_id"],
+        str(r["revocations"]),
+    )
+
+
+async def _main_row(
+    conn: asyncpg.Connection, session_id: str, run_id: str, through: int
+) -> asyncpg.Record | None:
+    """Everything of a main view but record counts and reuse checks, in one round trip."""
+    return await conn.fetchrow(
+        "SELECT s.user_turns, s.model_steps, c.active_job_id,"
+        # A run started after this one's snapshot: only then is this view not the whole
+        # session (runs is small; the records after a snapshot may be many).
+        " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
+        "   AND x.started_sequence > $2 AND x.run_id <> $3) AS later,"
+        " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
+        "  FROM revoked_resources v WHERE v.session_id = s.session_id) AS revocations,"
+        # The committed summaries of the chain, newest first (one round trip).
+        " ARRAY(WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
+        "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
+        "   WHERE summary_id = c.current_summary_id"
+        "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
+        "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id)"
+        "  SELECT summary_id FROM chain WHERE status = 'committed' ORDER BY depth) AS chain"
+        " FROM sessions s LEFT JOIN compaction_state c"
+        " ON c.session_id = s.session_id AND c.lineage = 'main'"
+        " WHERE s.session_id = $1",
+        session_id,
+        through,
+        run_id,
+    )
+
+
+async def _child_view(
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    through: int,
+    cache: ViewStateCache,
+) -> ViewState | None:
+    r = await conn.fetchrow(
+        "SELECT c.active_job_id, c.current_summary_id,"
+        " (SELECT status FROM summary_revisions WHERE summary_id = c.current_summary_id)"
+        "  AS status,"
+        " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
+        "  FROM revoked_resources v WHERE v.session_id = s.session_id) AS revocations,"
+        # R13.1/R8.3: a child thread counts on its own — its tasks and its valid steps.
+        " (SELECT count(*) FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
+        "  AND kind = 'user_input') AS turns,"
+        " (SELECT count(*) FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
+        "  AND kind = 'assistant_message' AND payload->>'purpose' = 'action') AS steps"
+        " FROM sessions s LEFT JOIN compaction_state c"
+        " ON c.session_id = s.session_id AND c.lineage = $3"
+        " WHERE s.session_id = $1",
+        session_id,
+        run_id,
+        instance_id,
+    )
+    if r is None:
+        return None
+    # A child lineage is a single thread: its newest summary is always a prefix of its
+    # view, so only the head is considered (as before: no walk up a child's chain).
+    summary = None
+    if r["current_summary_id"] is not None and r["status"] == "committed":
+        summary = await _summary(conn, r["current_summary_id"], cache)
+    return ViewState(
+        session_id,
+        run_id,
+        instance_id,
+        through,
+        Counters(int(r["turns"]), int(r["steps"])),
+        summary,
+        r["active_job_id"],
+        str(r["revocations"]),
+    )
+
+
+async def counted_view(
+    conn: asyncpg.Connection, session_id: str, run_id: str, through: int
+) -> Counters:
+    """A resumed old run's counters, record by record: questions and valid action steps
+    of the main threads up to its snapshot plus its own (never by adding up runs, R2.6)."""
+    r = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE r.kind = 'run_started') AS turns,"
+        " count(*) FILTER (WHERE r.kind = 'assistant_message'"
+        " AND r.payload->>'purpose' = 'action') AS steps"
+        + MAIN_VIEW
+        + " AND (r.session_sequence <= $2 OR r.run_id = $3)",
+        session_id,
+        through,
+        run_id,
+    )
+    return Counters(int(r["turns"]), int(r["steps"]))
+
+
+def summary_ref(row: Any) -> SummaryRef:
+    """A ``summary_revisions`` row (any mapping with its columns) as a ``SummaryRef``."""
+    b = row["counter_baseline"] or {}
+    return SummaryRef(
+        row["summary_id"],
+        row["parent_summary_id"],
+        row["view_run_id"],
+        int(row["view_through"]),
+        int(row["source_watermark"]),
+        tuple(row["covered_record_ids"]),
+        Counters(int(b.get("user_turns", 0)), int(b.get("model_steps", 0))),
+    )
+
+
+async def _summary(
+    conn: asyncpg.Connection, summary_id: str, cache: ViewStateCache
+) -> SummaryRef | None:
+    found = cache.summaries.get(summary_id)
+    if found is None:
+        row = await conn.fetchrow(
+            f"SELECT {_SUMMARY_COLUMNS} FROM summary_revisions WHERE summary_id=$1", summary_id
+        )
+        if row is None:
+            return None
+        found = cache.summaries[summary_id] = summary_ref(row)
+    return found
+
+
+async def _reusable(
+    conn: asyncpg.Connection,
+    summary: SummaryRef,
+    session_id: str,
+    run_id: str,
+    through: int,
+    cache: ViewStateCache,
+) -> bool:
+    key = (summary.summary_id, run_id)
+    known = cache.reusable.get(key)
+    if known is None:
+        known = cache.reusable[key] = await reusable(conn, summary, session_id, run_id, through)
+    return known
+
+
+async def reusable(
+    conn: asyncpg.Connection, summary: SummaryRef, session_id: str, run_id: str, through: int
+) -> bool:
+    """R2.7: a summary may serve a run's view only if the view it compacted is an ordered
+    prefix of this one — nothing of this view before its watermark is missing from it,
+    and it covers nothing this view does not contain. (Status is the caller's concern.)"""
+    if summary.view_run_id == run_id:
+        return True
+    missing = await conn.fetchval(
+        "SELECT 1" + MAIN_VIEW + " AND r.session_sequence > $2 AND r.session_sequence <= $3"
+        " AND r.run_id IS DISTINCT FROM $4 AND (r.session_sequence <= $5 OR r.run_id = $6)"
+        " LIMIT 1",
+        session_id,
+        summary.view_through,
+        summary.source_watermark,
+        summary.view_run_id,
+        through,
+        run_id,
+    )
+    if missing:
+        return False
+    beyond = await conn.fetchval(
+        "SELECT 1 FROM records WHERE session_id=$1 AND record_id = ANY($2::text[])"
+        " AND session_sequence > $3 AND run_id IS DISTINCT FROM $4 LIMIT 1",
+        session_id,
+        list(summary.covered_record_ids),
+        through,
+        run_id,
+    )
+    return not beyond
