@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import asyncpg
-from aiokafka import AIOKafkaProducer
 
 from devstack.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
 from domain.policy import ContextPolicy
@@ -52,9 +51,11 @@ from services.compaction.gateway import SummaryGateway
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
+from storage.compaction_jobs import PgCompactionJobs
 from storage.ingest import RECORD_COLUMNS
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.publish import Publisher
 from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -118,9 +119,9 @@ class StubGateway:
 
 
 class NullProducer:
-    """Stands in for the AIOKafkaProducer: publishing costs nothing here."""
+    """Stands in for the Kafka publisher: publishing costs nothing here."""
 
-    async def send_and_wait(self, topic: str, value: bytes, key: bytes | None = None) -> None:
+    async def send_and_wait(self, topic: str, key: bytes | None, value: bytes) -> None:
         return None
 
 
@@ -129,10 +130,10 @@ class TimedWorker(CompactionWorker):
 
     read_seconds = 0.0
 
-    async def _records(self, conn: asyncpg.Connection, req: CompactionRequest) -> list[RecordView]:
+    async def _records(self, req: CompactionRequest) -> list[RecordView]:
         t0 = time.perf_counter()
         try:
-            return await super()._records(conn, req)
+            return await super()._records(req)
         finally:
             self.read_seconds += time.perf_counter() - t0
 
@@ -438,8 +439,8 @@ async def overhead_variant(
 
     def new_worker() -> TimedWorker:
         return TimedWorker(
-            pool,
-            cast(AIOKafkaProducer, NullProducer()),
+            PgCompactionJobs(pool),
+            cast(Publisher, NullProducer()),
             timed,
             counter,
             WorkerConfig("bench.unused", segment_tokens=6000, output_tokens=800, call_timeout_s=90),

@@ -3,10 +3,10 @@
 Seeded synthetic coding-agent sessions with planted facts (``benchmarks.fidelity_sessions``:
 twelve sessions of 4-6 runs, ~16k tokens each) are compacted in process through the
 compaction worker's own code: ``build_groups``, ``current_task_ids``, ``select_prefix``,
-``segment`` (max 4 calls), ``worker._items``, ``CompactionWorker._summarize`` (the call and
-``validate_draft``), ``worker._merge``, ``CompactionWorker._roll_up``, ``fit_draft``,
-``worker._ranges`` and ``check_coverage`` — 6,000-token segments, two recent groups
-kept, at three output caps (400, the default 800, 1,600). No Kafka or PostgreSQL.
+``segment`` (max 4 calls), ``sources.source_items``, ``BoundedSummarizer.summarize`` (the
+call and ``validate_draft``), ``sources.merge_drafts``, ``BoundedSummarizer.roll_up``,
+``fit_draft``, ``sources.merge_ranges`` and ``check_coverage`` — 6,000-token segments,
+two recent groups kept, at three output caps (400, the default 800, 1,600). No Kafka or PostgreSQL.
 
 In the same run two baselines get the same covered records and exactly the summary's
 token budget (tiktoken cl100k): **observation masking** (every user and assistant
@@ -40,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from benchmarks.fidelity_sessions import Planted, Session, make_session
 from domain.budget import ModelProfile
@@ -59,8 +59,9 @@ from services.compaction.errors import InvalidSummary, SummarizerFailed
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
+from services.compaction.sources import merge_drafts, merge_ranges, source_items
+from services.compaction.summarize import BoundedSummarizer
 from services.compaction.validate import check_coverage
-from services.compaction.worker import CompactionWorker, WorkerConfig, _items, _merge, _ranges
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
@@ -114,15 +115,12 @@ class Pipeline:
     gateway: SummaryGateway
     counter: MemoCounter
     output_tokens: int
-    worker: CompactionWorker = field(init=False)
+    summarizer: BoundedSummarizer = field(init=False)
 
     def __post_init__(self) -> None:
         self.count = self.counter.count
-        cfg = WorkerConfig("-", SEGMENT_TOKENS, self.output_tokens, 600.0)
-        # _summarize and _roll_up use only the gateway, the counter and the config: no
-        # pool or producer.
-        self.worker = CompactionWorker(
-            cast(Any, None), cast(Any, None), self.gateway, CachedCounter(self.counter), cfg
+        self.summarizer = BoundedSummarizer(
+            self.gateway, CachedCounter(self.counter), SEGMENT_TOKENS, 600.0
         )
 
     async def job(
@@ -141,19 +139,18 @@ class Pipeline:
         previous = parent.draft.text()[: bound * 4] if parent else None
         drafts = []
         for i, seg in enumerate(segments):
-            req = SummaryRequest(_items(seg, by_id), previous, output_tokens, f"bench:{i}")
-            drafts.append(await self.worker._summarize(req))  # the call and validate_draft
-        merged = _merge(parent.draft.to_dict() if parent else None, drafts)
+            req = SummaryRequest(source_items(seg, by_id), previous, output_tokens, f"bench:{i}")
+            drafts.append(await self.summarizer.summarize(req))  # the call and validate_draft
+        merged = merge_drafts(parent.draft.to_dict() if parent else None, drafts)
         rolled = 0
         if self.count(merged.text()) > bound:
-            merged, _, info = await self.worker._roll_up(merged, bound, "bench", None)
+            merged, _, info = await self.summarizer.roll_up(merged, bound, "bench", None)
             assert info["error"] is None, info
             rolled = 1
         merged, _ = fit_draft(merged, bound, self.count)
         covered = [g for s in segments for g in s.groups]
         new = {i for g in covered for i in g.record_ids}
-        parent_row = {"covered_ranges": list(parent.ranges)} if parent else None
-        ranges = _ranges(covered, cast(Any, parent_row))
+        ranges = merge_ranges(covered, parent.ranges if parent else ())
         check_coverage(
             merged, {i: by_id[i].session_sequence for i in new}, ranges, earlier=frozenset(before)
         )

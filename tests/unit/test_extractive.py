@@ -16,8 +16,8 @@ from services.compaction.bound import rollup_items
 from services.compaction.drafts import Fact, SourceItem, SummaryDraft, SummaryRequest
 from services.compaction.extractive import MAX_ARTIFACT_REFS, extract_draft
 from services.compaction.openai_compat import SYSTEM_PROMPT, render_segment
+from services.compaction.sources import source_items
 from services.compaction.validate import validate_draft
-from services.compaction.worker import _items
 from tests.unit.test_purity import FORBIDDEN, _closure
 
 COUNT = make_counter("cl100k_base").count
@@ -28,7 +28,7 @@ def rid(n: int) -> str:
 
 
 class Seg:
-    """SourceItems as ``worker._items`` builds them: tool calls ride on the assistant
+    """SourceItems as ``sources.source_items`` builds them: tool calls ride on the assistant
     message (``arguments``), outcomes carry the tool name and status."""
 
     def __init__(self) -> None:
@@ -262,7 +262,7 @@ def test_worker_items_carry_the_calls_arguments_redacted() -> None:
                    {"call_id": "c3", "name": "grep", "arguments_json": '{"q": "x"}'}, 1),
     ]  # fmt: skip
     seg = Segment((Group(("r1", "r2", "r3"), 1, 3, 7, "interaction", True),), 7, False)
-    items = _items(seg, {r.record_id: r for r in records})
+    items = source_items(seg, {r.record_id: r for r in records})
     assert items[0].arguments[0] == ("read_file", '{"path": "src/a.py"}')
     assert items[0].arguments[1][0] == "http" and "abcd1234xyz" not in items[0].arguments[1][1]
     assert items[0].call_id == "c1" and items[1].arguments == ()

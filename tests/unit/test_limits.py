@@ -364,12 +364,15 @@ def test_a_small_dead_letter_is_sent_whole() -> None:
 
 
 async def test_the_compaction_service_dead_letters_a_1mb_request_cut_to_fit() -> None:
-    from tests.unit.test_compaction_loop import FakePool, FakeProducer, FakeWorker, loop, record
+    from tests.unit.fakes.compaction import FakeCompactionJobs
+    from tests.unit.fakes.publisher import FakePublisher
+    from tests.unit.test_compaction_loop import FakeWorker, loop, record
 
     value = b"\x00" + bytes(range(256)) * 4000  # ~1 MB of garbage on the requests topic
-    producer = FakeProducer()
-    await loop(FakeWorker([]), FakePool(), producer).consume(record(value))
-    ((topic, _, data),) = producer.sent
+    publisher = FakePublisher()
+    await loop(FakeWorker([]), FakeCompactionJobs(), publisher).consume(record(value))
+    (sent,) = publisher.sent
+    topic, data = sent.topic, sent.value
     dl = decode_dead_letter(data)
     assert topic == "dead" and len(data) <= DEAD_LETTER_MAX_BYTES
     assert truncated_original(dl) == (len(value), hashlib.sha256(value).hexdigest())

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from services.compaction.__main__ import transient
+from services.compaction.requests import transient
 from streams.faults import is_transient
 
 BROKEN_POOL = asyncpg.InternalClientError("cannot switch to state 12; another operation")

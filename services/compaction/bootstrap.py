@@ -1,0 +1,157 @@
+"""Composition root of the compaction service: the one place that reads settings and the
+environment and wires adapters (PostgreSQL, Kafka, the summarizer, hooks) into the
+worker and the request loop. ``compose`` takes the adapters as arguments, so unit tests
+build the same service over fakes; ``start`` opens the real ones."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer
+
+from domain.tokens import CachedCounter, make_counter
+from schemas.settings import Settings
+from services.compaction.compact_hooks import HookChain
+from services.compaction.extractive import ExtractiveSummarizer
+from services.compaction.gateway import SummaryGateway
+from services.compaction.openai_compat import OpenAICompatibleSummarizer
+from services.compaction.requests import LoopConfig, RequestLoop
+from services.compaction.worker import CompactionWorker, WorkerConfig
+from storage.compaction_jobs import CompactionJobs, PgCompactionJobs
+from storage.migrate import apply_dsn
+from storage.pool import create_pool
+from streams.publish import AiokafkaPublisher, Publisher
+from streams.topics import require_topics
+
+log = logging.getLogger("agentloom.compaction")
+
+
+def make_gateway(settings: Settings) -> SummaryGateway:
+    if settings.summarizer == "openai":
+        if not (settings.summarizer_base_url and settings.summarizer_model):
+            raise SystemExit(
+                "ALC_SUMMARIZER=openai needs ALC_SUMMARIZER_BASE_URL and ALC_SUMMARIZER_MODEL"
+            )
+        return OpenAICompatibleSummarizer(
+            settings.summarizer_base_url,
+            settings.summarizer_model,
+            settings.summarizer_api_key,
+            settings.summarizer_timeout_s,
+        )
+    return ExtractiveSummarizer()
+
+
+def load_hooks(spec: str) -> HookChain:
+    """``module:factory`` entries; each factory returns a ``CompactHook``."""
+    hooks = []
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        module, _, attr = entry.partition(":")
+        hook = getattr(importlib.import_module(module), attr)()
+        log.info("compact hook %s@%s loaded from %s", hook.name, hook.version, entry)
+        hooks.append(hook)
+    return HookChain(tuple(hooks))
+
+
+def worker_config(settings: Settings, crash_after_save: bool = False) -> WorkerConfig:
+    return WorkerConfig(
+        settings.topic_records,
+        settings.compaction_segment_tokens,
+        settings.compaction_output_tokens,
+        # One call may take the summarizer's own timeout plus its retries.
+        settings.summarizer_timeout_s * 3,
+        crash_after_save=crash_after_save,
+    )
+
+
+def loop_config(settings: Settings) -> LoopConfig:
+    return LoopConfig(
+        settings.topic_records,
+        settings.topic_dead_letter,
+        settings.compaction_max_worker_failures,
+        settings.compaction_transient_retry_s,
+    )
+
+
+def build_worker(
+    settings: Settings,
+    jobs: CompactionJobs,
+    publisher: Publisher,
+    gateway: SummaryGateway,
+    counter: CachedCounter,
+    hooks: HookChain | None = None,
+    crash_after_save: bool = False,
+) -> CompactionWorker:
+    config = worker_config(settings, crash_after_save)
+    return CompactionWorker(jobs, publisher, gateway, counter, config, hooks)
+
+
+def compose(
+    settings: Settings,
+    jobs: CompactionJobs,
+    publisher: Publisher,
+    gateway: SummaryGateway,
+    counter: CachedCounter,
+    hooks: HookChain | None = None,
+    crash_after_save: bool = False,
+) -> RequestLoop:
+    """The request loop over its worker, wired to the given adapters."""
+    worker = build_worker(settings, jobs, publisher, gateway, counter, hooks, crash_after_save)
+    return RequestLoop(worker, jobs, publisher, loop_config(settings))
+
+
+def _consumer(settings: Settings) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        settings.topic_compaction_requests,
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=settings.compaction_group,
+        # Offsets are committed by hand, after the outcome is saved and published.
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=16,
+        group_instance_id=f"{settings.compaction_group}-{settings.processor_instance_id}",
+        session_timeout_ms=int(settings.processor_session_timeout_s * 1000),
+        # A job may take minutes with a real model; don't get evicted meanwhile.
+        max_poll_interval_ms=30 * 60 * 1000,
+    )
+
+
+@dataclass
+class Running:
+    """The started service: consume with ``requests`` from ``consumer``; ``close`` stops
+    the consumer, the publisher and the pool, in that order."""
+
+    consumer: AIOKafkaConsumer
+    requests: RequestLoop
+    close: Callable[[], Awaitable[None]]
+
+
+async def start(settings: Settings) -> Running:
+    await apply_dsn(settings.pg_dsn)
+    await require_topics(settings)  # requests in, records out: exit before joining if wrong
+    pool: asyncpg.Pool = await create_pool(settings.pg_dsn, 1, 4)
+    # linger 0: a job's outcome is one message, sent and waited for on its own.
+    publisher = AiokafkaPublisher(settings.kafka_bootstrap, linger_ms=0)
+    consumer = _consumer(settings)
+    await publisher.start()
+    await consumer.start()
+    requests = compose(
+        settings,
+        PgCompactionJobs(pool),
+        publisher,
+        make_gateway(settings),
+        CachedCounter(make_counter("cl100k_base", settings.tiktoken_file)),
+        load_hooks(settings.compaction_hooks),
+        crash_after_save=os.environ.get("ALC_FAULT_CRASH_AFTER_SAVE") == "1",
+    )
+
+    async def close() -> None:
+        await consumer.stop()
+        await publisher.stop()
+        await pool.close()
+
+    return Running(consumer, requests, close)

@@ -1,0 +1,85 @@
+"""Bounded summarizer calls (R11.2, R11.3, R11.4): one segment per call under a timeout,
+every draft validated against its own request, and the hierarchical roll-up that brings
+a summary back within its bound (R11.8)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+from domain.tokens import CachedCounter
+from services.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
+from services.compaction.drafts import SummaryDraft, SummaryRequest
+from services.compaction.errors import InvalidSummary, SummarizerFailed
+from services.compaction.gateway import SummaryGateway
+from services.compaction.validate import validate_draft
+
+log = logging.getLogger("agentloom.compaction")
+MAX_CHARS_PER_TOKEN = 6  # a draft far over its output cap is refused
+
+
+class BoundedSummarizer:
+    def __init__(
+        self,
+        gateway: SummaryGateway,
+        counter: CachedCounter,
+        segment_tokens: int,
+        call_timeout_s: float,
+    ) -> None:
+        self.gateway = gateway
+        self.counter = counter
+        self.segment_tokens = segment_tokens
+        self.call_timeout_s = call_timeout_s
+
+    async def summarize(self, req: SummaryRequest) -> SummaryDraft:
+        """One bounded summarizer call (R11.3), its draft validated against the request's
+        own records (R11.4). Raises InvalidSummary, SummarizerFailed or TimeoutError."""
+        result = await asyncio.wait_for(self.gateway.summarize(req), self.call_timeout_s)
+        validate_draft(result.draft, req.source_ids, req.max_output_tokens * MAX_CHARS_PER_TOKEN)
+        return result.draft
+
+    async def roll_up(
+        self, draft: SummaryDraft, bound: int, op_id: str, parent_id: str | None
+    ) -> tuple[SummaryDraft, int, dict[str, object]]:
+        """Hierarchical re-summarization (R11.8): the parent's entries and the new drafts
+        become one summary within ``bound``. Each request holds at most one segment's
+        worth of entries (R11.2). If the summarizer fails here, the deterministic fit
+        still bounds the summary — a roll-up never leaves the session uncompactable.
+        Returns the draft, the calls made and what the roll-up did (for the outcome)."""
+        items = rollup_items(draft)
+        chunks = chunk(items, self.segment_tokens, self.counter.count)
+        per_chunk = max(MIN_BOUND, bound // max(1, len(chunks)))
+        parts: list[SummaryDraft] = []
+        calls = 0
+        error = None
+        for k, part in enumerate(chunks):
+            calls += 1
+            try:
+                parts.append(
+                    await self.summarize(
+                        SummaryRequest(part, None, per_chunk, f"{op_id}:rollup:{k}")
+                    )
+                )
+            except (InvalidSummary, SummarizerFailed, TimeoutError) as exc:
+                error = getattr(exc, "code", "summarizer_timeout")
+                log.warning("roll-up call %d failed (%s): fitting deterministically", k, error)
+                break
+        rolled = concat(parts) if error is None else draft
+        note = (
+            f"rolled up summary {parent_id or '-'} and new segments: {len(items)} entries"
+            f" condensed to fit {bound} tokens; every covered record stays readable by id"
+        )
+        rolled = dataclasses.replace(
+            rolled,
+            work_artifact_refs=tuple(draft.work_artifact_refs[-ARTIFACTS_KEPT:]),
+            observations=(*rolled.observations[-3:], note),
+        )
+        info: dict[str, object] = {
+            "calls": calls,
+            "entries_in": len(items),
+            "entries_out": len(rolled.all_facts()),
+            "requests": len(chunks),
+            "error": error,
+        }
+        return rolled, calls, info

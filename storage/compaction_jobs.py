@@ -1,0 +1,171 @@
+"""What the compaction service reads and writes in PostgreSQL (R11, R15.1, R15.3).
+
+``CompactionJobs`` is the port the worker and the request loop depend on;
+``PgCompactionJobs`` is its asyncpg adapter and the only place their SQL lives. The
+service never commits a summary itself (the session processor does, R11.6): it reads the
+job's view and saves the operation — the candidate outcome, before anything is
+published — so that a redelivered job republishes it instead of calling the model again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+
+from domain.policy import ContextPolicy, validate_policy
+from domain.rendering import RecordView
+from storage import compaction as summaries
+from storage.threads import inherited_records, snapshot_boundary, thread_records
+
+
+@dataclass(frozen=True)
+class ParentSummary:
+    """The committed summary a job extends (R11.8): its content is carried forward and
+    what it covers is never summarized again."""
+
+    summary: Mapping[str, Any]  # the draft, as ``SummaryDraft.to_dict`` wrote it
+    summary_text: str
+    summary_tokens: int
+    covered_record_ids: frozenset[str]
+    covered_ranges: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class SavedOperation:
+    """One row of ``compaction_operations``: the outcome of a job, saved before it is
+    published (R15.1: the candidate summary and the model operation id)."""
+
+    job_id: str
+    status: str  # candidate_saved | failed | deferred
+    stage: str
+    outcome: bytes  # the encoded ControlEvent to publish
+    model_operation_id: str | None
+    model_calls: int
+    error: str | None
+
+
+class CompactionJobs(Protocol):
+    """The compaction service's storage port."""
+
+    async def job_status(self, job_id: str) -> str | None:
+        """The processor's status of the job (``expired``: it gave up waiting)."""
+
+    async def saved_outcome(self, job_id: str) -> bytes | None:
+        """The outcome saved for the job by an earlier delivery, if any."""
+
+    async def save_outcome(self, op: SavedOperation) -> bytes:
+        """Save the outcome unless one is saved already; return the one that is saved
+        now — ``op.outcome``, or the outcome a concurrent delivery saved first."""
+
+    async def parent_summary(self, summary_id: str | None) -> ParentSummary | None:
+        """The summary the job extends (None: the thread was never compacted)."""
+
+    async def session_policy(self, session_id: str) -> ContextPolicy:
+        """The session's release policy, parsed (R1.4: frozen at release)."""
+
+    async def revocation_epoch(self, session_id: str) -> str:
+        """Changes whenever a resource of the session is revoked or reactivated."""
+
+    async def inherited_view(
+        self, session_id: str, run_id: str, instance_id: str
+    ) -> tuple[list[RecordView], int]:
+        """The records a thread sees from before its run, and the run's snapshot
+        boundary (``through_session_sequence``) — a child thread inherits none (R13.1)."""
+
+    async def thread_view(
+        self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
+    ) -> list[RecordView]:
+        """The thread's own records with ``after < session_sequence <= upto``."""
+
+
+def _parent(row: asyncpg.Record) -> ParentSummary:
+    return ParentSummary(
+        summary=row["summary"],
+        summary_text=row["summary_text"],
+        summary_tokens=int(row["summary_tokens"]),
+        covered_record_ids=frozenset(row["covered_record_ids"]),
+        covered_ranges=tuple((int(a), int(b)) for a, b in row["covered_ranges"]),
+    )
+
+
+class PgCompactionJobs:
+    """``CompactionJobs`` over an asyncpg pool. Each method is one short read or one
+    insert; none needs a transaction (the job's view only grows up to its watermark)."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def job_status(self, job_id: str) -> str | None:
+        status: str | None = await self.pool.fetchval(
+            "SELECT status FROM compaction_jobs WHERE job_id=$1", job_id
+        )
+        return status
+
+    async def saved_outcome(self, job_id: str) -> bytes | None:
+        saved: bytes | None = await self.pool.fetchval(
+            "SELECT outcome FROM compaction_operations WHERE job_id=$1", job_id
+        )
+        return saved
+
+    async def save_outcome(self, op: SavedOperation) -> bytes:
+        stored: bytes | None = await self.pool.fetchval(
+            "INSERT INTO compaction_operations (job_id, status, stage, outcome,"
+            " model_operation_id, model_calls, error) VALUES ($1,$2,$3,$4,$5,$6,$7)"
+            " ON CONFLICT (job_id) DO NOTHING RETURNING outcome",
+            op.job_id,
+            op.status,
+            op.stage,
+            op.outcome,
+            op.model_operation_id,
+            op.model_calls,
+            op.error,
+        )
+        if stored is not None:
+            return stored
+        # Another delivery of this job saved its outcome first; that one is the candidate.
+        earlier = await self.saved_outcome(op.job_id)
+        if earlier is None:  # outcome is nullable in the schema; we always write it
+            raise LookupError(f"compaction operation {op.job_id} has no saved outcome")
+        return earlier
+
+    async def parent_summary(self, summary_id: str | None) -> ParentSummary | None:
+        async with self.pool.acquire() as conn:
+            row = await summaries.current_summary(conn, summary_id)
+        return None if row is None else _parent(row)
+
+    async def session_policy(self, session_id: str) -> ContextPolicy:
+        raw = await self.pool.fetchval(
+            "SELECT r.context_policy FROM sessions s JOIN releases r USING (release_id)"
+            " WHERE s.session_id=$1",
+            session_id,
+        )
+        return validate_policy(raw)
+
+    async def revocation_epoch(self, session_id: str) -> str:
+        async with self.pool.acquire() as conn:
+            return await summaries.revocation_epoch(conn, session_id)
+
+    async def inherited_view(
+        self, session_id: str, run_id: str, instance_id: str
+    ) -> tuple[list[RecordView], int]:
+        async with self.pool.acquire() as conn:
+            through = await snapshot_boundary(conn, session_id, run_id)
+            main = await conn.fetchval(
+                "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
+                session_id,
+                run_id,
+            )
+            if main != instance_id:
+                # A child thread summarizes its own records only (R13.1); the background
+                # its parent transferred stays the parent's.
+                return [], through
+            return await inherited_records(conn, session_id, through), through
+
+    async def thread_view(
+        self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
+    ) -> list[RecordView]:
+        async with self.pool.acquire() as conn:
+            return await thread_records(conn, session_id, run_id, instance_id, after, upto)

@@ -1,0 +1,115 @@
+"""An in-memory ``storage.compaction_jobs.CompactionJobs`` and a history builder, for
+unit tests of the compaction worker and its request loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from domain.policy import ContextPolicy
+from domain.rendering import RecordView
+from storage.compaction_jobs import ParentSummary, SavedOperation
+from tests.unit.fakes.publisher import FakePublisher
+
+SESSION = "ses_1"
+
+
+def history(runs: int, session_id: str = SESSION, tokens: int = 20) -> list[RecordView]:
+    """``runs`` question runs on their main threads (``run_k``/``ins_k``), each: the
+    question, an assistant message calling one tool, its result, the answer; every
+    record counts ``tokens``."""
+    out: list[RecordView] = []
+
+    def add(run: int, kind: str, text: str, payload: dict[str, object]) -> None:
+        seq = len(out) + 1
+        rid = f"rec_{seq}"
+        out.append(
+            RecordView(rid, seq, f"run_{run}", f"ins_{run}", kind, "user", text, payload, tokens)
+        )
+
+    for k in range(1, runs + 1):
+        call = {"call_id": f"call_{k}", "name": "grep", "arguments_json": f'{{"q": "q{k}"}}'}
+        add(k, "user_input", f"question {k}: where is handler {k} defined?", {})
+        add(k, "assistant_message", f"searching for handler {k}", {"tool_calls": [call]})
+        result = f"src/handlers/h{k}.py:12: def handler_{k}():"
+        add(k, "tool_outcome", result, {"call_id": f"call_{k}", "name": "grep", "status": "ok"})
+        add(k, "assistant_message", f"handler {k} is in src/handlers/h{k}.py", {})
+    return out
+
+
+@dataclass
+class FakeCompactionJobs:
+    """Keeps operations, statuses and summaries in dicts; ``records`` is the session.
+
+    ``arrives_first``: an outcome a concurrent delivery of the same job saves between
+    this delivery's check and its own save (the insert then loses the race).
+    ``watch``: a publisher whose message count is recorded at every save, so a test can
+    assert that nothing was published before the outcome was saved.
+    """
+
+    records: list[RecordView] = field(default_factory=list)
+    policy: ContextPolicy = field(default_factory=ContextPolicy)
+    statuses: dict[str, str] = field(default_factory=dict)
+    operations: dict[str, SavedOperation] = field(default_factory=dict)
+    parents: dict[str, ParentSummary] = field(default_factory=dict)
+    epoch: str = "0:0"
+    arrives_first: SavedOperation | None = None
+    watch: FakePublisher | None = None
+    published_at_save: list[int] = field(default_factory=list)
+    fail_next: list[Exception] = field(default_factory=list)
+    reads: list[tuple[str, int, int]] = field(default_factory=list)  # (what, after, upto)
+
+    def _raise_if_failing(self) -> None:
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+
+    async def job_status(self, job_id: str) -> str | None:
+        self._raise_if_failing()
+        return self.statuses.get(job_id)
+
+    async def saved_outcome(self, job_id: str) -> bytes | None:
+        op = self.operations.get(job_id)
+        return op.outcome if op else None
+
+    async def save_outcome(self, op: SavedOperation) -> bytes:
+        self._raise_if_failing()
+        if self.watch is not None:
+            self.published_at_save.append(len(self.watch.sent))
+        if self.arrives_first is not None:
+            self.operations.setdefault(self.arrives_first.job_id, self.arrives_first)
+            self.arrives_first = None
+        return self.operations.setdefault(op.job_id, op).outcome
+
+    async def parent_summary(self, summary_id: str | None) -> ParentSummary | None:
+        return self.parents.get(summary_id) if summary_id else None
+
+    async def session_policy(self, session_id: str) -> ContextPolicy:
+        return self.policy
+
+    async def revocation_epoch(self, session_id: str) -> str:
+        return self.epoch
+
+    def _main(self, r: RecordView) -> bool:
+        return r.instance_id == f"ins_{(r.run_id or '_').split('_')[-1]}"
+
+    async def inherited_view(
+        self, session_id: str, run_id: str, instance_id: str
+    ) -> tuple[list[RecordView], int]:
+        first = min((r.session_sequence for r in self.records if r.run_id == run_id), default=1)
+        through = first - 1  # the run's snapshot: everything before its question
+        self.reads.append(("inherited", 0, through))
+        if instance_id != f"ins_{run_id.split('_')[-1]}":
+            return [], through  # a child thread inherits nothing (R13.1)
+        view = [r for r in self.records if r.session_sequence <= through and self._main(r)]
+        return view, through
+
+    async def thread_view(
+        self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
+    ) -> list[RecordView]:
+        self.reads.append(("thread", after, upto))
+        return [
+            r
+            for r in self.records
+            if r.run_id == run_id
+            and r.instance_id == instance_id
+            and after < r.session_sequence <= upto
+        ]
