@@ -7,6 +7,9 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${ALC_VENV:-$repo/.venv}"
 stamp="$venv/.agentloom-stamp"
 want="$(sha256sum "$repo/pyproject.toml" | cut -c1-16)"
+# Debian's chromium + chromium-driver for the browser tests (issue 14); fast when present.
+# Outside CI a missing browser only warns here (tests/browser then fails, never skips).
+bash "$repo/deploy/chromium.sh" || [[ ${CI:-} != true ]]
 
 if [[ -x "$venv/bin/python" && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
   exit 0

@@ -1,0 +1,96 @@
+"""What every console page needs: the signed-in principal from the API key in the
+cookie, the access decision for a session, and the template renderer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from fastapi import Request
+from fastapi.responses import HTMLResponse, Response
+from fastapi.templating import Jinja2Templates
+
+from schemas.auth import Action, Principal, acting, authorize, grant_to_check, key_id_of, verify
+from services.console.prepare_client import PrepareClient, PrepareError
+from storage import console_reads
+
+COOKIE = "alc_console_key"
+HERE = Path(__file__).parent
+templates = Jinja2Templates(directory=str(HERE / "templates"))
+
+
+class SignInRequired(Exception):
+    """No key, or one that is malformed, unknown or revoked: back to the sign-in page."""
+
+
+class Refused(Exception):
+    """The key may not see this: the page says so, and shows nothing of it."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+@dataclass
+class Console:
+    pool: asyncpg.Pool
+    prepare: PrepareClient
+    secure_cookie: bool = False
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """The signed-in key (never shown) and who it acts as."""
+
+    key: str
+    who: Principal
+
+    @property
+    def label(self) -> str:
+        kind = self.who.credential.kind.value
+        return f"{self.who.actor_id or 'runtime'} ({kind} key, {self.who.space_id})"
+
+
+def console_of(request: Request) -> Console:
+    c: Console = request.app.state.console
+    return c
+
+
+async def authenticate(console: Console, key: str | None) -> Viewer:
+    key_id = key_id_of(key)
+    if not key or key_id is None:
+        raise SignInRequired
+    found = await console_reads.credential(console.pool, key_id)
+    if found is None or not verify(key, found[1]):
+        raise SignInRequired
+    return Viewer(key, acting(found[0], None))
+
+
+async def viewer(request: Request) -> Viewer:
+    """The dependency of every page but sign-in."""
+    return await authenticate(console_of(request), request.cookies.get(COOKIE))
+
+
+async def require_session(console: Console, v: Viewer, session_id: str) -> dict[str, Any]:
+    """R15.4/R18: a session page shows nothing unless our own decision over its scope and
+    grants allows the read *and* Prepare answers the same key with the session."""
+    scope = await console_reads.session_scope(console.pool, session_id)
+    if scope is None or scope.space_id != v.who.space_id:
+        raise Refused(404, "not_found", f"session {session_id} not found")
+    actor = grant_to_check(v.who, scope, Action.SESSION_READ)
+    granted = actor is not None and await console_reads.has_grant(console.pool, session_id, actor)
+    decision = authorize(v.who, scope, Action.SESSION_READ, granted)
+    if not decision.allowed:
+        status = 404 if decision.code == "not_found" else 403
+        raise Refused(status, decision.code, decision.message)
+    try:
+        return await console.prepare.session(v.key, session_id)
+    except PrepareError as exc:
+        raise Refused(exc.status, exc.code, exc.message) from exc
+
+
+def page(request: Request, name: str, status: int = 200, **ctx: Any) -> Response:
+    out: HTMLResponse = templates.TemplateResponse(request, name, ctx, status_code=status)
+    return out

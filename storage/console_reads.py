@@ -1,0 +1,166 @@
+"""Read-only queries of the web console (issue 14): which sessions a principal may see,
+their runs and model calls, one call's recorded input, and the summary chain.
+
+Nothing here writes. Access is decided by the caller with ``schemas.auth`` over what
+``session_scope`` returns (and, for every session page, by Prepare itself); the listing
+query already filters by space and by ownership or grant, so a viewer is never shown a
+session id it may not open (R15.4, R18).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import asyncpg
+
+from domain.rendering import RecordView
+from schemas.auth import Credential, KeyKind, SessionScope
+from storage.api_keys import find_key
+from storage.threads import inherited_records, thread_records
+
+
+async def credential(pool: asyncpg.Pool, key_id: str) -> tuple[Credential, str] | None:
+    """A live key's credential and digest (the caller verifies the secret)."""
+    stored = await find_key(pool, key_id)
+    return None if stored is None else (stored.credential, stored.digest)
+
+
+async def visible_sessions(
+    pool: asyncpg.Pool, space_id: str, actor_id: str | None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """Sessions of the space the actor owns or holds a grant on (every one for a host
+    acting as the runtime itself), newest first."""
+    rows = await pool.fetch(
+        "SELECT s.session_id, s.actor_id, s.release_id, s.active_run_id, s.user_turns,"
+        " s.model_steps, s.created_at,"
+        " (SELECT count(*) FROM runs u WHERE u.session_id = s.session_id) AS runs"
+        " FROM sessions s WHERE s.space_id = $1 AND ($2::text IS NULL OR s.actor_id = $2"
+        "  OR EXISTS (SELECT 1 FROM session_grants g"
+        "   WHERE g.session_id = s.session_id AND g.actor_id = $2))"
+        " ORDER BY s.created_at DESC, s.session_id LIMIT $3",
+        space_id,
+        actor_id,
+        limit,
+    )
+    return [dict(r) for r in rows]
+
+
+async def session_scope(pool: asyncpg.Pool, session_id: str) -> SessionScope | None:
+    r = await pool.fetchrow(
+        "SELECT session_id, space_id, actor_id FROM sessions WHERE session_id=$1", session_id
+    )
+    return None if r is None else SessionScope(r["session_id"], r["space_id"], r["actor_id"])
+
+
+async def has_grant(pool: asyncpg.Pool, session_id: str, actor_id: str) -> bool:
+    found = await pool.fetchval(
+        "SELECT 1 FROM session_grants WHERE session_id=$1 AND actor_id=$2", session_id, actor_id
+    )
+    return found is not None
+
+
+async def runs(pool: asyncpg.Pool, session_id: str) -> list[dict[str, Any]]:
+    rows = await pool.fetch(
+        "SELECT u.run_id, u.main_instance_id, u.status, u.created_at, u.ended_at,"
+        " (SELECT count(*) FROM model_calls m"
+        "   WHERE m.session_id = u.session_id AND m.run_id = u.run_id) AS calls"
+        " FROM runs u WHERE u.session_id=$1 ORDER BY u.started_sequence",
+        session_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def model_calls(pool: asyncpg.Pool, session_id: str) -> list[dict[str, Any]]:
+    rows = await pool.fetch(
+        "SELECT call_id, run_id, instance_id, purpose, status, model, created_at,"
+        " (budget->>'input_budget')::bigint AS input_budget,"
+        " (budget->>'final_estimated_input')::bigint AS estimated_input,"
+        " dependency_versions->>'summary_id' AS summary_id"
+        " FROM model_calls WHERE session_id=$1 ORDER BY created_at, call_id",
+        session_id,
+    )
+    return [dict(r) for r in rows]
+
+
+async def model_call(pool: asyncpg.Pool, session_id: str, call_id: str) -> dict[str, Any] | None:
+    r = await pool.fetchrow(
+        "SELECT call_id, run_id, instance_id, purpose, status, model, manifest, budget,"
+        " dependency_versions, hook_versions, usage, created_at"
+        " FROM model_calls WHERE session_id=$1 AND call_id=$2",
+        session_id,
+        call_id,
+    )
+    return None if r is None else dict(r)
+
+
+async def call_records(
+    pool: asyncpg.Pool, session_id: str, run_id: str, instance_id: str, deps: dict[str, Any]
+) -> list[RecordView]:
+    """The source records a call's view was built from: the inherited history through the
+    run's snapshot boundary and the thread's own records through the call's last sequence
+    (both recorded in its dependency versions)."""
+    through = int(deps.get("through_session_sequence") or 0)
+    last = deps.get("thread_last_sequence")
+    async with pool.acquire() as conn:
+        inherited = await inherited_records(conn, session_id, through)
+        own = await thread_records(
+            conn, session_id, run_id, instance_id, through, None if last is None else int(last)
+        )
+    return inherited + own
+
+
+async def summary_chain(
+    pool: asyncpg.Pool, session_id: str, summary_id: str | None
+) -> list[dict[str, Any]]:
+    """The summary and its parents, newest first, each with its covered ranges."""
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    while summary_id is not None and summary_id not in seen and len(out) < 100:
+        seen.add(summary_id)
+        r = await pool.fetchrow(
+            "SELECT summary_id, parent_summary_id, source_watermark, covered_ranges,"
+            " covered_record_ids, summary_text, summary_tokens, covered_tokens,"
+            " trigger_reasons, status, created_at FROM summary_revisions"
+            " WHERE session_id=$1 AND summary_id=$2",
+            session_id,
+            summary_id,
+        )
+        if r is None:
+            break
+        row = dict(r)
+        if isinstance(row["covered_ranges"], str):
+            row["covered_ranges"] = json.loads(row["covered_ranges"])
+        out.append(row)
+        summary_id = r["parent_summary_id"]
+    return out
+
+
+async def latest_main_view(pool: asyncpg.Pool, session_id: str) -> dict[str, Any] | None:
+    """For a dry run: the latest run's main-thread view (inherited + own records), the
+    main lineage's current summary, counter totals and baseline, and the processor's
+    estimate of the next prepare (fixed overhead + view tokens, DESIGN.md)."""
+    run = await pool.fetchrow(
+        "SELECT u.run_id, u.main_instance_id, x.through_session_sequence"
+        " FROM runs u JOIN history_snapshots x USING (snapshot_id)"
+        " WHERE u.session_id=$1 ORDER BY u.started_sequence DESC LIMIT 1",
+        session_id,
+    )
+    if run is None:
+        return None
+    deps = {"through_session_sequence": run["through_session_sequence"]}
+    records = await call_records(pool, session_id, run["run_id"], run["main_instance_id"], deps)
+    st = await pool.fetchrow(
+        "SELECT s.user_turns, s.model_steps, c.current_summary_id,"
+        " coalesce(c.baseline_user_turns, 0) AS baseline_user_turns,"
+        " coalesce(c.baseline_model_steps, 0) AS baseline_model_steps,"
+        " coalesce(c.fixed_overhead + c.view_tokens, 0) AS estimated_input"
+        " FROM sessions s LEFT JOIN compaction_state c"
+        " ON c.session_id = s.session_id AND c.lineage = 'main' WHERE s.session_id=$1",
+        session_id,
+    )
+    return {"run_id": run["run_id"], "records": records} | (dict(st) if st else {})
+
+
+def is_host(cred: Credential) -> bool:
+    return cred.kind is KeyKind.HOST
