@@ -32,7 +32,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from services.bus import EventProducer
+from services.bus import EventBus
 from services.sdk.client import ApiError, ContextClient, RunHandle
 
 T = TypeVar("T")
@@ -217,7 +217,7 @@ class SessionDriver:
         old = self.client.producer
         with contextlib.suppress(Exception):
             await asyncio.wait_for(old.stop(), 5)
-        fresh = EventProducer(self.cfg.bootstrap, self.cfg.topic)
+        fresh = EventBus(self.cfg.bootstrap, self.cfg.topic)
         fresh.last_offsets = old.last_offsets  # read-your-writes across the swap
         self.client.producer = fresh
         await fresh.start()  # raises while Kafka is away: retried, still broken

@@ -1,58 +1,67 @@
-"""Kafka producer for context events: idempotent, ``acks=all``, keyed by session_id.
+"""Context events on the records topic: our encoding over the one Kafka adapter
+(``streams.publish``). Keyed by session_id, so one session's events keep their order.
 
-``send`` returns (partition, offset) once the broker acknowledged the write; the caller
-passes these to prepare so that it can wait for exactly that append (read-your-writes).
+``send_event`` returns where the event landed once the broker acknowledged it; the
+caller passes that offset to prepare, which waits for exactly that append
+(read-your-writes).
 """
 
 from __future__ import annotations
-
-import logging
 
 from aiokafka import AIOKafkaProducer
 
 from schemas.contracts import ContextEvent
 from schemas.wire import ControlEvent, encode_control, encode_event
-
-log = logging.getLogger(__name__)
-
-
-def _log_failure(fut: object) -> None:
-    exc = fut.exception() if hasattr(fut, "exception") else None  # type: ignore[union-attr]
-    if exc is not None:
-        log.warning("control event not delivered: %s", exc)
+from streams.publish import AiokafkaPublisher, Delivery, Publisher
 
 
-class EventProducer:
+async def send_event(publisher: Publisher, topic: str, event: ContextEvent) -> Delivery:
+    """Publish one event and wait for its acknowledgement."""
+    return await publisher.send_and_wait(
+        topic, event.scope.session_id.encode(), encode_event(event)
+    )
+
+
+async def send_control(publisher: Publisher, topic: str, event: ControlEvent) -> None:
+    """Queue a control event on the session's partition without waiting for the ack:
+    observations are advisory, and a prepare must not pay a broker round trip."""
+    await publisher.send_advisory(topic, event.session_id.encode(), encode_control(event))
+
+
+class EventBus:
+    """A runtime's producer of context events (the SDK, load tools): an
+    ``AiokafkaPublisher`` and the highest offset acknowledged per partition, which the
+    runtime hands to prepare as ``after``."""
+
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.topic = topic
-        # enable_idempotence: a retried send after a lost ack is not written twice.
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap,
-            acks="all",
-            enable_idempotence=True,
-            linger_ms=2,
-            max_batch_size=1 << 20,
-        )
+        self.publisher = AiokafkaPublisher(bootstrap)
         self.last_offsets: dict[int, int] = {}
 
+    @property
+    def _producer(self) -> AIOKafkaProducer:
+        """The driver itself: tests inject raw (even malformed) messages through it."""
+        return self.publisher.producer
+
     async def start(self) -> None:
-        await self._producer.start()
+        await self.publisher.start()
 
     async def stop(self) -> None:
-        await self._producer.stop()
+        await self.publisher.stop()
 
     async def send(self, event: ContextEvent) -> tuple[int, int]:
-        md = await self._producer.send_and_wait(
-            self.topic, encode_event(event), key=event.scope.session_id.encode()
-        )
+        md = await send_event(self.publisher, self.topic, event)
         self._remember(md.partition, md.offset)
         return md.partition, md.offset
 
     async def send_many(self, events: list[ContextEvent]) -> list[tuple[int, int]]:
         """Pipelined: all sends are queued, then awaited (order per session is kept,
-        since one key maps to one partition and the idempotent producer keeps order)."""
+        since one key maps to one partition and the idempotent producer keeps order).
+        The driver's futures are used directly: the port's ``send`` reports no offsets."""
         futs = [
-            await self._producer.send(self.topic, encode_event(e), key=e.scope.session_id.encode())
+            await self.publisher.producer.send(
+                self.topic, encode_event(e), key=e.scope.session_id.encode()
+            )
             for e in events
         ]
         out = []
@@ -61,19 +70,6 @@ class EventProducer:
             self._remember(md.partition, md.offset)
             out.append((md.partition, md.offset))
         return out
-
-    async def send_control(self, event: ControlEvent) -> None:
-        """Queue a control event on the session's partition without waiting for the ack:
-        observations are advisory, and a prepare must not pay a broker round trip."""
-        fut = await self._producer.send(
-            self.topic, encode_control(event), key=event.session_id.encode()
-        )
-        fut.add_done_callback(_log_failure)
-
-    async def send_nowait(self, topic: str, key: bytes, value: bytes) -> None:
-        """Queue a message without waiting for the ack (observability, advisory)."""
-        fut = await self._producer.send(topic, value, key=key)
-        fut.add_done_callback(_log_failure)
 
     def _remember(self, partition: int, offset: int) -> None:
         if offset > self.last_offsets.get(partition, -1):

@@ -4,10 +4,36 @@ the compaction service (what to summarize), so both see exactly the same history
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Protocol
 
 import asyncpg
 
 from domain.rendering import RecordView
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A run's immutable history snapshot (R2.1) and its status when read."""
+
+    snapshot_id: int
+    session_id: str
+    run_id: str
+    main_instance_id: str
+    through_session_sequence: int
+    policy_revision: str
+    run_status: str
+
+
+@dataclass(frozen=True)
+class SummaryView:
+    """A summary revision as a view shows it (revisions are immutable)."""
+
+    summary_id: str
+    text: str
+    tokens: int
+    covered: frozenset[str]
+
 
 # Content in the blob store (over 64 KiB) is read whole only where it must be shown whole:
 # what a user or model said, a child's result and a skill body (R10.4, R12.3). Any other
@@ -145,3 +171,55 @@ async def records_by_id(
         ids,
     )
     return [record_view(r) for r in rows]
+
+
+async def run_snapshot(conn: asyncpg.Connection, session_id: str, run_id: str) -> Snapshot | None:
+    r = await conn.fetchrow(
+        "SELECT x.snapshot_id, x.session_id, x.run_id, u.main_instance_id,"
+        " x.through_session_sequence, x.policy_revision, u.status AS run_status"
+        " FROM runs u JOIN history_snapshots x USING (snapshot_id)"
+        " WHERE u.session_id=$1 AND u.run_id=$2",
+        session_id,
+        run_id,
+    )
+    return None if r is None else Snapshot(**dict(r))
+
+
+class Threads(Protocol):
+    """Port: what a thread's view is built from (``ThreadViews``)."""
+
+    async def snapshot(self, session_id: str, run_id: str) -> Snapshot | None: ...
+
+    async def inherited(self, session_id: str, through: int) -> list[RecordView]: ...
+
+    async def own(
+        self, session_id: str, run_id: str, instance_id: str, after: int
+    ) -> list[RecordView]:
+        """The thread's own records after ``after``."""
+
+    async def transferred(self, session_id: str, run_id: str, instance_id: str) -> list[RecordView]:
+        """What a parent exported to this child thread (R13.2), as material."""
+
+
+class PgThreads:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def snapshot(self, session_id: str, run_id: str) -> Snapshot | None:
+        async with self.pool.acquire() as conn:
+            return await run_snapshot(conn, session_id, run_id)
+
+    async def inherited(self, session_id: str, through: int) -> list[RecordView]:
+        async with self.pool.acquire() as conn:
+            return await inherited_records(conn, session_id, through)
+
+    async def own(
+        self, session_id: str, run_id: str, instance_id: str, after: int
+    ) -> list[RecordView]:
+        async with self.pool.acquire() as conn:
+            return await thread_records(conn, session_id, run_id, instance_id, after)
+
+    async def transferred(self, session_id: str, run_id: str, instance_id: str) -> list[RecordView]:
+        async with self.pool.acquire() as conn:
+            ids = await child_transfer(conn, session_id, run_id, instance_id)
+            return await records_by_id(conn, session_id, ids)

@@ -10,48 +10,11 @@ from collections.abc import AsyncIterator
 import uvicorn
 from fastapi import FastAPI
 
-from domain.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
-from services.bus import EventProducer
 from services.prepare.api import create_api
-from services.prepare.prepare_hooks import load_hooks
+from services.prepare.bootstrap import running_service
 from services.prepare.service import PrepareService
-from services.prepare.views import ThreadViews
-from services.prepare.waiter import CommitWaiter
-from storage.migrate import apply_dsn
-from storage.pool import create_pool
-from streams.topics import ensure_topics, require_topics
-
-
-@contextlib.asynccontextmanager
-async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
-    """Composition root: real adapters wired once; used by main and by tests."""
-    await apply_dsn(settings.pg_dsn)
-    await ensure_topics(settings)
-    pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
-    producer = EventProducer(settings.kafka_bootstrap, settings.topic_records)
-    await producer.start()
-    waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
-    await waiter.start(settings.pg_dsn)
-    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-    svc = PrepareService(
-        pool,
-        producer,
-        waiter,
-        ThreadViews(pool, counter.count),
-        counter,
-        settings.prepare_commit_wait_s,
-        settings.compaction_wait_s,
-        settings.topic_observability,
-        hooks=load_hooks(settings.prepare_hooks),
-    )
-    await svc.load_calibration()
-    try:
-        yield svc
-    finally:
-        await waiter.close()
-        await producer.stop()
-        await pool.close()
+from streams.topics import require_topics
 
 
 def build_app(settings: Settings) -> FastAPI:

@@ -15,7 +15,6 @@ from fastapi.responses import JSONResponse, ORJSONResponse, Response
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from pydantic import ConfigDict, Field
 
 from schemas.auth import (
     Action,
@@ -27,78 +26,23 @@ from schemas.auth import (
 from schemas.errors import ContextError, InvalidRequest, NotFound, NotGranted, Unauthenticated
 from schemas.settings import Settings
 from services.metrics import PREPARE_SECONDS
-from services.prepare.fields import (
-    Body,
-    Id,
-    Key,
-    Limit,
-    Offset,
-    Offsets,
-    PathId,
-    PathKey,
-    QueryId,
-    RunId,
-    Tokens,
-)
+from services.prepare.fields import Limit, Offset, PathId, PathKey, QueryId
 from services.prepare.http_errors import CONFLICT, HOOKS, ApiRoute, install_error_handlers
 from services.prepare.metrics_mw import RequestMetrics
 from services.prepare.middleware import BodyLimit, ErrorShield
+from services.prepare.requests import (
+    FinishIn,
+    GrantIn,
+    ModelCallIn,
+    ModelResultIn,
+    PrepareIn,
+    ReleaseIn,
+    RunIn,
+    RunLifecycleIn,
+    SessionIn,
+)
 from services.prepare.service import PrepareService
 from storage import analytics
-
-
-class ReleaseIn(Body):
-    release_id: Id | None = None
-    agent_id: Id
-    instructions: str
-    tool_catalog: list[dict[str, Any]] = Field(default_factory=list)
-    skill_bindings: list[dict[str, Any]] = Field(default_factory=list)
-    hook_bindings: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="hooks bound to this release (point, hook, version, ...); frozen with it",
-    )
-    model_profile: dict[str, Any] = Field(
-        description="context_capacity (required), output_reserve, safety_margin, "
-        "platform_limit, input_limit, counting, message_overhead, provider_format"
-    )
-    context_policy: dict[str, Any] = Field(default_factory=dict)
-
-
-class SessionIn(Body):
-    session_id: Id | None = None
-    space_id: Id | None = Field(None, description="the API key's space (default)")
-    actor_id: Id | None = Field(
-        None,
-        description="the session's owner; by default the actor of a user key, or the one a"
-        " host key names in X-AgentLoom-Actor",
-    )
-    release_id: Id
-
-
-class RunIn(Body):
-    run_id: RunId | None = None
-    instance_id: Id | None = None
-
-
-class RunLifecycleIn(Body):
-    reason: str | None = None
-    event_key: Key | None = Field(
-        None,
-        description="idempotency key; by default derived from the run's lifecycle counters"
-        " (a retry gets the same key, the next resume or finish a new one)",
-    )
-    after: Offsets = Field(default_factory=dict)
-
-
-class FinishIn(RunLifecycleIn):
-    cancelled: bool = Field(False, description="stopped by the user (run_cancelled)")
-
-
-class GrantIn(Body):
-    actor_id: Id = Field(description="the actor who may read the session from now on")
-    # Who granted is derived from the API key (and the actor a host key acts for): a
-    # body field naming it would let any caller claim to be the owner.
-
 
 ACTOR = Header(
     default=None,
@@ -117,53 +61,6 @@ AUTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"description": "not_granted: the key's actor may not do this"},
     404: {"description": "not_found: unknown, or of another tenant space"},
 }
-
-
-class PrepareIn(Body):
-    purpose: Literal["action", "compaction", "completion", "verification"] = Field(
-        "action", description="action | compaction | completion (verification)"
-    )
-    instance_id: Id | None = None
-    model_profile: dict[str, Any] | None = None
-    tool_catalog: list[dict[str, Any]] | None = None
-    render: bool = Field(
-        False,
-        description="also return the request body in the model profile's "
-        "provider_format (openai_chat | openai_responses | anthropic_messages)",
-    )
-    after: Offsets = Field(default_factory=dict)
-    material: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="retrieved passages for this call (R12.4): citation_id, version, text,"
-        " source, record_id; merged by citation, kept apart when versions conflict,"
-        " dropped first when over budget — never instructions",
-    )
-    reserve_tokens: Tokens = Field(
-        0,
-        description="tokens to keep free (a re-prepare after context_reprepare_required"
-        " passes the hook_tokens it was given)",
-    )
-    reprepare_of: Id | None = Field(
-        None, description="the prepared_id this re-prepares (R9.8: asked at most once)"
-    )
-
-
-class ModelCallIn(Body):
-    model_config = ConfigDict(protected_namespaces=())
-
-    prepared_id: Id
-    model_config_: dict[str, Any] = Field(
-        default_factory=dict,
-        alias="model_config",
-        description="temperature, max_tokens, … as sent (recorded, R15.1)",
-    )
-
-
-class ModelResultIn(Body):
-    response: dict[str, Any] = Field(default_factory=dict)
-    usage: dict[str, Any] = Field(
-        default_factory=dict, description="provider usage: input_tokens, output_tokens"
-    )
 
 
 def _utc(at: datetime | None) -> datetime | None:
@@ -256,7 +153,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
     async def register_release(body: ReleaseIn, who: Principal = auth) -> dict[str, Any]:
         """Publish a release in the key's space (host keys only); ids are global."""
         authorize_release(who, body.release_id or "", None, Action.RELEASE_PUBLISH).enforce()
-        return await svc.register_release(body.model_dump(), who.space_id)
+        return await svc.register_release(body, who.space_id)
 
     @app.get("/v1/releases/{release_id}")
     async def get_release(release_id: PathId, who: Principal = auth) -> dict[str, Any]:
@@ -268,10 +165,9 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         actor of the space for a host key."""
         owner = session_owner(who, body.space_id, body.actor_id)
         if not isinstance(owner, str):
-            owner.enforce()
-        return await svc.open_session(
-            body.model_dump() | {"space_id": who.space_id, "actor_id": owner}
-        )
+            owner.enforce()  # a refusal: raises
+            raise AssertionError("session_owner refused without a reason")
+        return await svc.open_session(body, who.space_id, owner)
 
     @app.get("/v1/sessions/{session_id}")
     async def get_session(session_id: PathId, who: Principal = auth) -> dict[str, Any]:
@@ -281,7 +177,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
     @app.post("/v1/sessions/{session_id}/runs", status_code=201, responses=CONFLICT)
     async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> dict[str, Any]:
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.start_run(session_id, body.model_dump())
+        return await svc.start_run(session_id, body)
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume", responses=CONFLICT)
     async def resume_run(
@@ -290,7 +186,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
         processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.resume_run(session_id, run_id, body.model_dump())
+        return await svc.resume_run(session_id, run_id, body)
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish", responses=CONFLICT)
     async def finish_run(
@@ -300,7 +196,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         ``run_not_active`` when it already ended otherwise. Appends to an ended run are
         dead-lettered (``run_not_active``) until it is resumed."""
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.finish_run(session_id, run_id, body.model_dump())
+        return await svc.finish_run(session_id, run_id, body)
 
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/prepare",
@@ -321,7 +217,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
         started, outcome = time.perf_counter(), "error"
         try:
-            out = await svc.prepare(session_id, run_id, body.model_dump())
+            out = await svc.prepare(session_id, run_id, body)
             outcome = "ok"
         except ContextError as exc:
             outcome = exc.code
@@ -342,11 +238,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         ``request`` to send; 409 ``context_reprepare_required`` (once); 422
         ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        out = await svc.model_call(
-            session_id,
-            run_id,
-            {"prepared_id": body.prepared_id, "model_config": body.model_config_},
-        )
+        out = await svc.model_call(session_id, run_id, body)
         return ORJSONResponse(out, status_code=201)
 
     @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result", responses=HOOKS)
@@ -356,7 +248,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
         usage calibrates later estimates and the drift is returned (R6.4)."""
         await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.model_result(session_id, call_id, body.model_dump())
+        return await svc.model_result(session_id, call_id, body)
 
     @app.get("/v1/sessions/{session_id}/records/{record_id}")
     async def read_record(

@@ -1,4 +1,4 @@
-"""Materialised thread views, kept fresh incrementally from PostgreSQL.
+"""Materialised thread views, kept fresh incrementally from the record store.
 
 A thread's view only grows (records are append-only and the inherited part is fixed by
 the run's immutable snapshot), so each cached ``ThreadRenderer`` is fed only the records
@@ -9,38 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
-from dataclasses import dataclass
-
-import asyncpg
 
 from domain.policy import LargeResultSettings
 from domain.rendering import CountFn, ThreadRenderer
 from schemas.errors import NotFound
-from storage.threads import child_transfer, inherited_records, records_by_id, thread_records
+from storage.threads import Snapshot, SummaryView, Threads
 
-
-@dataclass(frozen=True)
-class SummaryView:
-    summary_id: str
-    text: str
-    tokens: int
-    covered: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    snapshot_id: int
-    session_id: str
-    run_id: str
-    main_instance_id: str
-    through_session_sequence: int
-    policy_revision: str
-    run_status: str
+__all__ = ["Snapshot", "SummaryView", "ThreadViews"]
 
 
 class ThreadViews:
-    def __init__(self, pool: asyncpg.Pool, count: CountFn, capacity: int = 256) -> None:
-        self.pool = pool
+    def __init__(self, threads: Threads, count: CountFn, capacity: int = 256) -> None:
+        self.threads = threads
         self.count = count
         self.capacity = capacity
         self._views: OrderedDict[tuple[str, str, str], ThreadRenderer] = OrderedDict()
@@ -50,31 +30,13 @@ class ThreadViews:
         # entry is the status when first read; callers needing it now pass fresh=True.
         self._snapshots: dict[tuple[str, str], Snapshot] = {}
 
-    async def snapshot(
-        self, conn: asyncpg.Connection, session_id: str, run_id: str, fresh: bool = False
-    ) -> Snapshot:
+    async def snapshot(self, session_id: str, run_id: str, fresh: bool = False) -> Snapshot:
         cached = self._snapshots.get((session_id, run_id))
         if cached is not None and not fresh:
             return cached
-        r = await conn.fetchrow(
-            "SELECT x.snapshot_id, x.session_id, x.run_id, u.main_instance_id,"
-            " x.through_session_sequence, x.policy_revision, u.status"
-            " FROM runs u JOIN history_snapshots x USING (snapshot_id)"
-            " WHERE u.session_id=$1 AND u.run_id=$2",
-            session_id,
-            run_id,
-        )
-        if r is None:
+        snap = await self.threads.snapshot(session_id, run_id)
+        if snap is None:
             raise NotFound(f"run {run_id} of session {session_id} not found")
-        snap = Snapshot(
-            r["snapshot_id"],
-            r["session_id"],
-            r["run_id"],
-            r["main_instance_id"],
-            r["through_session_sequence"],
-            r["policy_revision"],
-            r["status"],
-        )
         if len(self._snapshots) > 16 * self.capacity:
             self._snapshots.clear()
         self._snapshots[(session_id, run_id)] = snap
@@ -94,8 +56,8 @@ class ThreadViews:
         rendered history may hold its content, so the view is rebuilt (R15.3)."""
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock, self.pool.acquire() as conn:
-            snap = await self.snapshot(conn, session_id, run_id)
+        async with lock:
+            snap = await self.snapshot(session_id, run_id)
             rend = self._views.get(key)
             if rend is not None:
                 self._views.move_to_end(key)  # in use: never the one evicted meanwhile
@@ -108,44 +70,53 @@ class ThreadViews:
                 or (large is not None and rend.large != large)
             ):
                 # A new summary revision changes the view: rebuilt once, then incremental.
-                rend = ThreadRenderer(
-                    self.count,
-                    message_overhead,
-                    summary.covered if summary else frozenset(),
-                    summary_id,
-                    large,
-                )
-                if instance_id != snap.main_instance_id:
-                    # R13: a child sees only the background its parent exported (as
-                    # material) and its own thread — no inherited history.
-                    ids = await child_transfer(conn, session_id, run_id, instance_id)
-                    for rec in await records_by_id(conn, session_id, ids):
-                        rend.add_material(rec)
-                    if summary is not None:  # the child's own summary chain (R13.1)
-                        rend.add_summary(summary.text, summary.tokens)
-                else:
-                    if summary is not None:
-                        rend.add_summary(summary.text, summary.tokens)
-                    for rec in await inherited_records(
-                        conn, session_id, snap.through_session_sequence
-                    ):
-                        rend.feed(rec, inherited=True)
-                    rend.seal_inherited()
-                rend.last_sequence = snap.through_session_sequence
+                rend = await self._rebuild(snap, instance_id, message_overhead, summary, large)
                 self._views[key] = rend
                 self._epochs[key] = epoch
-            for rec in await thread_records(
-                conn, session_id, run_id, instance_id, rend.last_sequence
-            ):
+            for rec in await self.threads.own(session_id, run_id, instance_id, rend.last_sequence):
                 rend.feed(rec, inherited=False)
             self._views[key] = rend
             self._views.move_to_end(key)
-            while len(self._views) > self.capacity:
-                old, _ = self._views.popitem(last=False)
-                self._epochs.pop(old, None)
-                lock_of_old = self._locks.get(old)
-                if lock_of_old is not None and not lock_of_old.locked():
-                    # A lock in use stays: a waiter must find the same lock, or two
-                    # prepares could feed one renderer at once.
-                    del self._locks[old]
+            self._evict()
             return rend, snap
+
+    async def _rebuild(
+        self,
+        snap: Snapshot,
+        instance_id: str,
+        message_overhead: int,
+        summary: SummaryView | None,
+        large: LargeResultSettings | None,
+    ) -> ThreadRenderer:
+        rend = ThreadRenderer(
+            self.count,
+            message_overhead,
+            summary.covered if summary else frozenset(),
+            summary.summary_id if summary else None,
+            large,
+        )
+        if instance_id != snap.main_instance_id:
+            # R13: a child sees only the background its parent exported (as material)
+            # and its own thread — no inherited history.
+            for rec in await self.threads.transferred(snap.session_id, snap.run_id, instance_id):
+                rend.add_material(rec)
+            if summary is not None:  # the child's own summary chain (R13.1)
+                rend.add_summary(summary.text, summary.tokens)
+        else:
+            if summary is not None:
+                rend.add_summary(summary.text, summary.tokens)
+            for rec in await self.threads.inherited(snap.session_id, snap.through_session_sequence):
+                rend.feed(rec, inherited=True)
+            rend.seal_inherited()
+        rend.last_sequence = snap.through_session_sequence
+        return rend
+
+    def _evict(self) -> None:
+        while len(self._views) > self.capacity:
+            old, _ = self._views.popitem(last=False)
+            self._epochs.pop(old, None)
+            lock_of_old = self._locks.get(old)
+            if lock_of_old is not None and not lock_of_old.locked():
+                # A lock in use stays: a waiter must find the same lock, or two
+                # prepares could feed one renderer at once.
+                del self._locks[old]

@@ -9,12 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
 from schemas.errors import NotCommittedYet
 from storage.ingest import NOTIFY_CHANNEL
+from storage.offsets import committed_offsets
+
+
+class Waiter(Protocol):
+    """Port: waiting for the session processor's commits."""
+
+    async def wait(self, offsets: dict[int, int], timeout: float) -> None:
+        """Until every ``partition: offset`` is committed; ``NotCommittedYet`` after
+        ``timeout`` seconds."""
+
+    async def changed(self, timeout: float) -> None:
+        """Sleep until the processor's next commit (or ``timeout``)."""
 
 
 class CommitWaiter:
@@ -44,14 +56,7 @@ class CommitWaiter:
             await asyncio.wait_for(self._changed.wait(), timeout)
 
     async def committed(self, offsets: dict[int, int]) -> bool:
-        rows = await self.pool.fetch(
-            "SELECT partition, next_offset FROM consumer_offsets WHERE consumer=$1 AND topic=$2"
-            " AND partition = ANY($3::int[])",
-            self.consumer,
-            self.topic,
-            list(offsets),
-        )
-        done = {r["partition"]: r["next_offset"] for r in rows}
+        done = await committed_offsets(self.pool, self.consumer, self.topic, list(offsets))
         return all(done.get(p, 0) > off for p, off in offsets.items())
 
     async def wait(self, offsets: dict[int, int], timeout: float) -> None:

@@ -38,7 +38,7 @@ from schemas.contracts import (
     UserInputPayload,
 )
 from schemas.errors import ContextError
-from services.bus import EventProducer
+from services.bus import EventBus
 
 INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)
 
@@ -94,7 +94,7 @@ class ContextClient:
         """``api_key``: this runtime's API key (``agentloom-keys create``), by default from
         ``ALC_API_KEY``; sent as ``Authorization: Bearer`` on every HTTP call. Appends go
         over Kafka, where the broker authenticates (SASL/ACLs in production)."""
-        self.producer = EventProducer(kafka_bootstrap, topic)
+        self.producer = EventBus(kafka_bootstrap, topic)
         key = api_key if api_key is not None else os.environ.get("ALC_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else None
         self.http = httpx.AsyncClient(base_url=prepare_url, timeout=30.0, headers=headers)

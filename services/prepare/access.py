@@ -1,0 +1,92 @@
+"""Who may do what (R3.3, R15.4): the principal of a request from its API key, and the
+session or release it acts on as its space sees it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.auth import (
+    Action,
+    Principal,
+    SessionScope,
+    acting,
+    authorize,
+    authorize_release,
+    grant_to_check,
+    key_id_of,
+    verify,
+)
+from schemas.errors import NotFound, Unauthenticated
+from services.prepare.publishing import ReleaseBook
+from storage.api_keys import StoredKey
+from storage.sessions import Sessions
+
+# A live key by id (``storage.api_keys.find_key`` over the pool).
+KeyLookup = Callable[[str], Awaitable[StoredKey | None]]
+
+
+@dataclass
+class Access:
+    find_key: KeyLookup
+    sessions: Sessions
+    releases: ReleaseBook
+    # Verified keys are looked up again after this long: a revoked key stops working
+    # within it, and a prepare does not pay a query for its key.
+    key_cache_s: float = 10.0
+    _keys: dict[str, tuple[float, StoredKey]] = field(default_factory=dict)
+    _scopes: dict[str, SessionScope] = field(default_factory=dict)
+    _grants: set[tuple[str, str]] = field(default_factory=set)
+
+    async def authenticate(self, key: str | None, header_actor: str | None) -> Principal:
+        """R15.4: the principal of a request from its API key (``Authorization: Bearer``)
+        and, for a host key, the actor ``X-AgentLoom-Actor`` names."""
+        key_id = key_id_of(key)
+        if key is None or key_id is None:
+            raise Unauthenticated(
+                "an API key is required: Authorization: Bearer <key>"
+                if not key
+                else "malformed API key"
+            )
+        now = time.monotonic()
+        cached = self._keys.get(key_id)
+        if cached is None or cached[0] < now:
+            stored = await self.find_key(key_id)
+            if stored is None:
+                self._keys.pop(key_id, None)
+                raise Unauthenticated("unknown or revoked API key")
+            cached = self._keys[key_id] = (now + self.key_cache_s, stored)
+        if not verify(key, cached[1].digest):
+            raise Unauthenticated("unknown or revoked API key")
+        return acting(cached[1].credential, header_actor)
+
+    async def authorize(self, sid: str, who: Principal, action: Action) -> SessionScope:
+        """R3.3/R15.4: tenant, then ownership or a grant (``auth.authorize``). A session of
+        another space answers exactly like an unknown one."""
+        scope = self._scopes.get(sid)
+        if scope is None:
+            s = await self.sessions.get(sid)
+            if s is None:
+                raise NotFound(f"session {sid} not found")
+            scope = self._scopes[sid] = SessionScope(sid, s.space_id, s.actor_id)
+        granted = False
+        actor = grant_to_check(who, scope, action)
+        if actor is not None:
+            granted = (sid, actor) in self._grants
+            if not granted and await self.sessions.has_grant(sid, actor):
+                self._grants.add((sid, actor))
+                granted = True
+        authorize(who, scope, action, granted).enforce()
+        return scope
+
+    def granted(self, sid: str, actor_id: str) -> None:
+        """A grant just recorded: known here without a query."""
+        self._grants.add((sid, actor_id))
+
+    async def authorized_release(self, release_id: str, who: Principal) -> dict[str, Any]:
+        """A release as its space sees it: another space's is not found (R15.4)."""
+        rel = await self.releases.get(release_id)
+        authorize_release(who, release_id, rel.space_id, Action.RELEASE_READ).enforce()
+        return rel.to_dict()

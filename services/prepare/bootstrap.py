@@ -1,0 +1,179 @@
+"""Composition root of the Prepare process: the use cases wired once, over real adapters
+(``running_service``) or over any others that keep the same ports (unit tests' fakes,
+through ``build_service`` as well)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from functools import partial
+
+import asyncpg
+
+from domain.budget import Calibration
+from domain.tokens import CachedCounter, make_counter
+from schemas.errors import NotFound
+from schemas.settings import Settings
+from services.prepare.access import Access, KeyLookup
+from services.prepare.compaction_check import CompactionCheck
+from services.prepare.content import ContentStore
+from services.prepare.model_gateway import Gateway
+from services.prepare.notes import Notes
+from services.prepare.prepare_context import Preparer
+from services.prepare.prepare_hooks import HookRegistry, load_hooks
+from services.prepare.prepared import PreparedStore
+from services.prepare.publishing import ReleaseBook
+from services.prepare.readback import ReadBack
+from services.prepare.run_lifecycle import Runs
+from services.prepare.service import PrepareService
+from services.prepare.views import ThreadViews
+from services.prepare.waiter import CommitWaiter, Waiter
+from storage.api_keys import find_key
+from storage.blobs import Blobs, PgBlobs, PgRecords, Records
+from storage.compaction_view import CompactionReads, PgCompactionReads
+from storage.migrate import apply_dsn
+from storage.model_calls import ModelCalls, PgModelCalls
+from storage.pool import create_pool
+from storage.releases import PgReleases, Releases
+from storage.sessions import PgSessions, Sessions
+from storage.threads import PgThreads, Threads
+from streams.publish import AiokafkaPublisher, Publisher
+from streams.topics import ensure_topics
+
+
+@dataclass(frozen=True)
+class Adapters:
+    """Everything Prepare does I/O through: its ports."""
+
+    releases: Releases
+    sessions: Sessions
+    model_calls: ModelCalls
+    blobs: Blobs
+    records: Records
+    compaction: CompactionReads
+    threads: Threads
+    find_key: KeyLookup
+    publisher: Publisher
+    waiter: Waiter
+    pool: asyncpg.Pool | None = None  # the analytics query's
+
+
+@dataclass(frozen=True)
+class Options:
+    topic_records: str = "ctx.records"
+    topic_observability: str | None = None
+    commit_wait_s: float = 10.0
+    compaction_wait_s: float = 20.0
+    host_id: str = "prepare"
+    key_cache_s: float = 10.0
+    prepared_capacity: int = 256
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Options:
+        return cls(
+            topic_records=settings.topic_records,
+            topic_observability=settings.topic_observability,
+            commit_wait_s=settings.prepare_commit_wait_s,
+            compaction_wait_s=settings.compaction_wait_s,
+        )
+
+
+def build_service(
+    ports: Adapters,
+    options: Options,
+    counter: CachedCounter,
+    hooks: HookRegistry | None = None,
+) -> PrepareService:
+    """The use cases over ``ports``; one wiring for the process and for unit tests."""
+    hooks = hooks or HookRegistry()
+
+    async def release_of_session(sid: str) -> str:
+        s = await ports.sessions.get(sid)
+        if s is None:
+            raise NotFound(f"session {sid} not found")
+        return s.release_id
+
+    releases = ReleaseBook(ports.releases, release_of_session, counter.method)
+    views = ThreadViews(ports.threads, counter.count)
+    content = ContentStore(ports.blobs, counter)
+    prepared = PreparedStore(options.prepared_capacity)
+    notes = Notes(ports.publisher, options.topic_observability)
+    calibration: dict[str, Calibration] = {}
+    topic = options.topic_records
+    check = CompactionCheck(
+        ports.compaction, views, ports.publisher, topic, ports.waiter, options.compaction_wait_s
+    )
+    access = Access(ports.find_key, ports.sessions, releases, options.key_cache_s)
+    return PrepareService(
+        releases=releases,
+        runs=Runs(
+            ports.sessions,
+            releases,
+            ports.publisher,
+            topic,
+            ports.waiter,
+            views,
+            options.commit_wait_s,
+            options.host_id,
+        ),
+        preparer=Preparer(
+            releases,
+            views,
+            ports.waiter,
+            check,
+            content,
+            prepared,
+            notes,
+            calibration,
+            options.commit_wait_s,
+            hooks,
+        ),
+        gateway=Gateway(ports.model_calls, content, prepared, notes, hooks, calibration),
+        readback=ReadBack(ports.records, ports.sessions, views, access),
+        access=access,
+        content=content,
+        pool=ports.pool,
+    )
+
+
+def pg_adapters(pool: asyncpg.Pool, publisher: Publisher, waiter: Waiter) -> Adapters:
+    return Adapters(
+        releases=PgReleases(pool),
+        sessions=PgSessions(pool),
+        model_calls=PgModelCalls(pool),
+        blobs=PgBlobs(pool),
+        records=PgRecords(pool),
+        compaction=PgCompactionReads(pool),
+        threads=PgThreads(pool),
+        find_key=partial(find_key, pool),
+        publisher=publisher,
+        waiter=waiter,
+        pool=pool,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
+    """The process's service over PostgreSQL and Kafka; closed on exit."""
+    await apply_dsn(settings.pg_dsn)
+    await ensure_topics(settings)
+    pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
+    publisher = AiokafkaPublisher(settings.kafka_bootstrap)
+    await publisher.start()
+    waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
+    await waiter.start(settings.pg_dsn)
+    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
+    svc = build_service(
+        pg_adapters(pool, publisher, waiter),
+        Options.from_settings(settings),
+        counter,
+        load_hooks(settings.prepare_hooks),
+    )
+    await svc.gateway.load_calibration()
+    try:
+        yield svc
+    finally:
+        await waiter.close()
+        await publisher.stop()
+        await pool.close()

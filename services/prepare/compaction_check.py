@@ -1,0 +1,119 @@
+"""The compaction side of a prepare (R2.7, R9): the view's compaction state, the budget
+observation sent to the processor (the state owner decides and records the report), and
+the bounded wait for a job when a call may not be sent without one (R9.7)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+from domain.budget import BudgetReport
+from domain.policy import ContextPolicy
+from domain.rendering import ThreadRenderer
+from domain.selection import build_groups, select_prefix
+from domain.triggers import CompactionState, Observation, evaluate_triggers
+from schemas.wire import BudgetObservation, ControlEvent
+from services.bus import send_control
+from services.prepare.views import SummaryView, ThreadViews
+from services.prepare.waiter import Waiter
+from storage.compaction_view import CompactionReads
+from storage.releases import Release
+from storage.view_state import ViewState
+from streams.publish import Publisher
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """A view's compaction state and the summary it shows."""
+
+    state: ViewState
+    summary: SummaryView | None
+
+
+@dataclass
+class CompactionCheck:
+    reads: CompactionReads
+    views: ThreadViews
+    publisher: Publisher
+    topic: str  # the records topic: observations go to the session's partition
+    waiter: Waiter
+    wait_s: float = 20.0
+
+    async def lineage(self, sid: str, run_id: str, instance_id: str, is_child: bool) -> Lineage:
+        """Child threads (R13) have their own view and no share in the run's compaction
+        lineage: no session summary, no trigger checks on the parent's counters."""
+        through = (await self.views.snapshot(sid, run_id)).through_session_sequence
+        state = await self.reads.state(sid, run_id, through, instance_id if is_child else None)
+        summary = None
+        if state.summary_id is not None:
+            summary = await self.reads.summary(state.summary_id)
+        return Lineage(state, summary)
+
+    async def observe(
+        self,
+        scope: tuple[str, str, str],
+        rel: Release,
+        rend: ThreadRenderer,
+        report: BudgetReport,
+        lineage: Lineage,
+    ) -> tuple[bool, str]:
+        """R9.1: the triggers as this prepare sees them, sent to the processor. Returns
+        whether a job may be due (fired, or one in flight) and the observation's key."""
+        sid, run_id, instance_id = scope
+        state, summary = lineage.state, lineage.summary
+        summary_id = summary.summary_id if summary else None
+        fingerprint = hashlib.sha256(
+            json.dumps(
+                [
+                    rend.last_sequence,
+                    summary_id,
+                    rel.policy_revision,
+                    report.input_budget,
+                    report.required,
+                ]
+            ).encode()
+        ).hexdigest()[:32]
+        probe = Observation(
+            report.estimated_input, report.input_budget, report.required, 1, fingerprint
+        )
+        trigger_state = CompactionState(totals=state.counters, baseline=state.baseline)
+        fired = bool(evaluate_triggers(trigger_state, rel.policy.compaction, probe).fired)
+        compressible = _compressible(rend, rel.policy) if fired else 0
+        fixed = sum(report.items.get(k, 0) for k in ("instructions", "skills", "tool_schemas"))
+        key = f"obs:{uuid.uuid4().hex}"
+        observation = BudgetObservation(
+            report.estimated_input,
+            report.input_budget,
+            report.required,
+            fixed,
+            compressible,
+            rend.last_sequence,
+            summary_id,
+            fingerprint,
+            rel.policy_revision,
+        )
+        event = ControlEvent(key, sid, run_id, instance_id, int(time.time() * 1000), observation)
+        await send_control(self.publisher, self.topic, event)
+        return fired or bool(state.active_job_id), key
+
+    async def wait_for_job(self, sid: str, obs_key: str) -> dict[str, object]:
+        """Until the processor checked our observation and the job it started (or the one
+        in flight) finished: committed, failed or rejected."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_s
+        while loop.time() < deadline:
+            outcome = await self.reads.observation_outcome(sid, obs_key)
+            if outcome is not None:
+                return outcome
+            await self.waiter.changed(0.1)
+        return {"status": "timeout", "reason": f"no commit within {self.wait_s}s"}
+
+
+def _compressible(rend: ThreadRenderer, policy: ContextPolicy) -> int:
+    """What a compaction could remove (selection is O(history): only when it fired)."""
+    groups = build_groups(rend.records)
+    return select_prefix(groups, policy.recent_complete_groups).compressible_tokens

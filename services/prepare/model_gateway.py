@@ -1,0 +1,218 @@
+"""The model gateway (R9.8, R10.5, R14, R15.1, R6.4): the final check before a model call
+and the report of its result, whose usage calibrates later estimates."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.budget import Calibration, calibrate
+from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
+from domain.providers import render as render_provider
+from schemas.errors import NotFound
+from services.prepare.content import ContentStore
+from services.prepare.notes import Notes
+from services.prepare.prepare_hooks import HookRegistry, ModelCall
+from services.prepare.prepared import PreparedEntry, PreparedStore
+from services.prepare.requests import ModelCallIn, ModelResultIn
+from storage.model_calls import ModelCalls, NewCall, StoredCall
+
+CALIBRATION_WINDOW = 20  # reported calls per model read back at start
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def _bounded(reported: int, estimated: int) -> int:
+    """One report moves the factor by at most a bounded ratio, so a wrong usage figure
+    cannot lock a model out of every session at once."""
+    return min(max(reported, estimated // 2), estimated * 2)
+
+
+@dataclass
+class Gateway:
+    calls: ModelCalls
+    content: ContentStore
+    prepared: PreparedStore
+    notes: Notes
+    hooks: HookRegistry
+    calibration: dict[str, Calibration] = field(default_factory=dict)
+
+    async def model_call(self, sid: str, run_id: str, body: ModelCallIn) -> dict[str, Any]:
+        """The gateway's final check before a model call: ``model.chat.before`` hooks, the
+        protected manifest, the same BudgetPolicy, then the model call record. Returns the
+        provider-ready request to send. Idempotent per prepared context: a retry returns
+        the same call."""
+        prepared_id = body.prepared_id
+        existing = await self.calls.for_prepared(prepared_id, sid, run_id)
+        if existing is not None:
+            return await self._replay(existing)
+        p = self.prepared.get(prepared_id)
+        if p is None or p.session_id != sid or p.run_id != run_id:
+            raise NotFound(
+                f"prepared context {prepared_id} is not held here; prepare again",
+                reason="prepared_not_found",
+                prepared_id=prepared_id,
+            )
+        call, request = await self._check(p, body)
+        if not await self.calls.insert(call):
+            # A concurrent check of the same context won: send its input.
+            return await self.model_call(sid, run_id, body)
+        return {
+            "call_id": call.call_id,
+            "prepared_id": prepared_id,
+            "status": "ready",
+            "request": request,
+            "budget": call.budget,
+            "hook_versions": call.hook_versions,
+            "idempotent_replay": False,
+        }
+
+    async def _replay(self, existing: StoredCall) -> dict[str, Any]:
+        request = json.loads(await self.content.blobs.text(existing.final_input_sha256) or "null")
+        return {
+            "call_id": existing.call_id,
+            "prepared_id": existing.prepared_id,
+            "status": existing.status,
+            "request": request,
+            "budget": existing.budget,
+            "hook_versions": existing.hook_versions,
+            "idempotent_replay": True,
+        }
+
+    async def _check(self, p: PreparedEntry, body: ModelCallIn) -> tuple[NewCall, Any]:
+        """Hooks, manifest, tool groups and budget (R9.8, R14): the call to record and the
+        provider request to send."""
+        messages, decision, used = await self._gate(p)
+        request = render_provider(messages, p.tools, p.profile.provider_format)
+        blob = await self.content.put(
+            _json_bytes(request),
+            "application/json",
+            (decision.estimated_input, "gateway_final_estimate"),
+        )
+        report = p.built.report
+        raw = report.estimated_input - report.items.get("reserved", 0) + decision.hook_tokens
+        budget = report.to_dict() | {
+            "final_estimated_input": decision.estimated_input,
+            "final_estimated_input_raw": raw,  # before calibration: what calibration compares
+            "hook_tokens": decision.hook_tokens,
+            "soft_limit": decision.soft_limit,
+        }
+        model_config = dict(body.model_config_) | {
+            "model": p.profile.name,
+            "provider_format": p.profile.provider_format,
+        }
+        new = NewCall(
+            call_id=f"mc_{p.prepared_id.removeprefix('prep_')}",
+            prepared_id=p.prepared_id,
+            session_id=p.session_id,
+            run_id=p.run_id,
+            instance_id=p.instance_id,
+            purpose=p.purpose,
+            model=p.profile.name,
+            final_input_sha256=blob["sha256"],
+            tool_catalog_version=p.built.tool_schema_sha256,
+            model_config=model_config,
+            dependency_versions=p.dependency_versions,
+            manifest=[b.to_dict() for b in p.built.manifest],
+            budget=budget,
+            hook_versions=used,
+        )
+        return new, request
+
+    async def _gate(self, p: PreparedEntry) -> tuple[list[dict[str, Any]], GateDecision, list[str]]:
+        """``model.chat.before`` hooks, then what they may not do: remove or alter a
+        protected block, break a tool group, or push the call over the budget."""
+        report = p.built.report
+        call = ModelCall(
+            p.session_id,
+            p.run_id,
+            p.instance_id,
+            p.prepared_id,
+            p.purpose,
+            tuple(p.tools),
+            report.to_dict(),
+        )
+        messages, added, removed, used = await self.hooks.model_before(
+            call, list(p.messages), p.built.manifest, self.content.count, p.profile.message_overhead
+        )
+        check_manifest(messages, p.built.manifest)
+        check_tool_groups(messages)
+        # Room reserved for the hooks at a re-prepare is what they now fill: not counted twice.
+        reserved = report.items.get("reserved", 0)
+        factor = max(1.0, report.calibration.factor) if report.calibration else 1.0
+        decision = gate(
+            estimated_before=math.ceil((report.estimated_input - reserved) * factor),
+            added=added,
+            removed=removed,
+            input_budget=report.input_budget,
+            soft_ratio=p.soft_ratio,
+            reprepared=p.reprepare_of is not None,
+            details={"prepared_id": p.prepared_id, "hooks": used},
+        )
+        return messages, decision, used
+
+    async def model_result(self, sid: str, call_id: str, body: ModelResultIn) -> dict[str, Any]:
+        """The runtime reports the response: ``model.chat.after`` (read-only), the response
+        reference and the provider's usage, which calibrates later estimates (R6.4)."""
+        call = await self.calls.get(call_id, sid)
+        if call is None:
+            raise NotFound(f"model call {call_id} not found")
+        if call.status == "completed":
+            return {"call_id": call_id, "status": "completed", "drift": call.drift}
+        response = body.response
+        blob = await self.content.put(_json_bytes(response), "application/json")
+        usage = dict(body.usage)
+        # Claim the call first: of concurrent reports exactly one calibrates and runs the
+        # after-hooks; the others read what it stored.
+        if not await self.calls.complete(call_id, blob["sha256"], usage):
+            stored = await self.calls.drift(call_id)
+            return {"call_id": call_id, "status": "completed", "drift": stored}
+        drift = self._calibrate(call, usage)
+        if drift is not None:
+            await self.calls.set_drift(call_id, drift)
+        if self.hooks.hooks:
+            await self.hooks.model_after(
+                ModelCall(
+                    call.session_id,
+                    call.run_id,
+                    call.instance_id,
+                    call.prepared_id,
+                    call.purpose,
+                    (),
+                    call.budget,
+                ),
+                response,
+            )
+        self.notes.usage(call, usage)
+        return {"call_id": call_id, "status": "completed", "drift": drift}
+
+    def _calibrate(self, call: StoredCall, usage: dict[str, Any]) -> dict[str, Any] | None:
+        """The model's factor moved by the reported input; the drift, or None without a
+        usable report."""
+        estimated = int(call.budget.get("final_estimated_input_raw") or 0)
+        actual = usage.get("input_tokens")
+        if not (isinstance(actual, int) and actual > 0 and estimated > 0):
+            return None
+        previous = self.calibration.get(call.model, Calibration())
+        cal = calibrate(previous, estimated, _bounded(actual, estimated))
+        self.calibration[call.model] = cal
+        return {
+            "estimated_input": estimated,
+            "reported_input": actual,
+            "drift_ratio": round(actual / estimated - 1.0, 6),
+            "calibration": cal.to_dict(),
+        }
+
+    async def load_calibration(self) -> None:
+        """At start: each model's factor from its last reported calls, so a restart does not
+        forget what the provider said."""
+        for u in await self.calls.recent_usage(CALIBRATION_WINDOW):
+            if u.estimated and u.reported:
+                cal = self.calibration.get(u.model, Calibration())
+                self.calibration[u.model] = calibrate(
+                    cal, u.estimated, _bounded(u.reported, u.estimated)
+                )

@@ -1,0 +1,80 @@
+"""R18 observability notes of Prepare: per purpose, the input estimate and its itemized
+shares, and the provider's real usage beside it — never content.
+
+Advisory: published without waiting, from a task, so that a prepare never waits on the
+broker (not even when the producer's buffer is full).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.budget import BudgetReport
+from schemas.wire import ObservabilityEvent, encode_observability
+from storage.model_calls import StoredCall
+from streams.publish import Publisher
+
+
+@dataclass
+class Notes:
+    publisher: Publisher
+    topic: str | None  # None: observability is off
+    _background: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def budget(
+        self,
+        scope: tuple[str, str, str],
+        purpose: str,
+        policy_revision: str,
+        report: BudgetReport,
+    ) -> None:
+        """A prepare's estimate (``scope``: session, run, instance)."""
+        if not self.topic:
+            return
+        sid, run_id, instance_id = scope
+        ev = ObservabilityEvent(
+            "prepare_budget",
+            sid,
+            run_id,
+            instance_id,
+            int(time.time() * 1000),
+            policy_revision,
+            purpose=purpose,
+            budget_items=dict(report.items),
+            input_budget=report.input_budget,
+            estimated_input=report.estimated_input,
+            counting_method=report.counting_method,
+        )
+        self._publish(sid, ev)
+
+    def usage(self, call: StoredCall, usage: dict[str, Any]) -> None:
+        """A model call's reported usage beside its estimate."""
+        if not self.topic:
+            return
+        ev = ObservabilityEvent(
+            "model_call",
+            call.session_id,
+            call.run_id,
+            call.instance_id,
+            int(time.time() * 1000),
+            str(call.dependency_versions.get("policy_revision", "")),
+            purpose=call.purpose,
+            input_budget=int(call.budget["input_budget"]),
+            estimated_input=int(call.budget["final_estimated_input"]),
+            counting_method=str(call.budget.get("counting_method", "")),
+            budget_items={
+                k: int(v) for k, v in usage.items() if isinstance(v, int) and k.endswith("tokens")
+            },
+        )
+        self._publish(call.session_id, ev)
+
+    def _publish(self, sid: str, ev: ObservabilityEvent) -> None:
+        assert self.topic is not None
+        task = asyncio.get_running_loop().create_task(
+            self.publisher.send_advisory(self.topic, sid.encode(), encode_observability(ev))
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

@@ -1,0 +1,287 @@
+"""Prepare a model call's context (R4, R6, R9, R10): assemble the thread's view within the
+release's budget, check the triggers, wait (bounded) for compaction when nothing may be
+sent without it, and hold the result for the gateway's final check."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from domain.assemble import Assembled, Material, assemble
+from domain.budget import Calibration, ModelProfile, counting_label, enforce
+from domain.providers import render as render_provider
+from domain.rendering import ThreadRenderer
+from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
+from services.prepare.compaction_check import CompactionCheck, Lineage
+from services.prepare.content import ContentStore
+from services.prepare.notes import Notes
+from services.prepare.prepare_hooks import HookRegistry, PrepareRequest
+from services.prepare.prepared import PreparedEntry, PreparedStore
+from services.prepare.publishing import ReleaseBook
+from services.prepare.requests import PrepareIn
+from services.prepare.run_lifecycle import offsets_of
+from services.prepare.views import Snapshot, ThreadViews
+from services.prepare.waiter import Waiter
+from storage.releases import Release
+
+# R10.3: offered to the model when something was externalized; the runtime executes it with
+# ``ContextClient.read_content`` (scope-checked, paged).
+READ_CONTENT_TOOL: dict[str, Any] = {
+    "name": "read_content",
+    "description": "Read part of a result that was shown truncated. ref is the reference"
+    " given in the truncation note; offset and limit are in characters.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "ref": {"type": "string"},
+            "offset": {"type": "integer", "minimum": 0},
+            "limit": {"type": "integer", "minimum": 1, "maximum": 65536},
+        },
+        "required": ["ref"],
+    },
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one prepare builds: for which thread, purpose, profile, tools and material."""
+
+    session_id: str
+    run_id: str
+    instance_id: str
+    purpose: str
+    release: Release
+    profile: ModelProfile
+    catalog: list[dict[str, Any]]
+    material: tuple[Material, ...]
+    reserve_tokens: int
+
+
+@dataclass(frozen=True)
+class Built:
+    rend: ThreadRenderer
+    snap: Snapshot
+    assembled: Assembled
+    tools: list[dict[str, Any]]
+
+
+def _purpose(body: PrepareIn) -> str:
+    return "completion" if body.purpose == "verification" else body.purpose  # R4.1
+
+
+def _material(body: PrepareIn) -> tuple[Material, ...]:
+    try:
+        return tuple(Material.from_dict(m) for m in body.material)
+    except (KeyError, TypeError) as exc:
+        raise InvalidRequest("material items need citation_id and text", field="material") from exc
+
+
+@dataclass
+class Preparer:
+    releases: ReleaseBook
+    views: ThreadViews
+    waiter: Waiter
+    compaction: CompactionCheck
+    content: ContentStore
+    prepared: PreparedStore
+    notes: Notes
+    calibration: dict[str, Calibration]  # per model, kept by the gateway (R6.4)
+    commit_wait_s: float
+    hooks: HookRegistry
+
+    async def prepare(self, sid: str, run_id: str, body: PrepareIn) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        material = _material(body)
+        await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
+        waited = time.perf_counter() - t0
+        target = await self._target(sid, run_id, body, material)
+        main_instance = (await self.views.snapshot(sid, run_id)).main_instance_id
+        is_child = target.instance_id != main_instance
+        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, is_child)
+        built = await self._build(target, lineage)
+        job_status = None
+        if target.purpose == "action":
+            built, lineage, job_status = await self._check_triggers(
+                target, built, lineage, body.reprepare_of
+            )
+        report = built.assembled.report
+        over_budget = report.calibrated_input > report.input_budget
+        if over_budget and job_status is not None and report.required <= report.input_budget:
+            raise ContextBudgetExceeded(
+                "context exceeds the input budget and compaction did not bring it under",
+                reason="compaction_" + str(job_status["status"]),
+                job=job_status,
+                **report.to_dict(),
+            )
+        scope = (sid, run_id, target.instance_id)
+        self.notes.budget(scope, target.purpose, target.release.policy_revision, report)
+        enforce(report)
+        out = self._answer(target, built, lineage, body)
+        out["timing"] = {
+            "commit_wait_ms": round(waited * 1000, 3),
+            "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
+        }
+        if self.hooks.hooks:
+            await self.hooks.prepare_after(
+                {k: out[k] for k in ("prepared_id", "purpose", "budget", "decisions")}
+            )
+        return out
+
+    async def _target(
+        self, sid: str, run_id: str, body: PrepareIn, material: tuple[Material, ...]
+    ) -> Target:
+        purpose = _purpose(body)
+        rel = await self.releases.of_session(sid)
+        profile = ModelProfile.from_dict(body.model_profile or rel.model_profile)
+        catalog = rel.tool_catalog if body.tool_catalog is None else body.tool_catalog
+        if purpose == "compaction":
+            catalog = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
+        instance_id = body.instance_id or (await self.views.snapshot(sid, run_id)).main_instance_id
+        if self.hooks.hooks:
+            material = await self.hooks.prepare_before(
+                PrepareRequest(sid, run_id, instance_id, purpose, material)
+            )
+        return Target(
+            sid, run_id, instance_id, purpose, rel, profile, catalog, material, body.reserve_tokens
+        )
+
+    async def _check_triggers(
+        self, target: Target, built: Built, lineage: Lineage, reprepare_of: str | None
+    ) -> tuple[Built, Lineage, dict[str, Any] | None]:
+        """R9.1: checked at every action prepare; the processor (state owner) decides and
+        records the report; here we only decide whether this call must wait."""
+        report = built.assembled.report
+        scope = (target.session_id, target.run_id, target.instance_id)
+        fired, obs_key = await self.compaction.observe(
+            scope, target.release, built.rend, report, lineage
+        )
+        over = report.calibrated_input > report.input_budget
+        # R9.7: over the hard budget nothing is sent — wait (bounded) for the job. A
+        # re-prepare for a hook's additions (R9.8) waits too, so there is room for them.
+        if not (fired and (over or reprepare_of) and report.required <= report.input_budget):
+            return built, lineage, None
+        job_status = await self.compaction.wait_for_job(target.session_id, obs_key)
+        # The job's lineage is the main one: a child thread's prepare rebuilds on it too.
+        lineage = await self.compaction.lineage(
+            target.session_id, target.run_id, target.instance_id, False
+        )
+        return await self._build(target, lineage), lineage, job_status
+
+    async def _build(self, target: Target, lineage: Lineage) -> Built:
+        policy = target.release.policy
+        rend, snap = await self.views.view(
+            target.session_id,
+            target.run_id,
+            target.instance_id,
+            target.profile.message_overhead,
+            lineage.summary,
+            lineage.state.revocation_epoch,
+            policy.large_result,
+        )
+        pending = rend.pending_calls()
+        if pending:
+            raise Conflict(
+                "tool calls of this thread still wait for results",
+                reason="tool_results_pending",
+                call_ids=pending,
+            )
+        tools = target.catalog
+        if (
+            target.purpose != "compaction"
+            and rend.externalized
+            and all(t.get("name") != READ_CONTENT_TOOL["name"] for t in tools)
+        ):
+            # R10.3: views point at read_content, so the model is offered it (and its
+            # schema is counted like every other tool's).
+            tools = [*tools, READ_CONTENT_TOOL]
+        assembled = assemble(
+            profile=target.profile,
+            counting_method=counting_label(target.profile.counting, self.content.counter.method),
+            count=self.content.count,
+            instructions=target.release.instructions,
+            skill_bindings=target.release.skill_bindings,
+            tools=tools,
+            thread=rend,
+            material=target.material,
+            reserve_tokens=target.reserve_tokens,
+            calibration=self.calibration.get(target.profile.name),
+        )
+        return Built(rend, snap, assembled, tools)
+
+    def _answer(
+        self, target: Target, built: Built, lineage: Lineage, body: PrepareIn
+    ) -> dict[str, Any]:
+        rend, snap, assembled = built.rend, built.snap, built.assembled
+        summary = lineage.summary
+        provider = None
+        if body.render:
+            fmt = target.profile.provider_format
+            try:
+                provider = {
+                    "format": fmt,
+                    "request": render_provider(assembled.messages, built.tools, fmt),
+                }
+            except ValueError as exc:
+                raise InvalidRequest(str(exc), field="provider_format") from exc
+        deps = {
+            "through_session_sequence": snap.through_session_sequence,
+            "thread_last_sequence": rend.last_sequence,
+            "policy_revision": target.release.policy_revision,
+            "release_id": target.release.release_id,
+            "summary_id": summary.summary_id if summary else None,
+        }
+        prepared_id = f"prep_{uuid.uuid4().hex[:16]}"
+        self.prepared.remember(
+            PreparedEntry(
+                prepared_id,
+                target.session_id,
+                target.run_id,
+                target.instance_id,
+                target.purpose,
+                assembled.messages,
+                built.tools,
+                assembled,
+                target.profile,
+                target.release.policy.compaction.context_ratio,
+                body.reprepare_of,
+                deps,
+            )
+        )
+        return {
+            "prepared_id": prepared_id,
+            "provider": provider,
+            "purpose": target.purpose,
+            "session_id": target.session_id,
+            "run_id": target.run_id,
+            "instance_id": target.instance_id,
+            "messages": assembled.messages,
+            "tools": built.tools,
+            "budget": assembled.report.to_dict(),
+            "protected_block_manifest": [p.as_dict for p in assembled.manifest],
+            "decisions": assembled.decisions + _view_decisions(rend, lineage),
+            "read_content_tool": READ_CONTENT_TOOL if rend.externalized else None,
+            "reprepare_of": body.reprepare_of,
+            "dependency_versions": deps,
+            "inherited": {"through_session_sequence": snap.through_session_sequence},
+            "record_count": rend.record_count,
+        }
+
+
+def _view_decisions(rend: ThreadRenderer, lineage: Lineage) -> list[dict[str, Any]]:
+    """What the view did beyond assembly: externalized results, the summary shown."""
+    out: list[dict[str, Any]] = [
+        {"block_id": f"rec:{r}", "decision": "externalized", "reason": "large_result_view"}
+        for r in rend.externalized
+    ]
+    if lineage.summary:
+        out.append(
+            {
+                "block_id": f"summary:{lineage.summary.summary_id}",
+                "decision": "summarized",
+                "reason": "covered_by_summary",
+                "records": len(lineage.summary.covered),
+            }
+        )
+    return out

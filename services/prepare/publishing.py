@@ -1,0 +1,112 @@
+"""Releases (R1.4, R15.4, R17): publish once, frozen; read as their space sees them.
+
+Releases are frozen and a session's release never changes (R1.4): both lookups are cached
+for the life of the process, which takes two queries off every prepare.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.budget import ModelProfile, counting_label
+from domain.policy import validate_policy
+from schemas.errors import NotFound, ReleaseConflict
+from services.prepare.requests import ReleaseIn
+from storage.releases import RELEASE_CONTENT, Release, Releases
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def policy_revision(policy: dict[str, Any]) -> str:
+    canon = json.dumps(policy, sort_keys=True, separators=(",", ":"))
+    return "pol_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
+
+
+def release_content_hash(content: dict[str, Any]) -> str:
+    """sha256 of the canonical JSON of a release's content fields."""
+    return hashlib.sha256(_canonical({k: content[k] for k in RELEASE_CONTENT}).encode()).hexdigest()
+
+
+@dataclass
+class ReleaseBook:
+    releases: Releases
+    # The release id of a session (sessions never change release): from the session store.
+    release_of_session: Callable[[str], Awaitable[str]]
+    counting_method: str  # the tokenizer's, for R6.4's check at publish
+    _releases: dict[str, Release] = field(default_factory=dict)
+    _session_release: dict[str, str] = field(default_factory=dict)
+
+    async def register(self, body: ReleaseIn, space_id: str | None = None) -> dict[str, Any]:
+        """``space_id``: the publishing key's space, which owns the release (R15.4)."""
+        profile = ModelProfile.from_dict(body.model_profile)  # validates R6.1/R6.5
+        counting_label(profile.counting, self.counting_method)  # R6.4: refused at publish
+        # R7.7/R17: validated and frozen at publish; stored with every default made
+        # explicit so that a later change of platform defaults never alters it.
+        policy = validate_policy(body.context_policy).to_dict()
+        rev = policy_revision({"policy": policy, "model_profile": body.model_profile})
+        content = {
+            "agent_id": body.agent_id,
+            "instructions": body.instructions,
+            "tool_catalog": body.tool_catalog,
+            "skill_bindings": body.skill_bindings,
+            "hook_bindings": body.hook_bindings,
+            "model_profile": body.model_profile,
+            "context_policy": policy,
+        }
+        digest = release_content_hash(content)
+        release_id = body.release_id or f"rel_{uuid.uuid4().hex[:12]}"
+        if not await self.releases.insert(release_id, content, rev, digest, space_id):
+            # The id exists: the same content is the same release (a retry, answered
+            # alike); any other content is refused, never applied to sessions in flight.
+            await self._check_same(await self.get(release_id), content, digest, space_id)
+        return {
+            "release_id": release_id,
+            "policy_revision": rev,
+            "content_hash": digest,
+            "input_budget": profile.input_budget(),
+        }
+
+    async def _check_same(
+        self, existing: Release, content: dict[str, Any], digest: str, space_id: str | None
+    ) -> None:
+        release_id = existing.release_id
+        if existing.space_id not in (None, space_id):
+            # Ids are global: another space's release is named by nothing but "taken".
+            raise ReleaseConflict(
+                f"release id {release_id} is taken; publish under another id",
+                release_id=release_id,
+            )
+        stored = existing.content()
+        if (existing.content_hash or release_content_hash(stored)) != digest:
+            differ = [k for k in RELEASE_CONTENT if _canonical(stored[k]) != _canonical(content[k])]
+            raise ReleaseConflict(
+                f"release {release_id} is frozen with other content"
+                f" ({', '.join(differ) or 'content hash'} differ); publish a new release id",
+                release_id=release_id,
+                fields=differ,
+            )
+        if existing.content_hash is None:  # published before migration 006
+            await self.releases.backfill_content_hash(release_id, digest)
+
+    async def get(self, release_id: str) -> Release:
+        cached = self._releases.get(release_id)
+        if cached is not None:
+            return cached
+        rel = await self.releases.get(release_id)
+        if rel is None:
+            raise NotFound(f"release {release_id} not found")
+        self._releases[release_id] = rel
+        return rel
+
+    async def of_session(self, sid: str) -> Release:
+        release_id = self._session_release.get(sid)
+        if release_id is None:
+            release_id = self._session_release[sid] = await self.release_of_session(sid)
+        return await self.get(release_id)

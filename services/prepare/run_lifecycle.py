@@ -1,0 +1,175 @@
+"""Sessions and runs (R1): open a session; start, resume and finish runs.
+
+Prepare is a reader of session state: it never writes records, runs or counters itself.
+A run start is an event published to the session's partition; the session processor
+(the single writer) accepts or refuses it, and Prepare reports what it decided.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from domain.planning import lifecycle_key
+from schemas.contracts import (
+    Authority,
+    Content,
+    ContextEvent,
+    RecordKind,
+    RunLifecyclePayload,
+    Scope,
+    Source,
+)
+from schemas.errors import Conflict, InvalidRequest, NotFound, RunActive, RunNotActive
+from schemas.validation import run_start_problem, validate_event
+from services.bus import send_event
+from services.prepare.publishing import ReleaseBook
+from services.prepare.requests import FinishIn, RunIn, RunLifecycleIn, SessionIn
+from services.prepare.views import ThreadViews
+from services.prepare.waiter import Waiter
+from storage.sessions import SessionRow, Sessions
+from streams.publish import Publisher
+
+
+def offsets_of(after: dict[str, int]) -> dict[int, int]:
+    """The ``after`` offsets of a request, keyed by partition."""
+    return {int(k): int(v) for k, v in after.items()}
+
+
+@dataclass
+class Runs:
+    sessions: Sessions
+    releases: ReleaseBook
+    publisher: Publisher
+    topic: str  # the records topic
+    waiter: Waiter
+    views: ThreadViews
+    commit_wait_s: float
+    host_id: str = "prepare"
+
+    async def open_session(self, body: SessionIn, space_id: str, actor_id: str) -> dict[str, Any]:
+        """``space_id`` and ``actor_id`` are the caller's, checked by the API against its
+        credential (``auth.session_owner``); the release must be visible in that space."""
+        sid = body.session_id or f"ses_{uuid.uuid4().hex[:16]}"
+        rel = await self.releases.get(body.release_id)
+        if rel.space_id not in (None, space_id):
+            raise NotFound(f"release {body.release_id} not found")
+        created = await self.sessions.insert(sid, space_id, actor_id, body.release_id)
+        s = await self.session(sid)
+        if not created and (s.release_id, s.space_id, s.actor_id) != (
+            body.release_id,
+            space_id,
+            actor_id,
+        ):
+            raise Conflict(f"session {sid} exists with another release or scope (R1.4)")
+        return s.to_dict()
+
+    async def session(self, sid: str) -> SessionRow:
+        s = await self.sessions.get(sid)
+        if s is None:
+            raise NotFound(f"session {sid} not found")
+        return s
+
+    async def start_run(self, sid: str, body: RunIn) -> dict[str, Any]:
+        # Refused here, before anything is published: the processor would dead-letter it.
+        problem = run_start_problem(body.run_id, body.instance_id)
+        if problem is not None:
+            raise InvalidRequest(problem)
+        s = await self.session(sid)
+        run_id = body.run_id or f"run_{uuid.uuid4().hex[:12]}"
+        instance_id = body.instance_id or f"{run_id}.main"
+        event_key = f"run_started:{run_id}"
+        scope = Scope(s.space_id, s.actor_id, sid, run_id, instance_id)
+        payload = RunLifecyclePayload(release_id=s.release_id)
+        await self._publish(scope, event_key, RecordKind.RUN_STARTED, payload)
+        snap = await self.views.snapshot(sid, run_id)
+        return {
+            "session_id": sid,
+            "run_id": run_id,
+            "instance_id": snap.main_instance_id,
+            "status": snap.run_status,
+            "snapshot": {
+                "snapshot_id": snap.snapshot_id,
+                "through_session_sequence": snap.through_session_sequence,
+                "policy_revision": snap.policy_revision,
+            },
+        }
+
+    async def resume_run(self, sid: str, run_id: str, body: RunLifecycleIn) -> dict[str, Any]:
+        """R1.2: continue an earlier run — same run_id, thread and snapshot. The processor
+        decides, as for a start: refused with ``run_active`` while another run is active."""
+        return await self._lifecycle(sid, run_id, RecordKind.RUN_RESUMED, body)
+
+    async def finish_run(self, sid: str, run_id: str, body: FinishIn) -> dict[str, Any]:
+        """End the run (``cancelled``: stopped by the user); refused with
+        ``run_not_active`` when it already ended otherwise."""
+        kind = RecordKind.RUN_CANCELLED if body.cancelled else RecordKind.RUN_FINISHED
+        return await self._lifecycle(sid, run_id, kind, body)
+
+    async def _lifecycle(
+        self, sid: str, run_id: str, kind: RecordKind, body: RunLifecycleIn
+    ) -> dict[str, Any]:
+        # The caller's earlier appends first: the key derives from the counters they leave
+        # (a resume the caller appended itself, say).
+        await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
+        s = await self.session(sid)
+        run = await self.sessions.run(sid, run_id)
+        if run is None:
+            raise NotFound(f"run {run_id} of session {sid} not found")
+        # Durable counters, not a client's memory: a restarted runtime's next resume gets
+        # a new key, a retry of the same one the same key (a duplicate, answered alike).
+        event_key = body.event_key or lifecycle_key(kind, run)
+        scope = Scope(s.space_id, s.actor_id, sid, run_id, run.main_instance_id)
+        payload = RunLifecyclePayload(reason=body.reason)
+        part, off = await self._publish(scope, event_key, kind, payload)
+        after = await self.sessions.run(sid, run_id)
+        return {
+            "session_id": sid,
+            "run_id": run_id,
+            "instance_id": run.main_instance_id,
+            "status": after.status if after else None,
+            "event_key": event_key,
+            "partition": part,
+            "offset": off,
+        }
+
+    async def _publish(
+        self, scope: Scope, event_key: str, kind: RecordKind, payload: RunLifecyclePayload
+    ) -> tuple[int, int]:
+        """Publish a lifecycle event, wait until the processor committed it, and report
+        its refusal if it refused it."""
+        ev = ContextEvent(
+            event_id=str(uuid.uuid4()),
+            event_key=event_key,
+            scope=scope,
+            kind=kind,
+            authority=Authority.HOST,
+            source=Source("prepare", self.host_id, int(time.time() * 1000)),
+            content=Content.text(""),
+            payload=payload,
+        )
+        if kind is not RecordKind.RUN_STARTED:
+            # A key the processor would dead-letter unseen is refused here (a start's ids
+            # were checked by ``run_start_problem``).
+            validate_event(ev)
+        md = await send_event(self.publisher, self.topic, ev)
+        await self.waiter.wait({md.partition: md.offset}, self.commit_wait_s)
+        await self._raise_if_refused(scope.session_id, event_key)
+        return md.partition, md.offset
+
+    async def _raise_if_refused(self, sid: str, event_key: str) -> None:
+        """Report the processor's refusal of a committed lifecycle event (the outcome of
+        its first delivery: a duplicate is answered like the original)."""
+        o = await self.sessions.refusal(sid, event_key)
+        if o is None:
+            return
+        if o.code == "run_active":
+            raise RunActive(o.message, session_id=sid)
+        if o.code == "run_not_active":
+            raise RunNotActive(o.message, session_id=sid)
+        raise Conflict(o.message, reason=o.code)
+
+    async def outcome(self, sid: str, event_key: str) -> dict[str, Any]:
+        return await self.sessions.outcome(sid, event_key) or {"outcome": "unknown"}

@@ -1,0 +1,121 @@
+"""The content store (R3.4) and reading records back by id (R11.8, R13.2, R15.3).
+
+Blobs are content-addressed and immutable; a record is read back with its content whole
+(inline or from its blob) and whether its resource was revoked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+
+from storage.threads import child_transfer
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """A record as read back: its content whole, and whether its resource is revoked."""
+
+    record_id: str
+    session_sequence: int
+    run_id: str | None
+    instance_id: str | None
+    kind: str
+    authority: str
+    visibility: str
+    payload: Any
+    content_sha256: str | None
+    text: str | None
+    resource_ref: str | None
+    revoked: bool
+
+
+@dataclass(frozen=True)
+class RecordScope:
+    """Whose a record is: enough to decide a thread's read (R13.2)."""
+
+    visibility: str
+    run_id: str | None
+    instance_id: str | None
+
+
+class Blobs(Protocol):
+    """Port: the content store."""
+
+    async def put(
+        self, sha256: str, data: bytes, media_type: str, tokens: int, method: str
+    ) -> None:
+        """Idempotent: the same content is stored once."""
+
+    async def text(self, sha256: str) -> str | None:
+        """A stored blob decoded as UTF-8."""
+
+
+class Records(Protocol):
+    """Port: records read back by id."""
+
+    async def read(self, session_id: str, record_id: str) -> StoredRecord | None: ...
+
+    async def scope(self, session_id: str, record_id: str) -> RecordScope | None: ...
+
+    async def transfer(self, session_id: str, run_id: str, instance_id: str) -> list[str]:
+        """The record ids a parent exported to this child thread (R13.2)."""
+
+
+class PgBlobs:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def put(
+        self, sha256: str, data: bytes, media_type: str, tokens: int, method: str
+    ) -> None:
+        await self.pool.execute(
+            "INSERT INTO blobs (sha256, content, length, media_type, token_count, token_method)"
+            " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (sha256) DO NOTHING",
+            sha256,
+            data,
+            len(data),
+            media_type,
+            tokens,
+            method,
+        )
+
+    async def text(self, sha256: str) -> str | None:
+        text: str | None = await self.pool.fetchval(
+            "SELECT convert_from(content, 'UTF8') FROM blobs WHERE sha256=$1", sha256
+        )
+        return text
+
+
+class PgRecords:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def read(self, session_id: str, record_id: str) -> StoredRecord | None:
+        r = await self.pool.fetchrow(
+            "SELECT r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind,"
+            " r.authority, r.visibility, r.payload, r.content_sha256,"
+            " COALESCE(r.content_inline, convert_from(b.content, 'UTF8')) AS text,"
+            " r.resource_ref, EXISTS (SELECT 1 FROM revoked_resources v WHERE"
+            "  v.session_id = r.session_id AND v.resource_id = r.resource_ref) AS revoked"
+            " FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+            " WHERE r.session_id=$1 AND r.record_id=$2",
+            session_id,
+            record_id,
+        )
+        return None if r is None else StoredRecord(**dict(r))
+
+    async def scope(self, session_id: str, record_id: str) -> RecordScope | None:
+        r = await self.pool.fetchrow(
+            "SELECT visibility, run_id, instance_id FROM records"
+            " WHERE session_id=$1 AND record_id=$2",
+            session_id,
+            record_id,
+        )
+        return None if r is None else RecordScope(**dict(r))
+
+    async def transfer(self, session_id: str, run_id: str, instance_id: str) -> list[str]:
+        async with self.pool.acquire() as conn:
+            return await child_transfer(conn, session_id, run_id, instance_id)

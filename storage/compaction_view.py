@@ -1,0 +1,92 @@
+"""Prepare's reads of compaction state (R2.7, R8, R9): a view's state through
+``storage.view_state.load_view_state`` (the one place its rules live), the text of the
+summary it shows, and what the processor decided about an observation.
+
+Summary rows and "may run R reuse summary S" are immutable facts: cached for the life
+of the process, so the common case costs one round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import asyncpg
+
+from schemas.errors import NotFound
+from storage.threads import SummaryView
+from storage.view_state import ViewState, ViewStateCache, load_view_state
+
+
+class CompactionReads(Protocol):
+    """Port: compaction state as Prepare reads it."""
+
+    async def state(
+        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
+    ) -> ViewState:
+        """The view's compaction state (``storage.view_state``: R2.6, R2.7, R13.1)."""
+
+    async def summary(self, summary_id: str) -> SummaryView | None: ...
+
+    async def observation_outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+        """What became of an observation: None while undecided or while the job it
+        started is still requested; else the decision or the job's status."""
+
+
+class PgCompactionReads:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self._facts = ViewStateCache()
+        self._summaries: dict[str, SummaryView] = {}
+
+    async def state(
+        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
+    ) -> ViewState:
+        async with self.pool.acquire() as conn:
+            state = await load_view_state(
+                conn,
+                session_id,
+                run_id,
+                child_instance_id=child_instance_id,
+                through=through,
+                cache=self._facts,
+            )
+        if state is None:
+            raise NotFound(f"session {session_id} not found")
+        return state
+
+    async def summary(self, summary_id: str) -> SummaryView | None:
+        cached = self._summaries.get(summary_id)
+        if cached is None:
+            r = await self.pool.fetchrow(
+                "SELECT summary_text, summary_tokens, covered_record_ids FROM"
+                " summary_revisions WHERE summary_id=$1",
+                summary_id,
+            )
+            if r is None:
+                return None
+            cached = SummaryView(
+                summary_id,
+                r["summary_text"],
+                r["summary_tokens"],
+                frozenset(r["covered_record_ids"]),
+            )
+            self._summaries[summary_id] = cached  # revisions are immutable
+        return cached
+
+    async def observation_outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+        rep = await self.pool.fetchrow(
+            "SELECT decision, reason, job_id FROM trigger_reports WHERE session_id=$1"
+            " AND event_key=$2",
+            session_id,
+            event_key,
+        )
+        if rep is None:
+            return None
+        if rep["job_id"] is None:
+            return {"status": rep["decision"], "reason": rep["reason"]}
+        job = await self.pool.fetchrow(
+            "SELECT status, stage, reason FROM compaction_jobs WHERE job_id=$1", rep["job_id"]
+        )
+        if job is None or job["status"] == "requested":
+            return None
+        return dict(job) | {"job_id": rep["job_id"]}

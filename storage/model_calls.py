@@ -1,0 +1,164 @@
+"""Model calls checked by the gateway (R10.5, R15.1) and the usage that calibrates
+estimates (R6.4). One row per prepared context: the unique ``prepared_id`` makes a
+retried check return the same call."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import asyncpg
+
+
+@dataclass(frozen=True)
+class StoredCall:
+    call_id: str
+    prepared_id: str
+    session_id: str
+    run_id: str
+    instance_id: str
+    purpose: str
+    model: str
+    status: str  # ready | completed
+    final_input_sha256: str
+    budget: dict[str, Any]
+    hook_versions: list[str]
+    dependency_versions: dict[str, Any]
+    drift: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class NewCall:
+    call_id: str
+    prepared_id: str
+    session_id: str
+    run_id: str
+    instance_id: str
+    purpose: str
+    model: str
+    final_input_sha256: str
+    tool_catalog_version: str
+    model_config: dict[str, Any]
+    dependency_versions: dict[str, Any]
+    manifest: list[dict[str, Any]]
+    budget: dict[str, Any]
+    hook_versions: list[str]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One reported call: the raw estimate and the provider's input tokens."""
+
+    model: str
+    estimated: int
+    reported: int
+
+
+class ModelCalls(Protocol):
+    """Port: the model call records."""
+
+    async def for_prepared(
+        self, prepared_id: str, session_id: str, run_id: str
+    ) -> StoredCall | None: ...
+
+    async def get(self, call_id: str, session_id: str) -> StoredCall | None: ...
+
+    async def insert(self, call: NewCall) -> bool:
+        """False when a call for the same prepared context exists (nothing written)."""
+
+    async def complete(self, call_id: str, response_sha256: str, usage: dict[str, Any]) -> bool:
+        """Claim a ready call as completed; False when another report claimed it."""
+
+    async def drift(self, call_id: str) -> dict[str, Any] | None: ...
+
+    async def set_drift(self, call_id: str, drift: dict[str, Any]) -> None: ...
+
+    async def recent_usage(self, per_model: int) -> list[Usage]:
+        """The last ``per_model`` reported calls of each model, oldest first."""
+
+
+_CALL = (
+    "SELECT call_id, prepared_id, session_id, run_id, instance_id, purpose, model, status,"
+    " final_input_sha256, budget, hook_versions, dependency_versions, drift FROM model_calls"
+)
+
+
+def _call(row: Any) -> StoredCall | None:
+    return None if row is None else StoredCall(**dict(row))
+
+
+class PgModelCalls:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def for_prepared(
+        self, prepared_id: str, session_id: str, run_id: str
+    ) -> StoredCall | None:
+        return _call(
+            await self.pool.fetchrow(
+                _CALL + " WHERE prepared_id=$1 AND session_id=$2 AND run_id=$3",
+                prepared_id,
+                session_id,
+                run_id,
+            )
+        )
+
+    async def get(self, call_id: str, session_id: str) -> StoredCall | None:
+        return _call(
+            await self.pool.fetchrow(
+                _CALL + " WHERE call_id=$1 AND session_id=$2", call_id, session_id
+            )
+        )
+
+    async def insert(self, call: NewCall) -> bool:
+        inserted = await self.pool.fetchval(
+            "INSERT INTO model_calls (call_id, prepared_id, session_id, run_id, instance_id,"
+            " purpose, status, model, final_input_sha256, tool_catalog_version, model_config,"
+            " dependency_versions, manifest, budget, hook_versions)"
+            " VALUES ($1,$2,$3,$4,$5,$6,'ready',$7,$8,$9,$10,$11,$12,$13,$14)"
+            " ON CONFLICT (prepared_id) DO NOTHING RETURNING call_id",
+            call.call_id,
+            call.prepared_id,
+            call.session_id,
+            call.run_id,
+            call.instance_id,
+            call.purpose,
+            call.model,
+            call.final_input_sha256,
+            call.tool_catalog_version,
+            call.model_config,
+            call.dependency_versions,
+            call.manifest,
+            call.budget,
+            call.hook_versions,
+        )
+        return inserted is not None
+
+    async def complete(self, call_id: str, response_sha256: str, usage: dict[str, Any]) -> bool:
+        claimed = await self.pool.fetchval(
+            "UPDATE model_calls SET status='completed', response_sha256=$2, usage=$3,"
+            " completed_at=now() WHERE call_id=$1 AND status='ready' RETURNING call_id",
+            call_id,
+            response_sha256,
+            usage,
+        )
+        return claimed is not None
+
+    async def drift(self, call_id: str) -> dict[str, Any] | None:
+        drift: dict[str, Any] | None = await self.pool.fetchval(
+            "SELECT drift FROM model_calls WHERE call_id=$1", call_id
+        )
+        return drift
+
+    async def set_drift(self, call_id: str, drift: dict[str, Any]) -> None:
+        await self.pool.execute("UPDATE model_calls SET drift=$2 WHERE call_id=$1", call_id, drift)
+
+    async def recent_usage(self, per_model: int) -> list[Usage]:
+        rows = await self.pool.fetch(
+            "SELECT model, (budget->>'final_estimated_input_raw')::bigint AS est,"
+            " (usage->>'input_tokens')::bigint AS act FROM (SELECT *, row_number() OVER"
+            " (PARTITION BY model ORDER BY completed_at DESC) AS n FROM model_calls"
+            " WHERE usage ? 'input_tokens') x WHERE n <= $1 ORDER BY model, completed_at",
+            per_model,
+        )
+        return [Usage(r["model"], int(r["est"] or 0), int(r["act"] or 0)) for r in rows]

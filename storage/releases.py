@@ -1,0 +1,129 @@
+"""Releases (R1.4, R17): frozen once published, so a stored row becomes a frozen
+``Release`` whose policy is parsed once, here, and never again by its readers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import asyncpg
+
+from domain.policy import ContextPolicy, validate_policy
+
+# Every field a release freezes (R1.4, R17): one differing field is another release.
+RELEASE_CONTENT = (
+    "agent_id",
+    "instructions",
+    "tool_catalog",
+    "skill_bindings",
+    "hook_bindings",
+    "model_profile",
+    "context_policy",
+)
+
+
+@dataclass(frozen=True)
+class Release:
+    release_id: str
+    agent_id: str
+    instructions: str
+    tool_catalog: list[dict[str, Any]]
+    skill_bindings: list[dict[str, Any]]
+    hook_bindings: list[dict[str, Any]]
+    model_profile: dict[str, Any]
+    context_policy: dict[str, Any]
+    policy_revision: str
+    content_hash: str | None
+    space_id: str | None
+    frozen_at: str  # ISO 8601
+    # Parsed from ``context_policy`` once, at load: releases are frozen (R17).
+    policy: ContextPolicy = field(compare=False)
+
+    def content(self) -> dict[str, Any]:
+        """The frozen content fields, as published."""
+        return {k: getattr(self, k) for k in RELEASE_CONTENT}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The stored release as the API shows it (every column)."""
+        return self.content() | {
+            "release_id": self.release_id,
+            "policy_revision": self.policy_revision,
+            "content_hash": self.content_hash,
+            "space_id": self.space_id,
+            "frozen_at": self.frozen_at,
+        }
+
+
+def release_from_row(row: Any) -> Release:
+    return Release(
+        release_id=row["release_id"],
+        agent_id=row["agent_id"],
+        instructions=row["instructions"],
+        tool_catalog=row["tool_catalog"],
+        skill_bindings=row["skill_bindings"],
+        hook_bindings=row["hook_bindings"],
+        model_profile=row["model_profile"],
+        context_policy=row["context_policy"],
+        policy_revision=row["policy_revision"],
+        content_hash=row["content_hash"],
+        space_id=row["space_id"],
+        frozen_at=row["frozen_at"].isoformat(),
+        policy=validate_policy(row["context_policy"]),
+    )
+
+
+class Releases(Protocol):
+    """Port: the release store."""
+
+    async def insert(
+        self,
+        release_id: str,
+        content: dict[str, Any],
+        policy_revision: str,
+        content_hash: str,
+        space_id: str | None,
+    ) -> bool:
+        """Store a new release; False when the id exists (nothing written)."""
+
+    async def get(self, release_id: str) -> Release | None:
+        """The stored release, or None."""
+
+    async def backfill_content_hash(self, release_id: str, content_hash: str) -> None:
+        """Set the hash of a release published before it was stored (migration 006)."""
+
+
+class PgReleases:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def insert(
+        self,
+        release_id: str,
+        content: dict[str, Any],
+        policy_revision: str,
+        content_hash: str,
+        space_id: str | None,
+    ) -> bool:
+        row = await self.pool.fetchrow(
+            "INSERT INTO releases (release_id, agent_id, instructions, tool_catalog,"
+            " skill_bindings, hook_bindings, model_profile, context_policy, policy_revision,"
+            " content_hash, space_id) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
+            " ON CONFLICT (release_id) DO NOTHING RETURNING release_id",
+            release_id,
+            *(content[k] for k in RELEASE_CONTENT),
+            policy_revision,
+            content_hash,
+            space_id,
+        )
+        return row is not None
+
+    async def get(self, release_id: str) -> Release | None:
+        row = await self.pool.fetchrow("SELECT * FROM releases WHERE release_id=$1", release_id)
+        return None if row is None else release_from_row(row)
+
+    async def backfill_content_hash(self, release_id: str, content_hash: str) -> None:
+        await self.pool.execute(
+            "UPDATE releases SET content_hash=$2 WHERE release_id=$1 AND content_hash IS NULL",
+            release_id,
+            content_hash,
+        )

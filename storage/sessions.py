@@ -1,0 +1,143 @@
+"""Sessions, runs, event outcomes and read grants, as Prepare reads them (R1, R3.3).
+
+Prepare never writes runs or counters (the session processor is their single writer); it
+opens sessions, records grants and reads what the processor decided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import asyncpg
+
+from domain.planning import RunState
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    session_id: str
+    space_id: str
+    actor_id: str
+    release_id: str
+    active_run_id: str | None
+    revision: int
+    user_turns: int
+    model_steps: int
+    last_sequence: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The processor's refusal of an event (``event_outcomes``)."""
+
+    code: str
+    message: str
+
+
+class Sessions(Protocol):
+    """Port: sessions, their runs, what became of their events, and their grants."""
+
+    async def insert(self, session_id: str, space_id: str, actor_id: str, release_id: str) -> bool:
+        """Open a session; False when the id exists (nothing written)."""
+
+    async def get(self, session_id: str) -> SessionRow | None: ...
+
+    async def run(self, session_id: str, run_id: str) -> RunState | None:
+        """A run's status and lifecycle counters."""
+
+    async def refusal(self, session_id: str, event_key: str) -> Refusal | None:
+        """The refusal recorded for an event, if it was refused."""
+
+    async def outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+        """The committed record of an event, or its recorded outcome; None if neither."""
+
+    async def has_grant(self, session_id: str, actor_id: str) -> bool: ...
+
+    async def add_grant(
+        self, session_id: str, actor_id: str, granted_by: str, granted_by_key: str | None
+    ) -> None:
+        """Idempotent."""
+
+
+class PgSessions:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def insert(self, session_id: str, space_id: str, actor_id: str, release_id: str) -> bool:
+        row = await self.pool.fetchrow(
+            "INSERT INTO sessions (session_id, space_id, actor_id, release_id)"
+            " VALUES ($1,$2,$3,$4) ON CONFLICT (session_id) DO NOTHING RETURNING session_id",
+            session_id,
+            space_id,
+            actor_id,
+            release_id,
+        )
+        return row is not None
+
+    async def get(self, session_id: str) -> SessionRow | None:
+        r = await self.pool.fetchrow(
+            "SELECT session_id, space_id, actor_id, release_id, active_run_id, revision,"
+            " user_turns, model_steps, next_session_sequence - 1 AS last_sequence"
+            " FROM sessions WHERE session_id=$1",
+            session_id,
+        )
+        return None if r is None else SessionRow(**dict(r))
+
+    async def run(self, session_id: str, run_id: str) -> RunState | None:
+        row = await self.pool.fetchrow(
+            "SELECT main_instance_id, status, resumes, ends, refused_resumes FROM runs"
+            " WHERE session_id=$1 AND run_id=$2",
+            session_id,
+            run_id,
+        )
+        return None if row is None else RunState(run_id, **dict(row))
+
+    async def refusal(self, session_id: str, event_key: str) -> Refusal | None:
+        o = await self.pool.fetchrow(
+            "SELECT code, message FROM event_outcomes WHERE session_id=$1 AND event_key=$2",
+            session_id,
+            event_key,
+        )
+        return None if o is None else Refusal(o["code"], o["message"])
+
+    async def outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+        r = await self.pool.fetchrow(
+            "SELECT record_id, session_sequence, instance_sequence, kind FROM records"
+            " WHERE session_id=$1 AND event_key=$2",
+            session_id,
+            event_key,
+        )
+        if r is not None:
+            return {"outcome": "committed"} | dict(r)
+        o = await self.pool.fetchrow(
+            "SELECT outcome, code, message FROM event_outcomes WHERE session_id=$1"
+            " AND event_key=$2",
+            session_id,
+            event_key,
+        )
+        return None if o is None else dict(o)
+
+    async def has_grant(self, session_id: str, actor_id: str) -> bool:
+        return bool(
+            await self.pool.fetchval(
+                "SELECT 1 FROM session_grants WHERE session_id=$1 AND actor_id=$2",
+                session_id,
+                actor_id,
+            )
+        )
+
+    async def add_grant(
+        self, session_id: str, actor_id: str, granted_by: str, granted_by_key: str | None
+    ) -> None:
+        await self.pool.execute(
+            "INSERT INTO session_grants (session_id, actor_id, granted_by, granted_by_key)"
+            " VALUES ($1,$2,$3,$4) ON CONFLICT DO NOTHING",
+            session_id,
+            actor_id,
+            granted_by,
+            granted_by_key,
+        )
