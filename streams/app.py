@@ -1,7 +1,7 @@
 """faust-streaming wiring of the session processor.
 
-Kept thin: the agent takes batches and hands them to ``BatchProcessor``. Choices that
-matter for correctness (see DESIGN.md "Known traps"):
+Kept thin: the agent takes batches and hands them to ``BatchProcessor`` (built by
+``streams.bootstrap``). Choices that matter for correctness (see DESIGN.md "Known traps"):
 - ``concurrency=1``: with more, faust can commit an offset past an in-flight message
   (faust-streaming #606).
 - ``take_events`` acks a batch in a ``finally`` once the loop body returns — and also if
@@ -14,40 +14,20 @@ matter for correctness (see DESIGN.md "Known traps"):
 
 from __future__ import annotations
 
-import asyncio
-import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import faust
 
 from schemas.settings import Settings
-from storage.pool import create_pool
-from streams.processor import BatchProcessor, RawMessage, build_processor, handle_or_exit
+from streams.processor import BatchProcessor, RawMessage, handle_or_exit
 
-log = logging.getLogger("agentloom.processor")
-
-
-class FaustPublisher:
-    """Publishes through faust's own producer (acks=all, idempotent)."""
-
-    def __init__(self, app: faust.App) -> None:
-        self.app = app
-        self._pending: list[Any] = []
-
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        fut = await self.app.producer.send(
-            topic, key, value, partition=None, timestamp=None, headers=None
-        )
-        self._pending.append(fut)
-
-    async def flush(self) -> None:
-        pending, self._pending = self._pending, []
-        if pending:
-            await asyncio.gather(*pending)
+# Builds the processor once faust runs (its producer exists only then).
+ProcessorFactory = Callable[[faust.App], Awaitable[BatchProcessor]]
 
 
-def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
+def create_app(settings: Settings, data_dir: Path, build: ProcessorFactory) -> faust.App:
     app = faust.App(
         settings.processor_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
@@ -58,7 +38,7 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
         web_enabled=False,
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
-        datadir=str(data_dir or Path(".state/faust")),
+        datadir=str(data_dir),
         broker_commit_every=settings.processor_batch_max,
         broker_commit_interval=0.5,
         # Static membership: a restarted processor (crash, kill -9, deploy) takes its
@@ -75,13 +55,7 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
     )
     app.topic(settings.topic_committed, partitions=settings.topic_partitions)
     app.topic(settings.topic_dead_letter, partitions=settings.topic_partitions)
-    state: dict[str, BatchProcessor] = {}
-
-    async def processor() -> BatchProcessor:
-        if "p" not in state:
-            pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
-            state["p"] = build_processor(settings, pool, FaustPublisher(app))
-        return state["p"]
+    built: list[BatchProcessor] = []
 
     @app.agent(records, concurrency=1)
     async def session_processor(stream: Any) -> None:
@@ -92,6 +66,8 @@ def create_app(settings: Settings, data_dir: Path | None = None) -> faust.App:
                 RawMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
                 for e in events
             ]
-            await handle_or_exit(await processor(), batch, settings.processor_transient_retry_s)
+            if not built:  # lazily, as before: the pool is opened by the first batch
+                built.append(await build(app))
+            await handle_or_exit(built[0], batch, settings.processor_transient_retry_s)
 
     return app

@@ -19,17 +19,15 @@ import logging
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import asyncpg
 
 from domain.accounting import text_key, token_text
 from domain.planning import BatchPlan, Incoming, plan_batch
-from domain.tokens import CachedCounter, make_counter
+from domain.tokens import CachedCounter
 from schemas import codec
 from schemas.contracts import ContextEvent, ResourceActivationPayload
 from schemas.errors import InvalidEvent
-from schemas.settings import Settings
 from schemas.validation import validate_control, validate_event
 from schemas.wire import (
     CompactionRequest,
@@ -46,6 +44,7 @@ from storage import ingest
 from streams.control import apply_controls, preempt
 from streams.faults import describe_failure, is_transient, retry_transient
 from streams.outgoing import Applied, ProcessorConfig, dead_letter, encode_applied
+from streams.publish import Publisher
 
 CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
 
@@ -58,13 +57,6 @@ class RawMessage:
     value: bytes | None
     partition: int
     offset: int
-
-
-class Publisher(Protocol):
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        """Queue a message; ``flush`` waits until all queued messages are acknowledged."""
-
-    async def flush(self) -> None: ...
 
 
 @dataclass
@@ -425,24 +417,6 @@ class BatchProcessor:
             item.event.scope.session_id,
             item.event.event_key,
         )
-
-
-def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher) -> BatchProcessor:
-    """The one place a processor is wired from settings, whichever driver feeds it."""
-    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-    return BatchProcessor(
-        pool,
-        publisher,
-        counter,
-        ProcessorConfig(
-            consumer=settings.processor_id,
-            topic_records=settings.topic_records,
-            topic_committed=settings.topic_committed,
-            topic_dead_letter=settings.topic_dead_letter,
-            topic_compaction_requests=settings.topic_compaction_requests,
-            topic_observability=settings.topic_observability,
-        ),
-    )
 
 
 CRASH_EXIT_CODE = 70

@@ -1,0 +1,115 @@
+"""Composition root of the session processor process: settings, the PostgreSQL pool, the
+Kafka publisher and the ``BatchProcessor`` are built here and only here, for either
+driver (faust, the default, or aiokafka directly). The drivers (``streams.app``,
+``streams.direct``) only move batches; ``python -m streams`` calls ``main``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import asyncpg
+import faust
+
+from domain.tokens import CachedCounter, make_counter
+from schemas.settings import Settings
+from storage.migrate import apply_dsn
+from storage.pool import create_pool
+from streams import direct
+from streams.app import create_app
+from streams.outgoing import ProcessorConfig
+from streams.processor import BatchProcessor
+from streams.publish import AiokafkaPublisher, FaustPublisher, Publisher
+from streams.topics import require_topics
+
+log = logging.getLogger("agentloom.processor")
+
+FAUST_DATA_DIR = Path(".state/faust")
+
+
+def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher) -> BatchProcessor:
+    """The one place a processor is wired from settings, whichever driver feeds it."""
+    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
+    return BatchProcessor(
+        pool,
+        publisher,
+        counter,
+        ProcessorConfig(
+            consumer=settings.processor_id,
+            topic_records=settings.topic_records,
+            topic_committed=settings.topic_committed,
+            topic_dead_letter=settings.topic_dead_letter,
+            topic_compaction_requests=settings.topic_compaction_requests,
+            topic_observability=settings.topic_observability,
+        ),
+    )
+
+
+async def _open_pool(settings: Settings) -> asyncpg.Pool:
+    return await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
+
+
+async def prepare_infrastructure(settings: Settings) -> None:
+    await apply_dsn(settings.pg_dsn)
+    # Every topic the processor reads or writes (records in; committed, dead letters,
+    # compaction requests, observability out) exists with our partition count, or the
+    # process stops here — before faust or aiokafka joins the group.
+    await require_topics(settings)
+
+
+async def run_direct(settings: Settings) -> None:
+    """The aiokafka driver: runs until SIGTERM/SIGINT."""
+    pool = await _open_pool(settings)
+    publisher = AiokafkaPublisher(settings.kafka_bootstrap)
+    consumer = direct.make_consumer(settings)
+    await publisher.start()
+    await consumer.start()
+    proc = build_processor(settings, pool, publisher)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info(
+        "[direct-driver]: Ready, consuming %s as %s",
+        settings.topic_records,
+        settings.processor_instance_id,
+    )
+    try:
+        await direct.consume(
+            consumer,
+            proc,
+            stop,
+            settings.processor_batch_max,
+            settings.processor_transient_retry_s,
+        )
+    finally:
+        await consumer.stop()  # leaves the group: partitions move at once
+        await publisher.stop()
+        await pool.close()
+
+
+def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
+    """The faust driver's app; its processor publishes through faust's own producer."""
+
+    async def build(app: faust.App) -> BatchProcessor:
+        return build_processor(settings, await _open_pool(settings), FaustPublisher(app))
+
+    return create_app(settings, data_dir, build)
+
+
+def main() -> None:
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    asyncio.run(prepare_infrastructure(settings))
+    if settings.processor_driver == "aiokafka":
+        asyncio.run(run_direct(settings))
+        return
+    from faust.worker import Worker
+
+    worker = Worker(faust_app(settings), loglevel=settings.log_level.lower(), quiet=True)
+    worker.execute_from_commandline()
