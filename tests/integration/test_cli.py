@@ -1,0 +1,163 @@
+"""The installed ``agentloom`` command, run as a subprocess against the real stack (R17 and
+the operator commands of issue 14): exit codes, ``--json`` and what each command does."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from schemas.wire import DeadLetter, encode_dead_letter
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.integration
+AGENTLOOM = str(Path(sys.executable).with_name("agentloom"))
+PROFILE = {"name": "m-8k", "context_capacity": 8192, "output_reserve": 1024, "safety_margin": 256}
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AGENTLOOM, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"COLUMNS": "200"} | env,
+    )
+
+
+def as_json(p: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(p.stdout)
+
+
+@pytest.mark.spec("R17")
+def test_help_everywhere_and_usage_errors_exit_2() -> None:
+    for cmd in ([], ["policy"], ["dlq"], ["topics"], ["session"], ["keys"], ["migrate"]):
+        p = run(*cmd, "--help")
+        assert p.returncode == 0, (cmd, p.stderr)
+        assert "Usage" in p.stdout
+    assert run("policy", "validate").returncode == 2  # missing FILE
+    assert run("no-such-command").returncode == 2
+
+
+@pytest.mark.spec("R17", "R7.7")
+def test_policy_validate_and_preview(tmp_path: Path) -> None:
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"compaction": {"user_turns": 20}}))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("compaction:\n  context_ratio: 1.5\n  user_turns: 0\nbogus: 1\n")
+    assert run("policy", "validate", str(good)).returncode == 0
+    p = run("policy", "validate", str(bad), "--json")
+    assert p.returncode == 2
+    assert [(i["details"]["path"], i["details"]["rule"]) for i in as_json(p)["issues"]] == [
+        ("bogus", "unknown_field"),
+        ("compaction.context_ratio", "ratio_range"),
+        ("compaction.user_turns", "positive_integer"),
+    ]
+    profile = tmp_path / "profile.json"
+    profile.write_text(json.dumps(PROFILE))
+    p = run("policy", "preview", str(good), "--model-profile", str(profile), "--json")
+    assert p.returncode == 0, p.stderr
+    doc = as_json(p)
+    assert doc["provenance"]["compaction.user_turns"] == "override"
+    assert doc["provenance"]["compaction.context_ratio"] == "default"
+    action = next(r for r in doc["budgets"] if r["purpose"] == "action")
+    assert (action["input_budget"], action["context_trigger_tokens"]) == (6912, 5530)
+    assert (action["target_tokens"], action["user_turns"]) == (4148, 20)
+    table = run("policy", "preview", str(good), "--model-profile", str(profile))
+    assert table.returncode == 0 and "compaction.user_turns" in table.stdout
+    assert run("policy", "preview", str(bad), "--model-profile", str(profile)).returncode == 2
+
+
+@pytest.mark.spec("R17", "R1.4")
+def test_policy_publish_through_the_prepare_api(tmp_path: Path, services: Any) -> None:
+    release = {
+        "agent_id": "cli-agent",
+        "instructions": "You are a test agent.",
+        "model_profile": PROFILE,
+        "context_policy": {"compaction": {"user_turns": 3}},
+    }
+    f = tmp_path / "release.json"
+    f.write_text(json.dumps(release))
+    rid = f"rel-cli-{uuid.uuid4().hex[:8]}"
+    env = {"ALC_PREPARE_URL": services.prepare_url, "ALC_API_KEY": services.api_key}
+    p = run("policy", "publish", str(f), "--release-id", rid, "--json", **env)
+    assert p.returncode == 0, p.stderr + p.stdout
+    assert as_json(p)["release_id"] == rid
+    again = run("policy", "publish", str(f), "--release-id", rid, "--json", **env)
+    assert as_json(again) == as_json(p)  # the same content: the same release
+    f.write_text(json.dumps(release | {"instructions": "other"}))
+    refused = run("policy", "publish", str(f), "--release-id", rid, "--json", **env)
+    assert refused.returncode == 1
+    assert as_json(refused)["error"]["details"]["status"] == 409
+    f.write_text(json.dumps(release | {"context_policy": {"compaction": {"user_turns": 0}}}))
+    assert run("policy", "publish", str(f), "--release-id", rid, **env).returncode == 2
+
+
+def test_migrate_and_topics_check(stack: Stack, pg_dsn: str) -> None:
+    p = run("migrate", "--json", ALC_PG_DSN=pg_dsn)
+    assert p.returncode == 0, p.stderr
+    assert as_json(p)["latest"] > 0
+    assert as_json(run("migrate", "--json", ALC_PG_DSN=pg_dsn))["applied"] == []
+    p = run("topics", "check", "--json", ALC_KAFKA_BOOTSTRAP=stack.kafka_bootstrap)
+    assert p.returncode == 0, p.stderr
+    assert "ctx.deadletter" in as_json(p)["topics"]
+
+
+async def test_dlq_list_show_and_replay(stack: Stack) -> None:
+    tag = uuid.uuid4().hex[:8]
+    dlq, source = f"cli-dlq-{tag}", f"cli-src-{tag}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(dlq, 2, 1), NewTopic(source, 1, 1)])
+    finally:
+        await admin.close()
+    original = b"\x00original-bytes-" + tag.encode()
+    letter = DeadLetter(
+        "invalid_event", "bad", source, 0, 7, b"ses-1", original, "ses-1", "ek-1", 1_700_000_000
+    )
+    prod = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
+    await prod.start()
+    try:
+        await prod.send_and_wait(dlq, encode_dead_letter(letter), key=b"ses-1", partition=1)
+    finally:
+        await prod.stop()
+    env = {"ALC_KAFKA_BOOTSTRAP": stack.kafka_bootstrap, "ALC_TOPIC_DEAD_LETTER": dlq}
+    listed = as_json(run("dlq", "list", "--json", **env))["letters"]
+    assert [(x["ref"], x["reason_code"], x["source"]) for x in listed] == [
+        ("1:0", "invalid_event", f"{source}:0:7")
+    ]
+    shown = run("dlq", "show", "1:0", "--json", **env)
+    assert as_json(shown)["value_head"] == original.hex()
+    assert run("dlq", "show", "0:5", **env).returncode == 1
+    assert run("dlq", "replay", **env).returncode == 2  # nothing named
+    p = run("dlq", "replay", "1:0", "--json", **env)
+    assert (p.returncode, as_json(p)["replayed"]) == (0, ["1:0"]), p.stderr
+    cons = AIOKafkaConsumer(bootstrap_servers=stack.kafka_bootstrap)
+    await cons.start()
+    try:
+        tp = TopicPartition(source, 0)
+        cons.assign([tp])
+        await cons.seek_to_beginning(tp)
+        got: list[Any] = []
+        for _ in range(10):  # the first fetches may return nothing while metadata loads
+            got += (await cons.getmany(tp, timeout_ms=2_000)).get(tp, [])
+            if got:
+                break
+    finally:
+        await cons.stop()
+    assert [(m.key, m.value) for m in got] == [(b"ses-1", original)]
+
+
+def test_session_inspect_of_an_unknown_session_fails(pg_dsn: str) -> None:
+    p = run("session", "inspect", "ses-none", "--json", ALC_PG_DSN=pg_dsn)
+    assert p.returncode == 1
+    assert as_json(p)["error"]["code"] == "not_found"
