@@ -49,7 +49,7 @@ bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost, pre
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)
 	@$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)
 
-peer-tests: setup ## The openai-agents sdist's own session tests with SQLiteSession replaced by ours (real stack)
+peer-tests: setup ## The openai-agents and langchain sdists' own tests with ours substituted (real stack); per-file summary
 	@bash deploy/peer-tests.sh
 
 clean: down ## Stop the stack and remove local state (.state, build)

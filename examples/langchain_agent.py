@@ -1,7 +1,10 @@
 """A LangChain v1 ``create_agent`` agent with its context kept by AgentLoom Context.
 
-    make up
-    export ALC_API_KEY=$(.venv/bin/agentloom-keys create --space default --kind host)
+    make up                                 # Kafka + PostgreSQL
+    .venv/bin/python -m services.prepare &  # Prepare (applies the migrations) on :18080
+    .venv/bin/python -m streams &           # the session processor
+    .venv/bin/python -m services.compaction &
+    export ALC_API_KEY=$(.venv/bin/python -m services.keys_cli create --space default --kind host)
     export OPENAI_API_KEY=sk-...            # the agent's own model (pip install langchain-openai)
     .venv/bin/python examples/langchain_agent.py
 

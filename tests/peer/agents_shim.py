@@ -11,7 +11,6 @@ deselected here with the reason, and the rest must pass.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,7 @@ from agents.memory.session_settings import SessionSettings
 from services.integrations.connection import AgentLoomConnection
 from services.integrations.openai_agents import AgentLoomSession
 from tests.conftest import pg_dsn, services, stack  # noqa: F401  (our real-stack fixtures)
-from tests.support.services import TEST_SPACE, Services
+from tests.peer.shared import agentloom, deselect_not_applicable  # noqa: F401  (a fixture)
 
 NOT_APPLICABLE = {
     # SQLite internals: per-thread connections, file locks, corrupt JSON rows, rollback.
@@ -47,34 +46,14 @@ def _reason(name: str) -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    keep, drop = [], []
-    for item in items:
-        why = _reason(item.name)
-        if why:
-            drop.append(item)
-            print(f"[peer] not applicable: {item.name}: {why}")
-        else:
-            keep.append(item)
-    config.hook.pytest_deselected(items=drop)
-    items[:] = keep
-
-
-@pytest.fixture(scope="session")
-def agentloom(services: Services) -> Iterator[AgentLoomConnection]:  # noqa: F811
-    conn = AgentLoomConnection(
-        services.stack.kafka_bootstrap,
-        services.prepare_url,
-        services.api_key,
-        services.env("ALC_TOPIC_RECORDS"),
-        space_id=TEST_SPACE,
-    )
-    yield conn
-    conn.close()
+    deselect_not_applicable(config, items, "openai-agents", lambda item: _reason(item.name))
 
 
 @pytest.fixture(autouse=True)
 def _sessions_are_ours(
-    request: pytest.FixtureRequest, agentloom: AgentLoomConnection, monkeypatch: pytest.MonkeyPatch
+    request: pytest.FixtureRequest,
+    agentloom: AgentLoomConnection,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tag = uuid.uuid4().hex[:8]  # a fresh namespace per test: their ids repeat across tests
 
