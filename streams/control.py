@@ -36,6 +36,7 @@ from schemas.wire import (
     ObservabilityEvent,
 )
 from storage import compaction as repo
+from storage import compaction_state, processing
 from storage.threads import inherited_records, snapshot_boundary, thread_records
 from storage.view_state import ViewState, load_view_state
 from streams.faults import describe_failure, is_transient
@@ -61,11 +62,7 @@ class ControlResult:
 
 
 async def _lineage(conn: asyncpg.Connection, ev: ControlEvent) -> str:
-    main = await conn.fetchval(
-        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
-        ev.session_id,
-        ev.run_id,
-    )
+    main = await processing.main_instance_id(conn, ev.session_id, ev.run_id)
     return "main" if main == ev.instance_id else ev.instance_id
 
 
@@ -110,19 +107,13 @@ async def _observe(
     obs: BudgetObservation,
     notes: list[ObservabilityEvent],
 ) -> CompactionRequest | None:
-    done = await conn.fetchrow(
-        "SELECT t.job_id, j.status, j.request FROM trigger_reports t"
-        " LEFT JOIN compaction_jobs j ON j.job_id = t.job_id"
-        " WHERE t.session_id=$1 AND t.event_key=$2",
-        ev.session_id,
-        ev.event_key,
-    )
+    done = await compaction_state.checked(conn, ev.session_id, ev.event_key)
     if done is not None:
         # Redelivered observation: already checked. If it started a job that is still
         # waiting, the request may have been lost between our commit and its publish —
         # publish it again (the worker and the commit both dedupe by job id).
-        if done["status"] == "requested":
-            return _request_of(done["request"])
+        if done.job_status == "requested" and done.job_request is not None:
+            return _request_of(done.job_request)
         return None
     ctx = await repo.session_context(conn, ev.session_id)
     policy = validate_compaction(repo.policy_compaction(ctx["context_policy"]))
@@ -244,11 +235,7 @@ async def _observe(
         row,
         active_job_id=job_id,
         deferral_reason=None,
-        attempts=await conn.fetchval(
-            "SELECT attempts + 1 FROM compaction_state WHERE session_id=$1 AND lineage=$2",
-            ev.session_id,
-            lineage,
-        ),
+        attempts=await compaction_state.next_attempt(conn, ev.session_id, lineage),
         fixed_overhead=obs.fixed_overhead,
         input_budget=obs.input_budget,
         last_attempt=repo.last_attempt_json(
@@ -454,13 +441,8 @@ async def _outcome(
         active_job_id=None,
         deferral_reason=None,
     )
-    await conn.execute(
-        "UPDATE compaction_state SET view_tokens = view_tokens - $3 + $4"
-        " WHERE session_id=$1 AND lineage=$2",
-        ev.session_id,
-        job["lineage"],
-        out.covered_tokens,
-        out.summary_tokens,
+    await compaction_state.replace_view_tokens(
+        conn, ev.session_id, job["lineage"], out.covered_tokens, out.summary_tokens
     )
     await repo.finish_job(conn, out.job_id, "committed", "commit", None)
     note(
@@ -479,54 +461,46 @@ async def preempt(
     fixed overhead, start compaction before the runtime asks — so that it is usually done
     by the next prepare. Only the first crossing since the last success is handled here
     (no ``last_attempt``); retries stay with the prepare-time checks and their growth gate."""
-    rows = await conn.fetch(
-        "SELECT c.*, s.user_turns, s.model_steps, s.active_run_id, r.context_policy,"
-        " r.policy_revision AS release_policy FROM compaction_state c"
-        " JOIN sessions s USING (session_id) JOIN releases r USING (release_id)"
-        " WHERE c.session_id = ANY($1::text[]) AND c.lineage = 'main'"
-        " AND c.input_budget > 0 AND c.active_job_id IS NULL AND c.last_attempt IS NULL"
-        " AND s.active_run_id IS NOT NULL",
-        session_ids,
-    )
+    rows = await compaction_state.preempt_candidates(conn, session_ids)
     requests: list[CompactionRequest] = []
     for r in rows:
-        policy = validate_compaction(repo.policy_compaction(r["context_policy"]))
-        estimate = r["fixed_overhead"] + r["view_tokens"]
-        sid, run_id = r["session_id"], r["active_run_id"]
+        policy = validate_compaction(repo.policy_compaction(r.context_policy))
+        estimate = r.fixed_overhead + r.view_tokens
+        sid, run_id = r.session_id, r.run_id
         view = await _view(conn, sid, run_id, "main")
         through, summary_id = view.through, view.summary_id
         state = CompactionState(view.counters, view.baseline)
         probe = evaluate_triggers(
-            state, policy, Observation(estimate, r["input_budget"], r["fixed_overhead"], 1, "probe")
+            state, policy, Observation(estimate, r.input_budget, r.fixed_overhead, 1, "probe")
         )
         if not probe.start_job:
             continue
-        main = await conn.fetchval(
-            "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", sid, run_id
-        )
+        main = await processing.main_instance_id(conn, sid, run_id)
+        if main is None:  # an active run always has its row; nothing to check without
+            continue
         records = await inherited_records(conn, sid, through) + await thread_records(
             conn, sid, run_id, main, through
         )
         covered = set(view.summary.covered_record_ids) if view.summary else set()
         records = [x for x in records if x.record_id not in covered]
-        keep = validate_policy(r["context_policy"]).recent_complete_groups
+        keep = validate_policy(r.context_policy).recent_complete_groups
         compressible = select_prefix(build_groups(records), keep).compressible_tokens
         last_seq = records[-1].session_sequence if records else through
         fingerprint = hashlib.sha256(
-            f"pre:{last_seq}:{summary_id}:{r['release_policy']}:{r['input_budget']}".encode()
+            f"pre:{last_seq}:{summary_id}:{r.release_policy}:{r.input_budget}".encode()
         ).hexdigest()[:32]
         obs = BudgetObservation(
             estimate,
-            r["input_budget"],
+            r.input_budget,
             # What Prepare last measured as required: the same number its checks compare
             # against, so a failed pre-emptive job does not look like "required changed".
-            r["required_tokens"] or r["fixed_overhead"],
-            r["fixed_overhead"],
+            r.required_tokens or r.fixed_overhead,
+            r.fixed_overhead,
             compressible,
             last_seq,
             summary_id,
             fingerprint,
-            r["release_policy"],
+            r.release_policy,
         )
         ev = ControlEvent(f"pre:{sid}:{last_seq}", sid, run_id, main, int(time.time() * 1000), obs)
         req = await _observe(conn, ev, obs, notes)

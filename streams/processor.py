@@ -40,7 +40,7 @@ from schemas.wire import (
     fit_dead_letter,
 )
 from storage import compaction as compaction_repo
-from storage import ingest
+from storage import ingest, processing
 from streams.control import apply_controls, preempt
 from streams.faults import describe_failure, is_transient, retry_transient
 from streams.outgoing import Applied, ProcessorConfig, dead_letter, encode_applied
@@ -164,13 +164,9 @@ class BatchProcessor:
         if controls:
             # A control event names a session the processor owns; one that does not
             # exist is bad input, not a reason to stop (validated ids: a safe query).
-            known = {
-                r["session_id"]
-                for r in await conn.fetch(
-                    "SELECT session_id FROM sessions WHERE session_id = ANY($1::text[])",
-                    sorted({c.event.session_id for c in controls}),
-                )
-            }
+            known = await processing.open_sessions(
+                conn, sorted({c.event.session_id for c in controls})
+            )
             for c in [c for c in controls if c.event.session_id not in known]:
                 controls.remove(c)
                 reason = f"session {c.event.session_id} is not open"
@@ -255,11 +251,8 @@ class BatchProcessor:
                 ev = item.event
                 try:
                     async with conn.transaction():  # best effort: a savepoint
-                        await conn.execute(
-                            "INSERT INTO event_outcomes (session_id, event_key, outcome, code,"
-                            " message) SELECT session_id, $2, 'dead_letter', $3, $4 FROM sessions"
-                            " WHERE session_id=$1 AND space_id=$5 AND actor_id=$6"
-                            " ON CONFLICT DO NOTHING",
+                        await processing.record_dead_letter(
+                            conn,
                             ev.scope.session_id,
                             ev.event_key,
                             *describe_failure(exc),

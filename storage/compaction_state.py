@@ -1,0 +1,96 @@
+"""The processor's writes and scans of ``compaction_state`` beyond lock/update
+(``storage.compaction``): the attempt counter, the view-token estimate and the sessions
+due a pre-emptive check."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+
+
+async def next_attempt(conn: asyncpg.Connection, session_id: str, lineage: str) -> int:
+    """The lineage's attempt count plus one (the row is locked by the caller)."""
+    n = await conn.fetchval(
+        "SELECT attempts + 1 FROM compaction_state WHERE session_id=$1 AND lineage=$2",
+        session_id,
+        lineage,
+    )
+    return int(n)
+
+
+async def replace_view_tokens(
+    conn: asyncpg.Connection, session_id: str, lineage: str, covered: int, summary: int
+) -> None:
+    """A committed summary replaces ``covered`` tokens of the view by ``summary`` tokens."""
+    await conn.execute(
+        "UPDATE compaction_state SET view_tokens = view_tokens - $3 + $4"
+        " WHERE session_id=$1 AND lineage=$2",
+        session_id,
+        lineage,
+        covered,
+        summary,
+    )
+
+
+@dataclass(frozen=True)
+class Checked:
+    """An observation already checked (its trigger report) and the job it started."""
+
+    job_id: str | None
+    job_status: str | None
+    job_request: dict[str, Any] | None
+
+
+async def checked(conn: asyncpg.Connection, session_id: str, event_key: str) -> Checked | None:
+    r = await conn.fetchrow(
+        "SELECT t.job_id, j.status, j.request FROM trigger_reports t"
+        " LEFT JOIN compaction_jobs j ON j.job_id = t.job_id"
+        " WHERE t.session_id=$1 AND t.event_key=$2",
+        session_id,
+        event_key,
+    )
+    return None if r is None else Checked(r["job_id"], r["status"], r["request"])
+
+
+@dataclass(frozen=True)
+class PreemptCandidate:
+    """A main lineage with an active run, no job in flight and no attempt remembered."""
+
+    session_id: str
+    run_id: str
+    context_policy: Any  # the release's raw policy (parsed by the caller)
+    release_policy: str  # the release's policy revision
+    fixed_overhead: int
+    view_tokens: int
+    input_budget: int
+    required_tokens: int
+
+
+async def preempt_candidates(
+    conn: asyncpg.Connection, session_ids: list[str]
+) -> list[PreemptCandidate]:
+    rows = await conn.fetch(
+        "SELECT c.session_id, s.active_run_id, r.context_policy,"
+        " r.policy_revision AS release_policy, c.fixed_overhead, c.view_tokens,"
+        " c.input_budget, c.required_tokens FROM compaction_state c"
+        " JOIN sessions s USING (session_id) JOIN releases r USING (release_id)"
+        " WHERE c.session_id = ANY($1::text[]) AND c.lineage = 'main'"
+        " AND c.input_budget > 0 AND c.active_job_id IS NULL AND c.last_attempt IS NULL"
+        " AND s.active_run_id IS NOT NULL",
+        session_ids,
+    )
+    return [
+        PreemptCandidate(
+            r["session_id"],
+            r["active_run_id"],
+            r["context_policy"],
+            r["release_policy"],
+            int(r["fixed_overhead"]),
+            int(r["view_tokens"]),
+            int(r["input_budget"]),
+            int(r["required_tokens"]),
+        )
+        for r in rows
+    ]
