@@ -7,7 +7,7 @@ without an HTTP API serve it on ``ALC_METRICS_PORT`` when set (off by default).
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 PREPARE_SECONDS = Histogram(
     "agentloom_prepare_seconds",
@@ -24,10 +24,32 @@ PROCESSOR_BATCH_SIZE = Histogram(
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
 )
 DEAD_LETTERS = Counter(
-    "agentloom_dead_letters_total", "Dead letters seen by the analytics group", ["reason"]
+    "agentloom_dead_letters_total",
+    "Dead letters by reason (written by this process; in analytics: seen by its group)",
+    ["reason"],
 )
 COMPACTION_JOBS = Counter(
     "agentloom_compaction_jobs_total", "Compaction jobs finished", ["outcome"]
+)
+COMPACTION_JOB_SECONDS = Histogram(
+    "agentloom_compaction_job_seconds",
+    "Compaction job time, request taken to outcome published",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
+)
+SUMMARIZER_CALLS = Counter(
+    "agentloom_summarizer_calls_total",
+    "Summarizer (purpose=compaction) calls",
+    ["outcome"],  # ok|failed|timeout|invalid
+)
+SUMMARIZER_TOKENS = Counter(
+    "agentloom_summarizer_tokens_total",
+    "Summarizer tokens",
+    ["direction"],  # input|output
+)
+CONSUMER_LAG = Gauge(
+    "agentloom_consumer_lag",
+    "Messages behind the partition's end offset, per consumer group and partition",
+    ["group", "partition"],
 )
 ANALYTICS_EVENTS = Counter(
     "agentloom_analytics_events_total",
