@@ -59,6 +59,9 @@ ALL_SCHEMAS = (
     OBSERVABILITY_EVENT,
 )
 
+# Earlier versions of a schema whose payloads may still be in Kafka (readable, never written).
+EARLIER_WRITERS = ("observability_event.v3.avsc",)
+
 # Writer schemas we can read, by fingerprint. Older versions are registered here when a
 # schema evolves, so that payloads already in Kafka keep decoding.
 _WRITERS: dict[bytes, AvroSchema] = {}
@@ -70,7 +73,7 @@ def register_writer(s: AvroSchema) -> None:
 
 def _ensure_registered() -> None:
     if not _WRITERS:
-        for name in ALL_SCHEMAS:
+        for name in ALL_SCHEMAS + EARLIER_WRITERS:
             register_writer(schema(name))
 
 

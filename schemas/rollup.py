@@ -6,13 +6,17 @@ window, never in the one being filled when it arrived. Dimensions (tenant space,
 release, model, purpose) come from the session, looked up by the caller: the events carry
 ids and counts only. Values are integers (milliseconds, tokens, counts) so that sums are
 exact and independent of the order the events are added in — which is what makes a replay
-yield the same rollups.
+yield the same rollups. Distributions (estimated input tokens, by budget item) are kept
+the same way, as counts per fixed log-scale bucket (``*_hist`` metrics), so percentiles
+can be read back from any window's rows with a stated error bound (``REL_ERROR``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from schemas.wire import DeadLetter, ObservabilityEvent
 
@@ -65,39 +69,125 @@ def _inc(metric: str, value: int | float | None, label: str = "") -> list[Increm
     return [] if value is None else [Increment(metric, label, round(value))]
 
 
+# Percentiles from a mergeable histogram: fixed log-scale buckets (DDSketch's mapping,
+# Masson et al. 2019) whose counts are plain integer increments, so they add up across
+# batches, a replay and windows like every other rollup. Bucket i >= 1 holds the values in
+# (GAMMA**(i-2), GAMMA**(i-1)]; bucket 0 holds 0. Reporting a bucket by
+# 2 * GAMMA**(i-1) / (GAMMA + 1) is within REL_ERROR of every value in it, so a quantile
+# read from the buckets is within REL_ERROR (relative) of the exact nearest-rank quantile,
+# plus half a token from rounding to an integer.
+REL_ERROR = 0.02
+GAMMA = (1 + REL_ERROR) / (1 - REL_ERROR)
+_LOG_GAMMA = math.log(GAMMA)
+HIST_SUFFIX = "_hist"
+
+
+def hist_index(value: int) -> int:
+    """The histogram bucket of a non-negative integer (negative counts as 0)."""
+    return 0 if value <= 0 else math.ceil(math.log(value) / _LOG_GAMMA) + 1
+
+
+def hist_value(index: int) -> int:
+    """The value reported for a bucket (within REL_ERROR of all it holds, then rounded)."""
+    return 0 if index <= 0 else round(2 * GAMMA ** (index - 1) / (GAMMA + 1))
+
+
+def _hist(metric: str, value: int | None, label: str = "") -> list[Increment]:
+    """One count in ``metric``'s histogram; the label is ``<label>|<bucket>``."""
+    if value is None:
+        return []
+    return [Increment(metric + HIST_SUFFIX, f"{label}|{hist_index(value)}", 1)]
+
+
+def quantile(counts: Mapping[int, int], q: float) -> int | None:
+    """Nearest-rank ``q`` quantile (0 < q <= 1) of a histogram {bucket: count}."""
+    total = sum(counts.values())
+    if total <= 0:
+        return None
+    rank = max(1, math.ceil(q * total))
+    seen = 0
+    for index in sorted(counts):
+        seen += counts[index]
+        if seen >= rank:
+            return hist_value(index)
+    raise AssertionError("unreachable: rank <= total")
+
+
+# R9.5 / R9.4: the checks the anti-storm rules held back (no summarizer call).
+STORM_REASONS = frozenset({"below_retry_growth_gate", "same_state_as_last_attempt"})
+
+
+def _prepare(ev: ObservabilityEvent) -> list[Increment]:
+    if ev.decision == "refused":
+        return _inc("refusals", 1, ev.reason or "")
+    out = _inc("prepares", 1)
+    out += _inc("estimated_input_tokens", ev.estimated_input)
+    out += _hist("estimated_input_tokens", ev.estimated_input)
+    for item, tokens in sorted(ev.budget_items.items()):
+        out += _inc("budget_item_tokens", tokens, item)
+        out += _hist("budget_item_tokens", tokens, item)
+    for decision, n in sorted(ev.counts.items()):
+        out += _inc("prepare_decisions", n, decision)
+    return out
+
+
+def _compaction(ev: ObservabilityEvent) -> list[Increment]:
+    outcome = ev.decision or ""
+    out = _inc("compactions", 1, outcome)
+    if ev.reason:
+        out += _inc("compaction_reasons", 1, f"{outcome}:{ev.reason}"[:200])
+    out += _inc("tokens_before", ev.budget_before)
+    out += _inc("tokens_after", ev.budget_after)
+    if ev.budget_before is not None and ev.budget_after is not None:
+        out += _inc("tokens_saved", ev.budget_before - ev.budget_after)
+    out += _inc("summarizer_calls", ev.model_calls)
+    out += _inc("summarizer_input_tokens", ev.covered_tokens)
+    out += _inc("summary_tokens", ev.summary_tokens)
+    out += _inc("compaction_ms", ev.elapsed_ms)
+    return out
+
+
+def _trigger(ev: ObservabilityEvent) -> list[Increment]:
+    out = _inc("trigger_checks", 1, ev.decision or "")
+    if ev.reason in STORM_REASONS:
+        out += _inc("storm_suppressions", 1, ev.reason or "")
+    return out
+
+
+def _model_call(ev: ObservabilityEvent) -> list[Increment]:
+    out = _inc("model_calls", 1)
+    out += _inc("estimated_input_tokens_called", ev.estimated_input)
+    for item in ("input_tokens", "output_tokens"):
+        out += _inc(f"usage_{item}", ev.budget_items.get(item))
+    return out
+
+
+def _processor(ev: ObservabilityEvent) -> list[Increment]:
+    if ev.kind == "idempotent_hit":
+        return _inc("idempotent_hits", ev.counts.get("hits", 1), ev.reason or "")
+    return _inc("processor_dead_letters", 1, ev.reason or "")
+
+
+def _readback(ev: ObservabilityEvent) -> list[Increment]:
+    return _inc("readbacks", 1) + _inc("readback_chars", ev.read_size)
+
+
+_BY_KIND: dict[str, Callable[[ObservabilityEvent], list[Increment]]] = {
+    "prepare_budget": _prepare,
+    "trigger_check": _trigger,
+    "compaction_finished": _compaction,
+    "model_call": _model_call,
+    "revision_conflict": lambda ev: _inc("revision_conflicts", 1),
+    "idempotent_hit": _processor,
+    "dead_letter": _processor,
+    "readback": _readback,
+}
+
+
 def observability_increments(ev: ObservabilityEvent) -> tuple[Increment, ...]:
-    """R18: what one observability event counts, by kind."""
-    out: list[Increment] = []
-    if ev.kind == "prepare_budget":
-        if ev.decision == "refused":
-            out += _inc("refusals", 1, ev.reason or "")
-        else:
-            out += _inc("prepares", 1)
-            out += _inc("estimated_input_tokens", ev.estimated_input)
-            for item, tokens in sorted(ev.budget_items.items()):
-                out += _inc("budget_item_tokens", tokens, item)
-    elif ev.kind == "trigger_check":
-        out += _inc("trigger_checks", 1, ev.decision or "")
-    elif ev.kind == "compaction_finished":
-        outcome = ev.decision or ""
-        out += _inc("compactions", 1, outcome)
-        if ev.reason:
-            out += _inc("compaction_reasons", 1, f"{outcome}:{ev.reason}"[:200])
-        out += _inc("tokens_before", ev.budget_before)
-        out += _inc("tokens_after", ev.budget_after)
-        if ev.budget_before is not None and ev.budget_after is not None:
-            out += _inc("tokens_saved", ev.budget_before - ev.budget_after)
-        out += _inc("summarizer_calls", ev.model_calls)
-        out += _inc("summary_tokens", ev.summary_tokens)
-        out += _inc("compaction_ms", ev.elapsed_ms)
-    elif ev.kind == "model_call":
-        out += _inc("model_calls", 1)
-        out += _inc("estimated_input_tokens_called", ev.estimated_input)
-        for item in ("input_tokens", "output_tokens"):
-            out += _inc(f"usage_{item}", ev.budget_items.get(item))
-    elif ev.kind == "revision_conflict":
-        out += _inc("revision_conflicts", 1)
-    return tuple(out)
+    """R18: what one observability event counts, by kind (an unknown kind: nothing)."""
+    by_kind = _BY_KIND.get(ev.kind)
+    return () if by_kind is None else tuple(by_kind(ev))
 
 
 def dead_letter_increments(dl: DeadLetter) -> tuple[Increment, ...]:
@@ -116,4 +206,36 @@ def rollup(
             for inc in fact.increments:
                 key = RollupKey(w, start, fact.dims, inc.metric, inc.label)
                 out[key] = out.get(key, 0) + inc.value
+    return out
+
+
+_ROW_DIMS = ("bucket_start", "space_id", "agent_id", "release_id", "model", "purpose")
+
+
+def distributions(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Count, sum, p50 and p95 per window, dimensions, metric and label, from the API's
+    rollup rows: the ``<metric>_hist`` rows give the percentiles (within REL_ERROR), the
+    ``<metric>`` row with the same label the exact sum."""
+    hists: dict[tuple[Any, ...], dict[int, int]] = {}
+    sums: dict[tuple[Any, ...], int] = {}
+    for r in rows:
+        dims = tuple(r[d] for d in _ROW_DIMS)
+        metric, label = str(r["metric"]), str(r["label"])
+        if metric.endswith(HIST_SUFFIX):
+            name, _, index = label.rpartition("|")
+            key = (*dims, metric.removesuffix(HIST_SUFFIX), name)
+            counts = hists.setdefault(key, {})
+            counts[int(index)] = counts.get(int(index), 0) + int(r["value"])
+        else:
+            sums[(*dims, metric, label)] = sums.get((*dims, metric, label), 0) + int(r["value"])
+    out: list[dict[str, Any]] = []
+    for key, counts in hists.items():
+        row = dict(zip((*_ROW_DIMS, "metric", "label"), key, strict=True))
+        row.update(
+            count=sum(counts.values()),
+            sum=sums.get(key),
+            p50=quantile(counts, 0.5),
+            p95=quantile(counts, 0.95),
+        )
+        out.append(row)
     return out

@@ -232,6 +232,7 @@ def decode_compaction_request(data: bytes) -> CompactionRequest:
 class ObservabilityEvent:
     kind: (
         str  # trigger_check | compaction_finished | prepare_budget | revision_conflict | model_call
+        # | idempotent_hit | dead_letter | readback
     )
     session_id: str
     run_id: str
@@ -257,6 +258,10 @@ class ObservabilityEvent:
     model_calls: int | None = None
     elapsed_ms: float | None = None
     counting_method: str | None = None
+    counts: dict[str, int] = field(default_factory=dict)  # decision counts, idempotent hits
+    record_id: str | None = None  # readback
+    read_offset: int | None = None
+    read_size: int | None = None
 
 
 def encode_observability(ev: ObservabilityEvent) -> bytes:

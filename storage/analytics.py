@@ -10,7 +10,9 @@ from typing import Any
 
 import asyncpg
 
-from schemas.rollup import Dims, Fact, RollupKey, rollup
+from schemas.rollup import Dims, Fact, RollupKey, distributions, rollup
+
+__all__ = ["Consumed", "apply", "distributions", "query", "session_dims"]
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,8 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
         per tumbling window (event time) and agent / release / model / purpose: prepares,
         estimated input tokens, refusals by reason, trigger checks by decision,
         compactions by outcome and reason, tokens before/after/saved, summarizer calls,
-        model calls and usage, dead letters by reason (``metric`` + ``label``)."""
+        model calls and usage, dead letters by reason (``metric`` + ``label``);
+        ``distributions``: count, sum, p50 and p95 of the ``*_hist`` rows (within 2%)."""
         if space is not None and space != who.space_id:
             raise NotFound(f"space {space} not found")
         if who.credential.kind is not KeyKind.HOST:
@@ -146,6 +147,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
             "window": window,
             "space_id": who.space_id,
             "rows": rows[:limit],
+            "distributions": analytics.distributions(rows[:limit]),
             "truncated": len(rows) > limit,
         }
 

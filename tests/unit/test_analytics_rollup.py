@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.rollup import (
+    STORM_REASONS,
     WINDOWS_MS,
     Dims,
     Fact,
@@ -25,7 +26,11 @@ KINDS = [
     "prepare_budget",
     "revision_conflict",
     "model_call",
+    "idempotent_hit",
+    "dead_letter",
+    "readback",
 ]
+REASONS = [None, "required_over_budget", "nothing_compressible", *sorted(STORM_REASONS)]
 opt_int = st.none() | st.integers(0, 200_000)
 
 events = st.builds(
@@ -38,8 +43,14 @@ events = st.builds(
     policy_revision=st.just("p"),
     purpose=st.sampled_from([None, "action", "compaction"]),
     decision=st.sampled_from([None, "refused", "committed", "deferred", "started"]),
-    reason=st.sampled_from([None, "required_over_budget", "nothing_compressible"]),
-    budget_items=st.dictionaries(st.sampled_from(["history", "input_tokens"]), st.integers(0, 9)),
+    reason=st.sampled_from(REASONS),
+    budget_items=st.dictionaries(
+        st.sampled_from(["history", "input_tokens", "tools"]), st.integers(0, 50_000)
+    ),
+    counts=st.dictionaries(st.sampled_from(["kept", "summarized", "hits"]), st.integers(0, 9)),
+    covered_tokens=opt_int,
+    summary_tokens=opt_int,
+    read_size=opt_int,
     estimated_input=opt_int,
     budget_before=opt_int,
     budget_after=opt_int,
