@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC
@@ -15,7 +16,7 @@ from datetime import UTC
 import asyncpg
 import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from devstack.launcher import Proc
@@ -24,11 +25,17 @@ from schemas.rollup import (
     Dims,
     Fact,
     RollupKey,
+    bucket,
     dead_letter_increments,
     observability_increments,
     rollup,
 )
-from schemas.wire import decode_dead_letter, decode_observability
+from schemas.wire import (
+    ObservabilityEvent,
+    decode_dead_letter,
+    decode_observability,
+    encode_observability,
+)
 from services.analytics.__main__ import READY
 from services.sdk.client import ContextClient
 from storage.analytics import session_dims
@@ -199,6 +206,9 @@ async def test_rollups_equal_a_recount_of_the_raw_events(
         prepares = sum(x["value"] for x in body["rows"] if x["metric"] == "prepares")
         assert prepares >= 3
         assert {x["space_id"] for x in body["rows"]} == {TEST_SPACE}
+        dists = [d for d in body["distributions"] if d["metric"] == "estimated_input_tokens"]
+        assert sum(d["count"] for d in dists) == prepares
+        assert all(0 < d["p50"] <= d["p95"] for d in dists)
         other = await http.get("/v1/analytics/rollups", params={"space": "someone-else"})
         assert other.status_code == 404
 
@@ -218,6 +228,40 @@ async def test_analytics_down_then_replayed_from_the_beginning_yields_the_same_r
     await asyncio.sleep(1.0)
     await _caught_up(services, group)
     assert await _stored(pool) == await _recount(pool, services)
+
+
+async def test_a_late_event_lands_in_the_window_of_its_own_time(
+    services: Services, analytics: Proc, pool: asyncpg.Pool
+) -> None:
+    """Event time, not arrival time: an event two hours old, published after a newer one,
+    is counted in its own (old) 1m and 1h windows."""
+    purpose = f"late-{uuid.uuid4().hex[:8]}"  # rows of this test only
+    now = int(time.time() * 1000)
+    old = now - 2 * 3_600_000
+    producer = AIOKafkaProducer(bootstrap_servers=services.stack.kafka_bootstrap)
+    await producer.start()
+    try:
+        for at, tokens in ((now, 100), (old, 7)):
+            ev = ObservabilityEvent("prepare_budget", "no-such-session", "r", "i", at, "p",
+                                    purpose=purpose, estimated_input=tokens)  # fmt: skip
+            await producer.send_and_wait(
+                services.env("ALC_TOPIC_OBSERVABILITY"), encode_observability(ev), key=b"late"
+            )
+    finally:
+        await producer.stop()
+    await _caught_up(services, analytics.env["ALC_ANALYTICS_GROUP"])
+    rows = await pool.fetch(
+        "SELECT window_name, bucket_start, value FROM analytics_rollups"
+        " WHERE purpose=$1 AND metric='estimated_input_tokens'",
+        purpose,
+    )
+    got = {(r["window_name"], int(r["bucket_start"].timestamp() * 1000)): r["value"] for r in rows}
+    assert got == {
+        ("1m", bucket(now, "1m")): 100,
+        ("1h", bucket(now, "1h")): 100,
+        ("1m", bucket(old, "1m")): 7,
+        ("1h", bucket(old, "1h")): 7,
+    }
 
 
 def _sample(text: str, name: str, **labels: str) -> float:
