@@ -4,7 +4,7 @@ JUNIT := build/test-results/junit.xml
 SOAK_SECONDS ?= 300
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo test lint typecheck unit bench soak clean peer-tests
+.PHONY: help setup up down status demo test lint typecheck unit bench soak clean peer-tests test-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,10 @@ bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost, pre
 
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)
 	@$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)
+
+test-scale: setup ## Scale test: 3 processors, 2 Prepare, 2 compaction workers on a 3-broker cluster (RF 3), kill -9 of a broker, a processor, a Prepare (build/scale)
+	@bash deploy/postgres.sh up
+	@$(PY) -m benchmarks.scale
 
 peer-tests: setup ## The openai-agents and langchain sdists' own tests with ours substituted (real stack); per-file summary
 	@bash deploy/peer-tests.sh

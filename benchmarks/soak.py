@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,12 +99,38 @@ async def admin(dsn: str, sql: str) -> None:
         await conn.close()
 
 
-async def progress(ledger: Ledger, t0: float, stop: asyncio.Event) -> None:
+def scratch_env(kind: str, tag: str, dsn: str) -> dict[str, str]:
+    """A database (``alc_<kind>_<tag>``, to create) and topics and groups of a run's own."""
+    db = f"alc_{kind}_{tag}"
+    return {
+        "ALC_PG_DSN": dsn.rsplit("/", 1)[0] + "/" + db,
+        "ALC_TOPIC_RECORDS": f"{kind}{tag}.records",
+        "ALC_TOPIC_COMMITTED": f"{kind}{tag}.committed",
+        "ALC_TOPIC_DEAD_LETTER": f"{kind}{tag}.deadletter",
+        "ALC_TOPIC_COMPACTION_REQUESTS": f"{kind}{tag}.compaction.requests",
+        "ALC_TOPIC_OBSERVABILITY": f"{kind}{tag}.observability",
+        "ALC_COMPACTION_GROUP": f"alc-{kind}-compaction-{tag}",
+        "ALC_PROCESSOR_ID": f"alc-{kind}-{tag}",
+        "ALC_LOG_LEVEL": "INFO",  # the compaction log lines are the R15.3 evidence
+    }
+
+
+async def provision(s: Settings, space: str) -> str:
+    """Schema, topics and a host key of ``space`` (the runtime's credential, README
+    "Authentication") in the run's own database."""
+    await apply_dsn(s.pg_dsn)
+    await ensure_topics(s)
+    return (await issue(s.pg_dsn, space, KeyKind.HOST, label=space)).key
+
+
+async def progress(
+    ledger: Ledger, t0: float, stop: asyncio.Event, say: Callable[[str], None] = log
+) -> None:
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 15)
             return
-        log(
+        say(
             f"  {time.monotonic() - t0:.0f} s: {ledger.questions} questions,"
             f" {ledger.appends} appends, {ledger.prepares} prepares, {ledger.acked_count()}"
             f" acknowledged, retries {dict(ledger.retries)}"
@@ -113,24 +140,36 @@ async def progress(ledger: Ledger, t0: float, stop: asyncio.Event) -> None:
 async def soak(
     args: argparse.Namespace, s: Settings, services: ServiceSet, url: str, key: str
 ) -> dict[str, Any]:
-    ledger = Ledger()
-    stop_load, stop_aux = asyncio.Event(), asyncio.Event()
-    t0 = time.monotonic()
-    chaos = Chaos(services, REPO, dict(os.environ), ledger, t0, log)
+    chaos = Chaos(services, REPO, dict(os.environ), Ledger(), time.monotonic(), log)
     cfg = LoadConfig(
         s.kafka_bootstrap, url, s.topic_records, key, SPACE, args.sessions, args.give_up,
         args.think, args.seed,
     )  # fmt: skip
+    targets = args.faults.split(",") if args.faults else plan(args.kills)
+    window = (min(15.0, args.seconds * 0.1), args.seconds * 0.85)
+    return await drive(args, s, chaos, cfg, (targets, window), services.compaction.log_dir)
+
+
+async def drive(
+    args: argparse.Namespace,
+    s: Settings,
+    chaos: Chaos,
+    cfg: LoadConfig,
+    faults: tuple[list[str], tuple[float, float]],
+    logs: Path,
+) -> dict[str, Any]:
+    """Load for ``args.seconds`` with ``faults`` (targets, spread over a window of seconds
+    after the start) injected, then the checks' inputs."""
+    ledger, t0 = chaos.ledger, chaos.t0
+    stop_load, stop_aux = asyncio.Event(), asyncio.Event()
     load = asyncio.create_task(run_load(cfg, ledger, stop_load))
     aux = [
         asyncio.create_task(chaos.supervise(stop_aux)),
-        asyncio.create_task(progress(ledger, t0, stop_aux)),
+        asyncio.create_task(progress(ledger, t0, stop_aux, chaos.log)),
     ]
-    warmup = min(15.0, args.seconds * 0.1)
-    targets = args.faults.split(",") if args.faults else plan(args.kills)
-    await chaos.run(targets, (warmup, args.seconds * 0.85))
+    await chaos.run(*faults)
     await asyncio.sleep(max(0.0, t0 + args.seconds - time.monotonic()))
-    log(f"load stops at {time.monotonic() - t0:.0f} s; sessions finish their question")
+    chaos.log(f"load stops at {time.monotonic() - t0:.0f} s; sessions finish their question")
     stop_load.set()
     await load
     load_s = time.monotonic() - t0
@@ -139,9 +178,8 @@ async def soak(
     caught_up = await wait_caught_up(
         s.kafka_bootstrap, s.topic_records, s.topic_partitions, s.pg_dsn, s.processor_id, 120.0
     )
-    log(f"processor caught up in {caught_up} s" if caught_up is not None else "NOT caught up")
-    logs = services.compaction.log_dir
-    rows = await fetch(s.pg_dsn, [f"{SPACE}-s{i:03d}" for i in range(args.sessions)])
+    chaos.log(f"processor caught up in {caught_up} s" if caught_up is not None else "NOT caught up")
+    rows = await fetch(s.pg_dsn, [f"{cfg.space}-s{i:03d}" for i in range(args.sessions)])
     for f in chaos.faults:
         f.next_summary_s = next_summary_after(rows["jobs"], f.wall, f.down_s)
     return {
@@ -176,7 +214,12 @@ def verdict(r: dict[str, Any]) -> dict[str, bool]:
     }
 
 
-def table(r: dict[str, Any]) -> str:
+def table(
+    r: dict[str, Any],
+    extra: list[tuple[str, str]] | None = None,
+    checks: dict[str, bool] | None = None,
+) -> str:
+    """``extra`` rows go before the faults; ``checks`` replace ``verdict(r)``."""
     c = r["compaction"]
     rows = [
         ("load: sessions / questions / wall time",
@@ -200,6 +243,7 @@ def table(r: dict[str, Any]) -> str:
         ("sessions stopped by an error", str(len(r["errors"]))),
         ("services exiting on their own", str(len(r["unexpected_exits"]))),
         ("processor caught up after the load", f"{r['caught_up_s']} s"),
+        *(extra or []),
     ]  # fmt: skip
     w = max(len(a) for a, _ in rows)
     lines = [f"{a:<{w}}  {b}" for a, b in rows]
@@ -216,7 +260,8 @@ def table(r: dict[str, Any]) -> str:
             f" {f['down_s']:>9} s {rec:>18} {nxt:>13}"
         )
     lines.append("")
-    lines += [f"{'check: ' + k:<{w}}  {'ok' if ok else 'FAILED'}" for k, ok in verdict(r).items()]
+    checks = verdict(r) if checks is None else checks
+    lines += [f"{'check: ' + k:<{w}}  {'ok' if ok else 'FAILED'}" for k, ok in checks.items()]
     return "\n".join(lines)
 
 
@@ -240,21 +285,8 @@ def main() -> None:
     db = f"alc_soak_{tag}"
     asyncio.run(admin(base.pg_dsn, f'CREATE DATABASE "{db}"'))
     port = free_port()
-    os.environ.update(
-        {
-            "ALC_PG_DSN": base.pg_dsn.rsplit("/", 1)[0] + "/" + db,
-            "ALC_TOPIC_RECORDS": f"soak{tag}.records",
-            "ALC_TOPIC_COMMITTED": f"soak{tag}.committed",
-            "ALC_TOPIC_DEAD_LETTER": f"soak{tag}.deadletter",
-            "ALC_TOPIC_COMPACTION_REQUESTS": f"soak{tag}.compaction.requests",
-            "ALC_TOPIC_OBSERVABILITY": f"soak{tag}.observability",
-            "ALC_COMPACTION_GROUP": f"alc-soak-compaction-{tag}",
-            "ALC_PROCESSOR_ID": f"alc-soak-{tag}",
-            "ALC_PROCESSOR_INSTANCE_ID": f"soak-{tag}",
-            "ALC_PREPARE_PORT": str(port),
-            "ALC_LOG_LEVEL": "INFO",  # the compaction log lines are the R15.3 evidence
-        }
-    )
+    os.environ.update(scratch_env("soak", tag, base.pg_dsn))
+    os.environ.update({"ALC_PROCESSOR_INSTANCE_ID": f"soak-{tag}", "ALC_PREPARE_PORT": str(port)})
     s = Settings()
     logs = OUT / f"logs-{tag}"
     log(
@@ -265,10 +297,7 @@ def main() -> None:
         {**os.environ, "PYTHONUNBUFFERED": "1"}, logs, REPO, "127.0.0.1", port, sys.executable
     )
     try:
-        asyncio.run(apply_dsn(s.pg_dsn))
-        # The runtime's credential: a host key of the soak's space (README "Authentication").
-        key = asyncio.run(issue(s.pg_dsn, SPACE, KeyKind.HOST, label="soak")).key
-        asyncio.run(ensure_topics(s))
+        key = asyncio.run(provision(s, SPACE))
         services.start()
         result = asyncio.run(soak(args, s, services, f"http://127.0.0.1:{port}", key))
     finally:

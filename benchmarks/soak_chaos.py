@@ -1,6 +1,8 @@
 """The soak's faults: ``kill -9`` of our services (each restarted at once, as a supervisor
 would) and a restart of Kafka and of PostgreSQL through ``deploy/kafka.sh`` /
-``deploy/postgres.sh`` (``down`` then ``up``, the same ``ALC_*`` environment).
+``deploy/postgres.sh`` (``down`` then ``up``, the same ``ALC_*`` environment). On a
+replicated cluster, ``kafka-node-<i>`` is a ``kill -9`` of one broker
+(``deploy/kafka.sh kill-node i``, then ``start-node i``) while the others keep serving.
 
 Faults never overlap: each waits until the load recovered from the previous one (an
 append acknowledged after the fault, then a prepare answered) or a bound passed. A
@@ -12,11 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.soak_db import broker_answers
 from benchmarks.soak_load import Ledger
 from devstack.launcher import Proc, ServiceSet
 
@@ -26,7 +29,7 @@ RESTART_DELAY_S = 0.5  # a supervisor's restart delay after a kill
 
 @dataclass
 class Fault:
-    target: str  # processor | prepare | compaction | kafka | postgres
+    target: str  # processor | prepare | compaction | kafka | postgres | kafka-node-<i>
     action: str  # kill -9 | restart
     at_s: float  # since the soak started
     wall: float  # time.time() at the fault, to compare with database timestamps
@@ -58,7 +61,8 @@ def plan(kills: int) -> list[str]:
 
 @dataclass
 class Chaos:
-    services: ServiceSet
+    # The soak's one set, or named processes (``processor-2``, ``prepare-1``...) to target.
+    services: ServiceSet | Mapping[str, Proc]
     repo: Path
     env: dict[str, str]
     ledger: Ledger
@@ -67,9 +71,12 @@ class Chaos:
     faults: list[Fault] = field(default_factory=list)
     unexpected_exits: list[str] = field(default_factory=list)
     _busy: set[str] = field(default_factory=set)
+    _background: set[asyncio.Task[None]] = field(default_factory=set)  # referenced: not GC'd
 
-    def procs(self) -> dict[str, Proc]:
+    def procs(self) -> Mapping[str, Proc]:
         s = self.services
+        if not isinstance(s, ServiceSet):
+            return s
         return {"processor": s.processor, "prepare": s.prepare, "compaction": s.compaction}
 
     async def run(self, targets: list[str], window: tuple[float, float]) -> None:
@@ -87,6 +94,7 @@ class Chaos:
             await asyncio.sleep(0.2)
         now = time.monotonic()
         action = "restart" if target in ("kafka", "postgres") else "kill -9"
+        node = target.removeprefix("kafka-node-") if target.startswith("kafka-node-") else None
         fault = Fault(target, action, round(now - self.t0, 1), time.time(), started_mono=now)
         fault.outage_mono = now
         self.faults.append(fault)
@@ -99,6 +107,8 @@ class Chaos:
             await self._script(target, "up")
             self.log(f"  {target}: down in {fault.outage_mono - now:.1f} s, up in"
                      f" {time.monotonic() - fault.outage_mono:.1f} s")  # fmt: skip
+        elif node is not None:
+            await self._restart_node(int(node))
         else:
             proc = self.procs()[target]
             self._busy.add(target)
@@ -110,6 +120,23 @@ class Chaos:
                 self._busy.discard(target)
         fault.down_s = round(time.monotonic() - now, 2)
         return fault
+
+    async def _restart_node(self, node: int) -> None:
+        """SIGKILL, then start it again as a supervisor would. ``start-node`` waits until a
+        JVM admin tool gets an answer, and a JVM can take minutes to start on busy cores:
+        the node counts as back as soon as it answers us (the script goes on meanwhile)."""
+        await self._script("kafka", "kill-node", str(node))
+        port = int(self.env.get("ALC_KAFKA_CLUSTER_PORT", "29092")) + node - 1
+        start = asyncio.create_task(self._script("kafka", "start-node", str(node)))
+        while not start.done():
+            if await broker_answers(f"127.0.0.1:{port}", node):
+                # Its outcome no longer matters (a slow probe, or the cluster stopped).
+                self._background.add(start)
+                start.add_done_callback(lambda t: t.cancelled() or t.exception())
+                start.add_done_callback(self._background.discard)
+                return
+            await asyncio.sleep(1.0)
+        start.result()  # it failed (raises) or answered: back
 
     async def _await_recovery(self, fault: Fault) -> None:
         deadline = fault.started_mono + RECOVERY_BOUND_S
@@ -123,12 +150,12 @@ class Chaos:
             await asyncio.sleep(0.2)
         self.log(f"  {fault.target}: load NOT recovered within {RECOVERY_BOUND_S} s")
 
-    async def _script(self, target: str, cmd: str) -> None:
+    async def _script(self, target: str, *cmd: str) -> None:
         script = self.repo / "deploy" / f"{target}.sh"
         proc = await asyncio.create_subprocess_exec(
             "bash",
             str(script),
-            cmd,
+            *cmd,
             env=self.env,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

@@ -1,5 +1,6 @@
 """The soak's reads: Kafka end offsets, the processor's tracking rows, the rows of the
-soak's sessions and the compaction service's logs (for ``benchmarks.soak_check``)."""
+soak's sessions and the compaction service's logs (for ``benchmarks.soak_check``); whether
+a restarted broker answers again."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import KafkaError
 
 
 async def wait_caught_up(
@@ -40,6 +43,20 @@ async def wait_caught_up(
         return None
     finally:
         await conn.close()
+
+
+async def broker_answers(address: str, node_id: int) -> bool:
+    """The broker at ``address`` answers a metadata request that lists itself (it rejoined
+    the cluster)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=3000)
+    try:
+        await asyncio.wait_for(admin.start(), 5)
+        cluster = await asyncio.wait_for(admin.describe_cluster(), 5)
+    except (KafkaError, OSError, TimeoutError):
+        return False
+    finally:
+        await admin.close()
+    return any(b["node_id"] == node_id for b in cluster["brokers"])
 
 
 async def fetch(dsn: str, sessions: list[str]) -> dict[str, list[dict[str, Any]]]:

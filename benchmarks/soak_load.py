@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import random
 import time
@@ -83,6 +84,11 @@ class Ledger:
     prepares: int = 0
     questions: int = 0
     question_misses: int = 0  # prepared contexts without the run's question verbatim
+    model_calls: int = 0  # gateway checks passed (LoadConfig.model_calls)
+    # prepared_not_found answered by preparing again: the session's Prepare instance
+    # changed between its prepare and its model call (failover) and contexts are per
+    # instance (issue 13).
+    reprepared: int = 0
 
     def attempt(self, sid: str, key: str) -> None:
         self.attempted.setdefault(sid, set()).add(key)
@@ -110,6 +116,12 @@ class LoadConfig:
     give_up_s: float  # one call retried longer than this stops its session
     think_s: float
     seed: int
+    # Each prepare followed by the gateway's check (POST .../model-calls), as a runtime
+    # does before calling its model.
+    model_calls: bool = False
+    # Session index -> the HTTP transport its SDK client sends through (the scale test's
+    # fail-over between Prepare instances); None: straight to ``prepare_url``.
+    http_transport: Callable[[int], httpx.AsyncBaseTransport] | None = None
 
 
 class SessionDriver:
@@ -120,6 +132,14 @@ class SessionDriver:
         self.sid = f"{cfg.space}-s{idx:03d}"
         self.rng = random.Random(cfg.seed * 1000 + idx)
         self.client = ContextClient(cfg.bootstrap, cfg.prepare_url, cfg.topic, api_key=cfg.api_key)
+        if cfg.http_transport is not None:
+            http = self.client.http  # unused so far: nothing to close
+            self.client.http = httpx.AsyncClient(
+                base_url=http.base_url,
+                headers=http.headers,
+                timeout=http.timeout,
+                transport=cfg.http_transport(idx),
+            )
         self._producer_broken = False
         self._step_first_ack: float | None = None
 
@@ -203,12 +223,31 @@ class SessionDriver:
     async def _prepare(self, run: RunHandle, question: str) -> None:
         prepared = await self._retry(lambda: self.client.prepare(run))
         self.ledger.prepares += 1
+        if self.cfg.model_calls:
+            prepared = await self._model_call(run, prepared)
         if not any(m.get("content") == question for m in prepared.get("messages", [])):
             self.ledger.question_misses += 1
         if self._step_first_ack is not None:
             self.ledger.steps.append((self._step_first_ack, time.monotonic()))
             self._step_first_ack = None
         await asyncio.sleep(self.rng.uniform(0.5, 1.5) * self.cfg.think_s)
+
+    async def _model_call(self, run: RunHandle, prepared: dict[str, Any]) -> dict[str, Any]:
+        """The gateway's check of ``prepared``; on ``prepared_not_found`` (another Prepare
+        instance answered the prepare) prepare again and check that. Returns what passed."""
+        for _ in range(5):
+            try:
+                await self._retry(functools.partial(self.client.check_model_call, run, prepared))
+            except ApiError as exc:
+                if exc.details.get("reason") != "prepared_not_found":
+                    raise
+                self.ledger.reprepared += 1
+                prepared = await self._retry(lambda: self.client.prepare(run))
+                self.ledger.prepares += 1
+                continue
+            self.ledger.model_calls += 1
+            return prepared
+        raise AssertionError(f"{self.sid}: prepared_not_found after 5 prepares in a row")
 
     async def _start_producer(self) -> None:
         await self.client.producer.start()

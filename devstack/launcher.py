@@ -122,9 +122,14 @@ def service_set(
     prepare_host: str,
     prepare_port: int | str,
     python: str,
+    suffix: str = "",
 ) -> ServiceSet:
+    """``suffix`` names a second, third... set of the same services (``processor-2``), so
+    that several instances of a process can log side by side in ``log_dir``."""
+
     def proc(name: str, module: str, **ready: str) -> Proc:
-        return Proc(name, [python, "-m", module], env, log_dir, cwd=cwd, **ready)  # type: ignore[arg-type]
+        argv = [python, "-m", module]
+        return Proc(name + suffix, argv, env, log_dir, cwd=cwd, **ready)  # type: ignore[arg-type]
 
     return ServiceSet(
         prepare=proc(
