@@ -1,16 +1,19 @@
-"""``agentloom session inspect ID [--call N]``: a session's model calls, and for one call
-what it saw — each message with its role and size, the budget items as a bar against the
-InputBudget, the protected blocks and the hooks that ran (storage/inspection.py)."""
+"""``agentloom session inspect ID [--call N]``: a session's model calls and, for one call,
+the same view as the web inspector (``domain.call_view`` over ``storage.inspection``):
+the budget items as a bar against the InputBudget, the blocks in order with role,
+category, retention, tokens, decision and reason, and the summary chain with each
+summary's covered ranges (R18)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
+from domain.call_view import call_view
 from schemas.errors import ContextError, NotFound
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
@@ -24,36 +27,21 @@ BAR = 50
 async def _load(session_id: str, which: str | None) -> dict[str, Any]:
     pool = await create_pool(Settings().pg_dsn, 1, 2)
     try:
-        if not await inspection.session_exists(pool, session_id):
+        if await inspection.session_scope(pool, session_id) is None:
             raise NotFound(f"session {session_id} not found")
         listed = await inspection.calls(pool, session_id)
-        data: dict[str, Any] = {"session_id": session_id, "calls": [c.__dict__ for c in listed]}
+        data: dict[str, Any] = {"session_id": session_id, "calls": [asdict(c) for c in listed]}
         if which is not None:
             ids = [c.call_id for c in listed]
-            call_id = (
-                ids[int(which) - 1] if which.isdigit() and 0 < int(which) <= len(ids) else which
-            )
-            detail = await inspection.call(pool, session_id, call_id)
-            if detail is None:
+            number = int(which) if which.isdigit() else 0
+            call_id = ids[number - 1] if 0 < number <= len(ids) else which
+            facts = await inspection.call_facts(pool, session_id, call_id)
+            if facts is None:
                 raise NotFound(f"no model call {which} in session {session_id} ({len(ids)} calls)")
-            data["call"] = detail.__dict__ | {"messages": _messages(detail.request)}
+            data["call"] = call_view(facts).to_dict()
         return data
     finally:
         await pool.close()
-
-
-def _messages(request: Any) -> list[dict[str, Any]]:
-    msgs = (
-        request.get("messages") or request.get("input") or [] if isinstance(request, dict) else []
-    )
-    out_ = []
-    for i, m in enumerate(msgs):
-        content = m.get("content")
-        text = content if isinstance(content, str) else json.dumps(content)
-        out_.append(
-            {"index": i, "role": m.get("role"), "chars": len(text or ""), "head": (text or "")[:80]}
-        )
-    return out_
 
 
 @app.command()
@@ -64,7 +52,7 @@ def inspect(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The session's model calls; with --call, what that call saw."""
+    """The session's model calls; with --call, what that call saw and why."""
     try:
         data = asyncio.run(_load(session_id, call))
     except (ContextError, OSError) as exc:
@@ -92,24 +80,42 @@ def _render(data: dict[str, Any]) -> None:
         _render_call(data["call"])
 
 
-def _render_call(c: dict[str, Any]) -> None:
-    budget = c["budget"]
-    total = int(budget.get("input_budget") or 0)
-    items = {k: int(v) for k, v in (budget.get("items") or {}).items() if int(v)}
+def _render_call(v: dict[str, Any]) -> None:
+    bar = v["bar"]
     out.print(
-        f"\n[bold]{c['call_id']}[/] {c['purpose']} on {c['model']}:"
-        f" {budget.get('final_estimated_input')} of {total} tokens"
+        f"\n[bold]{v['call_id']}[/] {v['purpose']} on {v['model']} ({v['status']}):"
+        f" {bar['estimated_input']} of {bar['input_budget']} tokens;"
+        f" release {v['release_id']}, policy {v['policy_revision']}"
     )
-    for k, v in sorted(items.items(), key=lambda kv: -kv[1]):
-        width = round(BAR * v / total) if total else 0
-        out.print(f"  {k:<14} {'█' * width}{'·' * (BAR - width)} {v}")
-    m = Table(title="messages as sent")
-    for col in ("#", "role", "chars", "content"):
-        m.add_column(col)
-    for msg in c["messages"]:
-        m.add_row(str(msg["index"]), str(msg["role"]), str(msg["chars"]), msg["head"])
-    out.print(m)
-    for p in c["manifest"]:
-        out.print(f"  protected {p.get('block_id')} ({p.get('kind')}, {p.get('role')})")
-    if c["hook_versions"]:
-        out.print(f"  hooks: {', '.join(c['hook_versions'])}")
+    total = max(int(bar["input_budget"]), 1)
+    for s in [*bar["segments"], {"item": "free", "tokens": bar["free"]}]:
+        width = min(BAR, round(BAR * int(s["tokens"]) / total))
+        out.print(f"  {s['item']:<14} {'█' * width}{'·' * (BAR - width)} {s['tokens']}")
+    t = Table(title="blocks in order")
+    cols = ("block_id", "role", "category", "retention", "tokens", "decision", "reason")
+    for col in ("#", *cols):
+        t.add_column(col)
+    for i, b in enumerate(v["blocks"], 1):
+        t.add_row(str(i), *("—" if b[k] is None else str(b[k]) for k in cols))
+    out.print(t)
+    _render_chain(v["chain"])
+    out.print(f"  hooks: {', '.join(v['hook_versions']) or 'none'}")
+
+
+def _render_chain(chain: list[dict[str, Any]]) -> None:
+    if not chain:
+        out.print("  no summary was in effect for this call")
+        return
+    t = Table(title="summary chain (newest first)")
+    for col in ("summary", "parent", "covers", "records", "tokens", "triggered by"):
+        t.add_column(col)
+    for s in chain:
+        t.add_row(
+            s["summary_id"],
+            s["parent_summary_id"] or "—",
+            ", ".join(f"{a}-{b}" for a, b in s["covered_ranges"]),
+            str(len(s["covered_record_ids"])),
+            f"{s['covered_tokens']} → {s['summary_tokens']}",
+            ", ".join(s["trigger_reasons"]),
+        )
+    out.print(t)

@@ -3,6 +3,6 @@ inspector and analytics, served by its own process (``python -m services.console
 
 Every read and write is made with the signed-in user's API key: releases, sessions and
 record read-back through Prepare's HTTP API, which checks scope and grants; the listing
-and inspection reads Prepare has no route for go through ``storage.console_reads`` only
+and inspection reads Prepare has no route for go through ``storage.inspection`` only
 after the same access decision (``schemas.auth``) allowed them.
 """

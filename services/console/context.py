@@ -14,7 +14,7 @@ from fastapi.templating import Jinja2Templates
 
 from schemas.auth import Action, Principal, acting, authorize, grant_to_check, key_id_of, verify
 from services.console.prepare_client import PrepareClient, PrepareError
-from storage import console_reads
+from storage import inspection
 
 COOKIE = "alc_console_key"
 HERE = Path(__file__).parent
@@ -62,7 +62,7 @@ async def authenticate(console: Console, key: str | None) -> Viewer:
     key_id = key_id_of(key)
     if not key or key_id is None:
         raise SignInRequired
-    found = await console_reads.credential(console.pool, key_id)
+    found = await inspection.credential(console.pool, key_id)
     if found is None or not verify(key, found[1]):
         raise SignInRequired
     return Viewer(key, acting(found[0], None))
@@ -76,11 +76,11 @@ async def viewer(request: Request) -> Viewer:
 async def require_session(console: Console, v: Viewer, session_id: str) -> dict[str, Any]:
     """R15.4/R18: a session page shows nothing unless our own decision over its scope and
     grants allows the read *and* Prepare answers the same key with the session."""
-    scope = await console_reads.session_scope(console.pool, session_id)
+    scope = await inspection.session_scope(console.pool, session_id)
     if scope is None or scope.space_id != v.who.space_id:
         raise Refused(404, "not_found", f"session {session_id} not found")
     actor = grant_to_check(v.who, scope, Action.SESSION_READ)
-    granted = actor is not None and await console_reads.has_grant(console.pool, session_id, actor)
+    granted = actor is not None and await inspection.has_grant(console.pool, session_id, actor)
     decision = authorize(v.who, scope, Action.SESSION_READ, granted)
     if not decision.allowed:
         status = 404 if decision.code == "not_found" else 403

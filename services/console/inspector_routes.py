@@ -7,11 +7,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from domain.policy import LargeResultSettings
-from services.console import blocks
+from domain.call_view import call_view
 from services.console.context import Refused, Viewer, console_of, page, require_session, viewer
 from services.console.prepare_client import PrepareError
-from storage import console_reads
+from storage import inspection
 
 router = APIRouter()
 PAGE_CHARS = 2000  # one page of a read-back
@@ -19,7 +18,7 @@ PAGE_CHARS = 2000  # one page of a read-back
 
 @router.get("/inspector")
 async def sessions(request: Request, v: Viewer = Depends(viewer)) -> Response:  # noqa: B008
-    rows = await console_reads.visible_sessions(
+    rows = await inspection.visible_sessions(
         console_of(request).pool, v.who.space_id, v.who.actor_id
     )
     return page(request, "sessions.html", viewer=v, sessions=rows)
@@ -39,8 +38,8 @@ async def session(
         viewer=v,
         session=info,
         session_id=session_id,
-        runs=await console_reads.runs(c.pool, session_id),
-        calls=await console_reads.model_calls(c.pool, session_id),
+        runs=await inspection.runs(c.pool, session_id),
+        calls=await inspection.calls(c.pool, session_id),
     )
 
 
@@ -51,40 +50,13 @@ async def call(
     call_id: str,
     v: Viewer = Depends(viewer),  # noqa: B008
 ) -> Response:
+    """R18: the same view of the call as ``agentloom session inspect --call``."""
     c = console_of(request)
     await require_session(c, v, session_id)
-    row = await console_reads.model_call(c.pool, session_id, call_id)
-    if row is None:
+    facts = await inspection.call_facts(c.pool, session_id, call_id)
+    if facts is None:
         raise Refused(404, "not_found", f"model call {call_id} not found")
-    deps = row["dependency_versions"] or {}
-    records = await console_reads.call_records(
-        c.pool, session_id, row["run_id"], row["instance_id"], deps
-    )
-    chain = await console_reads.summary_chain(c.pool, session_id, deps.get("summary_id"))
-    inline = await _inline_max_tokens(request, v, deps.get("release_id"))
-    return page(
-        request,
-        "call.html",
-        viewer=v,
-        session_id=session_id,
-        call=row,
-        blocks=blocks.call_blocks(row, records, chain, inline),
-        bar=blocks.budget_bar(row["budget"] or {}),
-        chain=chain,
-    )
-
-
-async def _inline_max_tokens(request: Request, v: Viewer, release_id: str | None) -> int:
-    """The release's large-result rule (R10.3); the platform default when unreadable."""
-    default = LargeResultSettings().inline_max_tokens
-    if not release_id:
-        return default
-    try:
-        rel = await console_of(request).prepare.release(v.key, release_id)
-    except PrepareError:
-        return default
-    section = (rel.get("context_policy") or {}).get("large_result") or {}
-    return int(section.get("inline_max_tokens") or default)
+    return page(request, "call.html", viewer=v, session_id=session_id, view=call_view(facts))
 
 
 @router.get("/inspector/sessions/{session_id}/records/{record_id}")

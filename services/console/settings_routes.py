@@ -9,9 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from domain.policy import validate_policy
-from schemas.errors import InvalidPolicy
-from services.console import preview
+from services.console import policy_form
 from services.console.context import (
     Console,
     Refused,
@@ -21,8 +19,10 @@ from services.console.context import (
     require_session,
     viewer,
 )
+from services.console.dry_run import DryRun, dry_run
+from services.console.policy_form import Draft
 from services.console.prepare_client import PrepareError
-from storage import console_reads
+from storage import inspection
 
 router = APIRouter()
 PATH = "/settings/context-compaction"
@@ -46,44 +46,45 @@ async def _release(c: Console, v: Viewer, release_id: str) -> tuple[dict[str, An
         return None, f"{exc.code}: {exc.message}"
 
 
-def _evaluate(form: dict[str, str], release: dict[str, Any] | None) -> dict[str, Any]:
-    """Everything the page shows for one draft; pure apart from the release it is given."""
-    overrides = preview.overrides_from_form(form)
-    errors = preview.field_errors(overrides)
-    out: dict[str, Any] = {
-        "overrides": overrides,
-        "errors": errors,
-        "effective": preview.effective(overrides),
-        "thresholds": [],
-        "profile_error": "",
-    }
-    if not errors and release is not None:
-        try:
-            out["thresholds"] = preview.thresholds(
-                validate_policy(overrides), release["model_profile"]
-            )
-        except InvalidPolicy as exc:
-            out["profile_error"] = exc.message
-    return out
+def _evaluate(form: dict[str, str], release: dict[str, Any] | None) -> Draft:
+    return policy_form.evaluate(form, None if release is None else release["model_profile"])
 
 
-async def _dry_run(
-    c: Console, v: Viewer, session_id: str, overrides: dict[str, Any], input_budget: int
-) -> dict[str, Any]:
-    await require_session(c, v, session_id)
-    view = await console_reads.latest_main_view(c.pool, session_id)
+def _input_budget(draft: Draft) -> int | None:
+    """The action purpose's InputBudget: what the next prepare is checked against."""
+    for row in draft.budgets:
+        if row["purpose"] == "action" and row["input_budget"] is not None:
+            return int(row["input_budget"])
+    return None
+
+
+async def _dry_run(c: Console, v: Viewer, session_id: str, draft: Draft) -> DryRun | str:
+    """The dry run of ``session_id`` under the draft, or why there is none."""
+    budget = _input_budget(draft)
+    if draft.policy is None or budget is None:
+        return "the draft needs a base release with a usable model profile and no errors"
+    try:
+        await require_session(c, v, session_id)
+    except Refused as exc:
+        return f"{exc.code}: {exc.message}"
+    view = await inspection.latest_main_view(c.pool, session_id)
     if view is None:
-        return {"error": f"session {session_id} has no run yet"}
-    chain = await console_reads.summary_chain(c.pool, session_id, view.get("current_summary_id"))
-    covered = frozenset(i for s in chain for i in s["covered_record_ids"])
-    return preview.dry_run(
-        view["records"],
-        covered,
-        validate_policy(overrides),
-        {k: int(view.get(k) or 0) for k in preview.COUNTERS},
-        int(view.get("estimated_input") or 0),
-        input_budget,
-    )
+        return f"session {session_id} has no run yet"
+    chain = await inspection.summary_chain(c.pool, session_id, view.current_summary_id)
+    covered = frozenset(i for s in chain for i in s.covered_record_ids)
+    return dry_run(view.records, covered, draft.policy, view.counters, view.estimated_input, budget)
+
+
+def _state(draft: Draft) -> dict[str, Any]:
+    """The draft as the templates name its parts."""
+    return {
+        "overrides": draft.overrides,
+        "errors": draft.errors,
+        "effective": draft.effective,
+        "budgets": draft.budgets,
+        "profile_error": draft.profile_error,
+        "defaults_version": draft.defaults_version,
+    }
 
 
 def _form(request: Request) -> dict[str, str]:
@@ -95,27 +96,26 @@ async def settings_page(request: Request, v: Viewer = Depends(viewer)) -> Respon
     c = console_of(request)
     form = _form(request)
     release, release_error = await _release(c, v, form.get("release", ""))
-    state = _evaluate(form, release)
-    dry: dict[str, Any] | None = None
+    draft = _evaluate(form, release)
+    dry: DryRun | None = None
+    dry_error = ""
     sid = form.get("dry_run_session", "").strip()
-    if sid and release is not None and not state["errors"] and state["thresholds"]:
-        try:
-            budget = int(state["thresholds"][0]["input_budget"])
-            dry = await _dry_run(c, v, sid, state["overrides"], budget)
-        except Refused as exc:
-            dry = {"error": f"{exc.code}: {exc.message}"}
+    if sid:
+        got = await _dry_run(c, v, sid, draft)
+        dry, dry_error = (None, got) if isinstance(got, str) else (got, "")
     return page(
         request,
         "settings.html",
         viewer=v,
-        fields=preview.FIELDS,
+        sections=policy_form.sections(),
         form=form,
         release=release,
         release_error=release_error,
         dry=dry,
+        dry_error=dry_error,
         published=None,
         publish_error="",
-        **state,
+        **_state(draft),
     )
 
 
@@ -126,40 +126,42 @@ async def validate(request: Request, v: Viewer = Depends(viewer)) -> Response:  
     form = {str(k): str(val) for k, val in dict(body).items()}
     c = console_of(request)
     release, release_error = await _release(c, v, form.get("release", ""))
-    state = _evaluate(form, release)
-    html = page(request, "_preview.html", release=release, release_error=release_error, **state)
-    return JSONResponse({"errors": state["errors"], "preview_html": bytes(html.body).decode()})
+    draft = _evaluate(form, release)
+    html = page(
+        request, "_preview.html", release=release, release_error=release_error, **_state(draft)
+    )
+    return JSONResponse({"errors": draft.errors, "preview_html": bytes(html.body).decode()})
 
 
 @router.post(f"{PATH}/publish")
 async def publish(request: Request, v: Viewer = Depends(viewer)) -> Response:  # noqa: B008
     """A new release: the base release's content with the draft's overrides, published
-    through Prepare's release API with the user's own key (which decides if it may)."""
+    through Prepare's release API with the user's own key (which decides if it may, and
+    checks the hook ids the draft binds)."""
     c = console_of(request)
     form = {k: str(val) for k, val in (await request.form()).items()}
     release, release_error = await _release(c, v, form.get("release", ""))
-    state = _evaluate(form, release)
+    draft = _evaluate(form, release)
     published, publish_error = None, release_error
-    if release is not None and not state["errors"]:
+    if release is not None and not draft.issues:
         body = {k: release[k] for k in RELEASE_FIELDS if release.get(k) is not None}
         try:
-            published = await c.prepare.publish(
-                v.key, body | {"context_policy": state["overrides"]}
-            )
+            published = await c.prepare.publish(v.key, body | {"context_policy": draft.overrides})
         except PrepareError as exc:
             publish_error = f"{exc.code}: {exc.message}"
-    elif state["errors"]:
+    elif draft.issues:
         publish_error = "the draft has errors: nothing was published"
     return page(
         request,
         "settings.html",
         viewer=v,
-        fields=preview.FIELDS,
+        sections=policy_form.sections(),
         form=form,
         release=release,
         release_error=release_error,
         dry=None,
+        dry_error="",
         published=published,
         publish_error=publish_error,
-        **state,
+        **_state(draft),
     )

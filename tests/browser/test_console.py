@@ -5,8 +5,6 @@ paged read-back; a viewer without a grant is refused."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
 from typing import Any
 
@@ -20,10 +18,10 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
 from schemas.auth import KeyKind
-from services.sdk.client import ContextClient
 from tests.browser.conftest import shot
 from tests.support.flows import client, new_session
 from tests.support.services import TEST_SPACE, Services
+from tests.support.summarized import summarized_call
 
 pytestmark = pytest.mark.integration
 WAIT_S = 30  # how long a page may take to show what it must; never asserted as a bound
@@ -121,51 +119,6 @@ async def test_publish_makes_a_new_release_with_the_overrides(
     assert console_errors(browser) == []
 
 
-async def summarized_call(c: ContextClient, db: asyncpg.Pool) -> tuple[str, str, str]:
-    """A session whose first question was summarized, and a model call made after it:
-    (session_id, call_id, the id of a long covered tool result)."""
-    session = await new_session(
-        c, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
-    )
-    first = await c.start_run(session)
-    await c.append_user(first, "Question a?", "a-q")
-    for i in range(2):
-        await c.append_model_result(
-            first, f"Looking at a{i}.", f"a{i}-m1", [(f"a{i}-c", "read_file", json.dumps({}))]
-        )
-        body = " ".join(f"row{j}={j * 7}" for j in range(600))  # > one read-back page
-        await c.append_tool_outcome(first, f"a{i}-c", "read_file", body)
-        await c.append_model_result(first, f"a{i} read.", f"a{i}-m2")
-    await c.finish_run(first)
-    run = await c.start_run(session)
-    await c.append_user(run, "Question b?", "b-q")
-    await c.prepare(run)  # the second question fires the user_turns trigger
-    sid = session["session_id"]
-    summary_id = None
-    for _ in range(400):
-        summary_id = await db.fetchval(
-            "SELECT current_summary_id FROM compaction_state WHERE session_id=$1"
-            " AND lineage='main'",
-            sid,
-        )
-        if summary_id:
-            break
-        await asyncio.sleep(0.05)
-    assert summary_id, "the first question was not summarized"
-    prepared = await c.prepare(run)
-    assert prepared["dependency_versions"]["summary_id"] == summary_id
-    call = await c.check_model_call(run, prepared)
-    covered = await db.fetchval(
-        "SELECT covered_record_ids FROM summary_revisions WHERE summary_id=$1", summary_id
-    )
-    long_id = await db.fetchval(
-        "SELECT record_id FROM records WHERE record_id = ANY($1) AND kind='tool_outcome'"
-        " ORDER BY session_sequence LIMIT 1",
-        list(covered),
-    )
-    return sid, call["call_id"], long_id
-
-
 @pytest.mark.spec("R18", "R4.2", "R10.3", "R11.7")
 async def test_the_inspector_shows_the_summarized_call_and_reads_a_source_back_paged(
     browser: webdriver.Chrome, console: str, services: Services, db: asyncpg.Pool
@@ -196,6 +149,33 @@ async def test_the_inspector_shows_the_summarized_call_and_reads_a_source_back_p
     assert console_errors(browser) == []
 
 
+@pytest.mark.spec("R17", "R7.1", "R11.7")
+async def test_the_dry_run_shows_what_the_next_prepare_would_do_under_the_draft(
+    browser: webdriver.Chrome, console: str, services: Services, db: asyncpg.Pool
+) -> None:
+    async with client(services) as c:
+        sid, _, source = await summarized_call(c, db)
+    rel_id = (await prepare_get(services, f"/v1/sessions/{sid}"))["release_id"]
+    sign_in(browser, console, services.api_key, f"/settings/context-compaction?release={rel_id}")
+    # A context trigger far below what the session already holds: it fires on the dry run.
+    browser.find_element(By.ID, "f-compaction-context_ratio").send_keys("0.001")
+    browser.find_element(By.ID, "f-compaction-target_context_ratio").send_keys("0.0005")
+    browser.find_element(By.ID, "dry_run_session").send_keys(sid)
+    browser.find_element(By.CSS_SELECTOR, "#policy-form button[type=submit]").click()
+    decision = wait_text(browser, "#dry-decision", "already covered by the session's summary")
+    assert "context_ratio" in decision
+    rows = browser.find_element(By.ID, "dry-records").text
+    assert source not in rows  # summarized already: not in the view the dry run sees
+    assert "user_input" in rows and "keep" in rows  # the second question stays
+    # The whole policy is on the page, each value with where it came from.
+    assert browser.find_element(By.ID, "f-retention_rules-history")
+    assert browser.find_element(By.ID, "f-hook_bindings").tag_name == "textarea"
+    wait_text(browser, "#effective", "compaction.context_ratio 0.001 override")
+    wait_text(browser, "#effective", "child_transfer_policy.max_background_refs 20 platform")
+    shot(browser, "settings-dry-run")
+    assert console_errors(browser) == []
+
+
 @pytest.mark.spec("R15.4", "R18", "R3.3")
 async def test_a_viewer_without_a_grant_is_refused_and_sees_nothing(
     browser: webdriver.Chrome, console: str, services: Services, db: asyncpg.Pool
@@ -217,3 +197,13 @@ async def test_a_viewer_without_a_grant_is_refused_and_sees_nothing(
         await c.grant(sid, str(stranger.actor_id))
     browser.get(f"{console}/inspector/sessions/{sid}")
     wait_text(browser, "h1", f"Session {sid}")
+
+
+def test_analytics_shows_its_placeholder(
+    browser: webdriver.Chrome, console: str, services: Services
+) -> None:
+    browser.get_log("browser")  # drained: an earlier test's expected 403 is not this page's
+    sign_in(browser, console, services.api_key, "/analytics")
+    wait_text(browser, "h1", "Analytics")
+    assert "analytics issue" in browser.find_element(By.ID, "analytics-placeholder").text
+    assert console_errors(browser) == []

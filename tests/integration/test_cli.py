@@ -1,5 +1,5 @@
-"""The installed ``agentloom`` command, run as a subprocess against the real stack (R17 and
-the operator commands of issue 14): exit codes, ``--json`` and what each command does."""
+"""The installed ``agentloom`` command, run as a subprocess against the real stack (R17, R18
+and the operator commands of issue 14): exit codes, ``--json`` and what each command does."""
 
 from __future__ import annotations
 
@@ -15,8 +15,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from domain.call_view import call_view
 from schemas.wire import DeadLetter, encode_dead_letter
+from storage import inspection
+from tests.support.flows import client
 from tests.support.stack import Stack
+from tests.support.summarized import summarized_call
 
 pytestmark = pytest.mark.integration
 AGENTLOOM = str(Path(sys.executable).with_name("agentloom"))
@@ -161,3 +165,46 @@ def test_session_inspect_of_an_unknown_session_fails(pg_dsn: str) -> None:
     p = run("session", "inspect", "ses-none", "--json", ALC_PG_DSN=pg_dsn)
     assert p.returncode == 1
     assert as_json(p)["error"]["code"] == "not_found"
+
+
+@pytest.mark.spec("R18", "R4.2", "R11.7", "R10.3")
+async def test_session_inspect_shows_the_same_view_as_the_inspector(
+    services: Any, db: Any, pg_dsn: str
+) -> None:
+    """A session whose first question was summarized: the call's blocks with role,
+    category, retention, tokens, decision and reason, and the summary chain with its
+    covered ranges — ``domain.call_view`` over ``storage.inspection``, as the console."""
+    async with client(services) as c:
+        sid, call_id, source = await summarized_call(c, db)
+    facts = await inspection.call_facts(db, sid, call_id)
+    assert facts is not None
+    expected = json.loads(json.dumps(call_view(facts).to_dict()))
+    listed = as_json(run("session", "inspect", sid, "--json", ALC_PG_DSN=pg_dsn))
+    numbers = {c["call_id"]: i for i, c in enumerate(listed["calls"], 1)}
+    assert call_id in numbers
+    by_number = run(
+        "session", "inspect", sid, "--call", str(numbers[call_id]), "--json", ALC_PG_DSN=pg_dsn
+    )
+    assert by_number.returncode == 0, by_number.stderr
+    got = as_json(by_number)["call"]
+    assert got == expected  # the one view, whichever way it is asked for
+    blocks = {b["block_id"]: b for b in got["blocks"]}
+    summary = got["chain"][0]
+    assert blocks[f"summary:{summary['summary_id']}"]["reason"] == "history_summary"
+    covered = blocks[f"rec:{source}"]
+    assert (covered["role"], covered["category"], covered["retention"]) == (
+        "tool",
+        "history",
+        "compressible",
+    )
+    assert (covered["decision"], covered["reason"]) == ("summarized", "covered_by_summary")
+    assert covered["tokens"] > 0
+    assert source in summary["covered_record_ids"] and summary["covered_ranges"]
+    table = run("session", "inspect", sid, "--call", call_id, ALC_PG_DSN=pg_dsn)
+    assert table.returncode == 0, table.stderr
+    for text in ("blocks in order", "covered_by_summary", "summary chain", summary["summary_id"]):
+        assert text in table.stdout
+    first, last = summary["covered_ranges"][0]
+    assert f"{first}-{last}" in table.stdout
+    missing = run("session", "inspect", sid, "--call", "999", "--json", ALC_PG_DSN=pg_dsn)
+    assert (missing.returncode, as_json(missing)["error"]["code"]) == (1, "not_found")

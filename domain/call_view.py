@@ -1,0 +1,222 @@
+"""What one model call saw, and why (R18, R4.2, R10.3, R11.7): the blocks in order with
+role, category, retention, tokens, decision and reason; the budget items as shares of the
+InputBudget; the summary chain with each summary's covered ranges. Pure.
+
+The web inspector and ``agentloom session inspect`` show this one view. It is rebuilt
+from what the call record keeps (dependency versions: the snapshot boundary, the thread's
+last sequence and the summary in effect; the protected manifest; the itemized budget) and
+the source records, with the assembler's own tables (``domain.rendering.RETENTION`` /
+``KEPT_BECAUSE``): the per-block annotations the assembler made are not stored with the
+call, so a record's category here follows the same rules rather than a stored copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from domain.rendering import KEPT_BECAUSE, RETENTION, RecordView
+
+ROLE = {
+    "user_input": "user",
+    "supplement": "user",
+    "assistant_message": "assistant",
+    "tool_call": "assistant",
+    "tool_outcome": "tool",
+    "child_result": "user",
+}
+# A record of the thread's own run, by kind (before the boundary it is "history").
+OWN_CATEGORY = {
+    "user_input": "task",
+    "supplement": "task",
+    "assistant_message": "interactions",
+    "tool_call": "interactions",
+    "tool_outcome": "tool_results",
+    "child_result": "material",
+}
+
+
+@dataclass(frozen=True)
+class SummaryLink:
+    """One summary of the chain (newest first) and what it covers (R11.7)."""
+
+    summary_id: str
+    parent_summary_id: str | None
+    covered_ranges: tuple[tuple[int, int], ...]
+    covered_record_ids: tuple[str, ...]
+    summary_tokens: int
+    covered_tokens: int
+    trigger_reasons: tuple[str, ...]
+    status: str
+
+
+@dataclass(frozen=True)
+class CallFacts:
+    """What is stored about one model call, and the records its view was built from."""
+
+    call_id: str
+    run_id: str
+    instance_id: str
+    purpose: str
+    model: str
+    status: str
+    budget: Mapping[str, Any]
+    manifest: tuple[Mapping[str, Any], ...]
+    dependency_versions: Mapping[str, Any]
+    hook_versions: tuple[str, ...]
+    records: tuple[RecordView, ...]
+    chain: tuple[SummaryLink, ...]
+    inline_max_tokens: int  # the release's large-result rule (R10.3)
+
+
+@dataclass(frozen=True)
+class Block:
+    block_id: str
+    role: str
+    category: str
+    retention: str
+    tokens: int | None
+    decision: str  # kept | summarized | externalized
+    reason: str
+    record_id: str | None = None
+    kind: str | None = None
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class BarSegment:
+    item: str
+    tokens: int
+    percent: float
+
+
+@dataclass(frozen=True)
+class BudgetBar:
+    input_budget: int
+    estimated_input: int
+    segments: tuple[BarSegment, ...]
+    free: int
+    free_percent: float
+
+
+@dataclass(frozen=True)
+class CallView:
+    call_id: str
+    run_id: str
+    instance_id: str
+    purpose: str
+    model: str
+    status: str
+    counting_method: str | None
+    policy_revision: str | None
+    release_id: str | None
+    hook_versions: tuple[str, ...]
+    blocks: tuple[Block, ...]
+    bar: BudgetBar
+    chain: tuple[SummaryLink, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def externalized(r: RecordView, inline_max_tokens: int) -> bool:
+    """R10.3, as the renderer decides it: a tool result over the inline limit, or one of
+    which only a prefix was loaded, is shown as a view with a read-back reference."""
+    return r.kind == "tool_outcome" and (
+        r.token_count > inline_max_tokens or r.full_length > len(r.text)
+    )
+
+
+def call_view(f: CallFacts) -> CallView:
+    deps = f.dependency_versions
+    return CallView(
+        call_id=f.call_id,
+        run_id=f.run_id,
+        instance_id=f.instance_id,
+        purpose=f.purpose,
+        model=f.model,
+        status=f.status,
+        counting_method=f.budget.get("counting_method"),
+        policy_revision=deps.get("policy_revision"),
+        release_id=deps.get("release_id"),
+        hook_versions=f.hook_versions,
+        blocks=tuple(call_blocks(f)),
+        bar=budget_bar(f.budget),
+        chain=f.chain,
+    )
+
+
+def call_blocks(f: CallFacts) -> list[Block]:
+    """Protected blocks that are not records (instructions, skills, ...) first, then the
+    summary in effect, then each source record with what was done to it."""
+    through = int(f.dependency_versions.get("through_session_sequence") or 0)
+    items = f.budget.get("items") or {}
+    blocks = _protected(f.manifest, items, f.records)
+    if f.chain:
+        head = f.chain[0]
+        blocks.append(
+            _block(f"summary:{head.summary_id}", "system", "summary", head.summary_tokens)
+        )
+    covered = {i for s in f.chain for i in s.covered_record_ids}
+    protected = {str(i) for p in f.manifest for i in p.get("source_ids") or ()}
+    for r in f.records:
+        category = "history" if r.session_sequence <= through else OWN_CATEGORY.get(r.kind, "state")
+        b = _block(f"rec:{r.record_id}", ROLE.get(r.kind, "system"), category, r.token_count)
+        b = replace(b, record_id=r.record_id, kind=r.kind, sequence=r.session_sequence)
+        if r.record_id in protected:
+            b = replace(b, retention="required")
+        if r.record_id in covered:
+            b = replace(b, decision="summarized", reason="covered_by_summary")
+        elif externalized(r, f.inline_max_tokens):
+            b = replace(b, decision="externalized", reason="large_result_view")
+        blocks.append(b)
+    return blocks
+
+
+def _block(block_id: str, role: str, category: str, tokens: int | None) -> Block:
+    return Block(
+        block_id=block_id,
+        role=role,
+        category=category,
+        retention=RETENTION.get(category, "compressible"),
+        tokens=tokens,
+        decision="kept",
+        reason=KEPT_BECAUSE.get(category, "in_thread"),
+    )
+
+
+def _protected(
+    manifest: Iterable[Mapping[str, Any]], items: Mapping[str, Any], records: Iterable[RecordView]
+) -> list[Block]:
+    ids = {r.record_id for r in records}
+    out = []
+    for p in manifest:
+        if {str(i) for i in p.get("source_ids") or ()} & ids:
+            continue  # a record of the thread: listed with it
+        kind = str(p.get("kind"))
+        tokens = items.get(kind, items.get(f"{kind}s"))
+        b = _block(str(p.get("block_id")), str(p.get("role")), kind, tokens)
+        out.append(replace(b, retention="required", reason="protected_block"))
+    return out
+
+
+def budget_bar(budget: Mapping[str, Any]) -> BudgetBar:
+    """Budget items as shares of the InputBudget (percent, for a stacked bar); an estimate
+    over the budget is shown against itself, so the shares never pass 100%."""
+    total = int(budget.get("input_budget") or 0)
+    items = {str(k): int(v) for k, v in (budget.get("items") or {}).items() if int(v) > 0}
+    used = sum(items.values())
+    denominator = max(total, used, 1)
+    segments = tuple(
+        BarSegment(k, v, round(100 * v / denominator, 2))
+        for k, v in sorted(items.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
+    free = max(0, total - used)
+    return BudgetBar(
+        input_budget=total,
+        estimated_input=int(budget.get("final_estimated_input") or used),
+        segments=segments,
+        free=free,
+        free_percent=round(100 * free / denominator, 2),
+    )
