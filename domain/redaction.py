@@ -30,13 +30,45 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 
 
+# Literals of which every match of the pattern contains one. Most text holds none, and
+# a substring test is far cheaper than a regex scan whose leading ``\b`` defeats the
+# engine's literal search: a cold render redacts every message once (issue 13). The
+# case-insensitive patterns' hints are looked up in the lowered text, and only for ASCII
+# text (Unicode case folding has equivalences ``str.lower`` does not reproduce).
+_HINTS: dict[str, tuple[str, ...]] = {
+    "private_key": ("PRIVATE KEY-----",),
+    "aws_access_key": ("AKIA", "ASIA"),
+    "api_key": ("k-",),
+    "github_token": ("gh",),
+    "slack_token": ("xox",),
+}
+_FOLDED_HINTS: dict[str, tuple[str, ...]] = {
+    "bearer_token": ("bearer",),
+    "password": ("password", "passwd", "pwd", "secret", "api_key", "apikey", "token"),
+}
+_CHECKS = tuple(
+    (kind, pattern, _HINTS.get(kind) or _FOLDED_HINTS[kind], kind in _FOLDED_HINTS)
+    for kind, pattern in _PATTERNS
+)
+
+
 def redact(text: str) -> tuple[str, int]:
     """Return ``text`` with credentials replaced, and how many were replaced."""
     count = 0
-    for kind, pattern in _PATTERNS:
+    lowered = text.lower() if text.isascii() else None
+    for kind, pattern, hints, folded in _CHECKS:
+        hay = lowered if folded else text
+        if hay is not None:  # None: not ASCII, no shortcut
+            for hint in hints:
+                if hint in hay:
+                    break
+            else:
+                continue
         if kind == "password":
             text, n = pattern.subn(lambda m: f"{m.group(1)}=[credential redacted]", text)
         else:
             text, n = pattern.subn(f"[credential redacted: {kind}]", text)
-        count += n
+        if n:
+            count += n
+            lowered = text.lower() if text.isascii() else None
     return text, count

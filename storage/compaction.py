@@ -7,6 +7,7 @@ these rows), and read by Prepare and the compaction service.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ class StateRow:
     baseline: Counters
     last_attempt: LastAttempt | None
     active_job_id: str | None
+    attempts: int = 0
 
 
 def _last_attempt(raw: Any) -> LastAttempt | None:
@@ -74,6 +76,7 @@ async def lock_state(
         Counters(r["baseline_user_turns"], r["baseline_model_steps"]),
         _last_attempt(r["last_attempt"]),
         r["active_job_id"],
+        int(r["attempts"]),
     )
 
 
@@ -143,8 +146,15 @@ async def insert_report(
 
 
 async def update_state(conn: asyncpg.Connection, row: StateRow, **changes: Any) -> None:
+    await update_lineage(conn, row.session_id, row.lineage, changes)
+
+
+async def update_lineage(
+    conn: asyncpg.Connection, session_id: str, lineage: str, changes: Mapping[str, Any]
+) -> None:
+    """Set ``changes`` (column -> value) on a lineage's ``compaction_state`` row."""
     cols = []
-    args: list[Any] = [row.session_id, row.lineage]
+    args: list[Any] = [session_id, lineage]
     for k, v in changes.items():
         args.append(v)
         cols.append(f"{k}=${len(args)}")

@@ -1,6 +1,6 @@
 """The processor's writes and scans of ``compaction_state`` beyond lock/update
-(``storage.compaction``): the attempt counter, the view-token estimate and the sessions
-due a pre-emptive check."""
+(``storage.compaction``): the view-token estimate, an observation already checked and the
+sessions due a pre-emptive check."""
 
 from __future__ import annotations
 
@@ -9,15 +9,7 @@ from typing import Any
 
 import asyncpg
 
-
-async def next_attempt(conn: asyncpg.Connection, session_id: str, lineage: str) -> int:
-    """The lineage's attempt count plus one (the row is locked by the caller)."""
-    n = await conn.fetchval(
-        "SELECT attempts + 1 FROM compaction_state WHERE session_id=$1 AND lineage=$2",
-        session_id,
-        lineage,
-    )
-    return int(n)
+from domain.preemption import PreemptCandidate
 
 
 async def replace_view_tokens(
@@ -52,20 +44,6 @@ async def checked(conn: asyncpg.Connection, session_id: str, event_key: str) -> 
         event_key,
     )
     return None if r is None else Checked(r["job_id"], r["status"], r["request"])
-
-
-@dataclass(frozen=True)
-class PreemptCandidate:
-    """A main lineage with an active run, no job in flight and no attempt remembered."""
-
-    session_id: str
-    run_id: str
-    context_policy: Any  # the release's raw policy (parsed by the caller)
-    release_policy: str  # the release's policy revision
-    fixed_overhead: int
-    view_tokens: int
-    input_budget: int
-    required_tokens: int
 
 
 async def preempt_candidates(

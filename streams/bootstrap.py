@@ -18,6 +18,7 @@ from domain.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from storage.processing_store import PgProcessing
 from streams import direct
 from streams.app import create_app
 from streams.outgoing import ProcessorConfig
@@ -34,7 +35,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
     """The one place a processor is wired from settings, whichever driver feeds it."""
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
     return BatchProcessor(
-        pool,
+        PgProcessing(pool),
         publisher,
         counter,
         ProcessorConfig(
@@ -93,6 +94,9 @@ async def run_direct(settings: Settings) -> None:
 
 def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
     """The faust driver's app; its processor publishes through faust's own producer."""
+    # faust keeps its tables' state under the data dir and does not create it: a fresh
+    # clone (no .state/ yet) could not start the processor.
+    data_dir.mkdir(parents=True, exist_ok=True)
 
     async def build(app: faust.App) -> BatchProcessor:
         return build_processor(settings, await _open_pool(settings), FaustPublisher(app))

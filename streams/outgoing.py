@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from domain.planning import BatchPlan
+from domain.planning import BatchPlan, NewRecord
 from schemas.wire import (
     CommittedRecord,
     CompactionRequest,
@@ -34,8 +34,10 @@ Outgoing = tuple[str, bytes | None, bytes]  # topic, key, value
 
 
 @dataclass
-class Applied:
-    """What one committed transaction produced, published only after it committed."""
+class Effects:
+    """What a batch's transactions produced, published only after they committed: the
+    value the processor's *transact* step returns and its *publish* step sends (committed
+    records, then dead letters, then observability and compaction requests)."""
 
     committed: list[Outgoing] = field(default_factory=list)
     other: list[Outgoing] = field(default_factory=list)  # observability, compaction requests
@@ -43,7 +45,23 @@ class Applied:
     records: int = 0
     duplicates: int = 0
     rejected: int = 0
+    isolated: int = 0  # records no transaction could apply (dead-lettered)
     codes: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: Effects) -> None:
+        """Append ``other`` (a later part of the same batch)."""
+        self.committed += other.committed
+        self.other += other.other
+        self.dead += other.dead
+        self.records += other.records
+        self.duplicates += other.duplicates
+        self.rejected += other.rejected
+        self.isolated += other.isolated
+        self.count(other.codes)
+
+    def count(self, codes: dict[str, int]) -> None:
+        for code, n in codes.items():
+            self.codes[code] = self.codes.get(code, 0) + n
 
 
 def dead_letter(
@@ -79,32 +97,11 @@ def encode_applied(
     existing: dict[tuple[str, str], ExistingRecord],
     notes: list[ObservabilityEvent],
     requests: list[CompactionRequest],
-) -> Applied:
-    out = Applied(records=len(plan.records), duplicates=len(plan.duplicates))
+) -> Effects:
+    """Encode what a transaction produced, while it is still open."""
+    out = Effects(records=len(plan.records), duplicates=len(plan.duplicates))
     now = int(time.time() * 1000)
-    for nr in plan.records:
-        ev = nr.incoming.event
-        out.committed.append(
-            _committed(
-                config,
-                CommittedRecord(
-                    record_id=nr.record_id,
-                    session_id=ev.scope.session_id,
-                    session_sequence=nr.session_sequence,
-                    run_id=ev.scope.run_id,
-                    instance_id=ev.scope.instance_id,
-                    instance_sequence=nr.instance_sequence,
-                    event_key=ev.event_key,
-                    kind=str(ev.kind),
-                    token_count=nr.incoming.token_count,
-                    token_method=nr.incoming.token_method,
-                    content_sha256=ev.content.sha256,
-                    committed_at_ms=now,
-                    source_partition=nr.incoming.partition,
-                    source_offset=nr.incoming.offset,
-                ),
-            )
-        )
+    out.committed += [_committed(config, _new_record(nr, now)) for nr in plan.records]
     for inc in plan.duplicates:
         # Republish: the first attempt may have crashed between the database commit
         # and this publish. The committed topic is at-least-once; consumers dedupe
@@ -112,17 +109,13 @@ def encode_applied(
         old = existing.get((inc.event.scope.session_id, inc.event.event_key))
         if old is not None:
             # ExistingRecord holds exactly the committed fields; add when/where.
-            out.committed.append(
-                _committed(
-                    config,
-                    CommittedRecord(
-                        **old.__dict__,
-                        committed_at_ms=now,
-                        source_partition=inc.partition,
-                        source_offset=inc.offset,
-                    ),
-                )
+            again = CommittedRecord(
+                **old.__dict__,
+                committed_at_ms=now,
+                source_partition=inc.partition,
+                source_offset=inc.offset,
             )
+            out.committed.append(_committed(config, again))
     for rej in plan.rejections:
         if rej.dead_letter:
             out.dead.append(
@@ -139,41 +132,51 @@ def encode_applied(
         else:
             out.rejected += 1
         out.codes[rej.code] = out.codes.get(rej.code, 0) + 1
-    for nr in plan.records:
-        if nr.revision_conflict:
-            ev = nr.incoming.event
-            notes.append(
-                ObservabilityEvent(
-                    "revision_conflict",
-                    ev.scope.session_id,
-                    ev.scope.run_id or "",
-                    ev.scope.instance_id or "",
-                    now,
-                    "",
-                    decision="appended",
-                    values={
-                        "expected_revision": float(ev.expected_revision or 0),
-                        "thread_revision": float((nr.instance_sequence or 1) - 1),
-                    },
-                )
-            )
+    notes += [_conflict_note(nr, now) for nr in plan.records if nr.revision_conflict]
     for note in notes:
-        out.other.append(
-            (
-                config.topic_observability,
-                note.session_id.encode(),
-                encode_observability(note),
-            )
-        )
+        value = encode_observability(note)
+        out.other.append((config.topic_observability, note.session_id.encode(), value))
     for req in requests:
-        out.other.append(
-            (
-                config.topic_compaction_requests,
-                req.session_id.encode(),
-                encode_compaction_request(req),
-            )
-        )
+        value = encode_compaction_request(req)
+        out.other.append((config.topic_compaction_requests, req.session_id.encode(), value))
     return out
+
+
+def _new_record(nr: NewRecord, now: int) -> CommittedRecord:
+    ev = nr.incoming.event
+    return CommittedRecord(
+        record_id=nr.record_id,
+        session_id=ev.scope.session_id,
+        session_sequence=nr.session_sequence,
+        run_id=ev.scope.run_id,
+        instance_id=ev.scope.instance_id,
+        instance_sequence=nr.instance_sequence,
+        event_key=ev.event_key,
+        kind=str(ev.kind),
+        token_count=nr.incoming.token_count,
+        token_method=nr.incoming.token_method,
+        content_sha256=ev.content.sha256,
+        committed_at_ms=now,
+        source_partition=nr.incoming.partition,
+        source_offset=nr.incoming.offset,
+    )
+
+
+def _conflict_note(nr: NewRecord, now: int) -> ObservabilityEvent:
+    ev = nr.incoming.event
+    return ObservabilityEvent(
+        "revision_conflict",
+        ev.scope.session_id,
+        ev.scope.run_id or "",
+        ev.scope.instance_id or "",
+        now,
+        "",
+        decision="appended",
+        values={
+            "expected_revision": float(ev.expected_revision or 0),
+            "thread_revision": float((nr.instance_sequence or 1) - 1),
+        },
+    )
 
 
 def _committed(config: ProcessorConfig, rec: CommittedRecord) -> Outgoing:

@@ -40,6 +40,7 @@ from schemas.wire import (
     truncated_original,
 )
 from services.sdk.client import ApiError, ContextClient, RunHandle
+from storage.processing_store import PgProcessingStore
 from streams.control import apply_controls
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
@@ -400,7 +401,7 @@ async def test_a_control_event_that_fails_is_dead_lettered_alone(
         # reports it, instead of failing every other control event of its transaction.
         fine = observation(run.session_id, run, f"obs:fine-{uuid.uuid4().hex[:6]}")
         async with db.acquire() as conn, conn.transaction():
-            result = await apply_controls(conn, [poisoned, fine])
+            result = await apply_controls(PgProcessingStore(conn), [poisoned, fine])
             checked = await conn.fetchval(
                 "SELECT count(*) FROM trigger_reports WHERE session_id=$1 AND event_key=$2",
                 run.session_id,

@@ -17,8 +17,6 @@ LONG_FILES: dict[str, str] = {
     "domain/rendering.py": "being split (issue 11)",
     "schemas/validation.py": "being split (issue 11)",
     "services/sdk/client.py": "being split (issue 11)",
-    "streams/control.py": "being split (issue 11)",
-    "streams/processor.py": "being split (issue 11)",
 }
 # "path::qualified.name" -> why
 LONG_FUNCTIONS: dict[str, str] = {
@@ -29,10 +27,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "services/prepare/api.py::create_api": "being split (issue 11)",
     "storage/ingest.py::load_states": "being split (issue 11)",
     "storage/ingest.py::write_plan": "being split (issue 11)",
-    "streams/control.py::_observe": "being split (issue 11)",
-    "streams/control.py::_outcome": "being split (issue 11)",
-    "streams/control.py::preempt": "being split (issue 11)",
-    "streams/outgoing.py::encode_applied": "being split (issue 11)",
 }
 
 

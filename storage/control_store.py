@@ -1,0 +1,187 @@
+"""Reads and the one writer of the processor's control decisions (issue 11): the facts a
+budget observation or a compaction outcome is decided on (``domain.compaction_control``,
+``domain.compaction_outcome``), and ``apply_control`` that writes the decided effects.
+
+Called inside the processor's batch transaction: the reads lock the lineage's
+``compaction_state`` row (the processor is its only writer), so the facts still hold
+when the effects are written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from domain.compaction_control import (
+    ControlEffects,
+    JobRow,
+    LockedState,
+    ObservationInputs,
+)
+from domain.compaction_outcome import OutcomeInputs
+from domain.policy import validate_compaction
+from domain.triggers import Counters, LastAttempt
+from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
+from storage import compaction as repo
+from storage import compaction_state, processing
+from storage.view_state import ViewState, load_view_state
+
+
+async def lineage_of(conn: asyncpg.Connection, ev: ControlEvent) -> str:
+    """ "main" for the run's main thread, else the child instance (R13.1)."""
+    main = await processing.main_instance_id(conn, ev.session_id, ev.run_id)
+    return "main" if main == ev.instance_id else ev.instance_id
+
+
+async def view_of(
+    conn: asyncpg.Connection, session_id: str, run_id: str, lineage: str
+) -> ViewState:
+    """The compaction view of ``lineage`` ("main" or a child instance) for ``run_id``."""
+    view = await load_view_state(
+        conn, session_id, run_id, child_instance_id=None if lineage == "main" else lineage
+    )
+    if view is None:
+        raise LookupError(f"session {session_id} not found")
+    return view
+
+
+async def job_row(conn: asyncpg.Connection, job_id: str) -> JobRow | None:
+    r = await repo.job(conn, job_id)
+    if r is None:
+        return None
+    return JobRow(
+        r["job_id"],
+        r["status"],
+        r["lineage"],
+        r["run_id"],
+        r["instance_id"],
+        r["request"],
+        Counters(r["observed_user_turns"], r["observed_model_steps"]),
+    )
+
+
+async def observation_inputs(
+    conn: asyncpg.Connection, ev: ControlEvent, obs: BudgetObservation
+) -> ObservationInputs:
+    """Lock the lineage's state and read what the observation is decided on. (The view
+    does not depend on the state columns the decision writes, so reading it first is
+    the same as reading it after them.)"""
+    ctx = await repo.session_context(conn, ev.session_id)
+    policy = validate_compaction(repo.policy_compaction(ctx["context_policy"]))
+    lineage = await lineage_of(conn, ev)
+    row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
+    job = None if row.active_job_id is None else await job_row(conn, row.active_job_id)
+    # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
+    # this view may reuse — not simply the newest summary of the session. (R13.1: a
+    # child has its own counters and its own summary chain.) The job in flight is the
+    # locked row's, not the view's: the decision may just let it go (R15.3).
+    view = await view_of(conn, ev.session_id, ev.run_id, lineage)
+    return ObservationInputs(
+        ev,
+        obs,
+        lineage,
+        policy,
+        ctx["policy_revision"],
+        LockedState(row.last_attempt, row.active_job_id, row.attempts),
+        job,
+        view.counters,
+        view.baseline,
+        view.summary_id,
+    )
+
+
+async def task_version(
+    conn: asyncpg.Connection,
+    session_id: str,
+    lineage: str,
+    run_id: str,
+    instance_id: str,
+    through: int,
+) -> int:
+    """R11.6: user inputs and supplements of the lineage up to ``through``."""
+    if lineage == "main":
+        return await repo.task_version(conn, session_id, through)
+    return await repo.thread_task_version(conn, session_id, run_id, instance_id, through)
+
+
+async def outcome_inputs(
+    conn: asyncpg.Connection, ev: ControlEvent, out: CompactionOutcome
+) -> OutcomeInputs:
+    job = await job_row(conn, out.job_id)
+    if job is None or job.status != "requested":
+        return OutcomeInputs(ev, out, job)
+    ctx = await repo.session_context(conn, ev.session_id)
+    await repo.lock_state(conn, ev.session_id, job.lineage, ctx["policy_revision"])
+    if out.status != "succeeded":
+        return OutcomeInputs(ev, out, job, ctx["policy_revision"])
+    view = await view_of(conn, ev.session_id, job.run_id, job.lineage)
+    covered = list(out.covered_record_ids)
+    return OutcomeInputs(
+        ev,
+        out,
+        job,
+        ctx["policy_revision"],
+        view.summary_id,
+        await task_version(
+            conn,
+            ev.session_id,
+            job.lineage,
+            job.run_id,
+            job.instance_id,
+            int(job.request["view_watermark"]),
+        ),
+        await repo.missing_records(conn, ev.session_id, covered),
+        await repo.revoked_records(conn, ev.session_id, covered),
+        view.through,
+    )
+
+
+async def apply_control(conn: asyncpg.Connection, effects: ControlEffects) -> None:
+    """The one writer of control decisions: summary, finished jobs, trigger report, new
+    job and the lineage's state (columns merged in decision order), in the caller's
+    transaction."""
+    sid, lineage = effects.session_id, effects.lineage
+    if effects.summary is not None:
+        await repo.insert_summary(conn, **effects.summary)
+    for done in effects.finished:
+        await repo.finish_job(conn, done.job_id, done.status, done.stage, done.reason)
+    if (r := effects.report) is not None:
+        await repo.insert_report(
+            conn,
+            sid,
+            lineage,
+            r.run_id,
+            r.event_key,
+            r.decision,
+            r.kind,
+            r.reason,
+            r.job_id,
+            r.policy_revision,
+            r.view_watermark,
+            r.totals,
+            r.baseline,
+        )
+    if (job := effects.new_job) is not None:
+        req = job.request
+        await repo.insert_job(
+            conn,
+            req.job_id,
+            sid,
+            lineage,
+            req.run_id,
+            req.instance_id,
+            {**req.__dict__, "trigger_reasons": list(req.trigger_reasons)},
+            job.observed,
+        )
+    if effects.state:
+        await repo.update_lineage(conn, sid, lineage, _columns(effects.state))
+    if effects.view_tokens is not None:
+        covered, summary = effects.view_tokens
+        await compaction_state.replace_view_tokens(conn, sid, lineage, covered, summary)
+
+
+def _columns(state: Any) -> dict[str, Any]:
+    return {
+        k: repo.last_attempt_json(v) if isinstance(v, LastAttempt) else v for k, v in state.items()
+    }

@@ -1,0 +1,181 @@
+"""The processor's first step, *decode* (issue 11): bytes to validated, token-counted
+items in offset order. What cannot be decoded, validated or counted is dead-lettered here,
+before any SQL (R3.3, R15.3) — no record stops the partition."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from domain.accounting import text_key, token_text
+from domain.planning import Incoming
+from domain.tokens import CachedCounter
+from schemas import codec
+from schemas.contracts import ContextEvent
+from schemas.errors import InvalidEvent
+from schemas.validation import validate_control, validate_event
+from schemas.wire import ControlEvent, DeadLetter, decode_control, decode_event
+from storage.processing_store import ProcessingStore
+from streams.faults import describe_failure
+from streams.outgoing import ProcessorConfig, dead_letter
+
+CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    key: bytes | None
+    value: bytes | None
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Control:
+    """A decoded, validated control event and where it came from."""
+
+    partition: int
+    offset: int
+    event: ControlEvent
+    msg: RawMessage
+
+
+Item = Incoming | Control
+
+
+@dataclass
+class Admitted:
+    """A batch after decoding: the items to apply, in offset order, and the dead letters
+    of what was refused on the way."""
+
+    items: list[Item] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
+
+
+class Admission:
+    """Decode, validate and count a batch, in offset order."""
+
+    def __init__(self, counter: CachedCounter, config: ProcessorConfig) -> None:
+        self.counter = counter
+        self.config = config
+
+    async def admit(self, store: ProcessingStore, batch: list[RawMessage]) -> Admitted:
+        out = Admitted()
+        decoded: list[tuple[RawMessage, ContextEvent]] = []
+        controls: list[Control] = []
+        for msg in batch:
+            try:
+                if msg.value is None:
+                    raise InvalidEvent("empty message value", reason_code="empty_value")
+                if codec.writer_name(msg.value) == CONTROL_EVENT_NAME:
+                    ctl = _decode_control(msg.value)
+                    validate_control(ctl)
+                    controls.append(Control(msg.partition, msg.offset, ctl, msg))
+                    continue
+                ev = decode_event(msg.value)
+                validate_event(ev)
+                decoded.append((msg, ev))
+            except InvalidEvent as exc:
+                out.dead.append(self.dead(msg, exc.reason_code, exc.message, None, None))
+            except Exception as exc:  # hostile bytes: whatever a decoder may raise
+                reason = f"{type(exc).__name__}: {exc}"
+                out.dead.append(self.dead(msg, "undecodable", reason, None, None))
+        controls = await self._known(store, controls, out.dead)
+        incoming = await self._count(store, decoded, out.dead)
+        out.items = [*incoming, *controls]
+        out.items.sort(key=lambda i: (i.partition, i.offset))
+        return out
+
+    async def _known(
+        self, store: ProcessingStore, controls: list[Control], dead: list[DeadLetter]
+    ) -> list[Control]:
+        """A control event names a session the processor owns; one that does not exist
+        is bad input, not a reason to stop (validated ids: a safe query)."""
+        if not controls:
+            return controls
+        known = await store.open_sessions(sorted({c.event.session_id for c in controls}))
+        for c in controls:
+            if c.event.session_id not in known:
+                reason = f"session {c.event.session_id} is not open"
+                dead.append(self.dead(c.msg, "unknown_session", reason, None, c.event.event_key))
+        return [c for c in controls if c.event.session_id in known]
+
+    async def _count(
+        self,
+        store: ProcessingStore,
+        decoded: list[tuple[RawMessage, ContextEvent]],
+        dead: list[DeadLetter],
+    ) -> list[Incoming]:
+        refs = [ev.content.ref for _, ev in decoded if ev.content.ref]
+        blobs = await store.blob_tokens(refs) if refs else {}
+        out: list[Incoming] = []
+        for msg, obj in decoded:
+            try:
+                tokens, method = self._tokens(obj, blobs)
+            except InvalidEvent as exc:
+                sid, key = obj.scope.session_id, obj.event_key
+                dead.append(self.dead(msg, exc.reason_code, exc.message, sid, key))
+                continue
+            except Exception as exc:  # a tokenizer that chokes on one text
+                code, reason = describe_failure(exc)
+                dead.append(self.dead(msg, code, reason, obj.scope.session_id, obj.event_key))
+                continue
+            out.append(Incoming(obj, msg.partition, msg.offset, tokens, method))
+        return out
+
+    def _tokens(self, ev: ContextEvent, blobs: dict[str, tuple[int, str, int]]) -> tuple[int, str]:
+        text = token_text(ev)
+        if text is not None:
+            return self.counter.count_keyed(text_key(text), text), self.counter.method
+        found = blobs.get(ev.content.ref or "")
+        if found is None:
+            # R3.4: large content is stored first; a dangling reference is bad input.
+            raise InvalidEvent(
+                f"content ref {ev.content.ref} is not stored", reason_code="blob_missing"
+            )
+        tokens, method, length = found
+        if length != ev.content.length:
+            raise InvalidEvent(
+                f"content.length {ev.content.length} but the stored blob has {length} bytes",
+                reason_code="content_length_mismatch",
+            )
+        return tokens, method
+
+    def dead(
+        self, msg: RawMessage, code: str, reason: str, session_id: str | None, event_key: str | None
+    ) -> DeadLetter:
+        return dead_letter(
+            self.config,
+            msg.partition,
+            msg.offset,
+            code,
+            reason,
+            session_id,
+            event_key,
+            msg.key,
+            msg.value,
+        )
+
+    def dead_item(self, item: Item, code: str, reason: str) -> DeadLetter:
+        """A dead letter for a decoded item; its raw bytes are added when it is sent."""
+        if isinstance(item, Control):
+            return self.dead(item.msg, code, reason, item.event.session_id, item.event.event_key)
+        return dead_letter(
+            self.config,
+            item.partition,
+            item.offset,
+            code,
+            reason,
+            item.event.scope.session_id,
+            item.event.event_key,
+        )
+
+
+def _decode_control(data: bytes) -> ControlEvent:
+    try:
+        return decode_control(data)
+    except InvalidEvent:
+        raise
+    except (KeyError, TypeError, ValueError) as exc:  # e.g. a covered range of 3 numbers
+        raise InvalidEvent(
+            f"control event does not map to the contract: {exc}", reason_code="bad_control"
+        ) from exc
