@@ -112,7 +112,9 @@ async def scale(
 ) -> dict[str, Any]:
     backends = {f"prepare-{i}": f"{HOST}:{p}" for i, p in enumerate(ports, 1)}
     tally = Tally(list(backends))
-    chaos = Chaos(procs, REPO, cluster_env(), Ledger(), time.monotonic(), log)
+    chaos = Chaos(
+        procs, REPO, cluster_env(), Ledger(), time.monotonic(), log, start_timeout_s=START_TIMEOUT_S
+    )
     cfg = LoadConfig(
         s.kafka_bootstrap, f"http://{HOST}:{ports[0]}", s.topic_records, key, SPACE,
         args.sessions, args.give_up, args.think, args.seed, model_calls=True,

@@ -70,6 +70,7 @@ class Chaos:
     log: Callable[[str], None]
     faults: list[Fault] = field(default_factory=list)
     unexpected_exits: list[str] = field(default_factory=list)
+    start_timeout_s: float = 90.0  # a restarted service's readiness (Proc.start)
     _busy: set[str] = field(default_factory=set)
     _background: set[asyncio.Task[None]] = field(default_factory=set)  # referenced: not GC'd
 
@@ -170,7 +171,7 @@ class Chaos:
         deadline = time.monotonic() + RECOVERY_BOUND_S
         while True:
             try:
-                await asyncio.to_thread(proc.start)
+                await asyncio.to_thread(proc.start, self.start_timeout_s)
                 return
             except RuntimeError as exc:
                 if time.monotonic() > deadline:
