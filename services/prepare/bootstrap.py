@@ -36,6 +36,7 @@ from storage.migrate import apply_dsn
 from storage.model_calls import ModelCalls, PgModelCalls
 from storage.pool import create_pool
 from storage.releases import PgReleases, Releases
+from storage.render_states import PgRenderStates, RenderStates
 from storage.sessions import PgSessions, Sessions
 from storage.threads import PgThreads, Threads
 from streams.publish import AiokafkaPublisher, Publisher
@@ -57,6 +58,7 @@ class Adapters:
     publisher: Publisher
     waiter: Waiter
     pool: asyncpg.Pool | None = None  # the analytics query's
+    render_states: RenderStates | None = None  # thread render states (issue 13: cold prepare)
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,9 @@ def build_service(
         return s.release_id
 
     releases = ReleaseBook(ports.releases, release_of_session, counter.method)
-    views = ThreadViews(ports.threads, counter.count)
+    views = ThreadViews(
+        ports.threads, counter.count, states=ports.render_states, counting=counter.method
+    )
     content = ContentStore(ports.blobs, counter)
     prepared = PreparedStore(options.prepared_capacity)
     notes = Notes(ports.publisher, options.topic_observability)
@@ -150,6 +154,7 @@ def pg_adapters(pool: asyncpg.Pool, publisher: Publisher, waiter: Waiter) -> Ada
         publisher=publisher,
         waiter=waiter,
         pool=pool,
+        render_states=PgRenderStates(pool),
     )
 
 

@@ -3,26 +3,54 @@
 A thread's view only grows (records are append-only and the inherited part is fixed by
 the run's immutable snapshot), so each cached ``ThreadRenderer`` is fed only the records
 committed since it last looked: one indexed query per prepare, no full re-render.
+
+A view not in memory (after a restart, a new summary or revocation, on another instance)
+continues from its stored render state when there is one (issue 13: cold prepare), and
+the state is stored again after a full render and whenever the view has grown by a tenth
+since it was last stored — so a cold prepare reads one row and renders only what is new.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 
+from domain import render_state
 from domain.policy import LargeResultSettings
 from domain.rendering import CountFn, ThreadRenderer
 from schemas.errors import NotFound
+from storage.render_states import RenderStates, StoredState
 from storage.threads import Snapshot, SummaryView, Threads
+
+log = logging.getLogger(__name__)
+# A stored state is refreshed once the view grew by this share of its records (and at
+# least SAVE_MIN records): a cold prepare then renders at most about that much.
+SAVE_SHARE = 10
+SAVE_MIN = 64
 
 __all__ = ["Snapshot", "SummaryView", "ThreadViews"]
 
 
 class ThreadViews:
-    def __init__(self, threads: Threads, count: CountFn, capacity: int = 256) -> None:
+    """``states`` (optional) stores render states; ``counting`` names the counting method
+    behind ``count``, part of what a stored state must match."""
+
+    def __init__(
+        self,
+        threads: Threads,
+        count: CountFn,
+        capacity: int = 256,
+        states: RenderStates | None = None,
+        counting: str = "",
+    ) -> None:
         self.threads = threads
         self.count = count
         self.capacity = capacity
+        self.states = states
+        self.counting = counting
+        self._saved: dict[tuple[str, str, str], int] = {}  # last_sequence stored, per view
+        self._saving: set[asyncio.Task[None]] = set()
         self._views: OrderedDict[tuple[str, str, str], ThreadRenderer] = OrderedDict()
         self._locks: dict[tuple[str, str, str], asyncio.Lock] = {}
         self._epochs: dict[tuple[str, str, str], str] = {}
@@ -62,6 +90,9 @@ class ThreadViews:
             if rend is not None:
                 self._views.move_to_end(key)  # in use: never the one evicted meanwhile
             summary_id = summary.summary_id if summary else None
+            fp = render_state.fingerprint(
+                message_overhead, summary_id, epoch, large or LargeResultSettings(), self.counting
+            )
             if (
                 rend is None
                 or rend.overhead != message_overhead
@@ -69,16 +100,66 @@ class ThreadViews:
                 or self._epochs.get(key) != epoch
                 or (large is not None and rend.large != large)
             ):
-                # A new summary revision changes the view: rebuilt once, then incremental.
-                rend = await self._rebuild(snap, instance_id, message_overhead, summary, large)
+                # A new summary revision changes the view: rebuilt once (or continued from
+                # its stored state), then incremental.
+                rend = await self._restore(key, fp, summary)
+                if rend is None:
+                    rend = await self._rebuild(snap, instance_id, message_overhead, summary, large)
                 self._views[key] = rend
                 self._epochs[key] = epoch
             for rec in await self.threads.own(session_id, run_id, instance_id, rend.last_sequence):
                 rend.feed(rec, inherited=False)
+            self._store(key, fp, rend)
             self._views[key] = rend
             self._views.move_to_end(key)
             self._evict()
             return rend, snap
+
+    async def _restore(
+        self, key: tuple[str, str, str], fp: str, summary: SummaryView | None
+    ) -> ThreadRenderer | None:
+        self._saved.pop(key, None)
+        if self.states is None:
+            return None
+        stored = await self.states.load(*key, fp)
+        if stored is None:
+            return None
+        rend = render_state.load(
+            stored.data, self.count, summary.covered if summary else frozenset()
+        )
+        if rend is not None:
+            self._saved[key] = stored.last_sequence
+        return rend
+
+    def _store(self, key: tuple[str, str, str], fp: str, rend: ThreadRenderer) -> None:
+        """Store the state when none is (a full render) or the view grew enough since. The
+        bytes are taken now, under the view's lock; the write runs beside the prepare."""
+        if self.states is None:
+            return
+        saved = self._saved.get(key)
+        if saved is not None and rend.last_sequence - saved < max(
+            SAVE_MIN, rend.record_count // SAVE_SHARE
+        ):
+            return
+        self._saved[key] = rend.last_sequence
+        state = StoredState(rend.last_sequence, render_state.dump(rend))
+        task = asyncio.get_running_loop().create_task(self._save(key, fp, state))
+        self._saving.add(task)
+        task.add_done_callback(self._saving.discard)
+
+    async def _save(self, key: tuple[str, str, str], fp: str, state: StoredState) -> None:
+        assert self.states is not None
+        try:
+            await self.states.save(*key, fp, state)
+        except Exception:  # a cache: the next cold prepare renders in full instead
+            log.warning("render state of %s not stored", key, exc_info=True)
+            if self._saved.get(key) == state.last_sequence:
+                self._saved.pop(key, None)
+
+    async def flush(self) -> None:
+        """Wait for the render states being written (shutdown, tests)."""
+        while self._saving:
+            await asyncio.gather(*list(self._saving))
 
     async def _rebuild(
         self,
@@ -115,6 +196,7 @@ class ThreadViews:
         while len(self._views) > self.capacity:
             old, _ = self._views.popitem(last=False)
             self._epochs.pop(old, None)
+            self._saved.pop(old, None)
             lock_of_old = self._locks.get(old)
             if lock_of_old is not None and not lock_of_old.locked():
                 # A lock in use stays: a waiter must find the same lock, or two
