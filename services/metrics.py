@@ -7,7 +7,24 @@ without an HTTP API serve it on ``ALC_METRICS_PORT`` when set (off by default).
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Histogram
+
+# Shared with the session processor: defined once, below us (issue 12).
+from streams.metrics import CONSUMER_LAG, DEAD_LETTERS, PROCESSOR_BATCH_SIZE, serve
+
+__all__ = [
+    "ANALYTICS_EVENTS",
+    "COMPACTION_JOBS",
+    "COMPACTION_JOB_SECONDS",
+    "CONSUMER_LAG",
+    "DEAD_LETTERS",
+    "HTTP_REQUESTS",
+    "PREPARE_SECONDS",
+    "PROCESSOR_BATCH_SIZE",
+    "SUMMARIZER_CALLS",
+    "SUMMARIZER_TOKENS",
+    "serve",
+]
 
 PREPARE_SECONDS = Histogram(
     "agentloom_prepare_seconds",
@@ -17,16 +34,6 @@ PREPARE_SECONDS = Histogram(
 )
 HTTP_REQUESTS = Counter(
     "agentloom_http_requests_total", "HTTP requests answered", ["route", "status"]
-)
-PROCESSOR_BATCH_SIZE = Histogram(
-    "agentloom_processor_batch_size",
-    "Records per processor batch",
-    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000),
-)
-DEAD_LETTERS = Counter(
-    "agentloom_dead_letters_total",
-    "Dead letters by reason (written by this process; in analytics: seen by its group)",
-    ["reason"],
 )
 COMPACTION_JOBS = Counter(
     "agentloom_compaction_jobs_total", "Compaction jobs finished", ["outcome"]
@@ -46,18 +53,8 @@ SUMMARIZER_TOKENS = Counter(
     "Summarizer tokens",
     ["direction"],  # input|output
 )
-CONSUMER_LAG = Gauge(
-    "agentloom_consumer_lag",
-    "Messages behind the partition's end offset, per consumer group and partition",
-    ["group", "partition"],
-)
 ANALYTICS_EVENTS = Counter(
     "agentloom_analytics_events_total",
     "Messages consumed by the analytics group",
     ["topic_kind", "result"],  # observability|dead_letter, read|skipped
 )
-
-
-def serve(port: int, host: str = "127.0.0.1") -> None:
-    """Serve ``/metrics`` from a background thread (prometheus-client's own server)."""
-    start_http_server(port, addr=host)

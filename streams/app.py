@@ -14,6 +14,7 @@ Kept thin: the agent takes batches and hands them to ``BatchProcessor`` (built b
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import faust
 
 from schemas.settings import Settings
+from streams import metrics
 from streams.processor import BatchProcessor, RawMessage, handle_or_exit
 
 # Builds the processor once faust runs (its producer exists only then).
@@ -68,6 +70,22 @@ def create_app(settings: Settings, data_dir: Path, build: ProcessorFactory) -> f
             ]
             if not built:  # lazily, as before: the pool is opened by the first batch
                 built.append(await build(app))
+            started = time.perf_counter()
             await handle_or_exit(built[0], batch, settings.processor_transient_retry_s)
+            _observe(app, events, time.perf_counter() - started, settings.processor_id)
 
     return app
+
+
+def _observe(app: faust.App, events: list[Any], seconds: float, group: str) -> None:
+    """Metrics of a handled batch (faust's message timestamps are in seconds)."""
+    ends: dict[Any, int] = {}
+    for e in events:
+        ends[e.message.tp] = e.message.offset + 1
+    metrics.observe_batch(
+        len(events),
+        seconds,
+        [int((e.message.timestamp or 0) * 1000) for e in events],
+        {tp.partition: (app.consumer.highwater(tp) or end) - end for tp, end in ends.items()},
+        group,
+    )

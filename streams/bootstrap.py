@@ -21,6 +21,7 @@ from storage.pool import create_pool
 from storage.processing_store import PgProcessing
 from streams import direct
 from streams.app import create_app
+from streams.metrics import MeteredPublisher, serve
 from streams.outgoing import ProcessorConfig
 from streams.processor import BatchProcessor
 from streams.publish import AiokafkaPublisher, FaustPublisher, Publisher
@@ -34,9 +35,11 @@ FAUST_DATA_DIR = Path(".state/faust")
 def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher) -> BatchProcessor:
     """The one place a processor is wired from settings, whichever driver feeds it."""
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
+    # Dead letters are counted by reason as they are sent (R18, /metrics).
+    metered = MeteredPublisher(publisher, settings.topic_dead_letter)
     return BatchProcessor(
         PgProcessing(pool),
-        publisher,
+        metered,
         counter,
         ProcessorConfig(
             consumer=settings.processor_id,
@@ -110,6 +113,8 @@ def main() -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     asyncio.run(prepare_infrastructure(settings))
+    if settings.metrics_port is not None:
+        serve(settings.metrics_port)  # a thread of its own, for either driver
     if settings.processor_driver == "aiokafka":
         asyncio.run(run_direct(settings))
         return

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.settings import Settings
+from streams import metrics
 from streams.processor import BatchProcessor, RawMessage, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
@@ -54,6 +56,17 @@ async def consume(
         for tp, msgs in fetched.items():  # per-partition order is what matters
             batch.extend(RawMessage(m.key, m.value, m.partition, m.offset) for m in msgs)
             next_offsets[tp] = msgs[-1].offset + 1
+        started = time.perf_counter()
         await handle_or_exit(proc, batch, transient_retry_s)
         # Only after the database commit and the acknowledged publishes.
         await consumer.commit(next_offsets)
+        metrics.observe_batch(
+            len(batch),
+            time.perf_counter() - started,
+            [m.timestamp for msgs in fetched.values() for m in msgs],
+            {
+                tp.partition: (consumer.highwater(tp) or end) - end
+                for tp, end in next_offsets.items()
+            },
+            proc.config.consumer,
+        )
