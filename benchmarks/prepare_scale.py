@@ -27,6 +27,7 @@ Prints a table and writes ``build/bench/prepare_scale.json``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import hashlib
 import json
@@ -40,11 +41,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks import prepare_cold
 from domain.assemble import assemble
 from domain.budget import ModelProfile, enforce
 from domain.policy import LargeResultSettings
 from domain.rendering import Message, RecordView, ThreadRenderer
 from domain.tokens import CachedCounter, TokenCounter, make_counter
+from schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
@@ -366,9 +369,12 @@ class Row:
     ingest_count_s: float
     cache_hits: int
     cache_misses: int
+    cold: prepare_cold.Cold | None = None
 
 
-def bench_size(n: int, calls: int, naive_calls: int, seed: int) -> Row:
+def bench_size(
+    n: int, calls: int, naive_calls: int, seed: int, restarts: int = 0, dsn: str | None = None
+) -> Row:
     raw = make_counter(ENCODING)
     t0 = time.perf_counter()
     sess, start = build_session(n, seed, raw)
@@ -439,7 +445,48 @@ def bench_size(n: int, calls: int, naive_calls: int, seed: int) -> Row:
         f"{row.naive_p50_ms} ms p99 {row.naive_p99_ms} ms ({row.naive_calls} calls); "
         f"estimates ours {ours_est:,} / naive {naive_est:,} tokens"
     )
+    if restarts:
+        row.cold = asyncio.run(
+            prepare_cold.measure(
+                sess.records,
+                start,
+                raw,
+                ours_renderer,
+                lambda rend, new, count: ours_prepare(rend, new, count, cached.method),
+                restarts,
+                dsn,
+                n,
+            )
+        )
+        c = row.cold
+        log(
+            f"  cold prepare over {restarts} restarts: from the stored state p50 "
+            f"{c.restart_p50_ms} ms p99 {c.restart_p99_ms} ms ({c.state_bytes:,} bytes, "
+            f"{'PostgreSQL' if c.via_postgres else 'memory'}, {c.lag_records} records since);"
+            f" full render p50 {c.full_p50_ms} ms p99 {c.full_p99_ms} ms"
+        )
     return row
+
+
+def cold_table(rows: list[Row]) -> str:
+    lines = [
+        "",
+        "| records | warm p50 ms | warm p99 ms | cold, from stored state p50 ms | cold, from"
+        " stored state p99 ms | (its CPU p99 ms) | target p99 ms | cold, full render p50 ms |"
+        " cold, full render p99 ms | state bytes | read from | restarts |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for r in rows:
+        c = r.cold
+        if c is None:
+            continue
+        lines.append(
+            f"| {r.records:,} | {r.ours_p50_ms} | {r.ours_p99_ms} | {c.restart_p50_ms:,} |"
+            f" {c.restart_p99_ms:,} | {c.restart_cpu_p99_ms:,} | {prepare_cold.verdict(c)} |"
+            f" {c.full_p50_ms:,} | {c.full_p99_ms:,} | {c.state_bytes:,} |"
+            f" {'PostgreSQL' if c.via_postgres else 'memory'} | {c.restarts} |"
+        )
+    return "\n".join(lines)
 
 
 def table(rows: list[Row]) -> str:
@@ -472,7 +519,16 @@ def main() -> None:
         "--naive-calls", default=DEFAULT_NAIVE_CALLS, help="prepares timed (naive), per size"
     )
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--restarts", type=int, default=5, help="cold prepares timed per size (0: none)"
+    )
+    ap.add_argument(
+        "--pg-dsn",
+        default=Settings().pg_dsn,
+        help="read the stored render state from PostgreSQL ('none': from memory)",
+    )
     args = ap.parse_args()
+    dsn = None if args.pg_dsn == "none" else args.pg_dsn
     sizes, calls, naive_calls = _ints(args.sizes), _ints(args.calls), _ints(args.naive_calls)
     if not len(sizes) == len(calls) == len(naive_calls):
         ap.error("--sizes, --calls and --naive-calls need one value per size")
@@ -496,7 +552,7 @@ def main() -> None:
     )
     log(method)
     rows = [
-        bench_size(n, k, min(k, nk), args.seed + i)
+        bench_size(n, k, min(k, nk), args.seed + i, args.restarts, dsn)
         for i, (n, k, nk) in enumerate(zip(sizes, calls, naive_calls, strict=True))
     ]
     results: dict[str, Any] = {
@@ -508,12 +564,13 @@ def main() -> None:
             "counting": ENCODING,
             "inline_max_tokens": LARGE.inline_max_tokens,
         },
-        "sizes": [vars(r) for r in rows],
+        "sizes": [{**vars(r), "cold": None if r.cold is None else vars(r.cold)} for r in rows],
     }
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / "prepare_scale.json"
     out.write_text(json.dumps(results, indent=2))
     print(table(rows))
+    print(cold_table(rows))
     print(f"\n[bench-prepare-scale] {method}")
     print(f"[bench-prepare-scale] wrote {out}")
 

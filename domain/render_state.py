@@ -30,7 +30,8 @@ from domain.rendering import (
     _OpenGroup,
 )
 
-FORMAT = 1
+FORMAT = 2
+_MAGIC = b"ALC-render-state/2\n"
 
 
 def fingerprint(
@@ -46,7 +47,20 @@ def fingerprint(
     return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _rec(r: RecordView) -> list[Any]:
+class _Texts:
+    """Every text of a state, kept out of the JSON: one UTF-8 run and the lengths. Parsing
+    escaped JSON strings cost as much as rendering them; slicing one decoded string is
+    cheap."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, text: str) -> int:
+        self.items.append(text)
+        return len(self.items) - 1
+
+
+def _rec(r: RecordView, texts: _Texts) -> list[Any]:
     return [
         r.record_id,
         r.session_sequence,
@@ -54,7 +68,7 @@ def _rec(r: RecordView) -> list[Any]:
         r.instance_id,
         r.kind,
         r.authority,
-        r.text,
+        texts.add(r.text),
         r.payload,
         r.token_count,
         r.content_length,
@@ -62,37 +76,46 @@ def _rec(r: RecordView) -> list[Any]:
     ]
 
 
-def _unrec(v: list[Any]) -> RecordView:
+def _unrec(v: list[Any], texts: list[str]) -> RecordView:
+    v[6] = texts[v[6]]
     return RecordView(*v)
 
 
-def _messages(rend: ThreadRenderer) -> tuple[list[dict[str, Any]], list[int]]:
-    """Messages with the content that repeats a record's text left out (``src`` says
-    which record; -1: kept in the message). The key stays in place, so order is kept."""
+def _messages(
+    rend: ThreadRenderer, records: list[list[Any]], texts: _Texts
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """Messages with their content out of line (``src``: the text's index; -1: content
+    kept in the message). Content that repeats its record's text is that record's text.
+    The key stays in place, so the message's key order is kept."""
     index = {r.record_id: i for i, r in enumerate(rend.records)}
     out: list[dict[str, Any]] = []
     src: list[int] = []
     for m in rend.messages:
+        content = m.get("content")
+        if not isinstance(content, str):
+            out.append(m)
+            src.append(-1)
+            continue
         ids: list[str] = m.get("record_ids") or []
         i = index.get(ids[0], -1) if len(ids) == 1 else -1
-        if i >= 0 and m.get("content") == rend.records[i].text:
-            out.append({**m, "content": None})
+        if i >= 0 and content == rend.records[i].text:
+            src.append(records[i][6])
         else:
-            i = -1
-            out.append(m)
-        src.append(i)
+            src.append(texts.add(content))
+        out.append({**m, "content": None})
     return out, src
 
 
 def dump(rend: ThreadRenderer) -> bytes:
-    messages, src = _messages(rend)
+    texts = _Texts()
+    records = [_rec(r, texts) for r in rend.records]
+    messages, src = _messages(rend, records, texts)
     grp = rend._open
     state = {
-        "format": FORMAT,
         "overhead": rend.overhead,
         "summary_id": rend.summary_id,
         "large": dataclasses.asdict(rend.large),
-        "records": [_rec(r) for r in rend.records],
+        "records": records,
         "messages": messages,
         "src": src,
         "tokens": rend.tokens,
@@ -106,31 +129,46 @@ def dump(rend: ThreadRenderer) -> bytes:
         "open": None
         if grp is None
         else {
-            "assistant": _rec(grp.assistant),
+            "assistant": _rec(grp.assistant, texts),
             "calls": grp.calls,
-            "results": {k: _rec(v) for k, v in grp.results.items()},
-            "deferred": [_rec(d) for d in grp.deferred],
+            "results": {k: _rec(v, texts) for k, v in grp.results.items()},
+            "deferred": [_rec(d, texts) for d in grp.deferred],
             "inherited": grp.inherited,
         },
+        "lengths": [len(t) for t in texts.items],
     }
-    return orjson.dumps(state)
+    head = orjson.dumps(state)
+    body = "".join(texts.items).encode("utf-8", "surrogatepass")
+    return _MAGIC + len(head).to_bytes(8, "big") + head + body
+
+
+def _texts(lengths: list[int], body: str) -> list[str]:
+    out: list[str] = []
+    at = 0
+    for n in lengths:
+        out.append(body[at : at + n])
+        at += n
+    return out
 
 
 def load(
     data: bytes, count: CountFn, covered: frozenset[str] = frozenset()
 ) -> ThreadRenderer | None:
     """The renderer ``data`` was dumped from, or None when it is of another format."""
-    s = orjson.loads(data)
-    if s.get("format") != FORMAT:
+    if not data.startswith(_MAGIC):
         return None
+    at = len(_MAGIC) + 8
+    end = at + int.from_bytes(data[len(_MAGIC) : at], "big")
+    s = orjson.loads(data[at:end])
+    texts = _texts(s["lengths"], data[end:].decode("utf-8", "surrogatepass"))
     rend = ThreadRenderer(
         count, s["overhead"], covered, s["summary_id"], LargeResultSettings(**s["large"])
     )
-    rend.records = [_unrec(v) for v in s["records"]]
+    rend.records = [_unrec(v, texts) for v in s["records"]]
     messages: list[dict[str, Any]] = s["messages"]
     for m, i in zip(messages, s["src"], strict=True):
         if i >= 0:
-            m["content"] = rend.records[i].text
+            m["content"] = texts[i]
     rend.messages = messages
     rend.tokens = s["tokens"]
     rend.message_counts = s["message_counts"]
@@ -143,10 +181,10 @@ def load(
     grp = s["open"]
     if grp is not None:
         rend._open = _OpenGroup(
-            _unrec(grp["assistant"]),
+            _unrec(grp["assistant"], texts),
             grp["calls"],
-            {k: _unrec(v) for k, v in grp["results"].items()},
-            [_unrec(d) for d in grp["deferred"]],
+            {k: _unrec(v, texts) for k, v in grp["results"].items()},
+            [_unrec(d, texts) for d in grp["deferred"]],
             grp["inherited"],
         )
     return rend

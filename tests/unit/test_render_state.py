@@ -153,7 +153,7 @@ def test_cold_prepare_from_a_stored_state_is_byte_identical(
 
 
 def test_a_state_of_another_format_is_not_used() -> None:
-    data = orjson.dumps({"format": 0})
+    data = b"ALC-render-state/1\n" + orjson.dumps({"format": 1})
     assert load(data, COUNT) is None
 
 
