@@ -16,6 +16,7 @@ from schemas.contracts import (
     ContextEvent,
     RecordKind,
     ResourceActivationPayload,
+    RetractionPayload,
 )
 from schemas.validation import RUN_SCOPED
 
@@ -43,6 +44,29 @@ class RunState:
     refused_resumes: int = 0
 
 
+@dataclass(frozen=True)
+class RetractionTarget:
+    """What planning a retraction needs to know of its target (issue 15), loaded with the
+    session under its lock (``storage.retraction``)."""
+
+    kind: str
+    summarized: bool  # covered by a committed summary revision
+
+
+# What a retraction may withdraw: what was said or done. Lifecycle markers shape runs and
+# a resource is withdrawn by revoking it (R15.3), not by retraction.
+RETRACTABLE = frozenset(
+    {
+        RecordKind.USER_INPUT,
+        RecordKind.SUPPLEMENT,
+        RecordKind.ASSISTANT_MESSAGE,
+        RecordKind.TOOL_CALL,
+        RecordKind.TOOL_OUTCOME,
+        RecordKind.CHILD_RESULT,
+    }
+)
+
+
 @dataclass
 class SessionState:
     session_id: str
@@ -58,6 +82,8 @@ class SessionState:
     threads: dict[Thread, int] = field(default_factory=dict)  # -> next instance_sequence
     known_keys: set[str] = field(default_factory=set)
     known_operations: set[tuple[str, str]] = field(default_factory=set)
+    # Targets of the batch's retractions (record_id -> facts), and the batch's own records.
+    retraction_targets: dict[str, RetractionTarget] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -181,7 +207,7 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     if ev.event_key in st.known_keys or (op_key and op_key in st.known_operations):
         plan.duplicates.append(inc)  # R3.1: redelivery is a no-op
         return
-    refusal = _apply_lifecycle(inc, st, plan)
+    refusal = retraction_refusal(inc, st) or _apply_lifecycle(inc, st, plan)
     if refusal is not None:
         plan.rejections.append(refusal)
         # Remember the key: a redelivered refused event must stay refused, not succeed
@@ -209,16 +235,48 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     conflict = (
         ev.expected_revision is not None and seen is not None and (ev.expected_revision != seen)
     )
-    plan.records.append(
-        NewRecord(
-            inc,
-            record_id_for(st.space_id, st.session_id, ev.event_key),
-            seq,
-            inst_seq,
-            conflict,
-        )
-    )
+    record_id = record_id_for(st.space_id, st.session_id, ev.event_key)
+    plan.records.append(NewRecord(inc, record_id, seq, inst_seq, conflict))
     plan.touched_sessions.add(st.session_id)
+    # A later event of the batch may retract this record: it is known from here on.
+    st.retraction_targets[record_id] = RetractionTarget(str(ev.kind), False)
+
+
+def retraction_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
+    """Issue 15: why a retraction is refused (None: it is recorded). Its target must be a
+    record of this session (``retraction_target_unknown``, dead-lettered like an unknown
+    run) that says or does something (``retraction_target_not_retractable``; a retraction
+    is never retracted: ``retraction_of_retraction``).
+
+    A record a committed summary covers is refused (``retraction_of_summarized_record``,
+    dead-lettered): the summary restates it, so hiding the source would leave its facts in
+    every view while claiming they were withdrawn. Un-summarizing means invalidating the
+    summary chain and summarizing again (model calls) — a compaction decision, not a
+    side effect of an undo. What an SDK pops is the newest item, never summarized
+    (R11.1 keeps the latest input and recent groups)."""
+    p = inc.event.payload
+    if not isinstance(p, RetractionPayload):
+        return None
+    target = st.retraction_targets.get(p.target_record_id)
+    tid = p.target_record_id
+    if target is None:
+        return Rejection(
+            inc, "retraction_target_unknown", f"no record {tid} in session {st.session_id}", True
+        )
+    if target.kind == RecordKind.RECORD_RETRACTED:
+        return Rejection(inc, "retraction_of_retraction", f"{tid} is a retraction", False)
+    if target.kind not in RETRACTABLE:
+        return Rejection(
+            inc, "retraction_target_not_retractable", f"{tid} is a {target.kind} record", False
+        )
+    if target.summarized:
+        return Rejection(
+            inc,
+            "retraction_of_summarized_record",
+            f"{tid} is covered by a committed summary: it cannot be withdrawn from it",
+            True,
+        )
+    return None
 
 
 def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Rejection | None:

@@ -8,7 +8,10 @@ what is new. Rules:
   after it closes, in receive order (R5.3);
 - an inherited group whose results never came is shown as a state block saying
   "result unknown" — never re-executed and never given a made-up result (R2.4);
-- every message keeps the ids of the source records it came from (block → source map).
+- every message keeps the ids of the source records it came from (block → source map);
+- a retraction (issue 15) renders nothing and is no compaction candidate; the records it
+  retracted never reach a renderer (``storage.threads`` leaves them out, and a change of
+  the view epoch rebuilds a warm renderer that had shown one).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from domain.redaction import redact
 
 Message = dict[str, Any]
 CountFn = Callable[[str], int]
+RETRACTION = "record_retracted"  # withdraws another record from views; shows nothing
 
 
 @dataclass(frozen=True)
@@ -150,7 +154,7 @@ class ThreadRenderer:
         self.record_count += 1
         self.last_sequence = rec.session_sequence
         self._track_skill(rec)
-        if rec.record_id in self.covered:
+        if rec.record_id in self.covered or rec.kind == RETRACTION:
             return
         self.records.append(rec)
         self._route(rec, inherited)

@@ -31,6 +31,9 @@ class RecordKind(StrEnum):
     SUPPLEMENT = "supplement"
     RUN_CANCELLED = "run_cancelled"
     RUN_FINISHED = "run_finished"
+    # Issue 15: withdraws an earlier record from every view (the record stays readable
+    # by id). Last, like its Avro symbol, so earlier encodings keep their bytes.
+    RECORD_RETRACTED = "record_retracted"
 
 
 class Authority(StrEnum):
@@ -181,6 +184,17 @@ class RunLifecyclePayload:
     release_id: str | None = None
 
 
+@dataclass(frozen=True)
+class RetractionPayload:
+    """Issue 15: ``target_record_id`` leaves every view from now on; its source stays
+    readable by id, marked retracted. The event's ``operation_id`` is the target id, so
+    a record is retracted at most once (R3.1: scope + operation_id + kind)."""
+
+    AVRO_NAME: ClassVar[str] = "RetractionPayload"
+    target_record_id: str
+    reason: str | None = None
+
+
 Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     UserInputPayload,
     AssistantMessagePayload,
@@ -189,6 +203,7 @@ Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     ResourceActivationPayload,
     ChildResultPayload,
     RunLifecyclePayload,
+    RetractionPayload,
 ]
 PAYLOAD_TYPES: tuple[type, ...] = typing.get_args(Payload)
 _PAYLOAD_BY_NAME: dict[str, type] = {
@@ -208,6 +223,7 @@ PAYLOAD_FOR_KIND: dict[RecordKind, type] = {
     RecordKind.RUN_RESUMED: RunLifecyclePayload,
     RecordKind.RUN_CANCELLED: RunLifecyclePayload,
     RecordKind.RUN_FINISHED: RunLifecyclePayload,
+    RecordKind.RECORD_RETRACTED: RetractionPayload,
 }
 
 
@@ -341,6 +357,7 @@ __all__ = [
     "Payload",
     "RecordKind",
     "ResourceActivationPayload",
+    "RetractionPayload",
     "RunLifecyclePayload",
     "Scope",
     "SkillRef",

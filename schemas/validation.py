@@ -29,6 +29,7 @@ from schemas.contracts import (
     ChildResultPayload,
     ContextEvent,
     RecordKind,
+    RetractionPayload,
     ToolCallPayload,
 )
 from schemas.errors import InvalidEvent
@@ -105,12 +106,16 @@ ALLOWED_AUTHORITY: dict[RecordKind, frozenset[Authority]] = {
     RecordKind.RUN_RESUMED: frozenset({Authority.HOST}),
     RecordKind.RUN_CANCELLED: frozenset({Authority.HOST, Authority.USER}),
     RecordKind.RUN_FINISHED: frozenset({Authority.HOST}),
+    # Issue 15: the runtime withdraws a record on behalf of its user (an undo); a model or
+    # a tool can never make history disappear.
+    RecordKind.RECORD_RETRACTED: frozenset({Authority.HOST, Authority.USER}),
 }
 
 # Records that belong to a run's thread need run_id and instance_id.
 RUN_SCOPED = frozenset(RecordKind) - {RecordKind.RESOURCE_ACTIVATION}
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_RECORD_ID = re.compile(r"rec_[0-9a-f]{32}")  # domain.planning.record_id_for
 # A JSON string literal (unrolled loop: linear, no catastrophic backtracking).
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKETS = re.compile(r"[\[\]{}]")
@@ -313,6 +318,18 @@ def validate_event(ev: ContextEvent) -> None:
         parse_json(ev.payload.arguments_json, "arguments", "bad_tool_arguments")
     elif isinstance(ev.payload, ChildResultPayload):
         _count("payload.source_revision", ev.payload.source_revision)
+    elif isinstance(ev.payload, RetractionPayload):
+        _validate_retraction(ev, ev.payload)
+
+
+def _validate_retraction(ev: ContextEvent, p: RetractionPayload) -> None:
+    """A retraction names a well-formed record id, and its operation is that id: R3.1's
+    scope + operation_id + kind then makes a second retraction of the same record a
+    duplicate, and the processor knows the target before planning (storage.retraction)."""
+    if not _RECORD_ID.fullmatch(p.target_record_id):
+        raise _fail("bad_retraction_target", "target_record_id is not a record id (rec_ + 32 hex)")
+    if ev.operation_id != p.target_record_id:
+        raise _fail("bad_retraction_target", "a retraction's operation_id is its target_record_id")
 
 
 def _validate_fields(ev: ContextEvent) -> None:

@@ -30,6 +30,7 @@ class StoredRecord:
     text: str | None
     resource_ref: str | None
     revoked: bool
+    retracted_by: str | None = None  # issue 15: the retraction's record id, if any
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,10 @@ class PgRecords:
             " r.authority, r.visibility, r.payload, r.content_sha256,"
             " COALESCE(r.content_inline, convert_from(b.content, 'UTF8')) AS text,"
             " r.resource_ref, EXISTS (SELECT 1 FROM revoked_resources v WHERE"
-            "  v.session_id = r.session_id AND v.resource_id = r.resource_ref) AS revoked"
+            "  v.session_id = r.session_id AND v.resource_id = r.resource_ref) AS revoked,"
+            " (SELECT rx.record_id FROM records rx WHERE rx.session_id = r.session_id"
+            "  AND rx.kind = 'record_retracted' AND rx.operation_id = r.record_id)"
+            "  AS retracted_by"
             " FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
             " WHERE r.session_id=$1 AND r.record_id=$2",
             session_id,

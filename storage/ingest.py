@@ -12,6 +12,7 @@ import asyncpg
 
 from domain.planning import BatchPlan, RunState, SessionState
 from schemas.contracts import to_wire
+from storage import retraction
 
 NOTIFY_CHANNEL = "ctx_committed"
 UNSCOPED_REFUSALS = frozenset({"unknown_session", "scope_mismatch"})
@@ -153,6 +154,7 @@ async def load_states(
             op_kind,
         ):
             states[r["session_id"]].known_operations.add((r["operation_id"], r["kind"]))
+    await retraction.load_targets(conn, states, operations)  # issue 15
     return states, existing
 
 
@@ -345,8 +347,8 @@ async def blob_tokens(
     return {r["sha256"]: (r["token_count"], r["token_method"], r["length"]) for r in rows}
 
 
-# Records that render nothing in a view (lifecycle markers).
-_INVISIBLE = frozenset({"run_started", "run_resumed", "run_finished"})
+# Records that render nothing in a view (lifecycle markers, retractions).
+_INVISIBLE = frozenset({"run_started", "run_resumed", "run_finished", "record_retracted"})
 _ENVELOPE = 4  # per message; the next observation resyncs any drift
 
 

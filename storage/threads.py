@@ -10,6 +10,7 @@ from typing import Protocol
 import asyncpg
 
 from domain.rendering import RecordView
+from storage.retraction import live_sql
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,10 @@ class SummaryView:
     tokens: int
     covered: frozenset[str]
 
+
+# Issue 15: a retracted record leaves every view (Prepare's and what compaction summarizes)
+# and a retraction renders nothing; both stay readable by id (storage.blobs).
+_LIVE = f" AND {live_sql('r')}"
 
 # Content in the blob store (over 64 KiB) is read whole only where it must be shown whole:
 # what a user or model said, a child's result and a skill body (R10.4, R12.3). Any other
@@ -96,7 +101,7 @@ async def inherited_records(
         " WHERE r.session_id=$1 AND r.session_sequence <= $2"
         " AND r.visibility IN ('session', 'actor')"
         " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-        " ORDER BY r.session_sequence",
+        f"{_LIVE} ORDER BY r.session_sequence",
         session_id,
         through,
     )
@@ -117,7 +122,7 @@ async def thread_records(
         " WHERE r.session_id=$1 AND r.run_id=$2"
         " AND r.instance_id=$3 AND r.session_sequence > $4"
         " AND ($5::bigint IS NULL OR r.session_sequence <= $5)"
-        " ORDER BY r.session_sequence",
+        f"{_LIVE} ORDER BY r.session_sequence",
         session_id,
         run_id,
         instance_id,
@@ -166,7 +171,7 @@ async def records_by_id(
         " ON u.session_id = r.session_id AND u.run_id = r.run_id"
         " WHERE r.session_id=$1 AND r.record_id = ANY($2::text[])"
         " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-        " ORDER BY r.session_sequence",
+        f"{_LIVE} ORDER BY r.session_sequence",
         session_id,
         ids,
     )

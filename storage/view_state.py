@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from domain.triggers import Counters
+from storage import retraction
 from storage.threads import snapshot_boundary
 
 # The main threads of a session's records: the part of a run's view that compacts.
@@ -60,7 +61,8 @@ class ViewState:
     counters: Counters  # R8.1/R8.2 of this view, rebuilt from unique records (R2.6)
     summary: SummaryRef | None  # the effective summary (R2.7), None before the first
     active_job_id: str | None  # R7.4: the lineage's job in flight, if any
-    revocation_epoch: str  # changes whenever a resource is revoked or reactivated
+    # Changes whenever a resource is revoked or reactivated, or a record is retracted.
+    revocation_epoch: str
 
     @property
     def baseline(self) -> Counters:
@@ -143,7 +145,8 @@ async def _main_row(
         " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
         "   AND x.started_sequence > $2 AND x.run_id <> $3) AS later,"
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
-        "  FROM revoked_resources v WHERE v.session_id = s.session_id) AS revocations,"
+        "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
+        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"  # issue 15
         # The committed summaries of the chain, newest first (one round trip).
         " ARRAY(WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
         "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
@@ -173,7 +176,8 @@ async def _child_view(
         " (SELECT status FROM summary_revisions WHERE summary_id = c.current_summary_id)"
         "  AS status,"
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
-        "  FROM revoked_resources v WHERE v.session_id = s.session_id) AS revocations,"
+        "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
+        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"  # issue 15
         # R13.1/R8.3: a child thread counts on its own — its tasks and its valid steps.
         " (SELECT count(*) FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
         "  AND kind = 'user_input') AS turns,"

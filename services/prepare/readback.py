@@ -108,4 +108,7 @@ def _page(r: StoredRecord, offset: int, limit: int) -> dict[str, Any]:
         "offset": offset,
         "total_chars": len(text),
         "next_offset": offset + limit if offset + limit < len(text) else None,
+        # Issue 15: a retracted record is out of every view but stays readable by id.
+        "retracted": r.retracted_by is not None,
+        "retracted_by": r.retracted_by,
     }

@@ -15,6 +15,7 @@ from schemas.contracts import (
     ContextEvent,
     RecordKind,
     ResourceActivationPayload,
+    RetractionPayload,
     RunLifecyclePayload,
     Scope,
     SkillRef,
@@ -87,6 +88,7 @@ PAYLOAD_STRATEGIES: dict[type, st.SearchStrategy[Any]] = {
         exported_context_refs=STR_TUPLE,
     ),
     RunLifecyclePayload: st.builds(RunLifecyclePayload, reason=OPT_TEXT, release_id=OPT_TEXT),
+    RetractionPayload: st.builds(RetractionPayload, target_record_id=TEXT, reason=OPT_TEXT),
 }
 
 scopes = st.builds(
@@ -135,6 +137,7 @@ DEFAULT_AUTHORITY: dict[RecordKind, Authority] = {
     RecordKind.RUN_RESUMED: Authority.HOST,
     RecordKind.RUN_CANCELLED: Authority.HOST,
     RecordKind.RUN_FINISHED: Authority.HOST,
+    RecordKind.RECORD_RETRACTED: Authority.HOST,
 }
 
 
@@ -151,7 +154,11 @@ def default_payload(kind: RecordKind) -> Any:
         RecordKind.RUN_RESUMED: RunLifecyclePayload(),
         RecordKind.RUN_CANCELLED: RunLifecyclePayload("stop"),
         RecordKind.RUN_FINISHED: RunLifecyclePayload(),
+        RecordKind.RECORD_RETRACTED: RetractionPayload(TARGET_RECORD_ID, "user undo"),
     }[kind]
+
+
+TARGET_RECORD_ID = "rec_" + "0" * 32  # a well-formed record id (the default retraction's)
 
 
 def make_event(
@@ -169,6 +176,9 @@ def make_event(
     operation_id: str | None = None,
     text: str = "hello",
 ) -> ContextEvent:
+    pl = payload if payload is not None else default_payload(kind)
+    if operation_id is None and isinstance(pl, RetractionPayload):
+        operation_id = pl.target_record_id  # a retraction's operation is its target
     return ContextEvent(
         event_id=f"id-{event_key}",
         event_key=event_key,
@@ -177,6 +187,6 @@ def make_event(
         authority=authority if authority is not None else DEFAULT_AUTHORITY[kind],
         source=Source("runtime", "host-1", 1_700_000_000_000),
         content=content if content is not None else Content.text(text),
-        payload=payload if payload is not None else default_payload(kind),
+        payload=pl,
         operation_id=operation_id,
     )

@@ -37,6 +37,7 @@ _PY_RECORDS: dict[str, type] = {
     "ResourceActivationPayload": contracts.ResourceActivationPayload,
     "ChildResultPayload": contracts.ChildResultPayload,
     "RunLifecyclePayload": contracts.RunLifecyclePayload,
+    "RetractionPayload": contracts.RetractionPayload,
     "ToolCallSpec": contracts.ToolCallSpec,
     "SkillRef": contracts.SkillRef,
 }

@@ -22,6 +22,7 @@ from schemas.contracts import (
     ContextEvent,
     RecordKind,
     ResourceActivationPayload,
+    RetractionPayload,
     RunLifecyclePayload,
     Scope,
     SkillRef,
@@ -153,6 +154,14 @@ GOLDEN_EVENTS: dict[str, ContextEvent] = {
         RunLifecyclePayload("user pressed stop", "release-12"),
         visibility=Visibility.PRIVATE,
     ),
+    "record_retracted": _event(
+        "retract:rec_0123456789abcdef0123456789abcdef",
+        RecordKind.RECORD_RETRACTED,
+        Authority.HOST,
+        "",
+        RetractionPayload("rec_0123456789abcdef0123456789abcdef", "pop_item"),
+        operation_id="rec_0123456789abcdef0123456789abcdef",
+    ),
 }
 
 GOLDEN_COMMITTED = CommittedRecord(
@@ -222,6 +231,37 @@ def test_encoding_expected_gives_golden_bytes(file_name: str) -> None:
 GOLDEN_SHA256 = {
     "committed_record.bin": "22f0c4fdb68af6f057565cbabd57676018002d657bdfc862372e8472aee81e63",
     "dead_letter.bin": "aff81e72e259d198ad02f59e98299a54a1c6a1867f3e73e40e3f2c23855834ea",
+    # Regenerated for record_retracted (issue 15): a new fingerprint in the header; the
+    # bodies of the earlier kinds are byte for byte those of context_event.v1 below.
+    "event_assistant_message.bin": (
+        "fa9a7be1bdc419ad12c135d5a3ba1fc8558702c567554bed082f497106670482"
+    ),
+    "event_child_result.bin": "481dfb5afe84657acd5369d2151807b895c4c5c24be9c60c81878baecb3bccf4",
+    "event_record_retracted.bin": (
+        "f8964fdd5441ee6c9e869dcedcb9ca070be671a9123f13cef9856f838f89f611"
+    ),
+    "event_resource_activation.bin": (
+        "29adc08d09f66217c40bb3fc14faecaa23d3eb23f3f1be1f1e653936fa15f79f"
+    ),
+    "event_run_lifecycle.bin": "6801ceaa188c378b6a16c43681add8966ed07b0ed90b2794a1d93cf7080c7274",
+    "event_tool_call.bin": "4905a00e38f475ba4c20899b1174cd512a40c10bd66a631910be2ca9af14990d",
+    "event_tool_outcome.bin": "24f0b39d1f5b52986d80332f83e6bac1487f7ee5fde8604c4770e06c78206bdc",
+    "event_user_input.bin": "ddd8181b3fcbd77ccacd32bb18073a7e3b45d3f0f7ae0c92c6be0eea37726e47",
+}
+
+
+@pytest.mark.parametrize("file_name", sorted(GOLDEN_CASES))
+def test_golden_file_is_pinned(file_name: str) -> None:
+    data = (GOLDEN_DIR / file_name).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == GOLDEN_SHA256[file_name]
+    assert data[:2] == b"\xc3\x01"
+
+
+# Payloads of the previous ContextEvent writer (context_event.v1.avsc, before
+# record_retracted): still in Kafka after an upgrade, so they must keep decoding. Never
+# regenerated; pinned as they were committed.
+EARLIER_DIR = GOLDEN_DIR / "context_event.v1"
+EARLIER_SHA256 = {
     "event_assistant_message.bin": (
         "05a5688da79b70121205d2edbf04aca4bf49397f84c4d73458714b68bab1616b"
     ),
@@ -236,8 +276,17 @@ GOLDEN_SHA256 = {
 }
 
 
-@pytest.mark.parametrize("file_name", sorted(GOLDEN_CASES))
-def test_golden_file_is_pinned(file_name: str) -> None:
-    data = (GOLDEN_DIR / file_name).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == GOLDEN_SHA256[file_name]
-    assert data[:2] == b"\xc3\x01"
+@pytest.mark.parametrize("file_name", sorted(EARLIER_SHA256))
+def test_earlier_writer_payload_still_decodes(file_name: str) -> None:
+    data = (EARLIER_DIR / file_name).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == EARLIER_SHA256[file_name]
+    expected, encode, decode = GOLDEN_CASES[file_name]
+    assert decode(data) == expected
+    # The symbol and the branch were appended: every earlier body is unchanged, only the
+    # writer's fingerprint in the header differs.
+    today = encode(expected)
+    assert today[10:] == data[10:] and today[2:10] != data[2:10]
+
+
+def test_earlier_files_present() -> None:
+    assert {p.name for p in EARLIER_DIR.glob("*.bin")} == set(EARLIER_SHA256)
