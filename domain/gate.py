@@ -57,57 +57,17 @@ def apply_hook(
                     block_id=bid,
                     violation="duplicated",
                 )
-            tagged = {
-                "role": m.get("role", "user"),
-                "content": str(m.get("content") or ""),
-                "block": "hook",
-                "block_id": f"{hook}:{i}",
-                "category": "hook",
-                "retention": "optional",
-                "decision": "added_by_hook",
-                "source": hook,
-                "record_ids": [],
-            }
-            if tagged["role"] not in ("user", "assistant", "system"):
-                tagged["role"] = "user"
-            t = count(tagged["content"]) + overhead
-            tagged["tokens"] = t
-            added += t
+            tagged = _hook_material(hook, i, m, count, overhead)
+            added += tagged["tokens"]
             new_ids.append(tagged["block_id"])
             out.append(tagged)
             continue
         seen.add(str(bid))
-        p = protected.get(str(bid))
-        if p is not None:
-            _violation(hook, p, m)
-        # Tool protocol fields and roles are never a hook's to change: a changed call id,
-        # name or argument, or a role moved, breaks a group or promotes material (R5, R12.4).
-        for f in ("role", "tool_calls", "tool_call_id", "name"):
-            if m.get(f) != prev.get(f):
-                raise ProtectedBlockViolation(
-                    f"hook {hook} changed {f} of block {bid}",
-                    hook=hook,
-                    block_id=bid,
-                    violation="protocol_field_changed",
-                    field=f,
-                )
-        if m.get("content") == prev.get("content"):
-            out.append(prev)
-            continue
-        # Re-count the content only: the rest of the stored count (call names and JSON
-        # arguments, the envelope) is still sent.
-        old_text = str(prev.get("content") or "")
-        new_text = str(m.get("content") or "")
-        t = int(prev.get("tokens") or 0) - count(old_text) + count(new_text)
-        changed = dict(prev) | {
-            "content": new_text,
-            "decision": "adjusted_by_hook",
-            "source": hook,
-            "tokens": t,
-        }
-        added += t
-        removed += int(prev.get("tokens") or 0)
-        out.append(changed)
+        kept = _checked_change(hook, prev, m, protected.get(str(bid)), count)
+        if kept is not prev:
+            added += kept["tokens"]
+            removed += int(prev.get("tokens") or 0)
+        out.append(kept)
     for bid, m in old.items():
         if bid not in seen:
             if bid in protected:
@@ -119,6 +79,64 @@ def apply_hook(
                 )
             removed += int(m.get("tokens") or 0)
     return HookEffect(out, added, removed, tuple(new_ids))
+
+
+def _hook_material(
+    hook: str, index: int, m: Message, count: Callable[[str], int], overhead: int
+) -> Message:
+    """A message the hook added: temporary, optional, sourced to the hook (R14)."""
+    tagged: Message = {
+        "role": m.get("role", "user"),
+        "content": str(m.get("content") or ""),
+        "block": "hook",
+        "block_id": f"{hook}:{index}",
+        "category": "hook",
+        "retention": "optional",
+        "decision": "added_by_hook",
+        "source": hook,
+        "record_ids": [],
+    }
+    if tagged["role"] not in ("user", "assistant", "system"):
+        tagged["role"] = "user"
+    tagged["tokens"] = count(tagged["content"]) + overhead
+    return tagged
+
+
+def _checked_change(
+    hook: str,
+    prev: Message,
+    m: Message,
+    protected: ProtectedBlock | None,
+    count: Callable[[str], int],
+) -> Message:
+    """The hook's version of an existing block: ``prev`` itself when unchanged, else the
+    block with the new content re-counted. Raises on a change no hook may make."""
+    if protected is not None:
+        _violation(hook, protected, m)
+    # Tool protocol fields and roles are never a hook's to change: a changed call id,
+    # name or argument, or a role moved, breaks a group or promotes material (R5, R12.4).
+    for f in ("role", "tool_calls", "tool_call_id", "name"):
+        if m.get(f) != prev.get(f):
+            raise ProtectedBlockViolation(
+                f"hook {hook} changed {f} of block {m.get('block_id')}",
+                hook=hook,
+                block_id=m.get("block_id"),
+                violation="protocol_field_changed",
+                field=f,
+            )
+    if m.get("content") == prev.get("content"):
+        return prev
+    # Re-count the content only: the rest of the stored count (call names and JSON
+    # arguments, the envelope) is still sent.
+    old_text = str(prev.get("content") or "")
+    new_text = str(m.get("content") or "")
+    tokens = int(prev.get("tokens") or 0) - count(old_text) + count(new_text)
+    return dict(prev) | {
+        "content": new_text,
+        "decision": "adjusted_by_hook",
+        "source": hook,
+        "tokens": tokens,
+    }
 
 
 def _violation(hook: str, p: ProtectedBlock, m: Message) -> None:

@@ -20,8 +20,6 @@ LONG_FILES: dict[str, str] = {
 }
 # "path::qualified.name" -> why
 LONG_FUNCTIONS: dict[str, str] = {
-    "domain/assemble.py::assemble": "being split (issue 11)",
-    "domain/gate.py::apply_hook": "being split (issue 11)",
     "domain/planning.py::_apply_lifecycle": "being split (issue 11)",
     "domain/rendering.py::ThreadRenderer._emit_record": "being split (issue 11)",
     "services/prepare/api.py::create_api": "being split (issue 11)",
