@@ -8,80 +8,28 @@ the latest of these so the answer includes every append made before it.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
-import time
-import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from schemas.contracts import (
-    AssistantMessagePayload,
     Authority,
-    ChildResultPayload,
     Content,
-    ContextEvent,
-    Payload,
     RecordKind,
     ResourceActivationPayload,
-    Scope,
-    SkillRef,
-    Source,
-    ToolCallSpec,
-    ToolOutcomePayload,
-    ToolStatus,
-    UserInputPayload,
 )
-from schemas.errors import ContextError
 from services.bus import EventBus
+from services.sdk.appends import INLINE_LIMIT, EventAppends, RunHandle
+from services.sdk.errors import ApiError
 
-INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)
-
-
-class ApiError(ContextError):
-    """A call to the Prepare service that did not succeed — always with a ``code``: the
-    server's (``run_active``, ``not_committed_yet``, ...) or, when no answer of our shape
-    came, ``timeout`` / ``unavailable`` (no answer; ``status`` 0), ``http_<status>`` (an
-    error status without our body, e.g. from a proxy) or ``bad_response`` (a success that
-    is not a JSON object). ``retriable`` is the server's, or ours for those."""
-
-    def __init__(self, status: int, body: dict[str, Any], *, retriable: bool | None = None):
-        err = body.get("error")
-        if not isinstance(err, dict) or not isinstance(err.get("code"), str):
-            err = {"code": f"http_{status}", "message": str(body)[:500]}
-        details = err.get("details")
-        super().__init__(str(err.get("message") or err["code"]))
-        self.details = details if isinstance(details, dict) else {}
-        self.status = status
-        self.code = err["code"]  # type: ignore[misc]
-        if retriable is None:
-            retriable = err.get("retriable") is True or status in (502, 503, 504)
-        self.retriable = retriable  # type: ignore[misc]
-
-    @classmethod
-    def of(cls, status: int, code: str, message: str, retriable: bool) -> ApiError:
-        return cls(status, {"error": {"code": code, "message": message}}, retriable=retriable)
+__all__ = ["INLINE_LIMIT", "ApiError", "ContextClient", "RunHandle"]
 
 
-@dataclass(frozen=True)
-class RunHandle:
-    session_id: str
-    run_id: str
-    instance_id: str
-    space_id: str
-    actor_id: str
-    snapshot: dict[str, Any]
-
-    def scope(self) -> Scope:
-        return Scope(self.space_id, self.actor_id, self.session_id, self.run_id, self.instance_id)
-
-
-class ContextClient:
+class ContextClient(EventAppends):
     def __init__(
         self,
         kafka_bootstrap: str,
@@ -165,160 +113,6 @@ class ContextClient:
             session["space_id"],
             session["actor_id"],
             r["snapshot"],
-        )
-
-    # --- appends (R16) ------------------------------------------------------------------
-
-    async def _content(self, text: str, media_type: str = "text/plain") -> Content:
-        raw = text.encode("utf-8")
-        if len(raw) <= INLINE_LIMIT:
-            return Content.text(text, media_type)
-        blob = await self._call(
-            "PUT", "/v1/blobs", content=raw, headers={"content-type": media_type}
-        )
-        return Content.reference(blob["sha256"], blob["length"], media_type)
-
-    def _event(
-        self,
-        run: RunHandle,
-        kind: RecordKind,
-        authority: Authority,
-        content: Content,
-        payload: Payload,
-        event_key: str,
-        operation_id: str | None = None,
-        expected_revision: int | None = None,
-    ) -> ContextEvent:
-        return ContextEvent(
-            event_id=str(uuid.uuid4()),
-            event_key=event_key,
-            scope=run.scope(),
-            kind=kind,
-            authority=authority,
-            source=Source(self.producer_name, self.host_id, int(time.time() * 1000)),
-            content=content,
-            payload=payload,
-            operation_id=operation_id,
-            expected_revision=expected_revision,
-        )
-
-    async def append(self, event: ContextEvent) -> tuple[int, int]:
-        return await self.producer.send(event)
-
-    async def append_user(
-        self, run: RunHandle, text: str, event_key: str, supplement: bool = False
-    ) -> tuple[int, int]:
-        kind = RecordKind.SUPPLEMENT if supplement else RecordKind.USER_INPUT
-        payload = UserInputPayload("supplement" if supplement else "question")
-        return await self.append(
-            self._event(run, kind, Authority.USER, await self._content(text), payload, event_key)
-        )
-
-    async def append_model_result(
-        self,
-        run: RunHandle,
-        text: str,
-        model_operation_id: str,
-        tool_calls: list[tuple[str, str, str]] | None = None,
-        purpose: str = "action",
-        expected_revision: int | None = None,
-    ) -> tuple[int, int]:
-        calls = tuple(ToolCallSpec(c, n, a) for c, n, a in (tool_calls or []))
-        payload = AssistantMessagePayload(
-            model_operation_id, purpose, calls, "tool_calls" if calls else "stop"
-        )
-        return await self.append(
-            self._event(
-                run,
-                RecordKind.ASSISTANT_MESSAGE,
-                Authority.MODEL,
-                await self._content(text),
-                payload,
-                f"model:{model_operation_id}",
-                model_operation_id,
-                expected_revision,
-            )
-        )
-
-    async def append_tool_outcome(
-        self,
-        run: RunHandle,
-        call_id: str,
-        name: str,
-        result: str,
-        status: ToolStatus = ToolStatus.OK,
-        tool_kind: str = "function",
-        server: str | None = None,
-        error_code: str | None = None,
-        skill: SkillRef | None = None,
-        resource_ref: str | None = None,
-    ) -> tuple[int, int]:
-        """``resource_ref``: the resource this result derives from (``id`` or
-        ``id@version``, e.g. a document); revoking it withdraws the result (R15.3)."""
-        payload = ToolOutcomePayload(
-            call_id, name, status, error_code, tool_kind, server, skill=skill
-        )
-        ev = self._event(
-            run,
-            RecordKind.TOOL_OUTCOME,
-            Authority.TOOL,
-            await self._content(result),
-            payload,
-            f"tool:{call_id}",
-            f"tool:{call_id}",
-        )
-        if resource_ref:
-            ev = dataclasses.replace(
-                ev, source=dataclasses.replace(ev.source, resource_version=resource_ref)
-            )
-        return await self.append(ev)
-
-    async def revoke_resource(
-        self, run: RunHandle, kind: str, resource_id: str, version: str
-    ) -> tuple[int, int]:
-        """R11.8/R15.3: the resource is no longer authorized — its content leaves every
-        view and summaries derived from it are invalidated and rebuilt from sources."""
-        payload = ResourceActivationPayload(kind, resource_id, version, "", active=False)
-        return await self.append(
-            self._event(
-                run,
-                RecordKind.RESOURCE_ACTIVATION,
-                Authority.HOST,
-                Content.text(""),
-                payload,
-                f"revoke:{kind}:{resource_id}:{version}",
-            )
-        )
-
-    async def activate_resource(
-        self, run: RunHandle, kind: str, resource_id: str, version: str, body: str
-    ) -> tuple[int, int]:
-        digest = hashlib.sha256(body.encode()).hexdigest()
-        payload = ResourceActivationPayload(kind, resource_id, version, digest)
-        return await self.append(
-            self._event(
-                run,
-                RecordKind.RESOURCE_ACTIVATION,
-                Authority.HOST,
-                Content.text(""),
-                payload,
-                f"activate:{kind}:{resource_id}:{version}:{run.run_id}",
-            )
-        )
-
-    async def accept_child_result(
-        self, run: RunHandle, result: ChildResultPayload, text: str
-    ) -> tuple[int, int]:
-        return await self.append(
-            self._event(
-                run,
-                RecordKind.CHILD_RESULT,
-                Authority.HOST,
-                await self._content(text),
-                result,
-                f"child:{result.child_operation_id}",
-                f"child:{result.child_operation_id}",
-            )
         )
 
     async def resume_run(

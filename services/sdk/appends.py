@@ -1,0 +1,212 @@
+"""Appends (R16): the runtime's events, published over Kafka by the SDK.
+
+Every append takes an ``event_key`` (idempotency: retrying the same append never makes a
+second record) and returns the (partition, offset) it was written at. Content over
+``INLINE_LIMIT`` goes to the content store first (R3.4), over HTTP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.contracts import (
+    AssistantMessagePayload,
+    Authority,
+    ChildResultPayload,
+    Content,
+    ContextEvent,
+    Payload,
+    RecordKind,
+    ResourceActivationPayload,
+    Scope,
+    SkillRef,
+    Source,
+    ToolCallSpec,
+    ToolOutcomePayload,
+    ToolStatus,
+    UserInputPayload,
+)
+from services.bus import EventBus
+
+INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    session_id: str
+    run_id: str
+    instance_id: str
+    space_id: str
+    actor_id: str
+    snapshot: dict[str, Any]
+
+    def scope(self) -> Scope:
+        return Scope(self.space_id, self.actor_id, self.session_id, self.run_id, self.instance_id)
+
+
+class EventAppends:
+    """The append half of ``ContextClient``: builds events and publishes them."""
+
+    producer: EventBus
+    producer_name: str
+    host_id: str
+
+    async def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+        raise NotImplementedError  # ContextClient's HTTP call (content store uploads)
+
+    async def _content(self, text: str, media_type: str = "text/plain") -> Content:
+        raw = text.encode("utf-8")
+        if len(raw) <= INLINE_LIMIT:
+            return Content.text(text, media_type)
+        blob = await self._call(
+            "PUT", "/v1/blobs", content=raw, headers={"content-type": media_type}
+        )
+        return Content.reference(blob["sha256"], blob["length"], media_type)
+
+    def _event(
+        self,
+        run: RunHandle,
+        kind: RecordKind,
+        authority: Authority,
+        content: Content,
+        payload: Payload,
+        event_key: str,
+        operation_id: str | None = None,
+        expected_revision: int | None = None,
+    ) -> ContextEvent:
+        return ContextEvent(
+            event_id=str(uuid.uuid4()),
+            event_key=event_key,
+            scope=run.scope(),
+            kind=kind,
+            authority=authority,
+            source=Source(self.producer_name, self.host_id, int(time.time() * 1000)),
+            content=content,
+            payload=payload,
+            operation_id=operation_id,
+            expected_revision=expected_revision,
+        )
+
+    async def append(self, event: ContextEvent) -> tuple[int, int]:
+        return await self.producer.send(event)
+
+    async def append_user(
+        self, run: RunHandle, text: str, event_key: str, supplement: bool = False
+    ) -> tuple[int, int]:
+        kind = RecordKind.SUPPLEMENT if supplement else RecordKind.USER_INPUT
+        payload = UserInputPayload("supplement" if supplement else "question")
+        return await self.append(
+            self._event(run, kind, Authority.USER, await self._content(text), payload, event_key)
+        )
+
+    async def append_model_result(
+        self,
+        run: RunHandle,
+        text: str,
+        model_operation_id: str,
+        tool_calls: list[tuple[str, str, str]] | None = None,
+        purpose: str = "action",
+        expected_revision: int | None = None,
+    ) -> tuple[int, int]:
+        calls = tuple(ToolCallSpec(c, n, a) for c, n, a in (tool_calls or []))
+        payload = AssistantMessagePayload(
+            model_operation_id, purpose, calls, "tool_calls" if calls else "stop"
+        )
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.ASSISTANT_MESSAGE,
+                Authority.MODEL,
+                await self._content(text),
+                payload,
+                f"model:{model_operation_id}",
+                model_operation_id,
+                expected_revision,
+            )
+        )
+
+    async def append_tool_outcome(
+        self,
+        run: RunHandle,
+        call_id: str,
+        name: str,
+        result: str,
+        status: ToolStatus = ToolStatus.OK,
+        tool_kind: str = "function",
+        server: str | None = None,
+        error_code: str | None = None,
+        skill: SkillRef | None = None,
+        resource_ref: str | None = None,
+    ) -> tuple[int, int]:
+        """``resource_ref``: the resource this result derives from (``id`` or
+        ``id@version``, e.g. a document); revoking it withdraws the result (R15.3)."""
+        payload = ToolOutcomePayload(
+            call_id, name, status, error_code, tool_kind, server, skill=skill
+        )
+        ev = self._event(
+            run,
+            RecordKind.TOOL_OUTCOME,
+            Authority.TOOL,
+            await self._content(result),
+            payload,
+            f"tool:{call_id}",
+            f"tool:{call_id}",
+        )
+        if resource_ref:
+            ev = dataclasses.replace(
+                ev, source=dataclasses.replace(ev.source, resource_version=resource_ref)
+            )
+        return await self.append(ev)
+
+    async def revoke_resource(
+        self, run: RunHandle, kind: str, resource_id: str, version: str
+    ) -> tuple[int, int]:
+        """R11.8/R15.3: the resource is no longer authorized — its content leaves every
+        view and summaries derived from it are invalidated and rebuilt from sources."""
+        payload = ResourceActivationPayload(kind, resource_id, version, "", active=False)
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.RESOURCE_ACTIVATION,
+                Authority.HOST,
+                Content.text(""),
+                payload,
+                f"revoke:{kind}:{resource_id}:{version}",
+            )
+        )
+
+    async def activate_resource(
+        self, run: RunHandle, kind: str, resource_id: str, version: str, body: str
+    ) -> tuple[int, int]:
+        digest = hashlib.sha256(body.encode()).hexdigest()
+        payload = ResourceActivationPayload(kind, resource_id, version, digest)
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.RESOURCE_ACTIVATION,
+                Authority.HOST,
+                Content.text(""),
+                payload,
+                f"activate:{kind}:{resource_id}:{version}:{run.run_id}",
+            )
+        )
+
+    async def accept_child_result(
+        self, run: RunHandle, result: ChildResultPayload, text: str
+    ) -> tuple[int, int]:
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.CHILD_RESULT,
+                Authority.HOST,
+                await self._content(text),
+                result,
+                f"child:{result.child_operation_id}",
+                f"child:{result.child_operation_id}",
+            )
+        )
