@@ -76,6 +76,12 @@ class Settings(BaseSettings):
     prepare_port: int = 18080
     # Read-your-writes: how long prepare waits for the runtime's last append.
     prepare_commit_wait_s: float = 5.0
+    # Prepared contexts are kept in PostgreSQL for any Prepare instance's gateway check
+    # (issue 13); every instance deletes those older than this.
+    prepared_retention_h: float = 24.0
+    # How long a Prepare instance uses a model's calibration before reading it again
+    # (usage reported to another instance reaches this one within it; R6.4).
+    calibration_ttl_s: float = 5.0
     # Request bodies over this get 413 payload_too_large, a declared Content-Length before
     # a byte is read; content store uploads (PUT /v1/blobs) have their own bound.
     max_request_bytes: int = 8 * 1024 * 1024

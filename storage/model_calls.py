@@ -1,6 +1,7 @@
 """Model calls checked by the gateway (R10.5, R15.1) and the usage that calibrates
 estimates (R6.4). One row per prepared context: the unique ``prepared_id`` makes a
-retried check return the same call."""
+retried check return the same call. A usage report is claimed once and folds into its
+model's calibration in the same transaction (storage/calibration.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import asyncpg
+
+from domain.budget import Calibration
+from storage.calibration import Step, fold
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,25 @@ class Usage:
     reported: int
 
 
+@dataclass(frozen=True)
+class Sample:
+    """What one usage report does to its model's calibration: a pure ``step``."""
+
+    model: str
+    step: Step
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A report's claim: ``claimed`` for the one report that completed the call; the
+    drift stored with it (the first claimant's, for every later report); the model's
+    calibration after this report (claimed, with a sample)."""
+
+    claimed: bool
+    drift: dict[str, Any] | None
+    calibration: Calibration | None = None
+
+
 class ModelCalls(Protocol):
     """Port: the model call records."""
 
@@ -66,12 +89,12 @@ class ModelCalls(Protocol):
     async def insert(self, call: NewCall) -> bool:
         """False when a call for the same prepared context exists (nothing written)."""
 
-    async def complete(self, call_id: str, response_sha256: str, usage: dict[str, Any]) -> bool:
-        """Claim a ready call as completed; False when another report claimed it."""
-
-    async def drift(self, call_id: str) -> dict[str, Any] | None: ...
-
-    async def set_drift(self, call_id: str, drift: dict[str, Any]) -> None: ...
+    async def complete(
+        self, call_id: str, response_sha256: str, usage: dict[str, Any], sample: Sample | None
+    ) -> Completion:
+        """Claim a ready call as completed and, in the same transaction, fold ``sample``
+        into its model's calibration and store the drift; not claimed when another report
+        claimed it (then its stored drift)."""
 
     async def recent_usage(self, per_model: int) -> list[Usage]:
         """The last ``per_model`` reported calls of each model, oldest first."""
@@ -134,24 +157,29 @@ class PgModelCalls:
         )
         return inserted is not None
 
-    async def complete(self, call_id: str, response_sha256: str, usage: dict[str, Any]) -> bool:
-        claimed = await self.pool.fetchval(
-            "UPDATE model_calls SET status='completed', response_sha256=$2, usage=$3,"
-            " completed_at=now() WHERE call_id=$1 AND status='ready' RETURNING call_id",
-            call_id,
-            response_sha256,
-            usage,
-        )
-        return claimed is not None
-
-    async def drift(self, call_id: str) -> dict[str, Any] | None:
-        drift: dict[str, Any] | None = await self.pool.fetchval(
-            "SELECT drift FROM model_calls WHERE call_id=$1", call_id
-        )
-        return drift
-
-    async def set_drift(self, call_id: str, drift: dict[str, Any]) -> None:
-        await self.pool.execute("UPDATE model_calls SET drift=$2 WHERE call_id=$1", call_id, drift)
+    async def complete(
+        self, call_id: str, response_sha256: str, usage: dict[str, Any], sample: Sample | None
+    ) -> Completion:
+        async with self.pool.acquire() as conn, conn.transaction():
+            # A concurrent report of the same call waits on the row lock here, then finds
+            # it completed and reads the drift the first one stored.
+            claimed = await conn.fetchval(
+                "UPDATE model_calls SET status='completed', response_sha256=$2, usage=$3,"
+                " completed_at=now() WHERE call_id=$1 AND status='ready' RETURNING call_id",
+                call_id,
+                response_sha256,
+                usage,
+            )
+            if claimed is None:
+                stored = await conn.fetchval(
+                    "SELECT drift FROM model_calls WHERE call_id=$1", call_id
+                )
+                return Completion(False, stored)
+            if sample is None:
+                return Completion(True, None)
+            cal, drift = await fold(conn, sample.model, sample.step)
+            await conn.execute("UPDATE model_calls SET drift=$2 WHERE call_id=$1", call_id, drift)
+            return Completion(True, drift, cal)
 
     async def recent_usage(self, per_model: int) -> list[Usage]:
         rows = await self.pool.fetch(

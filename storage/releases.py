@@ -38,6 +38,9 @@ class Release:
     frozen_at: str  # ISO 8601
     # Parsed from ``context_policy`` once, at load: releases are frozen (R17).
     policy: ContextPolicy = field(compare=False)
+    # The agent's overrides as given at publish (migration 013; None before it): what the
+    # owner chose, beside the frozen effective policy. Not release content.
+    policy_overrides: dict[str, Any] | None = None
 
     def content(self) -> dict[str, Any]:
         """The frozen content fields, as published."""
@@ -51,6 +54,7 @@ class Release:
             "content_hash": self.content_hash,
             "space_id": self.space_id,
             "frozen_at": self.frozen_at,
+            "policy_overrides": self.policy_overrides,
         }
 
 
@@ -69,6 +73,7 @@ def release_from_row(row: Any) -> Release:
         space_id=row["space_id"],
         frozen_at=row["frozen_at"].isoformat(),
         policy=validate_policy(row["context_policy"]),
+        policy_overrides=row["policy_overrides"],
     )
 
 
@@ -82,8 +87,10 @@ class Releases(Protocol):
         policy_revision: str,
         content_hash: str,
         space_id: str | None,
+        overrides: dict[str, Any] | None = None,
     ) -> bool:
-        """Store a new release; False when the id exists (nothing written)."""
+        """Store a new release (and the overrides it was published with); False when the
+        id exists (nothing written)."""
 
     async def get(self, release_id: str) -> Release | None:
         """The stored release, or None."""
@@ -103,17 +110,20 @@ class PgReleases:
         policy_revision: str,
         content_hash: str,
         space_id: str | None,
+        overrides: dict[str, Any] | None = None,
     ) -> bool:
         row = await self.pool.fetchrow(
             "INSERT INTO releases (release_id, agent_id, instructions, tool_catalog,"
             " skill_bindings, hook_bindings, model_profile, context_policy, policy_revision,"
-            " content_hash, space_id) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11)"
+            " content_hash, space_id, policy_overrides)"
+            " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)"
             " ON CONFLICT (release_id) DO NOTHING RETURNING release_id",
             release_id,
             *(content[k] for k in RELEASE_CONTENT),
             policy_revision,
             content_hash,
             space_id,
+            overrides,
         )
         return row is not None
 

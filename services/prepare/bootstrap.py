@@ -5,36 +5,40 @@ through ``build_service`` as well)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable, Collection
 from dataclasses import dataclass
 from functools import partial
 
 import asyncpg
 
-from domain.budget import Calibration
 from domain.tokens import CachedCounter, make_counter
 from schemas.errors import NotFound
 from schemas.settings import Settings
 from services.prepare.access import Access, KeyLookup
+from services.prepare.calibration import CalibrationCache
 from services.prepare.compaction_check import CompactionCheck
 from services.prepare.content import ContentStore
 from services.prepare.model_gateway import Gateway
 from services.prepare.notes import Notes
 from services.prepare.prepare_context import Preparer
-from services.prepare.prepare_hooks import HookRegistry, load_hooks
+from services.prepare.prepare_hooks import HookRegistry, hook_ids, hook_source, load_hooks
 from services.prepare.prepared import PreparedStore
 from services.prepare.publishing import ReleaseBook
 from services.prepare.readback import ReadBack
+from services.prepare.retention import pruning
 from services.prepare.run_lifecycle import Runs
 from services.prepare.service import PrepareService
 from services.prepare.views import ThreadViews
 from services.prepare.waiter import CommitWaiter, Waiter
 from storage.api_keys import find_key
 from storage.blobs import Blobs, PgBlobs, PgRecords, Records
+from storage.calibration import Calibrations, PgCalibrations
 from storage.compaction_view import CompactionReads, PgCompactionReads
 from storage.migrate import apply_dsn
 from storage.model_calls import ModelCalls, PgModelCalls
 from storage.pool import create_pool
+from storage.prepared_contexts import PgPreparedContexts, PreparedContexts
 from storage.releases import PgReleases, Releases
 from storage.render_states import PgRenderStates, RenderStates
 from storage.sessions import PgSessions, Sessions
@@ -57,6 +61,8 @@ class Adapters:
     find_key: KeyLookup
     publisher: Publisher
     waiter: Waiter
+    prepared: PreparedContexts  # every instance's prepared contexts (issue 13)
+    calibrations: Calibrations  # every instance's usage reports, per model (R6.4)
     pool: asyncpg.Pool | None = None  # the analytics query's
     render_states: RenderStates | None = None  # thread render states (issue 13: cold prepare)
 
@@ -69,7 +75,9 @@ class Options:
     compaction_wait_s: float = 20.0
     host_id: str = "prepare"
     key_cache_s: float = 10.0
-    prepared_capacity: int = 256
+    prepared_capacity: int = 256  # the in-process cache; all are in PostgreSQL
+    prepared_retention_s: float = 24 * 3600.0
+    calibration_ttl_s: float = 5.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Options:
@@ -78,17 +86,16 @@ class Options:
             topic_observability=settings.topic_observability,
             commit_wait_s=settings.prepare_commit_wait_s,
             compaction_wait_s=settings.compaction_wait_s,
+            prepared_retention_s=settings.prepared_retention_h * 3600.0,
+            calibration_ttl_s=settings.calibration_ttl_s,
         )
 
 
-def build_service(
-    ports: Adapters,
-    options: Options,
-    counter: CachedCounter,
-    hooks: HookRegistry | None = None,
-) -> PrepareService:
-    """The use cases over ``ports``; one wiring for the process and for unit tests."""
-    hooks = hooks or HookRegistry()
+def _release_book(
+    ports: Adapters, counter: CachedCounter, hooks: HookRegistry, compaction_hooks: Collection[str]
+) -> ReleaseBook:
+    # R17: a release may bind the hooks this deployment loads, Prepare's and compaction's.
+    known_hooks = frozenset(compaction_hooks) | {hook_source(h) for h in hooks.hooks}
 
     async def release_of_session(sid: str) -> str:
         s = await ports.sessions.get(sid)
@@ -96,14 +103,29 @@ def build_service(
             raise NotFound(f"session {sid} not found")
         return s.release_id
 
-    releases = ReleaseBook(ports.releases, release_of_session, counter.method)
+    return ReleaseBook(ports.releases, release_of_session, counter.method, known_hooks)
+
+
+def build_service(
+    ports: Adapters,
+    options: Options,
+    counter: CachedCounter,
+    hooks: HookRegistry | None = None,
+    compaction_hooks: Collection[str] = (),
+    clock: Callable[[], float] = time.monotonic,
+) -> PrepareService:
+    """The use cases over ``ports``; one wiring for the process and for unit tests.
+    ``compaction_hooks``: the compaction service's hook ids (for the check at publish);
+    ``clock``: the calibration cache's."""
+    hooks = hooks or HookRegistry()
+    releases = _release_book(ports, counter, hooks, compaction_hooks)
     views = ThreadViews(
         ports.threads, counter.count, states=ports.render_states, counting=counter.method
     )
     content = ContentStore(ports.blobs, counter)
-    prepared = PreparedStore(options.prepared_capacity)
+    prepared = PreparedStore(ports.prepared, options.prepared_capacity)
     notes = Notes(ports.publisher, options.topic_observability)
-    calibration: dict[str, Calibration] = {}
+    calibration = CalibrationCache(ports.calibrations, options.calibration_ttl_s, clock)
     topic = options.topic_records
     check = CompactionCheck(
         ports.compaction, views, ports.publisher, topic, ports.waiter, options.compaction_wait_s
@@ -153,6 +175,8 @@ def pg_adapters(pool: asyncpg.Pool, publisher: Publisher, waiter: Waiter) -> Ada
         find_key=partial(find_key, pool),
         publisher=publisher,
         waiter=waiter,
+        prepared=PgPreparedContexts(pool),
+        calibrations=PgCalibrations(pool),
         pool=pool,
         render_states=PgRenderStates(pool),
     )
@@ -169,15 +193,14 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
     await waiter.start(settings.pg_dsn)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-    svc = build_service(
-        pg_adapters(pool, publisher, waiter),
-        Options.from_settings(settings),
-        counter,
-        load_hooks(settings.prepare_hooks),
-    )
-    await svc.gateway.load_calibration()
+    adapters = pg_adapters(pool, publisher, waiter)
+    options = Options.from_settings(settings)
+    hooks = load_hooks(settings.prepare_hooks)
+    svc = build_service(adapters, options, counter, hooks, hook_ids(settings.compaction_hooks))
+    await svc.gateway.seed_calibration()
     try:
-        yield svc
+        async with pruning(adapters.prepared, options.prepared_retention_s):
+            yield svc
     finally:
         await waiter.close()
         await publisher.stop()

@@ -5,21 +5,22 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from domain.budget import Calibration, calibrate
 from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
 from domain.providers import render as render_provider
 from schemas.errors import NotFound
+from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.prepare_hooks import HookRegistry, ModelCall
 from services.prepare.prepared import PreparedEntry, PreparedStore
 from services.prepare.requests import ModelCallIn, ModelResultIn
-from storage.model_calls import ModelCalls, NewCall, StoredCall
+from storage.model_calls import ModelCalls, NewCall, Sample, StoredCall
 
-CALIBRATION_WINDOW = 20  # reported calls per model read back at start
+CALIBRATION_WINDOW = 20  # reported calls per model replayed into an empty calibration
 
 
 def _json_bytes(value: Any) -> bytes:
@@ -39,7 +40,7 @@ class Gateway:
     prepared: PreparedStore
     notes: Notes
     hooks: HookRegistry
-    calibration: dict[str, Calibration] = field(default_factory=dict)
+    calibration: CalibrationCache
 
     async def model_call(self, sid: str, run_id: str, body: ModelCallIn) -> dict[str, Any]:
         """The gateway's final check before a model call: ``model.chat.before`` hooks, the
@@ -50,10 +51,11 @@ class Gateway:
         existing = await self.calls.for_prepared(prepared_id, sid, run_id)
         if existing is not None:
             return await self._replay(existing)
-        p = self.prepared.get(prepared_id)
+        # Any instance's context (issue 13): from this process's cache or PostgreSQL.
+        p = await self.prepared.get(prepared_id)
         if p is None or p.session_id != sid or p.run_id != run_id:
             raise NotFound(
-                f"prepared context {prepared_id} is not held here; prepare again",
+                f"prepared context {prepared_id} is unknown or expired; prepare again",
                 reason="prepared_not_found",
                 prepared_id=prepared_id,
             )
@@ -93,7 +95,7 @@ class Gateway:
             "application/json",
             (decision.estimated_input, "gateway_final_estimate"),
         )
-        report = p.built.report
+        report = p.report
         raw = report.estimated_input - report.items.get("reserved", 0) + decision.hook_tokens
         budget = report.to_dict() | {
             "final_estimated_input": decision.estimated_input,
@@ -114,10 +116,10 @@ class Gateway:
             purpose=p.purpose,
             model=p.profile.name,
             final_input_sha256=blob["sha256"],
-            tool_catalog_version=p.built.tool_schema_sha256,
+            tool_catalog_version=p.tool_schema_sha256,
             model_config=model_config,
             dependency_versions=p.dependency_versions,
-            manifest=[b.to_dict() for b in p.built.manifest],
+            manifest=[b.to_dict() for b in p.manifest],
             budget=budget,
             hook_versions=used,
         )
@@ -126,7 +128,7 @@ class Gateway:
     async def _gate(self, p: PreparedEntry) -> tuple[list[dict[str, Any]], GateDecision, list[str]]:
         """``model.chat.before`` hooks, then what they may not do: remove or alter a
         protected block, break a tool group, or push the call over the budget."""
-        report = p.built.report
+        report = p.report
         call = ModelCall(
             p.session_id,
             p.run_id,
@@ -137,9 +139,9 @@ class Gateway:
             report.to_dict(),
         )
         messages, added, removed, used = await self.hooks.model_before(
-            call, list(p.messages), p.built.manifest, self.content.count, p.profile.message_overhead
+            call, list(p.messages), p.manifest, self.content.count, p.profile.message_overhead
         )
-        check_manifest(messages, p.built.manifest)
+        check_manifest(messages, p.manifest)
         check_tool_groups(messages)
         # Room reserved for the hooks at a re-prepare is what they now fill: not counted twice.
         reserved = report.items.get("reserved", 0)
@@ -166,14 +168,14 @@ class Gateway:
         response = body.response
         blob = await self.content.put(_json_bytes(response), "application/json")
         usage = dict(body.usage)
-        # Claim the call first: of concurrent reports exactly one calibrates and runs the
-        # after-hooks; the others read what it stored.
-        if not await self.calls.complete(call_id, blob["sha256"], usage):
-            stored = await self.calls.drift(call_id)
-            return {"call_id": call_id, "status": "completed", "drift": stored}
-        drift = self._calibrate(call, usage)
-        if drift is not None:
-            await self.calls.set_drift(call_id, drift)
+        # Claim the call first: of concurrent reports (on any instance) exactly one
+        # calibrates and runs the after-hooks; the others read what it stored.
+        done = await self.calls.complete(call_id, blob["sha256"], usage, _sample(call, usage))
+        if not done.claimed:
+            return {"call_id": call_id, "status": "completed", "drift": done.drift}
+        drift = done.drift
+        if done.calibration is not None:
+            self.calibration.put(call.model, done.calibration)
         if self.hooks.hooks:
             await self.hooks.model_after(
                 ModelCall(
@@ -190,29 +192,34 @@ class Gateway:
         self.notes.usage(call, usage)
         return {"call_id": call_id, "status": "completed", "drift": drift}
 
-    def _calibrate(self, call: StoredCall, usage: dict[str, Any]) -> dict[str, Any] | None:
-        """The model's factor moved by the reported input; the drift, or None without a
-        usable report."""
-        estimated = int(call.budget.get("final_estimated_input_raw") or 0)
-        actual = usage.get("input_tokens")
-        if not (isinstance(actual, int) and actual > 0 and estimated > 0):
-            return None
-        previous = self.calibration.get(call.model, Calibration())
-        cal = calibrate(previous, estimated, _bounded(actual, estimated))
-        self.calibration[call.model] = cal
-        return {
+    async def seed_calibration(self) -> None:
+        """At start: a model without a stored calibration (calls reported before migration
+        012) gets one replayed from its last reported calls."""
+        replayed: dict[str, Calibration] = {}
+        for u in await self.calls.recent_usage(CALIBRATION_WINDOW):
+            if u.estimated and u.reported:
+                cal = replayed.get(u.model, Calibration())
+                replayed[u.model] = calibrate(cal, u.estimated, _bounded(u.reported, u.estimated))
+        for model, cal in replayed.items():
+            await self.calibration.stored.seed(model, cal)
+
+
+def _sample(call: StoredCall, usage: dict[str, Any]) -> Sample | None:
+    """The report's calibration step (R6.4): the model's factor moved by the reported
+    input, bounded; None without a usable report."""
+    estimated = int(call.budget.get("final_estimated_input_raw") or 0)
+    actual = usage.get("input_tokens")
+    if not (isinstance(actual, int) and actual > 0 and estimated > 0):
+        return None
+    reported: int = actual
+
+    def step(previous: Calibration) -> tuple[Calibration, dict[str, Any]]:
+        cal = calibrate(previous, estimated, _bounded(reported, estimated))
+        return cal, {
             "estimated_input": estimated,
-            "reported_input": actual,
-            "drift_ratio": round(actual / estimated - 1.0, 6),
+            "reported_input": reported,
+            "drift_ratio": round(reported / estimated - 1.0, 6),
             "calibration": cal.to_dict(),
         }
 
-    async def load_calibration(self) -> None:
-        """At start: each model's factor from its last reported calls, so a restart does not
-        forget what the provider said."""
-        for u in await self.calls.recent_usage(CALIBRATION_WINDOW):
-            if u.estimated and u.reported:
-                cal = self.calibration.get(u.model, Calibration())
-                self.calibration[u.model] = calibrate(
-                    cal, u.estimated, _bounded(u.reported, u.estimated)
-                )
+    return Sample(call.model, step)

@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.assemble import Assembled, Material, assemble
-from domain.budget import Calibration, ModelProfile, counting_label, enforce
+from domain.budget import ModelProfile, counting_label, enforce
 from domain.providers import render as render_provider
 from domain.rendering import ThreadRenderer
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
+from services.prepare.calibration import CalibrationCache
 from services.prepare.compaction_check import CompactionCheck, Lineage
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
@@ -87,7 +88,7 @@ class Preparer:
     content: ContentStore
     prepared: PreparedStore
     notes: Notes
-    calibration: dict[str, Calibration]  # per model, kept by the gateway (R6.4)
+    calibration: CalibrationCache  # per model, folded in by the gateways (R6.4)
     commit_wait_s: float
     hooks: HookRegistry
 
@@ -118,7 +119,7 @@ class Preparer:
         scope = (sid, run_id, target.instance_id)
         self.notes.budget(scope, target.purpose, target.release.policy_revision, report)
         enforce(report)
-        out = self._answer(target, built, lineage, body)
+        out = await self._answer(target, built, lineage, body)
         out["timing"] = {
             "commit_wait_ms": round(waited * 1000, 3),
             "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
@@ -206,11 +207,11 @@ class Preparer:
             thread=rend,
             material=target.material,
             reserve_tokens=target.reserve_tokens,
-            calibration=self.calibration.get(target.profile.name),
+            calibration=await self.calibration.get(target.profile.name),
         )
         return Built(rend, snap, assembled, tools)
 
-    def _answer(
+    async def _answer(
         self, target: Target, built: Built, lineage: Lineage, body: PrepareIn
     ) -> dict[str, Any]:
         rend, snap, assembled = built.rend, built.snap, built.assembled
@@ -233,7 +234,7 @@ class Preparer:
             "summary_id": summary.summary_id if summary else None,
         }
         prepared_id = f"prep_{uuid.uuid4().hex[:16]}"
-        self.prepared.remember(
+        await self.prepared.remember(
             PreparedEntry(
                 prepared_id,
                 target.session_id,
@@ -242,7 +243,9 @@ class Preparer:
                 target.purpose,
                 assembled.messages,
                 built.tools,
-                assembled,
+                assembled.report,
+                assembled.manifest,
+                assembled.tool_schema_sha256,
                 target.profile,
                 target.release.policy.compaction.context_ratio,
                 body.reprepare_of,

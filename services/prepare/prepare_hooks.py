@@ -167,3 +167,14 @@ def load_hooks(spec: str) -> HookRegistry:
         log.info("prepare hook %s loaded from %s", hook_source(hook), entry)
         hooks.append(hook)
     return HookRegistry(tuple(hooks))
+
+
+def hook_ids(spec: str) -> tuple[str, ...]:
+    """The ids (``name@version``) of the hooks a ``module:factory,...`` spec loads: how
+    Prepare knows the compaction service's hooks (ALC_COMPACTION_HOOKS, the same
+    settings every process reads) to refuse a release binding any other (R17)."""
+    out = []
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        module, _, attr = entry.partition(":")
+        out.append(hook_source(getattr(importlib.import_module(module), attr)()))
+    return tuple(out)

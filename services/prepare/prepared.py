@@ -1,19 +1,27 @@
-"""Prepared contexts held for the gateway's final check (R10.5)."""
+"""Prepared contexts held for the gateway's final check (R10.5).
+
+Prepare is stateless between calls (issue 13): a prepared context is written to
+PostgreSQL (storage/prepared_contexts.py) before the prepare answers, so the model call
+may reach any instance. The latest ones stay in process memory as a read-through cache:
+the usual call, on the instance that prepared, costs no query.
+"""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
-from domain.assemble import Assembled
-from domain.budget import ModelProfile
+import orjson
+
+from domain.assemble import ProtectedBlock
+from domain.budget import BudgetReport, Calibration, ModelProfile
+from storage.prepared_contexts import PreparedContexts
 
 
 @dataclass
 class PreparedEntry:
-    """A prepared context held for the gateway's final check (R10.5). Held in memory: a
-    call for one this process no longer holds gets ``prepared_not_found`` — prepare again."""
+    """What the gateway's final check needs of one prepared context (R10.5)."""
 
     prepared_id: str
     session_id: str
@@ -22,25 +30,90 @@ class PreparedEntry:
     purpose: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
-    built: Assembled
+    report: BudgetReport
+    manifest: tuple[ProtectedBlock, ...]
+    tool_schema_sha256: str
     profile: ModelProfile
     soft_ratio: float | None
     reprepare_of: str | None
     dependency_versions: dict[str, Any]
 
+    def to_json(self) -> bytes:
+        """The stored form. Floats keep every digit (the gate recomputes the calibrated
+        estimate from them and must decide as the preparing instance would)."""
+        report = {f.name: getattr(self.report, f.name) for f in fields(BudgetReport)}
+        report["items"] = dict(self.report.items)
+        cal = self.report.calibration
+        report["calibration"] = None if cal is None else [cal.factor, cal.samples, cal.last_drift]
+        return orjson.dumps(
+            {
+                "ids": [self.prepared_id, self.session_id, self.run_id, self.instance_id],
+                "purpose": self.purpose,
+                "messages": self.messages,
+                "tools": self.tools,
+                "report": report,
+                "manifest": [p.to_dict() for p in self.manifest],
+                "tool_schema_sha256": self.tool_schema_sha256,
+                "profile": {f.name: getattr(self.profile, f.name) for f in fields(ModelProfile)},
+                "soft_ratio": self.soft_ratio,
+                "reprepare_of": self.reprepare_of,
+                "dependency_versions": self.dependency_versions,
+            }
+        )
+
+    @staticmethod
+    def from_json(data: bytes) -> PreparedEntry:
+        d = orjson.loads(data)
+        report = dict(d["report"])
+        cal = report.pop("calibration")
+        manifest = tuple(
+            ProtectedBlock(**(p | {"source_ids": tuple(p["source_ids"])})) for p in d["manifest"]
+        )
+        prepared_id, session_id, run_id, instance_id = d["ids"]
+        return PreparedEntry(
+            prepared_id=prepared_id,
+            session_id=session_id,
+            run_id=run_id,
+            instance_id=instance_id,
+            purpose=d["purpose"],
+            messages=d["messages"],
+            tools=d["tools"],
+            report=BudgetReport(**report, calibration=None if cal is None else Calibration(*cal)),
+            manifest=manifest,
+            tool_schema_sha256=d["tool_schema_sha256"],
+            profile=ModelProfile(**d["profile"]),
+            soft_ratio=d["soft_ratio"],
+            reprepare_of=d["reprepare_of"],
+            dependency_versions=d["dependency_versions"],
+        )
+
 
 class PreparedStore:
-    """The latest ``capacity`` prepared contexts: each holds its message list (pointers to
-    shared message dicts), so the store is bounded."""
+    """Every prepared context in PostgreSQL; the latest ``capacity`` also in memory (each
+    holds its message list, pointers to shared message dicts, so the cache is bounded)."""
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, stored: PreparedContexts, capacity: int = 256) -> None:
+        self.stored = stored
         self.capacity = capacity
         self._entries: OrderedDict[str, PreparedEntry] = OrderedDict()
 
-    def remember(self, entry: PreparedEntry) -> None:
+    async def remember(self, entry: PreparedEntry) -> None:
+        # Written before the prepare answers: the call it leads to may reach any instance.
+        await self.stored.save(entry.prepared_id, entry.session_id, entry.run_id, entry.to_json())
+        self._keep(entry)
+
+    async def get(self, prepared_id: str) -> PreparedEntry | None:
+        entry = self._entries.get(prepared_id)
+        if entry is not None:
+            return entry
+        row = await self.stored.load(prepared_id)
+        if row is None:
+            return None
+        entry = PreparedEntry.from_json(row.body)
+        self._keep(entry)
+        return entry
+
+    def _keep(self, entry: PreparedEntry) -> None:
         self._entries[entry.prepared_id] = entry
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
-
-    def get(self, prepared_id: str) -> PreparedEntry | None:
-        return self._entries.get(prepared_id)

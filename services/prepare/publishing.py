@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,9 @@ class ReleaseBook:
     # The release id of a session (sessions never change release): from the session store.
     release_of_session: Callable[[str], Awaitable[str]]
     counting_method: str  # the tokenizer's, for R6.4's check at publish
+    # R14/R17: the hook ids (name@version) this deployment loads, Prepare's and the
+    # compaction service's; a policy binding any other is refused at publish.
+    known_hooks: Collection[str] = ()
     _releases: dict[str, Release] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
 
@@ -49,7 +52,7 @@ class ReleaseBook:
         counting_label(profile.counting, self.counting_method)  # R6.4: refused at publish
         # R7.7/R17: validated and frozen at publish; stored with every default made
         # explicit so that a later change of platform defaults never alters it.
-        policy = validate_policy(body.context_policy).to_dict()
+        policy = validate_policy(body.context_policy, known_hooks=self.known_hooks).to_dict()
         rev = policy_revision({"policy": policy, "model_profile": body.model_profile})
         content = {
             "agent_id": body.agent_id,
@@ -62,10 +65,13 @@ class ReleaseBook:
         }
         digest = release_content_hash(content)
         release_id = body.release_id or f"rel_{uuid.uuid4().hex[:12]}"
-        if not await self.releases.insert(release_id, content, rev, digest, space_id):
+        overrides = body.context_policy
+        if not await self.releases.insert(release_id, content, rev, digest, space_id, overrides):
             # The id exists: the same content is the same release (a retry, answered
             # alike); any other content is refused, never applied to sessions in flight.
-            await self._check_same(await self.get(release_id), content, digest, space_id)
+            existing = await self.get(release_id)
+            await self._check_same(existing, content, digest, space_id)
+            rev, digest = existing.policy_revision, existing.content_hash or digest
         return {
             "release_id": release_id,
             "policy_revision": rev,
@@ -83,8 +89,11 @@ class ReleaseBook:
                 f"release id {release_id} is taken; publish under another id",
                 release_id=release_id,
             )
-        stored = existing.content()
-        if (existing.content_hash or release_content_hash(stored)) != digest:
+        # A release published before the whole ContextPolicy (R17) stored fewer sections:
+        # compared as its policy reads now (the missing sections are their defaults), the
+        # same body republished is the same release.
+        stored = existing.content() | {"context_policy": existing.policy.to_dict()}
+        if existing.content_hash != digest and release_content_hash(stored) != digest:
             differ = [k for k in RELEASE_CONTENT if _canonical(stored[k]) != _canonical(content[k])]
             raise ReleaseConflict(
                 f"release {release_id} is frozen with other content"

@@ -61,7 +61,8 @@ async def test_a_prepare_assembles_the_thread_within_the_budget_and_holds_it() -
     assert texts[-1] == "And now?" and "Answer." in texts[0]
     assert out["budget"]["input_budget"] == 3400
     assert out["dependency_versions"]["release_id"] == "rel"
-    assert w.svc.gateway.prepared.get(out["prepared_id"]) is not None
+    assert await w.svc.gateway.prepared.get(out["prepared_id"]) is not None
+    assert out["prepared_id"] in w.prepared.rows  # stored for any instance (issue 13)
 
 
 @pytest.mark.spec("R6.3", "R9.7")
@@ -115,7 +116,7 @@ async def test_the_gateway_records_a_call_once_and_its_usage_calibrates() -> Non
     usage = {"input_tokens": estimated * 3}  # far off: moves the factor, bounded (x2)
     result = await w.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     assert result["drift"]["reported_input"] == estimated * 3
-    assert w.svc.gateway.calibration["m"].factor > 1.0
+    assert w.calibrations.rows["m"].factor > 1.0
     repeat = await w.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     assert repeat["drift"] == result["drift"]  # claimed once: not calibrated twice
 

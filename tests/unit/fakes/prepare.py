@@ -9,10 +9,11 @@ stored or published. Nothing here decides anything Prepare's own code decides.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from domain.budget import Calibration
 from domain.planning import RunState
 from domain.policy import validate_policy
 from domain.rendering import RecordView
@@ -24,7 +25,8 @@ from services.prepare.prepare_hooks import HookRegistry
 from services.prepare.service import PrepareService
 from storage.api_keys import StoredKey
 from storage.blobs import RecordScope, StoredRecord
-from storage.model_calls import NewCall, StoredCall, Usage
+from storage.model_calls import Completion, NewCall, Sample, StoredCall, Usage
+from storage.prepared_contexts import StoredPrepared
 from storage.releases import RELEASE_CONTENT, Release
 from storage.sessions import Refusal, SessionRow
 from storage.threads import Snapshot, SummaryView
@@ -43,6 +45,7 @@ class FakeReleases:
         policy_revision: str,
         content_hash: str,
         space_id: str | None,
+        overrides: dict[str, Any] | None = None,
     ) -> bool:
         if release_id in self.rows:
             return False
@@ -54,6 +57,7 @@ class FakeReleases:
             space_id=space_id,
             frozen_at=datetime.now(UTC).isoformat(),
             policy=validate_policy(content["context_policy"]),
+            policy_overrides=overrides,
         )
         return True
 
@@ -143,22 +147,57 @@ class FakeModelCalls:
         )
         return True
 
-    async def complete(self, call_id: str, response_sha256: str, usage: dict[str, Any]) -> bool:
+    calibrations: FakeCalibrations | None = None  # the one the claim folds into
+
+    async def complete(
+        self, call_id: str, response_sha256: str, usage: dict[str, Any], sample: Sample | None
+    ) -> Completion:
         c = self.rows[call_id]
         if c.status != "ready":
-            return False
-        self.rows[call_id] = StoredCall(**{**c.__dict__, "status": "completed"})
+            return Completion(False, c.drift)
+        drift, cal = None, None
+        if sample is not None:
+            assert self.calibrations is not None, "PrepareWorld links the calibrations"
+            rows = self.calibrations.rows
+            cal, drift = sample.step(rows.get(sample.model, Calibration()))
+            rows[sample.model] = cal
+        self.rows[call_id] = StoredCall(**{**c.__dict__, "status": "completed", "drift": drift})
         self.usage[call_id] = usage
-        return True
-
-    async def drift(self, call_id: str) -> dict[str, Any] | None:
-        return self.rows[call_id].drift
-
-    async def set_drift(self, call_id: str, drift: dict[str, Any]) -> None:
-        self.rows[call_id] = StoredCall(**{**self.rows[call_id].__dict__, "drift": drift})
+        return Completion(True, drift, cal)
 
     async def recent_usage(self, per_model: int) -> list[Usage]:
         return list(self.reported)
+
+
+@dataclass
+class FakeCalibrations:
+    rows: dict[str, Calibration] = field(default_factory=dict)
+    reads: int = 0
+
+    async def get(self, model: str) -> Calibration | None:
+        self.reads += 1
+        return self.rows.get(model)
+
+    async def seed(self, model: str, cal: Calibration) -> None:
+        self.rows.setdefault(model, cal)
+
+
+@dataclass
+class FakePreparedContexts:
+    rows: dict[str, StoredPrepared] = field(default_factory=dict)
+    loads: int = 0
+
+    async def save(self, prepared_id: str, session_id: str, run_id: str, body: bytes) -> None:
+        self.rows.setdefault(prepared_id, StoredPrepared(prepared_id, session_id, run_id, body))
+
+    async def load(self, prepared_id: str) -> StoredPrepared | None:
+        self.loads += 1
+        return self.rows.get(prepared_id)
+
+    async def prune(self, older_than_s: float, batch: int = 5000) -> int:
+        gone = len(self.rows)
+        self.rows.clear()  # tests prune "everything older than now"
+        return gone
 
 
 @dataclass
@@ -298,7 +337,11 @@ class PrepareWorld:
     keys: FakeKeys = field(default_factory=FakeKeys)
     publisher: FakePublisher = field(default_factory=FakePublisher)
     waiter: FakeWaiter = field(default_factory=FakeWaiter)
+    prepared: FakePreparedContexts = field(default_factory=FakePreparedContexts)
+    calibrations: FakeCalibrations = field(default_factory=FakeCalibrations)
     hooks: HookRegistry = field(default_factory=HookRegistry)
+    known_hooks: tuple[str, ...] = ()  # hook ids of compaction hooks this deployment loads
+    clock: list[float] = field(default_factory=lambda: [0.0])  # the calibration cache's
     options: Options = field(default_factory=lambda: Options(compaction_wait_s=5.0))
     _svc: PrepareService | None = None
     _seq: int = 0
@@ -317,10 +360,23 @@ class PrepareWorld:
                 self.keys.find,
                 self.publisher,
                 self.waiter,
+                self.prepared,
+                self.calibrations,
             )
+            self.model_calls.calibrations = self.calibrations
             counter = CachedCounter(ByteEstimateCounter())
-            self._svc = build_service(adapters, self.options, counter, self.hooks)
+            self._svc = build_service(
+                adapters, self.options, counter, self.hooks, self.known_hooks, self.now
+            )
         return self._svc
+
+    def now(self) -> float:
+        return self.clock[0]
+
+    def instance(self) -> PrepareWorld:
+        """A second Prepare instance over the same stores (issue 13): its own process
+        memory (caches), the same PostgreSQL and Kafka."""
+        return replace(self, _svc=None)
 
     def run(self, sid: str, run_id: str, through: int = 0, status: str = "active") -> None:
         """A run as the processor leaves it once it accepted the start."""

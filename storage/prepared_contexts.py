@@ -1,0 +1,75 @@
+"""Prepared contexts held for the gateway's final check (R10.5, issue 13): stored so that
+any Prepare instance can check a call for a context another instance prepared.
+
+The body is opaque here (the service owns its wire mapping, services/prepare/prepared.py).
+Retention is bounded: ``prune`` deletes rows older than a given age (migration 012).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import asyncpg
+
+
+@dataclass(frozen=True)
+class StoredPrepared:
+    prepared_id: str
+    session_id: str
+    run_id: str
+    body: bytes
+
+
+class PreparedContexts(Protocol):
+    """Port: the prepared contexts of every Prepare instance."""
+
+    async def save(self, prepared_id: str, session_id: str, run_id: str, body: bytes) -> None:
+        """Store one (ids are fresh per prepare: a second save of one id changes nothing)."""
+
+    async def load(self, prepared_id: str) -> StoredPrepared | None:
+        """The stored context, or None (never prepared, or pruned)."""
+
+    async def prune(self, older_than_s: float, batch: int = 5000) -> int:
+        """Delete contexts older than ``older_than_s``; how many were deleted."""
+
+
+class PgPreparedContexts:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def save(self, prepared_id: str, session_id: str, run_id: str, body: bytes) -> None:
+        await self.pool.execute(
+            "INSERT INTO prepared_contexts (prepared_id, session_id, run_id, body)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT (prepared_id) DO NOTHING",
+            prepared_id,
+            session_id,
+            run_id,
+            body,
+        )
+
+    async def load(self, prepared_id: str) -> StoredPrepared | None:
+        row = await self.pool.fetchrow(
+            "SELECT prepared_id, session_id, run_id, body FROM prepared_contexts"
+            " WHERE prepared_id=$1",
+            prepared_id,
+        )
+        return None if row is None else StoredPrepared(**dict(row))
+
+    async def prune(self, older_than_s: float, batch: int = 5000) -> int:
+        # In batches: one short transaction each, so a large backlog never holds locks
+        # (or a long-running DELETE) against the prepares inserting meanwhile.
+        total = 0
+        while True:
+            deleted = await self.pool.fetchval(
+                "WITH old AS (SELECT prepared_id FROM prepared_contexts"
+                " WHERE created_at < now() - make_interval(secs => $1) LIMIT $2)"
+                " , gone AS (DELETE FROM prepared_contexts p USING old"
+                " WHERE p.prepared_id = old.prepared_id RETURNING 1)"
+                " SELECT count(*) FROM gone",
+                older_than_s,
+                batch,
+            )
+            total += int(deleted or 0)
+            if not deleted or deleted < batch:
+                return total

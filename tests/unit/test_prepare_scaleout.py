@@ -1,0 +1,123 @@
+"""Stateless Prepare on fakes (issue 13): two instances over the same stores serve one
+session interchangeably — a context prepared on one is checked by the other, and the
+usage reported on one calibrates the other's estimates."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.budget import Calibration
+from schemas.errors import NotFound
+from services.prepare.prepared import PreparedEntry
+from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn
+from tests.unit.fakes.prepare import PROFILE, PrepareWorld
+
+
+async def instance_a() -> PrepareWorld:
+    a = PrepareWorld()
+    body = {
+        "release_id": "rel",
+        "agent_id": "a",
+        "instructions": "Answer.",
+        "model_profile": PROFILE,
+    }
+    await a.svc.register_release(ReleaseIn.model_validate(body), "space")
+    await a.svc.open_session(SessionIn(session_id="s1", release_id="rel"), "space", "alice")
+    a.run("s1", "r1")
+    a.say("s1", "r1", "user_input", "What is the weather?")
+    return a
+
+
+@pytest.mark.spec("R10.5", "R15.1")
+async def test_a_context_prepared_on_one_instance_is_checked_and_reported_on_another() -> None:
+    a = await instance_a()
+    b = a.instance()
+    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    call = await b.svc.model_call("s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
+    assert call["status"] == "ready" and not call["idempotent_replay"]
+    assert a.prepared.loads == 1  # B had it in no memory: read from the store
+    sent = [m["content"] for m in call["request"]["messages"]]
+    assert sent == [m["content"] for m in prepared["messages"]]
+    # The same call retried on A is the one B recorded.
+    again = await a.svc.model_call("s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
+    assert again["idempotent_replay"] and again["call_id"] == call["call_id"]
+    done = await a.svc.model_result("s1", call["call_id"], ModelResultIn(usage={}))
+    assert done["status"] == "completed"
+
+
+@pytest.mark.spec("R10.5")
+async def test_a_context_of_another_run_or_pruned_is_not_found_on_any_instance() -> None:
+    a = await instance_a()
+    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    b = a.instance()
+    a.run("s1", "r2")
+    with pytest.raises(NotFound):  # held for r1 only
+        await b.svc.model_call("s1", "r2", ModelCallIn(prepared_id=prepared["prepared_id"]))
+    assert await a.prepared.prune(0.0) == 1
+    with pytest.raises(NotFound) as exc:
+        await a.instance().svc.model_call(
+            "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
+        )
+    assert exc.value.details["reason"] == "prepared_not_found"
+
+
+@pytest.mark.spec("R6.4")
+async def test_usage_reported_on_one_instance_calibrates_the_other_within_the_cache_ttl() -> None:
+    a = await instance_a()
+    b = a.instance()
+    first = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    assert "calibration" not in first["budget"]
+    call = await b.svc.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
+    estimated = call["budget"]["final_estimated_input_raw"]
+    usage = {"input_tokens": estimated * 3 // 2}
+    await b.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
+    factor = a.calibrations.rows["m"].factor
+    assert factor == pytest.approx(1.5, rel=0.01)
+    # B folded the report in: its own next prepare uses it at once.
+    on_b = await b.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    assert on_b["budget"]["calibration"]["factor"] == round(factor, 6)
+    # A read "no calibration yet" moments ago and keeps it for the cache's TTL, then
+    # reads what B stored.
+    cached = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    assert "calibration" not in cached["budget"]
+    a.clock[0] += a.options.calibration_ttl_s
+    on_a = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    assert on_a["budget"]["calibration"] == on_b["budget"]["calibration"]
+    assert on_a["budget"]["calibrated_input"] > on_a["budget"]["estimated_input"]
+
+
+@pytest.mark.spec("R6.4", "R15.1")
+async def test_reports_of_one_call_on_two_instances_calibrate_once() -> None:
+    a = await instance_a()
+    b = a.instance()
+    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    call = await a.svc.model_call("s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
+    usage = ModelResultIn(usage={"input_tokens": call["budget"]["final_estimated_input_raw"]})
+    first = await a.svc.model_result("s1", call["call_id"], usage)
+    second = await b.svc.model_result("s1", call["call_id"], usage)
+    assert second["drift"] == first["drift"] and first["drift"] is not None
+    assert a.calibrations.rows["m"].samples == 1
+
+
+@pytest.mark.spec("R6.4")
+async def test_a_model_without_a_stored_calibration_is_seeded_from_its_last_reports() -> None:
+    from storage.model_calls import Usage
+
+    a = await instance_a()
+    a.model_calls.reported = [Usage("m", 100, 120), Usage("other", 100, 90)]
+    a.calibrations.rows["other"] = Calibration(2.0, 9, 0.1)
+    await a.svc.gateway.seed_calibration()
+    assert a.calibrations.rows["m"] == Calibration(1.2, 1, pytest.approx(0.2))
+    assert a.calibrations.rows["other"].samples == 9  # a stored one is never replaced
+
+
+@pytest.mark.spec("R10.5")
+async def test_the_stored_form_of_a_prepared_context_is_the_context() -> None:
+    a = await instance_a()
+    a.calibrations.rows["m"] = Calibration(1.123456789012, 3, 0.0987654321)
+    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    held = await a.svc.gateway.prepared.get(prepared["prepared_id"])
+    assert held is not None and held.report.calibration is not None
+    back = PreparedEntry.from_json(held.to_json())
+    assert back == held
+    assert back.report.calibration == held.report.calibration  # every digit of the factor
