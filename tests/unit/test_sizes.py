@@ -21,7 +21,6 @@ LONG_FILES: dict[str, str] = {
 LONG_FUNCTIONS: dict[str, str] = {
     "domain/planning.py::_apply_lifecycle": "being split (issue 11)",
     "domain/rendering.py::ThreadRenderer._emit_record": "being split (issue 11)",
-    "services/prepare/api.py::create_api": "being split (issue 11)",
     "storage/ingest.py::load_states": "being split (issue 11)",
     "storage/ingest.py::write_plan": "being split (issue 11)",
 }

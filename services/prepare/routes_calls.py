@@ -1,0 +1,74 @@
+"""Routes of a model call's life (R4, R6, R9, R10, R14, R15.1): prepare, the gateway's
+final check and the report of the result."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import ORJSONResponse
+
+from schemas.auth import Action, Principal
+from schemas.errors import ContextError
+from services.metrics import PREPARE_SECONDS
+from services.prepare.fields import PathId
+from services.prepare.http_errors import HOOKS
+from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn
+from services.prepare.service import PrepareService
+
+
+def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
+    """Prepare, model calls and their results."""
+
+    @app.post(
+        "/v1/sessions/{session_id}/runs/{run_id}/prepare",
+        response_class=ORJSONResponse,
+        responses={
+            200: {
+                "description": "PreparedContext: messages, tools, budget report, "
+                "dependency versions, block → source map (record_ids)"
+            },
+            **HOOKS,
+        },
+    )
+    async def prepare(
+        session_id: PathId, run_id: PathId, body: PrepareIn, who: Principal = auth
+    ) -> ORJSONResponse:
+        # Returned as a ready response: FastAPI's generic pydantic serialization of a
+        # 10k-message dict cost ~3x the assembly itself.
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
+        started, outcome = time.perf_counter(), "error"
+        try:
+            out = await svc.prepare(session_id, run_id, body)
+            outcome = "ok"
+        except ContextError as exc:
+            outcome = exc.code
+            raise
+        finally:
+            elapsed = time.perf_counter() - started
+            PREPARE_SECONDS.labels(body.purpose, outcome).observe(elapsed)
+        return ORJSONResponse(out)
+
+    @app.post(
+        "/v1/sessions/{session_id}/runs/{run_id}/model-calls", status_code=201, responses=HOOKS
+    )
+    async def model_call(
+        session_id: PathId, run_id: PathId, body: ModelCallIn, who: Principal = auth
+    ) -> ORJSONResponse:
+        """The gateway's final check (R9.8, R10.5, R14): ``model.chat.before`` hooks, the
+        protected block manifest, the same budget. 201 with the provider-ready
+        ``request`` to send; 409 ``context_reprepare_required`` (once); 422
+        ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
+        out = await svc.model_call(session_id, run_id, body)
+        return ORJSONResponse(out, status_code=201)
+
+    @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result", responses=HOOKS)
+    async def model_result(
+        session_id: PathId, call_id: PathId, body: ModelResultIn, who: Principal = auth
+    ) -> dict[str, Any]:
+        """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
+        usage calibrates later estimates and the drift is returned (R6.4)."""
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
+        return await svc.model_result(session_id, call_id, body)

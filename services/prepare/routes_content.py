@@ -1,0 +1,45 @@
+"""Routes of read-back, grants and the content store (R3.3, R3.4, R10.3, R13.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from schemas.auth import Action, Principal
+from services.prepare.fields import Limit, Offset, PathId, QueryId
+from services.prepare.requests import GrantIn
+from services.prepare.service import PrepareService
+
+
+def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
+    """Paged read-back of records, grants, blobs."""
+
+    @app.get("/v1/sessions/{session_id}/records/{record_id}")
+    async def read_record(
+        session_id: PathId,
+        record_id: PathId,
+        offset: Offset = 0,
+        limit: Limit = 65536,
+        run_id: QueryId = None,
+        instance_id: QueryId = None,
+        who: Principal = auth,
+    ) -> dict[str, Any]:
+        """Read a source record back by id, paged. With ``run_id`` + ``instance_id`` the
+        read is made on behalf of that thread and scope-checked (a child thread reads
+        only its own records and its transfer: ``not_granted`` otherwise)."""
+        await svc.authorize(session_id, who, Action.SESSION_READ)
+        return await svc.read_record(session_id, record_id, offset, limit, run_id, instance_id)
+
+    @app.post("/v1/sessions/{session_id}/grants", status_code=201)
+    async def grant(session_id: PathId, body: GrantIn, who: Principal = auth) -> dict[str, Any]:
+        """Let ``actor_id`` read the session (R3.3): only its owner, or the host key acting
+        as itself or for the owner; ``granted_by`` is derived from the key."""
+        return await svc.grant(session_id, who, body.actor_id)
+
+    @app.put("/v1/blobs")
+    async def put_blob(request: Request, who: Principal = auth) -> dict[str, Any]:
+        """Content store (R3.4): any key; content-addressed, readable only through the
+        records that reference it."""
+        media = request.headers.get("content-type", "text/plain")
+        return await svc.put_blob(await request.body(), media)

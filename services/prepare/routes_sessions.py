@@ -1,0 +1,77 @@
+"""Routes of releases (R1.4, R17), sessions, runs and event outcomes (R1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+from schemas.auth import Action, Principal, authorize_release, session_owner
+from services.prepare.fields import PathId, PathKey
+from services.prepare.http_errors import CONFLICT
+from services.prepare.requests import FinishIn, ReleaseIn, RunIn, RunLifecycleIn, SessionIn
+from services.prepare.service import PrepareService
+
+
+def release_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
+    """Publish a release and read it back."""
+
+    @app.post("/v1/releases", status_code=201, responses=CONFLICT)
+    async def register_release(body: ReleaseIn, who: Principal = auth) -> dict[str, Any]:
+        """Publish a release in the key's space (host keys only); ids are global."""
+        authorize_release(who, body.release_id or "", None, Action.RELEASE_PUBLISH).enforce()
+        return await svc.register_release(body, who.space_id)
+
+    @app.get("/v1/releases/{release_id}")
+    async def get_release(release_id: PathId, who: Principal = auth) -> dict[str, Any]:
+        return await svc.authorized_release(release_id, who)
+
+
+def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
+    """Open and read sessions; start, resume and finish runs; event outcomes."""
+
+    @app.post("/v1/sessions", status_code=201, responses=CONFLICT)
+    async def open_session(body: SessionIn, who: Principal = auth) -> dict[str, Any]:
+        """Open a session in the key's space for its owner: a user key's own actor, or any
+        actor of the space for a host key."""
+        owner = session_owner(who, body.space_id, body.actor_id)
+        if not isinstance(owner, str):
+            owner.enforce()  # a refusal: raises
+            raise AssertionError("session_owner refused without a reason")
+        return await svc.open_session(body, who.space_id, owner)
+
+    @app.get("/v1/sessions/{session_id}")
+    async def get_session(session_id: PathId, who: Principal = auth) -> dict[str, Any]:
+        await svc.authorize(session_id, who, Action.SESSION_READ)
+        return await svc.session(session_id)
+
+    @app.post("/v1/sessions/{session_id}/runs", status_code=201, responses=CONFLICT)
+    async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> dict[str, Any]:
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
+        return await svc.start_run(session_id, body)
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume", responses=CONFLICT)
+    async def resume_run(
+        session_id: PathId, run_id: PathId, body: RunLifecycleIn, who: Principal = auth
+    ) -> dict[str, Any]:
+        """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
+        processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
+        return await svc.resume_run(session_id, run_id, body)
+
+    @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish", responses=CONFLICT)
+    async def finish_run(
+        session_id: PathId, run_id: PathId, body: FinishIn, who: Principal = auth
+    ) -> dict[str, Any]:
+        """Finish (or cancel) the run once the processor accepted it; 409
+        ``run_not_active`` when it already ended otherwise. Appends to an ended run are
+        dead-lettered (``run_not_active``) until it is resumed."""
+        await svc.authorize(session_id, who, Action.SESSION_WRITE)
+        return await svc.finish_run(session_id, run_id, body)
+
+    @app.get("/v1/sessions/{session_id}/events/{event_key}")
+    async def event_outcome(
+        session_id: PathId, event_key: PathKey, who: Principal = auth
+    ) -> dict[str, Any]:
+        await svc.authorize(session_id, who, Action.SESSION_READ)
+        return await svc.outcome(session_id, event_key)
