@@ -92,7 +92,7 @@ class ThreadViews:
             summary_id = summary.summary_id if summary else None
             fp = render_state.fingerprint(
                 message_overhead, summary_id, epoch, large or LargeResultSettings(), self.counting
-            )
+            )  # a state found under it was built with exactly these settings
             if (
                 rend is None
                 or rend.overhead != message_overhead
@@ -109,11 +109,17 @@ class ThreadViews:
                 self._epochs[key] = epoch
             for rec in await self.threads.own(session_id, run_id, instance_id, rend.last_sequence):
                 rend.feed(rec, inherited=False)
-            self._store(key, fp, rend)
+            # Stored under what the renderer was built with (``large=None`` reuses any).
+            self._store(key, self._fingerprint(rend, epoch), rend)
             self._views[key] = rend
             self._views.move_to_end(key)
             self._evict()
             return rend, snap
+
+    def _fingerprint(self, rend: ThreadRenderer, epoch: str) -> str:
+        return render_state.fingerprint(
+            rend.overhead, rend.summary_id, epoch, rend.large, self.counting
+        )
 
     async def _restore(
         self, key: tuple[str, str, str], fp: str, summary: SummaryView | None
