@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from domain.planning import BatchPlan, NewRecord
+from domain.planning import BatchPlan, Incoming, NewRecord
 from schemas.wire import (
     CommittedRecord,
     CompactionRequest,
@@ -133,6 +133,7 @@ def encode_applied(
             out.rejected += 1
         out.codes[rej.code] = out.codes.get(rej.code, 0) + 1
     notes += [_conflict_note(nr, now) for nr in plan.records if nr.revision_conflict]
+    notes += [_hit_note(inc, now) for inc in plan.duplicates]  # R18 idempotent hits
     for note in notes:
         value = encode_observability(note)
         out.other.append((config.topic_observability, note.session_id.encode(), value))
@@ -176,6 +177,23 @@ def _conflict_note(nr: NewRecord, now: int) -> ObservabilityEvent:
             "expected_revision": float(ev.expected_revision or 0),
             "thread_revision": float((nr.instance_sequence or 1) - 1),
         },
+    )
+
+
+def _hit_note(inc: Incoming, now: int) -> ObservabilityEvent:
+    """A redelivered or retried record that was already committed (R18: ids only)."""
+    ev = inc.event
+    scope = ev.scope
+    return ObservabilityEvent(
+        "idempotent_hit", scope.session_id, scope.run_id or "", scope.instance_id or "",
+        now, "", reason=str(ev.kind), counts={"hits": 1},
+    )  # fmt: skip
+
+
+def dead_letter_note(dl: DeadLetter) -> ObservabilityEvent:
+    """A dead letter by reason code, for analytics beside the dead-letter topic (R18)."""
+    return ObservabilityEvent(
+        "dead_letter", dl.session_id or "", "", "", dl.failed_at_ms, "", reason=dl.reason_code
     )
 
 

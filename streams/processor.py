@@ -32,6 +32,7 @@ from schemas.wire import (
     DeadLetter,
     ObservabilityEvent,
     encode_dead_letter,
+    encode_observability,
     fit_dead_letter,
 )
 from storage.ingest import ExistingRecord
@@ -39,7 +40,7 @@ from storage.processing_store import ProcessingStore, ProcessingStores
 from streams.admission import Admission, Admitted, Control, Item, RawMessage
 from streams.control import apply_controls, preempt
 from streams.faults import describe_failure, is_transient, retry_transient
-from streams.outgoing import Effects, ProcessorConfig, encode_applied
+from streams.outgoing import Effects, ProcessorConfig, dead_letter_note, encode_applied
 from streams.publish import Publisher
 
 __all__ = ["BatchProcessor", "BatchResult", "Control", "Item", "RawMessage", "handle_or_exit"]
@@ -130,6 +131,8 @@ class BatchProcessor:
             # Cut to what the producer accepts: a ~1 MB original must not stall us.
             dl = fit_dead_letter(dl)
             await self.publisher.send(self.config.topic_dead_letter, dl.key, encode_dead_letter(dl))
+            note = encode_observability(dead_letter_note(dl))  # R18: by reason, for analytics
+            await self.publisher.send(self.config.topic_observability, dl.key, note)
             log.warning(
                 "dead letter %s at %s:%d: %s",
                 dl.reason_code,

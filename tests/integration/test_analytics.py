@@ -196,6 +196,7 @@ async def test_rollups_equal_a_recount_of_the_raw_events(
     metrics = {k.metric for k in stored if k.dims.space_id == TEST_SPACE}
     assert {"prepares", "estimated_input_tokens", "trigger_checks"} <= metrics
     assert any(k.metric == "dead_letters" for k in stored)
+    assert any(k.metric == "processor_dead_letters" and k.label == "run_not_active" for k in stored)
 
     # The read API: the key's own space, filtered.
     headers = {"Authorization": f"Bearer {services.api_key}"}
