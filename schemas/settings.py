@@ -53,6 +53,14 @@ class Settings(BaseSettings):
     # Transient infrastructure errors (database or broker connection loss) are retried
     # with backoff for this long before the service exits and the request is redelivered.
     compaction_transient_retry_s: float = 300.0
+    # Jobs one compaction process runs at once (issue 13); the requests of one session
+    # still run one after the other, in offset order.
+    compaction_concurrency: int = 4
+    # The compaction process's static group membership id. Default: <host>-compaction-<n>,
+    # unique per live process and stable across restarts (a slot lock in state_dir).
+    compaction_instance_id: str | None = None
+    # Local process state (instance slot locks): ALC_STATE_DIR, as deploy/stack.sh uses it.
+    state_dir: str = ".state"
     # Prepare waits this long for a compaction commit when the view is over the hard budget.
     compaction_wait_s: float = 20.0
     topic_partitions: int = 4

@@ -1,8 +1,10 @@
 """Entry point: ``agentloom-compaction`` (or ``python -m services.compaction``).
 
-Its own consumer group on ``ctx.compaction.requests``: jobs are handled one at a time per
-partition and the offset is committed only after the outcome was saved and published, so
-a crash re-runs the job — which then finds its saved candidate (R15.3). No request stalls
+Its own consumer group on ``ctx.compaction.requests``, shared by any number of these
+processes: each runs up to ``ALC_COMPACTION_CONCURRENCY`` jobs at once, a session's in
+order, and commits a partition's offset only up to its first request whose outcome is not
+yet saved and published, so a crash re-runs the job — which then finds its saved
+candidate (R15.3). No request stalls
 its partition: unreadable ones are dead-lettered, and one that keeps making the worker
 raise is quarantined (``requests.RequestLoop``); transient infrastructure errors are
 retried. The wiring is in ``bootstrap``.
@@ -16,7 +18,7 @@ import signal
 
 from schemas.settings import Settings
 from services.compaction import bootstrap
-from services.compaction.requests import consume_until
+from services.compaction.consume import consume_until
 
 log = logging.getLogger("agentloom.compaction")
 
@@ -29,7 +31,7 @@ async def run(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     log.info("[compaction]: Ready, consuming %s", settings.topic_compaction_requests)
     try:
-        await consume_until(stop, service.consumer, service.requests)
+        await consume_until(stop, service.consumer, service.jobs, settings.compaction_group)
     finally:
         await service.close()
 

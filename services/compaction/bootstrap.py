@@ -10,13 +10,17 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
 from domain.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
+from services import metrics
 from services.compaction.compact_hooks import HookChain
+from services.compaction.consume import HandOver
+from services.compaction.dispatch import Dispatcher
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
@@ -25,6 +29,7 @@ from services.compaction.worker import CompactionWorker, WorkerConfig
 from storage.compaction_jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.instance import claim_instance_id
 from streams.publish import AiokafkaPublisher, Publisher
 from streams.topics import require_topics
 
@@ -104,41 +109,49 @@ def compose(
     return RequestLoop(worker, jobs, publisher, loop_config(settings))
 
 
-def _consumer(settings: Settings) -> AIOKafkaConsumer:
-    return AIOKafkaConsumer(
-        settings.topic_compaction_requests,
+def instance_id(settings: Settings) -> str:
+    """The group instance id: explicit (``ALC_COMPACTION_INSTANCE_ID``), or a slot on
+    this host unique among the live compaction processes (issue 13)."""
+    return claim_instance_id(
+        "compaction", Path(settings.state_dir), settings.compaction_instance_id
+    )
+
+
+def _consumer(settings: Settings, listener: HandOver) -> AIOKafkaConsumer:
+    consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
         group_id=settings.compaction_group,
         # Offsets are committed by hand, after the outcome is saved and published.
         enable_auto_commit=False,
         auto_offset_reset="earliest",
-        max_poll_records=16,
-        group_instance_id=f"{settings.compaction_group}-{settings.processor_instance_id}",
+        group_instance_id=instance_id(settings),
         session_timeout_ms=int(settings.processor_session_timeout_s * 1000),
         # A job may take minutes with a real model; don't get evicted meanwhile.
         max_poll_interval_ms=30 * 60 * 1000,
     )
+    consumer.subscribe([settings.topic_compaction_requests], listener=listener)
+    listener.consumer = consumer
+    return consumer
 
 
 @dataclass
 class Running:
-    """The started service: consume with ``requests`` from ``consumer``; ``close`` stops
-    the consumer, the publisher and the pool, in that order."""
+    """The started service: ``consume.consume_until(stop, consumer, jobs, group)``;
+    ``close`` stops the consumer, the publisher and the pool, in that order."""
 
     consumer: AIOKafkaConsumer
     requests: RequestLoop
+    jobs: Dispatcher
     close: Callable[[], Awaitable[None]]
 
 
 async def start(settings: Settings) -> Running:
     await apply_dsn(settings.pg_dsn)
     await require_topics(settings)  # requests in, records out: exit before joining if wrong
-    pool: asyncpg.Pool = await create_pool(settings.pg_dsn, 1, 4)
+    # A connection per concurrent job, and one for the loop's own reads.
+    pool: asyncpg.Pool = await create_pool(settings.pg_dsn, 1, settings.compaction_concurrency + 1)
     # linger 0: a job's outcome is one message, sent and waited for on its own.
     publisher = AiokafkaPublisher(settings.kafka_bootstrap, linger_ms=0)
-    consumer = _consumer(settings)
-    await publisher.start()
-    await consumer.start()
     requests = compose(
         settings,
         PgCompactionJobs(pool),
@@ -148,10 +161,16 @@ async def start(settings: Settings) -> Running:
         load_hooks(settings.compaction_hooks),
         crash_after_save=os.environ.get("ALC_FAULT_CRASH_AFTER_SAVE") == "1",
     )
+    jobs = Dispatcher(requests.consume, settings.compaction_concurrency)
+    consumer = _consumer(settings, HandOver(jobs, settings.compaction_group))
+    await publisher.start()
+    await consumer.start()
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port)
 
     async def close() -> None:
         await consumer.stop()
         await publisher.stop()
         await pool.close()
 
-    return Running(consumer, requests, close)
+    return Running(consumer, requests, jobs, close)

@@ -1,8 +1,8 @@
-"""The compaction service's consumer side: one request at a time, so that no request
+"""One compaction request, from its bytes to its published outcome, so that no request
 stalls its partition (R15.3). An unreadable request is dead-lettered; one that keeps
 making the worker raise is quarantined; transient infrastructure errors are retried and,
 if they outlive their retries, the process exits uncommitted (the request is redelivered
-after the restart)."""
+after the restart). Requests run concurrently (``dispatch``, ``consume``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka import ConsumerRecord
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from tenacity import (
     AsyncRetrying,
@@ -35,6 +35,7 @@ from schemas.wire import (
     encode_dead_letter,
     fit_dead_letter,
 )
+from services import metrics
 from services.compaction.outcomes import outcome_event
 from storage.compaction_jobs import CompactionJobs, SavedOperation
 from streams.publish import Publisher
@@ -77,9 +78,9 @@ def transient(exc: BaseException) -> bool:
 
 
 class RequestLoop:
-    """One request at a time, so that a request that keeps failing never stalls its
-    partition (R15.3): an unreadable request is dead-lettered; one that makes the worker
-    raise ``max_failures`` times is quarantined — dead-lettered with its reason and its job
+    """Handles a request so that one that keeps failing never stalls its partition
+    (R15.3): an unreadable request is dead-lettered; one that makes the worker raise
+    ``max_failures`` times is quarantined — dead-lettered with its reason and its job
     failed, so the processor lets the session go on with its baseline unmoved."""
 
     def __init__(
@@ -120,8 +121,10 @@ class RequestLoop:
                 # Past its deadline the processor gave up on this job (and may have
                 # started another): its outcome would be ignored, so spend no model call.
                 log.info("job %s expired before it was handled: skipped", req.job_id)
+                metrics.COMPACTION_JOBS.labels("expired").inc()
                 return
-            await self._handle(m, req)
+            with metrics.COMPACTION_JOB_SECONDS.time():
+                await self._handle(m, req)
         except Exception:
             # A transient error that outlived its retries, or a quarantine that could not
             # be written: exit uncommitted, the request is redelivered after restart.
@@ -146,6 +149,7 @@ class RequestLoop:
                 )
                 if failures >= self.config.max_failures:
                     await self._quarantine(m, req, failures, exc)
+                    metrics.COMPACTION_JOBS.labels("quarantined").inc()
                     return
                 await asyncio.sleep(0.5 * failures)
 
@@ -199,19 +203,5 @@ class RequestLoop:
                 self.config.topic_dead_letter, dl.key, encode_dead_letter(dl)
             )
         )
+        metrics.DEAD_LETTERS.labels(code).inc()
         log.warning("dead letter %s at %s:%d: %s", code, m.topic, m.offset, reason)
-
-
-async def consume_until(
-    stop: asyncio.Event, consumer: AIOKafkaConsumer, requests: RequestLoop
-) -> None:
-    """Fetch, handle each request in order, then commit the batch's offsets."""
-    while not stop.is_set():
-        fetched = await consumer.getmany(timeout_ms=200)
-        for tp, msgs in fetched.items():
-            for m in msgs:
-                await requests.consume(m)
-            # After every request of the batch has its outcome published (or was
-            # dead-lettered): a crash before this line redelivers, and redelivery
-            # republishes saved outcomes instead of working again.
-            await consumer.commit({tp: msgs[-1].offset + 1})

@@ -9,14 +9,22 @@ import dataclasses
 import logging
 
 from domain.tokens import CachedCounter
+from services import metrics
 from services.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
 from services.compaction.drafts import SummaryDraft, SummaryRequest
-from services.compaction.errors import InvalidSummary, SummarizerFailed
+from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from services.compaction.gateway import SummaryGateway
 from services.compaction.validate import validate_draft
 
 log = logging.getLogger("agentloom.compaction")
 MAX_CHARS_PER_TOKEN = 6  # a draft far over its output cap is refused
+
+
+def _call_outcome(exc: Exception) -> str:
+    """The ``outcome`` label of a failed summarizer call."""
+    if isinstance(exc, TimeoutError | SummarizerTimeout):
+        return "timeout"
+    return "invalid" if isinstance(exc, InvalidSummary) else "failed"
 
 
 class BoundedSummarizer:
@@ -35,8 +43,17 @@ class BoundedSummarizer:
     async def summarize(self, req: SummaryRequest) -> SummaryDraft:
         """One bounded summarizer call (R11.3), its draft validated against the request's
         own records (R11.4). Raises InvalidSummary, SummarizerFailed or TimeoutError."""
-        result = await asyncio.wait_for(self.gateway.summarize(req), self.call_timeout_s)
-        validate_draft(result.draft, req.source_ids, req.max_output_tokens * MAX_CHARS_PER_TOKEN)
+        try:
+            result = await asyncio.wait_for(self.gateway.summarize(req), self.call_timeout_s)
+            validate_draft(
+                result.draft, req.source_ids, req.max_output_tokens * MAX_CHARS_PER_TOKEN
+            )
+        except Exception as exc:
+            metrics.SUMMARIZER_CALLS.labels(_call_outcome(exc)).inc()
+            raise
+        metrics.SUMMARIZER_CALLS.labels("ok").inc()
+        metrics.SUMMARIZER_TOKENS.labels("input").inc(result.input_tokens)
+        metrics.SUMMARIZER_TOKENS.labels("output").inc(result.output_tokens)
         return result.draft
 
     async def roll_up(

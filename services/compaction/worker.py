@@ -29,6 +29,7 @@ from domain.selection import (
 )
 from domain.tokens import CachedCounter
 from schemas.wire import CompactionOutcome, CompactionRequest
+from services import metrics
 from services.compaction.bound import fit_draft, summary_bound
 from services.compaction.compact_hooks import AfterCompact, BeforeCompact, HookChain
 from services.compaction.drafts import SummaryDraft, SummaryRequest
@@ -130,6 +131,7 @@ class CompactionWorker:
             # R15.3: the model already answered for this job; republish, never regenerate.
             log.info("job %s: republishing the saved outcome (no model call)", req.job_id)
             await self._publish(req, saved)
+            metrics.COMPACTION_JOBS.labels("republished").inc()
             return outcome_of(saved)
         t0 = time.perf_counter()
         outcome = await self._run(req)
@@ -140,6 +142,7 @@ class CompactionWorker:
             logging.shutdown()
             os._exit(137)
         await self._publish(req, data)
+        metrics.COMPACTION_JOBS.labels(outcome.status).inc()
         log.info(
             "job %s: %s at %s (%s) calls=%d covered=%d tokens -> summary %d tokens",
             req.job_id,

@@ -1,12 +1,18 @@
-"""An in-memory ``storage.compaction_jobs.CompactionJobs`` and a history builder, for
-unit tests of the compaction worker and its request loop."""
+"""An in-memory ``storage.compaction_jobs.CompactionJobs``, a history builder, a request
+consumer and a summarizer that can be held mid-call, for unit tests of the compaction
+worker, its request loop and its concurrent consumer loop."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
+
+from aiokafka import ConsumerRecord, TopicPartition
 
 from domain.policy import ContextPolicy
 from domain.rendering import RecordView
+from services.compaction.drafts import SummaryRequest, SummaryResult
+from services.compaction.gateway import SummaryGateway
 from storage.compaction_jobs import ParentSummary, SavedOperation
 from tests.unit.fakes.publisher import FakePublisher
 
@@ -113,3 +119,75 @@ class FakeCompactionJobs:
             and r.instance_id == instance_id
             and after < r.session_sequence <= upto
         ]
+
+
+class FakeRequestConsumer:
+    """A ``services.compaction.consume.RequestConsumer`` over in-memory partitions.
+
+    ``log`` holds each partition's messages (offset = index); fetching starts at
+    ``start`` (a restarted consumer resumes from the committed offsets) and every commit
+    is recorded in ``commits``."""
+
+    def __init__(
+        self,
+        log: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]],
+        start: dict[TopicPartition, int] | None = None,
+    ) -> None:
+        self.log = log
+        self.position = {tp: (start or {}).get(tp, 0) for tp in log}
+        self.committed: dict[TopicPartition, int] = dict(start or {})
+        self.commits: list[dict[TopicPartition, int]] = []
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+        left = max_records if max_records is not None else 1 << 30
+        out: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+        for tp, msgs in self.log.items():
+            take = msgs[self.position[tp] : self.position[tp] + left]
+            if take:
+                out[tp] = take
+                self.position[tp] += len(take)
+                left -= len(take)
+        await asyncio.sleep(0 if out else 0.001)  # an idle poll yields, like a real one
+        return out
+
+    async def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.commits.append(dict(offsets))
+        self.committed.update(offsets)
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.log)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return len(self.log[partition])
+
+
+def request_record(
+    tp: TopicPartition, offset: int, value: bytes, session_id: str
+) -> ConsumerRecord[bytes, bytes]:
+    return ConsumerRecord(
+        tp.topic, tp.partition, offset, 0, 0, session_id.encode(), value, None, 5, len(value), ()
+    )
+
+
+class HeldGateway:
+    """A summarizer whose calls for the jobs in ``held`` wait until ``release`` is set;
+    ``ops`` lists every call's model operation id (``<job>:model:<i>``)."""
+
+    name = "held"
+
+    def __init__(self, inner: SummaryGateway, held: frozenset[str] = frozenset()) -> None:
+        self.inner = inner
+        self.held = held
+        self.release = asyncio.Event()
+        self.waiting: set[str] = set()
+        self.ops: list[str] = []
+
+    async def summarize(self, req: SummaryRequest) -> SummaryResult:
+        self.ops.append(req.model_operation_id)
+        job = req.model_operation_id.split(":")[0]
+        if job in self.held:
+            self.waiting.add(job)
+            await self.release.wait()
+        return await self.inner.summarize(req)
