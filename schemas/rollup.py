@@ -198,15 +198,20 @@ def rollup(
     facts: Iterable[Fact], windows: Iterable[str] = tuple(WINDOWS_MS)
 ) -> dict[RollupKey, int]:
     """Sum the facts' increments per window, bucket, dimensions, metric and label."""
-    out: dict[RollupKey, int] = {}
+    # Summed under flat tuples of strings and ints, whose hashes are cheap (strings cache
+    # theirs); hashing a frozen dataclass per increment took half the consumer's time.
+    sums: dict[tuple[str, int, int, str, str], int] = {}
+    index: dict[Dims, int] = {}  # the dimensions hashed once per fact, not per increment
     wins = tuple(windows)
     for fact in facts:
+        d = index.setdefault(fact.dims, len(index))
         for w in wins:
             start = bucket(fact.at_ms, w)
             for inc in fact.increments:
-                key = RollupKey(w, start, fact.dims, inc.metric, inc.label)
-                out[key] = out.get(key, 0) + inc.value
-    return out
+                key = (w, start, d, inc.metric, inc.label)
+                sums[key] = sums.get(key, 0) + inc.value
+    dims = list(index)
+    return {RollupKey(w, b, dims[d], m, lab): v for (w, b, d, m, lab), v in sums.items()}
 
 
 _ROW_DIMS = ("bucket_start", "space_id", "agent_id", "release_id", "model", "purpose")
