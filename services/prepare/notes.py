@@ -30,8 +30,10 @@ class Notes:
         purpose: str,
         policy_revision: str,
         report: BudgetReport,
+        refused: str | None = None,
     ) -> None:
-        """A prepare's estimate (``scope``: session, run, instance)."""
+        """A prepare's estimate (``scope``: session, run, instance); ``refused``: the
+        reason it was not sent (R18 over-limit refusals)."""
         if not self.topic:
             return
         sid, run_id, instance_id = scope
@@ -43,6 +45,8 @@ class Notes:
             int(time.time() * 1000),
             policy_revision,
             purpose=purpose,
+            decision="refused" if refused else None,
+            reason=refused,
             budget_items=dict(report.items),
             input_budget=report.input_budget,
             estimated_input=report.estimated_input,

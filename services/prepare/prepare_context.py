@@ -109,16 +109,22 @@ class Preparer:
             )
         report = built.assembled.report
         over_budget = report.calibrated_input > report.input_budget
-        if over_budget and job_status is not None and report.required <= report.input_budget:
-            raise ContextBudgetExceeded(
-                "context exceeds the input budget and compaction did not bring it under",
-                reason="compaction_" + str(job_status["status"]),
-                job=job_status,
-                **report.to_dict(),
-            )
         scope = (sid, run_id, target.instance_id)
-        self.notes.budget(scope, target.purpose, target.release.policy_revision, report)
-        enforce(report)
+        revision = target.release.policy_revision
+        try:
+            if over_budget and job_status is not None and report.required <= report.input_budget:
+                raise ContextBudgetExceeded(
+                    "context exceeds the input budget and compaction did not bring it under",
+                    reason="compaction_" + str(job_status["status"]),
+                    job=job_status,
+                    **report.to_dict(),
+                )
+            enforce(report)
+        except ContextBudgetExceeded as exc:  # R18: over-limit refusals, by reason
+            reason = str(exc.details.get("reason") or exc.code)
+            self.notes.budget(scope, target.purpose, revision, report, refused=reason)
+            raise
+        self.notes.budget(scope, target.purpose, revision, report)
         out = await self._answer(target, built, lineage, body)
         out["timing"] = {
             "commit_wait_ms": round(waited * 1000, 3),
