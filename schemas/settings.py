@@ -69,8 +69,10 @@ class Settings(BaseSettings):
     processor_id: str = "agentloom-session-processor"
     processor_batch_max: int = 2000
     processor_batch_within_s: float = 0.02
-    # Unique per processor process (static group membership); scale out with -2, -3, ...
-    processor_instance_id: str = "processor-1"
+    # Static group membership id of a processor process. Default: <host>-processor-<n>,
+    # unique per live process and stable across restarts (a slot lock in state_dir,
+    # streams/instance.py); set it to pin one (e.g. a StatefulSet pod name).
+    processor_instance_id: str | None = None
     processor_session_timeout_s: float = 10.0
     # Transient infrastructure errors (connection loss, serialization failure, deadlock)
     # are retried with backoff for this long before the processor exits (code 70); a

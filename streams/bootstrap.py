@@ -21,6 +21,7 @@ from storage.pool import create_pool
 from storage.processing_store import PgProcessing
 from streams import direct
 from streams.app import create_app
+from streams.instance import claim_instance_id
 from streams.metrics import MeteredPublisher, serve
 from streams.outgoing import ProcessorConfig
 from streams.processor import BatchProcessor
@@ -107,8 +108,16 @@ def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
     return create_app(settings, data_dir, build)
 
 
+def with_instance_id(settings: Settings) -> Settings:
+    """Settings with this process's unique, restart-stable instance id (issue 13)."""
+    claimed = claim_instance_id(
+        "processor", Path(settings.state_dir), settings.processor_instance_id
+    )
+    return settings.model_copy(update={"processor_instance_id": claimed})
+
+
 def main() -> None:
-    settings = Settings()
+    settings = with_instance_id(Settings())
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
