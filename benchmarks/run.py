@@ -194,6 +194,7 @@ async def bench(
         payloads = [encode_event(e) for e in stream]
         keys = [e.scope.session_id.encode() for e in stream]
         log(f"ingest: {len(stream)} events over {n_sessions} sessions (end to end)")
+        db_before = await pool.fetchval("SELECT pg_database_size(current_database())")
         t0 = time.perf_counter()
         sent = await c.producer.send_many(stream)
         t_sent = time.perf_counter() - t0
@@ -202,6 +203,16 @@ async def bench(
             last[p] = max(last.get(p, -1), o)
         await wait_offsets(pool, s, last)
         e2e = len(stream) / (time.perf_counter() - t0)
+        # Storage per event for the scaling model (docs/scaling.md): the whole database's
+        # growth (records, indexes, tracking rows, counters), and the records table alone.
+        db_bytes = await pool.fetchval("SELECT pg_database_size(current_database())") - db_before
+        rec_bytes = await pool.fetchval(
+            "SELECT pg_total_relation_size('records')::float8 / greatest(count(*), 1) FROM records"
+        )
+        log(
+            f"  storage: {db_bytes / len(stream):,.0f} database bytes per event"
+            f" ({rec_bytes:,.0f} bytes per row in records, indexes included)"
+        )
         log(
             f"  end to end {e2e:,.0f} events/s"
             f" (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
@@ -224,6 +235,8 @@ async def bench(
             "copy_ceiling_rows_per_s": round(copy),
             "ratio_to_producer": round(e2e / prod, 3),
             "ratio_to_copy": round(e2e / copy, 3),
+            "db_bytes_per_event": round(db_bytes / len(stream)),
+            "records_bytes_per_row": round(rec_bytes),
             "target_events_per_s": 20_000,
         }
         # ── prepare latency ──────────────────────────────────────────────────────────
@@ -275,6 +288,8 @@ def table(r: dict[str, Any]) -> str:
         f"{i['ratio_to_copy']:.2f} |",
         f"| processor alone, draining a backlog (restart included) | "
         f"{i['processor_drain_events_per_s']:,} ev/s | | |",
+        f"| PostgreSQL growth per ingested event (all tables and indexes) | "
+        f"{i['db_bytes_per_event']:,} B | records row {i['records_bytes_per_row']:,} B | |",
     ]
     lines += [
         "",
