@@ -73,9 +73,7 @@ async def test_a_release_frozen_with_four_policy_sections_republished_alike_is_t
     assert again["policy_revision"] == old.policy_revision  # the sessions' one, unchanged
     assert w.releases.rows["rel_a"].context_policy == four_sections()
     with pytest.raises(ReleaseConflict) as exc:
-        await w.svc.register_release(
-            release(context_policy={"recent_complete_groups": 5}), "space"
-        )
+        await w.svc.register_release(release(context_policy={"recent_complete_groups": 5}), "space")
     assert exc.value.details["fields"] == ["context_policy"]
 
 
