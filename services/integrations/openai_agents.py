@@ -10,20 +10,29 @@
   summary plus the uncovered items, within the release's budget — as Responses input
   items (``prepare(render=True)`` in ``openai_responses``). The release's instructions
   are left out: the Agent sends its own.
+- ``pop_item`` records a retraction (``record_retracted``, issue 15) of the newest item of
+  the view — the last conversation record of the current generation — waits until the
+  processor committed it and returns that item; None when there is none. The record
+  leaves every view (and what compaction summarizes) and stays readable by id, marked
+  retracted. A record is one item except a model response with function calls: it is
+  retracted whole (the item returned is its last). An item a committed summary covers is
+  refused (``retraction_of_summarized_record``): the summary would still restate it.
 - ``clear_session`` finishes the run and moves the SDK's session id to a fresh session of
-  ours (``<id>.<n>``); the old one stays readable by id. ``pop_item`` is not supported:
-  we have no retraction event, and pretending to remove a record would be a lie.
+  ours (``<id>.<n>``); the old one stays readable by id. That is recorded too (the run's
+  finish, the new session), and it is not a retraction of everything: a summary cannot
+  un-summarize, while a new generation starts an empty view whatever was compacted.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 
 from domain.providers import render
-from schemas.contracts import ToolStatus
+from schemas.contracts import Authority, Content, RecordKind, RetractionPayload, ToolStatus
 from services.integrations import responses_items as ri
 from services.integrations.binding import ConversationBinding
 from services.integrations.connection import AgentLoomConnection
@@ -41,10 +50,7 @@ DEFAULT_RELEASE: dict[str, Any] = {
         "provider_format": "openai_responses",
     },
 }
-POP_UNSUPPORTED = (
-    "AgentLoomSession.pop_item is not supported: AgentLoom Context records are append-only "
-    "and have no retraction event; use clear_session() to start over"
-)
+COMMIT_WAIT_S = 30.0  # how long pop_item waits for its retraction to be committed
 
 
 class AgentLoomSession(SessionABC, ConversationBinding):
@@ -88,7 +94,7 @@ class AgentLoomSession(SessionABC, ConversationBinding):
             await self._conn.run(lambda c: self._locked(c, self._add, batch))
 
     async def pop_item(self) -> Any:
-        raise NotImplementedError(POP_UNSUPPORTED)
+        return await self._conn.run(lambda c: self._locked(c, self._pop))
 
     async def clear_session(self) -> None:
         await self._conn.run(lambda c: self._locked(c, self._clear))
@@ -174,6 +180,31 @@ class AgentLoomSession(SessionABC, ConversationBinding):
             rendered = render(prepared["messages"], [], "openai_responses")["input"]
         return ri.to_items(rendered)
 
+    async def _pop(self, c: ContextClient) -> ri.Item | None:
+        if self._run is None:
+            return None
+        prepared = await c.prepare(self._run, render=True)
+        newest = _newest_item(prepared["messages"])
+        if newest is None:
+            return None
+        message, record_id = newest
+        # One key per target: a retried pop (or a second process popping the same item)
+        # is a duplicate, never a second retraction.
+        key = f"retract:{record_id}"
+        await c.append(
+            c._event(
+                self._run,
+                RecordKind.RECORD_RETRACTED,
+                Authority.HOST,  # the runtime, on behalf of its user
+                Content.text(""),
+                RetractionPayload(record_id, "pop_item"),
+                key,
+                operation_id=record_id,  # a record is retracted once (R3.1)
+            )
+        )
+        await wait_committed(c, self._run.session_id, key)
+        return ri.to_items(render([message], [], "openai_responses")["input"])[-1]
+
     async def _clear(self, c: ContextClient) -> None:
         await self._finish_run(c)
         assert self._session is not None and self._release_id is not None
@@ -183,3 +214,29 @@ class AgentLoomSession(SessionABC, ConversationBinding):
             self._space_id, self._actor_id, self._release_id, self._generation_id(gen)
         )
         self._answered, self._ordinal, self._tool_names = False, 0, {}
+
+
+def _newest_item(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], str] | None:
+    """The view's newest conversation message (what was said or done, not a summary, a
+    state note or the instructions) and the record it shows."""
+    for m in reversed(messages):
+        if m.get("block") == "interaction" and m.get("record_ids"):
+            return m, str(m["record_ids"][0])
+    return None
+
+
+async def wait_committed(c: ContextClient, session_id: str, event_key: str) -> None:
+    """Wait until the processor decided ``event_key``: committed returns, refused raises
+    ``ApiError`` with the processor's code (e.g. ``retraction_of_summarized_record``)."""
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + COMMIT_WAIT_S, 0.005
+    while True:
+        o = await c._call("GET", f"/v1/sessions/{session_id}/events/{event_key}")
+        if o.get("outcome") == "committed":
+            return
+        if o.get("outcome") in ("rejected", "dead_letter"):
+            raise ApiError.of(409, str(o.get("code")), str(o.get("message")), False)
+        if loop.time() > deadline:
+            raise ApiError.of(0, "timeout", f"{event_key} not committed in time", True)
+        await asyncio.sleep(delay)  # the processor commits within a batch interval
+        delay = min(delay * 2, 0.2)

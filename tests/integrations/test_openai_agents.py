@@ -12,8 +12,9 @@ import asyncpg
 import pytest
 from agents import Agent, Runner, function_tool
 
+from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
 from services.integrations.connection import AgentLoomConnection
-from services.integrations.openai_agents import AgentLoomSession
+from services.integrations.openai_agents import AgentLoomSession, wait_committed
 from services.sdk.client import ApiError, ContextClient
 from tests.integration.test_compaction import settled
 from tests.integrations.fake_agents_model import FakeModel
@@ -140,7 +141,161 @@ async def test_items_round_trip_and_a_retried_batch_is_not_a_duplicate(
     assert await session.get_items(limit=2) == got[-2:] or pairs_intact(
         await session.get_items(limit=2)
     )
-    with pytest.raises(NotImplementedError, match="retraction"):
-        await session.pop_item()
     await session.clear_session()
     assert await session.get_items() == []
+
+
+# --- pop_item: a retraction (issue 15) ------------------------------------------------
+
+
+def _sid(session: AgentLoomSession) -> str:
+    assert session._session is not None
+    return str(session._session["session_id"])
+
+
+async def _retracted(db: asyncpg.Pool, sid: str) -> list[str]:
+    """The targets of the session's retractions, oldest first."""
+    rows = await db.fetch(
+        "SELECT operation_id FROM records WHERE session_id=$1 AND kind='record_retracted'"
+        " ORDER BY session_sequence",
+        sid,
+    )
+    return [r["operation_id"] for r in rows]
+
+
+async def _read(session: AgentLoomSession, record_id: str) -> dict[str, Any]:
+    async def go(c: ContextClient) -> dict[str, Any]:
+        return await c.read_record(_sid(session), record_id)
+
+    return await session._conn.run(go)
+
+
+async def _retract(session: AgentLoomSession, target: str, key: str) -> None:
+    """A retraction published directly, as a runtime would, and its outcome awaited."""
+
+    async def go(c: ContextClient) -> None:
+        assert session._run is not None
+        payload = RetractionPayload(target, "test")
+        ev = c._event(
+            session._run, RecordKind.RECORD_RETRACTED, Authority.HOST, Content.text(""),
+            payload, key, operation_id=target,
+        )  # fmt: skip
+        await c.append(ev)
+        await wait_committed(c, _sid(session), key)
+
+    await session._conn.run(go)
+
+
+@pytest.mark.spec("R3.1", "R11.8", "R16")
+async def test_pop_item_retracts_the_newest_item_which_stays_readable_by_id(
+    session: AgentLoomSession, db: asyncpg.Pool
+) -> None:
+    assert await session.pop_item() is None  # nothing yet: the SDK's contract
+    await session.add_items(
+        [
+            {"role": "user", "content": "Hello"},
+            {"role": "assistant", "content": "Hi there!"},
+            {"role": "user", "content": "How are you?"},
+        ]
+    )
+    assert len(await session.get_items()) == 3
+    popped = await session.pop_item()
+    assert popped == {"role": "user", "content": "How are you?"}
+    assert await session.get_items() == [
+        {"role": "user", "content": "Hello"},
+        {"role": "assistant", "content": "Hi there!"},
+    ]
+    [target] = await _retracted(db, _sid(session))
+    back = await _read(session, target)  # R11.8: the source stays readable by id
+    assert back["content"] == "How are you?" and back["kind"] == "user_input"
+    assert back["retracted"] is True and back["retracted_by"]
+    # R3.1: retracting it again (a retried pop: the key derives from the target) is a
+    # duplicate — answered as committed, no second retraction.
+    await _retract(session, target, f"retract:{target}")
+    assert await _retracted(db, _sid(session)) == [target]
+    assert await session.pop_item() == {"role": "assistant", "content": "Hi there!"}
+    assert await session.pop_item() == {"role": "user", "content": "Hello"}
+    assert await session.pop_item() is None
+    assert await session.get_items() == []
+    assert len(await _retracted(db, _sid(session))) == 3
+    await session.add_items([{"role": "user", "content": "How are you?"}])  # said again
+    assert await session.get_items() == [{"role": "user", "content": "How are you?"}]
+
+
+@pytest.mark.spec("R3.1")
+async def test_refused_retractions_name_their_reason(
+    session: AgentLoomSession, db: asyncpg.Pool
+) -> None:
+    await session.add_items([{"role": "user", "content": "Hello"}])
+    await session.pop_item()
+    [target] = await _retracted(db, _sid(session))
+    retraction_id = await db.fetchval(
+        "SELECT record_id FROM records WHERE session_id=$1 AND kind='record_retracted'",
+        _sid(session),
+    )
+    with pytest.raises(ApiError) as unknown:
+        await _retract(session, "rec_" + "f" * 32, "unknown")
+    assert unknown.value.code == "retraction_target_unknown"
+    with pytest.raises(ApiError) as of_retraction:
+        await _retract(session, retraction_id, "of-retraction")
+    assert of_retraction.value.code == "retraction_of_retraction"
+    outcomes = await db.fetch(
+        "SELECT event_key, outcome FROM event_outcomes WHERE session_id=$1 ORDER BY event_key",
+        _sid(session),
+    )
+    assert [(o["event_key"], o["outcome"]) for o in outcomes] == [
+        ("of-retraction", "rejected"),
+        ("unknown", "dead_letter"),
+    ]
+    assert await _retracted(db, _sid(session)) == [target]
+
+
+@pytest.mark.spec("R11.8", "R19")
+async def test_pop_after_compaction_and_a_summarized_record_is_not_retracted(
+    session: AgentLoomSession, db: asyncpg.Pool
+) -> None:
+    model = FakeModel()
+    agent = Agent(name="tables", instructions="Answer.", model=model, tools=[lookup])
+
+    async def turn(q: int) -> None:
+        model.script([("call", "lookup", {"table": f"t{q}"}), ("say", f"t{q} has 60 rows.")])
+        await Runner.run(agent, f"Question {q}: what is in table t{q}?", session=session)
+        await settled(db, _sid(session), at_least=0)
+
+    for q in range(3):
+        await turn(q)
+    question = await db.fetchval(  # a question a committed summary covers
+        "SELECT r.record_id FROM records r JOIN summary_revisions s"
+        " ON s.session_id = r.session_id AND r.record_id = ANY(s.covered_record_ids)"
+        " WHERE r.session_id=$1 AND s.status='committed' AND r.kind='user_input' LIMIT 1",
+        _sid(session),
+    )
+    assert question, "three over-budget turns committed no summary of a question"
+    assert str((await session.get_items())[0].get("content")).startswith("[history summary")
+    # The newest item is never summarized: it pops like any other.
+    assert await session.pop_item() == {"role": "assistant", "content": "t2 has 60 rows."}
+    [popped] = await _retracted(db, _sid(session))
+    items = await session.get_items()
+    assert all(i.get("content") != "t2 has 60 rows." for i in items), items
+    # A summarized record is refused: its summary would still restate it.
+    with pytest.raises(ApiError) as refused:
+        await _retract(session, question, "summarized")
+    assert refused.value.code == "retraction_of_summarized_record"
+    assert (await _read(session, question))["retracted"] is False
+    # Later compactions never summarize the retracted record (the view epoch changed, so
+    # cached thread views were rebuilt without it).
+    before = await db.fetchval(
+        "SELECT count(*) FROM summary_revisions WHERE session_id=$1 AND status='committed'",
+        _sid(session),
+    )
+    for q in range(3, 5):
+        await turn(q)
+    rows = await db.fetch(
+        "SELECT covered_record_ids FROM summary_revisions WHERE session_id=$1"
+        " AND status='committed'",
+        _sid(session),
+    )
+    assert len(rows) > before, "no compaction after the pop"
+    assert all(popped not in r["covered_record_ids"] for r in rows)
+    back = await _read(session, popped)
+    assert back["content"] == "t2 has 60 rows." and back["retracted"] is True

@@ -4,8 +4,8 @@ next to their renamed ``agents_tests`` package by deploy/peer-tests.sh): every
 the real stack (our fixtures: Kafka, PostgreSQL, processor, Prepare, compaction).
 
 Tests of SQLite's own machinery (its files, connections, threads, locks, corrupt rows,
-rollbacks) and of ``pop_item`` (we have no retraction event) do not apply; they are
-deselected here with the reason, and the rest must pass.
+rollbacks) do not apply; they are deselected here with the reason, and the rest must
+pass — ``pop_item``'s among them (a retraction event since issue 15).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ NOT_APPLICABLE = {
     # SQLite internals: per-thread connections, file locks, corrupt JSON rows, rollback.
     "sqlite": "tests SQLiteSession's own storage (connections, files, locks, corrupt rows)",
     "_mutation": "tests the SDK's internal mutation helper, not a session",
-    "pop": "pop_item: AgentLoom records are append-only (no retraction event)",
     "closed_rejects": "SQLiteSession.close() semantics (our close() leaves a shared link)",
     "file_lock": "SQLite file locks",
     "rollback": "SQLite transactions",
@@ -36,7 +35,14 @@ NOT_APPLICABLE = {
 
 
 def _reason(name: str) -> str | None:
-    applies = ("memory_direct", "get_items_with_limit", "unicode", "special_char", "concurrent")
+    applies = (
+        "memory_direct",
+        "get_items_with_limit",
+        "unicode",
+        "special_char",
+        "concurrent",
+        "memory_pop",  # pop_item records a retraction (issue 15)
+    )
     if any(a in name for a in applies) and "corrupt" not in name:
         return None  # direct add/get/clear, limits, text and concurrency: ours must pass
     for marker, why in NOT_APPLICABLE.items():
