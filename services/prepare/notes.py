@@ -31,9 +31,11 @@ class Notes:
         policy_revision: str,
         report: BudgetReport,
         refused: str | None = None,
+        counts: dict[str, int] | None = None,
     ) -> None:
         """A prepare's estimate (``scope``: session, run, instance); ``refused``: the
-        reason it was not sent (R18 over-limit refusals)."""
+        reason it was not sent (R18 over-limit refusals); ``counts``: its decisions by
+        kind (kept, summarized, externalized, dropped, ...)."""
         if not self.topic:
             return
         sid, run_id, instance_id = scope
@@ -48,6 +50,7 @@ class Notes:
             decision="refused" if refused else None,
             reason=refused,
             budget_items=dict(report.items),
+            counts=dict(counts or {}),
             input_budget=report.input_budget,
             estimated_input=report.estimated_input,
             counting_method=report.counting_method,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -124,8 +125,9 @@ class Preparer:
             reason = str(exc.details.get("reason") or exc.code)
             self.notes.budget(scope, target.purpose, revision, report, refused=reason)
             raise
-        self.notes.budget(scope, target.purpose, revision, report)
         out = await self._answer(target, built, lineage, body)
+        counts = Counter(str(d.get("decision")) for d in out["decisions"])
+        self.notes.budget(scope, target.purpose, revision, report, counts=dict(counts))
         out["timing"] = {
             "commit_wait_ms": round(waited * 1000, 3),
             "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),

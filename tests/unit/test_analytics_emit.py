@@ -5,6 +5,7 @@ reason — ids and counts only — published with the batch's other notes."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 
 import pytest
 
@@ -58,16 +59,19 @@ async def test_a_refused_prepare_is_reported_with_its_reason_not_as_a_prepare() 
     await w.svc.open_session(SessionIn(session_id="s1", release_id="rel"), "x", "alice")
     w.run("s1", "r1")
     w.say("s1", "r1", "user_input", "short question")
-    await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    sent = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
     for i in range(3):  # as history(w, 3, 900) in test_prepare_context_gateway
         w.say("s1", "r1", "user_input", f"q{i} " + "x" * 900)
         w.say("s1", "r1", "assistant_message", f"a{i} " + "y" * 900, purpose="action")
     w.say("s1", "r1", "user_input", "And now?")
     with pytest.raises(ContextBudgetExceeded):
-        await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+        sent = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
     await asyncio.sleep(0)  # the notes are published from tasks
     notes = [decode_observability(m.value) for m in w.publisher.on("obs")]
     assert [(n.kind, n.decision, n.reason) for n in notes] == [
         ("prepare_budget", None, None),
         ("prepare_budget", "refused", "history_over_budget"),
     ]
+    # The prepare that was sent counts its decisions by kind (ids and counts only).
+    assert notes[0].counts == dict(Counter(d["decision"] for d in sent["decisions"]))
+    assert notes[1].counts == {}
