@@ -156,7 +156,7 @@ def build_service(
             hooks,
         ),
         gateway=Gateway(ports.model_calls, content, prepared, notes, hooks, calibration),
-        readback=ReadBack(ports.records, ports.sessions, views, access),
+        readback=ReadBack(ports.records, ports.sessions, views, access, notes),
         access=access,
         content=content,
         pool=ports.pool,

@@ -78,6 +78,26 @@ class Notes:
         )
         self._publish(call.session_id, ev)
 
+    def readback(self, scope: tuple[str, str, str], record_id: str, offset: int, size: int) -> None:
+        """R18: one read-back (``scope``: session, and the reading thread's run and
+        instance, empty for a read on behalf of no thread): the record, the first
+        character read and how many were returned — never the content."""
+        if not self.topic:
+            return
+        sid, run_id, instance_id = scope
+        ev = ObservabilityEvent(
+            "readback",
+            sid,
+            run_id,
+            instance_id,
+            int(time.time() * 1000),
+            "",
+            record_id=record_id,
+            read_offset=offset,
+            read_size=size,
+        )
+        self._publish(sid, ev)
+
     def _publish(self, sid: str, ev: ObservabilityEvent) -> None:
         assert self.topic is not None
         task = asyncio.get_running_loop().create_task(

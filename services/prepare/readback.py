@@ -12,6 +12,7 @@ from typing import Any
 from schemas.auth import Action, Principal, granted_by
 from schemas.errors import InvalidRequest, NotFound, NotGranted
 from services.prepare.access import Access
+from services.prepare.notes import Notes
 from services.prepare.views import ThreadViews
 from storage.blobs import Records, StoredRecord
 from storage.sessions import Sessions
@@ -26,6 +27,7 @@ class ReadBack:
     sessions: Sessions
     views: ThreadViews
     access: Access
+    notes: Notes | None = None  # R18: a ``readback`` event per read (None: not reported)
 
     async def read_record(
         self,
@@ -56,7 +58,11 @@ class ReadBack:
                 record_id=record_id,
                 visibility=r.visibility,
             )
-        return _page(r, offset, limit)
+        page = _page(r, offset, limit)
+        if self.notes is not None:
+            scope = (sid, run_id or "", instance_id or "")
+            self.notes.readback(scope, record_id, offset, len(page["content"]))
+        return page
 
     async def check_grant(self, sid: str, run_id: str, instance_id: str, record_id: str) -> None:
         """R13.2: a child thread reads its own records and what its parent exported to
