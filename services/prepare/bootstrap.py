@@ -163,7 +163,9 @@ def build_service(
     )
 
 
-def pg_adapters(pool: asyncpg.Pool, publisher: Publisher, waiter: Waiter) -> Adapters:
+def pg_adapters(
+    pool: asyncpg.Pool, publisher: Publisher, waiter: Waiter, *, render_states: bool = False
+) -> Adapters:
     return Adapters(
         releases=PgReleases(pool),
         sessions=PgSessions(pool),
@@ -178,7 +180,7 @@ def pg_adapters(pool: asyncpg.Pool, publisher: Publisher, waiter: Waiter) -> Ada
         prepared=PgPreparedContexts(pool),
         calibrations=PgCalibrations(pool),
         pool=pool,
-        render_states=PgRenderStates(pool),
+        render_states=PgRenderStates(pool) if render_states else None,
     )
 
 
@@ -193,7 +195,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
     await waiter.start(settings.pg_dsn)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-    adapters = pg_adapters(pool, publisher, waiter)
+    adapters = pg_adapters(pool, publisher, waiter, render_states=settings.prepare_render_states)
     options = Options.from_settings(settings)
     hooks = load_hooks(settings.prepare_hooks)
     svc = build_service(adapters, options, counter, hooks, hook_ids(settings.compaction_hooks))
