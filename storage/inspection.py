@@ -124,6 +124,17 @@ async def calls(pool: asyncpg.Pool, session_id: str) -> list[CallSummary]:
     return [CallSummary(**dict(r)) for r in rows]
 
 
+async def call_of(pool: asyncpg.Pool, ident: str) -> tuple[str, str] | None:
+    """The (session_id, call_id) of a model call named by its own id or by the id of the
+    prepared context it was checked for (R18 diagnostics); None if there is none."""
+    r = await pool.fetchrow(
+        "SELECT session_id, call_id FROM model_calls WHERE call_id=$1"
+        " UNION ALL SELECT session_id, call_id FROM model_calls WHERE prepared_id=$1 LIMIT 1",
+        ident,
+    )
+    return None if r is None else (r["session_id"], r["call_id"])
+
+
 async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallFacts | None:
     """Everything ``domain.call_view`` needs for one call, or None if the session has no
     such call."""

@@ -22,6 +22,7 @@ from services.prepare.metrics_mw import RequestMetrics
 from services.prepare.middleware import BodyLimit, ErrorShield
 from services.prepare.routes_calls import call_routes
 from services.prepare.routes_content import content_routes
+from services.prepare.routes_diagnostics import diagnostics_routes
 from services.prepare.routes_ops import ops_routes
 from services.prepare.routes_sessions import release_routes, session_routes
 from services.prepare.service import PrepareService
@@ -82,6 +83,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
     # in app.routes for the documentation pass below).
     for routes in (ops_routes, release_routes, session_routes, call_routes, content_routes):
         routes(app, svc, auth)
+    diagnostics_routes(app, svc, auth)
 
     # Every route that authenticates documents the answers it may give for that reason.
     for route in app.routes:

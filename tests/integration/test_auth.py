@@ -127,6 +127,8 @@ ROUTES = [
     Route("get", "/v1/sessions/{session_id}/events/{event_key}", READ,
           lambda w: (f"/v1/sessions/{w.sid}/events/{w.event_key}", {})),
     Route("get", "/v1/analytics/rollups", HOST_KEY, lambda w: ("/v1/analytics/rollups", {})),
+    Route("get", "/v1/diagnostics/{call_or_prepared_id}", READ,
+          lambda w: (f"/v1/diagnostics/{w.call_id}", {})),
 ]  # fmt: skip
 ERROR_CODE = {401: "unauthenticated", 403: "not_granted", 404: "not_found"}
 

@@ -5,16 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from services.sdk.client import ContextClient
+from services.sdk.client import ContextClient, RunHandle
 from tests.support.flows import new_session
 
 
-async def summarized_call(c: ContextClient, db: asyncpg.Pool) -> tuple[str, str, str]:
+async def summarized_call(
+    c: ContextClient,
+    db: asyncpg.Pool,
+    before_call: Callable[[ContextClient, RunHandle], Awaitable[None]] | None = None,
+) -> tuple[str, str, str]:
     """A session whose first question was summarized, and a model call made after it:
-    (session_id, call_id, the id of a long covered tool result)."""
+    (session_id, call_id, the id of a long covered tool result). ``before_call``: what
+    the second run appends once the summary is in effect, before the call's prepare."""
     session = await new_session(
         c, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
     )
@@ -43,6 +49,8 @@ async def summarized_call(c: ContextClient, db: asyncpg.Pool) -> tuple[str, str,
             break
         await asyncio.sleep(0.05)
     assert summary_id, "the first question was not summarized"
+    if before_call is not None:
+        await before_call(c, run)
     prepared = await c.prepare(run)
     assert prepared["dependency_versions"]["summary_id"] == summary_id
     call = await c.check_model_call(run, prepared)

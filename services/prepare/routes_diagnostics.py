@@ -1,0 +1,64 @@
+"""The diagnostics view of one model call (R18, issue 12): what its context kept,
+summarized (with the summary id), externalized, and why, with the readable source refs
+and the budget items — the one view the console and ``agentloom session inspect`` show
+(``domain.call_view`` over ``storage.inspection``), found by a call or prepared id."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from fastapi import FastAPI
+
+from domain.call_view import CallView, call_view
+from schemas.auth import Action, Principal
+from schemas.errors import NotFound
+from services.prepare.fields import PathId
+from services.prepare.service import PrepareService
+from storage import inspection
+
+
+def diagnostics(session_id: str, view: CallView) -> dict[str, Any]:
+    """The call view, each source record with its read-back reference (the
+    ``read_content`` ref and the paged read route), the blocks' ids by decision and the
+    summary in effect."""
+    out = view.to_dict()
+    out["session_id"] = session_id
+    out["summary_id"] = view.chain[0].summary_id if view.chain else None
+    for b in out["blocks"]:
+        rid = b["record_id"]
+        b["read_back"] = (
+            None
+            if rid is None
+            else {"ref": f"rec:{rid}", "path": f"/v1/sessions/{session_id}/records/{rid}"}
+        )
+    out["decisions"] = dict(Counter(b.decision for b in view.blocks))
+    by: dict[str, list[str]] = {}
+    for blk in view.blocks:
+        by.setdefault(blk.decision, []).append(blk.block_id)
+    out["by_decision"] = by
+    return out
+
+
+def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
+    """Diagnostics of a model call, scope- and grant-checked like the session's reads."""
+
+    @app.get("/v1/diagnostics/{call_or_prepared_id}")
+    async def call_diagnostics(
+        call_or_prepared_id: PathId, who: Principal = auth
+    ) -> dict[str, Any]:
+        """R18: for a model call id, or the id of the prepared context the gateway checked
+        it for: every block in order (role, category, retention, tokens, ``decision`` kept
+        / summarized / externalized and its ``reason``), each source record's
+        ``read_back`` reference, the summary chain with covered ranges, and the budget
+        items as shares of the InputBudget. A call of a session the key may not read is
+        refused like the session itself (404 in another space, 403 without a grant)."""
+        found = await inspection.call_of(svc.pool, call_or_prepared_id)
+        if found is None:
+            raise NotFound(f"model call {call_or_prepared_id} not found")
+        session_id, call_id = found
+        await svc.authorize(session_id, who, Action.SESSION_READ)
+        facts = await inspection.call_facts(svc.pool, session_id, call_id)
+        if facts is None:  # never expected: the row was just found
+            raise NotFound(f"model call {call_or_prepared_id} not found")
+        return diagnostics(session_id, call_view(facts))
