@@ -20,13 +20,14 @@ from typing import Any
 import asyncpg
 import httpx
 from aiokafka import AIOKafkaProducer
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from devstack.launcher import Proc, service_set
 from schemas.auth import KeyKind
 from schemas.contracts import ToolStatus
 from schemas.settings import Settings
 from schemas.wire import encode_event
-from services.sdk.client import ContextClient, RunHandle
+from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.ingest import RECORD_COLUMNS
 from storage.migrate import apply_dsn
@@ -41,6 +42,20 @@ PROFILE = {
     "output_reserve": 8192,
     "safety_margin": 4096,
 }
+
+
+async def first_prepare(c: ContextClient, run: RunHandle) -> dict[str, Any]:
+    """The first prepare of a view, retried while the backlog is still being committed
+    (``not_committed_yet`` and other retriable answers): a slow machine is not a failure."""
+    async for attempt in AsyncRetrying(
+        retry=retry_if_exception(lambda e: isinstance(e, ApiError) and e.retriable),
+        stop=stop_after_delay(300),
+        wait=wait_exponential(multiplier=0.5, max=5),
+        reraise=True,
+    ):
+        with attempt:
+            return await c.prepare(run)
+    raise AssertionError("unreachable: tenacity reraises")
 
 
 def log(msg: str) -> None:
@@ -247,7 +262,7 @@ async def bench(
                 run = await c.start_run(sess)
                 evs = await _events_for(run, max(1, size // 5), f"p{size}-")
                 await c.producer.send_many(evs[:size])
-                first = await c.prepare(run)  # waits for commit; warms the view cache
+                first = await first_prepare(c, run)  # waits for commit; warms the view cache
                 server, client = [], []
                 body = {"purpose": "action", "instance_id": run.instance_id}
                 path = f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare"
