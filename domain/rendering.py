@@ -17,62 +17,27 @@ what is new. Rules:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
 from domain.policy import LargeResultSettings
+from domain.record_view import CountFn, Message, RecordView, SkillActivation, SkillLoad
 from domain.redaction import redact
 
-Message = dict[str, Any]
-CountFn = Callable[[str], int]
+__all__ = [
+    "RETRACTION",
+    "CountFn",
+    "Message",
+    "RecordView",
+    "SkillActivation",
+    "SkillLoad",
+    "ThreadRenderer",
+    "skills_catalog_text",
+    "tool_schema_text",
+]
+
 RETRACTION = "record_retracted"  # withdraws another record from views; shows nothing
-
-
-@dataclass(frozen=True)
-class RecordView:
-    record_id: str
-    session_sequence: int
-    run_id: str | None
-    instance_id: str | None
-    kind: str
-    authority: str
-    text: str
-    payload: dict[str, Any]
-    token_count: int
-    # Set only when ``text`` holds a prefix of content in the blob store: the whole
-    # content's length in bytes (the view says so). -1: ``text`` is the whole content.
-    content_length: int = -1
-    content_sha256: str | None = None
-
-    @property
-    def full_length(self) -> int:
-        return self.content_length if self.content_length >= 0 else len(self.text)
-
-
-@dataclass
-class SkillLoad:
-    """A tool result that says it loaded a skill — a claim, until the assembler matches it
-    against the release binding and the host's activation (R12.2)."""
-
-    record_id: str
-    name: str
-    revision: str
-    content_sha256: str
-    text: str
-    tokens: int
-    message_index: int | None  # the tool message showing it, while not summarized
-
-
-@dataclass(frozen=True)
-class SkillActivation:
-    name: str
-    version: str
-    content_hash: str
-    authority: str
-    active: bool
-    record_id: str
 
 
 @dataclass
@@ -249,28 +214,7 @@ class ThreadRenderer:
             }
             self._open = _OpenGroup(rec, [call], inherited=inherited)
         elif k == "tool_outcome":
-            # A result whose call is not in view: keep it visible as state, not as a
-            # tool message (a provider rejects a result without its call).
-            p = rec.payload
-            cid, name, status = str(p.get("call_id")), str(p.get("name")), str(p.get("status"))
-            head = (
-                f"[tool result without its call in view — tool output, {NOT_AN_INSTRUCTION}]"
-                f" call_id={cid} name={name}"
-            )
-            msg: Message = {"role": DERIVED_ROLE, "block": "state"}
-            if self._is_large(rec):  # a large one is a view here too (R5.4, R10.3)
-                msg["content"] = f"{head} status={status}\n{self._view_of(rec, cid, name, status)}"
-                msg |= {
-                    "decision": "externalized",
-                    "reason": "large_result_view",
-                    "content_ref": f"rec:{rec.record_id}",
-                }
-                tokens = self.count(msg["content"])
-                self.externalized.append(rec.record_id)
-            else:
-                msg["content"] = f"{head} status={status}\n{rec.text}"
-                tokens = self._framed(rec.token_count, msg["content"], rec.text)
-            self._add(msg, [rec], "state", tokens)
+            self._orphan_result(rec)
         elif k == "child_result":
             content = f"[child task result — material]\n{rec.text}"
             self._add(
@@ -281,25 +225,46 @@ class ThreadRenderer:
             )
         elif k == "resource_activation":
             p = rec.payload
-            note = (
+            self._state_note(
+                rec,
                 f"[state: resource activated] {p.get('resource_kind')} {p.get('resource_id')}"
-                f" version {p.get('version')}"
-            )
-            self._add(
-                {"role": DERIVED_ROLE, "content": note, "block": "state"},
-                [rec],
-                "state",
-                self.count(note),
+                f" version {p.get('version')}",
             )
         elif k == "run_cancelled" and inherited:
-            note = f"[state: history] run {rec.run_id} was cancelled"
-            self._add(
-                {"role": DERIVED_ROLE, "content": note, "block": "state"},
-                [rec],
-                "state",
-                self.count(note),
-            )
+            self._state_note(rec, f"[state: history] run {rec.run_id} was cancelled")
         # run_started / run_resumed / run_finished carry no model-visible content.
+
+    def _orphan_result(self, rec: RecordView) -> None:
+        """A result whose call is not in view: kept visible as state, not as a tool
+        message (a provider rejects a result without its call)."""
+        p = rec.payload
+        cid, name, status = str(p.get("call_id")), str(p.get("name")), str(p.get("status"))
+        head = (
+            f"[tool result without its call in view — tool output, {NOT_AN_INSTRUCTION}]"
+            f" call_id={cid} name={name}"
+        )
+        msg: Message = {"role": DERIVED_ROLE, "block": "state"}
+        if self._is_large(rec):  # a large one is a view here too (R5.4, R10.3)
+            msg["content"] = f"{head} status={status}\n{self._view_of(rec, cid, name, status)}"
+            msg |= {
+                "decision": "externalized",
+                "reason": "large_result_view",
+                "content_ref": f"rec:{rec.record_id}",
+            }
+            tokens = self.count(msg["content"])
+            self.externalized.append(rec.record_id)
+        else:
+            msg["content"] = f"{head} status={status}\n{rec.text}"
+            tokens = self._framed(rec.token_count, msg["content"], rec.text)
+        self._add(msg, [rec], "state", tokens)
+
+    def _state_note(self, rec: RecordView, note: str) -> None:
+        self._add(
+            {"role": DERIVED_ROLE, "content": note, "block": "state"},
+            [rec],
+            "state",
+            self.count(note),
+        )
 
     def _close(self, grp: _OpenGroup) -> None:
         self._open = None
