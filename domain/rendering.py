@@ -16,16 +16,18 @@ what is new. Rules:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
+from domain.blocks import KEPT_BECAUSE, RETENTION, skills_catalog_text, tool_schema_text
 from domain.policy import LargeResultSettings
 from domain.record_view import CountFn, Message, RecordView, SkillActivation, SkillLoad
 from domain.redaction import redact
 
 __all__ = [
+    "KEPT_BECAUSE",
+    "RETENTION",
     "RETRACTION",
     "CountFn",
     "Message",
@@ -378,46 +380,9 @@ class ThreadRenderer:
 # R10.1 retention classes per category: the current task is required; state (unknown
 # results, activations) is active; history and interactions are compressible; material a
 # parent chose is optional beside the child's own task.
-RETENTION = {
-    "task": "required",
-    "state": "active",
-    "summary": "active",
-    "history": "compressible",
-    "interactions": "compressible",
-    "tool_results": "compressible",
-    "material": "optional",
-}
-
-
-KEPT_BECAUSE = {
-    "task": "current_task",
-    "state": "state_of_record",
-    "summary": "history_summary",
-    "history": "inherited_history_not_yet_summarized",
-    "interactions": "this_thread",
-    "tool_results": "this_thread",
-    "material": "parent_transfer",
-}
-
-
 def _block_id(msg: Message, sources: list[RecordView]) -> str:
     if msg.get("block") == "summary":
         return f"summary:{msg.get('summary_id')}"
     if not sources:
         return "state"
     return f"rec:{sources[0].record_id}"
-
-
-def tool_schema_text(tool_catalog: list[dict[str, Any]]) -> str:
-    """Stable text of the tool schemas: they count against the budget too (LangChain #34664)."""
-    return json.dumps(tool_catalog, sort_keys=True, separators=(",", ":"))
-
-
-def skills_catalog_text(skills: list[dict[str, Any]]) -> str:
-    """R12.1: name, description, version and load entry only — never the body."""
-    lines = [
-        f"- {s['name']} (v{s.get('version', '?')}): {s.get('description', '')}"
-        f" — load with {s.get('load_entry', 'load_skill')}"
-        for s in skills
-    ]
-    return "Available skills:\n" + "\n".join(lines) if lines else ""
