@@ -284,52 +284,14 @@ def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Reject
     run_id = ev.scope.run_id or ""
     run = st.runs.get(run_id)
     if ev.kind is RecordKind.RUN_STARTED:
-        if run is not None:
-            return Rejection(inc, "run_exists", f"run {run_id} was already started", True)
-        if st.active_run_id is not None:
-            return Rejection(
-                inc,
-                "run_active",
-                f"run {st.active_run_id} is active: wait for it or cancel it",
-                False,
-            )
-        main = ev.scope.instance_id or ""
-        st.runs[run_id] = RunState(run_id, main, "active")
-        st.active_run_id = run_id
-        st.user_turns += 1  # R8.1: counted at run start, before its first model request
-        plan.new_runs.append(
-            NewRun(
-                st.session_id,
-                run_id,
-                main,
-                st.next_session_sequence - 1,
-                st.next_session_sequence,
-                st.policy_revision,
-                st.user_turns,
-                st.model_steps,
-            )
-        )
-        return None
+        return _start_run(inc, st, plan, run_id, run)
     if run is None:
         if ev.kind not in RUN_SCOPED and ev.scope.run_id is None:
             return None  # session-scoped (e.g. a resource activated for the session)
         return Rejection(inc, "unknown_run", f"run {run_id} was never started", True)
     if ev.kind is RecordKind.RUN_RESUMED:
-        if st.active_run_id not in (None, run_id):
-            # Counted (durably) so that the next resume derives a fresh key.
-            run.refused_resumes += 1
-            plan.run_changes.append(RunChange.of(st.session_id, run))
-            return Rejection(
-                inc,
-                "run_active",
-                f"run {st.active_run_id} is active: wait for it or cancel it",
-                False,
-            )
-        run.status = "active"
-        run.resumes += 1
-        st.active_run_id = run_id
-        plan.run_changes.append(RunChange.of(st.session_id, run))
-    elif ev.kind in (RecordKind.RUN_FINISHED, RecordKind.RUN_CANCELLED):
+        return _resume_run(inc, st, plan, run)
+    if ev.kind in (RecordKind.RUN_FINISHED, RecordKind.RUN_CANCELLED):
         if run.status != "active":
             return Rejection(inc, "run_not_active", f"run {run_id} is {run.status}", False)
         run.status = "finished" if ev.kind is RecordKind.RUN_FINISHED else "cancelled"
@@ -346,6 +308,51 @@ def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Reject
             f"run {run_id} is {run.status}: resume it before appending to it",
             True,
         )
+    return None
+
+
+def _start_run(
+    inc: Incoming, st: SessionState, plan: BatchPlan, run_id: str, run: RunState | None
+) -> Rejection | None:
+    if run is not None:
+        return Rejection(inc, "run_exists", f"run {run_id} was already started", True)
+    if st.active_run_id is not None:
+        return Rejection(
+            inc, "run_active", f"run {st.active_run_id} is active: wait for it or cancel it", False
+        )
+    main = inc.event.scope.instance_id or ""
+    st.runs[run_id] = RunState(run_id, main, "active")
+    st.active_run_id = run_id
+    st.user_turns += 1  # R8.1: counted at run start, before its first model request
+    plan.new_runs.append(
+        NewRun(
+            st.session_id,
+            run_id,
+            main,
+            st.next_session_sequence - 1,
+            st.next_session_sequence,
+            st.policy_revision,
+            st.user_turns,
+            st.model_steps,
+        )
+    )
+    return None
+
+
+def _resume_run(
+    inc: Incoming, st: SessionState, plan: BatchPlan, run: RunState
+) -> Rejection | None:
+    if st.active_run_id not in (None, run.run_id):
+        # Counted (durably) so that the next resume derives a fresh key.
+        run.refused_resumes += 1
+        plan.run_changes.append(RunChange.of(st.session_id, run))
+        return Rejection(
+            inc, "run_active", f"run {st.active_run_id} is active: wait for it or cancel it", False
+        )
+    run.status = "active"
+    run.resumes += 1
+    st.active_run_id = run.run_id
+    plan.run_changes.append(RunChange.of(st.session_id, run))
     return None
 
 
