@@ -52,9 +52,9 @@ from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.compaction_jobs import PgCompactionJobs
-from storage.ingest import RECORD_COLUMNS
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from storage.record_rows import RECORD_COLUMNS
 from streams.publish import Publisher
 from streams.topics import ensure_topics
 

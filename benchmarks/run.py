@@ -29,9 +29,9 @@ from schemas.settings import Settings
 from schemas.wire import encode_event
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
-from storage.ingest import RECORD_COLUMNS
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from storage.record_rows import RECORD_COLUMNS
 from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,47 +4,16 @@ consumer offsets), and notify waiting readers."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
 from domain.planning import BatchPlan, RunState, SessionState
-from schemas.contracts import to_wire
 from storage import retraction
+from storage.record_rows import RECORD_COLUMNS, record_rows
 
 NOTIFY_CHANNEL = "ctx_committed"
 UNSCOPED_REFUSALS = frozenset({"unknown_session", "scope_mismatch"})
-
-RECORD_COLUMNS = (
-    "session_id",
-    "session_sequence",
-    "record_id",
-    "event_key",
-    "space_id",
-    "actor_id",
-    "run_id",
-    "instance_id",
-    "instance_sequence",
-    "kind",
-    "authority",
-    "visibility",
-    "operation_id",
-    "content_inline",
-    "content_ref",
-    "content_sha256",
-    "content_length",
-    "media_type",
-    "payload",
-    "token_count",
-    "token_method",
-    "producer",
-    "occurred_at_ms",
-    "source_partition",
-    "source_offset",
-    "resource_ref",
-)
 
 
 @dataclass(frozen=True)
@@ -69,6 +38,21 @@ async def load_states(
 ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
     """Lock and load the sessions named in ``keys`` (session_id -> event_keys seen in the
     batch). Returns states plus the already-committed records among those keys."""
+    states = await _lock_sessions(conn, keys)
+    if not states:
+        return states, {}
+    present = list(states)
+    await _load_runs_and_threads(conn, states, present)
+    existing = await _load_known_keys(conn, states, present, keys)
+    await _load_known_operations(conn, states, present, operations)
+    await retraction.load_targets(conn, states, operations)  # issue 15
+    return states, existing
+
+
+async def _lock_sessions(
+    conn: asyncpg.Connection, keys: dict[str, set[str]]
+) -> dict[str, SessionState]:
+    """The batch's sessions, locked in id order (no deadlock between processors)."""
     ids = sorted(keys)
     rows = await conn.fetch(
         "SELECT s.*, r.policy_revision FROM sessions s JOIN releases r USING (release_id)"
@@ -88,9 +72,12 @@ async def load_states(
             user_turns=r["user_turns"],
             model_steps=r["model_steps"],
         )
-    if not states:
-        return states, {}
-    present = list(states)
+    return states
+
+
+async def _load_runs_and_threads(
+    conn: asyncpg.Connection, states: dict[str, SessionState], present: list[str]
+) -> None:
     for r in await conn.fetch(
         "SELECT session_id, run_id, main_instance_id, status, resumes, ends, refused_resumes"
         " FROM runs WHERE session_id = ANY($1::text[])",
@@ -112,6 +99,15 @@ async def load_states(
         states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r[
             "next_instance_sequence"
         ]
+
+
+async def _load_known_keys(
+    conn: asyncpg.Connection,
+    states: dict[str, SessionState],
+    present: list[str],
+    keys: dict[str, set[str]],
+) -> dict[tuple[str, str], ExistingRecord]:
+    """Committed records among the batch's keys, and refused keys (which stay refused)."""
     sess, evk = [], []
     for sid in present:
         for k in keys[sid]:
@@ -138,6 +134,15 @@ async def load_states(
         evk,
     ):
         states[r["session_id"]].known_keys.add(r["event_key"])
+    return existing
+
+
+async def _load_known_operations(
+    conn: asyncpg.Connection,
+    states: dict[str, SessionState],
+    present: list[str],
+    operations: dict[str, set[tuple[str, str]]],
+) -> None:
     op_s, op_id, op_kind = [], [], []
     for sid in present:
         for op, kind in operations.get(sid, ()):
@@ -154,62 +159,6 @@ async def load_states(
             op_kind,
         ):
             states[r["session_id"]].known_operations.add((r["operation_id"], r["kind"]))
-    await retraction.load_targets(conn, states, operations)  # issue 15
-    return states, existing
-
-
-def resource_ref(ev: Any) -> str | None:
-    """The resource a record derives from: the host's ``source.resource_version``
-    (``resource_id`` or ``resource_id@version``), a skill load's skill, or the resource a
-    ``resource_activation`` (de)activates."""
-    if ev.source.resource_version:
-        return str(ev.source.resource_version).split("@", 1)[0]
-    p = ev.payload
-    skill = getattr(p, "skill", None)
-    if skill is not None:
-        return str(skill.name)
-    rid = getattr(p, "resource_id", None)
-    return str(rid) if rid else None
-
-
-def _payload_json(payload: Any) -> Any:
-    out: dict[str, Any] = to_wire(payload)
-    out["type"] = type(payload).__name__
-    return out
-
-
-def _record_rows(plan: BatchPlan) -> Iterable[tuple[Any, ...]]:
-    for nr in plan.records:
-        ev, inc = nr.incoming.event, nr.incoming
-        c = ev.content
-        yield (
-            ev.scope.session_id,
-            nr.session_sequence,
-            nr.record_id,
-            ev.event_key,
-            ev.scope.space_id,
-            ev.scope.actor_id,
-            ev.scope.run_id,
-            ev.scope.instance_id,
-            nr.instance_sequence,
-            str(ev.kind),
-            str(ev.authority),
-            str(ev.visibility),
-            ev.operation_id,
-            c.inline,
-            c.ref,
-            c.sha256,
-            c.length,
-            c.media_type,
-            _payload_json(ev.payload),
-            inc.token_count,
-            inc.token_method,
-            ev.source.producer,
-            ev.source.occurred_at_ms,
-            inc.partition,
-            inc.offset,
-            resource_ref(ev),
-        )
 
 
 async def write_plan(
@@ -221,6 +170,21 @@ async def write_plan(
     next_offsets: dict[int, int],
 ) -> None:
     """Write the whole plan; the caller holds the transaction opened by ``load_states``."""
+    await _write_runs(conn, plan)
+    if plan.records:
+        # The session rows are locked and keys were checked under that lock, so COPY
+        # cannot hit a duplicate; if it ever did, the transaction fails and the batch is
+        # retried, never half-applied.
+        await conn.copy_records_to_table(
+            "records", records=list(record_rows(plan)), columns=RECORD_COLUMNS
+        )
+    await _write_threads(conn, plan, states)
+    await _write_sessions(conn, plan, states)
+    await _write_rejections(conn, plan)
+    await write_offsets(conn, consumer, topic, next_offsets)
+
+
+async def _write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
     for run in plan.new_runs:
         snap_id = await conn.fetchval(
             "INSERT INTO history_snapshots (session_id, run_id, through_session_sequence,"
@@ -255,13 +219,11 @@ async def write_plan(
             ch.ends,
             ch.refused_resumes,
         )
-    if plan.records:
-        # The session rows are locked and keys were checked under that lock, so COPY
-        # cannot hit a duplicate; if it ever did, the transaction fails and the batch is
-        # retried, never half-applied.
-        await conn.copy_records_to_table(
-            "records", records=list(_record_rows(plan)), columns=RECORD_COLUMNS
-        )
+
+
+async def _write_threads(
+    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
+) -> None:
     touched_threads = {(s, r, i) for (s, r, i) in plan.new_threads}
     for nr in plan.records:
         ev = nr.incoming.event
@@ -277,6 +239,11 @@ async def write_plan(
             " revision = EXCLUDED.revision",
             rows,
         )
+
+
+async def _write_sessions(
+    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
+) -> None:
     changed = (
         plan.touched_sessions
         | {r.session_id for r in plan.new_runs}
@@ -298,6 +265,9 @@ async def write_plan(
                 for s in (states[x] for x in sorted(changed))
             ],
         )
+
+
+async def _write_rejections(conn: asyncpg.Connection, plan: BatchPlan) -> None:
     if plan.rejections:
         await conn.executemany(
             "INSERT INTO event_outcomes (session_id, event_key, outcome, code, message)"
@@ -316,7 +286,6 @@ async def write_plan(
                 if r.code not in UNSCOPED_REFUSALS
             ],
         )
-    await write_offsets(conn, consumer, topic, next_offsets)
 
 
 async def write_offsets(

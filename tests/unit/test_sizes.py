@@ -18,8 +18,6 @@ LONG_FILES: dict[str, str] = {
 }
 # "path::qualified.name" -> why
 LONG_FUNCTIONS: dict[str, str] = {
-    "storage/ingest.py::load_states": "being split (issue 11)",
-    "storage/ingest.py::write_plan": "being split (issue 11)",
 }
 
 
