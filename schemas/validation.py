@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import math
 import re
 import typing
@@ -33,14 +32,13 @@ from schemas.contracts import (
     ToolCallPayload,
 )
 from schemas.errors import InvalidEvent
+from schemas.json_text import parse_json
 from schemas.limits import (
     MAX_ID_LEN,
-    MAX_JSON_DEPTH,
     MAX_KEY_LEN,
     MAX_RUN_ID_LEN,
     UNSTORABLE,
     id_problem,
-    json_problem,
 )
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 
@@ -116,9 +114,6 @@ RUN_SCOPED = frozenset(RecordKind) - {RecordKind.RESOURCE_ACTIVATION}
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _RECORD_ID = re.compile(r"rec_[0-9a-f]{32}")  # domain.planning.record_id_for
-# A JSON string literal (unrolled loop: linear, no catastrophic backtracking).
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
-_BRACKETS = re.compile(r"[\[\]{}]")
 
 
 def _fail(code: str, message: str) -> InvalidEvent:
@@ -126,44 +121,6 @@ def _fail(code: str, message: str) -> InvalidEvent:
 
 
 # --- building blocks --------------------------------------------------------------------
-
-
-def json_depth(text: str) -> int:
-    """Deepest ``[``/``{`` nesting of JSON text, measured on the text — without parsing,
-    so without recursion (``json.loads`` recurses per level and raises RecursionError on
-    100,000 levels). String literals are removed first; unbalanced text gets some
-    depth, and the parser rejects it afterwards."""
-    depth = deepest = 0
-    for bracket in _BRACKETS.findall(_JSON_STRING.sub("", text)):
-        if bracket in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
-
-
-def parse_json(text: str, what: str, bad_code: str) -> Any:
-    """``json.loads`` made safe for hostile text: depth is checked first
-    (``nesting_too_deep``), and the value must be storable as jsonb (no U+0000 or lone
-    surrogate, escaped or not: ``unstorable_text``); not JSON is ``bad_code``."""
-    # Fast paths (str.count and `in` are C loops): too few brackets to nest too deep; no
-    # \u escape, so no U+0000 or lone surrogate can appear in the parsed value.
-    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:
-        depth = json_depth(text)
-        if depth > MAX_JSON_DEPTH:
-            raise _fail(
-                "nesting_too_deep", f"{what}: JSON nested {depth} deep, over {MAX_JSON_DEPTH}"
-            )
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError) as exc:
-        raise _fail(bad_code, f"{what} is not JSON: {exc}") from exc
-    problem = json_problem(value) if "\\u" in text else None
-    if problem is not None:
-        code = "nesting_too_deep" if "nested" in problem else "unstorable_text"
-        raise _fail(code, f"{what}: {problem}")
-    return value
 
 
 @functools.cache

@@ -21,10 +21,10 @@ from schemas.contracts import (
     ToolCallSpec,
 )
 from schemas.errors import InvalidEvent
+from schemas.json_text import json_depth
 from schemas.limits import MAX_ID_LEN, MAX_JSON_DEPTH, MAX_KEY_LEN, MAX_RUN_ID_LEN
 from schemas.validation import (
     INLINE_MAX_BYTES,
-    json_depth,
     run_start_problem,
     validate_control,
     validate_event,

@@ -26,6 +26,7 @@ PURE_MODULES = sorted(
         "services/compaction/fill.py",
         "services/compaction/salience.py",
         "schemas/limits.py",
+        "schemas/json_text.py",
         "services/integrations/responses_items.py",
         "schemas/rollup.py",
         "services/integrations/langchain_messages.py",
