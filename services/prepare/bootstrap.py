@@ -204,6 +204,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         async with pruning(adapters.prepared, options.prepared_retention_s):
             yield svc
     finally:
+        await svc.gateway.prepared.flush()  # contexts written behind their answers
         await waiter.close()
         await publisher.stop()
         await pool.close()

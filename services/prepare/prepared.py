@@ -8,15 +8,20 @@ the usual call, on the instance that prepared, costs no query.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, fields
 from typing import Any
 
 import orjson
+from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
 from domain.assemble import ProtectedBlock
 from domain.budget import BudgetReport, Calibration, ModelProfile
 from storage.prepared_contexts import PreparedContexts
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -92,21 +97,56 @@ class PreparedStore:
     """Every prepared context in PostgreSQL; the latest ``capacity`` also in memory (each
     holds its message list, pointers to shared message dicts, so the cache is bounded)."""
 
-    def __init__(self, stored: PreparedContexts, capacity: int = 256) -> None:
+    def __init__(
+        self, stored: PreparedContexts, capacity: int = 256, miss_wait_s: float = 2.0
+    ) -> None:
         self.stored = stored
         self.capacity = capacity
+        self.miss_wait_s = miss_wait_s
         self._entries: OrderedDict[str, PreparedEntry] = OrderedDict()
+        self._saving: dict[str, asyncio.Task[None]] = {}
 
     async def remember(self, entry: PreparedEntry) -> None:
-        # Written before the prepare answers: the call it leads to may reach any instance.
-        await self.stored.save(entry.prepared_id, entry.session_id, entry.run_id, entry.to_json())
+        """Kept in memory at once and written to PostgreSQL behind the answer: the write
+        of a large context (all its messages) would otherwise sit on every prepare's
+        latency, while the usual model call comes back to this instance and finds it in
+        memory. Another instance that misses waits briefly for the write (``get``)."""
         self._keep(entry)
+        task = asyncio.get_running_loop().create_task(self._save(entry))
+        self._saving[entry.prepared_id] = task
+        pid = entry.prepared_id
+        task.add_done_callback(lambda _done: self._saving.pop(pid, None))
+
+    async def _save(self, entry: PreparedEntry) -> None:
+        try:
+            await self.stored.save(
+                entry.prepared_id, entry.session_id, entry.run_id, entry.to_json()
+            )
+        except Exception:  # the context stays usable here; another instance re-prepares
+            log.exception("prepared context %s not stored", entry.prepared_id)
+
+    async def flush(self) -> None:
+        """Wait for every write in flight (shutdown; tests)."""
+        if self._saving:
+            await asyncio.gather(*list(self._saving.values()), return_exceptions=True)
 
     async def get(self, prepared_id: str) -> PreparedEntry | None:
         entry = self._entries.get(prepared_id)
         if entry is not None:
             return entry
-        row = await self.stored.load(prepared_id)
+        row = None
+        async for attempt in AsyncRetrying(
+            retry=retry_if_result(lambda found: found is None),
+            stop=stop_after_delay(self.miss_wait_s),
+            wait=wait_exponential(multiplier=0.02, max=0.25),
+            retry_error_callback=lambda _state: None,
+        ):
+            with attempt:
+                # The preparing instance may still be writing it (``remember``).
+                row = await self.stored.load(prepared_id)
+            outcome = attempt.retry_state.outcome
+            if outcome is not None and not outcome.failed:
+                attempt.retry_state.set_result(row)
         if row is None:
             return None
         entry = PreparedEntry.from_json(row.body)

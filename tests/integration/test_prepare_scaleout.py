@@ -5,6 +5,7 @@ Real Kafka, PostgreSQL and two Prepare processes over the same database and topi
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import uuid
@@ -151,12 +152,18 @@ async def test_prepared_contexts_are_kept_for_the_retention_then_pruned(
 
 
 async def _age(pool: asyncpg.Pool, prepared_id: str, hours: int) -> None:
-    await pool.execute(
-        "UPDATE prepared_contexts SET created_at = now() - make_interval(hours => $2)"
-        " WHERE prepared_id=$1",
-        prepared_id,
-        hours,
-    )
+    # The context is written behind the prepare's answer: wait (bounded) until it landed.
+    for _ in range(200):
+        aged = await pool.execute(
+            "UPDATE prepared_contexts SET created_at = now() - make_interval(hours => $2)"
+            " WHERE prepared_id=$1",
+            prepared_id,
+            hours,
+        )
+        if aged == "UPDATE 1":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"prepared context {prepared_id} was never stored")
 
 
 @pytest.mark.spec("R17", "R14")

@@ -62,6 +62,7 @@ async def test_a_prepare_assembles_the_thread_within_the_budget_and_holds_it() -
     assert out["budget"]["input_budget"] == 3400
     assert out["dependency_versions"]["release_id"] == "rel"
     assert await w.svc.gateway.prepared.get(out["prepared_id"]) is not None
+    await w.svc.gateway.prepared.flush()  # written behind the answer
     assert out["prepared_id"] in w.prepared.rows  # stored for any instance (issue 13)
 
 

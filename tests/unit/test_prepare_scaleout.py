@@ -35,7 +35,8 @@ async def test_a_context_prepared_on_one_instance_is_checked_and_reported_on_ano
     prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
     call = await b.svc.model_call("s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
     assert call["status"] == "ready" and not call["idempotent_replay"]
-    assert a.prepared.loads == 1  # B had it in no memory: read from the store
+    # B had it in no memory: read from the store (waiting for A's write behind its answer)
+    assert a.prepared.loads >= 1 and prepared["prepared_id"] in a.prepared.rows
     sent = [m["content"] for m in call["request"]["messages"]]
     assert sent == [m["content"] for m in prepared["messages"]]
     # The same call retried on A is the one B recorded.
@@ -121,3 +122,12 @@ async def test_the_stored_form_of_a_prepared_context_is_the_context() -> None:
     back = PreparedEntry.from_json(held.to_json())
     assert back == held
     assert back.report.calibration == held.report.calibration  # every digit of the factor
+
+
+@pytest.mark.spec("R10.5")
+async def test_a_context_not_stored_at_all_is_not_found_after_a_bounded_wait() -> None:
+    a = await instance_a()
+    b = a.instance()
+    b.svc.gateway.prepared.miss_wait_s = 0.2
+    assert await b.svc.gateway.prepared.get("prep_never_written") is None
+    assert a.prepared.loads >= 2  # it looked again before giving up
