@@ -102,6 +102,13 @@ class Settings(BaseSettings):
     max_request_bytes: int = 8 * 1024 * 1024
     max_blob_bytes: int = 16 * 1024 * 1024
 
+    # Traces (issue 12, R18; streams/tracing.py): "none" (default: no exporter, no trace
+    # headers read), "console" (spans printed on stdout) or "otlp" (OTLP over HTTP).
+    trace_exporter: Literal["none", "console", "otlp"] = "none"
+    # The OTLP/HTTP traces URL, path included (http://collector:4318/v1/traces); None: the
+    # exporter's own default (OTEL_EXPORTER_OTLP_*, else localhost:4318).
+    otlp_endpoint: str | None = None
+
     # Local .tiktoken file to count with instead of the bundled cl100k_base (R6.4).
     tiktoken_file: str | None = None
     log_level: str = "INFO"

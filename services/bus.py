@@ -4,6 +4,9 @@
 ``send_event`` returns where the event landed once the broker acknowledged it; the
 caller passes that offset to prepare, which waits for exactly that append
 (read-your-writes).
+
+The runtime's bus sends the current trace context in each message's headers
+(``streams.tracing``): the processor's commit span joins the append's trace.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.contracts import ContextEvent
 from schemas.wire import ControlEvent, encode_control, encode_event
+from streams import tracing
 from streams.publish import AiokafkaPublisher, Delivery, Publisher
 
 
@@ -50,17 +54,24 @@ class EventBus:
         await self.publisher.stop()
 
     async def send(self, event: ContextEvent) -> tuple[int, int]:
-        md = await send_event(self.publisher, self.topic, event)
+        md = await self.publisher.send_and_wait(
+            self.topic,
+            event.scope.session_id.encode(),
+            encode_event(event),
+            headers=tracing.kafka_headers(),
+        )
         self._remember(md.partition, md.offset)
         return md.partition, md.offset
 
     async def send_many(self, events: list[ContextEvent]) -> list[tuple[int, int]]:
         """Pipelined: all sends are queued, then awaited (order per session is kept,
         since one key maps to one partition and the idempotent producer keeps order).
-        The driver's futures are used directly: the port's ``send`` reports no offsets."""
+        The driver's futures are used directly: the port's ``send`` reports no offsets.
+        Every event carries the trace context current at the call."""
+        headers = tracing.kafka_headers()
         futs = [
             await self.publisher.producer.send(
-                self.topic, encode_event(e), key=e.scope.session_id.encode()
+                self.topic, encode_event(e), key=e.scope.session_id.encode(), headers=headers
             )
             for e in events
         ]

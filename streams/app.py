@@ -10,6 +10,9 @@ Kept thin: the agent takes batches and hands them to ``BatchProcessor`` (built b
   at once (crash-only) before faust can ack, and the batch is redelivered on restart.
 - no ``exactly_once`` guarantee from faust (#517, #323): effectively-once comes from
   PostgreSQL unique keys and the consumer tracking rows written with the effects.
+
+With tracing on, each traced message's ``processor.commit`` span is open while its
+batch is handled (``streams.tracing``); off, no header is read.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 import faust
 
 from schemas.settings import Settings
-from streams import metrics
+from streams import metrics, tracing
 from streams.processor import BatchProcessor, RawMessage, handle_or_exit
 
 # Builds the processor once faust runs (its producer exists only then).
@@ -70,8 +73,10 @@ def create_app(settings: Settings, data_dir: Path, build: ProcessorFactory) -> f
             ]
             if not built:  # lazily, as before: the pool is opened by the first batch
                 built.append(await build(app))
+            traced = tracing.carried(e.message for e in events) if tracing.enabled() else []
             started = time.perf_counter()
-            await handle_or_exit(built[0], batch, settings.processor_transient_retry_s)
+            with tracing.commit_spans(traced, len(batch)):
+                await handle_or_exit(built[0], batch, settings.processor_transient_retry_s)
             _observe(app, events, time.perf_counter() - started, settings.processor_id)
 
     return app

@@ -19,7 +19,7 @@ from schemas.settings import Settings
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.processing_store import PgProcessing
-from streams import direct
+from streams import direct, tracing
 from streams.app import create_app
 from streams.instance import claim_instance_id
 from streams.metrics import MeteredPublisher, serve
@@ -121,6 +121,7 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    tracing.configure(settings, "agentloom-processor")  # ALC_TRACE_EXPORTER (none: off)
     asyncio.run(prepare_infrastructure(settings))
     if settings.metrics_port is not None:
         serve(settings.metrics_port)  # a thread of its own, for either driver

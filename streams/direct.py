@@ -6,6 +6,9 @@ This driver keeps every guarantee of the faust one — a batch is committed to P
 its publishes acknowledged, and only then its offsets committed — with no per-event
 framework overhead. Select it with ``ALC_PROCESSOR_DRIVER=aiokafka``; it is wired in
 ``streams.bootstrap``.
+
+With tracing on, each traced message's ``processor.commit`` span is open while its
+batch is handled (``streams.tracing``); off, no header is read.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import time
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.settings import Settings
-from streams import metrics
+from streams import metrics, tracing
 from streams.processor import BatchProcessor, RawMessage, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
@@ -56,8 +59,14 @@ async def consume(
         for tp, msgs in fetched.items():  # per-partition order is what matters
             batch.extend(RawMessage(m.key, m.value, m.partition, m.offset) for m in msgs)
             next_offsets[tp] = msgs[-1].offset + 1
+        traced = (
+            tracing.carried(m for msgs in fetched.values() for m in msgs)
+            if tracing.enabled()
+            else []
+        )
         started = time.perf_counter()
-        await handle_or_exit(proc, batch, transient_retry_s)
+        with tracing.commit_spans(traced, len(batch)):
+            await handle_or_exit(proc, batch, transient_retry_s)
         # Only after the database commit and the acknowledged publishes.
         await consumer.commit(next_offsets)
         metrics.observe_batch(

@@ -18,6 +18,10 @@ Three ways to send, because callers need three different promises:
   written before its request's offset is committed).
 - ``send_advisory`` queues without tracking; a failure is logged, never raised
   (observations and observability are advisory and must not cost a round trip).
+
+The two adapters also take optional message ``headers`` (the SDK's bus sends the trace
+context in them, ``streams.tracing``); the port leaves them out, since nothing that is
+handed a ``Publisher`` sends any.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
+
+from streams.partitioning import cached_partitioner
+
+from streams.tracing import KafkaHeaders
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +96,7 @@ class AiokafkaPublisher(_Tracked):
             enable_idempotence=True,
             linger_ms=linger_ms,
             max_batch_size=max_batch_size,
+            partitioner=cached_partitioner,  # Kafka's mapping, hashed once per session
         )
 
     async def start(self) -> None:
@@ -96,15 +105,21 @@ class AiokafkaPublisher(_Tracked):
     async def stop(self) -> None:
         await self.producer.stop()
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        self._track(await self.producer.send(topic, value, key=key))
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
+    ) -> None:
+        self._track(await self.producer.send(topic, value, key=key, headers=headers))
 
-    async def send_and_wait(self, topic: str, key: bytes | None, value: bytes) -> Delivery:
-        md = await self.producer.send_and_wait(topic, value, key=key)
+    async def send_and_wait(
+        self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
+    ) -> Delivery:
+        md = await self.producer.send_and_wait(topic, value, key=key, headers=headers)
         return Delivery(md.partition, md.offset)
 
-    async def send_advisory(self, topic: str, key: bytes | None, value: bytes) -> None:
-        fut = await self.producer.send(topic, value, key=key)
+    async def send_advisory(
+        self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
+    ) -> None:
+        fut = await self.producer.send(topic, value, key=key, headers=headers)
         fut.add_done_callback(_log_failure)
 
 
@@ -115,18 +130,26 @@ class FaustPublisher(_Tracked):
         super().__init__()
         self.app = app
 
-    async def _send(self, topic: str, key: bytes | None, value: bytes) -> asyncio.Future[Any]:
+    async def _send(
+        self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None
+    ) -> asyncio.Future[Any]:
         fut: asyncio.Future[Any] = await self.app.producer.send(
-            topic, key, value, partition=None, timestamp=None, headers=None
+            topic, key, value, partition=None, timestamp=None, headers=headers
         )
         return fut
 
-    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        self._track(await self._send(topic, key, value))
+    async def send(
+        self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
+    ) -> None:
+        self._track(await self._send(topic, key, value, headers))
 
-    async def send_and_wait(self, topic: str, key: bytes | None, value: bytes) -> Delivery:
-        md = await (await self._send(topic, key, value))
+    async def send_and_wait(
+        self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
+    ) -> Delivery:
+        md = await (await self._send(topic, key, value, headers))
         return Delivery(md.partition, md.offset)
 
-    async def send_advisory(self, topic: str, key: bytes | None, value: bytes) -> None:
-        (await self._send(topic, key, value)).add_done_callback(_log_failure)
+    async def send_advisory(
+        self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
+    ) -> None:
+        (await self._send(topic, key, value, headers)).add_done_callback(_log_failure)

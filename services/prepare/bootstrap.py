@@ -43,6 +43,7 @@ from storage.releases import PgReleases, Releases
 from storage.render_states import PgRenderStates, RenderStates
 from storage.sessions import PgSessions, Sessions
 from storage.threads import PgThreads, Threads
+from streams import tracing
 from streams.publish import AiokafkaPublisher, Publisher
 from streams.topics import ensure_topics
 
@@ -187,6 +188,7 @@ def pg_adapters(
 @contextlib.asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     """The process's service over PostgreSQL and Kafka; closed on exit."""
+    traces = tracing.configure(settings, "agentloom-prepare")  # ALC_TRACE_EXPORTER
     await apply_dsn(settings.pg_dsn)
     await ensure_topics(settings)
     pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
@@ -208,3 +210,5 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         await waiter.close()
         await publisher.stop()
         await pool.close()
+        if traces is not None:
+            traces.shutdown()  # the spans still batched are exported

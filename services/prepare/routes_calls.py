@@ -1,12 +1,15 @@
 """Routes of a model call's life (R4, R6, R9, R10, R14, R15.1): prepare, the gateway's
-final check and the report of the result."""
+final check and the report of the result.
+
+A prepare is the ``prepare.answer`` span, joined to the runtime's trace by the request's
+``traceparent`` when tracing is on (issue 12, R18; ``streams.tracing``)."""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import ORJSONResponse
 
 from schemas.auth import Action, Principal
@@ -16,6 +19,7 @@ from services.prepare.fields import PathId
 from services.prepare.http_errors import HOOKS
 from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn
 from services.prepare.service import PrepareService
+from streams import tracing
 
 
 def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
@@ -33,21 +37,24 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         },
     )
     async def prepare(
-        session_id: PathId, run_id: PathId, body: PrepareIn, who: Principal = auth
+        session_id: PathId, run_id: PathId, body: PrepareIn, request: Request, who: Principal = auth
     ) -> ORJSONResponse:
         # Returned as a ready response: FastAPI's generic pydantic serialization of a
         # 10k-message dict cost ~3x the assembly itself.
-        await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        started, outcome = time.perf_counter(), "error"
-        try:
-            out = await svc.prepare(session_id, run_id, body)
-            outcome = "ok"
-        except ContextError as exc:
-            outcome = exc.code
-            raise
-        finally:
-            elapsed = time.perf_counter() - started
-            PREPARE_SECONDS.labels(body.purpose, outcome).observe(elapsed)
+        with tracing.server_span(tracing.PREPARE_SPAN, request.scope["headers"]) as span:
+            await svc.authorize(session_id, who, Action.SESSION_WRITE)
+            started, outcome = time.perf_counter(), "error"
+            try:
+                out = await svc.prepare(session_id, run_id, body)
+                outcome = "ok"
+            except ContextError as exc:
+                outcome = exc.code
+                raise
+            finally:
+                elapsed = time.perf_counter() - started
+                PREPARE_SECONDS.labels(body.purpose, outcome).observe(elapsed)
+                span.set_attribute("agentloom.outcome", outcome)
+            span.set_attribute("agentloom.prepared_id", str(out.get("prepared_id", "")))
         return ORJSONResponse(out)
 
     @app.post(

@@ -3,6 +3,9 @@
 Every append takes an ``event_key`` (idempotency: retrying the same append never makes a
 second record) and returns the (partition, offset) it was written at. Content over
 ``INLINE_LIMIT`` goes to the content store first (R3.4), over HTTP.
+
+Each append is an ``sdk.append`` span (issue 12, R18) whose context travels in the
+message's headers, so the processor's commit of the event joins the runtime's trace.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+from opentelemetry.trace import SpanKind
 
 from schemas.contracts import (
     AssistantMessagePayload,
@@ -32,6 +37,7 @@ from schemas.contracts import (
     UserInputPayload,
 )
 from services.bus import EventBus
+from streams import tracing
 
 INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)
 
@@ -93,7 +99,22 @@ class EventAppends:
         )
 
     async def append(self, event: ContextEvent) -> tuple[int, int]:
-        return await self.producer.send(event)
+        with tracing.tracer().start_as_current_span(
+            tracing.APPEND_SPAN, kind=SpanKind.PRODUCER
+        ) as span:
+            if span.is_recording():  # the attributes only when someone keeps them
+                span.set_attributes(
+                    {
+                        "agentloom.session_id": event.scope.session_id,
+                        "agentloom.run_id": event.scope.run_id or "",
+                        "agentloom.event_kind": event.kind.value,
+                        "agentloom.event_key": event.event_key,
+                    }
+                )
+            partition, offset = await self.producer.send(event)
+            span.set_attribute("messaging.destination.partition.id", str(partition))
+            span.set_attribute("messaging.kafka.offset", offset)
+            return partition, offset
 
     async def append_user(
         self, run: RunHandle, text: str, event_key: str, supplement: bool = False

@@ -4,6 +4,9 @@ resume and finish, prepare and content upload go over HTTP to the Prepare servic
 Every append takes an ``event_key`` (idempotency: retrying the same append never makes a
 second record) and returns the (partition, offset) it was written at; ``prepare`` passes
 the latest of these so the answer includes every append made before it.
+
+HTTP calls carry the current trace context (``traceparent``); ``prepare`` is an
+``sdk.prepare`` span, so Prepare's answer joins the runtime's trace (issue 12, R18).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from opentelemetry.trace import SpanKind
 
 from schemas.contracts import (
     Authority,
@@ -25,6 +29,7 @@ from schemas.contracts import (
 from services.bus import EventBus
 from services.sdk.appends import INLINE_LIMIT, EventAppends, RunHandle
 from services.sdk.errors import ApiError
+from streams import tracing
 
 __all__ = ["INLINE_LIMIT", "ApiError", "ContextClient", "RunHandle"]
 
@@ -38,14 +43,18 @@ class ContextClient(EventAppends):
         producer_name: str = "runtime",
         host_id: str = "local",
         api_key: str | None = None,
+        http_transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """``api_key``: this runtime's API key (``agentloom-keys create``), by default from
         ``ALC_API_KEY``; sent as ``Authorization: Bearer`` on every HTTP call. Appends go
-        over Kafka, where the broker authenticates (SASL/ACLs in production)."""
+        over Kafka, where the broker authenticates (SASL/ACLs in production).
+        ``http_transport``: another way to reach Prepare (an in-process app, in tests)."""
         self.producer = EventBus(kafka_bootstrap, topic)
         key = api_key if api_key is not None else os.environ.get("ALC_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else None
-        self.http = httpx.AsyncClient(base_url=prepare_url, timeout=30.0, headers=headers)
+        self.http = httpx.AsyncClient(
+            base_url=prepare_url, timeout=30.0, headers=headers, transport=http_transport
+        )
         self.producer_name = producer_name
         self.host_id = host_id
 
@@ -60,6 +69,9 @@ class ContextClient(EventAppends):
     async def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         """One HTTP call; anything but a JSON object with a 2xx raises ``ApiError``."""
         what = f"{method} {path}"
+        trace_headers = tracing.http_headers()
+        if trace_headers:  # inside a span: the server's span joins this trace
+            kw["headers"] = {**(kw.get("headers") or {}), **trace_headers}
         try:
             r = await self.http.request(method, path, **kw)
         except httpx.TimeoutException as exc:
@@ -218,21 +230,26 @@ class ContextClient(EventAppends):
     ) -> dict[str, Any]:
         """``material``: retrieved passages for this call (citation_id, version, text,
         source) — reference material, merged by citation (R12.4)."""
-        return await self._call(
-            "POST",
-            f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare",
-            json={
-                "purpose": purpose,
-                "instance_id": run.instance_id,
-                "tool_catalog": tool_catalog,
-                "model_profile": model_profile,
-                "render": render,
-                "material": material or [],
-                "reserve_tokens": reserve_tokens,
-                "reprepare_of": reprepare_of,
-                "after": {str(p): o for p, o in self.producer.last_offsets.items()},
-            },
-        )
+        with tracing.tracer().start_as_current_span(
+            tracing.PREPARE_CLIENT_SPAN,
+            kind=SpanKind.CLIENT,
+            attributes={"agentloom.session_id": run.session_id, "agentloom.purpose": purpose},
+        ):
+            return await self._call(
+                "POST",
+                f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare",
+                json={
+                    "purpose": purpose,
+                    "instance_id": run.instance_id,
+                    "tool_catalog": tool_catalog,
+                    "model_profile": model_profile,
+                    "render": render,
+                    "material": material or [],
+                    "reserve_tokens": reserve_tokens,
+                    "reprepare_of": reprepare_of,
+                    "after": {str(p): o for p, o in self.producer.last_offsets.items()},
+                },
+            )
 
     # --- model gateway (R9.8, R10.5, R14, R15.1) ----------------------------------------
 
