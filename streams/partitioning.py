@@ -18,7 +18,7 @@ from aiokafka.partitioner import murmur2
 
 @lru_cache(maxsize=65536)
 def partition_for(key: bytes, partitions: int) -> int:
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 def cached_partitioner(
