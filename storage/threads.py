@@ -48,17 +48,30 @@ _WHOLE = (
     "r.kind IN ('user_input', 'supplement', 'assistant_message', 'child_result')"
     " OR jsonb_typeof(r.payload->'skill') = 'object'"
 )
-_COLS = (
-    "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
-    " r.content_inline AS text,"
-    f" CASE WHEN r.content_inline IS NULL AND ({_WHOLE}) THEN b.content END AS whole,"
-    f" CASE WHEN r.content_inline IS NULL AND NOT ({_WHOLE})"
-    f" THEN substring(b.content FROM 1 FOR {PREFIX_BYTES}) END AS prefix,"
-    " r.content_length, r.content_sha256,"
-    " r.payload, r.token_count, r.resource_ref,"
-    " (r.resource_ref IS NOT NULL AND EXISTS (SELECT 1 FROM revoked_resources v"
-    "   WHERE v.session_id = r.session_id AND v.resource_id = r.resource_ref)) AS revoked"
-)
+# A record a summary covers is never shown, only tracked (skill loads, activations:
+# ``ThreadRenderer._track_skill``), so its content is not read unless it is a skill load:
+# with a summary over most of a long history, a cold view reads metadata, not text.
+_SKILL = "jsonb_typeof(r.payload->'skill') = 'object'"
+
+
+def _cols(hidden: str) -> str:
+    """The columns of a view row; ``hidden``: SQL true when the content is not needed."""
+    keep = f"NOT ({hidden}) OR {_SKILL}"
+    return (
+        "r.record_id, r.session_sequence, r.run_id, r.instance_id, r.kind, r.authority,"
+        f" CASE WHEN {keep} THEN r.content_inline ELSE '' END AS text,"
+        f" CASE WHEN r.content_inline IS NULL AND ({keep}) AND ({_WHOLE})"
+        " THEN b.content END AS whole,"
+        f" CASE WHEN r.content_inline IS NULL AND ({keep}) AND NOT ({_WHOLE})"
+        f" THEN substring(b.content FROM 1 FOR {PREFIX_BYTES}) END AS prefix,"
+        " r.content_length, r.content_sha256,"
+        " r.payload, r.token_count, r.resource_ref,"
+        " (r.resource_ref IS NOT NULL AND EXISTS (SELECT 1 FROM revoked_resources v"
+        "   WHERE v.session_id = r.session_id AND v.resource_id = r.resource_ref)) AS revoked"
+    )
+
+
+_COLS = _cols("false")
 
 
 def record_view(r: asyncpg.Record) -> RecordView:
@@ -89,22 +102,27 @@ def record_view(r: asyncpg.Record) -> RecordView:
     )
 
 
+# A hash join on the covered ids (``= ANY`` of a parameter array would scan the array
+# once per row: quadratic at 100k covered records).
+_INHERITED = (
+    f"SELECT {_cols('c.id IS NOT NULL')} FROM records r"
+    " LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+    " LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
+    " LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"
+    " WHERE r.session_id=$1 AND r.session_sequence <= $2"
+    " AND r.visibility IN ('session', 'actor')"
+    " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+    f"{_LIVE} ORDER BY r.session_sequence"
+)
+
+
 async def inherited_records(
-    conn: asyncpg.Connection, session_id: str, through: int
+    conn: asyncpg.Connection, session_id: str, through: int, covered: frozenset[str] = frozenset()
 ) -> list[RecordView]:
     """R2.2/R2.3: everything committed before the run started, from the main threads of
-    earlier runs (child threads stay isolated, R13), once each, in session order."""
-    rows = await conn.fetch(
-        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
-        " LEFT JOIN runs u"
-        " ON u.session_id = r.session_id AND u.run_id = r.run_id"
-        " WHERE r.session_id=$1 AND r.session_sequence <= $2"
-        " AND r.visibility IN ('session', 'actor')"
-        " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-        f"{_LIVE} ORDER BY r.session_sequence",
-        session_id,
-        through,
-    )
+    earlier runs (child threads stay isolated, R13), once each, in session order. The
+    ``covered`` records (a summary's) come without their content, except skill loads."""
+    rows = await conn.fetch(_INHERITED, session_id, through, list(covered))
     return [record_view(r) for r in rows]
 
 
@@ -195,7 +213,10 @@ class Threads(Protocol):
 
     async def snapshot(self, session_id: str, run_id: str) -> Snapshot | None: ...
 
-    async def inherited(self, session_id: str, through: int) -> list[RecordView]: ...
+    async def inherited(
+        self, session_id: str, through: int, covered: frozenset[str] = frozenset()
+    ) -> list[RecordView]:
+        """Records before the snapshot; ``covered`` ones may come without content."""
 
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int
@@ -214,9 +235,11 @@ class PgThreads:
         async with self.pool.acquire() as conn:
             return await run_snapshot(conn, session_id, run_id)
 
-    async def inherited(self, session_id: str, through: int) -> list[RecordView]:
+    async def inherited(
+        self, session_id: str, through: int, covered: frozenset[str] = frozenset()
+    ) -> list[RecordView]:
         async with self.pool.acquire() as conn:
-            return await inherited_records(conn, session_id, through)
+            return await inherited_records(conn, session_id, through, covered)
 
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int

@@ -192,7 +192,10 @@ class ThreadViews:
         else:
             if summary is not None:
                 rend.add_summary(summary.text, summary.tokens)
-            for rec in await self.threads.inherited(snap.session_id, snap.through_session_sequence):
+            inherited = await self.threads.inherited(
+                snap.session_id, snap.through_session_sequence, rend.covered
+            )  # what the summary covers comes without content: it is not shown
+            for rec in inherited:
                 rend.feed(rec, inherited=True)
             rend.seal_inherited()
         rend.last_sequence = snap.through_session_sequence

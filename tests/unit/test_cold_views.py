@@ -24,9 +24,11 @@ class CountingThreads(FakeThreads):
     inherited_reads: int = 0
     own_reads: int = 0
 
-    async def inherited(self, session_id: str, through: int) -> list[RecordView]:
+    async def inherited(
+        self, session_id: str, through: int, covered: frozenset[str] = frozenset()
+    ) -> list[RecordView]:
         self.inherited_reads += 1
-        return await super().inherited(session_id, through)
+        return await super().inherited(session_id, through, covered)
 
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int

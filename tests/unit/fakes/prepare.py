@@ -238,7 +238,10 @@ class FakeThreads:
     async def snapshot(self, session_id: str, run_id: str) -> Snapshot | None:
         return self.snapshots.get((session_id, run_id))
 
-    async def inherited(self, session_id: str, through: int) -> list[RecordView]:
+    async def inherited(
+        self, session_id: str, through: int, covered: frozenset[str] = frozenset()
+    ) -> list[RecordView]:
+        # Covered records keep their content here: the renderer never shows it anyway.
         return [r for r in self.records if r.session_sequence <= through]
 
     async def own(
