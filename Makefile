@@ -39,13 +39,16 @@ test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XM
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
-bench: up ## Benchmarks: ingest, prepare latency, ceilings, compaction cost, prepare at scale vs naive recount, a 1,000-question session, summary fidelity, analytics throughput (tables + JSON in build/bench)
+bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, analytics; one summary table last (build/bench)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.compaction
+	@$(PY) -m benchmarks.compaction_throughput
 	@$(PY) -m benchmarks.prepare_scale
+	@$(PY) -m benchmarks.prepare_cold
 	@$(PY) -m benchmarks.long_session
 	@$(PY) -m benchmarks.summary_fidelity
 	@$(PY) -m benchmarks.analytics
+	@$(PY) -m benchmarks.summary
 
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)
 	@$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)

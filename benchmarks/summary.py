@@ -1,0 +1,335 @@
+"""``python -m benchmarks.summary`` (last step of ``make bench``): one table of the
+headline numbers the benchmarks wrote to ``build/bench/*.json``, each beside its ceiling
+or target with the ratio, and ``build/bench/summary.json``.
+
+The reader is tolerant on purpose: a benchmark that did not run, or an older one that
+does not write a key yet, gives "n/a" in its row, never a crash, so the table still shows
+everything that was measured. Where a key's name is not settled (the no-op faust rate,
+the analytics p99s) the value is found by the words its path contains.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+OUT = Path(__file__).resolve().parents[1] / "build" / "bench"
+SOURCES = {
+    "run": "results.json",
+    "prepare_cold": "prepare_cold.json",
+    "prepare_scale": "prepare_scale.json",
+    "compaction": "compaction.json",
+    "throughput": "compaction_throughput.json",
+    "analytics": "analytics.json",
+    "long_session": "long_session.json",
+    "fidelity": "summary_fidelity.json",
+}
+# Issue 13's targets for a cold prepare's p99 (as in benchmarks.prepare_cold.TARGET_MS;
+# repeated so that this reader does not depend on that module importing cleanly).
+COLD_TARGET_MS = {10_000: 100.0, 100_000: 1000.0}
+INGEST_TARGET_RATIO = 0.5  # end to end vs the producer ceiling (docs/scaling.md)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the table. ``ceiling`` is empty when nothing applies; ``ratio`` is
+    value / ceiling (or the stated comparison), None when not measured."""
+
+    measure: str
+    value: float | None
+    unit: str = ""
+    ceiling: str = ""
+    ratio: float | None = None
+
+
+# ── tolerant reading ──────────────────────────────────────────────────────────────────
+
+
+def load(directory: Path) -> dict[str, Any]:
+    """Each source's JSON, or {} when it is missing or unreadable."""
+    data: dict[str, Any] = {}
+    for name, file in SOURCES.items():
+        try:
+            loaded = json.loads((directory / file).read_text())
+        except (OSError, ValueError):
+            loaded = {}
+        data[name] = loaded if isinstance(loaded, dict) else {}
+    return data
+
+
+def _number(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def dig(d: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def num(d: Any, *paths: str) -> float | None:
+    """The first of ``paths`` (dotted) that holds a number."""
+    for path in paths:
+        found = _number(dig(d, path))
+        if found is not None:
+            return found
+    return None
+
+
+def _leaves(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(d, dict):
+        for k, v in d.items():
+            yield from _leaves(v, f"{prefix}{k}.".lower())
+    else:
+        yield prefix.rstrip("."), d
+
+
+def scan(d: Any, *words: str, without: tuple[str, ...] = ()) -> float | None:
+    """The first number whose dotted path contains every one of ``words`` (any of the
+    spellings joined by "|") and none of ``without``."""
+    for path, value in _leaves(d):
+        if all(any(w in path for w in word.split("|")) for word in words) and not any(
+            w in path for w in without
+        ):
+            found = _number(value)
+            if found is not None:
+                return found
+    return None
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def fmt(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "n/a"
+    text = f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+    return f"{text} {unit}".rstrip()
+
+
+# ── rows per benchmark ────────────────────────────────────────────────────────────────
+
+
+def drivers(ingest: Any) -> list[tuple[str, dict[str, Any]]]:
+    """``ingest.drivers`` as (driver, numbers), whether written as a dict or a list."""
+    d = dig(ingest, "drivers")
+    if isinstance(d, dict):
+        return [(str(k), v) for k, v in d.items() if isinstance(v, dict)]
+    if isinstance(d, list):
+        return [
+            (str(v.get("driver") or v.get("name") or i), v)
+            for i, v in enumerate(d)
+            if isinstance(v, dict)
+        ]
+    return []
+
+
+def ingest_rows(run: dict[str, Any]) -> list[Row]:
+    i = run.get("ingest", {})
+    prod = num(i, "producer_ceiling_events_per_s")
+    copy = num(i, "copy_ceiling_rows_per_s")
+    noop = scan(i, "noop|no_op", "per_s")
+    rows = [
+        Row("ceiling: aiokafka producer alone", prod, "ev/s"),
+        Row("ceiling: asyncpg COPY alone", copy, "rows/s"),
+        Row("no-op faust agent (the framework alone)", noop, "ev/s", f"producer {fmt(prod)}",
+            ratio(noop, prod)),
+    ]  # fmt: skip
+    # Before results.json had ``drivers``: its top-level numbers are the default driver's.
+    per = drivers(i) or [("default", i)]
+    for name, d in per:
+        e2e = num(d, "end_to_end_events_per_s", "events_per_s", "e2e_events_per_s")
+        drain = num(d, "processor_drain_events_per_s", "drain_events_per_s")
+        target = f"producer {fmt(prod)} (target ≥ {INGEST_TARGET_RATIO:.1f}x)"
+        rows += [
+            Row(f"ingest end to end, {name} driver", e2e, "ev/s", target, ratio(e2e, prod)),
+            Row(f"  (same) vs asyncpg COPY, {name}", e2e, "ev/s", f"COPY {fmt(copy)}",
+                ratio(e2e, copy)),
+            Row(f"  processor draining a backlog, {name}", drain, "ev/s",
+                f"no-op faust {fmt(noop)}", ratio(drain, noop)),
+        ]  # fmt: skip
+    return rows
+
+
+def size_rows(d: Any) -> dict[int, dict[str, Any]]:
+    """Rows by their record count, from a list of rows, a {"rows"|"sizes": [...]} or a
+    {"10000": {...}} object."""
+    if isinstance(d, dict):
+        for key in ("rows", "sizes", "prepare"):
+            if isinstance(d.get(key), list | dict):
+                return size_rows(d[key])
+        return {int(k): v for k, v in d.items() if k.isdigit() and isinstance(v, dict)}
+    out: dict[int, dict[str, Any]] = {}
+    for row in d if isinstance(d, list) else []:
+        size = _number(row.get("size", row.get("records"))) if isinstance(row, dict) else None
+        if size is not None:
+            out[int(size)] = row
+    return out
+
+
+def near(rows: dict[int, dict[str, Any]], size: int) -> dict[str, Any]:
+    """The row measured at ``size`` records (within 10%: a thread is a few records
+    longer than asked once its run lifecycle is in)."""
+    best = min(rows, key=lambda n: abs(n - size), default=None)
+    return rows[best] if best is not None and abs(best - size) <= size // 10 else {}
+
+
+WARM = ("warm_p99_ms", "warm.p99_ms", "warm.server_p99_ms", "ours_p99_ms", "server_p99_ms")
+COLD = ("cold_p99_ms", "cold.p99_ms", "cold.restart_p99_ms", "restart_p99_ms")
+
+
+def prepare_rows(data: dict[str, Any]) -> list[Row]:
+    """Cold and warm p99 at 10k and 100k records: ``prepare_cold.json`` first, then
+    ``prepare_scale.json``, then ``benchmarks.run``'s warm prepares."""
+    sources = [size_rows(data["prepare_cold"]), size_rows(data["prepare_scale"])]
+    sources.append(size_rows(data["run"].get("prepare", [])))
+    rows = []
+    for size in (10_000, 100_000):
+        found = [near(s, size) for s in sources]
+        warm = next((v for r in found if (v := num(r, *WARM)) is not None), None)
+        cold = next((v for r in found if (v := num(r, *COLD)) is not None), None)
+        target = next(
+            (v for r in found if (v := num(r, "cold_target_ms", "cold.target_ms")) is not None),
+            COLD_TARGET_MS[size],
+        )
+        rows += [
+            Row(f"cold prepare p99, {size:,} records", cold, "ms", f"≤ {fmt(target)} ms",
+                ratio(cold, target)),
+            Row(f"warm prepare p99, {size:,} records", warm, "ms", f"cold {fmt(cold, 'ms')}",
+                ratio(warm, cold)),
+        ]  # fmt: skip
+    return rows
+
+
+def compaction_rows(data: dict[str, Any]) -> list[Row]:
+    thr = data["throughput"]
+    rate = {
+        int(w["workers"]): _number(w.get("jobs_per_s"))
+        for w in thr.get("workers", [])
+        if isinstance(w, dict) and _number(w.get("workers")) is not None
+    }
+    one, two = rate.get(1), rate.get(2)
+    rows = [
+        Row("compaction throughput, 1 worker process", one, "jobs/s"),
+        Row("compaction throughput, 2 worker processes", two, "jobs/s",
+            f"1 worker {fmt(one)} (2x ideal)", ratio(two, one)),
+    ]  # fmt: skip
+    cmp = data["compaction"]
+    variants = [v for v in dig(cmp, "overhead.variants") or [] if isinstance(v, dict)]
+    extractive = next(
+        (v for v in variants if v.get("gateway") == "extractive" and v.get("max_calls") == 4),
+        {},
+    )
+    overhead = num(extractive, "overhead_p99_ms")
+    target = num(cmp, "overhead.target_overhead_ms") or 50.0
+    calls = num(cmp, "steady.model_calls_per_1000_events")
+    naive = num(cmp, "steady.naive_calls_per_1000_events")
+    rows += [
+        Row("compaction overhead excl. model p99 (extractive, 100k tokens)", overhead, "ms",
+            f"≤ {fmt(target)} ms", ratio(overhead, target)),
+        Row("summarizer calls per 1,000 events at a steady 82% load", calls, "",
+            f"naive {fmt(naive)}", ratio(calls, naive)),
+    ]  # fmt: skip
+    return rows
+
+
+def analytics_rows(a: dict[str, Any]) -> list[Row]:
+    rate, prod = num(a, "analytics_per_s"), num(a, "producer_ceiling_per_s")
+    base = scan(a, "p99", "without")
+    loaded = scan(a, "p99", "with", without=("without", "ratio"))
+    p99_ratio = scan(a, "p99", "ratio") or ratio(loaded, base)
+    return [
+        Row("analytics rollups", rate, "ev/s", f"producer {fmt(prod)}", ratio(rate, prod)),
+        Row("prepare p99 with the analytics group running", loaded, "ms",
+            f"without {fmt(base, 'ms')}", p99_ratio),
+    ]  # fmt: skip
+
+
+def long_session_rows(s: dict[str, Any]) -> list[Row]:
+    q = num(s, "questions")
+    label = f"long session ({fmt(q)} questions)"
+    return [
+        Row(f"{label}: prepares refused", num(s, "prepares_refused"), "", "0"),
+        Row(f"{label}: max prepared share of InputBudget", num(s, "max_prepared_ratio"), "",
+            "≤ 1.00"),
+        Row(f"{label}: summaries over their bound", num(s, "summaries_over_bound"), "", "0"),
+        Row(f"{label}: last summary vs median of first ten", num(s, "summary_last_tokens"),
+            "tokens", f"median {fmt(num(s, 'summary_median_first_ten'))}",
+            num(s, "summary_last_vs_median_first_ten")),
+        Row(f"{label}: summarizer calls per 1,000 events",
+            num(s, "summarizer_calls_per_1000_events")),
+    ]  # fmt: skip
+
+
+def fidelity_rows(f: dict[str, Any]) -> list[Row]:
+    caps: dict[str, Any] = f["caps"] if isinstance(f.get("caps"), dict) else {}
+    tight = sorted((k for k in caps if k.isdigit()), key=int)
+    rollups = sorted((k for k in caps if k.startswith("roll-up x")), key=lambda k: int(k[9:]))
+    rows = []
+    if tight or not rollups:
+        cap = tight[0] if tight else "n/a"
+        ours = num(caps, f"{cap}.ours.recall")
+        for other in ("masking", "truncation"):
+            theirs = num(caps, f"{cap}.{other}.recall")
+            rows.append(
+                Row(f"summary fidelity: fact recall at a {cap}-token cap (ours)", ours, "",
+                    f"{other} {fmt(theirs)}", ratio(ours, theirs))
+            )  # fmt: skip
+    if rollups:
+        k = rollups[-1]
+        ours, theirs = num(caps, f"{k}.ours.recall"), num(caps, f"masking@{k[8:]}.recall")
+        rows.append(
+            Row(f"summary fidelity: fact recall after {k} (ours)", ours, "",
+                f"masking {fmt(theirs)}", ratio(ours, theirs))
+        )  # fmt: skip
+    return rows
+
+
+# ── output ────────────────────────────────────────────────────────────────────────────
+
+
+def build(data: dict[str, Any]) -> list[Row]:
+    """Every row, in the table's order; ``data`` as ``load`` returns it (any source may
+    be {})."""
+    data = {name: data.get(name) or {} for name in SOURCES}
+    return [
+        *ingest_rows(data["run"]),
+        *prepare_rows(data),
+        *compaction_rows(data),
+        *analytics_rows(data["analytics"]),
+        *long_session_rows(data["long_session"]),
+        *fidelity_rows(data["fidelity"]),
+    ]
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| measure | value | ceiling or target | ratio |", "|---|---:|---:|---:|"]
+    for r in rows:
+        missing = r.value is None or "n/a" in r.ceiling
+        shown = f"{r.ratio:.2f}" if r.ratio is not None else ("n/a" if missing else "")
+        lines.append(f"| {r.measure} | {fmt(r.value, r.unit)} | {r.ceiling} | {shown} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    data = load(OUT)
+    rows = build(data)
+    print("\n## make bench: summary\n")
+    print(markdown(rows))
+    missing = [SOURCES[n] for n, d in data.items() if not d]
+    if missing:
+        print(f"\n(not found or unreadable in {OUT}: {', '.join(missing)})")
+    OUT.mkdir(parents=True, exist_ok=True)
+    report = {"rows": [asdict(r) for r in rows], "missing_sources": missing}
+    (OUT / "summary.json").write_text(json.dumps(report, indent=2))
+    print(f"\n[bench-summary] wrote {OUT / 'summary.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""``benchmarks.summary``: the one ``make bench`` table, built from the benchmarks' JSON,
+with "n/a" wherever a benchmark or a key is missing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchmarks.summary import Row, build, load, markdown
+
+FIXTURE: dict[str, Any] = {
+    "run": {
+        "ingest": {
+            "producer_ceiling_events_per_s": 20_000,
+            "copy_ceiling_rows_per_s": 80_000,
+            "faust_noop_events_per_s": 8_000,
+            "drivers": {
+                "faust": {"end_to_end_events_per_s": 2_000, "processor_drain_events_per_s": 4_000},
+                "aiokafka": {"end_to_end_events_per_s": 10_000},
+            },
+        },
+        "prepare": [{"records": 10_003, "server_p99_ms": 9.0}],
+    },
+    # The cold benchmark's own rows win over prepare_scale's for the same size.
+    "prepare_cold": {"rows": [{"records": 100_000, "cold_p99_ms": 500.0, "warm_p99_ms": 20.0}]},
+    "prepare_scale": {"sizes": [{"records": 10_000, "cold": {"restart_p99_ms": 80.0}}]},
+    "throughput": {
+        "workers": [{"workers": 1, "jobs_per_s": 10.0}, {"workers": 2, "jobs_per_s": 18.0}]
+    },
+    "analytics": {
+        "analytics_per_s": 900.0,
+        "producer_ceiling_per_s": 18_000.0,
+        "prepare_p99_ms_with_analytics": 12.0,
+        "prepare_p99_ms_without_analytics": 10.0,
+    },
+    "fidelity": {
+        "caps": {
+            "400": {"ours": {"recall": 0.5}, "masking": {"recall": 0.25}},
+            "roll-up x10": {"ours": {"recall": 0.6}},
+            "masking@x10": {"recall": 0.3},
+        }
+    },
+}  # fmt: skip
+
+
+def by_measure(rows: list[Row]) -> dict[str, Row]:
+    return {r.measure.strip(): r for r in rows}
+
+
+def test_rows_carry_values_ceilings_and_ratios() -> None:
+    rows = by_measure(build(FIXTURE))
+    faust = rows["ingest end to end, faust driver"]
+    assert (faust.value, faust.ratio) == (2_000, 0.1)
+    assert "producer 20,000" in faust.ceiling
+    assert rows["ingest end to end, aiokafka driver"].ratio == 0.5
+    assert rows["(same) vs asyncpg COPY, aiokafka"].ratio == 0.125
+    assert rows["processor draining a backlog, faust"].ratio == 0.5  # vs the no-op faust
+    assert rows["no-op faust agent (the framework alone)"].value == 8_000
+    assert rows["cold prepare p99, 10,000 records"].ratio == 0.8  # 80 of a 100 ms target
+    assert rows["warm prepare p99, 10,000 records"].value == 9.0  # from benchmarks.run
+    assert rows["cold prepare p99, 100,000 records"].value == 500.0
+    assert rows["warm prepare p99, 100,000 records"].value == 20.0
+    assert rows["compaction throughput, 2 worker processes"].ratio == 1.8
+    assert rows["prepare p99 with the analytics group running"].ratio == 1.2
+    recall = rows["summary fidelity: fact recall after roll-up x10 (ours)"]
+    assert (recall.value, recall.ratio) == (0.6, 2.0)
+
+
+def test_missing_benchmarks_and_keys_print_na() -> None:
+    rows = by_measure(build({"run": {"ingest": {"producer_ceiling_events_per_s": 1}}}))
+    assert rows["compaction throughput, 1 worker process"].value is None
+    assert rows["no-op faust agent (the framework alone)"].ratio is None
+    table = markdown(list(rows.values()))
+    assert "| compaction throughput, 1 worker process | n/a |" in table
+    assert "| cold prepare p99, 100,000 records | n/a | ≤ 1,000 ms | n/a |" in table
+
+
+def test_markdown_has_one_line_per_row_under_the_header() -> None:
+    rows = build(FIXTURE)
+    lines = markdown(rows).splitlines()
+    assert lines[0] == "| measure | value | ceiling or target | ratio |"
+    assert len(lines) == len(rows) + 2
+    assert (
+        "| ingest end to end, faust driver | 2,000 ev/s |"
+        in lines[[r.measure for r in rows].index("ingest end to end, faust driver") + 2]
+    )
+
+
+def test_load_tolerates_missing_and_malformed_files(tmp_path: Path) -> None:
+    (tmp_path / "results.json").write_text("{not json")
+    (tmp_path / "analytics.json").write_text(json.dumps([1, 2]))
+    (tmp_path / "compaction_throughput.json").write_text(json.dumps(FIXTURE["throughput"]))
+    data = load(tmp_path)
+    assert data["run"] == {} and data["analytics"] == {} and data["long_session"] == {}
+    rows = by_measure(build(data))
+    assert rows["compaction throughput, 1 worker process"].value == 10.0
