@@ -34,7 +34,6 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer
 
 from streams.partitioning import cached_partitioner
-
 from streams.tracing import KafkaHeaders
 
 log = logging.getLogger(__name__)
