@@ -23,7 +23,12 @@ FIXTURE: dict[str, Any] = {
         "prepare": [{"records": 10_003, "server_p99_ms": 9.0}],
     },
     # The cold benchmark's own rows win over prepare_scale's for the same size.
-    "prepare_cold": {"rows": [{"records": 100_000, "cold_p99_ms": 500.0, "warm_p99_ms": 20.0}]},
+    "prepare_cold": {
+        "sizes": [
+            {"records": 100_000, "cold_restart_p99_ms": 500.0, "warm_p99_ms": 20.0},
+            {"records": 10_000, "target_p99_ms": 100.0},  # no numbers: the next source's
+        ]
+    },
     "prepare_scale": {"sizes": [{"records": 10_000, "cold": {"restart_p99_ms": 80.0}}]},
     "throughput": {
         "workers": [{"workers": 1, "jobs_per_s": 10.0}, {"workers": 2, "jobs_per_s": 18.0}]
@@ -61,6 +66,7 @@ def test_rows_carry_values_ceilings_and_ratios() -> None:
     assert rows["warm prepare p99, 10,000 records"].value == 9.0  # from benchmarks.run
     assert rows["cold prepare p99, 100,000 records"].value == 500.0
     assert rows["warm prepare p99, 100,000 records"].value == 20.0
+    assert rows["cold prepare p99, 100,000 records"].ratio == 0.5
     assert rows["compaction throughput, 2 worker processes"].ratio == 1.8
     assert rows["prepare p99 with the analytics group running"].ratio == 1.2
     recall = rows["summary fidelity: fact recall after roll-up x10 (ours)"]
