@@ -16,21 +16,37 @@ revocation. Two cold paths are timed on the benchmark's synthetic session:
 
 Each is repeated ``restarts`` times with nothing kept between runs (a fresh renderer and a
 fresh token cache: a restarted process has neither); p50/p99 over the runs.
+
+``python -m benchmarks.prepare_cold`` runs it alone at 10k and 100k records (its own
+synthetic session, ``benchmarks.cold_session``), beside the warm prepare and a third cold
+path, **summarized**: a full render when a summary covers all but the newest records (what
+a long thread looks like once compaction runs). Writes ``build/bench/prepare_cold.json``:
+one entry per size under ``sizes`` with stable keys (``warm_p50_ms`` ... ``target_met``).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import gc
 import hashlib
+import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 
+from benchmarks import cold_session
+from domain.assemble import assemble
+from domain.budget import ModelProfile, enforce
 from domain.render_state import dump, load
 from domain.rendering import RecordView, ThreadRenderer
-from domain.tokens import CachedCounter, TokenCounter
+from domain.tokens import CachedCounter, TokenCounter, make_counter
+from schemas.settings import Settings
 from services.prepare.views import SAVE_MIN, SAVE_SHARE
 
 TARGET_MS = {10_000: 100.0, 100_000: 1000.0}  # issue 13: p99 of a cold prepare
@@ -163,3 +179,133 @@ def verdict(c: Cold) -> str:
     if c.target_ms is None:
         return "—"
     return f"≤ {c.target_ms:,.0f} ({'met' if c.restart_p99_ms <= c.target_ms else 'NOT met'})"
+
+
+# ── ``python -m benchmarks.prepare_cold`` ───────────────────────────────────────────
+
+OUT = Path(__file__).resolve().parents[1] / "build" / "bench" / "prepare_cold.json"
+# Large enough that 100k records in view never raise: the point is the cost, not the
+# budget decision.
+PROFILE = ModelProfile(
+    name="bench-cold", context_capacity=1_000_000_000, output_reserve=8192, safety_margin=4096
+)
+TOOLS: list[dict[str, Any]] = [{"name": n, "parameters": {}} for n in cold_session.TOOLS]
+KEEP = 2000  # summarized path: the newest records a summary leaves in view
+
+
+def _renderer(
+    records: list[RecordView], start: int, count: Callable[[str], int], covered: int = 0
+) -> ThreadRenderer:
+    """What ``ThreadViews`` builds: the summary (covering the first ``covered`` records),
+    the inherited history, sealed, then the current run."""
+    ids = frozenset(r.record_id for r in records[:covered])
+    rend = ThreadRenderer(count, PROFILE.message_overhead, ids, "sum" if covered else None)
+    if covered:
+        rend.add_summary("what happened earlier", 5)
+    for rec in records[:start]:
+        rend.feed(rec, inherited=True)
+    rend.seal_inherited()
+    for rec in records[start:]:
+        rend.feed(rec, inherited=False)
+    return rend
+
+
+def _prepare(rend: ThreadRenderer, new: list[RecordView], count: Callable[[str], int]) -> int:
+    for rec in new:
+        rend.feed(rec, inherited=False)
+    if rend.pending_calls():
+        raise RuntimeError("tool calls still pending")
+    built = assemble(
+        profile=PROFILE,
+        counting_method="cl100k_base",
+        count=count,
+        instructions="You are a careful engineering agent.",
+        skill_bindings=[],
+        tools=TOOLS,
+        thread=rend,
+    )
+    enforce(built.report)
+    return built.report.estimated_input
+
+
+def _timed(fn: Callable[[], object], runs: int) -> list[float]:
+    out: list[float] = []
+    for _ in range(runs):
+        gc.collect()
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def bench(n: int, calls: int, restarts: int, dsn: str | None, seed: int) -> dict[str, Any]:
+    raw = make_counter("cl100k_base")
+    sess, start = cold_session.build(n, seed, raw)
+    c = asyncio.run(measure(sess.records, start, raw, _renderer, _prepare, restarts, dsn, n))
+    covered = max(0, min(start, n - KEEP))
+    summarized = _timed(
+        lambda: _prepare(_renderer(sess.records, start, _counter(raw), covered), [], _counter(raw)),
+        restarts,
+    )
+    count = _counter(raw)
+    rend = _renderer(sess.records, start, count)
+    warm: list[float] = []
+    for _ in range(calls):  # the agent loop: 2 new records, then a prepare
+        before = len(sess.records)
+        sess.step(1)
+        t0 = time.perf_counter()
+        _prepare(rend, sess.records[before:], count)
+        warm.append((time.perf_counter() - t0) * 1000)
+    return {
+        "records": n,
+        "warm_p50_ms": round(_pct(warm, 50), 2),
+        "warm_p99_ms": round(_pct(warm, 99), 2),
+        "cold_restart_p50_ms": c.restart_p50_ms,
+        "cold_restart_p99_ms": c.restart_p99_ms,
+        "cold_restart_cpu_p99_ms": c.restart_cpu_p99_ms,
+        "cold_full_p50_ms": c.full_p50_ms,
+        "cold_full_p99_ms": c.full_p99_ms,
+        "cold_summarized_p50_ms": round(_pct(summarized, 50), 1),
+        "cold_summarized_p99_ms": round(_pct(summarized, 99), 1),
+        "summarized_in_view": n - covered,
+        "state_bytes": c.state_bytes,
+        "state_lag_records": c.lag_records,
+        "state_via_postgres": c.via_postgres,
+        "restarts": restarts,
+        "warm_calls": calls,
+        "target_p99_ms": c.target_ms,
+        "target_met": c.target_ms is not None and c.restart_p99_ms <= c.target_ms,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="Cold and warm prepare at 10k and 100k records")
+    ap.add_argument("--sizes", default="10000,100000", help="records in the thread, per size")
+    ap.add_argument("--restarts", type=int, default=5, help="cold prepares timed per size")
+    ap.add_argument("--calls", type=int, default=30, help="warm prepares timed per size")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument(
+        "--pg-dsn", default=Settings().pg_dsn, help="read the state row from PostgreSQL ('none')"
+    )
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args()
+    dsn = None if args.pg_dsn == "none" else args.pg_dsn
+    rows = []
+    for i, n in enumerate(int(x) for x in args.sizes.split(",")):
+        rows.append(bench(n, args.calls, args.restarts, dsn, args.seed + i))
+        print(f"[bench-prepare-cold] {json.dumps(rows[-1])}", flush=True)
+    result = {
+        "machine": {"cores": os.cpu_count(), "loadavg_at_start": os.getloadavg()[0]},
+        "method": "in-process wall time; cold = fresh renderer and token cache per run "
+        "(restart: stored state read back + the records since; full: every record rendered; "
+        f"summarized: full render with a summary over all but the newest {KEEP}); warm = "
+        "the cached renderer fed 2 new records; each then assemble() + enforce()",
+        "sizes": rows,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"[bench-prepare-cold] wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
