@@ -308,8 +308,8 @@ async def _admin(dsn: str, sql: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--sessions", type=int, default=200, help="one job per session")
-    ap.add_argument("--rounds", type=int, default=12, help="tool rounds in the first run")
+    ap.add_argument("--sessions", type=int, default=100, help="one job per session")
+    ap.add_argument("--rounds", type=int, default=8, help="tool rounds in the first run")
     ap.add_argument("--words", type=int, default=240, help="~words per tool result")
     ap.add_argument("--workers", default="1,2", help="compaction processes per phase")
     ap.add_argument("--concurrency", type=int, default=Settings().compaction_concurrency)
