@@ -279,15 +279,13 @@ def fidelity_rows(f: dict[str, Any]) -> list[Row]:
         ours = num(caps, f"{cap}.ours.recall")
         for other in ("masking", "truncation"):
             theirs = num(caps, f"{cap}.{other}.recall")
-            rows.append(
-                Row(f"summary fidelity: fact recall at a {cap}-token cap (ours)", ours, "",
-                    f"{other} {fmt(theirs)}", ratio(ours, theirs))
-            )  # fmt: skip
+            label = f"summary fidelity: fact recall at a {cap}-token cap, ours vs {other}"
+            rows.append(Row(label, ours, "", f"{other} {fmt(theirs)}", ratio(ours, theirs)))
     if rollups:
         k = rollups[-1]
         ours, theirs = num(caps, f"{k}.ours.recall"), num(caps, f"masking@{k[8:]}.recall")
         rows.append(
-            Row(f"summary fidelity: fact recall after {k} (ours)", ours, "",
+            Row(f"summary fidelity: fact recall after {k}, ours vs masking", ours, "",
                 f"masking {fmt(theirs)}", ratio(ours, theirs))
         )  # fmt: skip
     return rows

@@ -69,7 +69,10 @@ def test_rows_carry_values_ceilings_and_ratios() -> None:
     assert rows["cold prepare p99, 100,000 records"].ratio == 0.5
     assert rows["compaction throughput, 2 worker processes"].ratio == 1.8
     assert rows["prepare p99 with the analytics group running"].ratio == 1.2
-    recall = rows["summary fidelity: fact recall after roll-up x10 (ours)"]
+    assert rows["summary fidelity: fact recall at a 400-token cap, ours vs masking"].ratio == 2.0
+    truncation = rows["summary fidelity: fact recall at a 400-token cap, ours vs truncation"]
+    assert truncation.ratio is None  # not in the fixture
+    recall = rows["summary fidelity: fact recall after roll-up x10, ours vs masking"]
     assert (recall.value, recall.ratio) == (0.6, 2.0)
 
 
