@@ -69,6 +69,9 @@ class Settings(BaseSettings):
     processor_id: str = "agentloom-session-processor"
     processor_batch_max: int = 2000
     processor_batch_within_s: float = 0.02
+    # A batch applies in chunks of this many messages, each chunk's transaction overlapping
+    # the next chunk's decoding (streams.processor); one transaction per chunk.
+    processor_pipeline_chunk: int = 500
     # Static group membership id of a processor process. Default: <host>-processor-<n>,
     # unique per live process and stable across restarts (a slot lock in state_dir,
     # streams/instance.py); set it to pin one (e.g. a StatefulSet pod name).

@@ -4,6 +4,7 @@ before any SQL (R3.3, R15.3) — no record stops the partition."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from domain.accounting import text_key, token_text
@@ -19,6 +20,7 @@ from streams.faults import describe_failure
 from streams.outgoing import ProcessorConfig, dead_letter
 
 CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
+YIELD_EVERY = 64  # messages decoded between two yields to the event loop
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,11 @@ class Admission:
         out = Admitted()
         decoded: list[tuple[RawMessage, ContextEvent]] = []
         controls: list[Control] = []
-        for msg in batch:
+        for n, msg in enumerate(batch):
+            if n % YIELD_EVERY == YIELD_EVERY - 1:
+                # Let an earlier chunk's transaction take its next step (processor.handle
+                # overlaps them): decoding is CPU, the transaction mostly waits.
+                await asyncio.sleep(0)
             try:
                 if msg.value is None:
                     raise InvalidEvent("empty message value", reason_code="empty_value")
@@ -79,25 +85,29 @@ class Admission:
             except Exception as exc:  # hostile bytes: whatever a decoder may raise
                 reason = f"{type(exc).__name__}: {exc}"
                 out.dead.append(self.dead(msg, "undecodable", reason, None, None))
-        controls = await self._known(store, controls, out.dead)
         incoming = await self._count(store, decoded, out.dead)
         out.items = [*incoming, *controls]
         out.items.sort(key=lambda i: (i.partition, i.offset))
         return out
 
-    async def _known(
-        self, store: ProcessingStore, controls: list[Control], dead: list[DeadLetter]
-    ) -> list[Control]:
-        """A control event names a session the processor owns; one that does not exist
-        is bad input, not a reason to stop (validated ids: a safe query)."""
+    async def known(self, store: ProcessingStore, admitted: Admitted) -> Admitted:
+        """Keep the control events whose session is open; a control event naming a
+        session that does not exist is bad input, not a reason to stop (validated ids:
+        a safe query). Asked just before the transaction that applies them."""
+        controls = [i for i in admitted.items if isinstance(i, Control)]
         if not controls:
-            return controls
+            return admitted
         known = await store.open_sessions(sorted({c.event.session_id for c in controls}))
-        for c in controls:
-            if c.event.session_id not in known:
-                reason = f"session {c.event.session_id} is not open"
-                dead.append(self.dead(c.msg, "unknown_session", reason, None, c.event.event_key))
-        return [c for c in controls if c.event.session_id in known]
+        out = Admitted(dead=list(admitted.dead))
+        for item in admitted.items:
+            if not isinstance(item, Control) or item.event.session_id in known:
+                out.items.append(item)
+                continue
+            reason = f"session {item.event.session_id} is not open"
+            out.dead.append(
+                self.dead(item.msg, "unknown_session", reason, None, item.event.event_key)
+            )
+        return out
 
     async def _count(
         self,

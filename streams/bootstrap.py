@@ -49,6 +49,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
             topic_dead_letter=settings.topic_dead_letter,
             topic_compaction_requests=settings.topic_compaction_requests,
             topic_observability=settings.topic_observability,
+            pipeline_chunk=settings.processor_pipeline_chunk,
         ),
     )
 

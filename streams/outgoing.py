@@ -28,6 +28,9 @@ class ProcessorConfig:
     topic_dead_letter: str
     topic_compaction_requests: str = "ctx.compaction.requests"
     topic_observability: str = "ctx.observability"
+    # A batch is applied in chunks of this many messages, each chunk's transaction
+    # overlapping the next one's decoding (processor.handle); one transaction per chunk.
+    pipeline_chunk: int = 500
 
 
 Outgoing = tuple[str, bytes | None, bytes]  # topic, key, value

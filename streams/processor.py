@@ -80,10 +80,21 @@ class BatchProcessor:
         another reason, the batch is bisected until the records it cannot apply are
         isolated — dead-lettered with the reason — while every other record commits
         exactly once (each part in its own transaction)."""
-        async with self.stores.acquire() as store:
-            admitted = await self.admission.admit(store, batch)
-            effects = await self.transact(store, admitted, _offsets_of(batch))
-        await self.publish(batch, effects)
+        effects = Effects()
+        async with self.stores.acquire() as reads, self.stores.acquire() as store:
+            chunks = _chunks(batch, self.config.pipeline_chunk)
+            admitted = await self.admission.admit(reads, chunks[0])
+            for i, chunk in enumerate(chunks):
+                # Pipelined (issue 13): chunk i's transaction and publishes run while
+                # chunk i+1 is decoded — PostgreSQL and the broker work on the other core
+                # while this one decodes. Chunks apply one after another, in offset order.
+                applying = asyncio.create_task(self._apply(store, chunk, admitted))
+                try:
+                    if i + 1 < len(chunks):
+                        admitted = await self.admission.admit(reads, chunks[i + 1])
+                finally:
+                    effects.add(await applying)
+        await self.publisher.flush()
         return BatchResult(
             effects.records,
             effects.duplicates,
@@ -92,6 +103,17 @@ class BatchProcessor:
             effects.isolated,
             effects.codes,
         )
+
+    async def _apply(
+        self, store: ProcessingStore, chunk: list[RawMessage], admitted: Admitted
+    ) -> Effects:
+        """Commit one chunk and send what it produced (acknowledged by the batch's flush).
+        Control events are checked against the open sessions here, not when decoded:
+        an earlier chunk of the same batch may have opened their session."""
+        admitted = await self.admission.known(store, admitted)
+        effects = await self.transact(store, admitted, _offsets_of(chunk))
+        await self.publish(chunk, effects)
+        return effects
 
     async def transact(
         self, store: ProcessingStore, admitted: Admitted, offsets: dict[int, int]
@@ -119,8 +141,8 @@ class BatchProcessor:
         return effects
 
     async def publish(self, batch: list[RawMessage], effects: Effects) -> None:
-        """Send what the transactions committed, then wait for every acknowledgement
-        (``flush``): only then may the caller commit the batch's offsets."""
+        """Send what the transactions committed. ``handle`` then waits for every
+        acknowledgement (``flush``): only then may the caller commit the offsets."""
         for topic, key, value in effects.committed:
             await self.publisher.send(topic, key, value)
         raw_by_offset = {(m.partition, m.offset): m for m in batch}
@@ -142,7 +164,6 @@ class BatchProcessor:
             )
         for topic, key, value in effects.other:
             await self.publisher.send(topic, key, value)
-        await self.publisher.flush()
 
     async def _attempt(
         self, store: ProcessingStore, items: list[Item], offsets: dict[int, int]
@@ -320,6 +341,11 @@ async def handle_or_exit(
     log.critical("giving up on batch: exiting so that it is redelivered after restart")
     logging.shutdown()
     os._exit(CRASH_EXIT_CODE)
+
+
+def _chunks(batch: list[RawMessage], size: int) -> list[list[RawMessage]]:
+    """``batch`` cut in order into parts of at most ``size`` (at least one, maybe empty)."""
+    return [batch[i : i + size] for i in range(0, len(batch), size)] or [batch]
 
 
 def _offsets_of(items: list[RawMessage] | list[Item]) -> dict[int, int]:

@@ -5,6 +5,8 @@ failure handling of ``BatchProcessor.handle`` itself.)"""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from domain.compaction_control import LockedState, ObservationInputs
@@ -100,6 +102,45 @@ async def test_publishes_only_after_the_transaction_committed_then_flushes() -> 
     outer = [step for step in store.log if step != "release"]
     assert outer == ["commit"] + ["send ctx.committed"] * 3 + ["flush"]
     assert store.data.offsets == {("proc-test", "ctx.records", 0): 3}
+
+
+@pytest.mark.spec("R15.3")
+async def test_a_batch_is_applied_chunk_by_chunk_in_order_and_flushed_once() -> None:
+    """Pipelining (issue 13): each chunk commits, then sends its records, before the next
+    chunk's transaction starts; the acknowledgements are awaited once, at the end."""
+    proc, store = make()
+    proc.config = dataclasses.replace(CONFIG, pipeline_chunk=2)
+    result = await proc.handle(events("a", "b", "c", "d", "e"))
+    assert result.committed == 5
+    assert store.committed_keys() == ["a", "b", "c", "d", "e"]
+    outer = [step for step in store.log if step != "release"]
+    sends = ["send ctx.committed"]
+    assert outer == ["commit", *sends * 2, "commit", *sends * 2, "commit", *sends, "flush"]
+    assert store.data.offsets == {("proc-test", "ctx.records", 0): 5}
+
+
+@pytest.mark.spec("R15.3")
+async def test_a_failure_in_a_later_chunk_fails_the_batch_and_redelivery_is_a_no_op() -> None:
+    pub = FakePublisher(fail_next=None)
+    proc, store = make(pub)
+    proc.config = dataclasses.replace(CONFIG, pipeline_chunk=2)
+    msgs = events("a", "b", "c", "d")
+    sent = pub.send
+
+    async def fail_on_c(topic: str, key: bytes | None, value: bytes) -> None:
+        if topic == CONFIG.topic_committed and decode_committed(value).event_key == "c":
+            raise ConnectionError("broker gone")
+        await sent(topic, key, value)
+
+    pub.send = fail_on_c  # type: ignore[method-assign]
+    with pytest.raises(ConnectionError):
+        await proc.handle(msgs)
+    assert pub.flushed == []  # nothing acknowledged: the driver commits no offset
+    assert store.committed_keys() == ["a", "b", "c", "d"]  # both chunks committed
+    pub.send = sent  # type: ignore[method-assign]
+    again = await proc.handle(msgs)
+    assert (again.committed, again.duplicates) == (0, 4)
+    assert store.committed_keys() == ["a", "b", "c", "d"]
 
 
 @pytest.mark.spec("R15.3")
