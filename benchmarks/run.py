@@ -1,5 +1,6 @@
-"""``make bench``: end-to-end ingest throughput and prepare latency, beside this machine's
-raw ceilings (aiokafka producer alone, asyncpg COPY alone), measured in the same run.
+"""``make bench``: end-to-end ingest throughput per processor driver (faust, aiokafka) and
+prepare latency, beside this machine's raw ceilings (aiokafka producer alone, asyncpg COPY
+alone, a no-op faust agent), measured in the same run.
 
 Prints a table and writes ``build/bench/results.json``. Uses its own database, topics and
 consumer group, against the stack ``deploy/stack.sh up`` started (or ``ALC_*`` settings).
@@ -19,9 +20,9 @@ from typing import Any
 
 import asyncpg
 import httpx
-from aiokafka import AIOKafkaProducer
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
+from benchmarks.ceilings import copy_ceiling, noop_faust_rate, producer_ceiling
 from devstack.launcher import Proc, service_set
 from schemas.auth import KeyKind
 from schemas.contracts import ToolStatus
@@ -31,7 +32,6 @@ from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.record_rows import RECORD_COLUMNS
 from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
@@ -76,93 +76,34 @@ async def _events_for(run: RunHandle, rounds: int, tag: str) -> list[Any]:
     return out
 
 
-async def producer_ceiling(s: Settings, payloads: list[bytes], keys: list[bytes]) -> float:
-    topic = f"bench.raw.{uuid.uuid4().hex[:6]}"
-    await ensure_topics(s, [topic])  # the broker creates no topic on first use
-    p = AIOKafkaProducer(
-        bootstrap_servers=s.kafka_bootstrap,
-        acks="all",
-        enable_idempotence=True,
-        linger_ms=2,
-        max_batch_size=1 << 20,
-    )
-    await p.start()
-    try:
-        t0 = time.perf_counter()
-        futs = [await p.send(topic, v, key=k) for v, k in zip(payloads, keys, strict=True)]
-        await asyncio.gather(*futs)
-        return len(payloads) / (time.perf_counter() - t0)
-    finally:
-        await p.stop()
-
-
-async def copy_ceiling(pool: asyncpg.Pool, n: int) -> float:
-    rows = [
-        (
-            f"s{i % 50}",
-            i,
-            f"rec{i}",
-            f"k{i}",
-            "sp",
-            "ac",
-            "r",
-            "i",
-            i,
-            "user_input",
-            "user",
-            "session",
-            None,
-            "some text of a record",
-            None,
-            "0" * 64,
-            21,
-            "text/plain",
-            {"type": "UserInputPayload", "intent": "question"},
-            6,
-            "tiktoken:cl100k_base",
-            "bench",
-            0,
-            0,
-            i,
-            None,
-        )
-        for i in range(n)
-    ]
-    async with pool.acquire() as conn:
-        await conn.execute(
-            "CREATE TEMP TABLE IF NOT EXISTS bench_records (LIKE records INCLUDING DEFAULTS)"
-        )
-        t0 = time.perf_counter()
-        for i in range(0, n, 2000):  # the processor's batch size
-            async with conn.transaction():
-                await conn.copy_records_to_table(
-                    "bench_records", records=rows[i : i + 2000], columns=RECORD_COLUMNS
-                )
-        return n / (time.perf_counter() - t0)
-
-
 async def wait_offsets(
     pool: asyncpg.Pool, s: Settings, want: dict[int, int], timeout: float = 600
-) -> None:
+) -> dict[int, int]:
+    """Wait until every partition's tracking row passes ``want``; the rows at the end."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        rows = await pool.fetch(
-            "SELECT partition, next_offset FROM consumer_offsets WHERE consumer=$1 AND topic=$2",
-            s.processor_id,
-            s.topic_records,
-        )
-        done = {r["partition"]: r["next_offset"] for r in rows}
+        done = await committed_offsets(pool, s)
         if all(done.get(p, 0) > o for p, o in want.items()):
-            return
+            return done
         await asyncio.sleep(0.02)
     raise TimeoutError("events not committed in time")
+
+
+async def committed_offsets(pool: asyncpg.Pool, s: Settings) -> dict[int, int]:
+    rows = await pool.fetch(
+        "SELECT partition, next_offset FROM consumer_offsets WHERE consumer=$1 AND topic=$2",
+        s.processor_id,
+        s.topic_records,
+    )
+    return {r["partition"]: r["next_offset"] for r in rows}
 
 
 async def drain_rate(
     s: Settings, pool: asyncpg.Pool, c: ContextClient, rel: str, processor: Proc, n_events: int
 ) -> float:
     """Processor capacity alone: a backlog written while it is stopped, then drained
-    with nothing else competing for the CPU."""
+    with nothing else competing for the CPU. Timed from the first batch's commit to the
+    last one's (start-up excluded, like the no-op faust agent's read rate)."""
     runs = []
     for _ in range(50):
         sess = await c.open_session("bench", "bench", rel)
@@ -171,14 +112,18 @@ async def drain_rate(
     per_run = [await _events_for(r, rounds, "d") for r in runs]
     stream = [evs[i] for i in range(rounds * 5) for evs in per_run]
     processor.stop()
+    before = await committed_offsets(pool, s)
     sent = await c.producer.send_many(stream)
     last: dict[int, int] = {}
     for p, o in sent:
         last[p] = max(last.get(p, -1), o)
-    t0 = time.perf_counter()
     await asyncio.to_thread(processor.start)
+    while (first := await committed_offsets(pool, s)) == before:
+        await asyncio.sleep(0.005)
+    t0 = time.perf_counter()
+    first_batch = sum(o - before.get(p, 0) for p, o in first.items())
     await wait_offsets(pool, s, last)
-    return len(stream) / (time.perf_counter() - t0)
+    return (len(stream) - first_batch) / (time.perf_counter() - t0)
 
 
 async def bench(
@@ -188,9 +133,13 @@ async def bench(
     prepare_sizes: list[int],
     prepare_calls: int,
     processor: Proc,
+    driver: str,
 ) -> dict[str, Any]:
+    """One driver's run: ingest end to end, the processor draining a backlog; with the
+    first driver also the ceilings (and prepare latency when ``prepare_sizes``); with the
+    faust driver the no-op faust agent's read rate of the same topic."""
     pool = await create_pool(s.pg_dsn, 1, 4)
-    results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}}
+    results: dict[str, Any] = {"machine": {"cores": os.cpu_count()}, "driver": driver}
     async with ContextClient(s.kafka_bootstrap, url, topic=s.topic_records) as c:
         rel = await c.register_release(
             agent_id="bench", instructions="Benchmark agent.", model_profile=PROFILE
@@ -208,7 +157,7 @@ async def bench(
             stream += [evs[i] for evs in per_run]
         payloads = [encode_event(e) for e in stream]
         keys = [e.scope.session_id.encode() for e in stream]
-        log(f"ingest: {len(stream)} events over {n_sessions} sessions (end to end)")
+        log(f"ingest, {driver} driver: {len(stream)} events over {n_sessions} sessions")
         db_before = await pool.fetchval("SELECT pg_database_size(current_database())")
         t0 = time.perf_counter()
         sent = await c.producer.send_many(stream)
@@ -232,27 +181,34 @@ async def bench(
             f"  end to end {e2e:,.0f} events/s"
             f" (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
         )
-        log("ceiling: aiokafka producer alone (pre-encoded, acks=all, idempotent)")
-        prod = await producer_ceiling(s, payloads, keys)
-        log(f"  {prod:,.0f} events/s")
-        log("ceiling: asyncpg COPY alone (records rows, batches of 2000)")
-        copy = await copy_ceiling(pool, len(stream))
-        log(f"  {copy:,.0f} rows/s")
-        log("processor alone: drain a backlog written while it was stopped (incl. restart)")
+        log("processor alone: drain a backlog written while it was stopped (after its first batch)")
         drain = await drain_rate(s, pool, c, rel["release_id"], processor, len(stream))
         log(f"  {drain:,.0f} events/s")
+        ceilings: dict[str, Any] = {}
+        if prepare_sizes:  # the first driver's run measures the machine's ceilings
+            log("ceiling: aiokafka producer alone (pre-encoded, acks=all, idempotent)")
+            ceilings["producer_ceiling_events_per_s"] = round(
+                await producer_ceiling(s, payloads, keys)
+            )
+            log(f"  {ceilings['producer_ceiling_events_per_s']:,} events/s")
+            log("ceiling: asyncpg COPY alone (records rows, batches of 2000)")
+            ceilings["copy_ceiling_rows_per_s"] = round(await copy_ceiling(pool, len(stream)))
+            log(f"  {ceilings['copy_ceiling_rows_per_s']:,} rows/s")
+        if driver == "faust":
+            log("ceiling: a no-op faust agent reading the same records topic")
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            ceilings["noop_faust_events_per_s"] = round(
+                await noop_faust_rate(s.topic_records, 2 * len(stream), env)
+            )
+            log(f"  {ceilings['noop_faust_events_per_s']:,} events/s")
         results["ingest"] = {
+            **ceilings,
             "processor_drain_events_per_s": round(drain),
             "events": len(stream),
             "sessions": n_sessions,
             "end_to_end_events_per_s": round(e2e),
-            "producer_ceiling_events_per_s": round(prod),
-            "copy_ceiling_rows_per_s": round(copy),
-            "ratio_to_producer": round(e2e / prod, 3),
-            "ratio_to_copy": round(e2e / copy, 3),
             "db_bytes_per_event": round(db_bytes / len(stream)),
             "records_bytes_per_row": round(rec_bytes),
-            "target_events_per_s": 20_000,
         }
         # ── prepare latency ──────────────────────────────────────────────────────────
         results["prepare"] = []
@@ -292,20 +248,34 @@ async def bench(
 
 def table(r: dict[str, Any]) -> str:
     i = r["ingest"]
+    prod, copy, noop = (
+        i.get("producer_ceiling_events_per_s", 0),
+        i.get("copy_ceiling_rows_per_s", 0),
+        i.get("noop_faust_events_per_s", 0),
+    )
     lines = [
         "",
         "| measure | value | ceiling | ratio |",
         "|---|---:|---:|---:|",
-        f"| ingest end to end (SDK append → committed in PostgreSQL) | "
-        f"{i['end_to_end_events_per_s']:,} ev/s | producer {i['producer_ceiling_events_per_s']:,}"
-        f" ev/s | {i['ratio_to_producer']:.2f} |",
-        f"| (same) vs asyncpg COPY alone | | COPY {i['copy_ceiling_rows_per_s']:,} rows/s | "
-        f"{i['ratio_to_copy']:.2f} |",
-        f"| processor alone, draining a backlog (restart included) | "
-        f"{i['processor_drain_events_per_s']:,} ev/s | | |",
-        f"| PostgreSQL growth per ingested event (all tables and indexes) | "
-        f"{i['db_bytes_per_event']:,} B | records row {i['records_bytes_per_row']:,} B | |",
+        f"| ceiling: aiokafka producer alone (pre-encoded) | {prod:,} ev/s | | |",
+        f"| ceiling: asyncpg COPY alone | {copy:,} rows/s | | |",
+        f"| ceiling: no-op faust agent reading the records topic | {noop:,} ev/s | | |",
     ]
+    for name, d in i["drivers"].items():
+        lines += [
+            f"| {name} driver: ingest end to end (SDK append → committed in PostgreSQL) | "
+            f"{d['end_to_end_events_per_s']:,} ev/s | producer {prod:,} ev/s | "
+            f"{d['ratio_to_producer']:.2f} |",
+            f"| {name} driver: processor alone, draining a backlog | "
+            f"{d['processor_drain_events_per_s']:,} ev/s | "
+            + (f"no-op faust {noop:,} ev/s | {d['ratio_to_noop_faust']:.2f} |"
+               if "ratio_to_noop_faust" in d else f"producer {prod:,} ev/s | "
+               f"{d['ratio_drain_to_producer']:.2f} |"),
+        ]  # fmt: skip
+    lines.append(
+        f"| PostgreSQL growth per ingested event (all tables and indexes) | "
+        f"{i['db_bytes_per_event']:,} B | records row {i['records_bytes_per_row']:,} B | |"
+    )
     lines += [
         "",
         "| records in thread | messages | server p50 ms | server p99 ms |"
@@ -320,13 +290,35 @@ def table(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--events", type=int, default=50_000)
-    ap.add_argument("--prepare-sizes", default="100,1000,10000")
-    ap.add_argument("--prepare-calls", type=int, default=200)
-    args = ap.parse_args()
-    base = Settings()
+def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result of the drivers' runs: the ceilings (first run), each driver's rates with
+    ratios, and the default (first) driver's numbers at the top level as before."""
+    first = runs[0]
+    ingest = {**first["ingest"]}
+    for r in runs[1:]:
+        ingest.update({k: v for k, v in r["ingest"].items() if "ceiling" in k})
+    prod = ingest.get("producer_ceiling_events_per_s") or 1
+    noop = ingest.get("noop_faust_events_per_s")
+    drivers: dict[str, Any] = {}
+    for r in runs:
+        d = r["ingest"]
+        row = {
+            "end_to_end_events_per_s": d["end_to_end_events_per_s"],
+            "processor_drain_events_per_s": d["processor_drain_events_per_s"],
+            "ratio_to_producer": round(d["end_to_end_events_per_s"] / prod, 3),
+            "ratio_drain_to_producer": round(d["processor_drain_events_per_s"] / prod, 3),
+        }
+        if r["driver"] == "faust" and noop:
+            row["ratio_to_noop_faust"] = round(d["processor_drain_events_per_s"] / noop, 3)
+        drivers[r["driver"]] = row
+    ingest["drivers"] = drivers
+    ingest["ratio_to_producer"] = drivers[first["driver"]]["ratio_to_producer"]
+    ingest["targets"] = {"aiokafka_e2e_to_producer": 0.5, "faust_drain_to_noop_faust": 0.8}
+    return {"machine": first["machine"], "ingest": ingest, "prepare": first["prepare"]}
+
+
+def run_driver(base: Settings, driver: str, args: argparse.Namespace, first: bool) -> Any:
+    """A fresh database, topics and group for ``driver``; its services; its run."""
     tag = uuid.uuid4().hex[:6]
     db = f"alc_bench_{tag}"
 
@@ -336,45 +328,51 @@ def main() -> None:
         await conn.close()
 
     asyncio.run(create_db())
-    env_over = {
-        "ALC_PG_DSN": base.pg_dsn.rsplit("/", 1)[0] + "/" + db,
-        "ALC_TOPIC_RECORDS": f"bench{tag}.records",
-        "ALC_TOPIC_COMMITTED": f"bench{tag}.committed",
-        "ALC_TOPIC_DEAD_LETTER": f"bench{tag}.deadletter",
-        "ALC_PROCESSOR_ID": f"alc-bench-{tag}",
-        "ALC_PROCESSOR_INSTANCE_ID": f"bench-{tag}",
-        "ALC_PREPARE_PORT": str(base.prepare_port + 7),
-        "ALC_LOG_LEVEL": "WARNING",
-    }
-    os.environ.update(env_over)
+    os.environ.update(
+        {
+            "ALC_PG_DSN": base.pg_dsn.rsplit("/", 1)[0] + "/" + db,
+            "ALC_TOPIC_RECORDS": f"bench{tag}.records",
+            "ALC_TOPIC_COMMITTED": f"bench{tag}.committed",
+            "ALC_TOPIC_DEAD_LETTER": f"bench{tag}.deadletter",
+            "ALC_PROCESSOR_ID": f"alc-bench-{tag}",
+            "ALC_PROCESSOR_INSTANCE_ID": f"bench-{tag}",
+            "ALC_PROCESSOR_DRIVER": driver,
+            "ALC_PREPARE_PORT": str(base.prepare_port + 7),
+            "ALC_LOG_LEVEL": "WARNING",
+        }
+    )
     s = Settings()
     asyncio.run(apply_dsn(s.pg_dsn))
     # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
     os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
     asyncio.run(ensure_topics(s))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    logs = OUT / f"logs-{tag}"
-    procs = service_set(
-        {**env, "ALC_LOG_LEVEL": "INFO"}, logs, REPO, "127.0.0.1", s.prepare_port, sys.executable
-    )
-    prepare, processor = procs.prepare, procs.processor
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "ALC_LOG_LEVEL": "INFO"}
+    procs = service_set(env, OUT / f"logs-{tag}", REPO, "127.0.0.1", s.prepare_port, sys.executable)
+    sizes = [int(x) for x in args.prepare_sizes.split(",")] if first else []
     try:
-        prepare.start()
-        processor.start()
-        sizes = [int(x) for x in args.prepare_sizes.split(",")]
-        results = asyncio.run(
-            bench(
-                s,
-                f"http://127.0.0.1:{s.prepare_port}",
-                args.events,
-                sizes,
-                args.prepare_calls,
-                processor,
-            )
+        procs.prepare.start()
+        procs.processor.start()
+        url = f"http://127.0.0.1:{s.prepare_port}"
+        return asyncio.run(
+            bench(s, url, args.events, sizes, args.prepare_calls, procs.processor, driver)
         )
     finally:
-        prepare.stop()
-        processor.stop()
+        procs.prepare.stop()
+        procs.processor.stop()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--events", type=int, default=50_000)
+    ap.add_argument("--prepare-sizes", default="100,1000,10000")
+    ap.add_argument("--prepare-calls", type=int, default=200)
+    ap.add_argument("--drivers", default="faust,aiokafka", help="processor drivers to run")
+    args = ap.parse_args()
+    base = Settings()
+    runs = [
+        run_driver(base, d, args, first=(n == 0)) for n, d in enumerate(args.drivers.split(","))
+    ]
+    results = merge(runs)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "results.json").write_text(json.dumps(results, indent=2))
     print(table(results))

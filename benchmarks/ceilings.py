@@ -1,0 +1,106 @@
+"""This machine's raw ceilings, measured in the same run as the pipeline (``make bench``):
+the aiokafka producer alone, asyncpg COPY alone, and a no-op faust agent's read rate."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import time
+import uuid
+
+import asyncpg
+from aiokafka import AIOKafkaProducer
+
+from schemas.settings import Settings
+from storage.record_rows import RECORD_COLUMNS
+from streams.topics import ensure_topics
+
+
+async def producer_ceiling(s: Settings, payloads: list[bytes], keys: list[bytes]) -> float:
+    topic = f"bench.raw.{uuid.uuid4().hex[:6]}"
+    await ensure_topics(s, [topic])  # the broker creates no topic on first use
+    p = AIOKafkaProducer(
+        bootstrap_servers=s.kafka_bootstrap,
+        acks="all",
+        enable_idempotence=True,
+        linger_ms=2,
+        max_batch_size=1 << 20,
+    )
+    await p.start()
+    try:
+        t0 = time.perf_counter()
+        futs = [await p.send(topic, v, key=k) for v, k in zip(payloads, keys, strict=True)]
+        await asyncio.gather(*futs)
+        return len(payloads) / (time.perf_counter() - t0)
+    finally:
+        await p.stop()
+
+
+async def copy_ceiling(pool: asyncpg.Pool, n: int) -> float:
+    rows = [
+        (
+            f"s{i % 50}",
+            i,
+            f"rec{i}",
+            f"k{i}",
+            "sp",
+            "ac",
+            "r",
+            "i",
+            i,
+            "user_input",
+            "user",
+            "session",
+            None,
+            "some text of a record",
+            None,
+            "0" * 64,
+            21,
+            "text/plain",
+            {"type": "UserInputPayload", "intent": "question"},
+            6,
+            "tiktoken:cl100k_base",
+            "bench",
+            0,
+            0,
+            i,
+            None,
+        )
+        for i in range(n)
+    ]
+    async with pool.acquire() as conn:
+        await conn.execute(
+            "CREATE TEMP TABLE IF NOT EXISTS bench_records (LIKE records INCLUDING DEFAULTS)"
+        )
+        t0 = time.perf_counter()
+        for i in range(0, n, 2000):  # the processor's batch size
+            async with conn.transaction():
+                await conn.copy_records_to_table(
+                    "bench_records", records=rows[i : i + 2000], columns=RECORD_COLUMNS
+                )
+        return n / (time.perf_counter() - t0)
+
+
+async def noop_faust_rate(topic: str, count: int, env: dict[str, str]) -> float:
+    """Read ``count`` messages of ``topic`` with a no-op faust agent (benchmarks.noop_faust,
+    a process of its own like the processor); its events/s, start-up excluded."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "benchmarks.noop_faust",
+        "--topic",
+        topic,
+        "--count",
+        str(count),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), timeout=600)
+    # faust routes stdout through its logging: find the JSON line wherever it landed.
+    found = re.search(r'\{"events".*?\}', out.decode(errors="replace"))
+    if found is None:
+        raise RuntimeError(f"no-op faust agent printed no result:\n{out.decode()[-2000:]}")
+    return float(json.loads(found.group(0))["events_per_s"])
