@@ -19,11 +19,12 @@ import uuid
 from pathlib import Path
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from schemas.settings import Settings
 from schemas.wire import ObservabilityEvent, encode_observability
-from services.analytics.__main__ import Dimensions, handle
+from services.analytics.__main__ import consumer_of
+from services.analytics.pipeline import Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from streams.topics import ensure_topics
@@ -64,28 +65,22 @@ async def _produce(s: Settings, topic: str, payloads: list[bytes]) -> float:
 
 
 async def _consume(s: Settings, n: int) -> float:
-    """Events/s from the first fetch until all ``n`` are applied (the service's loop)."""
+    """Events/s from the first fetch until all ``n`` are applied (the service's own loop)."""
     pool = await create_pool(s.pg_dsn, 1, 2)
-    consumer = AIOKafkaConsumer(
-        s.topic_observability, s.topic_dead_letter, bootstrap_servers=s.kafka_bootstrap,
-        group_id=s.analytics_group, enable_auto_commit=False, auto_offset_reset="earliest",
-        max_poll_records=s.analytics_batch_max,
-    )  # fmt: skip
+    consumer = consumer_of(s)
     await consumer.start()
-    dims = Dimensions(pool)
-    done, t0 = 0, None
+    stop, done = asyncio.Event(), [0]
+
+    def written(count: int) -> None:
+        done[0] += count
+        if done[0] >= n:
+            stop.set()
+
+    pipeline = Pipeline(s, pool, consumer, on_written=written)
     try:
-        while done < n:
-            fetched = await consumer.getmany(timeout_ms=500, max_records=s.analytics_batch_max)
-            msgs = [m for part in fetched.values() for m in part]
-            if not msgs:
-                continue
-            t0 = t0 if t0 is not None else time.perf_counter()
-            await handle(s, pool, dims, msgs)
-            await consumer.commit({tp: part[-1].offset + 1 for tp, part in fetched.items()})
-            done += len(msgs)
-        assert t0 is not None
-        return n / (time.perf_counter() - t0)
+        await pipeline.run(stop)
+        assert pipeline.started is not None
+        return n / (time.perf_counter() - pipeline.started)
     finally:
         await consumer.stop()
         await pool.close()
