@@ -3,9 +3,13 @@ consumed and rolled up into PostgreSQL by the analytics group's own batch handle
 beside the producer ceiling (the same events written by an aiokafka producer alone,
 acks=all) measured in the same run.
 
-Its own database, topics and consumer group. Prints one table row and writes
-``build/bench/analytics.json``. (The core's prepare p99 with and without the analytics
-group running is not measured here yet: see the README's analytics section.)
+Then the core's prepare p99 with and without the analytics group running, beside each
+other (``benchmarks/analytics_prepare.py``; target ratio <= 1.1).
+
+Its own database, topics and consumer group. Prints a table and writes
+``build/bench/analytics.json`` (stable keys: ``analytics_per_s``,
+``producer_ceiling_per_s``, ``prepare_p99_ms_without_analytics``,
+``prepare_p99_ms_with_analytics``, ``prepare_p99_ratio``).
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import random
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
+from benchmarks.analytics_prepare import prepare_p99
 from schemas.settings import Settings
 from schemas.wire import ObservabilityEvent, encode_observability
 from services.analytics.__main__ import consumer_of
@@ -86,7 +92,7 @@ async def _consume(s: Settings, n: int) -> float:
         await pool.close()
 
 
-async def bench(n: int) -> dict[str, float]:
+async def bench(args: argparse.Namespace) -> dict[str, Any]:
     base = Settings()
     tag = uuid.uuid4().hex[:6]
     db = f"alc_bench_analytics_{tag}"
@@ -96,15 +102,23 @@ async def bench(n: int) -> dict[str, float]:
     s = replace_settings(base, db, tag)
     await apply_dsn(s.pg_dsn)
     await ensure_topics(s, [s.topic_observability, s.topic_dead_letter])
+    n = args.events
     payloads = [encode_observability(e) for e in _events(n, int(time.time() * 1000))]
     try:
         ceiling = await _produce(s, s.topic_observability, payloads)
         rate = await _consume(s, n)
+        out: dict[str, Any] = {
+            "events": n,
+            "producer_ceiling_per_s": round(ceiling),
+            "analytics_per_s": round(rate),
+        }
+        if args.prepare_calls > 0:
+            out |= await prepare_p99(s, tag, args.prepare_calls, args.records, args.obs_rate)
     finally:
         conn = await asyncpg.connect(base.pg_dsn)
         await conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         await conn.close()
-    return {"events": n, "producer_ceiling_per_s": ceiling, "analytics_per_s": rate}
+    return out
 
 
 def replace_settings(base: Settings, db: str, tag: str) -> Settings:
@@ -118,18 +132,35 @@ def replace_settings(base: Settings, db: str, tag: str) -> Settings:
     )
 
 
+def table(r: dict[str, Any]) -> str:
+    lines = [
+        "| measure | value | beside | |",
+        "|---|---:|---|---|",
+        f"| analytics rollups (events/s consumed + rolled up) | {r['analytics_per_s']:,} |"
+        f" producer ceiling {r['producer_ceiling_per_s']:,}/s"
+        f" ({r['analytics_per_s'] / r['producer_ceiling_per_s']:.0%}) | {r['events']:,} events |",
+    ]
+    if "prepare_p99_ratio" in r:
+        lines.append(
+            f"| prepare p99 with / without analytics (ms) | {r['prepare_p99_ms_with_analytics']}"
+            f" / {r['prepare_p99_ms_without_analytics']} | ratio {r['prepare_p99_ratio']}"
+            f" (target <= {r['prepare_p99_ratio_target']}) | {r['prepare_calls_per_mode']}"
+            f" prepares per mode at {r['prepare_records']:,} records,"
+            f" {r['observability_background_per_s']:,} obs. events/s |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=20_000)
-    args = ap.parse_args()
-    r = asyncio.run(bench(args.events))
+    ap.add_argument("--prepare-calls", type=int, default=200, help="per mode; 0: skip")
+    ap.add_argument("--records", type=int, default=1_000, help="in the prepared session")
+    ap.add_argument("--obs-rate", type=int, default=500, help="observability events/s")
+    r = asyncio.run(bench(ap.parse_args()))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "analytics.json").write_text(json.dumps(r, indent=2))
-    print(
-        f"| analytics rollups (events/s consumed + rolled up) | {r['analytics_per_s']:,.0f} |"
-        f" producer ceiling {r['producer_ceiling_per_s']:,.0f}/s"
-        f" ({r['analytics_per_s'] / r['producer_ceiling_per_s']:.0%}) | {int(r['events'])} events |"
-    )
+    print(table(r))
 
 
 if __name__ == "__main__":
