@@ -19,6 +19,7 @@ from typing import Any
 
 import asyncpg
 
+from devstack.demo_analytics import print_summary
 from devstack.launcher import service_set
 from domain.tokens import make_counter
 from schemas.auth import KeyKind
@@ -410,39 +411,13 @@ async def demo_with_key(settings: Settings) -> None:
     since = int(time.time()) // 60 * 60
     try:
         await run_session(settings, base, key.key)
-        await _analytics_summary(base, key.key, since)
+        await print_summary(base, key.key, since)
     finally:
         conn = await asyncpg.connect(settings.pg_dsn)
         try:
             await revoke_key(conn, key.key_id)
         finally:
             await conn.close()
-
-
-async def _analytics_summary(base: str, key: str, since: int) -> None:
-    """Issue 12: what the analytics group rolled up from this run's observability events
-    (read from the rollups through the API, not computed here)."""
-    import datetime as dt
-
-    import httpx
-
-    params = {"window": "1m", "from": dt.datetime.fromtimestamp(since, dt.UTC).isoformat()}
-    totals: dict[str, int] = {}
-    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
-        for _ in range(30):  # until two reads agree: the group has caught up
-            await asyncio.sleep(1.0)
-            rows = (await c.get("/v1/analytics/rollups", params=params)).json().get("rows", [])
-            now: dict[str, int] = {}
-            for r in rows:
-                name = r["metric"] + (f"[{r['label']}]" if r["label"] else "")
-                now[name] = now.get(name, 0) + r["value"]
-            if now and now == totals:
-                break
-            totals = now
-    print("\n══ analytics (rollups of ctx.observability since the demo started, demo-space)")
-    for name in sorted(totals):
-        if not name.startswith("budget_item_tokens"):
-            print(f"   {name:<48} {totals[name]}")
 
 
 def main() -> None:

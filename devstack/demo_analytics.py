@@ -1,0 +1,97 @@
+"""The end of ``make demo`` (issue 12): what the analytics group rolled up from the demo's
+own observability events, read back from the rollups through the API — counters grouped
+by what they describe, distributions as p50 / p95 from the stored histograms (the same
+``distributions`` the API answers with, over the whole run instead of per window)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+
+from storage.analytics import distributions
+
+# One line per group, in this order; a metric in no group goes to "other".
+GROUPS: dict[str, tuple[str, ...]] = {
+    "prepares": ("prepares", "prepare_decisions", "refusals"),
+    "triggers": ("trigger_checks", "storm_suppressions"),
+    "compactions": (
+        "compactions",
+        "compaction_reasons",
+        "tokens_before",
+        "tokens_after",
+        "tokens_saved",
+        "summarizer_calls",
+        "summary_tokens",
+        "compaction_ms",
+    ),
+    "model calls": ("model_calls", "usage_input_tokens", "usage_output_tokens"),
+    "read-backs": ("readbacks", "readback_chars"),
+    "processor": ("idempotent_hits", "processor_dead_letters", "revision_conflicts"),
+    "dead letters": ("dead_letters",),
+}
+# Sums that say little once the distribution is shown (or that repeat another line).
+HIDDEN = frozenset({"estimated_input_tokens", "budget_item_tokens", "summarizer_input_tokens"})
+
+
+def _n(v: int | None) -> str:
+    return "-" if v is None else f"{v:,}"
+
+
+def _whole_run(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with their window and dimensions blanked: one demo-wide 'window'."""
+    blank = dict.fromkeys(("bucket_start", "space_id", "agent_id", "release_id", "model"), "")
+    return [{**r, **blank, "purpose": ""} for r in rows]
+
+
+def _counters(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """metric -> label -> total, the histograms' bucket counts left out."""
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for r in rows:
+        if not r["metric"].endswith("_hist") and r["metric"] not in HIDDEN:
+            out[r["metric"]][r["label"]] += int(r["value"])
+    return out
+
+
+def _part(metric: str, labels: Mapping[str, int]) -> str:
+    if set(labels) == {""}:
+        return f"{metric} {_n(labels[''])}"
+    inner = ", ".join(f"{label or '-'} {_n(v)}" for label, v in sorted(labels.items()))
+    return f"{metric}: {inner}"
+
+
+def summary(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The summary's lines, from the API's rollup rows of the run (any windows)."""
+    merged = _whole_run(rows)
+    lines = []
+    for d in sorted(distributions(merged), key=lambda d: (d["metric"], d["label"])):
+        name = d["metric"] + (f"[{d['label']}]" if d["label"] else "")
+        lines.append(f"{name:<40} p50 {_n(d['p50'])} · p95 {_n(d['p95'])} (n={d['count']})")
+    counters = _counters(merged)
+    grouped = {m for ms in GROUPS.values() for m in ms}
+    groups = {**GROUPS, "other": tuple(sorted(set(counters) - grouped))}
+    for title, metrics in groups.items():
+        parts = [_part(m, counters[m]) for m in metrics if m in counters]
+        if parts:
+            lines.append(f"{title + ':':<14}" + " · ".join(parts))
+    return lines
+
+
+async def print_summary(base: str, key: str, since: int, window: str = "1m") -> None:
+    """Polls the rollups until two reads agree (the group has caught up), then prints."""
+    params = {"window": window, "from": dt.datetime.fromtimestamp(since, dt.UTC).isoformat()}
+    rows: list[dict[str, Any]] = []
+    async with httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
+        for _ in range(30):
+            await asyncio.sleep(1.0)
+            now = (await c.get("/v1/analytics/rollups", params=params)).json().get("rows", [])
+            if now and now == rows:
+                break
+            rows = now
+    print("\n══ analytics of this run (rollups of ctx.observability, demo-space)")
+    for line in summary(rows) or ["(no rollups yet)"]:
+        print(f"   {line}")
