@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import textwrap
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -29,11 +30,17 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "summary_tokens",
         "compaction_ms",
     ),
-    "model calls": ("model_calls", "usage_input_tokens", "usage_output_tokens"),
+    "model calls": (
+        "model_calls",
+        "estimated_input_tokens_called",
+        "usage_input_tokens",
+        "usage_output_tokens",
+    ),
     "read-backs": ("readbacks", "readback_chars"),
     "processor": ("idempotent_hits", "processor_dead_letters", "revision_conflicts"),
     "dead letters": ("dead_letters",),
 }
+WIDTH, INDENT = 100, 14  # characters: the summary's width, and where a line's parts start
 # Sums that say little once the distribution is shown (or that repeat another line).
 HIDDEN = frozenset({"estimated_input_tokens", "budget_item_tokens", "summarizer_input_tokens"})
 
@@ -64,20 +71,40 @@ def _part(metric: str, labels: Mapping[str, int]) -> str:
     return f"{metric}: {inner}"
 
 
+def _line(title: str, parts: list[str]) -> list[str]:
+    """``title: part · part ...``, wrapped under the first part."""
+    text = f"{title + ':':<{INDENT - 1}} " + " · ".join(parts)
+    return textwrap.wrap(text, WIDTH, subsequent_indent=" " * INDENT, break_on_hyphens=False)
+
+
+def _distribution_lines(merged: list[dict[str, Any]]) -> list[str]:
+    by_metric: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for d in distributions(merged):
+        by_metric[d["metric"]].append(d)
+    lines = []
+    for metric, ds in sorted(by_metric.items()):
+        if [d["label"] for d in ds] == [""]:
+            d = ds[0]
+            parts = [f"p50 {_n(d['p50'])}", f"p95 {_n(d['p95'])} (n={d['count']})"]
+        else:  # one line for all labels (budget items), p50/p95 each
+            metric += " p50/p95"
+            ds.sort(key=lambda d: d["label"])
+            parts = [f"{d['label']} {_n(d['p50'])}/{_n(d['p95'])}" for d in ds]
+        lines += _line(metric, parts)
+    return lines
+
+
 def summary(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """The summary's lines, from the API's rollup rows of the run (any windows)."""
     merged = _whole_run(rows)
-    lines = []
-    for d in sorted(distributions(merged), key=lambda d: (d["metric"], d["label"])):
-        name = d["metric"] + (f"[{d['label']}]" if d["label"] else "")
-        lines.append(f"{name:<40} p50 {_n(d['p50'])} · p95 {_n(d['p95'])} (n={d['count']})")
+    lines = _distribution_lines(merged)
     counters = _counters(merged)
     grouped = {m for ms in GROUPS.values() for m in ms}
     groups = {**GROUPS, "other": tuple(sorted(set(counters) - grouped))}
     for title, metrics in groups.items():
         parts = [_part(m, counters[m]) for m in metrics if m in counters]
         if parts:
-            lines.append(f"{title + ':':<14}" + " · ".join(parts))
+            lines += _line(title, parts)
     return lines
 
 

@@ -56,12 +56,15 @@ def _events() -> list[ObservabilityEvent]:
 
 def test_distributions_are_p50_and_p95_over_the_whole_run() -> None:
     lines = summary(_rows(_events()))
-    est = next(x for x in lines if x.startswith("estimated_input_tokens "))
+    est = next(x for x in lines if x.startswith("estimated_input_tokens:"))
     # Nearest rank over all ten values (1000..10000), read back from the buckets.
     p50, p95 = hist_value(hist_index(5000)), hist_value(hist_index(10000))
     assert est.split()[1:] == ["p50", f"{p50:,}", "·", "p95", f"{p95:,}", "(n=10)"]
-    hist = next(x for x in lines if x.startswith("budget_item_tokens[history]"))
-    assert f"p50 {hist_value(hist_index(500)):,}" in hist
+    items = next(x for x in lines if x.startswith("budget_item_tokens p50/p95:"))
+    assert items.split()[2:] == [
+        "history",
+        f"{hist_value(hist_index(500))}/{hist_value(hist_index(1000))}",
+    ]
     assert not any("_hist" in x or "|" in x for x in lines)
 
 
@@ -74,9 +77,18 @@ def test_counters_are_grouped_one_line_per_group() -> None:
     assert "trigger_checks: job_started 1, none 2" in triggers
     assert any(x.startswith("processor:") and "run_not_active 1" in x for x in lines)
     # Sums shown as distributions are not repeated as counters.
-    assert not any(x.startswith("estimated_input_tokens ") and "p50" not in x for x in lines)
+    assert not any(x.startswith("estimated_input_tokens") and "p50" not in x for x in lines)
     assert len(lines) == 5  # 2 distributions + prepares, triggers, processor
 
 
 def test_no_rows_no_lines() -> None:
     assert summary([]) == []
+
+
+def test_long_groups_wrap_under_their_first_part() -> None:
+    rows = _rows([_prepare(T0, 10, 10)])
+    rows += [dict(rows[0], metric="dead_letters", label=f"reason_{i}", value=1) for i in range(30)]
+    dead = [x for x in summary(rows) if x.startswith("dead letters:") or x.startswith(" ")]
+    assert len(dead) > 1
+    assert all(len(x) <= 100 for x in dead)
+    assert all(x.startswith(" " * 14) and x[14] != " " for x in dead[1:])
