@@ -32,6 +32,15 @@ KEPT_BECAUSE = {
 }
 
 
+def block_id(msg: dict[str, Any], first_record_id: str | None) -> str:
+    """A message's stable id: its summary, its first source record, or "state"."""
+    if msg.get("block") == "summary":
+        return f"summary:{msg.get('summary_id')}"
+    if first_record_id is None:
+        return "state"
+    return f"rec:{first_record_id}"
+
+
 def tool_schema_text(tool_catalog: list[dict[str, Any]]) -> str:
     """Stable text of the tool schemas: they count against the budget too (LangChain #34664)."""
     return json.dumps(tool_catalog, sort_keys=True, separators=(",", ":"))

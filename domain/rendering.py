@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
-from domain.blocks import KEPT_BECAUSE, RETENTION, skills_catalog_text, tool_schema_text
+from domain.blocks import (
+    KEPT_BECAUSE,
+    RETENTION,
+    block_id,
+    skills_catalog_text,
+    tool_schema_text,
+)
 from domain.policy import LargeResultSettings
 from domain.record_view import CountFn, Message, RecordView, SkillActivation, SkillLoad
 from domain.redaction import redact
@@ -49,9 +55,16 @@ class _OpenGroup:
     results: dict[str, RecordView] = field(default_factory=dict)
     deferred: list[RecordView] = field(default_factory=list)
     inherited: bool = False
+    # The group's call ids, built once: every record routed while it is open is looked
+    # up here (issue 13: a cold render routes every record of the thread).
+    ids: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ids = frozenset(c["call_id"] for c in self.calls)
 
     def complete(self) -> bool:
-        return all(c["call_id"] in self.results for c in self.calls)
+        # results only ever holds ids of this group, so all answered == as many as ids
+        return len(self.results) == len(self.ids)
 
 
 class ThreadRenderer:
@@ -132,16 +145,17 @@ class ThreadRenderer:
         own group and its result."""
         grp = self._open
         if grp is not None:
-            call_ids = {c["call_id"] for c in grp.calls}
-            call_id: str = rec.payload.get("call_id") or ""
-            if rec.kind == "tool_outcome" and call_id in call_ids:
-                grp.results[call_id] = rec
-                if grp.complete():
-                    self._close(grp)
-                return
-            if rec.kind == "tool_call" and call_id in call_ids:
-                return  # the host's dispatch record of a call already in view
-            if rec.kind == "assistant_message" or (inherited != grp.inherited):
+            kind = rec.kind
+            if kind == "tool_outcome" or kind == "tool_call":
+                call_id: str = rec.payload.get("call_id") or ""
+                if call_id in grp.ids:
+                    if kind == "tool_call":
+                        return  # the host's dispatch record of a call already in view
+                    grp.results[call_id] = rec
+                    if grp.complete():
+                        self._close(grp)
+                    return
+            if kind == "assistant_message" or (inherited != grp.inherited):
                 self._close(grp)  # a new model turn or a run boundary: missing results stay unknown
                 self._route(rec, inherited)
             else:
@@ -362,27 +376,23 @@ class ThreadRenderer:
             msg["content"] = content
             msg["redactions"] = redacted
             tokens += max(0, self.count(content) - self.count(original))
+        # The keys are set in this order (the stored state and the prepared context keep
+        # it); a key the caller set keeps its place and value.
         msg["record_ids"] = [s.record_id for s in sources]
         msg["category"] = category
         msg["tokens"] = tokens + self.overhead
-        msg.setdefault("block_id", _block_id(msg, sources))
-        msg.setdefault("retention", RETENTION.get(category, "compressible"))
-        msg.setdefault("decision", "kept")  # R4.2: every block says why it is there
-        msg.setdefault("reason", KEPT_BECAUSE.get(category, "in_thread"))
+        if "block_id" not in msg:
+            msg["block_id"] = block_id(msg, sources[0].record_id if sources else None)
+        if "retention" not in msg:
+            msg["retention"] = RETENTION.get(category, "compressible")
+        if "decision" not in msg:
+            msg["decision"] = "kept"  # R4.2: every block says why it is there
+        if "reason" not in msg:
+            msg["reason"] = KEPT_BECAUSE.get(category, "in_thread")
         if category == "task":
             self.task_indices.append(len(self.messages))
         self.messages.append(msg)
-        self.tokens[category] = self.tokens.get(category, 0) + tokens
+        counts = self.tokens
+        counts[category] = counts.get(category, 0) + tokens
         self.message_counts[category] = self.message_counts.get(category, 0) + 1
-        self.tokens["envelope"] = self.tokens.get("envelope", 0) + self.overhead
-
-
-# R10.1 retention classes per category: the current task is required; state (unknown
-# results, activations) is active; history and interactions are compressible; material a
-# parent chose is optional beside the child's own task.
-def _block_id(msg: Message, sources: list[RecordView]) -> str:
-    if msg.get("block") == "summary":
-        return f"summary:{msg.get('summary_id')}"
-    if not sources:
-        return "state"
-    return f"rec:{sources[0].record_id}"
+        counts["envelope"] = counts.get("envelope", 0) + self.overhead
