@@ -40,6 +40,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "processor": ("idempotent_hits", "processor_dead_letters", "revision_conflicts"),
     "dead letters": ("dead_letters",),
 }
+NBSP = "\u00a0"
 WIDTH, INDENT = 100, 14  # characters: the summary's width, and where a line's parts start
 # Sums that say little once the distribution is shown (or that repeat another line).
 HIDDEN = frozenset({"estimated_input_tokens", "budget_item_tokens", "summarizer_input_tokens"})
@@ -64,17 +65,23 @@ def _counters(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
+def _pair(name: str, value: str) -> str:
+    # textwrap breaks at ASCII whitespace only: a no-break space keeps a pair on one line.
+    return f"{name}{NBSP}{value}"
+
+
 def _part(metric: str, labels: Mapping[str, int]) -> str:
     if set(labels) == {""}:
-        return f"{metric} {_n(labels[''])}"
-    inner = ", ".join(f"{label or '-'} {_n(v)}" for label, v in sorted(labels.items()))
+        return _pair(metric, _n(labels[""]))
+    inner = ", ".join(_pair(label or "-", _n(v)) for label, v in sorted(labels.items()))
     return f"{metric}: {inner}"
 
 
 def _line(title: str, parts: list[str]) -> list[str]:
-    """``title: part · part ...``, wrapped under the first part."""
+    """``title: part · part ...``, wrapped under the first part, never inside a pair."""
     text = f"{title + ':':<{INDENT - 1}} " + " · ".join(parts)
-    return textwrap.wrap(text, WIDTH, subsequent_indent=" " * INDENT, break_on_hyphens=False)
+    wrapped = textwrap.wrap(text, WIDTH, subsequent_indent=" " * INDENT, break_on_hyphens=False)
+    return [line.replace(NBSP, " ") for line in wrapped]
 
 
 def _distribution_lines(merged: list[dict[str, Any]]) -> list[str]:
@@ -85,11 +92,11 @@ def _distribution_lines(merged: list[dict[str, Any]]) -> list[str]:
     for metric, ds in sorted(by_metric.items()):
         if [d["label"] for d in ds] == [""]:
             d = ds[0]
-            parts = [f"p50 {_n(d['p50'])}", f"p95 {_n(d['p95'])} (n={d['count']})"]
+            parts = [_pair("p50", _n(d["p50"])), _pair("p95", _n(d["p95"])) + f" (n={d['count']})"]
         else:  # one line for all labels (budget items), p50/p95 each
             metric += " p50/p95"
             ds.sort(key=lambda d: d["label"])
-            parts = [f"{d['label']} {_n(d['p50'])}/{_n(d['p95'])}" for d in ds]
+            parts = [_pair(d["label"], f"{_n(d['p50'])}/{_n(d['p95'])}") for d in ds]
         lines += _line(metric, parts)
     return lines
 

@@ -92,3 +92,7 @@ def test_long_groups_wrap_under_their_first_part() -> None:
     assert len(dead) > 1
     assert all(len(x) <= 100 for x in dead)
     assert all(x.startswith(" " * 14) and x[14] != " " for x in dead[1:])
+    # Pairs stay whole: a continuation line holds "reason_<i> 1" pairs, never a split one.
+    pairs = [p.split() for x in dead[1:] for p in x.strip().rstrip(",").split(", ")]
+    assert pairs
+    assert all(name.startswith("reason_") and rest == ["1"] for name, *rest in pairs)
