@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import TypeAlias
@@ -68,6 +69,7 @@ class Batch:
         self.facts: list[Fact] = []
         # Last offset + 1 per (topic, partition): what Kafka is told after the commit.
         self.offsets: dict[tuple[str, int], int] = {}
+        self.opened = 0.0  # time.monotonic() of the first message added
 
     def __len__(self) -> int:
         return len(self.consumed)
@@ -77,6 +79,8 @@ class Batch:
         return rollup(self.facts)
 
     async def add(self, msgs: list[Message], dims: Dimensions) -> None:
+        if not self.consumed:
+            self.opened = time.monotonic()
         decoded: list[tuple[Message, tuple[str, Fact] | None]] = []
         for start in range(0, len(msgs), DECODE_CHUNK):
             chunk = msgs[start : start + DECODE_CHUNK]

@@ -6,7 +6,8 @@ PostgreSQL upserts the previous batch (its own process, so another core). Transa
 stay strictly sequential — a batch is written only after the one before it committed —
 so the tracking offsets move in order. Whatever arrives while a write is in flight joins
 the next batch (up to ``PENDING_FETCHES`` fetches): under load, batches grow, and rows
-that recur across fetches (the histogram buckets of one window) are written once.
+that recur across fetches (the histogram buckets of one window) are written once. A
+batch is written when it holds a fetch's worth or has waited ``FLUSH_WITHIN_S``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ log = logging.getLogger("agentloom.analytics")
 # A transaction holds at most this many fetches of ``analytics_batch_max`` messages:
 # bounded memory and a bounded transaction, while fetching stops (back-pressure).
 PENDING_FETCHES = 10
+# The longest a message waits for its batch to fill (``take(n, within)``): rollups lag by
+# at most this much, and a slow flow still makes few transactions.
+FLUSH_WITHIN_S = 0.5
 
 
 class Pipeline:
@@ -60,20 +64,36 @@ class Pipeline:
         try:
             while not stop.is_set():
                 if writing is None or (not writing.done() and len(batch) < self.max_pending):
-                    await self._fetch(batch)
+                    await self._fetch(batch, self._wait_ms(batch, writing))
                 if writing is not None and (writing.done() or len(batch) >= self.max_pending):
                     await writing  # re-raises a failed write: the service exits
                     writing = None
-                if writing is None and len(batch):
+                if writing is None and self._due(batch):
                     writing = asyncio.create_task(self._write(batch))
                     batch = self._batch()
         finally:
             if writing is not None:
                 await writing
 
-    async def _fetch(self, batch: Batch) -> None:
+    def _due(self, batch: Batch) -> bool:
+        """A full fetch's worth, or the oldest message has waited ``FLUSH_WITHIN_S``: a
+        trickle of events makes one transaction per interval, not one per message."""
+        if not len(batch):
+            return False
+        full = len(batch) >= self.settings.analytics_batch_max
+        return full or time.monotonic() - batch.opened >= FLUSH_WITHIN_S
+
+    def _wait_ms(self, batch: Batch, writing: asyncio.Task[None] | None) -> int:
+        """How long a fetch may wait for messages: until the batch is due, if it can be
+        written then; otherwise 200 ms (a stop is noticed that soon)."""
+        if writing is not None or not len(batch):
+            return 200
+        left = FLUSH_WITHIN_S - (time.monotonic() - batch.opened)
+        return max(1, min(200, int(left * 1000)))
+
+    async def _fetch(self, batch: Batch, timeout_ms: int) -> None:
         fetched = await self.consumer.getmany(
-            timeout_ms=200, max_records=self.settings.analytics_batch_max
+            timeout_ms=timeout_ms, max_records=self.settings.analytics_batch_max
         )
         msgs = [m for part in fetched.values() for m in part]
         if msgs:
