@@ -146,7 +146,8 @@ def table(r: dict[str, Any]) -> str:
             f" / {r['prepare_p99_ms_without_analytics']} | ratio {r['prepare_p99_ratio']}"
             f" (target <= {r['prepare_p99_ratio_target']}) | {r['prepare_calls_per_mode']}"
             f" prepares per mode at {r['prepare_records']:,} records,"
-            f" {r['observability_background_per_s']:,} obs. events/s |"
+            f" {r['observability_background_per_s']:,} obs. events/s; analytics used"
+            f" {r['analytics_cpu_share_with']:.0%} of a core |"
         )
     return "\n".join(lines)
 

@@ -109,6 +109,17 @@ async def _caught_up(s: Settings, timeout: float = 180.0) -> None:
         await c.stop()
 
 
+def _cpu_s(procs: ServiceSet) -> float:
+    """CPU seconds (user + system) the analytics process has used, from /proc (Linux)."""
+    if procs.analytics is None or procs.analytics.popen is None:
+        return 0.0
+    with contextlib.suppress(OSError):
+        fields = Path(f"/proc/{procs.analytics.popen.pid}/stat").read_text().rsplit(")", 1)[1]
+        utime, stime = fields.split()[11:13]
+        return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
 async def _block(http: httpx.AsyncClient, run: RunHandle, calls: int) -> list[float]:
     """Client-side latencies (ms) of ``calls`` sequential prepares of ``run``."""
     body = {"purpose": "action", "instance_id": run.instance_id}
@@ -136,6 +147,7 @@ async def measure(
     s: Settings, procs: ServiceSet, url: str, calls: int, records: int, obs_rate: int
 ) -> dict[str, Any]:
     lat: dict[bool, list[float]] = {False: [], True: []}
+    cpu = [0.0, 0.0]  # the analytics process's CPU seconds, wall seconds, in its blocks
     stop = asyncio.Event()
     async with ContextClient(s.kafka_bootstrap, url, topic=f"{s.topic_records}") as c:
         run, n_records = await _seeded_run(c, records)
@@ -149,7 +161,11 @@ async def measure(
                         await _caught_up(s)
                     else:
                         await asyncio.to_thread(procs.analytics.stop)
+                    cpu0, t0 = _cpu_s(procs), time.monotonic()
                     lat[with_analytics] += await _block(h, run, max(1, calls // 2))
+                    if with_analytics:
+                        cpu[0] += _cpu_s(procs) - cpu0
+                        cpu[1] += time.monotonic() - t0
         finally:
             stop.set()
             await bg
@@ -164,6 +180,7 @@ async def measure(
         "prepare_p99_ms_with_analytics": round(with_, 2),
         "prepare_p99_ratio": round(with_ / without, 3),
         "prepare_p99_ratio_target": 1.1,
+        "analytics_cpu_share_with": round(cpu[0] / cpu[1], 3) if cpu[1] else None,
     }
 
 
