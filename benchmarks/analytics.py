@@ -155,7 +155,7 @@ def table(r: dict[str, Any]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--prepare-calls", type=int, default=200, help="per mode; 0: skip")
+    ap.add_argument("--prepare-calls", type=int, default=1000, help="per mode; 0: skip")
     ap.add_argument("--records", type=int, default=1_000, help="in the prepared session")
     ap.add_argument("--obs-rate", type=int, default=500, help="observability events/s")
     r = asyncio.run(bench(ap.parse_args()))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from schemas.wire import DeadLetter, ObservabilityEvent
 
@@ -34,8 +34,9 @@ class Dims:
     purpose: str = ""
 
 
-@dataclass(frozen=True)
-class Increment:
+class Increment(NamedTuple):
+    # A tuple, not a frozen dataclass: ~25 are built per prepare event, and the frozen
+    # __init__ was an eighth of the analytics consumer's CPU (issue 12 profile).
     metric: str
     label: str
     value: int

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -28,6 +29,9 @@ class Settings(BaseSettings):
     # The analytics consumer group (ctx.observability + dead letters → rollups).
     analytics_group: str = "agentloom-analytics"
     analytics_batch_max: int = 2000
+    # Analytics is never on the latency path (R18): on a host it shares with the processor
+    # or Prepare, it yields the CPU to them (os.nice increment; 0 keeps the priority).
+    analytics_nice: int = Field(default=10, ge=0, le=19)
     # Prometheus /metrics of the processes without an HTTP API (processor, compaction,
     # analytics): a port to serve it on, or None (off). Prepare serves it on its own port.
     metrics_port: int | None = None

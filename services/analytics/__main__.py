@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 
 from aiokafka import AIOKafkaConsumer
@@ -74,6 +75,10 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    if settings.analytics_nice:
+        # Rollups may lag a little; a prepare must not wait for them (issue 12: the core's
+        # prepare p99 with the analytics group running stays within 1.1 of without).
+        os.nice(settings.analytics_nice)
     asyncio.run(run(settings))
 
 
