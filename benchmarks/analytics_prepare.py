@@ -4,11 +4,10 @@ ratio's target is <= 1.1), part of ``python -m benchmarks.analytics``.
 Prepare and the session processor run as OS processes (``devstack.launcher``) on the
 benchmark's own database and topics. One session holds ~1k records; the same load runs
 in every block: ``calls`` sequential prepares of that run while a background producer
-writes observability events at ``obs_rate``/s (beside the prepares' own). Blocks
-alternate without / with the analytics service (``BLOCKS_PER_MODE`` blocks each),
-so a drift of this shared machine's load spreads over both sides; before a block with
-analytics, the group has caught up with the topic, so it measures a group keeping up
-with the flow, not one draining a backlog.
+writes observability events at ``obs_rate``/s (beside the prepares' own). The analytics
+service starts and catches up with the topic once; then short blocks alternate with it
+paused (SIGSTOP: it uses no CPU, like a stopped group) and running (``BLOCKS_PER_MODE``
+blocks each), so the shared machine's stalls and drift fall on both sides alike.
 """
 
 from __future__ import annotations
@@ -16,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 import time
@@ -36,9 +36,10 @@ from storage.api_keys import issue
 from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
-# Blocks per mode, alternating: a p99 needs many samples on a shared 2-core machine (of
-# 200 it is the 2nd slowest, and one stray stall moved the ratio between 0.97 and 1.49).
-BLOCKS_PER_MODE = 4
+# Blocks per mode, alternating: a p99 needs many samples on a shared 2-core machine, and
+# short blocks, so that the machine's own stalls fall on both modes alike (with 4 blocks
+# of 250 per mode the ratio moved between 0.45 and 1.49 from run to run).
+BLOCKS_PER_MODE = 20
 PROFILE = {"name": "bench-1m", "context_capacity": 1_000_000, "output_reserve": 8192,
            "safety_margin": 4096}  # fmt: skip
 
@@ -157,18 +158,27 @@ async def measure(
         bg = asyncio.create_task(_background(s, obs_rate, stop))
         try:
             async with httpx.AsyncClient(base_url=url, timeout=60, headers=c.http.headers) as h:
-                for with_analytics in (False, True) * BLOCKS_PER_MODE:
-                    assert procs.analytics is not None
-                    if with_analytics:
-                        await asyncio.to_thread(procs.analytics.start)
-                        await _caught_up(s)
-                    else:
-                        await asyncio.to_thread(procs.analytics.stop)
-                    cpu0, t0 = _cpu_s(procs), time.monotonic()
-                    lat[with_analytics] += await _block(h, run, max(1, calls // BLOCKS_PER_MODE))
-                    if with_analytics:
-                        cpu[0] += _cpu_s(procs) - cpu0
-                        cpu[1] += time.monotonic() - t0
+                assert procs.analytics is not None
+                await asyncio.to_thread(procs.analytics.start)
+                assert procs.analytics.popen is not None
+                await _caught_up(s)
+                pid = procs.analytics.popen.pid
+                try:
+                    for with_analytics in (False, True) * BLOCKS_PER_MODE:
+                        # Paused (SIGSTOP) or running: the group is the same process, so
+                        # blocks can be short and many, and the machine's drift spreads
+                        # over both modes. A resumed group first drains what the pause
+                        # held back (a harder load than steady state) for half a second.
+                        os.kill(pid, signal.SIGCONT if with_analytics else signal.SIGSTOP)
+                        if with_analytics:
+                            await asyncio.sleep(0.5)
+                        cpu0, t0 = _cpu_s(procs), time.monotonic()
+                        lat[with_analytics] += await _block(h, run, calls // BLOCKS_PER_MODE)
+                        if with_analytics:
+                            cpu[0] += _cpu_s(procs) - cpu0
+                            cpu[1] += time.monotonic() - t0
+                finally:
+                    os.kill(pid, signal.SIGCONT)
         finally:
             stop.set()
             await bg

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -30,8 +29,10 @@ class Settings(BaseSettings):
     analytics_group: str = "agentloom-analytics"
     analytics_batch_max: int = 2000
     # Analytics is never on the latency path (R18): on a host it shares with the processor
-    # or Prepare, it yields the CPU to them (os.nice increment; 0 keeps the priority).
-    analytics_nice: int = Field(default=10, ge=0, le=19)
+    # or Prepare it yields the CPU to them. "idle": SCHED_IDLE, it runs only on CPU time
+    # nobody else wants (rollups lag under saturation and catch up after); "low": nice
+    # 10; "normal": as scheduled.
+    analytics_cpu: Literal["idle", "low", "normal"] = "idle"
     # Prometheus /metrics of the processes without an HTTP API (processor, compaction,
     # analytics): a port to serve it on, or None (off). Prepare serves it on its own port.
     metrics_port: int | None = None
