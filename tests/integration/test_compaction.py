@@ -617,10 +617,22 @@ async def test_a_b_c_resume_a_and_compact_then_d_counts_correctly(
         )
     }
     assert len(a_new) == 12 and a_new <= set(ids)  # 4 rounds x 3 records, none missed
-    last = (await reports(db, sid, 4))[-1]
-    # D counts A (4 + 8 new), B (2), C (2) and D (2) steps against baseline 0
-    assert last["counters"]["baseline"] == {"user_turns": 0, "model_steps": 0}
-    assert last["values"]["model_steps"] == 18
+    # The 4th Prepare check is D's (the 3 before it are resumed A's). D counts A (4 + 8
+    # new), B (2), C (2) and D (2) steps, against baseline 0 — or, when the processor's
+    # pre-emptive compaction of D's own view (started at 16 steps, when D's records came)
+    # committed before it checked D's observation, against that summary's baseline. Never
+    # against resumed A's (R2.7).
+    d_check = (await reports(db, sid, 4))[3]
+    assert d_check["values"]["model_steps"] == 18
+    baseline = d_check["counters"]["baseline"]
+    if baseline != {"user_turns": 0, "model_steps": 0}:
+        own = await db.fetch(
+            "SELECT counter_baseline FROM summary_revisions WHERE session_id=$1 AND view_run_id=$2",
+            sid,
+            d.run_id,
+        )
+        assert baseline in [r["counter_baseline"] for r in own]
+    assert baseline != rev["counter_baseline"]
 
 
 @pytest.mark.spec("R2.6", "R8.4", "R19")
