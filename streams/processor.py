@@ -20,6 +20,7 @@ loss (``streams.faults.is_transient``) is retried, and past its bound ends the p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import defaultdict
@@ -81,8 +82,14 @@ class BatchProcessor:
         isolated — dead-lettered with the reason — while every other record commits
         exactly once (each part in its own transaction)."""
         effects = Effects()
-        async with self.stores.acquire() as reads, self.stores.acquire() as store:
-            chunks = _chunks(batch, self.config.pipeline_chunk)
+        chunks = _chunks(batch, self.config.pipeline_chunk)
+        async with contextlib.AsyncExitStack() as held:
+            store = await held.enter_async_context(self.stores.acquire())
+            # A second connection only when decoding overlaps a transaction: a batch of
+            # one chunk (steady state: a few events) decodes before it applies.
+            reads = (
+                await held.enter_async_context(self.stores.acquire()) if len(chunks) > 1 else store
+            )
             admitted = await self.admission.admit(reads, chunks[0])
             for i, chunk in enumerate(chunks):
                 # Pipelined (issue 13): chunk i's transaction and publishes run while
