@@ -5,8 +5,9 @@ revocation. Two cold paths are timed on the benchmark's synthetic session:
 
 - **full**: no stored state (a new summary or revocation epoch changes the fingerprint):
   every record rendered again, then assembled — what every cold prepare did before;
-- **restart**: the view's stored render state (``domain.render_state``) read back, the
-  records committed since it was stored fed, then assembled — what ``ThreadViews`` does
+- **restart**: the view's stored render state (``domain.render_state``, compressed as
+  stored) read back and unpacked, the records committed since it was stored fed, then
+  assembled — what ``ThreadViews`` does
   after a restart. The state lags the view by the most the refresh rule allows
   (``services.prepare.views``: a tenth of its records, at least ``SAVE_MIN``; here at
   most the current run's records, since a state is stored once the inherited history is
@@ -43,7 +44,7 @@ import asyncpg
 from benchmarks import cold_session
 from domain.assemble import assemble
 from domain.budget import ModelProfile, enforce
-from domain.render_state import dump, load
+from domain.render_state import dump, load, pack, unpack
 from domain.rendering import RecordView, ThreadRenderer
 from domain.tokens import CachedCounter, TokenCounter, make_counter
 from schemas.settings import Settings
@@ -54,7 +55,8 @@ TARGET_MS = {10_000: 100.0, 100_000: 1000.0}  # issue 13: p99 of a cold prepare
 
 @dataclass
 class Cold:
-    state_bytes: int
+    state_bytes: int  # as stored (compressed)
+    state_raw_bytes: int
     lag_records: int
     restarts: int
     via_postgres: bool
@@ -135,7 +137,8 @@ async def measure(
     # records can lag behind it.
     lag = min(max(SAVE_MIN, n // SAVE_SHARE) - 1, n - start)
     stored_at = n - lag
-    state = dump(build(records[:stored_at], start, _counter(raw)))
+    raw_state = dump(build(records[:stored_at], start, _counter(raw)))
+    state = pack(raw_state)  # as ``ThreadViews`` stores it
     full: list[float] = []
     cold: list[float] = []
     cpu: list[float] = []
@@ -152,7 +155,7 @@ async def measure(
             gc.collect()
             t0, c0 = time.perf_counter(), time.process_time()
             count = _counter(raw)
-            rend = load(await row.read(), count)
+            rend = load(unpack(await row.read()), count)
             assert rend is not None
             estimates.add(prepare(rend, records[stored_at:], count))
             cold.append((time.perf_counter() - t0) * 1000)
@@ -163,6 +166,7 @@ async def measure(
         raise AssertionError(f"cold paths disagree: {sorted(estimates)}")
     return Cold(
         state_bytes=len(state),
+        state_raw_bytes=len(raw_state),
         lag_records=lag,
         restarts=restarts,
         via_postgres=via_pg,
@@ -269,6 +273,7 @@ def bench(n: int, calls: int, restarts: int, dsn: str | None, seed: int) -> dict
         "cold_summarized_p99_ms": round(_pct(summarized, 99), 1),
         "summarized_in_view": n - covered,
         "state_bytes": c.state_bytes,
+        "state_raw_bytes": c.state_raw_bytes,
         "state_lag_records": c.lag_records,
         "state_via_postgres": c.via_postgres,
         "restarts": restarts,

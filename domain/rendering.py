@@ -16,6 +16,7 @@ what is new. Rules:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,10 +93,37 @@ class ThreadRenderer:
         self.externalized: list[str] = []  # record ids shown as views (R10.3)
         self.skill_loads: dict[str, SkillLoad] = {}  # by content hash
         self.activations: dict[str, SkillActivation] = {}  # latest per skill name
-        self.records: list[RecordView] = []  # uncovered records, for compaction selection
+        # Uncovered records, for compaction selection. A renderer loaded from a stored
+        # state gets them as ``_unloaded`` (issue 13: cold prepare): most prepares never
+        # read them, so they are built on first use, older than any fed since.
+        self._records: list[RecordView] = []
+        self._unloaded: Callable[[], list[RecordView]] | None = None
         self.record_count = 0
         self.last_sequence = 0
         self._open: _OpenGroup | None = None
+
+    @property
+    def records(self) -> list[RecordView]:
+        if self._unloaded is not None:
+            self._records[:0] = self._unloaded()
+            self._unloaded = None
+        return self._records
+
+    @records.setter
+    def records(self, records: list[RecordView]) -> None:
+        self._records = records
+        self._unloaded = None
+
+    @property
+    def records_deferred(self) -> bool:
+        """True while the records of a loaded state are not built yet."""
+        return self._unloaded is not None
+
+    def defer_records(self, load: Callable[[], list[RecordView]]) -> None:
+        """``load`` gives the records fed before this renderer's state was stored; called
+        once, on the first read of ``records``."""
+        self._records = []
+        self._unloaded = load
 
     # --- feeding ---------------------------------------------------------------------
 
@@ -136,7 +164,7 @@ class ThreadRenderer:
         self._track_skill(rec)
         if rec.record_id in self.covered or rec.kind == RETRACTION:
             return
-        self.records.append(rec)
+        self._records.append(rec)
         self._route(rec, inherited)
 
     def _route(self, rec: RecordView, inherited: bool) -> None:

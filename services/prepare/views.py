@@ -16,6 +16,8 @@ import asyncio
 import logging
 from collections import OrderedDict
 
+import zstandard
+
 from domain import render_state
 from domain.policy import LargeResultSettings
 from domain.rendering import CountFn, ThreadRenderer
@@ -130,9 +132,12 @@ class ThreadViews:
         stored = await self.states.load(*key, fp)
         if stored is None:
             return None
-        rend = render_state.load(
-            stored.data, self.count, summary.covered if summary else frozenset()
-        )
+        try:
+            data = await asyncio.to_thread(render_state.unpack, stored.data)
+        except zstandard.ZstdError:  # a cache: a damaged entry only costs a full render
+            log.warning("render state of %s unreadable; rendering in full", key, exc_info=True)
+            return None
+        rend = render_state.load(data, self.count, summary.covered if summary else frozenset())
         if rend is not None:
             self._saved[key] = stored.last_sequence
         return rend
@@ -156,7 +161,8 @@ class ThreadViews:
     async def _save(self, key: tuple[str, str, str], fp: str, state: StoredState) -> None:
         assert self.states is not None
         try:
-            await self.states.save(*key, fp, state)
+            packed = await asyncio.to_thread(render_state.pack, state.data)
+            await self.states.save(*key, fp, StoredState(state.last_sequence, packed))
         except Exception:  # a cache: the next cold prepare renders in full instead
             log.warning("render state of %s not stored", key, exc_info=True)
             if self._saved.get(key) == state.last_sequence:

@@ -9,11 +9,12 @@ from typing import Any
 
 import orjson
 import pytest
+import zstandard
 
 from domain.assemble import Assembled, assemble
 from domain.budget import ModelProfile
 from domain.policy import LargeResultSettings
-from domain.render_state import dump, fingerprint, load
+from domain.render_state import dump, fingerprint, load, pack, unpack
 from domain.rendering import RecordView, ThreadRenderer
 from domain.tokens import make_counter
 
@@ -169,3 +170,35 @@ def test_the_fingerprint_names_what_rendering_depends_on() -> None:
         fingerprint(4, "s1", "e1", LARGE, "bytes"),
     }
     assert base not in others and len(others) == 6
+
+
+def test_a_cold_load_builds_its_records_only_when_read() -> None:
+    """A prepare reads messages, not records (issue 13: a cold load skips them); when
+    compaction selection reads them, they come in order, older than any fed since."""
+    records, start = _records(400, seed=4)
+    warm = _renderer(None)
+    _feed(warm, records, start)
+    earlier = _renderer(None)
+    _feed(earlier, records[:300], start)
+    cold = load(dump(earlier), COUNT)
+    assert cold is not None
+    _feed(cold, records[300:], start)
+    assemble(
+        profile=PROFILE, counting_method="bytes", count=COUNT, instructions="x",
+        skill_bindings=[], tools=[], thread=cold,
+    )  # fmt: skip
+    assert cold.records_deferred
+    assert [r.record_id for r in cold.records] == [r.record_id for r in warm.records]
+    assert cold.records == warm.records and not cold.records_deferred
+
+
+def test_a_packed_state_unpacks_to_the_same_bytes() -> None:
+    records, start = _records(500, seed=5)
+    rend = _renderer(None)
+    _feed(rend, records, start)
+    data = dump(rend)
+    packed = pack(data)
+    assert len(packed) < len(data) and unpack(packed) == data
+    assert unpack(data) is data  # an unpacked state passes through
+    with pytest.raises(zstandard.ZstdError):
+        unpack(packed[:-20])
