@@ -9,19 +9,23 @@ context of a cold and a warm prepare are byte-identical (tests/unit/test_render_
 What is not stored: the counting function and the summary's covered set (the caller
 supplies both, the same ones the state was built with: ``fingerprint`` names everything
 the state depends on) and the protected-block cache (the assembler refills it from the
-messages). A message whose content is its source record's text is stored once, as a
-reference to that record.
+messages). A record whose text a message shows unchanged is stored once, as a reference
+to that message.
 
-Layout: magic, the lengths of the head and of the records section (8 bytes each), the
-head (JSON), the records (JSON, kept apart: a prepare rarely reads them, so a cold load
-parses them only on first use), then every text as one UTF-8 run.
+Layout: magic; the lengths of the head, messages, records and texts (8 bytes each); the
+head (JSON); the messages (a pickle, read by an unpickler that refuses every global);
+the records (JSON, kept apart: a prepare rarely reads them, so a cold load parses them
+only on first use); then the record texts no message shows, as one UTF-8 run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import gc
-from collections.abc import Iterator
+import io
+import pickle
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -38,9 +42,14 @@ from domain.rendering import (
     _OpenGroup,
 )
 
-FORMAT = 3
-_MAGIC = b"ALC-render-state/3\n"
-_PACKED = b"ALC-render-state/3+zstd\n"
+FORMAT = 4
+_MAGIC = b"ALC-render-state/4\n"
+_PACKED = b"ALC-render-state/4+zstd\n"
+
+
+class Unreadable(ValueError):
+    """A stored state of this format that cannot be read back (damaged or forged): the
+    caller renders in full instead."""
 
 
 def fingerprint(
@@ -57,9 +66,9 @@ def fingerprint(
 
 
 class _Texts:
-    """Every text of a state, kept out of the JSON: one UTF-8 run and the lengths. Parsing
-    escaped JSON strings cost as much as rendering them; slicing one decoded string is
-    cheap."""
+    """Record texts that no message shows, kept out of the JSON: one UTF-8 run and the
+    lengths. Parsing escaped JSON strings cost as much as rendering them; slicing one
+    decoded string is cheap."""
 
     def __init__(self) -> None:
         self.items: list[str] = []
@@ -69,7 +78,9 @@ class _Texts:
         return len(self.items) - 1
 
 
-def _rec(r: RecordView, texts: _Texts) -> list[Any]:
+def _rec(r: RecordView, text: int | str) -> list[Any]:
+    """``text``: the text itself, its index in the texts run (>= 0), or ``-1 - i`` for
+    the content of message ``i``."""
     return [
         r.record_id,
         r.session_sequence,
@@ -77,7 +88,7 @@ def _rec(r: RecordView, texts: _Texts) -> list[Any]:
         r.instance_id,
         r.kind,
         r.authority,
-        texts.add(r.text),
+        text,
         r.payload,
         r.token_count,
         r.content_length,
@@ -89,52 +100,54 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(RecordView))
 _new = object.__new__
 
 
-def _unrec(v: list[Any], texts: list[str]) -> RecordView:
+def _unrec(v: list[Any], texts: list[str], contents: list[Any]) -> RecordView:
     # The frozen dataclass's __init__ sets each field through object.__setattr__: filling
     # the instance dict directly gives the same object at a third of the cost, which is
-    # most of a cold load (one view per record).
-    v[6] = texts[v[6]]
+    # most of a records load (one view per record).
+    t = v[6]
+    if not isinstance(t, str):
+        v[6] = texts[t] if t >= 0 else contents[-1 - t]
     rec: RecordView = _new(RecordView)
     rec.__dict__.update(zip(_FIELDS, v, strict=True))
     return rec
 
 
-def _messages(
-    rend: ThreadRenderer, records: list[list[Any]], texts: _Texts
-) -> tuple[list[dict[str, Any]], list[int]]:
-    """Messages with their content out of line (``src``: the text's index; -1: content
-    kept in the message). Content that repeats its record's text is that record's text.
-    The key stays in place, so the message's key order is kept."""
-    index = {r.record_id: i for i, r in enumerate(rend.records)}
-    out: list[dict[str, Any]] = []
-    src: list[int] = []
-    for m in rend.messages:
-        content = m.get("content")
-        if not isinstance(content, str):
-            out.append(m)
-            src.append(-1)
-            continue
-        ids: list[str] = m.get("record_ids") or []
-        i = index.get(ids[0], -1) if len(ids) == 1 else -1
-        if i >= 0 and content == rend.records[i].text:
-            src.append(records[i][6])
+def _records(rend: ThreadRenderer, texts: _Texts) -> list[list[Any]]:
+    """A record whose text a message shows unchanged (the usual case) refers to that
+    message's content instead of storing the text twice."""
+    shown: dict[str, int] = {}
+    for i, m in enumerate(rend.messages):
+        ids = m.get("record_ids")
+        if ids and len(ids) == 1 and isinstance(m.get("content"), str):
+            shown.setdefault(ids[0], i)
+    out: list[list[Any]] = []
+    for r in rend.records:
+        i = shown.get(r.record_id, -1)
+        if i >= 0 and rend.messages[i]["content"] == r.text:
+            out.append(_rec(r, -1 - i))
         else:
-            src.append(texts.add(content))
-        out.append({**m, "content": None})
-    return out, src
+            out.append(_rec(r, texts.add(r.text)))
+    return out
+
+
+class _Unpickler(pickle.Unpickler):
+    """Messages are dicts, lists, strings and numbers: nothing a pickle would need a
+    global (a class or function) for. Refusing every global means a damaged or forged
+    row can build plain data and nothing else: no object is constructed, no callable
+    reached (the restriction ``pickle``'s documentation describes)."""
+
+    def find_class(self, module_name: str, global_name: str, /) -> Any:
+        raise pickle.UnpicklingError(f"a render state may not refer to {module_name}.{global_name}")
 
 
 def dump(rend: ThreadRenderer) -> bytes:
     texts = _Texts()
-    records = [_rec(r, texts) for r in rend.records]
-    messages, src = _messages(rend, records, texts)
+    records = _records(rend, texts)
     grp = rend._open
     state = {
         "overhead": rend.overhead,
         "summary_id": rend.summary_id,
         "large": dataclasses.asdict(rend.large),
-        "messages": messages,
-        "src": src,
         "tokens": rend.tokens,
         "message_counts": rend.message_counts,
         "task_indices": rend.task_indices,
@@ -146,34 +159,69 @@ def dump(rend: ThreadRenderer) -> bytes:
         "open": None
         if grp is None
         else {
-            "assistant": _rec(grp.assistant, texts),
+            "assistant": _rec(grp.assistant, grp.assistant.text),
             "calls": grp.calls,
-            "results": {k: _rec(v, texts) for k, v in grp.results.items()},
-            "deferred": [_rec(d, texts) for d in grp.deferred],
+            "results": {k: _rec(v, v.text) for k, v in grp.results.items()},
+            "deferred": [_rec(d, d.text) for d in grp.deferred],
             "inherited": grp.inherited,
         },
         "lengths": [len(t) for t in texts.items],
     }
     head = orjson.dumps(state)
+    # Pickled, not JSON: the pickle stores each repeated string (roles, categories,
+    # reasons, tool names) once and a load shares it, where JSON builds a string per
+    # use; building the message dicts is most of a cold load (issue 13).
+    messages = pickle.dumps(rend.messages, protocol=5)
     recs = orjson.dumps(records)
     body = "".join(texts.items).encode("utf-8", "surrogatepass")
-    sizes = len(head).to_bytes(8, "big") + len(recs).to_bytes(8, "big")
-    return b"".join((_MAGIC, sizes, head, recs, body))
+    sizes = b"".join(len(x).to_bytes(8, "big") for x in (head, messages, recs, body))
+    return b"".join((_MAGIC, sizes, head, messages, recs, body))
+
+
+def _eager_end(data: bytes) -> int:
+    """Where the records section starts: head and messages before it are read by every
+    load; records and their texts after it only when first used."""
+    n = len(_MAGIC)
+    return n + 32 + sum(int.from_bytes(data[n + 8 * k : n + 8 * k + 8], "big") for k in range(2))
 
 
 def pack(data: bytes) -> bytes:
-    """``dump``'s bytes compressed for storage: a fifth of the size (zstd level 1), so a
-    cold prepare reads a fifth from PostgreSQL (issue 13: reading 100 MB took 0.8 s).
-    zstd releases the GIL: callers run this in a worker thread."""
-    return _PACKED + zstandard.ZstdCompressor(level=1).compress(data)
+    """``dump``'s bytes compressed for storage (zstd level 1: a fifth of the size, so a
+    cold prepare reads a fifth from PostgreSQL; reading 100 MB took 0.8 s), in two
+    frames: what every load reads, and the records with their texts, decompressed only
+    when first read. A CRC of both catches a damaged row before anything is built from
+    it. zstd releases the GIL: callers run this in a worker thread."""
+    z = zstandard.ZstdCompressor(level=1)
+    cut = _eager_end(data)
+    eager, rest = z.compress(data[:cut]), z.compress(data[cut:])
+    sizes = len(eager).to_bytes(8, "big") + zlib.crc32(eager + rest).to_bytes(4, "big")
+    return b"".join((_PACKED, sizes, eager, rest))
+
+
+def _frames(data: bytes) -> tuple[bytes, bytes]:
+    """``pack``'s two frames, checked."""
+    n = len(_PACKED)
+    cut = n + 12 + int.from_bytes(data[n : n + 8], "big")
+    eager, rest = data[n + 12 : cut], data[cut:]
+    if zlib.crc32(eager + rest) != int.from_bytes(data[n + 8 : n + 12], "big"):
+        raise Unreadable("damaged render state: checksum mismatch")
+    return eager, rest
+
+
+def _decompress(frame: bytes) -> bytes:
+    try:
+        return zstandard.ZstdDecompressor().decompress(frame)
+    except zstandard.ZstdError as exc:
+        raise Unreadable(f"damaged render state: {exc}") from exc
 
 
 def unpack(data: bytes) -> bytes:
     """``pack``'s input back; anything else is returned as it is (``load`` judges it).
-    A corrupt frame raises ``zstandard.ZstdError``."""
+    A damaged row raises ``Unreadable``. (``load`` takes packed bytes as they are.)"""
     if not data.startswith(_PACKED):
         return data
-    return zstandard.ZstdDecompressor().decompress(memoryview(data)[len(_PACKED) :])
+    eager, rest = _frames(data)
+    return _decompress(eager) + _decompress(rest)
 
 
 def _texts(lengths: list[int], body: str) -> list[str]:
@@ -188,11 +236,24 @@ def _texts(lengths: list[int], body: str) -> list[str]:
 def load(
     data: bytes, count: CountFn, covered: frozenset[str] = frozenset()
 ) -> ThreadRenderer | None:
-    """The renderer ``data`` was dumped from, or None when it is of another format."""
-    if not data.startswith(_MAGIC):
+    """The renderer ``data`` was dumped from, or None when it is of another format.
+    Raises ``Unreadable`` when it is of this format but damaged."""
+    if data.startswith(_PACKED):
+        eager, rest = _frames(data)
+        data = _decompress(eager)
+        lazy: Callable[[], bytes] = lambda: _decompress(rest)  # noqa: E731
+    elif data.startswith(_MAGIC):
+        cut = _eager_end(data)
+        lazy = lambda: data[cut:]  # noqa: E731
+    else:
         return None
-    with _built_to_keep():
-        return _load(data, count, covered)
+    try:
+        with _built_to_keep():
+            return _load(data, lazy, count, covered)
+    except (pickle.UnpicklingError, orjson.JSONDecodeError, EOFError) as exc:
+        raise Unreadable(f"damaged render state: {exc}") from exc
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise Unreadable(f"damaged render state: {exc!r}") from exc
 
 
 @contextmanager
@@ -223,27 +284,39 @@ def _decode(body: bytes) -> str:
         return body.decode("utf-8", "surrogatepass")
 
 
-def _unrecs(section: bytes, texts: list[str]) -> list[RecordView]:
+def _unrecs(
+    lazy: Callable[[], bytes], cut: int, lengths: list[int], messages: list[dict[str, Any]]
+) -> list[RecordView]:
+    """The records of a loaded state, built when first read (most prepares never do)."""
+    rest = lazy()
     with _built_to_keep():
-        return [_unrec(v, texts) for v in orjson.loads(section)]
+        texts = _texts(lengths, _decode(rest[cut:]))
+        contents = [m.get("content") for m in messages]
+        return [_unrec(v, texts, contents) for v in orjson.loads(rest[:cut])]
 
 
-def _load(data: bytes, count: CountFn, covered: frozenset[str]) -> ThreadRenderer:
+def _load(
+    data: bytes, lazy: Callable[[], bytes], count: CountFn, covered: frozenset[str]
+) -> ThreadRenderer:
+    """``data`` holds at least the head and the messages; ``lazy`` gives the records and
+    their texts."""
     n = len(_MAGIC)
-    at = n + 16
-    mid = at + int.from_bytes(data[n : n + 8], "big")
-    end = mid + int.from_bytes(data[n + 8 : at], "big")
-    s = orjson.loads(memoryview(data)[at:mid])
-    texts = _texts(s["lengths"], _decode(data[end:]))
+    sizes = [int.from_bytes(data[n + 8 * k : n + 8 * k + 8], "big") for k in range(4)]
+    a = n + 32
+    b, c = a + sizes[0], a + sizes[0] + sizes[1]
+    if len(data) < c:  # torn
+        raise ValueError(f"{len(data)} bytes where the sizes say at least {c}")
+    if len(data) > c and len(data) != c + sizes[2] + sizes[3]:
+        raise ValueError(f"{len(data)} bytes where the sizes say {c + sizes[2] + sizes[3]}")
+    s = orjson.loads(memoryview(data)[a:b])
+    messages: list[dict[str, Any]] = _Unpickler(io.BytesIO(data[b:c])).load()
+    if not isinstance(messages, list):
+        raise TypeError("messages are not a list")
     rend = ThreadRenderer(
         count, s["overhead"], covered, s["summary_id"], LargeResultSettings(**s["large"])
     )
-    section = data[mid:end]
-    rend.defer_records(lambda: _unrecs(section, texts))
-    messages: list[dict[str, Any]] = s["messages"]
-    for m, i in zip(messages, s["src"], strict=True):
-        if i >= 0:
-            m["content"] = texts[i]
+    cut, lengths = sizes[2], s["lengths"]
+    rend.defer_records(lambda: _unrecs(lazy, cut, lengths, messages))
     rend.messages = messages
     rend.tokens = s["tokens"]
     rend.message_counts = s["message_counts"]
@@ -256,10 +329,10 @@ def _load(data: bytes, count: CountFn, covered: frozenset[str]) -> ThreadRendere
     grp = s["open"]
     if grp is not None:
         rend._open = _OpenGroup(
-            _unrec(grp["assistant"], texts),
+            _unrec(grp["assistant"], [], []),
             grp["calls"],
-            {k: _unrec(v, texts) for k, v in grp["results"].items()},
-            [_unrec(d, texts) for d in grp["deferred"]],
+            {k: _unrec(v, [], []) for k, v in grp["results"].items()},
+            [_unrec(d, [], []) for d in grp["deferred"]],
             grp["inherited"],
         )
     return rend

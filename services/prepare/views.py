@@ -16,8 +16,6 @@ import asyncio
 import logging
 from collections import OrderedDict
 
-import zstandard
-
 from domain import render_state
 from domain.policy import LargeResultSettings
 from domain.rendering import CountFn, ThreadRenderer
@@ -132,12 +130,12 @@ class ThreadViews:
         stored = await self.states.load(*key, fp)
         if stored is None:
             return None
-        try:
-            data = await asyncio.to_thread(render_state.unpack, stored.data)
-        except zstandard.ZstdError:  # a cache: a damaged entry only costs a full render
+        covered = summary.covered if summary else frozenset()
+        try:  # packed as stored: the records' frame is decompressed if ever read
+            rend = render_state.load(stored.data, self.count, covered)
+        except render_state.Unreadable:  # a cache: a damaged entry costs a full render
             log.warning("render state of %s unreadable; rendering in full", key, exc_info=True)
             return None
-        rend = render_state.load(data, self.count, summary.covered if summary else frozenset())
         if rend is not None:
             self._saved[key] = stored.last_sequence
         return rend

@@ -131,7 +131,7 @@ async def test_a_stored_state_is_compressed_and_a_damaged_one_renders_in_full() 
     before = await _view(warm, None)
     await warm.flush()
     fp, stored = states.rows[(SID, RUN, INST)]
-    assert stored.data.startswith(b"ALC-render-state/3+zstd\n")  # what PostgreSQL holds
+    assert stored.data.startswith(b"ALC-render-state/4+zstd\n")  # what PostgreSQL holds
     # A damaged row (a torn write, a bad disk): the view renders from the records instead
     # of failing the prepare.
     damaged = stored.data[:40] + bytes(64) + stored.data[104:]

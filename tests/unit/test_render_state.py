@@ -4,17 +4,17 @@ byte-identical to what a warm renderer, fed every record, prepares (R4.3, R2.3).
 from __future__ import annotations
 
 import dataclasses
+import pickle
 import random
 from typing import Any
 
 import orjson
 import pytest
-import zstandard
 
 from domain.assemble import Assembled, assemble
 from domain.budget import ModelProfile
 from domain.policy import LargeResultSettings
-from domain.render_state import dump, fingerprint, load, pack, unpack
+from domain.render_state import Unreadable, dump, fingerprint, load, pack, unpack
 from domain.rendering import RecordView, ThreadRenderer
 from domain.tokens import make_counter
 
@@ -122,6 +122,23 @@ def _prepared(rend: ThreadRenderer) -> bytes:
     )  # fmt: skip
 
 
+def _state(rend: ThreadRenderer) -> bytes:
+    """Everything a renderer holds, canonically (``dump``'s pickle depends on which equal
+    strings happen to be one object, so its bytes are no comparison)."""
+    grp = rend._open
+    return orjson.dumps(
+        [rend.messages, [dataclasses.astuple(r) for r in rend.records], rend.tokens,
+         rend.message_counts, rend.task_indices, rend.externalized,
+         {k: dataclasses.astuple(v) for k, v in rend.skill_loads.items()},
+         {k: dataclasses.astuple(v) for k, v in rend.activations.items()},
+         rend.record_count, rend.last_sequence, rend.overhead, rend.summary_id,
+         None if grp is None else [dataclasses.astuple(grp.assistant), grp.calls,
+         {k: dataclasses.astuple(v) for k, v in grp.results.items()},
+         [dataclasses.astuple(d) for d in grp.deferred], grp.inherited]],
+        option=orjson.OPT_SORT_KEYS,
+    )  # fmt: skip
+
+
 @pytest.mark.spec("R4.3")
 @pytest.mark.parametrize("n", [60, 500, 3000])
 @pytest.mark.parametrize("with_summary", [False, True])
@@ -145,7 +162,7 @@ def test_cold_prepare_from_a_stored_state_is_byte_identical(
     assert cold is not None
     _feed(cold, records[at:], start)
     assert _prepared(cold) == _prepared(warm)
-    assert dump(cold) == dump(warm)
+    assert _state(cold) == _state(warm)
     # ... and prepares stay identical as both go on.
     extra = RecordView("late", n + 1, "cur", "i-cur", "user_input", "user", "more", {}, 2)
     warm.feed(extra, inherited=False)
@@ -200,5 +217,41 @@ def test_a_packed_state_unpacks_to_the_same_bytes() -> None:
     packed = pack(data)
     assert len(packed) < len(data) and unpack(packed) == data
     assert unpack(data) is data  # an unpacked state passes through
-    with pytest.raises(zstandard.ZstdError):
-        unpack(packed[:-20])
+    cold = load(packed, COUNT)  # as stored: the records' frame stays packed until read
+    assert cold is not None and cold.records_deferred
+    assert _state(cold) == _state(rend)
+    for damaged in (packed[:-20], packed[:-1] + bytes([packed[-1] ^ 1])):
+        with pytest.raises(Unreadable):
+            unpack(damaged)
+        with pytest.raises(Unreadable):  # found at load, not when the records are read
+            load(damaged, COUNT)
+
+
+class _Forged:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (print, ("a forged state ran code",))
+
+
+def test_a_forged_state_builds_no_object_and_runs_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A row someone wrote into render_states whose messages pickle calls a function:
+    refused before anything runs (the unpickler admits no global), reported as
+    unreadable so the view renders from its records."""
+    records, start = _records(60, seed=6)
+    rend = _renderer(None)
+    _feed(rend, records, start)
+    data = dump(rend)
+    n = len(b"ALC-render-state/4\n")
+    sizes = [int.from_bytes(data[n + 8 * k : n + 8 * k + 8], "big") for k in range(4)]
+    head = data[n + 32 : n + 32 + sizes[0]]
+    forged = pickle.dumps([_Forged()], protocol=5)
+    rest = data[n + 32 + sizes[0] + sizes[1] :]
+    lengths = b"".join(
+        x.to_bytes(8, "big") for x in (len(head), len(forged), sizes[2], sizes[3])
+    )
+    with pytest.raises(Unreadable, match=r"may not refer to builtins\.print"):
+        load(data[:n] + lengths + head + forged + rest, COUNT)
+    assert "ran code" not in capsys.readouterr().out
+    with pytest.raises(Unreadable):
+        load(data[: len(data) // 2], COUNT)  # a torn row
