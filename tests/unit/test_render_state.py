@@ -247,9 +247,7 @@ def test_a_forged_state_builds_no_object_and_runs_nothing(
     head = data[n + 32 : n + 32 + sizes[0]]
     forged = pickle.dumps([_Forged()], protocol=5)
     rest = data[n + 32 + sizes[0] + sizes[1] :]
-    lengths = b"".join(
-        x.to_bytes(8, "big") for x in (len(head), len(forged), sizes[2], sizes[3])
-    )
+    lengths = b"".join(x.to_bytes(8, "big") for x in (len(head), len(forged), sizes[2], sizes[3]))
     with pytest.raises(Unreadable, match=r"may not refer to builtins\.print"):
         load(data[:n] + lengths + head + forged + rest, COUNT)
     assert "ran code" not in capsys.readouterr().out
