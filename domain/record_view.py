@@ -1,9 +1,10 @@
-"""What a renderer reads: one stored record as a view, and the skill facts it tracks. Pure."""
+"""What a renderer reads and holds: one stored record as a view, the skill facts it tracks,
+an open tool group, the records in view. Pure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 Message = dict[str, Any]
@@ -53,3 +54,47 @@ class SkillActivation:
     authority: str
     active: bool
     record_id: str
+
+
+@dataclass
+class OpenGroup:
+    assistant: RecordView
+    calls: list[dict[str, Any]]
+    results: dict[str, RecordView] = field(default_factory=dict)
+    deferred: list[RecordView] = field(default_factory=list)
+    inherited: bool = False
+    # The group's call ids, built once: every record routed while it is open is looked
+    # up here (issue 13: a cold render routes every record of the thread).
+    ids: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.ids = frozenset(c["call_id"] for c in self.calls)
+
+    def complete(self) -> bool:
+        # results only ever holds ids of this group, so all answered == as many as ids
+        return len(self.results) == len(self.ids)
+
+
+class DeferredRecords:
+    """Records in feed order, of which the oldest may come from a loaded state: built by
+    ``load`` on the first read, since a prepare rarely reads them (issue 13)."""
+
+    def __init__(self, items: list[RecordView] | None = None) -> None:
+        self._items = items if items is not None else []
+        self._load: Callable[[], list[RecordView]] | None = None
+
+    def defer(self, load: Callable[[], list[RecordView]]) -> None:
+        self._items, self._load = [], load
+
+    @property
+    def deferred(self) -> bool:
+        return self._load is not None
+
+    def append(self, rec: RecordView) -> None:
+        self._items.append(rec)
+
+    def all(self) -> list[RecordView]:
+        if self._load is not None:
+            self._items[:0] = self._load()  # older than any fed since
+            self._load = None
+        return self._items

@@ -33,13 +33,13 @@ import orjson
 import zstandard
 
 from domain.policy import LargeResultSettings
+from domain.record_view import OpenGroup
 from domain.rendering import (
     CountFn,
     RecordView,
     SkillActivation,
     SkillLoad,
     ThreadRenderer,
-    _OpenGroup,
 )
 
 FORMAT = 4
@@ -316,7 +316,7 @@ def _load(
         count, s["overhead"], covered, s["summary_id"], LargeResultSettings(**s["large"])
     )
     cut, lengths = sizes[2], s["lengths"]
-    rend.defer_records(lambda: _unrecs(lazy, cut, lengths, messages))
+    rend._records.defer(lambda: _unrecs(lazy, cut, lengths, messages))
     rend.messages = messages
     rend.tokens = s["tokens"]
     rend.message_counts = s["message_counts"]
@@ -328,7 +328,7 @@ def _load(
     rend.last_sequence = s["last_sequence"]
     grp = s["open"]
     if grp is not None:
-        rend._open = _OpenGroup(
+        rend._open = OpenGroup(
             _unrec(grp["assistant"], [], []),
             grp["calls"],
             {k: _unrec(v, [], []) for k, v in grp["results"].items()},

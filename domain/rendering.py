@@ -16,8 +16,6 @@ what is new. Rules:
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
@@ -29,7 +27,15 @@ from domain.blocks import (
     tool_schema_text,
 )
 from domain.policy import LargeResultSettings
-from domain.record_view import CountFn, Message, RecordView, SkillActivation, SkillLoad
+from domain.record_view import (
+    CountFn,
+    DeferredRecords,
+    Message,
+    OpenGroup,
+    RecordView,
+    SkillActivation,
+    SkillLoad,
+)
 from domain.redaction import redact
 
 __all__ = [
@@ -47,25 +53,6 @@ __all__ = [
 ]
 
 RETRACTION = "record_retracted"  # withdraws another record from views; shows nothing
-
-
-@dataclass
-class _OpenGroup:
-    assistant: RecordView
-    calls: list[dict[str, Any]]
-    results: dict[str, RecordView] = field(default_factory=dict)
-    deferred: list[RecordView] = field(default_factory=list)
-    inherited: bool = False
-    # The group's call ids, built once: every record routed while it is open is looked
-    # up here (issue 13: a cold render routes every record of the thread).
-    ids: frozenset[str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.ids = frozenset(c["call_id"] for c in self.calls)
-
-    def complete(self) -> bool:
-        # results only ever holds ids of this group, so all answered == as many as ids
-        return len(self.results) == len(self.ids)
 
 
 class ThreadRenderer:
@@ -93,37 +80,20 @@ class ThreadRenderer:
         self.externalized: list[str] = []  # record ids shown as views (R10.3)
         self.skill_loads: dict[str, SkillLoad] = {}  # by content hash
         self.activations: dict[str, SkillActivation] = {}  # latest per skill name
-        # Uncovered records, for compaction selection. A renderer loaded from a stored
-        # state gets them as ``_unloaded`` (issue 13: cold prepare): most prepares never
-        # read them, so they are built on first use, older than any fed since.
-        self._records: list[RecordView] = []
-        self._unloaded: Callable[[], list[RecordView]] | None = None
+        # Uncovered records, for compaction selection; those of a loaded state are built
+        # on first read (issue 13: most prepares never read them).
+        self._records = DeferredRecords()
         self.record_count = 0
         self.last_sequence = 0
-        self._open: _OpenGroup | None = None
+        self._open: OpenGroup | None = None
 
     @property
     def records(self) -> list[RecordView]:
-        if self._unloaded is not None:
-            self._records[:0] = self._unloaded()
-            self._unloaded = None
-        return self._records
+        return self._records.all()
 
     @records.setter
     def records(self, records: list[RecordView]) -> None:
-        self._records = records
-        self._unloaded = None
-
-    @property
-    def records_deferred(self) -> bool:
-        """True while the records of a loaded state are not built yet."""
-        return self._unloaded is not None
-
-    def defer_records(self, load: Callable[[], list[RecordView]]) -> None:
-        """``load`` gives the records fed before this renderer's state was stored; called
-        once, on the first read of ``records``."""
-        self._records = []
-        self._unloaded = load
+        self._records = DeferredRecords(records)
 
     # --- feeding ---------------------------------------------------------------------
 
@@ -242,7 +212,7 @@ class ThreadRenderer:
         elif k == "assistant_message":
             calls = list(rec.payload.get("tool_calls") or [])
             if calls:
-                self._open = _OpenGroup(rec, calls, inherited=inherited)
+                self._open = OpenGroup(rec, calls, inherited=inherited)
             else:
                 self._add(
                     {"role": "assistant", "content": rec.text, "block": "interaction"},
@@ -256,7 +226,7 @@ class ThreadRenderer:
                 "name": rec.payload["name"],
                 "arguments_json": rec.payload["arguments_json"],
             }
-            self._open = _OpenGroup(rec, [call], inherited=inherited)
+            self._open = OpenGroup(rec, [call], inherited=inherited)
         elif k == "tool_outcome":
             self._orphan_result(rec)
         elif k == "child_result":
@@ -310,7 +280,7 @@ class ThreadRenderer:
             self.count(note),
         )
 
-    def _close(self, grp: _OpenGroup) -> None:
+    def _close(self, grp: OpenGroup) -> None:
         self._open = None
         a = grp.assistant
         cat = "history" if grp.inherited else "interactions"

@@ -27,6 +27,10 @@ class RenderStates(Protocol):
         self, session_id: str, run_id: str, instance_id: str, fingerprint: str, state: StoredState
     ) -> None: ...
 
+    async def prune(self, older_than_s: float, batch: int = 5000) -> int:
+        """Delete the states not saved for ``older_than_s``; returns how many."""
+        ...
+
 
 class PgRenderStates:
     def __init__(self, pool: asyncpg.Pool) -> None:
@@ -70,6 +74,25 @@ class PgRenderStates:
                 state.data,
             )
 
+    async def prune(self, older_than_s: float, batch: int = 5000) -> int:
+        # Views idle that long (finished runs, abandoned sessions) hold content nobody
+        # prepares any more. In batches: one short transaction each, as prepared contexts.
+        total = 0
+        while True:
+            deleted = await self.pool.fetchval(
+                "WITH old AS (SELECT session_id, run_id, instance_id FROM render_states"
+                " WHERE saved_at < now() - make_interval(secs => $1) LIMIT $2)"
+                " , gone AS (DELETE FROM render_states s USING old"
+                " WHERE (s.session_id, s.run_id, s.instance_id)"
+                " = (old.session_id, old.run_id, old.instance_id) RETURNING 1)"
+                " SELECT count(*) FROM gone",
+                older_than_s,
+                batch,
+            )
+            total += int(deleted or 0)
+            if not deleted or deleted < batch:
+                return total
+
 
 class MemoryRenderStates:
     """In-memory ``RenderStates`` with the same replacement rule (unit tests, benchmarks)."""
@@ -92,3 +115,8 @@ class MemoryRenderStates:
         if old is None or old[0] != fingerprint or old[1].last_sequence < state.last_sequence:
             self.rows[key] = (fingerprint, state)
             self.saves += 1
+
+    async def prune(self, older_than_s: float, batch: int = 5000) -> int:
+        gone = len(self.rows)
+        self.rows.clear()  # no clock here: tests prune "everything older than now"
+        return gone

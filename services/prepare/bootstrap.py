@@ -26,7 +26,7 @@ from services.prepare.prepare_hooks import HookRegistry, hook_ids, hook_source, 
 from services.prepare.prepared import PreparedStore
 from services.prepare.publishing import ReleaseBook
 from services.prepare.readback import ReadBack
-from services.prepare.retention import pruning
+from services.prepare.retention import Prunable, pruning
 from services.prepare.run_lifecycle import Runs
 from services.prepare.service import PrepareService
 from services.prepare.views import ThreadViews
@@ -78,6 +78,7 @@ class Options:
     key_cache_s: float = 10.0
     prepared_capacity: int = 256  # the in-process cache; all are in PostgreSQL
     prepared_retention_s: float = 24 * 3600.0
+    render_state_retention_s: float = 72 * 3600.0
     calibration_ttl_s: float = 5.0
 
     @classmethod
@@ -88,6 +89,7 @@ class Options:
             commit_wait_s=settings.prepare_commit_wait_s,
             compaction_wait_s=settings.compaction_wait_s,
             prepared_retention_s=settings.prepared_retention_h * 3600.0,
+            render_state_retention_s=settings.render_state_retention_h * 3600.0,
             calibration_ttl_s=settings.calibration_ttl_s,
         )
 
@@ -203,7 +205,12 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     svc = build_service(adapters, options, counter, hooks, hook_ids(settings.compaction_hooks))
     await svc.gateway.seed_calibration()
     try:
-        async with pruning(adapters.prepared, options.prepared_retention_s):
+        targets: dict[str, tuple[Prunable, float]] = {
+            "prepared contexts": (adapters.prepared, options.prepared_retention_s)
+        }
+        if adapters.render_states is not None:
+            targets["render states"] = (adapters.render_states, options.render_state_retention_s)
+        async with pruning(targets):
             yield svc
     finally:
         await svc.gateway.prepared.flush()  # contexts written behind their answers

@@ -1,7 +1,9 @@
-"""Bounded retention of prepared contexts (issue 13): every Prepare instance deletes the
-rows older than ``ALC_PREPARED_RETENTION_H`` now and then. Several instances pruning at
-once only delete the same old rows; a call for a pruned context is
-``prepared_not_found`` (prepare again), one already checked is answered from its record."""
+"""Bounded retention (issue 13): every Prepare instance now and then deletes prepared
+contexts older than ``ALC_PREPARED_RETENTION_H`` and render states not saved for
+``ALC_RENDER_STATE_RETENTION_H``. Several instances pruning at once only delete the same
+old rows. A call for a pruned context is ``prepared_not_found`` (prepare again), one
+already checked is answered from its record; a view whose state was pruned renders in
+full once."""
 
 from __future__ import annotations
 
@@ -9,34 +11,42 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import asyncpg
-
-from storage.prepared_contexts import PreparedContexts
 
 log = logging.getLogger(__name__)
 
 
-async def prune_forever(stored: PreparedContexts, retention_s: float, every_s: float) -> None:
+class Prunable(Protocol):
+    async def prune(self, older_than_s: float, batch: int = 5000) -> int: ...
+
+
+async def prune_forever(what: str, stored: Prunable, retention_s: float, every_s: float) -> None:
     while True:
         try:
             deleted = await stored.prune(retention_s)
             if deleted:
-                log.info("pruned %d prepared contexts older than %.0f s", deleted, retention_s)
+                log.info("pruned %d %s older than %.0f s", deleted, what, retention_s)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             # The next round tries again: retention is a bound, not a deadline.
-            log.warning("pruning prepared contexts failed: %s", exc)
+            log.warning("pruning %s failed: %s", what, exc)
         await asyncio.sleep(every_s)
 
 
 @contextlib.asynccontextmanager
-async def pruning(stored: PreparedContexts, retention_s: float) -> AsyncIterator[None]:
-    """Prune in the background while the service runs (every tenth of the retention, at
-    most every ten minutes)."""
-    task = asyncio.create_task(prune_forever(stored, retention_s, min(retention_s / 10, 600.0)))
+async def pruning(targets: dict[str, tuple[Prunable, float]]) -> AsyncIterator[None]:
+    """Prune each of ``targets`` (name: store, retention in s) in the background while the
+    service runs (every tenth of its retention, at most every ten minutes)."""
+    tasks = [
+        asyncio.create_task(prune_forever(what, stored, keep, min(keep / 10, 600.0)))
+        for what, (stored, keep) in targets.items()
+    ]
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

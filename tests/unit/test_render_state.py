@@ -204,9 +204,9 @@ def test_a_cold_load_builds_its_records_only_when_read() -> None:
         profile=PROFILE, counting_method="bytes", count=COUNT, instructions="x",
         skill_bindings=[], tools=[], thread=cold,
     )  # fmt: skip
-    assert cold.records_deferred
+    assert cold._records.deferred
     assert [r.record_id for r in cold.records] == [r.record_id for r in warm.records]
-    assert cold.records == warm.records and not cold.records_deferred
+    assert cold.records == warm.records and not cold._records.deferred
 
 
 def test_a_packed_state_unpacks_to_the_same_bytes() -> None:
@@ -218,7 +218,7 @@ def test_a_packed_state_unpacks_to_the_same_bytes() -> None:
     assert len(packed) < len(data) and unpack(packed) == data
     assert unpack(data) is data  # an unpacked state passes through
     cold = load(packed, COUNT)  # as stored: the records' frame stays packed until read
-    assert cold is not None and cold.records_deferred
+    assert cold is not None and cold._records.deferred
     assert _state(cold) == _state(rend)
     for damaged in (packed[:-20], packed[:-1] + bytes([packed[-1] ^ 1])):
         with pytest.raises(Unreadable):
