@@ -2,12 +2,13 @@
 ``storage.view_state.load_view_state`` (the one place its rules live), the text of the
 summary it shows, and what the processor decided about an observation.
 
-Summary rows and "may run R reuse summary S" are immutable facts: cached for the life
-of the process, so the common case costs one round trip.
+Summary rows and "may run R reuse summary S" are immutable facts: cached (summaries in
+a bounded LRU), so the common case costs one round trip.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Protocol
 
 import asyncpg
@@ -15,6 +16,8 @@ import asyncpg
 from schemas.errors import NotFound
 from storage.threads import SummaryView
 from storage.view_state import ViewState, ViewStateCache, load_view_state
+
+SUMMARY_CACHE = 1024  # summaries (with their covered ids) kept per Prepare process
 
 
 class CompactionReads(Protocol):
@@ -36,7 +39,9 @@ class PgCompactionReads:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self._facts = ViewStateCache()
-        self._summaries: dict[str, SummaryView] = {}
+        # Revisions are immutable, so cached without expiry, but bounded: each holds its
+        # covered ids, and a long-running instance sees every session's summaries.
+        self._summaries: OrderedDict[str, SummaryView] = OrderedDict()
 
     async def state(
         self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
@@ -56,7 +61,9 @@ class PgCompactionReads:
 
     async def summary(self, summary_id: str) -> SummaryView | None:
         cached = self._summaries.get(summary_id)
-        if cached is None:
+        if cached is not None:
+            self._summaries.move_to_end(summary_id)
+        else:
             r = await self.pool.fetchrow(
                 "SELECT summary_text, summary_tokens, covered_record_ids FROM"
                 " summary_revisions WHERE summary_id=$1",
@@ -70,7 +77,9 @@ class PgCompactionReads:
                 r["summary_tokens"],
                 frozenset(r["covered_record_ids"]),
             )
-            self._summaries[summary_id] = cached  # revisions are immutable
+            self._summaries[summary_id] = cached
+            while len(self._summaries) > SUMMARY_CACHE:
+                self._summaries.popitem(last=False)
         return cached
 
     async def observation_outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:

@@ -82,6 +82,14 @@ class ViewStateCache:
 
     summaries: dict[str, SummaryRef] = field(default_factory=dict)
     reusable: dict[tuple[str, str], bool] = field(default_factory=dict)
+    limit: int = 4096  # entries per map: a long-running Prepare sees every session's
+
+    def bound(self) -> None:
+        """Forget everything once a map outgrows ``limit`` (they are only a cache: each
+        fact is read again on its next use)."""
+        for facts in (self.summaries, self.reusable):
+            if len(facts) > self.limit:
+                facts.clear()
 
 
 async def load_view_state(
@@ -251,6 +259,7 @@ async def _summary(
         )
         if row is None:
             return None
+        cache.bound()
         found = cache.summaries[summary_id] = summary_ref(row)
     return found
 
@@ -266,7 +275,9 @@ async def _reusable(
     key = (summary.summary_id, run_id)
     known = cache.reusable.get(key)
     if known is None:
-        known = cache.reusable[key] = await reusable(conn, summary, session_id, run_id, through)
+        known = await reusable(conn, summary, session_id, run_id, through)
+        cache.bound()
+        cache.reusable[key] = known
     return known
 
 
