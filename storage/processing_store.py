@@ -91,9 +91,15 @@ class ProcessingStore(Protocol):
         """The instance id of a run's main thread."""
 
     async def view_records(
-        self, session_id: str, run_id: str, main_instance_id: str, through: int
+        self,
+        session_id: str,
+        run_id: str,
+        main_instance_id: str,
+        through: int,
+        covered: frozenset[str] = frozenset(),
     ) -> list[RecordView]:
-        """A run's main view: inherited records, then its main thread's, in order."""
+        """A run's main view: inherited records, then its main thread's, in order;
+        inherited ones in ``covered`` (its summary's) may be left out."""
 
 
 class PgProcessingStore:
@@ -180,9 +186,16 @@ class PgProcessingStore:
         return await processing.main_instance_id(self.conn, session_id, run_id)
 
     async def view_records(
-        self, session_id: str, run_id: str, main_instance_id: str, through: int
+        self,
+        session_id: str,
+        run_id: str,
+        main_instance_id: str,
+        through: int,
+        covered: frozenset[str] = frozenset(),
     ) -> list[RecordView]:
-        inherited = await threads.inherited_records(self.conn, session_id, through)
+        # Selection ignores covered records: a long, summarized history is not read again
+        # (with its content) on every pre-emptive check.
+        inherited = await threads.uncovered_records(self.conn, session_id, through, covered)
         own = await threads.thread_records(self.conn, session_id, run_id, main_instance_id, through)
         return inherited + own
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import asyncpg
 
@@ -104,16 +104,44 @@ def record_view(r: asyncpg.Record) -> RecordView:
 
 # A hash join on the covered ids (``= ANY`` of a parameter array would scan the array
 # once per row: quadratic at 100k covered records).
-_INHERITED = (
-    f"SELECT {_cols('c.id IS NOT NULL')} FROM records r"
+_INHERITED_FROM = (
+    " FROM records r"
     " LEFT JOIN blobs b ON b.sha256 = r.content_ref"
     " LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
     " LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"
     " WHERE r.session_id=$1 AND r.session_sequence <= $2"
     " AND r.visibility IN ('session', 'actor')"
     " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-    f"{_LIVE} ORDER BY r.session_sequence"
+    f"{_LIVE}"
 )
+_ORDER = " ORDER BY r.session_sequence"
+_INHERITED = f"SELECT {_cols('c.id IS NOT NULL')}{_INHERITED_FROM}{_ORDER}"
+# What a renderer does with a covered record: counts it, and tracks it when it is a skill
+# load or an activation (``ThreadRenderer._track_skill``). Only those are read; the rest
+# are counted in SQL: a view over a long, summarized history reads what it shows.
+# (IS TRUE: a payload without "skill" makes the comparison NULL, and NOT NULL is no row.)
+_TRACKED = f"(({_SKILL}) IS TRUE OR r.kind = 'resource_activation')"
+_INHERITED_SHOWN = (
+    f"SELECT {_cols('c.id IS NOT NULL')}{_INHERITED_FROM} AND (c.id IS NULL OR {_TRACKED}){_ORDER}"
+)
+_INHERITED_UNREAD = f"SELECT count(*){_INHERITED_FROM} AND c.id IS NOT NULL AND NOT {_TRACKED}"
+_INHERITED_UNCOVERED = f"SELECT {_COLS}{_INHERITED_FROM} AND c.id IS NULL{_ORDER}"
+
+
+class Inherited(NamedTuple):
+    """A view's inherited history as read: the records to feed, and how many covered
+    records were not read (nothing to show or track; counted only)."""
+
+    records: list[RecordView]
+    unread: int = 0
+
+
+async def _custom_plan(conn: asyncpg.Connection) -> None:
+    # A custom plan every time: after five executions PostgreSQL may switch a prepared
+    # statement to a generic plan that does not know how many ids $3 holds and loops
+    # over them per row (measured: 70 ms -> 1.7 s at 2.8k records in the 1,000-question
+    # session). Planning costs ~1 ms, on a cold render only. Inside a transaction.
+    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
 
 
 async def inherited_records(
@@ -123,12 +151,31 @@ async def inherited_records(
     earlier runs (child threads stay isolated, R13), once each, in session order. The
     ``covered`` records (a summary's) come without their content, except skill loads."""
     async with conn.transaction():
-        # A custom plan every time: after five executions PostgreSQL may switch this
-        # prepared statement to a generic plan that does not know how many ids $3 holds
-        # and loops over them per row (measured: 70 ms -> 1.7 s at 2.8k records in the
-        # 1,000-question session). Planning it costs ~1 ms, on a cold render only.
-        await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+        await _custom_plan(conn)
         rows = await conn.fetch(_INHERITED, session_id, through, list(covered))
+    return [record_view(r) for r in rows]
+
+
+async def inherited_view(
+    conn: asyncpg.Connection, session_id: str, through: int, covered: frozenset[str]
+) -> Inherited:
+    """``inherited_records`` as a renderer needs them: covered records only where they
+    are tracked; the others counted."""
+    ids = list(covered)
+    async with conn.transaction():
+        await _custom_plan(conn)
+        rows = await conn.fetch(_INHERITED_SHOWN, session_id, through, ids)
+        unread = await conn.fetchval(_INHERITED_UNREAD, session_id, through, ids) if ids else 0
+    return Inherited([record_view(r) for r in rows], int(unread))
+
+
+async def uncovered_records(
+    conn: asyncpg.Connection, session_id: str, through: int, covered: frozenset[str]
+) -> list[RecordView]:
+    """The inherited records no summary covers (compaction selection needs no other)."""
+    async with conn.transaction():
+        await _custom_plan(conn)
+        rows = await conn.fetch(_INHERITED_UNCOVERED, session_id, through, list(covered))
     return [record_view(r) for r in rows]
 
 
@@ -221,8 +268,9 @@ class Threads(Protocol):
 
     async def inherited(
         self, session_id: str, through: int, covered: frozenset[str] = frozenset()
-    ) -> list[RecordView]:
-        """Records before the snapshot; ``covered`` ones may come without content."""
+    ) -> Inherited:
+        """Records before the snapshot; ``covered`` ones only where a renderer tracks
+        them (and then maybe without content), the others counted."""
 
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int
@@ -243,9 +291,9 @@ class PgThreads:
 
     async def inherited(
         self, session_id: str, through: int, covered: frozenset[str] = frozenset()
-    ) -> list[RecordView]:
+    ) -> Inherited:
         async with self.pool.acquire() as conn:
-            return await inherited_records(conn, session_id, through, covered)
+            return await inherited_view(conn, session_id, through, covered)
 
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int

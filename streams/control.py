@@ -141,11 +141,12 @@ async def preempt(store: ProcessingStore, session_ids: list[str]) -> list[Contro
         main = await store.main_instance_id(c.session_id, c.run_id)
         if main is None:  # an active run always has its row; nothing to check without
             continue
+        covered = frozenset(view.summary.covered_record_ids) if view.summary else frozenset()
         ev = preemptive_event(
             c,
             main,
-            await store.view_records(c.session_id, c.run_id, main, view.through),
-            set(view.summary.covered_record_ids) if view.summary else set(),
+            await store.view_records(c.session_id, c.run_id, main, view.through, covered),
+            covered,
             view.through,
             view.summary_id,
             validate_policy(c.context_policy).recent_complete_groups,

@@ -198,9 +198,10 @@ class ThreadViews:
                 rend.add_summary(summary.text, summary.tokens)
             inherited = await self.threads.inherited(
                 snap.session_id, snap.through_session_sequence, rend.covered
-            )  # what the summary covers comes without content: it is not shown
-            for rec in inherited:
+            )  # what the summary covers is not shown: read only where it is tracked
+            for rec in inherited.records:
                 rend.feed(rec, inherited=True)
+            rend.record_count += inherited.unread  # fed, they would only be counted
             rend.seal_inherited()
         rend.last_sequence = snap.through_session_sequence
         return rend

@@ -12,7 +12,7 @@ import pytest
 from domain.rendering import RecordView
 from services.prepare.views import ThreadViews
 from storage.render_states import MemoryRenderStates, StoredState
-from storage.threads import Snapshot, SummaryView
+from storage.threads import Inherited, Snapshot, SummaryView
 from tests.unit.fakes.prepare import FakeThreads
 from tests.unit.test_render_state import COUNT, LARGE, PROFILE, _prepared, _records
 
@@ -26,7 +26,7 @@ class CountingThreads(FakeThreads):
 
     async def inherited(
         self, session_id: str, through: int, covered: frozenset[str] = frozenset()
-    ) -> list[RecordView]:
+    ) -> Inherited:
         self.inherited_reads += 1
         return await super().inherited(session_id, through, covered)
 

@@ -29,7 +29,7 @@ from storage.model_calls import Completion, NewCall, Sample, StoredCall, Usage
 from storage.prepared_contexts import StoredPrepared
 from storage.releases import RELEASE_CONTENT, Release
 from storage.sessions import Refusal, SessionRow
-from storage.threads import Snapshot, SummaryView
+from storage.threads import Inherited, Snapshot, SummaryView
 from storage.view_state import SummaryRef, ViewState
 from tests.unit.fakes.publisher import FakePublisher
 
@@ -240,9 +240,10 @@ class FakeThreads:
 
     async def inherited(
         self, session_id: str, through: int, covered: frozenset[str] = frozenset()
-    ) -> list[RecordView]:
-        # Covered records keep their content here: the renderer never shows it anyway.
-        return [r for r in self.records if r.session_sequence <= through]
+    ) -> Inherited:
+        # Every covered record is read here, with its content: the renderer never shows
+        # it anyway (PgThreads reads only the tracked ones and counts the others).
+        return Inherited([r for r in self.records if r.session_sequence <= through])
 
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int

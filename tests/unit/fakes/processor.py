@@ -204,8 +204,14 @@ class FakeProcessingStore:
         return self.mains.get((session_id, run_id))
 
     async def view_records(
-        self, session_id: str, run_id: str, main_instance_id: str, through: int
+        self,
+        session_id: str,
+        run_id: str,
+        main_instance_id: str,
+        through: int,
+        covered: frozenset[str] = frozenset(),
     ) -> list[RecordView]:
+        # Covered records stay in: the decision must ignore them itself.
         return list(self.records_of_view.get((session_id, run_id), []))
 
     def committed_keys(self) -> list[str]:
