@@ -130,10 +130,10 @@ class TimedWorker(CompactionWorker):
 
     read_seconds = 0.0
 
-    async def _records(self, req: CompactionRequest) -> list[RecordView]:
+    async def _records(self, req: CompactionRequest, covered: frozenset[str]) -> list[RecordView]:
         t0 = time.perf_counter()
         try:
-            return await super()._records(req)
+            return await super()._records(req, covered)
         finally:
             self.read_seconds += time.perf_counter() - t0
 

@@ -18,7 +18,7 @@ import asyncpg
 from domain.policy import ContextPolicy, validate_policy
 from domain.rendering import RecordView
 from storage import compaction as summaries
-from storage.threads import inherited_records, snapshot_boundary, thread_records
+from storage.threads import snapshot_boundary, thread_records, uncovered_records
 
 
 @dataclass(frozen=True)
@@ -70,10 +70,11 @@ class CompactionJobs(Protocol):
         """Changes whenever a resource of the session is revoked or reactivated."""
 
     async def inherited_view(
-        self, session_id: str, run_id: str, instance_id: str
+        self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
     ) -> tuple[list[RecordView], int]:
-        """The records a thread sees from before its run, and the run's snapshot
-        boundary (``through_session_sequence``) — a child thread inherits none (R13.1)."""
+        """The records a thread sees from before its run, except ``covered`` ones (its
+        parent summary's), and the run's snapshot boundary
+        (``through_session_sequence``) — a child thread inherits none (R13.1)."""
 
     async def thread_view(
         self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
@@ -149,7 +150,7 @@ class PgCompactionJobs:
             return await summaries.revocation_epoch(conn, session_id)
 
     async def inherited_view(
-        self, session_id: str, run_id: str, instance_id: str
+        self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
     ) -> tuple[list[RecordView], int]:
         async with self.pool.acquire() as conn:
             through = await snapshot_boundary(conn, session_id, run_id)
@@ -162,7 +163,9 @@ class PgCompactionJobs:
                 # A child thread summarizes its own records only (R13.1); the background
                 # its parent transferred stays the parent's.
                 return [], through
-            return await inherited_records(conn, session_id, through), through
+            # What the parent summary covers is never summarized again: a long history is
+            # not read (with its content) for every job.
+            return await uncovered_records(conn, session_id, through, covered), through
 
     async def thread_view(
         self, session_id: str, run_id: str, instance_id: str, after: int, upto: int

@@ -22,6 +22,7 @@ class _Cached:
     records: list[RecordView]
     seen: int  # the watermark the records were read up to
     epoch: str  # the session's revocation epoch when they were read
+    omitted: frozenset[str]  # inherited records left out: covered by the parent summary
 
 
 class ThreadViews:
@@ -31,18 +32,26 @@ class ThreadViews:
         # (session, run, instance) -> view; insertion order doubles as LRU order.
         self._threads: dict[tuple[str, str, str], _Cached] = {}
 
-    async def view(self, req: CompactionRequest) -> list[RecordView]:
-        """The job's view up to its watermark, in session order."""
+    async def view(self, req: CompactionRequest, covered: frozenset[str]) -> list[RecordView]:
+        """The job's view up to its watermark, in session order, without the inherited
+        records in ``covered`` (its parent summary's; the caller drops the rest). A cached
+        view serves while everything it left out is still covered: a summary's successor
+        covers a superset, so a thread's jobs read their history once."""
         key = (req.session_id, req.run_id, req.instance_id)
         cached = self._threads.pop(key, None)
         epoch = await self.jobs.revocation_epoch(req.session_id)
-        if cached is None or cached.seen > req.view_watermark or cached.epoch != epoch:
-            inherited, through = await self.jobs.inherited_view(*key)
-            cached = _Cached(inherited, through, epoch)
+        if (
+            cached is None
+            or cached.seen > req.view_watermark
+            or cached.epoch != epoch
+            or not cached.omitted <= covered
+        ):
+            inherited, through = await self.jobs.inherited_view(*key, covered)
+            cached = _Cached(inherited, through, epoch, covered)
         records = cached.records + await self.jobs.thread_view(
             *key, cached.seen, req.view_watermark
         )
-        self._threads[key] = _Cached(records, req.view_watermark, epoch)
+        self._threads[key] = _Cached(records, req.view_watermark, epoch, cached.omitted)
         while len(self._threads) > self.capacity:
             self._threads.pop(next(iter(self._threads)))
         return records

@@ -179,9 +179,10 @@ class CompactionWorker:
         # Waited for: the request's offset is committed only after this is acknowledged.
         await self.publisher.send_and_wait(self.config.topic_records, req.session_id.encode(), data)
 
-    async def _records(self, req: CompactionRequest) -> list[RecordView]:
-        """The job's view up to its watermark (cached per thread between jobs)."""
-        return await self.views.view(req)
+    async def _records(self, req: CompactionRequest, covered: frozenset[str]) -> list[RecordView]:
+        """The job's view up to its watermark (cached per thread between jobs), maybe
+        without the inherited records ``covered`` already."""
+        return await self.views.view(req, covered)
 
     async def _run(self, req: CompactionRequest) -> CompactionOutcome:
         job = await self._load(req)
@@ -198,10 +199,10 @@ class CompactionWorker:
 
     async def _load(self, req: CompactionRequest) -> _Job:
         parent = await self.jobs.parent_summary(req.parent_summary_id)
-        records = await self._records(req)
+        before = parent.covered_record_ids if parent else frozenset()
+        records = await self._records(req, before)
         policy = await self.jobs.session_policy(req.session_id)
         bound = summary_bound(policy.compaction.summary_max_ratio, req.input_budget)
-        before = parent.covered_record_ids if parent else frozenset()
         return _Job(
             req,
             parent,

@@ -238,6 +238,28 @@ async def test_the_thread_view_is_extended_and_read_again_after_a_revocation() -
     assert jobs.reads[3:] == [("inherited", 0, 8), ("thread", 8, 12)]
 
 
+@pytest.mark.spec("R11.8")
+async def test_a_cached_view_left_out_only_what_the_next_parent_still_covers() -> None:
+    """Inherited records the parent covers are not read; a cached view that left some out
+    serves the next job only if its parent covers them too (a successor covers a
+    superset); another parent (a shorter lineage) reads the history again."""
+    draft = SummaryDraft((), (), (), (), (), ()).to_dict()
+    small = ParentSummary(draft, "", 10, frozenset({"rec_1", "rec_2"}), ((1, 2),))
+    grown = ParentSummary(draft, "", 12, frozenset({"rec_1", "rec_2", "rec_3"}), ((1, 3),))
+    other = ParentSummary(draft, "", 5, frozenset({"rec_1"}), ((1, 1),))
+    jobs = FakeCompactionJobs(history(4), parents={"s1": small, "s2": grown, "s3": other})
+    w, gateway = worker(jobs, FakePublisher())
+    await w.handle(request("cmp_1", run=4, watermark=14, parent_summary_id="s1"))
+    await w.handle(request("cmp_2", run=4, watermark=16, parent_summary_id="s2"))
+    assert [r[0] for r in jobs.reads] == ["inherited", "thread", "thread"]  # cached
+    await w.handle(request("cmp_3", run=4, watermark=16, parent_summary_id="s3"))
+    assert [r[0] for r in jobs.reads][3:] == ["inherited", "thread"]  # read again
+    # rec_2 and rec_3 were left out of the cached view, and s3 does not cover them:
+    # only a fresh read shows them to the job.
+    seen = {i.record_id for i in gateway.requests[-1].segment}
+    assert {"rec_2", "rec_3"} <= seen
+
+
 @pytest.mark.spec("R13.1")
 async def test_a_child_thread_summarizes_its_own_records_only() -> None:
     jobs = FakeCompactionJobs(history(3))

@@ -98,14 +98,18 @@ class FakeCompactionJobs:
         return r.instance_id == f"ins_{(r.run_id or '_').split('_')[-1]}"
 
     async def inherited_view(
-        self, session_id: str, run_id: str, instance_id: str
+        self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
     ) -> tuple[list[RecordView], int]:
         first = min((r.session_sequence for r in self.records if r.run_id == run_id), default=1)
         through = first - 1  # the run's snapshot: everything before its question
         self.reads.append(("inherited", 0, through))
         if instance_id != f"ins_{run_id.split('_')[-1]}":
             return [], through  # a child thread inherits nothing (R13.1)
-        view = [r for r in self.records if r.session_sequence <= through and self._main(r)]
+        view = [
+            r
+            for r in self.records
+            if r.session_sequence <= through and self._main(r) and r.record_id not in covered
+        ]
         return view, through
 
     async def thread_view(
