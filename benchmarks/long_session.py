@@ -145,7 +145,14 @@ async def prepare(c: ContextClient, run: RunHandle, q: str, m: dict[str, Any]) -
 
 async def measure(s: Settings, url: str, questions: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
-    m: dict[str, Any] = {"prepares": 0, "refused": 0, "refusals": {}, "ratios": [], "misses": 0}
+    m: dict[str, Any] = {
+        "prepares": 0,
+        "refused": 0,
+        "refusals": {},
+        "ratios": [],
+        "misses": 0,
+        "question_s": [],  # wall time of each question: does a long session slow down?
+    }
     t0 = time.perf_counter()
     async with ContextClient(s.kafka_bootstrap, url, topic=s.topic_records) as c:
         rel = await c.register_release(
@@ -157,7 +164,9 @@ async def measure(s: Settings, url: str, questions: int, seed: int) -> dict[str,
         )
         session = await c.open_session("bench", "analyst", rel["release_id"])
         for q in range(questions):
+            tq = time.perf_counter()
             await question(c, session, rng, q, m)
+            m["question_s"].append(time.perf_counter() - tq)
             if (q + 1) % 50 == 0:
                 log(
                     f"  {q + 1}/{questions} questions, {m['prepares']} prepares,"
@@ -192,9 +201,16 @@ async def measure(s: Settings, url: str, questions: int, seed: int) -> dict[str,
     sizes = [r["summary_tokens"] for r in revs]
     bound = revs[0]["bound_tokens"] if revs else None
     first10 = statistics.median(sizes[:10]) if sizes else 0
+    tenth = max(1, questions // 10)
+    q_first = statistics.median(m["question_s"][:tenth]) if m["question_s"] else 0.0
+    q_last = statistics.median(m["question_s"][-tenth:]) if m["question_s"] else 0.0
     return {
         "questions": questions,
         "seconds": round(elapsed, 1),
+        # Median wall time of a question in the first and the last tenth of the session.
+        "question_s_first_tenth": round(q_first, 3),
+        "question_s_last_tenth": round(q_last, 3),
+        "question_s_growth": round(q_last / q_first, 2) if q_first else None,
         "events_committed": events,
         "prepares": m["prepares"],
         "prepares_refused": m["refused"],
@@ -230,6 +246,11 @@ def table(r: dict[str, Any]) -> str:
     rows = [
         ("questions / events committed", f"{r['questions']} / {r['events_committed']}"),
         ("wall time", f"{r['seconds']} s"),
+        (
+            "a question, median: first / last tenth",
+            f"{r['question_s_first_tenth']} / {r['question_s_last_tenth']} s"
+            f" (x{r['question_s_growth']})",
+        ),
         ("prepares / refused", f"{r['prepares']} / {r['prepares_refused']} {r['refusals']}"),
         (
             "prepared estimate / InputBudget",
