@@ -114,7 +114,7 @@ async def load_view_state(
     cache = cache if cache is not None else ViewStateCache()
     if child_instance_id is not None:
         return await _child_view(conn, session_id, run_id, child_instance_id, through, cache)
-    r = await _main_row(conn, session_id, run_id, through)
+    r = await _main_row(conn, session_id, run_id, through, CHAIN_DEPTH)
     if r is None:
         return None
     counters = (
@@ -122,14 +122,12 @@ async def load_view_state(
         if r["later"]
         else Counters(r["user_turns"], r["model_steps"])
     )
-    summary = None
-    for summary_id in r["chain"]:
-        candidate = await _summary(conn, summary_id, cache)
-        if candidate is not None and await _reusable(
-            conn, candidate, session_id, run_id, through, cache
-        ):
-            summary = candidate
-            break
+    summary = await _effective(conn, r["chain"], session_id, run_id, through, cache)
+    if summary is None and r["more"]:  # none of the newest serves: look further back
+        deep = await _main_row(conn, session_id, run_id, through, None)
+        if deep is not None:
+            chain = deep["chain"][len(r["chain"]) :]
+            summary = await _effective(conn, chain, session_id, run_id, through, cache)
     return ViewState(
         session_id,
         run_id,
@@ -142,10 +140,31 @@ async def load_view_state(
     )
 
 
+async def _effective(
+    conn: asyncpg.Connection,
+    chain: list[str],
+    session_id: str,
+    run_id: str,
+    through: int,
+    cache: ViewStateCache,
+) -> SummaryRef | None:
+    """The newest summary of ``chain`` this run's view may reuse (R2.7)."""
+    for summary_id in chain:
+        candidate = await _summary(conn, summary_id, cache)
+        if candidate is not None and await _reusable(
+            conn, candidate, session_id, run_id, through, cache
+        ):
+            return candidate
+    return None
+
+
 async def _main_row(
-    conn: asyncpg.Connection, session_id: str, run_id: str, through: int
+    conn: asyncpg.Connection, session_id: str, run_id: str, through: int, depth: int | None
 ) -> asyncpg.Record | None:
-    """Everything of a main view but record counts and reuse checks, in one round trip."""
+    """Everything of a main view but record counts and reuse checks, in one round trip.
+    The summary chain is walked ``depth`` summaries back (None: all the way); ``more``
+    says it goes further. (A long session's chain holds hundreds of roll-ups, and the
+    newest one nearly always serves.)"""
     return await conn.fetchrow(
         "SELECT s.user_turns, s.model_steps, c.active_job_id,"
         # A run started after this one's snapshot: only then is this view not the whole
@@ -156,19 +175,30 @@ async def _main_row(
         "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
         f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"  # issue 15
         # The committed summaries of the chain, newest first (one round trip).
-        " ARRAY(WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
-        "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
-        "   WHERE summary_id = c.current_summary_id"
-        "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
-        "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id)"
-        "  SELECT summary_id FROM chain WHERE status = 'committed' ORDER BY depth) AS chain"
+        f" ARRAY({_CHAIN} SELECT summary_id FROM chain WHERE status = 'committed'"
+        "  ORDER BY depth) AS chain,"
+        f" ({_CHAIN} SELECT parent_summary_id IS NOT NULL FROM chain"
+        "  ORDER BY depth DESC LIMIT 1) AS more"
         " FROM sessions s LEFT JOIN compaction_state c"
         " ON c.session_id = s.session_id AND c.lineage = 'main'"
         " WHERE s.session_id = $1",
         session_id,
         through,
         run_id,
+        depth,
     )
+
+
+CHAIN_DEPTH = 8  # summaries of a chain read with a view's row; the rest only if needed
+# The summary chain from the lineage's current summary back, at most $4 deep (NULL: all).
+_CHAIN = (
+    "WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
+    "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
+    "   WHERE summary_id = c.current_summary_id"
+    "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
+    "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id"
+    "   WHERE $4::int IS NULL OR chain.depth + 1 < $4::int)"
+)
 
 
 async def _child_view(
