@@ -35,14 +35,21 @@ async def load_states(
     conn: asyncpg.Connection,
     keys: dict[str, set[str]],
     operations: dict[str, set[tuple[str, str]]],
+    scopes: dict[str, set[tuple[str, str | None]]] | None = None,
 ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
     """Lock and load the sessions named in ``keys`` (session_id -> event_keys seen in the
-    batch). Returns states plus the already-committed records among those keys."""
+    batch). Returns states plus the already-committed records among those keys.
+    ``scopes`` (session_id -> the (run_id, instance_id) the batch's events name) limits
+    the runs and threads loaded to those: planning looks up no other, and a session of
+    a thousand runs would otherwise load them all for every batch. None loads all."""
     states = await _lock_sessions(conn, keys)
     if not states:
         return states, {}
     present = list(states)
-    await _load_runs_and_threads(conn, states, present)
+    if scopes is None:
+        await _load_runs_and_threads(conn, states, present)
+    else:
+        await _load_named_runs_and_threads(conn, states, scopes)
     existing = await _load_known_keys(conn, states, present, keys)
     await _load_known_operations(conn, states, present, operations)
     await retraction.load_targets(conn, states, operations)  # issue 15
@@ -99,6 +106,44 @@ async def _load_runs_and_threads(
         states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r[
             "next_instance_sequence"
         ]
+
+
+async def _load_named_runs_and_threads(
+    conn: asyncpg.Connection,
+    states: dict[str, SessionState],
+    scopes: dict[str, set[tuple[str, str | None]]],
+) -> None:
+    named = sorted((s, r, i) for s in states for r, i in scopes.get(s, ()))
+    runs = sorted({(s, r) for s, r, _ in named})
+    threads = [(s, r, i) for s, r, i in named if i is not None]
+    if runs:
+        for r in await conn.fetch(
+            "SELECT u.session_id, u.run_id, u.main_instance_id, u.status, u.resumes, u.ends,"
+            " u.refused_resumes FROM runs u JOIN unnest($1::text[], $2::text[])"
+            " AS k(session_id, run_id) USING (session_id, run_id)",
+            [s for s, _ in runs],
+            [r for _, r in runs],
+        ):
+            states[r["session_id"]].runs[r["run_id"]] = RunState(
+                r["run_id"],
+                r["main_instance_id"],
+                r["status"],
+                r["resumes"],
+                r["ends"],
+                r["refused_resumes"],
+            )
+    if threads:
+        for r in await conn.fetch(
+            "SELECT t.session_id, t.run_id, t.instance_id, t.next_instance_sequence"
+            " FROM threads t JOIN unnest($1::text[], $2::text[], $3::text[])"
+            " AS k(session_id, run_id, instance_id) USING (session_id, run_id, instance_id)",
+            [s for s, _, _ in threads],
+            [r for _, r, _ in threads],
+            [i for _, _, i in threads],
+        ):
+            states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r[
+                "next_instance_sequence"
+            ]
 
 
 async def _load_known_keys(

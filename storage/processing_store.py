@@ -38,9 +38,13 @@ class ProcessingStore(Protocol):
         """sha256 -> (token_count, token_method, length) of the stored blobs."""
 
     async def load_states(
-        self, keys: dict[str, set[str]], operations: dict[str, set[tuple[str, str]]]
+        self,
+        keys: dict[str, set[str]],
+        operations: dict[str, set[tuple[str, str]]],
+        scopes: dict[str, set[tuple[str, str | None]]] | None = None,
     ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
-        """Lock and load the sessions of a batch and the records it already committed."""
+        """Lock and load the sessions of a batch and the records it already committed;
+        with ``scopes``, only the runs and threads the batch names."""
 
     async def write_records(
         self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
@@ -119,9 +123,12 @@ class PgProcessingStore:
         return await ingest.blob_tokens(self.conn, hashes)
 
     async def load_states(
-        self, keys: dict[str, set[str]], operations: dict[str, set[tuple[str, str]]]
+        self,
+        keys: dict[str, set[str]],
+        operations: dict[str, set[tuple[str, str]]],
+        scopes: dict[str, set[tuple[str, str | None]]] | None = None,
     ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
-        return await ingest.load_states(self.conn, keys, operations)
+        return await ingest.load_states(self.conn, keys, operations, scopes)
 
     async def write_records(
         self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str

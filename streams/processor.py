@@ -291,11 +291,15 @@ class BatchProcessor:
             return
         keys: dict[str, set[str]] = defaultdict(set)
         ops: dict[str, set[tuple[str, str]]] = defaultdict(set)
+        scopes: dict[str, set[tuple[str, str | None]]] = defaultdict(set)
         for inc in chunk:
-            keys[inc.event.scope.session_id].add(inc.event.event_key)
+            scope = inc.event.scope
+            keys[scope.session_id].add(inc.event.event_key)
             if inc.event.operation_id:
-                ops[inc.event.scope.session_id].add((inc.event.operation_id, str(inc.event.kind)))
-        states, found = await store.load_states(keys, ops)
+                ops[scope.session_id].add((inc.event.operation_id, str(inc.event.kind)))
+            if scope.run_id is not None:  # the runs and threads planning will look up
+                scopes[scope.session_id].add((scope.run_id, scope.instance_id))
+        states, found = await store.load_states(keys, ops, scopes)
         part = plan_batch(chunk, states)
         await store.write_records(part, states, self.config.consumer, self.config.topic_records)
         existing.update(found)

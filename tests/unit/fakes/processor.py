@@ -88,14 +88,23 @@ class FakeProcessingStore:
         return {h: self.blobs[h] for h in hashes if h in self.blobs}
 
     async def load_states(
-        self, keys: dict[str, set[str]], operations: dict[str, set[tuple[str, str]]]
+        self,
+        keys: dict[str, set[str]],
+        operations: dict[str, set[tuple[str, str]]],
+        scopes: dict[str, set[tuple[str, str | None]]] | None = None,
     ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
+        # As PostgreSQL loads them: with ``scopes``, only the runs and threads the batch
+        # names (planning must not depend on any other).
         states: dict[str, SessionState] = {}
         existing: dict[tuple[str, str], ExistingRecord] = {}
         for sid in sorted(keys):
             if sid not in self.data.sessions:
                 continue
             st = copy.deepcopy(self.data.sessions[sid])
+            if scopes is not None:
+                named = scopes.get(sid, set())
+                st.runs = {r: v for r, v in st.runs.items() if any(r == n for n, _ in named)}
+                st.threads = {t: v for t, v in st.threads.items() if t in named}
             for key in keys[sid]:
                 if (sid, key) in self.data.records:
                     existing[(sid, key)] = self.data.records[(sid, key)]
@@ -138,7 +147,14 @@ class FakeProcessingStore:
                 ev = rej.incoming.event
                 self.data.outcomes[(ev.scope.session_id, ev.event_key)] = rej.code
         for sid, st in states.items():
-            self.data.sessions[sid] = replace(st, known_keys=set(), known_operations=set())
+            # Runs and threads are upserted, as in PostgreSQL: those the batch did not
+            # load stay as they were.
+            old = self.data.sessions.get(sid)
+            runs = {**old.runs, **st.runs} if old else st.runs
+            threads = {**old.threads, **st.threads} if old else st.threads
+            self.data.sessions[sid] = replace(
+                st, runs=runs, threads=threads, known_keys=set(), known_operations=set()
+            )
 
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
         for partition, offset in offsets.items():
