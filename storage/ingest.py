@@ -90,22 +90,24 @@ async def _load_runs_and_threads(
         " FROM runs WHERE session_id = ANY($1::text[])",
         present,
     ):
-        states[r["session_id"]].runs[r["run_id"]] = RunState(
-            r["run_id"],
-            r["main_instance_id"],
-            r["status"],
-            r["resumes"],
-            r["ends"],
-            r["refused_resumes"],
-        )
+        _add_run(states, r)
     for r in await conn.fetch(
         "SELECT session_id, run_id, instance_id, next_instance_sequence FROM threads"
         " WHERE session_id = ANY($1::text[])",
         present,
     ):
-        states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r[
-            "next_instance_sequence"
-        ]
+        _add_thread(states, r)
+
+
+def _add_run(states: dict[str, SessionState], r: asyncpg.Record) -> None:
+    states[r["session_id"]].runs[r["run_id"]] = RunState(
+        r["run_id"], r["main_instance_id"], r["status"], r["resumes"], r["ends"],
+        r["refused_resumes"],
+    )  # fmt: skip
+
+
+def _add_thread(states: dict[str, SessionState], r: asyncpg.Record) -> None:
+    states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r["next_instance_sequence"]
 
 
 async def _load_named_runs_and_threads(
@@ -124,14 +126,7 @@ async def _load_named_runs_and_threads(
             [s for s, _ in runs],
             [r for _, r in runs],
         ):
-            states[r["session_id"]].runs[r["run_id"]] = RunState(
-                r["run_id"],
-                r["main_instance_id"],
-                r["status"],
-                r["resumes"],
-                r["ends"],
-                r["refused_resumes"],
-            )
+            _add_run(states, r)
     if threads:
         for r in await conn.fetch(
             "SELECT t.session_id, t.run_id, t.instance_id, t.next_instance_sequence"
@@ -141,9 +136,7 @@ async def _load_named_runs_and_threads(
             [r for _, r, _ in threads],
             [i for _, _, i in threads],
         ):
-            states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r[
-                "next_instance_sequence"
-            ]
+            _add_thread(states, r)
 
 
 async def _load_known_keys(

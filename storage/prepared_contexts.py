@@ -12,6 +12,8 @@ from typing import Protocol
 
 import asyncpg
 
+from storage.batches import delete_in_batches
+
 
 @dataclass(frozen=True)
 class StoredPrepared:
@@ -57,19 +59,13 @@ class PgPreparedContexts:
         return None if row is None else StoredPrepared(**dict(row))
 
     async def prune(self, older_than_s: float, batch: int = 5000) -> int:
-        # In batches: one short transaction each, so a large backlog never holds locks
-        # (or a long-running DELETE) against the prepares inserting meanwhile.
-        total = 0
-        while True:
-            deleted = await self.pool.fetchval(
-                "WITH old AS (SELECT prepared_id FROM prepared_contexts"
-                " WHERE created_at < now() - make_interval(secs => $1) LIMIT $2)"
-                " , gone AS (DELETE FROM prepared_contexts p USING old"
-                " WHERE p.prepared_id = old.prepared_id RETURNING 1)"
-                " SELECT count(*) FROM gone",
-                older_than_s,
-                batch,
-            )
-            total += int(deleted or 0)
-            if not deleted or deleted < batch:
-                return total
+        return await delete_in_batches(
+            self.pool,
+            "WITH old AS (SELECT prepared_id FROM prepared_contexts"
+            " WHERE created_at < now() - make_interval(secs => $1) LIMIT $2)"
+            " , gone AS (DELETE FROM prepared_contexts p USING old"
+            " WHERE p.prepared_id = old.prepared_id RETURNING 1)"
+            " SELECT count(*) FROM gone",
+            older_than_s,
+            batch,
+        )

@@ -9,6 +9,8 @@ from typing import Protocol
 
 import asyncpg
 
+from storage.batches import delete_in_batches
+
 
 @dataclass(frozen=True)
 class StoredState:
@@ -76,22 +78,18 @@ class PgRenderStates:
 
     async def prune(self, older_than_s: float, batch: int = 5000) -> int:
         # Views idle that long (finished runs, abandoned sessions) hold content nobody
-        # prepares any more. In batches: one short transaction each, as prepared contexts.
-        total = 0
-        while True:
-            deleted = await self.pool.fetchval(
-                "WITH old AS (SELECT session_id, run_id, instance_id FROM render_states"
-                " WHERE saved_at < now() - make_interval(secs => $1) LIMIT $2)"
-                " , gone AS (DELETE FROM render_states s USING old"
-                " WHERE (s.session_id, s.run_id, s.instance_id)"
-                " = (old.session_id, old.run_id, old.instance_id) RETURNING 1)"
-                " SELECT count(*) FROM gone",
-                older_than_s,
-                batch,
-            )
-            total += int(deleted or 0)
-            if not deleted or deleted < batch:
-                return total
+        # prepares any more.
+        return await delete_in_batches(
+            self.pool,
+            "WITH old AS (SELECT session_id, run_id, instance_id FROM render_states"
+            " WHERE saved_at < now() - make_interval(secs => $1) LIMIT $2)"
+            " , gone AS (DELETE FROM render_states s USING old"
+            " WHERE (s.session_id, s.run_id, s.instance_id)"
+            " = (old.session_id, old.run_id, old.instance_id) RETURNING 1)"
+            " SELECT count(*) FROM gone",
+            older_than_s,
+            batch,
+        )
 
 
 class MemoryRenderStates:
