@@ -21,7 +21,8 @@
 #
 # Env: ALC_STATE_DIR (default <repo>/.state), ALC_KAFKA_PORT (19092),
 #      ALC_KAFKA_CONTROLLER_PORT (19093), ALC_KAFKA_HEAP ("-Xms256m -Xmx768m"),
-#      ALC_KAFKA_START_TIMEOUT (seconds, 60); for the cluster
+#      ALC_KAFKA_START_TIMEOUT (seconds, 180: a broker loads every partition's log
+#      at start, and a dev state that ran the tests for weeks holds thousands); for the cluster
 #      ALC_KAFKA_CLUSTER_PORT (29092, node I listens on +I-1),
 #      ALC_KAFKA_CLUSTER_CONTROLLER_PORT (29192, likewise),
 #      ALC_KAFKA_CLUSTER_HEAP ("-Xms128m -Xmx512m", per node).
@@ -40,7 +41,7 @@ LOG4J_TOOLS=$DEPLOY_DIR/kafka/log4j2-tools.properties
 PORT=${ALC_KAFKA_PORT:-19092}
 CONTROLLER_PORT=${ALC_KAFKA_CONTROLLER_PORT:-19093}
 HEAP=${ALC_KAFKA_HEAP:--Xms256m -Xmx768m}
-START_TIMEOUT=${ALC_KAFKA_START_TIMEOUT:-60}
+START_TIMEOUT=${ALC_KAFKA_START_TIMEOUT:-180}
 HOST=127.0.0.1
 BOOTSTRAP=$HOST:$PORT
 
@@ -377,7 +378,9 @@ wait_ready() {
   done
   echo
   show_logs
-  die "broker (pid $pid) not ready after ${START_TIMEOUT} s; it is still running — 'deploy/kafka.sh down' to stop it"
+  local parts
+  parts=$(find "$KSTATE" -mindepth 2 -maxdepth 3 -type d -name '*-[0-9]*' 2>/dev/null | wc -l)
+  die "broker (pid $pid) not ready after ${START_TIMEOUT} s ($parts partition directories to load; raise ALC_KAFKA_START_TIMEOUT); it is still running — 'deploy/kafka.sh down' to stop it"
 }
 
 # --- commands ----------------------------------------------------------------
