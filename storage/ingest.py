@@ -35,21 +35,18 @@ async def load_states(
     conn: asyncpg.Connection,
     keys: dict[str, set[str]],
     operations: dict[str, set[tuple[str, str]]],
-    scopes: dict[str, set[tuple[str, str | None]]] | None = None,
+    scopes: dict[str, set[tuple[str, str | None]]],
 ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
     """Lock and load the sessions named in ``keys`` (session_id -> event_keys seen in the
     batch). Returns states plus the already-committed records among those keys.
     ``scopes`` (session_id -> the (run_id, instance_id) the batch's events name) limits
     the runs and threads loaded to those: planning looks up no other, and a session of
-    a thousand runs would otherwise load them all for every batch. None loads all."""
+    a thousand runs would otherwise load them all for every batch."""
     states = await _lock_sessions(conn, keys)
     if not states:
         return states, {}
     present = list(states)
-    if scopes is None:
-        await _load_runs_and_threads(conn, states, present)
-    else:
-        await _load_named_runs_and_threads(conn, states, scopes)
+    await _load_runs_and_threads(conn, states, scopes)
     existing = await _load_known_keys(conn, states, present, keys)
     await _load_known_operations(conn, states, present, operations)
     await retraction.load_targets(conn, states, operations)  # issue 15
@@ -82,23 +79,6 @@ async def _lock_sessions(
     return states
 
 
-async def _load_runs_and_threads(
-    conn: asyncpg.Connection, states: dict[str, SessionState], present: list[str]
-) -> None:
-    for r in await conn.fetch(
-        "SELECT session_id, run_id, main_instance_id, status, resumes, ends, refused_resumes"
-        " FROM runs WHERE session_id = ANY($1::text[])",
-        present,
-    ):
-        _add_run(states, r)
-    for r in await conn.fetch(
-        "SELECT session_id, run_id, instance_id, next_instance_sequence FROM threads"
-        " WHERE session_id = ANY($1::text[])",
-        present,
-    ):
-        _add_thread(states, r)
-
-
 def _add_run(states: dict[str, SessionState], r: asyncpg.Record) -> None:
     states[r["session_id"]].runs[r["run_id"]] = RunState(
         r["run_id"], r["main_instance_id"], r["status"], r["resumes"], r["ends"],
@@ -110,7 +90,7 @@ def _add_thread(states: dict[str, SessionState], r: asyncpg.Record) -> None:
     states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r["next_instance_sequence"]
 
 
-async def _load_named_runs_and_threads(
+async def _load_runs_and_threads(
     conn: asyncpg.Connection,
     states: dict[str, SessionState],
     scopes: dict[str, set[tuple[str, str | None]]],

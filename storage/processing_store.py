@@ -41,10 +41,10 @@ class ProcessingStore(Protocol):
         self,
         keys: dict[str, set[str]],
         operations: dict[str, set[tuple[str, str]]],
-        scopes: dict[str, set[tuple[str, str | None]]] | None = None,
+        scopes: dict[str, set[tuple[str, str | None]]],
     ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
-        """Lock and load the sessions of a batch and the records it already committed;
-        with ``scopes``, only the runs and threads the batch names."""
+        """Lock and load the sessions of a batch and the records it already committed,
+        with only the runs and threads the batch names (``scopes``)."""
 
     async def write_records(
         self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
@@ -126,7 +126,7 @@ class PgProcessingStore:
         self,
         keys: dict[str, set[str]],
         operations: dict[str, set[tuple[str, str]]],
-        scopes: dict[str, set[tuple[str, str | None]]] | None = None,
+        scopes: dict[str, set[tuple[str, str | None]]],
     ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
         return await ingest.load_states(self.conn, keys, operations, scopes)
 

@@ -91,20 +91,19 @@ class FakeProcessingStore:
         self,
         keys: dict[str, set[str]],
         operations: dict[str, set[tuple[str, str]]],
-        scopes: dict[str, set[tuple[str, str | None]]] | None = None,
+        scopes: dict[str, set[tuple[str, str | None]]],
     ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
-        # As PostgreSQL loads them: with ``scopes``, only the runs and threads the batch
-        # names (planning must not depend on any other).
+        # As PostgreSQL loads them: only the runs and threads the batch names in
+        # ``scopes`` (planning must not depend on any other).
         states: dict[str, SessionState] = {}
         existing: dict[tuple[str, str], ExistingRecord] = {}
         for sid in sorted(keys):
             if sid not in self.data.sessions:
                 continue
             st = copy.deepcopy(self.data.sessions[sid])
-            if scopes is not None:
-                named = scopes.get(sid, set())
-                st.runs = {r: v for r, v in st.runs.items() if any(r == n for n, _ in named)}
-                st.threads = {t: v for t, v in st.threads.items() if t in named}
+            named = scopes.get(sid, set())
+            st.runs = {r: v for r, v in st.runs.items() if any(r == n for n, _ in named)}
+            st.threads = {t: v for t, v in st.threads.items() if t in named}
             for key in keys[sid]:
                 if (sid, key) in self.data.records:
                     existing[(sid, key)] = self.data.records[(sid, key)]
