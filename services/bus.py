@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaProducer
 from schemas.contracts import ContextEvent
 from schemas.wire import ControlEvent, encode_control, encode_event
 from streams import tracing
+from streams.kafka_batches import send_in_batches
 from streams.publish import AiokafkaPublisher, Delivery, Publisher
 
 
@@ -64,22 +65,20 @@ class EventBus:
         return md.partition, md.offset
 
     async def send_many(self, events: list[ContextEvent]) -> list[tuple[int, int]]:
-        """Pipelined: all sends are queued, then awaited (order per session is kept,
-        since one key maps to one partition and the idempotent producer keeps order).
-        The driver's futures are used directly: the port's ``send`` reports no offsets.
-        Every event carries the trace context current at the call."""
+        """Pipelined through aiokafka's batch API (``streams.kafka_batches``): every event
+        is queued, then all are awaited; order per session is kept, since one key maps to
+        one partition and a partition's messages keep their order. Returns each event's
+        (partition, offset). Every event carries the trace context current at the call."""
         headers = tracing.kafka_headers()
-        futs = [
-            await self.publisher.producer.send(
-                self.topic, encode_event(e), key=e.scope.session_id.encode(), headers=headers
-            )
-            for e in events
-        ]
+        placed = await send_in_batches(
+            self.publisher.producer,
+            [(self.topic, e.scope.session_id.encode(), encode_event(e), headers) for e in events],
+        )
         out = []
-        for f in futs:
-            md = await f
-            self._remember(md.partition, md.offset)
-            out.append((md.partition, md.offset))
+        for p in placed:
+            partition, offset = await p.delivered()
+            self._remember(partition, offset)
+            out.append((partition, offset))
         return out
 
     def _remember(self, partition: int, offset: int) -> None:

@@ -13,12 +13,12 @@ committed for its reader.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from schemas.wire import decode_dead_letter
-from streams.publish import Delivery, Publisher
+from streams.publish import Delivery, Message, Publisher
 
 PROCESSOR_BATCH_SIZE = Histogram(
     "agentloom_processor_batch_size",
@@ -92,6 +92,11 @@ class MeteredPublisher:
     async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         await self.inner.send(topic, key, value)
         self._count(topic, value)
+
+    async def send_many(self, messages: Sequence[Message]) -> None:
+        await self.inner.send_many(messages)
+        for topic, _, value in messages:
+            self._count(topic, value)
 
     async def flush(self) -> None:
         await self.inner.flush()

@@ -42,7 +42,7 @@ from streams.admission import Admission, Admitted, Control, Item, RawMessage
 from streams.control import apply_controls, preempt
 from streams.faults import describe_failure, is_transient, retry_transient
 from streams.outgoing import Effects, ProcessorConfig, dead_letter_note, encode_applied
-from streams.publish import Publisher
+from streams.publish import Message, Publisher
 
 __all__ = ["BatchProcessor", "BatchResult", "Control", "Item", "RawMessage", "handle_or_exit"]
 
@@ -150,8 +150,7 @@ class BatchProcessor:
     async def publish(self, batch: list[RawMessage], effects: Effects) -> None:
         """Send what the transactions committed. ``handle`` then waits for every
         acknowledgement (``flush``): only then may the caller commit the offsets."""
-        for topic, key, value in effects.committed:
-            await self.publisher.send(topic, key, value)
+        out: list[Message] = list(effects.committed)
         raw_by_offset = {(m.partition, m.offset): m for m in batch}
         for dl in effects.dead:
             raw = raw_by_offset.get((dl.source_partition, dl.source_offset))
@@ -159,9 +158,9 @@ class BatchProcessor:
                 dl = DeadLetter(**{**dl.__dict__, "key": raw.key, "value": raw.value})
             # Cut to what the producer accepts: a ~1 MB original must not stall us.
             dl = fit_dead_letter(dl)
-            await self.publisher.send(self.config.topic_dead_letter, dl.key, encode_dead_letter(dl))
+            out.append((self.config.topic_dead_letter, dl.key, encode_dead_letter(dl)))
             note = encode_observability(dead_letter_note(dl))  # R18: by reason, for analytics
-            await self.publisher.send(self.config.topic_observability, dl.key, note)
+            out.append((self.config.topic_observability, dl.key, note))
             log.warning(
                 "dead letter %s at %s:%d: %s",
                 dl.reason_code,
@@ -169,8 +168,8 @@ class BatchProcessor:
                 dl.source_offset,
                 dl.reason[:300],
             )
-        for topic, key, value in effects.other:
-            await self.publisher.send(topic, key, value)
+        out += effects.other
+        await self.publisher.send_many(out)
 
     async def _attempt(
         self, store: ProcessingStore, items: list[Item], offsets: dict[int, int]

@@ -12,7 +12,8 @@ settings that the guarantees depend on:
 Three ways to send, because callers need three different promises:
 
 - ``send`` queues and is tracked: ``flush`` waits until everything queued so far is
-  acknowledged (the processor commits offsets only after that).
+  acknowledged (the processor commits offsets only after that). ``send_many`` is ``send``
+  for each of several messages, through aiokafka's batch API (``streams.kafka_batches``).
 - ``send_and_wait`` waits for this one message and returns where it landed (Prepare
   hands the offset to the caller for read-your-writes; a compaction outcome must be
   written before its request's offset is committed).
@@ -28,15 +29,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 
+from streams.kafka_batches import send_in_batches
 from streams.partitioning import cached_partitioner
 from streams.tracing import KafkaHeaders
 
 log = logging.getLogger(__name__)
+
+
+# (topic, key, value)
+Message = tuple[str, bytes | None, bytes]
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,9 @@ class Delivery:
 class Publisher(Protocol):
     async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         """Queue a message; ``flush`` waits until all queued messages are acknowledged."""
+
+    async def send_many(self, messages: Sequence[Message]) -> None:
+        """``send`` each of ``messages``, in order."""
 
     async def flush(self) -> None:
         """Wait for every message queued by ``send`` since the last flush."""
@@ -109,6 +119,11 @@ class AiokafkaPublisher(_Tracked):
     ) -> None:
         self._track(await self.producer.send(topic, value, key=key, headers=headers))
 
+    async def send_many(self, messages: Sequence[Message]) -> None:
+        placed = await send_in_batches(self.producer, [(t, k, v, None) for t, k, v in messages])
+        for fut in {id(p.future): p.future for p in placed}.values():  # one per batch
+            self._track(fut)
+
     async def send_and_wait(
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
     ) -> Delivery:
@@ -141,6 +156,11 @@ class FaustPublisher(_Tracked):
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
     ) -> None:
         self._track(await self._send(topic, key, value, headers))
+
+    async def send_many(self, messages: Sequence[Message]) -> None:
+        # faust's producer has no batch interface of its own: one send each.
+        for topic, key, value in messages:
+            self._track(await self._send(topic, key, value, None))
 
     async def send_and_wait(
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None

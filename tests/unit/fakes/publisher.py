@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from streams.publish import Delivery
+from streams.publish import Delivery, Message
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,10 @@ class FakePublisher:
         msg = Sent(topic, key, value, "queued")
         self.sent.append(msg)
         self._queued.append(msg)
+
+    async def send_many(self, messages: Sequence[Message]) -> None:
+        for topic, key, value in messages:  # through send: subclasses log each one
+            await self.send(topic, key, value)
 
     async def flush(self) -> None:
         self._raise_if_failing()
