@@ -65,14 +65,15 @@ class EventBus:
         return md.partition, md.offset
 
     async def send_many(self, events: list[ContextEvent]) -> list[tuple[int, int]]:
-        """Pipelined through aiokafka's batch API (``streams.kafka_batches``): every event
-        is queued, then all are awaited; order per session is kept, since one key maps to
-        one partition and a partition's messages keep their order. Returns each event's
-        (partition, offset). Every event carries the trace context current at the call."""
+        """Pipelined through aiokafka's batch API (``streams.kafka_batches``): each event
+        is encoded and queued (the first batches go out while the rest are encoded), then
+        all are awaited. Order per session is kept: one key maps to one partition, and a
+        partition's messages keep their order. Returns each event's (partition, offset).
+        Every event carries the trace context current at the call."""
         headers = tracing.kafka_headers()
         placed = await send_in_batches(
             self.publisher.producer,
-            [(self.topic, e.scope.session_id.encode(), encode_event(e), headers) for e in events],
+            ((self.topic, e.scope.session_id.encode(), encode_event(e), headers) for e in events),
         )
         out = []
         for p in placed:
