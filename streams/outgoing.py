@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 from domain.planning import BatchPlan, Incoming, NewRecord
+from schemas.contracts import built
 from schemas.wire import (
     CommittedRecord,
     CompactionRequest,
@@ -147,22 +148,26 @@ def encode_applied(
 
 
 def _new_record(nr: NewRecord, now: int) -> CommittedRecord:
-    ev = nr.incoming.event
-    return CommittedRecord(
-        record_id=nr.record_id,
-        session_id=ev.scope.session_id,
-        session_sequence=nr.session_sequence,
-        run_id=ev.scope.run_id,
-        instance_id=ev.scope.instance_id,
-        instance_sequence=nr.instance_sequence,
-        event_key=ev.event_key,
-        kind=str(ev.kind),
-        token_count=nr.incoming.token_count,
-        token_method=nr.incoming.token_method,
-        content_sha256=ev.content.sha256,
-        committed_at_ms=now,
-        source_partition=nr.incoming.partition,
-        source_offset=nr.incoming.offset,
+    ev, inc = nr.incoming.event, nr.incoming
+    scope = ev.scope
+    return built(  # every field, by name (a test compares with CommittedRecord(...))
+        CommittedRecord,
+        {
+            "record_id": nr.record_id,
+            "session_id": scope.session_id,
+            "session_sequence": nr.session_sequence,
+            "run_id": scope.run_id,
+            "instance_id": scope.instance_id,
+            "instance_sequence": nr.instance_sequence,
+            "event_key": ev.event_key,
+            "kind": str(ev.kind),
+            "token_count": inc.token_count,
+            "token_method": inc.token_method,
+            "content_sha256": ev.content.sha256,
+            "committed_at_ms": now,
+            "source_partition": inc.partition,
+            "source_offset": inc.offset,
+        },
     )
 
 

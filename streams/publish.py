@@ -88,6 +88,11 @@ class _Tracked:
     def _track(self, fut: asyncio.Future[Any]) -> None:
         self._pending.append(fut)
 
+    async def _send_batches(self, producer: AIOKafkaProducer, messages: Sequence[Message]) -> None:
+        placed = await send_in_batches(producer, [(t, k, v, None) for t, k, v in messages])
+        for fut in {id(p.future): p.future for p in placed}.values():  # one per batch
+            self._track(fut)
+
     async def flush(self) -> None:
         pending, self._pending = self._pending, []
         if pending:
@@ -120,9 +125,7 @@ class AiokafkaPublisher(_Tracked):
         self._track(await self.producer.send(topic, value, key=key, headers=headers))
 
     async def send_many(self, messages: Sequence[Message]) -> None:
-        placed = await send_in_batches(self.producer, [(t, k, v, None) for t, k, v in messages])
-        for fut in {id(p.future): p.future for p in placed}.values():  # one per batch
-            self._track(fut)
+        await self._send_batches(self.producer, messages)
 
     async def send_and_wait(
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
@@ -158,9 +161,11 @@ class FaustPublisher(_Tracked):
         self._track(await self._send(topic, key, value, headers))
 
     async def send_many(self, messages: Sequence[Message]) -> None:
-        # faust's producer has no batch interface of its own: one send each.
-        for topic, key, value in messages:
-            self._track(await self._send(topic, key, value, None))
+        # faust's producer has no batch interface of its own, but it sends through an
+        # aiokafka producer (``_ensure_producer``, the one its ``send`` uses, with faust's
+        # acks and Kafka's key mapping): batches go to that producer, in the same order.
+        producer = self.app.producer._ensure_producer()
+        await self._send_batches(producer, messages)
 
     async def send_and_wait(
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None

@@ -185,3 +185,29 @@ def test_content_text_and_reference() -> None:
     assert c.inline == "héllo" and c.ref is None
     r = contracts.Content.reference("ab" * 32, 10_000)
     assert r.ref == r.sha256 == "ab" * 32 and r.inline is None and r.length == 10_000
+
+
+def test_built_is_the_instance_init_would_build() -> None:
+    """``built`` (no ``__init__``, issue 13) gives an equal, equally hashed instance, and
+    is used only for classes without ``__post_init__`` (which it would skip)."""
+    from schemas.wire import CommittedRecord
+
+    fields = {f.name: f"v{i}" for i, f in enumerate(dataclasses.fields(CommittedRecord))}
+    made, via_init = contracts.built(CommittedRecord, dict(fields)), CommittedRecord(**fields)
+    assert made == via_init and hash(made) == hash(via_init) and repr(made) == repr(via_init)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        made.record_id = "changed"  # type: ignore[misc]
+    for cls in (ContextEvent, contracts.Scope, contracts.Source, contracts.Content):
+        assert not hasattr(cls, "__post_init__"), cls
+
+
+def test_from_avro_builds_every_field_of_the_envelope() -> None:
+    from .factories import make_event
+
+    for kind in RecordKind:
+        ev = make_event(kind)
+        back = ContextEvent.from_avro(ev.to_avro())
+        assert back == ev
+        for part in (back, back.scope, back.source, back.content):
+            names = {f.name for f in dataclasses.fields(part)}  # type: ignore[arg-type]
+            assert set(part.__dict__) == names, type(part)

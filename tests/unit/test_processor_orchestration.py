@@ -282,3 +282,22 @@ async def test_a_control_event_for_an_unknown_session_is_dead_lettered() -> None
     (letter,) = [decode_dead_letter(m.value) for m in pub.flushed if m.topic == "ctx.dead"]
     assert letter.reason_code == "unknown_session"
     assert store.data.applied == []
+
+
+async def test_a_committed_record_carries_every_field() -> None:
+    """The committed record is built without ``__init__`` (``contracts.built``): it has
+    exactly CommittedRecord's fields, and decodes to what the event and its plan say."""
+    pub = FakePublisher()
+    proc, _ = make(pub)
+    await proc.handle(events("a"))
+    (msg,) = [m for m in pub.flushed if m.topic == "ctx.committed"]
+    rec = decode_committed(msg.value)
+    assert {f.name for f in dataclasses.fields(rec)} == set(rec.__dict__)
+    assert (rec.session_id, rec.event_key, rec.kind, rec.session_sequence) == (
+        SESSION,
+        "a",
+        "user_input",
+        1,
+    )
+    assert rec.record_id.startswith("rec_") and rec.token_count > 0
+    assert (rec.source_partition, rec.source_offset) == (0, 0)
