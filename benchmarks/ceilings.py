@@ -15,10 +15,17 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.settings import Settings
 from storage.record_rows import RECORD_COLUMNS
+from streams.kafka_batches import send_in_batches
+from streams.partitioning import cached_partitioner
 from streams.topics import ensure_topics
 
 
-async def producer_ceiling(s: Settings, payloads: list[bytes], keys: list[bytes]) -> float:
+async def producer_ceiling(
+    s: Settings, payloads: list[bytes], keys: list[bytes], *, batch_api: bool = False
+) -> float:
+    """The aiokafka producer alone on pre-encoded events (acks=all, idempotent): one
+    ``send`` per message (the ceiling issue 13 names), or with ``batch_api`` the batch
+    API our SDK and processor now use (``streams.kafka_batches``)."""
     topic = f"bench.raw.{uuid.uuid4().hex[:6]}"
     await ensure_topics(s, [topic])  # the broker creates no topic on first use
     p = AIOKafkaProducer(
@@ -27,11 +34,16 @@ async def producer_ceiling(s: Settings, payloads: list[bytes], keys: list[bytes]
         enable_idempotence=True,
         linger_ms=2,
         max_batch_size=1 << 20,
+        partitioner=cached_partitioner,
     )
     await p.start()
     try:
         t0 = time.perf_counter()
-        futs = [await p.send(topic, v, key=k) for v, k in zip(payloads, keys, strict=True)]
+        if batch_api:
+            msgs = [(topic, k, v, None) for v, k in zip(payloads, keys, strict=True)]
+            futs = [pl.future for pl in await send_in_batches(p, msgs)]
+        else:
+            futs = [await p.send(topic, v, key=k) for v, k in zip(payloads, keys, strict=True)]
         await asyncio.gather(*futs)
         return len(payloads) / (time.perf_counter() - t0)
     finally:

@@ -98,12 +98,21 @@ async def committed_offsets(pool: asyncpg.Pool, s: Settings) -> dict[int, int]:
     return {r["partition"]: r["next_offset"] for r in rows}
 
 
+def cpu_seconds(proc: Proc) -> float:
+    """User + system CPU time the process has used so far (Linux ``/proc``)."""
+    assert proc.popen is not None
+    fields = Path(f"/proc/{proc.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def drain_rate(
     s: Settings, pool: asyncpg.Pool, c: ContextClient, rel: str, processor: Proc, n_events: int
-) -> float:
+) -> tuple[float, float]:
     """Processor capacity alone: a backlog written while it is stopped, then drained
     with nothing else competing for the CPU. Timed from the first batch's commit to the
-    last one's (start-up excluded, like the no-op faust agent's read rate)."""
+    last one's (start-up excluded, like the no-op faust agent's read rate). Returns the
+    rate and the processor's CPU µs per event over the same span: on a shared machine
+    whose speed varies, CPU per event moves less than the rate."""
     runs = []
     for _ in range(50):
         sess = await c.open_session("bench", "bench", rel)
@@ -120,10 +129,12 @@ async def drain_rate(
     await asyncio.to_thread(processor.start)
     while (first := await committed_offsets(pool, s)) == before:
         await asyncio.sleep(0.005)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), cpu_seconds(processor)
     first_batch = sum(o - before.get(p, 0) for p, o in first.items())
     await wait_offsets(pool, s, last)
-    return (len(stream) - first_batch) / (time.perf_counter() - t0)
+    drained = len(stream) - first_batch
+    cpu_us = (cpu_seconds(processor) - cpu0) / drained * 1e6
+    return drained / (time.perf_counter() - t0), cpu_us
 
 
 async def bench(
@@ -182,8 +193,8 @@ async def bench(
             f" (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
         )
         log("processor alone: drain a backlog written while it was stopped (after its first batch)")
-        drain = await drain_rate(s, pool, c, rel["release_id"], processor, len(stream))
-        log(f"  {drain:,.0f} events/s")
+        drain, cpu_us = await drain_rate(s, pool, c, rel["release_id"], processor, len(stream))
+        log(f"  {drain:,.0f} events/s; processor CPU {cpu_us:,.0f} µs per event")
         ceilings: dict[str, Any] = {}
         if prepare_sizes:  # the first driver's run measures the machine's ceilings
             log("ceiling: aiokafka producer alone (pre-encoded, acks=all, idempotent)")
@@ -191,6 +202,11 @@ async def bench(
                 await producer_ceiling(s, payloads, keys)
             )
             log(f"  {ceilings['producer_ceiling_events_per_s']:,} events/s")
+            log("the same producer through its batch API (as the SDK and the processor send)")
+            ceilings["producer_batch_api_events_per_s"] = round(
+                await producer_ceiling(s, payloads, keys, batch_api=True)
+            )
+            log(f"  {ceilings['producer_batch_api_events_per_s']:,} events/s")
             log("ceiling: asyncpg COPY alone (records rows, batches of 2000)")
             ceilings["copy_ceiling_rows_per_s"] = round(await copy_ceiling(pool, len(stream)))
             log(f"  {ceilings['copy_ceiling_rows_per_s']:,} rows/s")
@@ -204,6 +220,7 @@ async def bench(
         results["ingest"] = {
             **ceilings,
             "processor_drain_events_per_s": round(drain),
+            "processor_cpu_us_per_event": round(cpu_us),
             "events": len(stream),
             "sessions": n_sessions,
             "end_to_end_events_per_s": round(e2e),
@@ -258,6 +275,8 @@ def table(r: dict[str, Any]) -> str:
         "| measure | value | ceiling | ratio |",
         "|---|---:|---:|---:|",
         f"| ceiling: aiokafka producer alone (pre-encoded) | {prod:,} ev/s | | |",
+        f"| the same producer, batch API | {i.get('producer_batch_api_events_per_s', 0):,} ev/s"
+        " | | |",
         f"| ceiling: asyncpg COPY alone | {copy:,} rows/s | | |",
         f"| ceiling: no-op faust agent reading the records topic | {noop:,} ev/s | | |",
     ]
@@ -271,6 +290,8 @@ def table(r: dict[str, Any]) -> str:
             + (f"no-op faust {noop:,} ev/s | {d['ratio_to_noop_faust']:.2f} |"
                if "ratio_to_noop_faust" in d else f"producer {prod:,} ev/s | "
                f"{d['ratio_drain_to_producer']:.2f} |"),
+            f"| {name} driver: processor CPU per event while draining | "
+            f"{d['processor_cpu_us_per_event']:,} µs | | |",
         ]  # fmt: skip
     lines.append(
         f"| PostgreSQL growth per ingested event (all tables and indexes) | "
@@ -305,6 +326,7 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
         row = {
             "end_to_end_events_per_s": d["end_to_end_events_per_s"],
             "processor_drain_events_per_s": d["processor_drain_events_per_s"],
+            "processor_cpu_us_per_event": d.get("processor_cpu_us_per_event"),
             "ratio_to_producer": round(d["end_to_end_events_per_s"] / prod, 3),
             "ratio_drain_to_producer": round(d["processor_drain_events_per_s"] / prod, 3),
         }

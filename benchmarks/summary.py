@@ -135,8 +135,10 @@ def ingest_rows(run: dict[str, Any]) -> list[Row]:
     prod = num(i, "producer_ceiling_events_per_s")
     copy = num(i, "copy_ceiling_rows_per_s")
     noop = scan(i, "noop|no_op", "per_s")
+    batch = num(i, "producer_batch_api_events_per_s")
     rows = [
         Row("ceiling: aiokafka producer alone", prod, "ev/s"),
+        Row("  the same producer, batch API (as we send)", batch, "ev/s"),
         Row("ceiling: asyncpg COPY alone", copy, "rows/s"),
         Row("no-op faust agent (the framework alone)", noop, "ev/s", f"producer {fmt(prod)}",
             ratio(noop, prod)),
@@ -154,6 +156,8 @@ def ingest_rows(run: dict[str, Any]) -> list[Row]:
             Row(f"  processor draining a backlog, {name}", drain, "ev/s",
                 f"no-op faust {fmt(noop)}" if name == "faust" else f"producer {fmt(prod)}",
                 ratio(drain, noop if name == "faust" else prod)),
+            Row(f"  processor CPU per event, {name}",
+                num(d, "processor_cpu_us_per_event"), "µs"),
         ]  # fmt: skip
     return rows
 
