@@ -41,6 +41,7 @@ test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XM
 
 bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, analytics; one summary table last (build/bench)
 	@$(PY) -m benchmarks.run
+	@$(PY) -m benchmarks.ingest_floor
 	@$(PY) -m benchmarks.compaction
 	@$(PY) -m benchmarks.compaction_throughput
 	@$(PY) -m benchmarks.prepare_scale

@@ -26,6 +26,7 @@ SOURCES = {
     "analytics": "analytics.json",
     "long_session": "long_session.json",
     "fidelity": "summary_fidelity.json",
+    "floor": "ingest_floor.json",
 }
 # Issue 13's targets for a cold prepare's p99 (as in benchmarks.prepare_cold.TARGET_MS;
 # repeated so that this reader does not depend on that module importing cleanly).
@@ -160,6 +161,15 @@ def ingest_rows(run: dict[str, Any]) -> list[Row]:
                 num(d, "processor_cpu_us_per_event"), "µs"),
         ]  # fmt: skip
     return rows
+
+
+def floor_rows(f: dict[str, Any]) -> list[Row]:
+    """The libraries' CPU per ingested event beside the faust target's budget."""
+    floor, budget = num(f, "processor_floor_us"), num(f, "faust_budget_us")
+    return [
+        Row("ingest floor: library CPU per event in the processor", floor, "µs",
+            f"faust target's budget {fmt(budget)} µs", ratio(floor, budget)),
+    ]  # fmt: skip
 
 
 def size_rows(d: Any) -> dict[int, dict[str, Any]]:
@@ -316,6 +326,7 @@ def build(data: dict[str, Any]) -> list[Row]:
     data = {name: data.get(name) or {} for name in SOURCES}
     return [
         *ingest_rows(data["run"]),
+        *floor_rows(data["floor"]),
         *prepare_rows(data),
         *compaction_rows(data),
         *analytics_rows(data["analytics"]),

@@ -16,7 +16,8 @@ FIXTURE: dict[str, Any] = {
             "copy_ceiling_rows_per_s": 80_000,
             "faust_noop_events_per_s": 8_000,
             "drivers": {
-                "faust": {"end_to_end_events_per_s": 2_000, "processor_drain_events_per_s": 4_000},
+                "faust": {"end_to_end_events_per_s": 2_000, "processor_drain_events_per_s": 4_000,
+                          "processor_cpu_us_per_event": 300},
                 "aiokafka": {"end_to_end_events_per_s": 10_000},
             },
         },
@@ -49,6 +50,7 @@ FIXTURE: dict[str, Any] = {
             "masking@x10": {"recall": 0.3},
         }
     },
+    "floor": {"processor_floor_us": 96.0, "faust_budget_us": 80.0},
 }  # fmt: skip
 
 
@@ -83,6 +85,9 @@ def test_rows_carry_values_ceilings_and_ratios() -> None:
     assert rows["summary fidelity: fact recall at a 400-token cap, ours vs masking"].ratio == 2.0
     truncation = rows["summary fidelity: fact recall at a 400-token cap, ours vs truncation"]
     assert truncation.ratio is None  # not in the fixture
+    assert rows["processor CPU per event, faust"].value == 300
+    floor = rows["ingest floor: library CPU per event in the processor"]
+    assert (floor.value, floor.ratio, floor.ceiling) == (96.0, 1.2, "faust target's budget 80 µs")
     recall = rows["summary fidelity: fact recall after roll-up x10, ours vs masking"]
     assert (recall.value, recall.ratio) == (0.6, 2.0)
 

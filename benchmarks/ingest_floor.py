@@ -1,0 +1,183 @@
+"""``python -m benchmarks.ingest_floor``: the CPU an ingested event costs in the libraries
+alone, beside the per-event budget issue 13's two ratios leave on this machine.
+
+The processor must, for every event, whatever our own code does around it:
+- decode its Avro body (fastavro),
+- check its content hash (SHA-256, R3.4) and count its tokens (tiktoken, R6),
+- write its row (asyncpg COPY, the client's side),
+- encode its committed record (fastavro) and publish it (aiokafka's batch API).
+
+Each is timed here in process CPU time on the benchmark's own events (``make bench``'s
+question rounds), and summed. Left out, so the real floor is higher: the consumer's
+fetch and record parsing, the transaction's other statements, the broker and PostgreSQL.
+
+The budgets come from ``build/bench/results.json`` (``benchmarks.run`` of the same
+machine): the faust target (drain ≥ 0.8 of a no-op faust agent, which is CPU bound)
+leaves 1/4 of the no-op agent's CPU per event to everything the processor adds; the
+aiokafka target (end to end ≥ 0.5 of the per-send producer ceiling) leaves the 2 cores'
+time at that rate for the SDK, the processor, the broker and PostgreSQL together.
+Prints a table and writes ``build/bench/ingest_floor.json``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from benchmarks.run import OUT
+from domain.tokens import make_counter
+from schemas import codec
+from schemas.contracts import ToolStatus
+from schemas.settings import Settings
+from schemas.wire import CommittedRecord, encode_committed, encode_event
+from services.sdk.appends import RunHandle
+from storage.pool import create_pool
+from storage.record_rows import RECORD_COLUMNS
+
+N = 20_000
+
+
+def _events() -> list[Any]:
+    from tests.support.events import question_round  # the builders make bench uses
+
+    run = RunHandle("sess-" + "a" * 30, "run-" + "b" * 30, "main", "bench", "bench", {})
+    out: list[Any] = []
+    for r in range(N // 5):
+        out += question_round(run, f"i{r}", (ToolStatus.OK, ToolStatus.ERROR))
+    return out
+
+
+def cpu_us(fn: Callable[[], object], n: int) -> float:
+    """CPU µs per item of ``fn()`` processing ``n`` items (best of 3)."""
+    best = float("inf")
+    for _ in range(3):
+        t = time.process_time()
+        fn()
+        best = min(best, time.process_time() - t)
+    return best / n * 1e6
+
+
+async def _copy_us(rows: list[tuple[Any, ...]]) -> float:
+    """The client's CPU per row of asyncpg's COPY (the server works on the other core)."""
+    pool = await create_pool(Settings().pg_dsn, 1, 1)
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute("CREATE TEMP TABLE floor_records (LIKE records INCLUDING DEFAULTS)")
+            t = time.process_time()
+            for i in range(0, len(rows), 2000):
+                await conn.copy_records_to_table(
+                    "floor_records", records=rows[i : i + 2000], columns=RECORD_COLUMNS
+                )
+            return (time.process_time() - t) / len(rows) * 1e6
+    finally:
+        await pool.close()
+
+
+def _row(i: int, text: str) -> tuple[Any, ...]:
+    return (
+        "sess", i, f"rec{i}", f"k{i}", "sp", "ac", "r", "main", i, "user_input", "user",
+        "session", None, text, None, "0" * 64, len(text), "text/plain",
+        {"type": "UserInputPayload", "intent": "question"}, 6, "tiktoken:cl100k_base",
+        "bench", 0, 0, i, None,
+    )  # fmt: skip
+
+
+async def measure() -> dict[str, float]:
+    events = _events()
+    data = [encode_event(e) for e in events]
+    texts = [e.content.inline or "" for e in events]
+    counter = make_counter()
+    committed = CommittedRecord(
+        "rec_" + "0" * 32, "sess-" + "a" * 30, 1, "run", "main", 1, "key", "user_input", 12,
+        "tiktoken:cl100k_base", "0" * 64, 1_700_000_000_000, 3, 123_456,
+    )  # fmt: skip
+    producer = AIOKafkaProducer(bootstrap_servers="unused:9092")  # create_batch only
+
+    def batches() -> None:
+        batch = producer.create_batch()
+        value = encode_committed(committed)
+        for _ in range(len(events)):
+            if batch.append(key=b"sess", value=value, timestamp=None) is None:
+                batch = producer.create_batch()
+
+    rows = [_row(i, t) for i, t in enumerate(texts)]
+    n = len(events)
+    try:
+        return {
+            "fastavro decode of the event": cpu_us(
+                lambda: [codec.decode(codec.CONTEXT_EVENT, d) for d in data], n
+            ),
+            "sha256 of the content (R3.4)": cpu_us(
+                lambda: [hashlib.sha256(t.encode()).hexdigest() for t in texts], n
+            ),
+            "tiktoken count (R6)": cpu_us(lambda: [counter.count(t) for t in texts], n),
+            "asyncpg COPY of the row (client)": await _copy_us(rows),
+            "fastavro encode of the committed record": cpu_us(
+                lambda: [encode_committed(committed) for _ in range(n)], n
+            ),
+            "aiokafka batch append of it": cpu_us(batches, n),
+            "SDK side: encode of the event (to_avro + fastavro)": cpu_us(
+                lambda: [encode_event(e) for e in events], n
+            ),
+        }
+    finally:
+        await producer.stop()  # never started: this only closes it
+
+
+def main() -> None:
+    parts = asyncio.run(measure())
+    sdk = parts.pop("SDK side: encode of the event (to_avro + fastavro)")
+    floor = sum(parts.values())
+    try:
+        ingest = json.loads((OUT / "results.json").read_text())["ingest"]
+    except (OSError, ValueError, KeyError):
+        ingest = {}
+    noop = ingest.get("noop_faust_events_per_s")
+    prod = ingest.get("producer_ceiling_events_per_s")
+    faust_budget = 1e6 / noop / 4 if noop else None  # 1/0.8 - 1 = 1/4 of the no-op's CPU
+    # 2 cores' time per event at half the producer ceiling, for every process together.
+    e2e_budget = 2e6 / (0.5 * prod) if prod else None
+    e2e_floor = floor + sdk + parts["aiokafka batch append of it"]  # the SDK sends it too
+    print("\n| library work per ingested event | CPU µs |\n|---|---:|")
+    for name, us in parts.items():
+        print(f"| {name} | {us:.1f} |")
+    print(f"| **processor floor (sum)** | **{floor:.1f}** |")
+    for name, d in (ingest.get("drivers") or {}).items():
+        if d.get("processor_cpu_us_per_event"):
+            print(
+                f"| measured: the {name} processor, all of it | {d['processor_cpu_us_per_event']} |"
+            )
+    print(f"| SDK: encode of the event + batch append | {sdk:.1f} + |")
+    if faust_budget is not None:
+        print(
+            f"\nfaust target: everything the processor adds to a no-op faust agent "
+            f"({noop:,} ev/s) must fit in {faust_budget:.0f} µs; the floor is {floor:.0f} µs"
+            f" ({floor / faust_budget:.2f}x the budget)"
+        )
+    if e2e_budget is not None:
+        print(
+            f"aiokafka target: SDK + processor + broker + PostgreSQL must fit in "
+            f"{e2e_budget:.0f} µs of the 2 cores per event at {0.5 * prod:,.0f} ev/s; "
+            f"the SDK + processor floor alone is {e2e_floor:.0f} µs"
+        )
+    out = {
+        "parts_us": parts,
+        "processor_floor_us": floor,
+        "sdk_encode_us": sdk,
+        "faust_budget_us": faust_budget,
+        "e2e_budget_us": e2e_budget,
+        "e2e_floor_us": e2e_floor,
+    }
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "ingest_floor.json").write_text(json.dumps(out, indent=2))
+    print(f"\n[bench] wrote {OUT / 'ingest_floor.json'}")
+
+
+if __name__ == "__main__":
+    main()
