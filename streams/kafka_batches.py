@@ -15,7 +15,10 @@ The guarantees are the producer's own, unchanged:
   exactly as for the batches ``send`` fills (``acks=all`` applies to both).
 
 A keyless message (never ours: every topic is keyed by session) takes ``send``'s path,
-which picks a random available partition.
+which picks a random available partition. So does a large one (over ``LARGE_BYTES``),
+after its partition's batch so far: ``send`` refuses a message over the producer's
+``max_request_size`` at once, where a batch holding it would be refused by the broker
+with every message beside it.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ class _Open:
         self.members: list[int] = []
 
 
+LARGE_BYTES = 256 * 1024
+
 # A partition's batch is submitted once it holds this many messages, and the loop then
 # yields: the sender transmits it while the caller goes on encoding, so the broker and
 # the processor start on the first messages of a long list (the SDK's ``send_many``)
@@ -90,6 +95,11 @@ async def send_in_batches(
             partitions[topic] = sorted(await producer.partitions_for(topic))
         parts = partitions[topic]
         tp = (topic, parts[partition_for(key, len(parts))])  # as cached_partitioner
+        if len(key) + len(value) > LARGE_BYTES:
+            if tp in open_:  # what came before it goes first
+                await submit(open_.pop(tp))
+            placed[i] = Placed(await producer.send(topic, value, key=key, headers=headers), 0)
+            continue
         o = open_.get(tp)
         if o is None:
             o = open_[tp] = _Open(producer, *tp)

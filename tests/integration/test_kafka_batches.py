@@ -8,9 +8,10 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import MessageSizeTooLargeError
 
 from schemas.settings import Settings
-from streams.kafka_batches import OutMessage, send_in_batches
+from streams.kafka_batches import LARGE_BYTES, OutMessage, send_in_batches
 from streams.partitioning import cached_partitioner
 from streams.publish import AiokafkaPublisher
 from streams.topics import ensure_topics
@@ -96,3 +97,34 @@ async def test_publisher_send_many_is_acknowledged_by_flush(stack: Stack) -> Non
     read = await _read_all(stack, topic, 51, 2)
     values = sorted(v for _, v, _ in read.values())
     assert values == sorted([str(i).encode() for i in range(50)] + [b"keyless"])
+
+
+@pytest.mark.spec("R15.3")
+async def test_a_large_message_keeps_its_place_and_an_oversized_one_fails_alone(
+    stack: Stack,
+) -> None:
+    """Over ``LARGE_BYTES`` a message takes ``send``'s path after what came before it:
+    order and offsets hold, and one over the producer's limit is refused at once by the
+    client (as ``send`` always did) instead of sinking the batch beside it."""
+    topic = await _topic(stack, partitions=1)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=stack.kafka_bootstrap, acks="all", enable_idempotence=True
+    )
+    await producer.start()
+    try:
+        big = b"B" * (LARGE_BYTES + 1)
+        messages: list[OutMessage] = [(topic, b"s", b"m%d" % i, None) for i in range(5)]
+        messages += [(topic, b"s", big, None)]
+        messages += [(topic, b"s", b"m%d" % i, None) for i in range(5, 10)]
+        placed = await send_in_batches(producer, messages)
+        where = [await p.delivered() for p in placed]
+        assert [o for _, o in where] == list(range(11))  # one partition: 0..10 in order
+        with pytest.raises(MessageSizeTooLargeError):
+            await send_in_batches(
+                producer, [(topic, b"s", b"before", None), (topic, b"s", b"X" * (2 << 20), None)]
+            )
+        await producer.flush()
+    finally:
+        await producer.stop()
+    read = await _read_all(stack, topic, 12, 1)
+    assert [read[(0, o)][1] for o in range(12)] == [m[2] for m in messages] + [b"before"]
