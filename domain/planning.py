@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from schemas.contracts import (
     AssistantMessagePayload,
@@ -30,6 +31,8 @@ class Incoming:
     offset: int
     token_count: int
     token_method: str
+    # ``to_wire(event.payload)`` when the decoder already had it (the stored JSON).
+    payload_wire: dict[str, Any] | None = None
 
 
 @dataclass

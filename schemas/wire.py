@@ -17,9 +17,16 @@ def encode_event(event: ContextEvent) -> bytes:
 
 
 def decode_event(data: bytes) -> ContextEvent:
+    return decode_event_and_payload(data)[0]
+
+
+def decode_event_and_payload(data: bytes) -> tuple[ContextEvent, dict[str, Any]]:
+    """The event, and its payload as the decoder read it: ``to_wire(event.payload)``,
+    which the processor stores, without walking the payload again (a test pins the
+    equality for every payload type)."""
     raw = codec.decode(codec.CONTEXT_EVENT, data)
     try:
-        return ContextEvent.from_avro(raw)
+        return ContextEvent.from_avro(raw), raw["payload"][1]
     except (KeyError, ValueError, TypeError) as exc:
         raise InvalidEvent(
             f"event does not map to the contract: {exc}", reason_code="bad_body"

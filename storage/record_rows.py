@@ -53,8 +53,8 @@ def resource_ref(ev: Any) -> str | None:
     return str(rid) if rid else None
 
 
-def _payload_json(payload: Any) -> Any:
-    out: dict[str, Any] = to_wire(payload)
+def _payload_json(payload: Any, wire: dict[str, Any] | None) -> Any:
+    out: dict[str, Any] = to_wire(payload) if wire is None else {**wire}
     out["type"] = type(payload).__name__
     return out
 
@@ -82,7 +82,7 @@ def record_rows(plan: BatchPlan) -> Iterable[tuple[Any, ...]]:
             c.sha256,
             c.length,
             c.media_type,
-            _payload_json(ev.payload),
+            _payload_json(ev.payload, inc.payload_wire),
             inc.token_count,
             inc.token_method,
             ev.source.producer,

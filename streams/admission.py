@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from domain.accounting import text_key, token_text
 from domain.planning import Incoming
@@ -14,7 +15,7 @@ from schemas import codec
 from schemas.contracts import ContextEvent
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_control, validate_event
-from schemas.wire import ControlEvent, DeadLetter, decode_control, decode_event
+from schemas.wire import ControlEvent, DeadLetter, decode_control, decode_event_and_payload
 from storage.processing_store import ProcessingStore
 from streams.faults import describe_failure
 from streams.outgoing import ProcessorConfig, dead_letter
@@ -62,7 +63,7 @@ class Admission:
 
     async def admit(self, store: ProcessingStore, batch: list[RawMessage]) -> Admitted:
         out = Admitted()
-        decoded: list[tuple[RawMessage, ContextEvent]] = []
+        decoded: list[tuple[RawMessage, ContextEvent, dict[str, Any]]] = []
         controls: list[Control] = []
         for n, msg in enumerate(batch):
             if n % YIELD_EVERY == YIELD_EVERY - 1:
@@ -77,9 +78,9 @@ class Admission:
                     validate_control(ctl)
                     controls.append(Control(msg.partition, msg.offset, ctl, msg))
                     continue
-                ev = decode_event(msg.value)
+                ev, payload_wire = decode_event_and_payload(msg.value)
                 validate_event(ev)
-                decoded.append((msg, ev))
+                decoded.append((msg, ev, payload_wire))
             except InvalidEvent as exc:
                 out.dead.append(self.dead(msg, exc.reason_code, exc.message, None, None))
             except Exception as exc:  # hostile bytes: whatever a decoder may raise
@@ -112,13 +113,13 @@ class Admission:
     async def _count(
         self,
         store: ProcessingStore,
-        decoded: list[tuple[RawMessage, ContextEvent]],
+        decoded: list[tuple[RawMessage, ContextEvent, dict[str, Any]]],
         dead: list[DeadLetter],
     ) -> list[Incoming]:
-        refs = [ev.content.ref for _, ev in decoded if ev.content.ref]
+        refs = [ev.content.ref for _, ev, _ in decoded if ev.content.ref]
         blobs = await store.blob_tokens(refs) if refs else {}
         out: list[Incoming] = []
-        for msg, obj in decoded:
+        for msg, obj, payload_wire in decoded:
             try:
                 tokens, method = self._tokens(obj, blobs)
             except InvalidEvent as exc:
@@ -129,7 +130,7 @@ class Admission:
                 code, reason = describe_failure(exc)
                 dead.append(self.dead(msg, code, reason, obj.scope.session_id, obj.event_key))
                 continue
-            out.append(Incoming(obj, msg.partition, msg.offset, tokens, method))
+            out.append(Incoming(obj, msg.partition, msg.offset, tokens, method, payload_wire))
         return out
 
     def _tokens(self, ev: ContextEvent, blobs: dict[str, tuple[int, str, int]]) -> tuple[int, str]:
