@@ -9,6 +9,7 @@ import re
 import sys
 import time
 import uuid
+from typing import Any
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
@@ -50,38 +51,18 @@ async def producer_ceiling(
         await p.stop()
 
 
+def bench_row(i: int, text: str = "some text of a record") -> tuple[Any, ...]:
+    """A ``records`` row (``RECORD_COLUMNS``) like the processor writes, for COPY alone."""
+    return (
+        f"s{i % 50}", i, f"rec{i}", f"k{i}", "sp", "ac", "r", "i", i, "user_input", "user",
+        "session", None, text, None, "0" * 64, len(text.encode()), "text/plain",
+        {"type": "UserInputPayload", "intent": "question"}, 6, "tiktoken:cl100k_base",
+        "bench", 0, 0, i, None,
+    )  # fmt: skip
+
+
 async def copy_ceiling(pool: asyncpg.Pool, n: int) -> float:
-    rows = [
-        (
-            f"s{i % 50}",
-            i,
-            f"rec{i}",
-            f"k{i}",
-            "sp",
-            "ac",
-            "r",
-            "i",
-            i,
-            "user_input",
-            "user",
-            "session",
-            None,
-            "some text of a record",
-            None,
-            "0" * 64,
-            21,
-            "text/plain",
-            {"type": "UserInputPayload", "intent": "question"},
-            6,
-            "tiktoken:cl100k_base",
-            "bench",
-            0,
-            0,
-            i,
-            None,
-        )
-        for i in range(n)
-    ]
+    rows = [bench_row(i) for i in range(n)]
     async with pool.acquire() as conn:
         await conn.execute(
             "CREATE TEMP TABLE IF NOT EXISTS bench_records (LIKE records INCLUDING DEFAULTS)"

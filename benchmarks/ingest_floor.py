@@ -30,6 +30,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
+from benchmarks.ceilings import bench_row
 from benchmarks.run import OUT
 from domain.tokens import make_counter
 from schemas import codec
@@ -79,15 +80,6 @@ async def _copy_us(rows: list[tuple[Any, ...]]) -> float:
         await pool.close()
 
 
-def _row(i: int, text: str) -> tuple[Any, ...]:
-    return (
-        "sess", i, f"rec{i}", f"k{i}", "sp", "ac", "r", "main", i, "user_input", "user",
-        "session", None, text, None, "0" * 64, len(text), "text/plain",
-        {"type": "UserInputPayload", "intent": "question"}, 6, "tiktoken:cl100k_base",
-        "bench", 0, 0, i, None,
-    )  # fmt: skip
-
-
 async def measure() -> dict[str, float]:
     events = _events()
     data = [encode_event(e) for e in events]
@@ -106,7 +98,7 @@ async def measure() -> dict[str, float]:
             if batch.append(key=b"sess", value=value, timestamp=None) is None:
                 batch = producer.create_batch()
 
-    rows = [_row(i, t) for i, t in enumerate(texts)]
+    rows = [bench_row(i, t) for i, t in enumerate(texts)]
     n = len(events)
     try:
         return {

@@ -19,6 +19,7 @@ from schemas.wire import (
     encode_observability,
 )
 from storage.ingest import ExistingRecord
+from streams.publish import Message
 
 
 @dataclass(frozen=True)
@@ -34,17 +35,14 @@ class ProcessorConfig:
     pipeline_chunk: int = 500
 
 
-Outgoing = tuple[str, bytes | None, bytes]  # topic, key, value
-
-
 @dataclass
 class Effects:
     """What a batch's transactions produced, published only after they committed: the
     value the processor's *transact* step returns and its *publish* step sends (committed
     records, then dead letters, then observability and compaction requests)."""
 
-    committed: list[Outgoing] = field(default_factory=list)
-    other: list[Outgoing] = field(default_factory=list)  # observability, compaction requests
+    committed: list[Message] = field(default_factory=list)
+    other: list[Message] = field(default_factory=list)  # observability, compaction requests
     dead: list[DeadLetter] = field(default_factory=list)
     records: int = 0
     duplicates: int = 0
@@ -205,5 +203,5 @@ def dead_letter_note(dl: DeadLetter) -> ObservabilityEvent:
     )
 
 
-def _committed(config: ProcessorConfig, rec: CommittedRecord) -> Outgoing:
+def _committed(config: ProcessorConfig, rec: CommittedRecord) -> Message:
     return (config.topic_committed, rec.session_id.encode(), encode_committed(rec))
