@@ -98,11 +98,37 @@ async def committed_offsets(pool: asyncpg.Pool, s: Settings) -> dict[int, int]:
     return {r["partition"]: r["next_offset"] for r in rows}
 
 
-def cpu_seconds(proc: Proc) -> float:
-    """User + system CPU time the process has used so far (Linux ``/proc``)."""
+def _stat(pid: int | str) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def machine_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of all cores so far (Linux ``/proc/stat``)."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return sum(ticks) - idle, sum(ticks)
+
+
+def cpu_seconds(proc: Proc) -> tuple[float, float]:
+    """User + system CPU time used so far by the process, and by it and its live children
+    (the faust driver's offloaded processor, ``streams.worker``), from Linux ``/proc``."""
     assert proc.popen is not None
-    fields = Path(f"/proc/{proc.popen.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    root = proc.popen.pid
+    own = children = 0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = _stat(entry.name)
+        except OSError:  # gone meanwhile
+            continue
+        ticks = int(fields[11]) + int(fields[12])
+        if int(entry.name) == root:
+            own += ticks
+        elif int(fields[1]) == root:  # fields[1]: the parent pid
+            children += ticks
+    tck = os.sysconf("SC_CLK_TCK")
+    return own / tck, (own + children) / tck
 
 
 async def drain_rate(
@@ -129,12 +155,25 @@ async def drain_rate(
     await asyncio.to_thread(processor.start)
     while (first := await committed_offsets(pool, s)) == before:
         await asyncio.sleep(0.005)
-    t0, cpu0 = time.perf_counter(), cpu_seconds(processor)
+    t0, cpu0, busy0 = time.perf_counter(), cpu_seconds(processor), machine_busy()
     first_batch = sum(o - before.get(p, 0) for p, o in first.items())
     await wait_offsets(pool, s, last)
     drained = len(stream) - first_batch
-    cpu_us = (cpu_seconds(processor) - cpu0) / drained * 1e6
-    return drained / (time.perf_counter() - t0), cpu_us
+    cpu1, busy1 = cpu_seconds(processor), machine_busy()
+    own_us, cpu_us = ((b - a) / drained * 1e6 for a, b in zip(cpu0, cpu1, strict=True))
+    took = time.perf_counter() - t0
+    if cpu_us > own_us:
+        log(
+            f"  of which the driver's process {own_us:,.0f} µs per event"
+            f" ({own_us * drained / took / 1e6:.0%} of a core), its processor child"
+            f" {cpu_us - own_us:,.0f} µs ({(cpu_us - own_us) * drained / took / 1e6:.0%})"
+        )
+    log(
+        f"  the machine's {os.cpu_count()} cores were"
+        f" {(busy1[0] - busy0[0]) / (busy1[1] - busy0[1]):.0%}"
+        " busy meanwhile (every process: the processor, the broker, PostgreSQL)"
+    )
+    return drained / took, cpu_us
 
 
 async def bench(
@@ -317,7 +356,9 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
     first = runs[0]
     ingest = {**first["ingest"]}
     for r in runs[1:]:
-        ingest.update({k: v for k, v in r["ingest"].items() if "ceiling" in k})
+        ingest.update(
+            {k: v for k, v in r["ingest"].items() if "ceiling" in k or k.startswith("noop_")}
+        )
     prod = ingest.get("producer_ceiling_events_per_s") or 1
     noop = ingest.get("noop_faust_events_per_s")
     drivers: dict[str, Any] = {}

@@ -26,13 +26,16 @@ import faust
 
 from schemas.settings import Settings
 from streams import metrics, tracing
-from streams.processor import BatchProcessor, RawMessage, handle_or_exit
+from streams.pipelined import PipelinedBatches, ticking
+from streams.processor import RawMessage
 
-# Builds the processor once faust runs (its producer exists only then).
-ProcessorFactory = Callable[[faust.App], Awaitable[BatchProcessor]]
+# Applies a batch — committed and published when it returns — or ends the process.
+BatchHandler = Callable[[list[RawMessage]], Awaitable[object]]
+# Builds the handler once faust runs (its producer exists only then).
+HandlerFactory = Callable[[faust.App], Awaitable[BatchHandler]]
 
 
-def create_app(settings: Settings, data_dir: Path, build: ProcessorFactory) -> faust.App:
+def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> faust.App:
     app = faust.App(
         settings.processor_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
@@ -60,24 +63,38 @@ def create_app(settings: Settings, data_dir: Path, build: ProcessorFactory) -> f
     )
     app.topic(settings.topic_committed, partitions=settings.topic_partitions)
     app.topic(settings.topic_dead_letter, partitions=settings.topic_partitions)
-    built: list[BatchProcessor] = []
+    built: list[BatchHandler] = []
+
+    async def apply(events: list[Any]) -> None:
+        batch = [
+            RawMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
+            for e in events
+        ]
+        if not built:  # lazily, as before: the pool is opened by the first batch
+            built.append(await build(app))
+        traced = tracing.carried(e.message for e in events) if tracing.enabled() else []
+        started = time.perf_counter()
+        with tracing.commit_spans(traced, len(batch)):
+            await built[0](batch)
+        _observe(app, events, time.perf_counter() - started, settings.processor_id)
 
     @app.agent(records, concurrency=1)
     async def session_processor(stream: Any) -> None:
+        if settings.processor_offload:
+            # The processor runs in a child process: keep reading while it applies.
+            manual = stream.noack()
+            batches = PipelinedBatches(
+                apply, manual.ack, settings.processor_batch_max, settings.processor_batch_within_s
+            )
+            async with ticking(batches):
+                async for event in manual.events():
+                    await batches.add(event)
+                await batches.drain()
+            return
         async for events in stream.take_events(
             settings.processor_batch_max, within=settings.processor_batch_within_s
         ):
-            batch = [
-                RawMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
-                for e in events
-            ]
-            if not built:  # lazily, as before: the pool is opened by the first batch
-                built.append(await build(app))
-            traced = tracing.carried(e.message for e in events) if tracing.enabled() else []
-            started = time.perf_counter()
-            with tracing.commit_spans(traced, len(batch)):
-                await handle_or_exit(built[0], batch, settings.processor_transient_retry_s)
-            _observe(app, events, time.perf_counter() - started, settings.processor_id)
+            await apply(events)
 
     return app
 

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import faust
@@ -20,11 +21,12 @@ from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.processing_store import PgProcessing
 from streams import direct, tracing
-from streams.app import create_app
+from streams.app import BatchHandler, create_app
 from streams.instance import claim_instance_id
 from streams.metrics import MeteredPublisher, serve
+from streams.offload import OffloadedProcessor, handle_offloaded_or_exit
 from streams.outgoing import ProcessorConfig
-from streams.processor import BatchProcessor
+from streams.processor import BatchProcessor, handle_or_exit
 from streams.publish import AiokafkaPublisher, FaustPublisher, Publisher
 from streams.topics import require_topics
 
@@ -54,7 +56,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
     )
 
 
-async def _open_pool(settings: Settings) -> asyncpg.Pool:
+async def open_pool(settings: Settings) -> asyncpg.Pool:
     return await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
 
 
@@ -68,7 +70,7 @@ async def prepare_infrastructure(settings: Settings) -> None:
 
 async def run_direct(settings: Settings) -> None:
     """The aiokafka driver: runs until SIGTERM/SIGINT."""
-    pool = await _open_pool(settings)
+    pool = await open_pool(settings)
     publisher = AiokafkaPublisher(settings.kafka_bootstrap)
     consumer = direct.make_consumer(settings)
     await publisher.start()
@@ -103,8 +105,18 @@ def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
     # clone (no .state/ yet) could not start the processor.
     data_dir.mkdir(parents=True, exist_ok=True)
 
-    async def build(app: faust.App) -> BatchProcessor:
-        return build_processor(settings, await _open_pool(settings), FaustPublisher(app))
+    async def build(app: faust.App) -> BatchHandler:
+        if settings.processor_offload:
+            worker = OffloadedProcessor(settings)
+            await worker.start()
+
+            async def stop_worker(_app: Any, /, *_: Any, signal: Any, **__: Any) -> None:
+                await worker.stop()  # after faust stopped consuming: nothing in flight
+
+            app.on_before_shutdown.connect(stop_worker)
+            return lambda batch: handle_offloaded_or_exit(worker, batch)
+        proc = build_processor(settings, await open_pool(settings), FaustPublisher(app))
+        return lambda batch: handle_or_exit(proc, batch, settings.processor_transient_retry_s)
 
     return create_app(settings, data_dir, build)
 

@@ -12,6 +12,7 @@ committed for its reader.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -80,6 +81,8 @@ class MeteredPublisher:
     def __init__(self, inner: Publisher, topic_dead_letter: str) -> None:
         self.inner = inner
         self.topic_dead_letter = topic_dead_letter
+        # Also tallied here, for a process whose /metrics another serves (streams.worker).
+        self.tally: collections.Counter[str] = collections.Counter()
 
     def _count(self, topic: str, value: bytes) -> None:
         if topic == self.topic_dead_letter:
@@ -88,6 +91,7 @@ class MeteredPublisher:
             except Exception:  # a metric must never stop a publish
                 reason = "undecodable"
             DEAD_LETTERS.labels(reason).inc()
+            self.tally[reason] += 1
 
     async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         await self.inner.send(topic, key, value)

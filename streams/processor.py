@@ -316,7 +316,7 @@ async def handle_or_exit(
     batch: list[RawMessage],
     transient_retry_s: float = 300.0,
     attempts: int = 3,
-) -> None:
+) -> BatchResult:
     """Handle a batch; exit the process at once when the infrastructure stays lost.
 
     ``handle`` isolates and dead-letters whatever record it cannot apply, so what
@@ -341,7 +341,7 @@ async def handle_or_exit(
                 result.rejected,
                 result.isolated,
             )
-            return
+            return result
         except Exception as exc:
             if is_transient(exc):
                 log.critical("infrastructure lost for %.0fs", transient_retry_s, exc_info=True)

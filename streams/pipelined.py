@@ -1,0 +1,122 @@
+"""Batches of a faust stream that keep being read while the previous one is applied.
+
+faust's ``take_events`` stops filling its buffer while its loop body runs, so with the
+processor in a child process (``streams.offload``) the two would only take turns: faust
+reads, the child applies, faust reads. Here the agent iterates a ``noack`` stream and
+this class cuts batches (``max_`` events, or whatever came within ``within`` seconds) and
+applies them one at a time, in offset order, while the agent goes on reading the next.
+
+Acknowledgement is manual and comes last: a batch's events are acked (and so may have
+their offsets committed by faust) only after ``apply`` returned — the PostgreSQL commit
+and the acknowledged publishes. An event that was read but not applied is never acked,
+so a crash redelivers it. ``apply`` must not return before its batch is applied; when it
+cannot be, it ends the process (crash-only), and so does anything else that goes wrong
+here, before an ack.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, NoReturn
+
+from streams.processor import CRASH_EXIT_CODE
+
+log = logging.getLogger("agentloom.processor")
+
+
+class PipelinedBatches:
+    def __init__(
+        self,
+        apply: Callable[[list[Any]], Awaitable[object]],
+        ack: Callable[[Any], Awaitable[object]],
+        max_: int,
+        within: float,
+    ) -> None:
+        self._apply = apply
+        self._ack = ack
+        self.max_ = max_
+        self.within = within
+        self._buffer: list[Any] = []
+        self._first_at = 0.0
+        self._inflight: asyncio.Task[list[Any]] | None = None
+        self._lock = asyncio.Lock()
+
+    async def add(self, event: Any) -> None:
+        """Buffer ``event``; a full buffer waits for the batch in flight, then goes."""
+        if not self._buffer:
+            self._first_at = time.monotonic()
+        self._buffer.append(event)
+        if len(self._buffer) >= self.max_:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Send what is buffered, after the batch in flight (one at a time, in order);
+        then ack the batch that was in flight. Acking 2,000 events takes milliseconds:
+        the next batch is already with the child meanwhile."""
+        async with self._lock:
+            applied = await self._settle()
+            if self._buffer:
+                events, self._buffer = self._buffer, []
+                self._inflight = asyncio.create_task(self._run(events))
+            await self._ack_all(applied)
+
+    async def drain(self) -> None:
+        """Apply everything buffered and wait for it (a stopping stream)."""
+        await self.flush()
+        async with self._lock:
+            await self._ack_all(await self._settle())
+
+    async def _settle(self) -> list[Any]:
+        """The events of the batch in flight once it is applied (none when none was)."""
+        task, self._inflight = self._inflight, None
+        if task is None:
+            return []
+        # Shielded: a cancelled waiter (the stopping timer) must not cancel a batch
+        # half-way through the child's transaction.
+        return await asyncio.shield(task)
+
+    async def _run(self, events: list[Any]) -> list[Any]:
+        try:
+            await self._apply(events)
+            return events
+        except asyncio.CancelledError:
+            raise  # the worker stops: nothing acked that was not applied
+        except BaseException:
+            _crash("batch pipeline failed: exiting; the batch is redelivered")
+
+    async def _ack_all(self, events: list[Any]) -> None:
+        try:
+            for event in events:
+                await self._ack(event)
+        except Exception:
+            _crash("acking an applied batch failed: exiting; it is redelivered (a no-op)")
+
+    async def tick(self) -> None:
+        """Forever: send a buffer that waited ``within`` (a quiet stream still flows)."""
+        while True:
+            await asyncio.sleep(self.within)
+            if self._buffer and time.monotonic() - self._first_at >= self.within:
+                await self.flush()
+
+
+def _crash(why: str) -> NoReturn:
+    log.critical(why, exc_info=True)
+    logging.shutdown()
+    os._exit(CRASH_EXIT_CODE)
+
+
+@contextlib.asynccontextmanager
+async def ticking(batches: PipelinedBatches) -> Any:
+    """``batches`` with its timer running for the body's duration."""
+    ticker = asyncio.create_task(batches.tick())
+    try:
+        yield batches
+    finally:
+        ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ticker
