@@ -17,6 +17,7 @@ here, before an ack.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -44,6 +45,7 @@ class PipelinedBatches:
         self._buffer: list[Any] = []
         self._first_at = 0.0
         self._inflight: asyncio.Task[list[Any]] | None = None
+        self._applied: collections.deque[Any] = collections.deque()  # due for acks
         self._lock = asyncio.Lock()
 
     async def add(self, event: Any) -> None:
@@ -59,26 +61,29 @@ class PipelinedBatches:
         then ack the batch that was in flight. Acking 2,000 events takes milliseconds:
         the next batch is already with the child meanwhile."""
         async with self._lock:
-            applied = await self._settle()
+            await self._settle()
             if self._buffer:
                 events, self._buffer = self._buffer, []
                 self._inflight = asyncio.create_task(self._run(events))
-            await self._ack_all(applied)
+            await self._ack_applied()
 
     async def drain(self) -> None:
         """Apply everything buffered and wait for it (a stopping stream)."""
         await self.flush()
         async with self._lock:
-            await self._ack_all(await self._settle())
+            await self._settle()
+            await self._ack_applied()
 
-    async def _settle(self) -> list[Any]:
-        """The events of the batch in flight once it is applied (none when none was)."""
-        task, self._inflight = self._inflight, None
-        if task is None:
-            return []
-        # Shielded: a cancelled waiter (the stopping timer) must not cancel a batch
-        # half-way through the child's transaction.
-        return await asyncio.shield(task)
+    async def _settle(self) -> None:
+        """Wait for the batch in flight; its events are then due for acks."""
+        if self._inflight is None:
+            return
+        # Shielded, and forgotten only once done: a cancelled waiter (the stopping timer)
+        # neither cancels a batch half-way through the child's transaction nor lets the
+        # next batch start beside it.
+        events = await asyncio.shield(self._inflight)
+        self._inflight = None
+        self._applied.extend(events)
 
     async def _run(self, events: list[Any]) -> list[Any]:
         try:
@@ -89,18 +94,21 @@ class PipelinedBatches:
         except BaseException:
             _crash("batch pipeline failed: exiting; the batch is redelivered")
 
-    async def _ack_all(self, events: list[Any]) -> None:
+    async def _ack_applied(self) -> None:
         try:
-            for event in events:
-                await self._ack(event)
+            while self._applied:
+                await self._ack(self._applied[0])
+                self._applied.popleft()
         except Exception:
             _crash("acking an applied batch failed: exiting; it is redelivered (a no-op)")
 
     async def tick(self) -> None:
-        """Forever: send a buffer that waited ``within`` (a quiet stream still flows)."""
+        """Forever: send a buffer that waited ``within``, and ack a batch applied since
+        (a quiet stream still flows and commits its offsets)."""
         while True:
             await asyncio.sleep(self.within)
-            if self._buffer and time.monotonic() - self._first_at >= self.within:
+            stale = self._buffer and time.monotonic() - self._first_at >= self.within
+            if stale or (self._inflight is not None and self._inflight.done()):
                 await self.flush()
 
 

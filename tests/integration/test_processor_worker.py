@@ -1,0 +1,139 @@
+"""The faust driver's processor child (streams.worker, issue 13) on the real stack:
+whichever of the two processes dies, nothing is lost or applied twice, and no child goes
+on writing for a parent that is gone (the single writer of a partition, R8.1)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from schemas.contracts import ToolStatus
+from streams.processor import CRASH_EXIT_CODE
+from tests.support import events as ev
+from tests.support.flows import client, new_session, wait_committed
+from tests.support.services import Services
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 6
+ROUNDS = 50
+
+
+def _workers_of(pid: int) -> list[int]:
+    """Live ``streams.worker`` children of ``pid``."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmd = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if ppid == pid and b"streams.worker" in cmd:
+            out.append(int(entry.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+async def _worker(services: Services) -> int:
+    assert services.processor.popen is not None
+    for _ in range(500):
+        found = _workers_of(services.processor.popen.pid)
+        if found:
+            assert len(found) == 1
+            return found[0]
+        await asyncio.sleep(0.01)
+    raise AssertionError("the faust driver runs no processor worker")
+
+
+async def _counts(db: asyncpg.Pool, sids: list[str]) -> int:
+    return int(
+        await db.fetchval("SELECT count(*) FROM records WHERE session_id = ANY($1::text[])", sids)
+    )
+
+
+async def _assert_exact(db: asyncpg.Pool, sids: list[str]) -> None:
+    per_session = 1 + ROUNDS * 5
+    for sid in sids:
+        seqs = [
+            r["session_sequence"]
+            for r in await db.fetch(
+                "SELECT session_sequence FROM records WHERE session_id=$1 ORDER BY 1", sid
+            )
+        ]
+        assert seqs == list(range(1, per_session + 1))  # nothing lost, nothing twice, no gaps
+        counters = await db.fetchrow(
+            "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", sid
+        )
+        assert tuple(counters) == (1, ROUNDS * 2)
+
+
+@pytest.mark.spec("R3.1", "R3.2", "R8.1", "R8.2", "R15.3")
+async def test_a_killed_worker_ends_its_parent_and_the_restart_loses_and_duplicates_nothing(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    async with client(services) as c:
+        sessions = [await new_session(c) for _ in range(SESSIONS)]
+        sids = [s["session_id"] for s in sessions]
+        runs = [await c.start_run(s) for s in sessions]
+        stream = []
+        for r in range(ROUNDS):
+            for run in runs:
+                stream += ev.question_round(run, f"w{r}", (ToolStatus.OK, ToolStatus.ERROR))
+        half = len(stream) // 2
+        sent = await c.producer.send_many(stream[:half])
+        worker = await _worker(services)
+        for _ in range(500):
+            if await _counts(db, sids) > 2 * SESSIONS:
+                break
+            await asyncio.sleep(0.01)
+        os.kill(worker, signal.SIGKILL)
+        popen = services.processor.popen
+        assert popen is not None
+        # Crash-only: the faust process ends at once, before it could ack the batch.
+        assert await asyncio.to_thread(popen.wait, 30) == CRASH_EXIT_CODE
+        at_kill = await _counts(db, sids)
+        sent += await c.producer.send_many(stream[half:])
+        services.processor.start()
+        last: dict[int, int] = {}
+        for p, o in sent:
+            last[p] = max(last.get(p, -1), o)
+        await wait_committed(db, services, last, timeout=120)
+    assert at_kill < SESSIONS * (1 + ROUNDS * 5)  # the kill really was mid-stream
+    await _assert_exact(db, sids)
+
+
+@pytest.mark.spec("R8.1")
+async def test_a_killed_processor_takes_its_worker_with_it(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """kill -9 of the faust process (no chance to clean up): its child dies too
+    (PR_SET_PDEATHSIG) instead of writing on for partitions the group hands elsewhere."""
+    async with client(services) as c:
+        run = await c.start_run(await new_session(c))
+        sent = await c.producer.send_many(ev.question_round(run, "k", (ToolStatus.OK,)))
+        worker = await _worker(services)
+        services.processor.kill9()
+        deadline = time.monotonic() + 5
+        while _alive(worker) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert not _alive(worker), "the worker outlived its killed parent"
+        services.processor.start()
+        last: dict[int, int] = {}
+        for p, o in sent:
+            last[p] = max(last.get(p, -1), o)
+        await wait_committed(db, services, last, timeout=60)

@@ -1,0 +1,157 @@
+"""The faust driver's pipelined batches (streams.pipelined, issue 13): reading goes on
+while a batch is applied, yet batches apply one at a time in offset order, and an event
+is acked only after the batch holding it was applied (offsets after commit, R8.1)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams import pipelined
+from streams.pipelined import PipelinedBatches, ticking
+
+
+class Log:
+    """Applies and acks in the order they happened; applies can be held open."""
+
+    def __init__(self) -> None:
+        self.timeline: list[tuple[str, Any]] = []
+        self.applying = 0
+        self.most_at_once = 0
+        self.gate: asyncio.Event | None = None
+
+    async def apply(self, events: list[int]) -> None:
+        self.applying += 1
+        self.most_at_once = max(self.most_at_once, self.applying)
+        self.timeline.append(("apply", list(events)))
+        await asyncio.sleep(0)
+        if self.gate is not None:
+            await self.gate.wait()
+        self.timeline.append(("applied", list(events)))
+        self.applying -= 1
+
+    async def ack(self, event: int) -> None:
+        self.timeline.append(("ack", event))
+
+
+def _check(log: Log, n: int, max_: int) -> None:
+    applied: set[int] = set()
+    sent: list[int] = []
+    acked: list[int] = []
+    for what, x in log.timeline:
+        if what == "apply":
+            assert 0 < len(x) <= max_
+            sent += x
+        elif what == "applied":
+            applied |= set(x)
+        else:
+            assert x in applied, f"event {x} acked before its batch was applied"
+            acked.append(x)
+    assert sent == list(range(n)), "every event applied once, in order"
+    assert acked == list(range(n)), "every event acked once, in order"
+    assert log.most_at_once == (1 if n else 0)
+
+
+@pytest.mark.spec("R8.1", "R3.2")
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(0, 60), max_=st.integers(1, 9), flush_every=st.integers(1, 15))
+def test_every_event_applied_once_in_order_and_acked_only_after_it(
+    n: int, max_: int, flush_every: int
+) -> None:
+    async def go() -> Log:
+        log = Log()
+        batches = PipelinedBatches(log.apply, log.ack, max_, within=60)
+        for i in range(n):
+            await batches.add(i)
+            if i % flush_every == 0:
+                await batches.flush()  # as the timer would, at any moment
+        await batches.drain()
+        return log
+
+    _check(asyncio.run(go()), n, max_)
+
+
+async def test_reading_goes_on_while_a_batch_is_applied() -> None:
+    """The reason for the class: take_events stops reading during its loop body."""
+    log = Log()
+    log.gate = asyncio.Event()
+    batches = PipelinedBatches(log.apply, log.ack, 3, within=60)
+    for i in range(3):
+        await batches.add(i)  # the third fills the batch: it goes to apply, held open
+    await asyncio.sleep(0.01)
+    assert log.applying == 1
+    for i in range(3, 5):  # still read (buffered) while batch 0 is held
+        await asyncio.wait_for(batches.add(i), 1)
+    assert not any(what == "ack" for what, _ in log.timeline)
+    full = asyncio.create_task(batches.add(5))  # a full buffer waits for the batch in flight
+    await asyncio.sleep(0.01)
+    assert not full.done()
+    log.gate.set()
+    await asyncio.wait_for(full, 1)
+    await batches.drain()
+    _check(log, 6, 3)
+
+
+async def test_a_quiet_stream_is_flushed_by_the_timer() -> None:
+    log = Log()
+    batches = PipelinedBatches(log.apply, log.ack, 1000, within=0.01)
+    async with ticking(batches):
+        await batches.add(0)
+        await batches.add(1)
+        for _ in range(200):
+            if ("ack", 1) in log.timeline:
+                break
+            await asyncio.sleep(0.01)
+    assert log.timeline == [("apply", [0, 1]), ("applied", [0, 1]), ("ack", 0), ("ack", 1)]
+
+
+class Exited(BaseException):
+    pass
+
+
+def _exit(code: int) -> None:
+    raise Exited(code)
+
+
+async def test_a_failed_apply_ends_the_process_and_acks_nothing_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(pipelined.os, "_exit", _exit)
+    acked: list[int] = []
+
+    async def apply(events: list[int]) -> None:
+        if 3 in events:
+            raise RuntimeError("the database went away for good")
+
+    async def ack(event: int) -> None:
+        acked.append(event)
+
+    batches = PipelinedBatches(apply, ack, 2, within=60)
+    with pytest.raises(Exited) as exited:
+        for i in range(6):
+            await batches.add(i)
+        await batches.drain()
+    assert exited.value.args == (pipelined.CRASH_EXIT_CODE,)
+    assert 2 not in acked and 3 not in acked  # the failed batch (2, 3) is redelivered
+    assert acked == [0, 1]
+
+
+async def test_stopping_the_timer_does_not_cancel_the_batch_in_flight() -> None:
+    log = Log()
+    log.gate = asyncio.Event()
+    batches = PipelinedBatches(log.apply, log.ack, 1000, within=0.005)
+    async with ticking(batches):
+        await batches.add(0)
+        for _ in range(200):  # the timer sent it and now waits on it in _settle
+            if log.applying:
+                break
+            await asyncio.sleep(0.005)
+        await batches.add(1)
+        await asyncio.sleep(0.02)
+    log.gate.set()  # the ticker was cancelled while waiting: the batch still completes
+    await batches.drain()
+    _check(log, 2, 1000)
