@@ -36,25 +36,7 @@ HandlerFactory = Callable[[faust.App], Awaitable[BatchHandler]]
 
 
 def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> faust.App:
-    app = faust.App(
-        settings.processor_id,
-        broker=f"kafka://{settings.kafka_bootstrap}",
-        store="memory://",
-        value_serializer="raw",
-        key_serializer="raw",
-        topic_partitions=settings.topic_partitions,
-        web_enabled=False,
-        producer_acks=-1,
-        consumer_auto_offset_reset="earliest",
-        datadir=str(data_dir),
-        broker_commit_every=settings.processor_batch_max,
-        broker_commit_interval=0.5,
-        # Static membership: a restarted processor (crash, kill -9, deploy) takes its
-        # partitions back at once instead of waiting out the dead member's session.
-        consumer_group_instance_id=settings.processor_instance_id,
-        broker_session_timeout=settings.processor_session_timeout_s,
-        broker_heartbeat_interval=max(1.0, settings.processor_session_timeout_s / 4),
-    )
+    app = _app(settings, data_dir)
     records = app.topic(
         settings.topic_records,
         value_type=bytes,
@@ -82,6 +64,8 @@ def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> fau
     async def session_processor(stream: Any) -> None:
         if settings.processor_offload:
             # The processor runs in a child process: keep reading while it applies.
+            if not built:  # now: batches must reach the child in the order they are cut
+                built.append(await build(app))
             manual = stream.noack()
             batches = PipelinedBatches(
                 apply, manual.ack, settings.processor_batch_max, settings.processor_batch_within_s
@@ -97,6 +81,28 @@ def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> fau
             await apply(events)
 
     return app
+
+
+def _app(settings: Settings, data_dir: Path) -> faust.App:
+    return faust.App(
+        settings.processor_id,
+        broker=f"kafka://{settings.kafka_bootstrap}",
+        store="memory://",
+        value_serializer="raw",
+        key_serializer="raw",
+        topic_partitions=settings.topic_partitions,
+        web_enabled=False,
+        producer_acks=-1,
+        consumer_auto_offset_reset="earliest",
+        datadir=str(data_dir),
+        broker_commit_every=settings.processor_batch_max,
+        broker_commit_interval=0.5,
+        # Static membership: a restarted processor (crash, kill -9, deploy) takes its
+        # partitions back at once instead of waiting out the dead member's session.
+        consumer_group_instance_id=settings.processor_instance_id,
+        broker_session_timeout=settings.processor_session_timeout_s,
+        broker_heartbeat_interval=max(1.0, settings.processor_session_timeout_s / 4),
+    )
 
 
 def _observe(app: faust.App, events: list[Any], seconds: float, group: str) -> None:

@@ -25,6 +25,7 @@ frame to the child is the settings as JSON.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import marshal
 import os
@@ -119,12 +120,18 @@ async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
 
 
 class OffloadedProcessor:
-    """The faust agent's handle on its child processor: one batch in flight at a time."""
+    """The faust agent's handle on its child processor. Batches go to the child in the
+    order ``handle`` is called (the caller keeps offset order); the child applies them
+    one after another and answers in the same order, so replies are matched first in,
+    first out. More than one may be outstanding: the child then admits the next batch
+    while it applies the current one."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._child: asyncio.subprocess.Process | None = None
-        self._lock = asyncio.Lock()
+        self._waiting: collections.deque[asyncio.Future[Reply]] = collections.deque()
+        self._reader: asyncio.Task[None] | None = None
+        self._lost: WorkerLost | None = None
 
     async def start(self) -> None:
         self._child = await asyncio.create_subprocess_exec(
@@ -138,32 +145,56 @@ class OffloadedProcessor:
             stderr=None,
         )
         log.info("processor worker started (pid %d)", self._child.pid)
-        await self._send(self.settings.model_dump_json().encode())
+        self._reader = asyncio.create_task(self._read_replies(self._child))
+        self._write(self.settings.model_dump_json().encode())
 
-    async def _send(self, body: bytes) -> None:
-        assert self._child is not None and self._child.stdin is not None
+    def _write(self, body: bytes) -> None:
+        """Queue a frame on the child's pipe; frames keep the order of these calls."""
+        if self._lost is not None:
+            raise self._lost
+        if self._child is None or self._child.stdin is None:
+            raise WorkerLost("the worker was not started")
         self._child.stdin.write(frame(body))
-        await self._child.stdin.drain()
+
+    async def _read_replies(self, child: asyncio.subprocess.Process) -> None:
+        assert child.stdout is not None
+        try:
+            while (body := await read_frame(child.stdout)) is not None:
+                if not self._waiting:
+                    raise WorkerLost("a reply nobody asked for")
+                fut = self._waiting.popleft()
+                if not fut.done():
+                    fut.set_result(decode_reply(body))
+            raise WorkerLost(f"the worker exited with code {await child.wait()}")
+        except WorkerLost as exc:
+            self._lose(exc)
+        except Exception as exc:
+            self._lose(WorkerLost(f"reading the worker's replies failed: {exc!r}"))
+
+    def _lose(self, exc: WorkerLost) -> None:
+        self._lost = exc
+        while self._waiting:
+            fut = self._waiting.popleft()
+            if not fut.done():
+                fut.set_exception(exc)
 
     async def handle(self, batch: list[RawMessage]) -> Reply:
         """Apply ``batch`` in the child; returns once it is committed and published.
         Raises ``WorkerLost`` when the child cannot have applied it."""
-        async with self._lock:
-            child = self._child
-            if child is None or child.stdout is None:
-                raise WorkerLost("the worker was not started")
-            try:
-                await self._send(encode_batch(batch))
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise WorkerLost(f"the worker's pipe is closed: {exc}") from exc
-            body = await read_frame(child.stdout)
-            if body is None:
-                code = await child.wait()
-                raise WorkerLost(f"the worker exited with code {code}")
-            return decode_reply(body)
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        # Frame and waiter are queued together, with no await between: the order of the
+        # calls is the order of the frames and of the replies.
+        self._write(encode_batch(batch))
+        self._waiting.append(fut)
+        assert self._child is not None and self._child.stdin is not None
+        try:
+            await self._child.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self._lose(WorkerLost(f"the worker's pipe is closed: {exc}"))
+        return await fut
 
     async def stop(self) -> None:
-        """Close the child's input (it exits after its batch) and wait for it."""
+        """Close the child's input (it exits after its batches) and wait for it."""
         child, self._child = self._child, None
         if child is None:
             return
@@ -174,6 +205,8 @@ class OffloadedProcessor:
         except TimeoutError:
             child.kill()
             await child.wait()
+        if self._reader is not None:
+            self._reader.cancel()
 
 
 async def handle_offloaded_or_exit(worker: OffloadedProcessor, batch: list[RawMessage]) -> Reply:

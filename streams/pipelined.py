@@ -4,7 +4,8 @@ faust's ``take_events`` stops filling its buffer while its loop body runs, so wi
 processor in a child process (``streams.offload``) the two would only take turns: faust
 reads, the child applies, faust reads. Here the agent iterates a ``noack`` stream and
 this class cuts batches (``max_`` events, or whatever came within ``within`` seconds) and
-applies them one at a time, in offset order, while the agent goes on reading the next.
+hands them to ``apply`` in offset order, at most ``depth`` at a time, while the agent goes
+on reading the next.
 
 Acknowledgement is manual and comes last: a batch's events are acked (and so may have
 their offsets committed by faust) only after ``apply`` returned — the PostgreSQL commit
@@ -37,19 +38,24 @@ class PipelinedBatches:
         ack: Callable[[Any], Awaitable[object]],
         max_: int,
         within: float,
+        depth: int = 2,
     ) -> None:
         self._apply = apply
         self._ack = ack
         self.max_ = max_
         self.within = within
+        # Batches applying at once. ``apply`` of a later batch may be called before an
+        # earlier one returned (the child reads the next batch ahead, streams.worker), so
+        # it must apply them in call order; they are settled and acked in that order.
+        self.depth = depth
         self._buffer: list[Any] = []
         self._first_at = 0.0
-        self._inflight: asyncio.Task[list[Any]] | None = None
+        self._inflight: collections.deque[asyncio.Task[list[Any]]] = collections.deque()
         self._applied: collections.deque[Any] = collections.deque()  # due for acks
         self._lock = asyncio.Lock()
 
     async def add(self, event: Any) -> None:
-        """Buffer ``event``; a full buffer waits for the batch in flight, then goes."""
+        """Buffer ``event``; a full buffer waits for room in flight, then goes."""
         if not self._buffer:
             self._first_at = time.monotonic()
         self._buffer.append(event)
@@ -57,32 +63,34 @@ class PipelinedBatches:
             await self.flush()
 
     async def flush(self) -> None:
-        """Send what is buffered, after the batch in flight (one at a time, in order);
-        then ack the batch that was in flight. Acking 2,000 events takes milliseconds:
-        the next batch is already with the child meanwhile."""
+        """Send what is buffered once fewer than ``depth`` batches are in flight; then
+        ack the batches applied meanwhile, oldest first. Acking 2,000 events takes
+        milliseconds: the next batch is already with the child meanwhile."""
         async with self._lock:
-            await self._settle()
+            while self._inflight and (
+                len(self._inflight) >= self.depth or self._inflight[0].done()
+            ):
+                await self._settle_oldest()
             if self._buffer:
                 events, self._buffer = self._buffer, []
-                self._inflight = asyncio.create_task(self._run(events))
+                self._inflight.append(asyncio.create_task(self._run(events)))
             await self._ack_applied()
 
     async def drain(self) -> None:
         """Apply everything buffered and wait for it (a stopping stream)."""
         await self.flush()
         async with self._lock:
-            await self._settle()
+            while self._inflight:
+                await self._settle_oldest()
             await self._ack_applied()
 
-    async def _settle(self) -> None:
-        """Wait for the batch in flight; its events are then due for acks."""
-        if self._inflight is None:
-            return
+    async def _settle_oldest(self) -> None:
+        """Wait for the oldest batch in flight; its events are then due for acks."""
         # Shielded, and forgotten only once done: a cancelled waiter (the stopping timer)
-        # neither cancels a batch half-way through the child's transaction nor lets the
-        # next batch start beside it.
-        events = await asyncio.shield(self._inflight)
-        self._inflight = None
+        # neither cancels a batch half-way through the child's transaction nor lets a
+        # later batch be acked before it.
+        events = await asyncio.shield(self._inflight[0])
+        self._inflight.popleft()
         self._applied.extend(events)
 
     async def _run(self, events: list[Any]) -> list[Any]:
@@ -108,7 +116,7 @@ class PipelinedBatches:
         while True:
             await asyncio.sleep(self.within)
             stale = self._buffer and time.monotonic() - self._first_at >= self.within
-            if stale or (self._inflight is not None and self._inflight.done()):
+            if stale or (self._inflight and self._inflight[0].done()):
                 await self.flush()
 
 

@@ -72,9 +72,22 @@ class BatchProcessor:
         self.config = config
         self.admission = Admission(counter, config)
 
-    async def handle(self, batch: list[RawMessage]) -> BatchResult:
+    def first_chunk(self, batch: list[RawMessage]) -> list[RawMessage]:
+        return _chunks(batch, self.config.pipeline_chunk)[0]
+
+    async def admit_ahead(self, batch: list[RawMessage]) -> Admitted:
+        """The admission of ``batch``'s first chunk, before the batch ahead of it has been
+        applied (streams.worker reads one batch ahead). Safe: decoding, validation and
+        counting read no state an earlier batch writes — only content blobs, which are
+        stored before any event refers to them (R3.4) — and sessions are checked when
+        the chunk applies (``Admission.known``)."""
+        async with self.stores.acquire() as reads:
+            return await self.admission.admit(reads, self.first_chunk(batch))
+
+    async def handle(self, batch: list[RawMessage], ahead: Admitted | None = None) -> BatchResult:
         """Apply ``batch``; raise only for a transient (infrastructure) failure, or when
         a publish fails — then nothing may be acknowledged and the batch is redelivered.
+        ``ahead``: ``admit_ahead(batch)``, if it was admitted already.
 
         No record can fail the batch (R3.3, R15.3): what does not decode or validate is
         dead-lettered before any SQL, and if the batch transaction still fails for
@@ -90,7 +103,7 @@ class BatchProcessor:
             reads = (
                 await held.enter_async_context(self.stores.acquire()) if len(chunks) > 1 else store
             )
-            admitted = await self.admission.admit(reads, chunks[0])
+            admitted = ahead if ahead is not None else await self.admission.admit(reads, chunks[0])
             for i, chunk in enumerate(chunks):
                 # Pipelined (issue 13): chunk i's transaction and publishes run while
                 # chunk i+1 is decoded — PostgreSQL and the broker work on the other core
@@ -316,6 +329,7 @@ async def handle_or_exit(
     batch: list[RawMessage],
     transient_retry_s: float = 300.0,
     attempts: int = 3,
+    ahead: Admitted | None = None,
 ) -> BatchResult:
     """Handle a batch; exit the process at once when the infrastructure stays lost.
 
@@ -331,7 +345,7 @@ async def handle_or_exit(
     """
     for attempt in range(1, attempts + 1):
         try:
-            result = await retry_transient(lambda: proc.handle(batch), transient_retry_s)
+            result = await retry_transient(lambda: proc.handle(batch, ahead), transient_retry_s)
             log.info(
                 "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d isolated=%d",
                 len(batch),

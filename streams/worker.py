@@ -17,8 +17,9 @@ import os
 import signal
 import sys
 
+from streams.admission import Admitted, RawMessage
 from streams.offload import Reply, decode_batch, encode_reply, frame, read_frame, settings_from
-from streams.processor import handle_or_exit
+from streams.processor import BatchProcessor, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
 
@@ -56,19 +57,62 @@ async def serve(reader: asyncio.StreamReader) -> None:
     assert isinstance(proc.publisher, MeteredPublisher)
     tally = proc.publisher.tally
     out = sys.stdout.buffer
+    frames: asyncio.Queue[bytes | None] = asyncio.Queue()
+    reading = asyncio.create_task(_read_all(reader, frames))
     try:
-        while (body := await read_frame(reader)) is not None:
-            result = await handle_or_exit(
-                proc, decode_batch(body), settings.processor_transient_retry_s
+        body = await frames.get()
+        batch = decode_batch(body) if body is not None else None
+        ahead: Admitted | None = None
+        while batch is not None:
+            handling = asyncio.create_task(
+                handle_or_exit(proc, batch, settings.processor_transient_retry_s, ahead=ahead)
             )
+            # Read one batch ahead: if the next arrives while this one applies, admit its
+            # first chunk (decode, validate, count: CPU) while this one's transactions
+            # and publishes wait on PostgreSQL and the broker.
+            getting = asyncio.create_task(frames.get())
+            await asyncio.wait({handling, getting}, return_when=asyncio.FIRST_COMPLETED)
+            ahead, nxt = None, None
+            if getting.done():
+                body = getting.result()
+                nxt = decode_batch(body) if body is not None else None
+                if nxt is not None and not handling.done():
+                    ahead = await _admit_ahead(proc, nxt)
+            result = await handling
             reply = Reply(result, dict(tally))
             tally.clear()
             # A small reply to a pipe the parent is reading: the blocking write is fine.
             out.write(frame(encode_reply(reply)))
             out.flush()
+            if not getting.done():
+                body = await getting
+                nxt = decode_batch(body) if body is not None else None
+            batch = nxt
     finally:
+        reading.cancel()
         await publisher.stop()
         await pool.close()
+
+
+async def _read_all(reader: asyncio.StreamReader, frames: asyncio.Queue[bytes | None]) -> None:
+    """Frames from the parent into ``frames``, then ``None`` at the end of its input."""
+    try:
+        while (body := await read_frame(reader)) is not None:
+            frames.put_nowait(body)
+    finally:
+        frames.put_nowait(None)
+
+
+async def _admit_ahead(proc: BatchProcessor, batch: list[RawMessage]) -> Admitted | None:
+    """``proc.admit_ahead``, or nothing when it fails: the batch then admits its first
+    chunk itself, under ``handle_or_exit``'s retries."""
+    try:
+        return await proc.admit_ahead(batch)
+    except Exception:
+        log.warning(
+            "admitting the next batch ahead failed; it admits when it applies", exc_info=True
+        )
+        return None
 
 
 async def main_async() -> None:
