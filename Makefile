@@ -3,6 +3,10 @@ PY := .venv/bin/python
 JUNIT := build/test-results/junit.xml
 SOAK_SECONDS ?= 300
 
+# The local single-broker stack: 4 partitions a topic (the library default, 24, is sized
+# for production; tests create many topics). Set it to override.
+export ALC_TOPIC_PARTITIONS ?= 4
+
 .DEFAULT_GOAL := help
 .PHONY: help setup up down status demo test lint typecheck unit bench soak clean peer-tests test-scale
 

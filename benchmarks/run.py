@@ -109,6 +109,21 @@ def machine_busy() -> tuple[int, int]:
     return sum(ticks) - idle, sum(ticks)
 
 
+def infra_seconds() -> float:
+    """CPU time used so far by the broker (java) and PostgreSQL processes."""
+    ticks = 0
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                head, rest = (entry / "stat").read_text().rsplit(")", 1)
+            except OSError:
+                continue
+            if head.split("(", 1)[1] in ("java", "postgres"):
+                fields = rest.split()
+                ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_seconds(proc: Proc) -> tuple[float, float]:
     """User + system CPU time used so far by the process, and by it and its live children
     (the faust driver's offloaded processor, ``streams.worker``), from Linux ``/proc``."""
@@ -133,7 +148,7 @@ def cpu_seconds(proc: Proc) -> tuple[float, float]:
 
 async def drain_rate(
     s: Settings, pool: asyncpg.Pool, c: ContextClient, rel: str, processor: Proc, n_events: int
-) -> tuple[float, float]:
+) -> tuple[float, float, float]:
     """Processor capacity alone: a backlog written while it is stopped, then drained
     with nothing else competing for the CPU. Timed from the first batch's commit to the
     last one's (start-up excluded, like the no-op faust agent's read rate). Returns the
@@ -155,11 +170,17 @@ async def drain_rate(
     await asyncio.to_thread(processor.start)
     while (first := await committed_offsets(pool, s)) == before:
         await asyncio.sleep(0.005)
-    t0, cpu0, busy0 = time.perf_counter(), cpu_seconds(processor), machine_busy()
+    t0, cpu0, busy0, infra0 = (
+        time.perf_counter(),
+        cpu_seconds(processor),
+        machine_busy(),
+        infra_seconds(),
+    )
     first_batch = sum(o - before.get(p, 0) for p, o in first.items())
     await wait_offsets(pool, s, last)
     drained = len(stream) - first_batch
-    cpu1, busy1 = cpu_seconds(processor), machine_busy()
+    cpu1, busy1, infra_us = cpu_seconds(processor), machine_busy(), infra_seconds()
+    infra_us = (infra_us - infra0) / drained * 1e6
     own_us, cpu_us = ((b - a) / drained * 1e6 for a, b in zip(cpu0, cpu1, strict=True))
     took = time.perf_counter() - t0
     if cpu_us > own_us:
@@ -171,9 +192,9 @@ async def drain_rate(
     log(
         f"  the machine's {os.cpu_count()} cores were"
         f" {(busy1[0] - busy0[0]) / (busy1[1] - busy0[1]):.0%}"
-        " busy meanwhile (every process: the processor, the broker, PostgreSQL)"
+        f" busy meanwhile; the broker and PostgreSQL used {infra_us:,.0f} µs per event"
     )
-    return drained / took, cpu_us
+    return drained / took, cpu_us, infra_us
 
 
 async def bench(
@@ -209,7 +230,7 @@ async def bench(
         keys = [e.scope.session_id.encode() for e in stream]
         log(f"ingest, {driver} driver: {len(stream)} events over {n_sessions} sessions")
         db_before = await pool.fetchval("SELECT pg_database_size(current_database())")
-        t0 = time.perf_counter()
+        t0, busy0 = time.perf_counter(), machine_busy()
         sent = await c.producer.send_many(stream)
         t_sent = time.perf_counter() - t0
         last: dict[int, int] = {}
@@ -217,6 +238,8 @@ async def bench(
             last[p] = max(last.get(p, -1), o)
         await wait_offsets(pool, s, last)
         e2e = len(stream) / (time.perf_counter() - t0)
+        busy1 = machine_busy()  # every process: SDK, processor, broker, PostgreSQL
+        e2e_cpu_us = (busy1[0] - busy0[0]) / os.sysconf("SC_CLK_TCK") / len(stream) * 1e6
         # Storage per event for the scaling model (docs/scaling.md): the whole database's
         # growth (records, indexes, tracking rows, counters), and the records table alone.
         db_bytes = await pool.fetchval("SELECT pg_database_size(current_database())") - db_before
@@ -229,10 +252,13 @@ async def bench(
         )
         log(
             f"  end to end {e2e:,.0f} events/s"
-            f" (SDK encode+send alone {len(stream) / t_sent:,.0f}/s)"
+            f" (SDK encode+send alone {len(stream) / t_sent:,.0f}/s);"
+            f" the whole machine's CPU {e2e_cpu_us:,.0f} µs per event"
         )
         log("processor alone: drain a backlog written while it was stopped (after its first batch)")
-        drain, cpu_us = await drain_rate(s, pool, c, rel["release_id"], processor, len(stream))
+        drain, cpu_us, infra_us = await drain_rate(
+            s, pool, c, rel["release_id"], processor, len(stream)
+        )
         log(f"  {drain:,.0f} events/s; processor CPU {cpu_us:,.0f} µs per event")
         ceilings: dict[str, Any] = {}
         if prepare_sizes:  # the first driver's run measures the machine's ceilings
@@ -260,6 +286,8 @@ async def bench(
             **ceilings,
             "processor_drain_events_per_s": round(drain),
             "processor_cpu_us_per_event": round(cpu_us),
+            "infra_cpu_us_per_event": round(infra_us),
+            "e2e_machine_cpu_us_per_event": round(e2e_cpu_us),
             "events": len(stream),
             "sessions": n_sessions,
             "end_to_end_events_per_s": round(e2e),
@@ -331,6 +359,11 @@ def table(r: dict[str, Any]) -> str:
                f"{d['ratio_drain_to_producer']:.2f} |"),
             f"| {name} driver: processor CPU per event while draining | "
             f"{d['processor_cpu_us_per_event']:,} µs | | |",
+            f"| {name} driver: broker + PostgreSQL CPU per event while draining | "
+            f"{d.get('infra_cpu_us_per_event') or 0:,} µs | | |",
+            f"| {name} driver: the whole machine's CPU per event, end to end | "
+            f"{d.get('e2e_machine_cpu_us_per_event') or 0:,} µs | "
+            f"{2e6 / (0.5 * prod) if prod else 0:,.0f} µs budget at half the producer ceiling | |",
         ]  # fmt: skip
     lines.append(
         f"| PostgreSQL growth per ingested event (all tables and indexes) | "
@@ -368,6 +401,8 @@ def merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "end_to_end_events_per_s": d["end_to_end_events_per_s"],
             "processor_drain_events_per_s": d["processor_drain_events_per_s"],
             "processor_cpu_us_per_event": d.get("processor_cpu_us_per_event"),
+            "infra_cpu_us_per_event": d.get("infra_cpu_us_per_event"),
+            "e2e_machine_cpu_us_per_event": d.get("e2e_machine_cpu_us_per_event"),
             "ratio_to_producer": round(d["end_to_end_events_per_s"] / prod, 3),
             "ratio_drain_to_producer": round(d["processor_drain_events_per_s"] / prod, 3),
         }

@@ -68,7 +68,9 @@ class Settings(BaseSettings):
     state_dir: str = ".state"
     # Prepare waits this long for a compaction commit when the view is over the hard budget.
     compaction_wait_s: float = 20.0
-    topic_partitions: int = 4
+    # Partitions when a topic is created, fixed for its life (docs/scaling.md: how to move
+    # to a larger topic). Sized for production; the local dev stack (make) uses 4.
+    topic_partitions: int = 24
     topic_replication: int = 1
 
     processor_id: str = "agentloom-session-processor"

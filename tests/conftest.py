@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 
@@ -16,6 +17,9 @@ from tests.support.services import Services, start_services
 from tests.support.stack import Stack, resolve_stack
 
 logging.getLogger("tests.stack").setLevel(logging.INFO)
+# The dev stack's partition count (as the Makefile sets it), also for pytest run directly;
+# the library default (24) is sized for production.
+os.environ.setdefault("ALC_TOPIC_PARTITIONS", "4")
 
 
 @pytest.fixture(autouse=True)
