@@ -50,14 +50,18 @@ def id_problem(value: str, max_len: int = MAX_ID_LEN) -> str | None:
 
 def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why a decoded JSON value cannot be stored (None when it can): a string or key
-    holding U+0000 or a lone surrogate, or containers nested deeper than ``max_depth``.
-    Iterative, so a hostile depth cannot exhaust the stack here either."""
+    holding U+0000 or a lone surrogate, an integer outside 64 bits (the JSON encoders
+    refuse it: a model-call ``usage`` of 10**34 was a 500), or containers nested deeper
+    than ``max_depth``. Iterative, so a hostile depth cannot exhaust the stack here."""
     stack: list[tuple[object, int]] = [(value, 0)]
     while stack:
         v, depth = stack.pop()
         if isinstance(v, str):
             if UNSTORABLE.search(v):
                 return "text must not contain U+0000 or lone surrogates"
+        elif isinstance(v, int) and not isinstance(v, bool):
+            if not -MAX_INT64 - 1 <= v <= MAX_INT64:
+                return "integers must fit in 64 bits"
         elif isinstance(v, dict | list | tuple):
             if depth >= max_depth:
                 return f"JSON nested deeper than {max_depth} levels"
@@ -65,6 +69,6 @@ def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
             for k, item in items:
                 if isinstance(k, str) and UNSTORABLE.search(k):
                     return "keys must not contain U+0000 or lone surrogates"
-                if isinstance(item, str | dict | list | tuple):
+                if isinstance(item, str | int | dict | list | tuple):
                     stack.append((item, depth + 1))
     return None

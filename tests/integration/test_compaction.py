@@ -885,7 +885,9 @@ async def test_the_openai_summarizer_input_stays_bounded_and_the_summary_rolls_u
         sid,
     )
     assert len(revs) >= 4
-    assert all(r["summary_tokens"] <= r["bound_tokens"] == 60 for r in revs)
+    assert all(r["summary_tokens"] <= r["bound_tokens"] == 60 for r in revs), [
+        dict(r) for r in revs
+    ]
     rolled = [r for r in revs if r["rollup"] is not None]
     assert rolled and all(r["rollup"]["calls"] >= 1 for r in rolled)
     sent = script.requests[seen:]

@@ -22,7 +22,7 @@ from schemas.contracts import (
 )
 from schemas.errors import InvalidEvent
 from schemas.json_text import json_depth
-from schemas.limits import MAX_ID_LEN, MAX_JSON_DEPTH, MAX_KEY_LEN, MAX_RUN_ID_LEN
+from schemas.limits import MAX_ID_LEN, MAX_JSON_DEPTH, MAX_KEY_LEN, MAX_RUN_ID_LEN, json_problem
 from schemas.validation import (
     INLINE_MAX_BYTES,
     run_start_problem,
@@ -376,3 +376,24 @@ async def test_the_compaction_service_dead_letters_a_1mb_request_cut_to_fit() ->
     dl = decode_dead_letter(data)
     assert topic == "dead" and len(data) <= DEAD_LETTER_MAX_BYTES
     assert truncated_original(dl) == (len(value), hashlib.sha256(value).hexdigest())
+
+
+@pytest.mark.spec("R15.3")
+@pytest.mark.parametrize(
+    ("value", "refused"),
+    [
+        ({"usage": {"input_tokens": 2**63 - 1}}, False),
+        ({"usage": {"input_tokens": -(2**63)}}, False),
+        ({"usage": {"input_tokens": True}}, False),
+        ({"usage": {"input_tokens": 2**63}}, True),
+        ({"usage": {"x": [[None, 1], {"deep": [35053898792782986332972743028375552]}]}}, True),
+        ([-(2**63) - 1], True),
+        (2**64, True),
+    ],
+)
+def test_integers_past_64_bits_are_refused_before_an_encoder_fails_on_them(
+    value: object, refused: bool
+) -> None:
+    """Found by schemathesis: a model-call result whose usage held 10**34 was a 500 (the
+    jsonb encoder's 'Integer exceeds 64-bit range'); every request body now refuses it."""
+    assert (json_problem(value) is not None) is refused
