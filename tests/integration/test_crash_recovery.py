@@ -20,17 +20,23 @@ SESSIONS = 8
 ROUNDS = 60  # each round: 1 question, 1 assistant with 2 calls, 2 results, 1 answer
 
 
-@pytest.fixture(scope="module", params=["faust", "aiokafka"])
+@pytest.fixture(scope="module", params=["faust", "faust-in-process", "aiokafka"])
 def any_driver(
     request: pytest.FixtureRequest, services: Services, stack: Stack, pg_dsn: str
 ) -> Iterator[Services]:
-    """Both processor drivers must keep the same guarantees."""
+    """Both processor drivers, and the faust one with its processor in process as well as
+    in its child (ALC_PROCESSOR_OFFLOAD, the default), must keep the same guarantees."""
     if request.param == "faust":
         yield services
         return
-    direct = start_services(stack, pg_dsn, ALC_PROCESSOR_DRIVER="aiokafka")
-    yield direct
-    direct.stop()
+    env = (
+        {"ALC_PROCESSOR_OFFLOAD": "false"}
+        if request.param == "faust-in-process"
+        else {"ALC_PROCESSOR_DRIVER": "aiokafka"}
+    )
+    other = start_services(stack, pg_dsn, **env)
+    yield other
+    other.stop()
 
 
 @pytest.mark.spec("R3.1", "R3.2", "R8.1", "R8.2", "R15.3")
