@@ -164,11 +164,14 @@ def ingest_rows(run: dict[str, Any]) -> list[Row]:
 
 
 def floor_rows(f: dict[str, Any]) -> list[Row]:
-    """The libraries' CPU per ingested event beside the faust target's budget."""
+    """The libraries' CPU per ingested event beside each ingest target's budget."""
     floor, budget = num(f, "processor_floor_us"), num(f, "faust_budget_us")
+    e2e, e2e_budget = num(f, "e2e_floor_us"), num(f, "e2e_budget_us")
     return [
         Row("ingest floor: library CPU per event in the processor", floor, "µs",
             f"faust target's budget {fmt(budget)} µs", ratio(floor, budget)),
+        Row("ingest floor: SDK + processor library CPU per event", e2e, "µs",
+            f"aiokafka target's budget {fmt(e2e_budget)} µs", ratio(e2e, e2e_budget)),
     ]  # fmt: skip
 
 

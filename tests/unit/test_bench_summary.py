@@ -50,7 +50,12 @@ FIXTURE: dict[str, Any] = {
             "masking@x10": {"recall": 0.3},
         }
     },
-    "floor": {"processor_floor_us": 96.0, "faust_budget_us": 80.0},
+    "floor": {
+        "processor_floor_us": 96.0,
+        "faust_budget_us": 80.0,
+        "e2e_floor_us": 75.0,
+        "e2e_budget_us": 50.0,
+    },
 }  # fmt: skip
 
 
@@ -88,6 +93,8 @@ def test_rows_carry_values_ceilings_and_ratios() -> None:
     assert rows["processor CPU per event, faust"].value == 300
     floor = rows["ingest floor: library CPU per event in the processor"]
     assert (floor.value, floor.ratio, floor.ceiling) == (96.0, 1.2, "faust target's budget 80 µs")
+    e2e = rows["ingest floor: SDK + processor library CPU per event"]
+    assert (e2e.value, e2e.ratio, e2e.ceiling) == (75.0, 1.5, "aiokafka target's budget 50 µs")
     recall = rows["summary fidelity: fact recall after roll-up x10, ours vs masking"]
     assert (recall.value, recall.ratio) == (0.6, 2.0)
 
