@@ -17,7 +17,7 @@ Every guarantee stays where it was:
   redelivery is a no-op; a parent that dies takes the child with it (``PR_SET_PDEATHSIG``),
   so no child keeps writing for partitions the group gave to another processor.
 
-The pipe carries frames: a 4-byte big-endian length and a ``marshal`` body of plain
+The pipe carries frames: an 8-byte big-endian length and a ``marshal`` body of plain
 tuples, ints, bytes and str (never objects: ``marshal`` builds no classes). The first
 frame to the child is the settings as JSON.
 """
@@ -41,8 +41,10 @@ from streams.processor import CRASH_EXIT_CODE, BatchResult
 
 log = logging.getLogger("agentloom.processor")
 
-_LEN = struct.Struct(">I")
-MAX_FRAME = 1 << 30  # a batch of 2,000 messages of 1 MiB is 2 GiB; far past any real one
+_LEN = struct.Struct(">Q")
+# Past any real batch (2,000 messages of Kafka's 1 MiB default are 2 GiB): a length this
+# large is a torn or garbled pipe, not a batch to wait for.
+MAX_FRAME = 1 << 34
 
 
 class WorkerLost(RuntimeError):

@@ -68,7 +68,7 @@ async def test_frames_read_back_in_order_then_a_clean_end() -> None:
     [
         frame(b"whole")[:2],  # the pipe closed inside a header
         frame(b"whole")[:-1],  # ... inside a body
-        (MAX_FRAME + 1).to_bytes(4, "big"),  # a length no batch has
+        (MAX_FRAME + 1).to_bytes(8, "big"),  # a length no batch has
     ],
 )
 async def test_a_torn_or_absurd_frame_is_a_lost_worker(data: bytes) -> None:
