@@ -61,7 +61,7 @@ def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
                 return "text must not contain U+0000 or lone surrogates"
         elif isinstance(v, int) and not isinstance(v, bool):
             if not -MAX_INT64 - 1 <= v <= MAX_INT64:
-                return "integers must fit in 64 bits"
+                return f"integers must fit in 64 bits (one of {v.bit_length()} bits)"
         elif isinstance(v, dict | list | tuple):
             if depth >= max_depth:
                 return f"JSON nested deeper than {max_depth} levels"
@@ -69,6 +69,12 @@ def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
             for k, item in items:
                 if isinstance(k, str) and UNSTORABLE.search(k):
                     return "keys must not contain U+0000 or lone surrogates"
-                if isinstance(item, str | int | dict | list | tuple):
+                if isinstance(item, int) and not isinstance(item, bool):
+                    if not -MAX_INT64 - 1 <= item <= MAX_INT64:
+                        return (
+                            f"integers must fit in 64 bits ({k!r} holds one of"
+                            f" {item.bit_length()} bits)"
+                        )
+                elif isinstance(item, str | dict | list | tuple):
                     stack.append((item, depth + 1))
     return None

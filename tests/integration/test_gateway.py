@@ -317,3 +317,26 @@ async def test_read_content_does_not_reach_another_threads_private_record(gw: Se
         with pytest.raises(ApiError) as err:
             await c.read_content(second, f"rec:{rid}")
     assert err.value.code == "not_granted"
+
+
+@pytest.mark.spec("R15.3", "R6.4")
+async def test_a_usage_past_64_bits_is_refused_and_the_call_can_still_be_reported(
+    gw: Services, db: asyncpg.Pool
+) -> None:
+    """Found by schemathesis: a usage of 10**34 was a 500 (the jsonb encoder's 'Integer
+    exceeds 64-bit range'). It is a 422 of our shape; the call stays open for a good
+    report."""
+    async with client(gw) as c:
+        run = await _ask(c, "How big?")
+        prepared = await c.prepare(run)
+        call = await c.check_model_call(run, prepared)
+        with pytest.raises(ApiError) as bad:
+            await c.report_model_result(run, call["call_id"], {}, {"input_tokens": 10**34})
+        assert (bad.value.status, bad.value.code) == (422, "invalid_request")
+        assert "64 bits" in str(bad.value.details)
+        out = await c.report_model_result(
+            run, call["call_id"], {"content": "ok"}, {"input_tokens": 10, "output_tokens": 1}
+        )
+        assert out["status"] == "completed"
+    row = (await _calls(db, run.session_id))[0]
+    assert row["usage"] == {"input_tokens": 10, "output_tokens": 1}

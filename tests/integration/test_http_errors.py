@@ -93,7 +93,7 @@ def _bad_inputs(ids: dict[str, str]) -> list[Bad]:
     nested = b'{"material": [' + b"[" * 100 + b"]" * 100 + b"]}"
     wrong_profile = {
         "name": "m",
-        "context_capacity": 10**30,
+        "context_capacity": -(10**6),
         "output_reserve": 1,
         "safety_margin": 1,
         "platform_limit": "x",
@@ -113,6 +113,10 @@ def _bad_inputs(ids: dict[str, str]) -> list[Bad]:
         Bad("reserve_tokens=10^30", "POST", prepare, {"json": {"reserve_tokens": 10**30}}),
         Bad("a model profile of wrong types", "POST", prepare,
             {"json": {"model_profile": wrong_profile}}, code="invalid_policy"),
+        # No JSON encoder before jsonb holds it (a model-call usage of 10**34 was a 500):
+        # refused with the body, wherever it sits.
+        Bad("a model profile's capacity of 10^30", "POST", prepare,
+            {"json": {"model_profile": {**wrong_profile, "context_capacity": 10**30}}}),
         Bad("Content-Type: text/plain", "POST", prepare,
             {"content": b"{}", "headers": {"content-type": "text/plain"}},
             415, "unsupported_media_type"),
