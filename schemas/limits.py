@@ -7,6 +7,7 @@ has to dead-letter, and neither hands PostgreSQL a value it cannot store or inde
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 # Ids (session, run, instance, release, actor, space, record, call, prepared ids).
 # A btree index row holds at most 2704 bytes and `records_thread` indexes session_id,
@@ -48,6 +49,10 @@ def id_problem(value: str, max_len: int = MAX_ID_LEN) -> str | None:
     return None
 
 
+def _past_64_bits(v: object) -> TypeGuard[int]:
+    return type(v) is int and not -MAX_INT64 - 1 <= v <= MAX_INT64  # bool is no int here
+
+
 def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     """Why a decoded JSON value cannot be stored (None when it can): a string or key
     holding U+0000 or a lone surrogate, an integer outside 64 bits (the JSON encoders
@@ -59,9 +64,8 @@ def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
         if isinstance(v, str):
             if UNSTORABLE.search(v):
                 return "text must not contain U+0000 or lone surrogates"
-        elif isinstance(v, int) and not isinstance(v, bool):
-            if not -MAX_INT64 - 1 <= v <= MAX_INT64:
-                return f"integers must fit in 64 bits (one of {v.bit_length()} bits)"
+        elif _past_64_bits(v):
+            return f"integers must fit in 64 bits (one of {v.bit_length()} bits)"
         elif isinstance(v, dict | list | tuple):
             if depth >= max_depth:
                 return f"JSON nested deeper than {max_depth} levels"
@@ -69,12 +73,9 @@ def json_problem(value: object, max_depth: int = MAX_JSON_DEPTH) -> str | None:
             for k, item in items:
                 if isinstance(k, str) and UNSTORABLE.search(k):
                     return "keys must not contain U+0000 or lone surrogates"
-                if isinstance(item, int) and not isinstance(item, bool):
-                    if not -MAX_INT64 - 1 <= item <= MAX_INT64:
-                        return (
-                            f"integers must fit in 64 bits ({k!r} holds one of"
-                            f" {item.bit_length()} bits)"
-                        )
-                elif isinstance(item, str | dict | list | tuple):
+                if _past_64_bits(item):
+                    bits = item.bit_length()
+                    return f"integers must fit in 64 bits ({k!r} holds one of {bits} bits)"
+                if isinstance(item, str | dict | list | tuple):
                     stack.append((item, depth + 1))
     return None

@@ -4,18 +4,20 @@ Why: faust's per-event stream machinery costs about as much CPU as everything ou
 processor does per event, and both ran on one event loop, so one core bounded the faust
 driver at about half of what faust alone reads. Here the faust process only reads,
 acknowledges and commits offsets; the ``BatchProcessor`` (decode, plan, PostgreSQL
-transaction, publishes) runs in ``streams.worker`` on the other core. faust keeps reading
-the next batch into ``take_events``' buffer while the child applies the current one.
+transaction, publishes) runs in ``streams.worker`` on the other core, while faust keeps
+reading (``streams.pipelined``).
 
 Every guarantee stays where it was:
-- one batch at a time, in offset order: the agent awaits the child's reply before its
-  loop body returns, i.e. before faust may ack the batch;
+- offset order: batches reach the child in the order ``handle`` is called, and it
+  applies them one after another (it only admits the next one's first chunk ahead);
 - offsets after commit and publish: the child replies only after ``handle`` returned
-  (the PostgreSQL commit and the acknowledged publishes);
+  (the PostgreSQL commit and the acknowledged publishes), and the parent acks a batch's
+  events only after its reply (``streams.pipelined``);
 - crash-only: a child that dies or answers garbage makes this process exit at once
-  (``CRASH_EXIT_CODE``) before faust can ack, so the batch is redelivered on restart and
-  redelivery is a no-op; a parent that dies takes the child with it (``PR_SET_PDEATHSIG``),
-  so no child keeps writing for partitions the group gave to another processor.
+  (``exit_for_redelivery``) before anything more is acked, so the batch is redelivered
+  on restart and redelivery is a no-op; a parent that dies takes the child with it
+  (``PR_SET_PDEATHSIG``), so no child keeps writing for partitions the group gave to
+  another processor.
 
 The pipe carries frames: an 8-byte big-endian length and a ``marshal`` body of plain
 tuples, ints, bytes and str (never objects: ``marshal`` builds no classes). The first
@@ -37,7 +39,7 @@ from dataclasses import dataclass, field
 from schemas.settings import Settings
 from streams.admission import RawMessage
 from streams.metrics import DEAD_LETTERS
-from streams.processor import CRASH_EXIT_CODE, BatchResult
+from streams.processor import BatchResult, exit_for_redelivery
 
 log = logging.getLogger("agentloom.processor")
 
@@ -218,11 +220,7 @@ async def handle_offloaded_or_exit(worker: OffloadedProcessor, batch: list[RawMe
     try:
         reply = await worker.handle(batch)
     except WorkerLost:
-        log.critical(
-            "processor worker lost: exiting so that the batch is redelivered", exc_info=True
-        )
-        logging.shutdown()
-        os._exit(CRASH_EXIT_CODE)
+        exit_for_redelivery("processor worker lost: exiting so that the batch is redelivered")
     for reason, n in reply.dead_letters.items():
         DEAD_LETTERS.labels(reason).inc(n)
     return reply

@@ -20,15 +20,11 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import logging
-import os
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, NoReturn
+from typing import Any
 
-from streams.processor import CRASH_EXIT_CODE
-
-log = logging.getLogger("agentloom.processor")
+from streams.processor import exit_for_redelivery
 
 
 class PipelinedBatches:
@@ -100,7 +96,7 @@ class PipelinedBatches:
         except asyncio.CancelledError:
             raise  # the worker stops: nothing acked that was not applied
         except BaseException:
-            _crash("batch pipeline failed: exiting; the batch is redelivered")
+            exit_for_redelivery("batch pipeline failed: exiting; the batch is redelivered")
 
     async def _ack_applied(self) -> None:
         try:
@@ -108,7 +104,9 @@ class PipelinedBatches:
                 await self._ack(self._applied[0])
                 self._applied.popleft()
         except Exception:
-            _crash("acking an applied batch failed: exiting; it is redelivered (a no-op)")
+            exit_for_redelivery(
+                "acking an applied batch failed: exiting; it is redelivered (a no-op)"
+            )
 
     async def tick(self) -> None:
         """Forever: send a buffer that waited ``within``, and ack a batch applied since
@@ -118,12 +116,6 @@ class PipelinedBatches:
             stale = self._buffer and time.monotonic() - self._first_at >= self.within
             if stale or (self._inflight and self._inflight[0].done()):
                 await self.flush()
-
-
-def _crash(why: str) -> NoReturn:
-    log.critical(why, exc_info=True)
-    logging.shutdown()
-    os._exit(CRASH_EXIT_CODE)
 
 
 @contextlib.asynccontextmanager

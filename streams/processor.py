@@ -23,8 +23,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from domain.planning import BatchPlan, Incoming, plan_batch
 from domain.tokens import CachedCounter
@@ -362,7 +364,13 @@ async def handle_or_exit(
                 break
             log.exception("batch of %d failed (attempt %d/%d)", len(batch), attempt, attempts)
             await asyncio.sleep(0.5 * attempt)
-    log.critical("giving up on batch: exiting so that it is redelivered after restart")
+    exit_for_redelivery("giving up on batch: exiting so that it is redelivered after restart")
+
+
+def exit_for_redelivery(why: str) -> NoReturn:
+    """End the process at once, before anything more can be acked (crash-only): what was
+    not acknowledged is redelivered after the restart, and redelivery is a no-op."""
+    log.critical(why, exc_info=sys.exc_info()[0] is not None)
     logging.shutdown()
     os._exit(CRASH_EXIT_CODE)
 

@@ -57,11 +57,10 @@ async def serve(reader: asyncio.StreamReader) -> None:
     assert isinstance(proc.publisher, MeteredPublisher)
     tally = proc.publisher.tally
     out = sys.stdout.buffer
-    frames: asyncio.Queue[bytes | None] = asyncio.Queue()
-    reading = asyncio.create_task(_read_all(reader, frames))
+    batches: asyncio.Queue[list[RawMessage] | None] = asyncio.Queue()
+    reading = asyncio.create_task(_read_all(reader, batches))
     try:
-        body = await frames.get()
-        batch = decode_batch(body) if body is not None else None
+        batch = await batches.get()
         ahead: Admitted | None = None
         while batch is not None:
             handling = asyncio.create_task(
@@ -70,37 +69,33 @@ async def serve(reader: asyncio.StreamReader) -> None:
             # Read one batch ahead: if the next arrives while this one applies, admit its
             # first chunk (decode, validate, count: CPU) while this one's transactions
             # and publishes wait on PostgreSQL and the broker.
-            getting = asyncio.create_task(frames.get())
+            getting = asyncio.create_task(batches.get())
             await asyncio.wait({handling, getting}, return_when=asyncio.FIRST_COMPLETED)
-            ahead, nxt = None, None
-            if getting.done():
-                body = getting.result()
-                nxt = decode_batch(body) if body is not None else None
-                if nxt is not None and not handling.done():
-                    ahead = await _admit_ahead(proc, nxt)
+            ahead = None
+            if getting.done() and not handling.done() and (nxt := getting.result()):
+                ahead = await _admit_ahead(proc, nxt)
             result = await handling
             reply = Reply(result, dict(tally))
             tally.clear()
             # A small reply to a pipe the parent is reading: the blocking write is fine.
             out.write(frame(encode_reply(reply)))
             out.flush()
-            if not getting.done():
-                body = await getting
-                nxt = decode_batch(body) if body is not None else None
-            batch = nxt
+            batch = await getting
     finally:
         reading.cancel()
         await publisher.stop()
         await pool.close()
 
 
-async def _read_all(reader: asyncio.StreamReader, frames: asyncio.Queue[bytes | None]) -> None:
-    """Frames from the parent into ``frames``, then ``None`` at the end of its input."""
+async def _read_all(
+    reader: asyncio.StreamReader, batches: asyncio.Queue[list[RawMessage] | None]
+) -> None:
+    """Batches from the parent into ``batches``, then ``None`` at the end of its input."""
     try:
         while (body := await read_frame(reader)) is not None:
-            frames.put_nowait(body)
+            batches.put_nowait(decode_batch(body))
     finally:
-        frames.put_nowait(None)
+        batches.put_nowait(None)
 
 
 async def _admit_ahead(proc: BatchProcessor, batch: list[RawMessage]) -> Admitted | None:
