@@ -40,7 +40,8 @@ def _failed_tests(path: Path) -> list[str]:
     except ET.ParseError as exc:
         return [f"  unreadable report {path}: {exc}"]
     suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    totals = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+    keys = ("tests", "failures", "errors", "skipped")
+    totals = {k: sum(int(s.get(k, 0)) for s in suites) for k in keys}
     out = [
         f"  {path.name}: {totals['tests']} tests, {totals['failures']} failed, "
         f"{totals['errors']} errors, {totals['skipped']} skipped"
@@ -86,7 +87,8 @@ def _log_tail(step: str) -> list[str]:
     if not log.exists():
         return []
     lines = log.read_text(errors="replace").splitlines()[-_LOG_TAIL:]
-    return [f"  --- the last {len(lines)} lines of build/ci/{step}.log ---"] + [f"  {ln[:200]}" for ln in lines]
+    head = f"  --- the last {len(lines)} lines of build/ci/{step}.log ---"
+    return [head] + [f"  {ln[:200]}" for ln in lines]
 
 
 def main(argv: list[str]) -> int:
