@@ -15,12 +15,13 @@ from domain.selection import build_groups, current_task_ids, select_prefix
 from domain.tokens import make_counter
 from schemas.errors import InvalidPolicy
 from services.compaction.bound import (
+    MIN_BOUND,
     chunk,
     fit_draft,
     rollup_items,
     summary_bound,
 )
-from services.compaction.drafts import Fact, SummaryDraft, SummaryRequest
+from services.compaction.drafts import FACT_FIELDS, Fact, SummaryDraft, SummaryRequest
 from services.compaction.errors import InvalidSummary
 from services.compaction.extractive import extract_draft
 from services.compaction.validate import check_coverage, validate_draft
@@ -195,6 +196,39 @@ def test_one_overlong_entry_is_clipped_to_the_bound_never_left_over_it() -> None
     assert COUNT(fitted.text()) <= 100
     (only,) = fitted.all_facts()
     assert only.statement.endswith("…") and only.source_ids == ("r1", "r2")
+
+
+def record_id(n: int) -> str:
+    return f"rec_{n:032x}"  # the real shape: ~20 tokens each
+
+
+@pytest.mark.spec("R11.2", "R11.8")
+@settings(max_examples=80, deadline=None)
+@given(
+    bound=st.integers(MIN_BOUND, 200),
+    entries=st.lists(
+        st.tuples(st.sampled_from(FACT_FIELDS), st.text(max_size=400), st.integers(1, 40)),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_fit_draft_holds_even_the_smallest_bound_against_long_citation_lists(
+    bound: int, entries: list[tuple[str, str, int]]
+) -> None:
+    """A model may cite forty records for one short statement: the bound still holds,
+    down to MIN_BOUND, and what is kept still cites a record it was given."""
+    sections: dict[str, list[Fact]] = {name: [] for name in FACT_FIELDS}
+    n = 0
+    for name, statement, cited in entries:
+        sections[name].append(Fact(statement, tuple(record_id(n + k) for k in range(cited))))
+        n += cited
+    draft = SummaryDraft(*(tuple(sections[name]) for name in FACT_FIELDS), (), ())
+    fitted, _ = fit_draft(draft, bound, COUNT)
+    assert COUNT(fitted.text()) <= bound
+    given_ids = {i for f in draft.all_facts() for i in f.source_ids}
+    assert fitted.all_facts() and all(
+        f.source_ids and set(f.source_ids) <= given_ids for f in fitted.all_facts()
+    )
 
 
 @pytest.mark.spec("R11.4")
