@@ -25,7 +25,7 @@ from domain.triggers import Counters, LastAttempt
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction as repo
 from storage import compaction_state, processing
-from storage.view_state import ViewState, load_view_state
+from storage.view_state import ViewState, counted_after, load_view_state
 
 
 async def lineage_of(conn: asyncpg.Connection, ev: ControlEvent) -> str:
@@ -77,6 +77,15 @@ async def observation_inputs(
     # child has its own counters and its own summary chain.) The job in flight is the
     # locked row's, not the view's: the decision may just let it go (R15.3).
     view = await view_of(conn, ev.session_id, ev.run_id, lineage)
+    # Decided on the view the observer saw, not on records that overtook its observation.
+    after = await counted_after(conn, view, obs.view_watermark)
+    seen = view.counters.minus(after)
+    # A summary committed since, from a later check, counts from its own baseline: never
+    # below it (nothing since that summary, rather than a negative count).
+    seen = Counters(
+        max(seen.user_turns, view.baseline.user_turns),
+        max(seen.model_steps, view.baseline.model_steps),
+    )
     return ObservationInputs(
         ev,
         obs,
@@ -85,7 +94,7 @@ async def observation_inputs(
         ctx["policy_revision"],
         LockedState(row.last_attempt, row.active_job_id, row.attempts),
         job,
-        view.counters,
+        seen,
         view.baseline,
         view.summary_id,
     )

@@ -265,6 +265,41 @@ async def counted_view(
     return Counters(int(r["turns"]), int(r["steps"]))
 
 
+async def counted_after(conn: asyncpg.Connection, view: ViewState, watermark: int) -> Counters:
+    """What ``view``'s counters count after sequence ``watermark``: records the view got
+    after an observer (a prepare) saw it through ``watermark``. A trigger check
+    subtracts them, so it is decided on the view the observer saw, whichever reached
+    the processor first — an observation is advisory and is not waited for, so the
+    runtime's next appends can overtake it (R7.2/R7.3, R8.4: and the baseline a job
+    records is that of the view it summarizes). A range scan of the view's tail; empty
+    when nothing came after."""
+    if view.lineage != "main":  # a child thread: its own tasks and steps (R13.1)
+        r = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE kind = 'user_input') AS turns,"
+            " count(*) FILTER (WHERE kind = 'assistant_message'"
+            " AND payload->>'purpose' = 'action') AS steps"
+            " FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
+            " AND session_sequence > $4",
+            view.session_id,
+            view.run_id,
+            view.lineage,
+            watermark,
+        )
+    else:
+        r = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE r.kind = 'run_started') AS turns,"
+            " count(*) FILTER (WHERE r.kind = 'assistant_message'"
+            " AND r.payload->>'purpose' = 'action') AS steps"
+            + MAIN_VIEW
+            + " AND r.session_sequence > $2 AND (r.session_sequence <= $3 OR r.run_id = $4)",
+            view.session_id,
+            watermark,
+            view.through,
+            view.run_id,
+        )
+    return Counters(int(r["turns"]), int(r["steps"]))
+
+
 def summary_ref(row: Any) -> SummaryRef:
     """A ``summary_revisions`` row (any mapping with its columns) as a ``SummaryRef``."""
     b = row["counter_baseline"] or {}

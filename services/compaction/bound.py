@@ -139,22 +139,28 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
                     break
             del queue[:k]
             dropped += k
-    # One entry alone over the bound: a model's overlong statement, or its long list of
-    # citations. Clip the statement, marked, keeping two citations; if that is not
-    # enough, keep one citation and clip on. Coverage is by range (R11.4), so a citation
-    # less never leaves a covered record unaccounted for; the bound holds (MIN_BOUND
-    # leaves room for a section title, one record id and a marked stub).
+    _clip_last(facts, build, bound, count)
+    return build(), dropped
+
+
+def _clip_last(
+    facts: dict[str, list[Fact]], build: Callable[[], SummaryDraft], bound: int, count: CountFn
+) -> None:
+    """The entries left are over the bound by themselves: a model's overlong statement,
+    or its long list of citations. Clip each statement, marked, keeping two citations;
+    if that is not enough, keep one citation and clip on. Coverage is by range (R11.4),
+    so a citation less never leaves a covered record unaccounted for; the bound holds
+    (MIN_BOUND leaves room for a section title, one record id and a stub)."""
     for name in FACT_FIELDS:
         for i, f in enumerate(facts[name]):
             for keep_ids, floor in ((2, 16), (1, 0)):
+                if count(build().text()) <= bound:
+                    return
                 statement = f.statement
                 facts[name][i] = Fact(statement, f.source_ids[:keep_ids])
                 while count(build().text()) > bound and len(statement) > floor:
                     statement = _clipped(statement)
                     facts[name][i] = Fact(statement, f.source_ids[:keep_ids])
-                if count(build().text()) <= bound:
-                    break
-    return build(), dropped
 
 
 def _clipped(statement: str) -> str:

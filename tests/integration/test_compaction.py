@@ -583,7 +583,10 @@ async def test_a_b_c_resume_a_and_compact_then_d_counts_correctly(
     texts = " ".join(m["content"] for m in resumed["messages"])
     assert "Question B?" not in texts and "Question C?" not in texts  # R2.5
     # Resumed A's view counts 8 steps: no compaction yet. One more round reaches 12
-    # only if B's and C's steps leaked into A's count — they must not.
+    # only if B's and C's steps leaked into A's count — they must not. (The observation
+    # is advisory — Prepare does not wait for its ack — so the next round's records can
+    # reach the processor before it and be counted in its check: wait for the report.)
+    await reports(db, sid, 1)
     await round_(ctx, a, "A-new2")
     await ctx.prepare(a)
     rows = await reports(db, sid, 2)

@@ -385,7 +385,8 @@ def test_preview_follows_profile_and_limit_references_and_reports_what_cannot_fi
 
 @pytest.mark.spec("R17", "R7.1", "R7.5")
 @given(
-    budget_parts=st.tuples(st.integers(1_000, 2_000_000), st.integers(0, 500), st.integers(0, 500)),
+    # at least 1 token of input budget (1,000 - 500 - 500 leaves none: a refused profile)
+    budget_parts=st.tuples(st.integers(1_001, 2_000_000), st.integers(0, 500), st.integers(0, 500)),
     ratio=st.integers(2, 99),
     target=st.integers(1, 98),
 )
@@ -405,3 +406,12 @@ def test_preview_thresholds_are_the_smallest_token_counts_reaching_each_ratio(
         assert tokens is not None
         assert Fraction(tokens, budget) >= Fraction(share, 100)
         assert Fraction(tokens - 1, budget) < Fraction(share, 100)
+
+
+@pytest.mark.spec("R17", "R6.1")
+def test_preview_of_a_profile_with_no_input_budget_says_why_instead_of_thresholds() -> None:
+    policy = validate_policy({"compaction": {"context_ratio": 0.8}})
+    row = preview(policy, [ModelProfile("m", 1_000, 500, 500)])[0]  # the action purpose
+    assert row.input_budget is None and row.context_trigger_tokens is None
+    assert row.error is not None and row.error["code"] == "invalid_policy"
+    assert row.error["details"] == {"capacity": 1000, "output_reserve": 500, "safety_margin": 500}
