@@ -72,9 +72,23 @@ async def late_observation(
     return key
 
 
-@pytest.mark.spec("R7.1", "R7.3", "R8.4", "R9.1", "R19")
+async def thread(ctx: ContextClient, session: dict[str, Any], lineage: str) -> RunHandle:
+    """A thread with one question and 2 action steps: the run's main thread, or a child
+    thread of it (R13.1: its own counters and its own compaction lineage)."""
+    if lineage == "main":
+        return await question(ctx, session, "q", rounds=1)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Delegate the reading.", "parent-q")
+    child = await ctx.export_for_child(run, lineage, [])
+    await ctx.append_user(child, "Read the file.", "child-task")
+    await round_(ctx, child, "c")
+    return child
+
+
+@pytest.mark.spec("R7.1", "R7.3", "R8.4", "R9.1", "R13.1", "R19")
+@pytest.mark.parametrize("lineage", ["main", "child-reader-1"])
 async def test_an_overtaken_observation_is_checked_on_the_view_its_prepare_saw(
-    ctx: ContextClient, db: asyncpg.Pool, services: Services
+    ctx: ContextClient, db: asyncpg.Pool, services: Services, lineage: str
 ) -> None:
     # The step trigger is out of reach, so the processor's own pre-emptive checks start
     # nothing; the late observation's token estimate (90% of its budget) starts the job.
@@ -82,7 +96,7 @@ async def test_an_overtaken_observation_is_checked_on_the_view_its_prepare_saw(
         ctx, context_policy={"compaction": {"context_ratio": 0.8, "model_steps": 100}}
     )
     sid = session["session_id"]
-    run = await question(ctx, session, "q", rounds=1)  # 2 action steps
+    run = await thread(ctx, session, lineage)  # 2 action steps
     prepared = await ctx.prepare(run)
     (first,) = await reports(db, sid, 1)
     assert first["values"]["model_steps"] == 2 and first["decision"] == "none"
@@ -94,6 +108,7 @@ async def test_an_overtaken_observation_is_checked_on_the_view_its_prepare_saw(
         await round_(ctx, run, f"later{i}")
     key = await late_observation(ctx, db, services, run, seen)
     (late,) = [r for r in await reports(db, sid, 2) if r["event_key"] == key]
+    assert late["lineage"] == lineage
     # Checked as the prepare saw it: 2 steps and 1 question — not the 6 steps there are.
     assert late["values"]["model_steps"] == 2, dict(late)
     assert late["counters"]["totals"] == {"user_turns": 1, "model_steps": 2}, dict(late)
