@@ -247,17 +247,21 @@ async def _child_view(
     )
 
 
+# R8.1/R8.2: a main view counts a question at run start and every valid action step.
+_MAIN_COUNTS = (
+    "SELECT count(*) FILTER (WHERE r.kind = 'run_started') AS turns,"
+    " count(*) FILTER (WHERE r.kind = 'assistant_message'"
+    " AND r.payload->>'purpose' = 'action') AS steps"
+)
+
+
 async def counted_view(
     conn: asyncpg.Connection, session_id: str, run_id: str, through: int
 ) -> Counters:
     """A resumed old run's counters, record by record: questions and valid action steps
     of the main threads up to its snapshot plus its own (never by adding up runs, R2.6)."""
     r = await conn.fetchrow(
-        "SELECT count(*) FILTER (WHERE r.kind = 'run_started') AS turns,"
-        " count(*) FILTER (WHERE r.kind = 'assistant_message'"
-        " AND r.payload->>'purpose' = 'action') AS steps"
-        + MAIN_VIEW
-        + " AND (r.session_sequence <= $2 OR r.run_id = $3)",
+        _MAIN_COUNTS + MAIN_VIEW + " AND (r.session_sequence <= $2 OR r.run_id = $3)",
         session_id,
         through,
         run_id,
@@ -287,9 +291,7 @@ async def counted_after(conn: asyncpg.Connection, view: ViewState, watermark: in
         )
     else:
         r = await conn.fetchrow(
-            "SELECT count(*) FILTER (WHERE r.kind = 'run_started') AS turns,"
-            " count(*) FILTER (WHERE r.kind = 'assistant_message'"
-            " AND r.payload->>'purpose' = 'action') AS steps"
+            _MAIN_COUNTS
             + MAIN_VIEW
             + " AND r.session_sequence > $2 AND (r.session_sequence <= $3 OR r.run_id = $4)",
             view.session_id,
