@@ -25,6 +25,16 @@ class Counters:
     def minus(self, other: Counters) -> Counters:
         return Counters(self.user_turns - other.user_turns, self.model_steps - other.model_steps)
 
+    def as_seen(self, later: Counters, baseline: Counters) -> Counters:
+        """These totals without the ``later`` ones an observer did not see yet (its
+        observation was overtaken by them), never below ``baseline``: a summary committed
+        since, from a later check, counts from its own baseline (nothing since it, not a
+        negative count). R8.4: a job started on them records the observed view's totals."""
+        return Counters(
+            max(self.user_turns - later.user_turns, baseline.user_turns),
+            max(self.model_steps - later.model_steps, baseline.model_steps),
+        )
+
 
 @dataclass(frozen=True)
 class LastAttempt:

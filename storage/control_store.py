@@ -78,14 +78,7 @@ async def observation_inputs(
     # locked row's, not the view's: the decision may just let it go (R15.3).
     view = await view_of(conn, ev.session_id, ev.run_id, lineage)
     # Decided on the view the observer saw, not on records that overtook its observation.
-    after = await counted_after(conn, view, obs.view_watermark)
-    seen = view.counters.minus(after)
-    # A summary committed since, from a later check, counts from its own baseline: never
-    # below it (nothing since that summary, rather than a negative count).
-    seen = Counters(
-        max(seen.user_turns, view.baseline.user_turns),
-        max(seen.model_steps, view.baseline.model_steps),
-    )
+    later = await counted_after(conn, view, obs.view_watermark)
     return ObservationInputs(
         ev,
         obs,
@@ -94,7 +87,7 @@ async def observation_inputs(
         ctx["policy_revision"],
         LockedState(row.last_attempt, row.active_job_id, row.attempts),
         job,
-        seen,
+        view.counters.as_seen(later, view.baseline),
         view.baseline,
         view.summary_id,
     )

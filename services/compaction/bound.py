@@ -148,7 +148,8 @@ def _clip_last(
 ) -> None:
     """The entries left are over the bound by themselves: a model's overlong statement,
     or its long list of citations. Clip each statement, marked, keeping two citations;
-    if that is not enough, keep one citation and clip on. Coverage is by range (R11.4),
+    if that is not enough, start again from the whole statement with one citation (the
+    citations may have been all that was over). Coverage is by range (R11.4),
     so a citation less never leaves a covered record unaccounted for; the bound holds
     (MIN_BOUND leaves room for a section title, one record id and a stub)."""
     for name in FACT_FIELDS:
@@ -167,4 +168,4 @@ def _clipped(statement: str) -> str:
     """``statement`` shortened by about a quarter, marked; strictly shorter, down to ''."""
     body = statement.removesuffix("…")
     cut = min(len(body) - 1, len(body) * 3 // 4)
-    return body[: max(0, cut)].rstrip() + "…" if cut > 0 else ""
+    return body[:cut].rstrip() + "…" if cut > 0 else ""

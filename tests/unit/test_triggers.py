@@ -193,3 +193,20 @@ def test_job_timeout_is_a_positive_number_validated_at_publish() -> None:
             validate_compaction({"job_timeout_s": bad})
         assert err.value.details["rule"] == "positive_number"
         assert err.value.details["field"] == "job_timeout_s"
+
+
+@pytest.mark.spec("R8.4", "R7.3")
+@given(
+    seen=st.tuples(st.integers(0, 500), st.integers(0, 500)),
+    later=st.tuples(st.integers(0, 50), st.integers(0, 50)),
+    baseline=st.tuples(st.integers(0, 600), st.integers(0, 600)),
+)
+def test_counters_as_seen_drop_what_overtook_the_observation_and_never_fall_below_the_baseline(
+    seen: tuple[int, int], later: tuple[int, int], baseline: tuple[int, int]
+) -> None:
+    totals = Counters(seen[0] + later[0], seen[1] + later[1])
+    base = Counters(*baseline)
+    out = totals.as_seen(Counters(*later), base)
+    assert out == Counters(max(seen[0], baseline[0]), max(seen[1], baseline[1]))
+    assert out.minus(base).user_turns >= 0 and out.minus(base).model_steps >= 0
+    assert totals.as_seen(Counters(), Counters()) == totals  # nothing came after
