@@ -13,13 +13,15 @@ kind                    planted in
                         frames, ``git status``, ``git diff`` headers
 ``error``               error outcomes, test output (``E …`` lines), log lines,
                         assistant text
-``decision``            assistant text, thirteen phrasings (some without a cue word)
+``decision``            assistant text (sixteen phrasings, two without a cue word),
+                        user text and supplements ("do X, not Y", "X instead of Y")
 ``numeric``             head and tail of benchmark / test / query output, assistant
                         text
 ``constraint``          user text and supplements
 ``identifier``          tickets, commit hashes, request ids, env vars, constants,
                         functions — in user text, arguments, output, assistant text
-``question``            side questions of the user, open questions of the assistant
+``question``            open questions of the assistant ("which …?", "TODO: find
+                        out …", "still unclear whether …"), the user's side questions
 ======================  ==========================================================
 
 Each fact has a *probe*: a string unique within its session (checked when planted)
@@ -252,7 +254,8 @@ class _Builder:
             if where == "output":
                 at = text.find(p.probe)
                 where = "output_head" if 0 <= at < 160 else "output_tail"
-            assert p.probe in text or p.probe in extra, p.probe
+            # probes are matched case-insensitively ("Pin x, not y." holds "pin x")
+            assert p.probe.lower() in f"{text}\n{extra}".lower(), p.probe
             self.s.facts.append(Planted(p.kind, where, p.probe, index))
         self.pending.clear()
 
@@ -686,38 +689,85 @@ def _action(b: _Builder) -> str:
         lambda: f"retry {w.func()}() with exponential backoff capped at {r.randint(5, 120)} s",
         lambda: f"keep the old code path behind {w.env()}",
         lambda: f"replace the regex in {w.func()}() with a real parser",
+        lambda: f"use {r.choice(PKGS)} for the {w.comp()} client in {w.func()}()",
+        lambda: f"switch {w.func()}() to the {r.choice(QUEUES)} queue",
     ]
     return r.choice(makers)()
 
 
-DECISIONS = [
+DECISIONS = [  # an assistant's choice; {a} is the probe
     "I'll {a}.",
     "Let's {a}.",
     "Decision: {a}.",
     "We decided to {a}.",
+    "We decided to {a} instead of {alt} because {why}.",
     "I'm going to {a}; it is the smallest change that fixes it.",
     "We should {a}.",
+    "We will {a} from now on.",
     "The fix is to {a}.",
     "Going with the option to {a}.",
     "To keep the change small we will {a}.",
+    "Rather than {alt}, we'll {a}.",
     "Plan: {a}, then rerun the suite.",
     "Best option: {a}.",
-    "After weighing both, {a} wins.",
-    "OK, so: {a}.",
+    "After weighing both, {a} wins.",  # no cue word: the hard case
+    "OK, so: {a}.",  # no cue word either
 ]
-OPEN = [
+USER_DECISIONS = [  # a user's instruction to choose; {a} is the probe
+    "{A}, not {alt}.",
+    "Please {a}, not {alt}.",
+    "Let's {a}.",
+    "{A} instead of {alt}.",
+    "Go with the option to {a}; {why}.",
+]
+ALTERNATIVES = [
+    "patching every caller",
+    "a full rewrite",
+    "reverting the last release",
+    "another retry layer",
+    "a new feature flag",
+    "waiting for the upstream fix",
+    "a bigger instance",
+]
+REASONS = [
+    "it keeps the diff small",
+    "the {q} job depends on it",
+    "it is what prod already runs",
+    "the tests already cover that path",
+    "the {q} queue cannot be paused",
+]
+OPEN = [  # an assistant's unanswered question; {x} is the probe
     "Open question: does {x} also run on the {q} queue?",
     "Not sure yet whether {x} is still used by the {q} job.",
     "It is still unclear why {x} only fails on the {q} queue.",
+    "It is still unclear whether {x} runs before the {q} backfill.",
     "TODO: confirm that {x} is not called from the {q} worker.",
+    "TODO: find out whether {x} is retried by the {q} worker.",
+    "Which {q} jobs still call {x}?",
     "Does {x} need the same fix for the {q} queue?",
     "I haven't checked if {x} is affected on the {q} queue.",
+    "We still need to find out who owns {x} on the {q} side.",
+]
+USER_OPEN = [  # a user's side question that the run does not answer; {x} is the probe
+    "Also, do we still need the {x} flag?",
+    "And is {x} still read anywhere?",
+    "Which services still set {x}?",
+    "TODO: find out if {x} is still set in prod.",
+    "It's still unclear whether {x} matters at all.",
 ]
 
 
-def _decision(b: _Builder) -> str:
-    action = b.plant("decision", "assistant", _action(b))
-    return b.rng.choice(DECISIONS).format(a=action)
+def _decision(b: _Builder, templates: list[str] | None = None, where: str = "assistant") -> str:
+    r = b.rng
+    action = b.plant("decision", where, _action(b))
+    why = r.choice(REASONS).format(q=r.choice(QUEUES))
+    template = r.choice(templates or DECISIONS)
+    alt = r.choice(ALTERNATIVES)
+    return template.format(a=action, A=action[0].upper() + action[1:], alt=alt, why=why)
+
+
+def _user_decision(b: _Builder) -> str:
+    return _decision(b, USER_DECISIONS, "user")
 
 
 def _open_question(b: _Builder) -> str:
@@ -821,13 +871,11 @@ def _question_text(b: _Builder) -> str:
         parts.append(r.choice([f"This is for {t}.", f"(see {t})", f"Ticket: {t}."]))
     if r.random() < 0.6:
         parts.append(_constraint(b))
+    if r.random() < 0.3:
+        parts.append(_user_decision(b))
     if r.random() < 0.35:
         flag = b.plant("question", "user", w.key())
-        parts.append(
-            r.choice(
-                [f"Also, do we still need the {flag} flag?", f"And is {flag} still read anywhere?"]
-            )
-        )
+        parts.append(r.choice(USER_OPEN).format(x=flag))
     return " ".join(parts)
 
 
@@ -858,6 +906,8 @@ def make_session(
             rng.choices(episodes, weights)[0](b)
             if step == 1 and rng.random() < 0.2:
                 b.user(_constraint(b), supplement=True)
+            elif step == 2 and rng.random() < 0.2:
+                b.user(_user_decision(b), supplement=True)
         b.assistant(_answer(b), [])
         b.finish_run()
     return b.s

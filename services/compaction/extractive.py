@@ -3,26 +3,26 @@
 It keeps what a segment already states, spending the output budget where the facts
 are (issue 16). Every record becomes candidate lines of fragments (``fill``):
 
-- user and assistant text first — observation masking as the first layer: each
+- each decision ("we decided to use X instead of Y", "let's…", "Decision: …", a user's
+  "do X, not Y") and each open question ("which …?", "TODO: find out …", "still unclear
+  whether …") on a line of its own section, citing its record, paid from that section's
+  guaranteed share of the budget (``SHARES``; R11.4, R11.7);
+- the rest of user and assistant text — observation masking as the first layer: each
   question with its answer (``Q: … → A: …``), each tool-calling step with the calls it
-  made (names and arguments: a file that was only read is still named), every decision
-  sentence ("I'll…", "Let's…", "Decision: …", "decided", "switching to", …) and every
-  open question; a sentence that names nothing and decides nothing goes last;
+  made (a file that was only read is still named); a sentence that names nothing goes last;
 - from tool output its salient lines — errors (and the frame just before one),
-  numbers with units, identifiers, paths — wherever they sit, not a fixed prefix; lines
-  of a shape repeated through an output (log lines, rows, hits) count as a few;
-  failures and unanswered questions are worth a line by themselves;
+  numbers with units, identifiers, paths — wherever they sit; lines of a shape repeated
+  through an output count as a few; failures are worth a line by themselves;
 - a short ranked path list: the files the tool calls touched first, at most ten.
 
-``fill.Fill`` then keeps the fragments with the most new worth per character, record
-ids included, so a path or an error code is paid for once however often it recurs.
-Lines keep their record order and cite the records they quote (R11.4); the same
-segment always gives the same draft; a segment takes milliseconds, 5,000 records well
-under a second.
+``fill.Fill`` keeps the fragments with the most new worth per character, record ids
+included, so a path or an error code is paid for once however often it recurs. Lines
+keep their record order and cite the records they quote (R11.4); the same segment always
+gives the same draft; 5,000 records take well under a second.
 
 Entries of earlier summaries (kind ``summary:<section>``, a roll-up, R11.8) go through
-the same selection: each keeps its section and its citation, failures and open
-questions weigh the most, and an entry may lose its least salient fragments.
+the same selection: each keeps its section and its citation; decisions (newest first)
+and open questions keep their shares, failures weigh the most of the rest.
 """
 
 from __future__ import annotations
@@ -37,13 +37,20 @@ from services.compaction import salience as sal
 from services.compaction.bound import ROLLUP_KIND
 from services.compaction.drafts import (
     SECTION_TITLES,
-    Fact,
     SourceItem,
     SummaryDraft,
     SummaryRequest,
     SummaryResult,
 )
-from services.compaction.fill import CHARS_PER_TOKEN, Candidates, Fill, Frag, fact, render
+from services.compaction.fill import (
+    CHARS_PER_TOKEN,
+    Candidates,
+    Fill,
+    Frag,
+    fact,
+    path_list,
+    render,
+)
 
 LAYER1_SHARE = 0.6  # of the budget, at most, for the first layer (``fill.Frag.layer``)
 MAX_ARTIFACT_REFS = 10
@@ -67,13 +74,14 @@ BONUS_KEEP = 2.0  # a failure or an unanswered question is worth a line by itsel
 DECAY_OUTPUT = 0.75
 DECAY_PROSE = 0.9
 # A roll-up keeps each entry's section; failures and open questions outlive plain facts.
-_ROLLUP_CLASS = {
-    "verified_facts": 0.5,
-    "decisions": 1.0,
-    "failures": BONUS_KEEP,
-    "unresolved_questions": BONUS_KEEP,
-}
+_ROLLUP_CLASS = {"verified_facts": 0.5, "decisions": 1.0, "failures": BONUS_KEEP,
+                 "unresolved_questions": BONUS_KEEP}  # fmt: skip
 _ROLLUP_SPLIT = re.compile(r"( \| | … | → |; )")
+_ROLLUP_CUE = {"decisions": sal.is_decision, "unresolved_questions": sal.is_open}
+# Guaranteed shares of the budget, kept first (``Fill.reserve``): (section, share, newest
+# first). Open questions in record order; decisions newest first, as a recent decision
+# outranks one made long ago. What a share leaves goes to the rest.
+SHARES = (("unresolved_questions", 0.15, False), ("decisions", 0.2, True))
 
 
 class _Builder(Candidates):
@@ -90,17 +98,17 @@ class _Builder(Candidates):
         path_weight: float = sal.W_PATH,
         layer: int = 1,
         scale: float = 1.0,
-        section: str | None = None,
+        share: str | None = None,
     ) -> None:
         code = sal.W_CODE if output else sal.W_IDENT  # a name in prose is a deliberate mention
         found = sal.features(text, path_weight=path_weight, code_weight=code)
         feats = {k: w * scale for k, w in found.items()} if scale != 1.0 else found
         decay = DECAY_OUTPUT if output else DECAY_PROSE
-        self.frag(part, Frag(text, part, 0, sep, feats, base, decay, layer, section))
+        self.frag(part, Frag(text, part, 0, sep, feats, base, decay, layer, share=share))
 
     def prose(
         self, part: int, sentences: list[sal.Piece], prior: float, *, cue: float = 0.0,
-        section: str | None = None, user: bool = False,
+        share: str | None = None, user: bool = False,
     ) -> None:  # fmt: skip
         for piece in sentences:
             s, text = piece.text, sal.clip(piece.text)
@@ -113,7 +121,14 @@ class _Builder(Candidates):
             # is wired.") is kept only when there is room to spare.
             plain = not base and not named
             worth = base + prior * (PRIOR_PLAIN if plain else 1.0)
-            self.add(part, text, worth, sep=piece.sep, section=section)
+            self.add(part, text, worth, sep=piece.sep, share=share)
+
+    def choice(self, item: SourceItem, piece: sal.Piece, section: str, prefix: str = "") -> None:
+        """A decision or an open question: a line of its own in its section, citing its
+        record, paid from the section's guaranteed share of the budget (``SHARES``)."""
+        cue = sal.W_DECISION if section == "decisions" else sal.W_OPEN
+        part = self.part(self.line(section), item.record_id, prefix)
+        self.prose(part, [piece], PRIOR_ASSISTANT, cue=cue, share=section)
 
     def calls(self, part: int, item: SourceItem, args_only: bool = False) -> None:
         for k, (name, args) in enumerate(_calls(item)):
@@ -188,9 +203,9 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
     call_items = {i.call_id: i for i in segment if i.kind == "tool_call" and i.call_id}
     pending: list[SourceItem] = []
 
-    def user(line: int, item: SourceItem, prefix: str = "") -> None:
-        part = b.part(line, item.record_id, prefix)
-        b.prose(part, _sentences(item.text), PRIOR_USER, user=True)
+    def user(line: int, item: SourceItem, prefix: str = "", answer: str = "") -> None:
+        rest = _choices(b, item, _sentences(item.text), "user: ", answer)
+        b.prose(b.part(line, item.record_id, prefix), rest, PRIOR_USER, user=True)
 
     for i, item in enumerate(segment):
         kind = item.kind
@@ -203,10 +218,10 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
             _step(b, item)
         elif kind == "assistant_message":
             for q in pending[:-1]:  # earlier inputs this answer also closes
-                user(b.line("verified_facts"), q, "user: ")
+                user(b.line("verified_facts"), q, "user: ", item.text)
             line = b.line("verified_facts")
             if pending:
-                user(line, pending[-1], "Q: ")
+                user(line, pending[-1], "Q: ", item.text)
             pending.clear()
             _answer(b, line, item)
         elif kind == "tool_call" and item.call_id not in failed:  # else on the failure
@@ -227,43 +242,41 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
     return b
 
 
-def _split(
-    sentences: list[sal.Piece],
-) -> tuple[list[sal.Piece], list[sal.Piece], list[sal.Piece]]:
-    """(decisions, open questions, the rest) of an assistant message's sentences."""
-    decisions = [s for s in sentences if sal.is_decision(s.text)]
-    opens = [s for s in sentences if s not in decisions and sal.is_open(s.text)]
-    return decisions, opens, [s for s in sentences if s not in decisions and s not in opens]
+def _choices(
+    b: _Builder, item: SourceItem, sentences: list[sal.Piece], prefix: str = "",
+    answer: str | None = None,
+) -> list[sal.Piece]:  # fmt: skip
+    """Each decision and open question of a record on a line of its own (``choice``),
+    never also on the record's other line; the other sentences, returned, stay there.
+    ``answer``: the record is a user's message, answered by that text (``sal.choice``)."""
+    heard = sal.features(answer) if answer is not None else None
+    rest: list[sal.Piece] = []
+    for k, piece in enumerate(sentences):
+        section = sal.choice(piece.text, ask=k == 0, heard=heard)
+        if section:
+            b.choice(item, piece, section, prefix)
+        else:
+            rest.append(piece)
+    return rest
 
 
 def _step(b: _Builder, item: SourceItem) -> None:
-    """A tool-calling step: one line (one record id to pay for) — its sentences in
-    order, then its calls; the line moves to Decisions or Open questions when a
-    decision or an open question is among what is kept of it."""
-    sentences = _sentences(item.text)
-    decisions, opens, _ = _split(sentences)
+    """A tool-calling step: its decisions and open questions on lines of their own,
+    then one line (one record id to pay for) — its other sentences that name something,
+    in order, then its calls."""
+    rest = _choices(b, item, _sentences(item.text))
     part = b.part(b.line("verified_facts"), item.record_id)
-    for s in sentences:
-        if s in decisions:
-            b.prose(part, [s], PRIOR_ASSISTANT, cue=sal.W_DECISION, section="decisions")
-        elif s in opens:
-            b.prose(part, [s], PRIOR_ASSISTANT, cue=sal.W_OPEN, section="unresolved_questions")
-        elif sal.features(s.text) or sal.is_error(s.text):  # not "Let me check the code."
+    for s in rest:
+        if sal.features(s.text) or sal.is_error(s.text):  # not "Let me check the code."
             b.prose(part, [s], PRIOR_ASSISTANT)
     b.calls(part, item)
 
 
 def _answer(b: _Builder, line: int, item: SourceItem) -> None:
-    """A final answer: its findings on the question's line, each decision sentence and
-    open question on a line of its own section."""
-    decisions, opens, rest = _split(_sentences(item.text))
+    """A final answer: its findings on the question's line, each decision and open
+    question on a line of its own section."""
+    rest = _choices(b, item, _sentences(item.text))
     b.prose(b.part(line, item.record_id, " → A: ", "A: "), rest, PRIOR_ANSWER)
-    if decisions:
-        part = b.part(b.line("decisions"), item.record_id)
-        b.prose(part, decisions, PRIOR_ASSISTANT, cue=sal.W_DECISION)
-    if opens:
-        part = b.part(b.line("unresolved_questions"), item.record_id)
-        b.prose(part, opens, PRIOR_ASSISTANT, cue=sal.W_OPEN)
 
 
 def _failure(b: _Builder, item: SourceItem, call: SourceItem | None) -> None:
@@ -285,12 +298,17 @@ def _rollup_entry(b: _Builder, item: SourceItem, section: str) -> None:
     """An entry of an earlier summary: its fragments (as it joined them) compete again."""
     part = b.part(b.line(section, "", _ROLLUP_CLASS[section]), item.record_id)
     bits = _ROLLUP_SPLIT.split(sal.one_line(item.text))
-    for k in range(0, len(bits), 2):
-        if bits[k]:
-            base = PRIOR_ASSISTANT + (sal.W_ERROR if sal.is_error(bits[k]) else 0.0)
-            if section == "decisions" and sal.is_decision(bits[k]):
-                base += sal.W_DECISION
-            b.add(part, sal.clip(bits[k], 400), base, sep=bits[k - 1] if k else " ")
+    texts = bits[::2]
+    cue = _ROLLUP_CUE.get(section)
+    cued = [bool(cue and t and cue(t)) for t in texts]
+    for k, text in enumerate(texts):
+        if text:
+            base = PRIOR_ASSISTANT + (sal.W_ERROR if sal.is_error(text) else 0.0)
+            base += sal.W_DECISION if section == "decisions" and cued[k] else 0.0
+            # A decision's or a question's own words keep their share: the cued
+            # fragments, or the first when none is (an entry worded otherwise).
+            share = section if cue and (cued[k] or not (k or any(cued))) else None
+            b.add(part, sal.clip(text, 400), base, sep=bits[2 * k - 1] if k else " ", share=share)
     if not b.parts[part].frags:
         b.add(part, "(empty)", 0.0)
 
@@ -303,21 +321,6 @@ def _touched(segment: tuple[SourceItem, ...]) -> list[str]:
             for path in sal.call_paths(args):
                 out.setdefault(path, None)
     return list(out)
-
-
-def _artifacts(touched: list[str], facts: list[Fact], allowance: int) -> list[str]:
-    """A short ranked path list: touched files first, then paths the kept lines name."""
-    ranked = dict.fromkeys(touched)
-    for f in facts:
-        for m in sal.PATH.finditer(f.statement):
-            ranked.setdefault(m.group(0).rstrip("."), None)
-    out: list[str] = []
-    for path in ranked:
-        if len(out) >= MAX_ARTIFACT_REFS or allowance < len(path) + 3:
-            break
-        out.append(path)
-        allowance -= len(path) + 3
-    return out
 
 
 def _notes(segment: tuple[SourceItem, ...]) -> str:
@@ -338,9 +341,9 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
     allowance = min(int(cap * ARTIFACT_SHARE), sum(len(p) + 3 for p in listed))
     allowance += 14 if touched else 0  # the section header
     fill = Fill(b, cap - NOTES_RESERVE - allowance)
-    for path in _artifacts(touched, [], allowance):
+    for path in path_list(touched, [], allowance, MAX_ARTIFACT_REFS):
         fill.seen[("path", path)] = LISTED_CREDIT
-    fill.run(LAYER1_SHARE)
+    fill.run(LAYER1_SHARE, SHARES)
     if b.frags and not any(f.kept for f in b.frags):
         # Too small a budget for any whole fragment: the most valuable one, clipped.
         best = max(b.frags, key=lambda f: fill.gain(f))
@@ -364,7 +367,9 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
         decisions=tuple(sections["decisions"]),
         failures=tuple(sections["failures"]),
         unresolved_questions=tuple(sections["unresolved_questions"]),
-        work_artifact_refs=tuple(_artifacts(touched, facts, max(0, fill.budget) + allowance)),
+        work_artifact_refs=tuple(
+            path_list(touched, facts, max(0, fill.budget) + allowance, MAX_ARTIFACT_REFS)
+        ),
         observations=tuple(notes),
     )
     while len(draft.text()) > cap and (draft.observations or draft.work_artifact_refs):

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from services.compaction.drafts import SECTION_TITLES, Fact
-from services.compaction.salience import Feature
+from services.compaction.salience import PATH, Feature
 from services.compaction.validate import claims_plan_state
 
 # The output cap is in tokens; costs are in characters. Paths, numbers and code
@@ -47,6 +47,9 @@ class Frag:
     # observation masking keeps, plus errors) — chosen first; 2: other tool output.
     layer: int = 1
     section: str | None = None  # the section it takes its line to, if kept
+    # a decision or an open question: drawn first from that section's own share of the
+    # budget (``Fill.reserve``), so tool output never crowds it out
+    share: str | None = None
     kept: bool = False
 
 
@@ -152,9 +155,28 @@ class Fill:
         for k, w in f.feats.items():
             self.seen[k] = max(self.seen.get(k, 0.0), w)
 
-    def run(self, layer1_share: float) -> None:
-        """The first layer within its share of the budget, then everything in what is
-        left: text, calls and errors come ahead of tool output, which gets the rest."""
+    def reserve(self, share: str, chars: int, newest_first: bool = False) -> None:
+        """Keep the fragments of ``share`` within ``chars`` of the budget, each that
+        fits, in record order or newest first (a recent decision outranks one made long
+        ago). What they leave of the share goes back to the rest."""
+        order = [f for f in self.c.frags if f.share == share]
+        if newest_first:  # lines are made in record order: a later line is newer
+            order.sort(key=lambda f: -self.c.parts[f.part].line)
+        left = min(chars, self.budget)
+        for f in order:
+            cost = self.cost(f)
+            if not f.kept and cost <= left and self.gain(f) > 0:
+                left -= cost
+                self.keep(f)
+
+    def run(self, layer1_share: float, shares: Sequence[tuple[str, float, bool]] = ()) -> None:
+        """Each guaranteed share first (``reserve``: section, share of the budget,
+        newest first), then the first layer within its share of what is left, then
+        everything: text, calls and errors come ahead of tool output, which gets the
+        rest."""
+        whole = self.budget
+        for share, part, newest_first in shares:
+            self.reserve(share, int(whole * part), newest_first)
         total = self.budget
         self.budget = int(total * layer1_share)
         self._greedy(1)
@@ -231,3 +253,19 @@ def fact(statement: str, *ids: str) -> Fact:
     if claims_plan_state(statement):  # quoted history, not a directive (R11.5)
         statement = f"said: {statement}"
     return Fact(statement or "(empty)", tuple(dict.fromkeys(ids)))
+
+
+def path_list(touched: list[str], facts: list[Fact], allowance: int, limit: int) -> list[str]:
+    """A short ranked path list within ``allowance`` characters: touched files first,
+    then paths the kept lines name; at most ``limit``."""
+    ranked = dict.fromkeys(touched)
+    for f in facts:
+        for m in PATH.finditer(f.statement):
+            ranked.setdefault(m.group(0).rstrip("."), None)
+    out: list[str] = []
+    for path in ranked:
+        if len(out) >= limit or allowance < len(path) + 3:
+            break
+        out.append(path)
+        allowance -= len(path) + 3
+    return out

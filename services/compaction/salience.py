@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 # Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
@@ -68,16 +68,25 @@ DECISION_CUE = re.compile(
     r"\b(?:i'll|i will|i'm going to|i am going to|we'll|we will|we're going to|let's|let us"
     r"|decided|decide to|decision|we should|i'd rather|going with|go with|opt(?:ed|ing)? for"
     r"|chose|choosing|switch(?:ed|ing)?(?: \S+){0,4} to|settled on|plan to|planning to|going to"
-    r"|instead of|rather than|will use|won't|will not|prefer|the fix is|the plan is)\b",
+    r"|instead of|rather than|will use|won't|will not|prefer|the fix is|the plan is"
+    r"|(?:best|chosen|preferred) (?:option|approach|fix)|agreed (?:on|to)|stick with)\b|\bplan:"
+    # a user's "do X, not Y" / "X, not Y": the choice and what it rules out
+    r"|^(?!.*\?\s*$)[^,;]{6,}, not (?!sure\b|yet\b|only\b|just\b|all\b|always\b)[^\W\d]"
+    # an imperative choice: "Use X for …", "Please switch …"
+    r"|^(?:please |so |ok,? )?(?:use|pick|adopt|switch to|stay on|keep using)\b",
     re.I,
 )
-OPEN_CUE = re.compile(
-    r"\?\s*$|\b(?:open question|unclear|not sure|unsure|unknown whether|still (?:unknown|open"
+# Open questions by their wording; a sentence ending in "?" is one only where nobody
+# answers it in turn (an assistant's question, a user's side question: ``extractive``).
+OPEN_WORDING = re.compile(
+    r"\b(?:open question|unclear|not sure|unsure|unknown whether|still (?:unknown|open"
     r"|unclear)|tbd|todo|to be (?:decided|confirmed)|remains? to be|need to (?:confirm|check"
     r"|verify|find out|ask|decide)|haven't (?:yet )?(?:confirmed|checked|verified|found)"
-    r"|not yet (?:confirmed|known|clear|verified))\b",
+    r"|not yet (?:confirmed|known|clear|verified)|find out|figure out|no idea (?:whether|if"
+    r"|why|how)|(?:don't|do not) know (?:yet )?(?:whether|if|why|how)|unanswered)\b",
     re.I,
 )
+OPEN_CUE = re.compile(rf"\?\s*$|{OPEN_WORDING.pattern}", re.I)
 CONSTRAINT_CUE = re.compile(
     r"\b(?:must|mustn't|don't|do not|never|always|only|keep|without|avoid|no new|at most"
     r"|at least|no more than|under|below|within|required|requirement|should not"
@@ -141,8 +150,33 @@ def is_decision(sentence: str) -> bool:
     return DECISION_CUE.search(sentence) is not None
 
 
-def is_open(sentence: str) -> bool:
-    return OPEN_CUE.search(sentence) is not None
+def is_open(sentence: str, *, worded: bool = False) -> bool:
+    """An open question; ``worded``: by its wording alone, not a bare "?"."""
+    return (OPEN_WORDING if worded else OPEN_CUE).search(sentence) is not None
+
+
+def choice(
+    sentence: str, *, ask: bool = False, heard: Mapping[Feature, float] | None = None
+) -> str | None:
+    """The section a decision or an open question goes to, or None. ``heard``: the
+    sentence is a user's and these are what the answer names. A user's ask (``ask``:
+    the message's first sentence) opens no question; a later sentence does when worded
+    so, or when it asks ("…?") about names the answer never mentions. An assistant's
+    question is open as asked."""
+    if is_decision(sentence):
+        return "decisions"
+    if heard is None:
+        return "unresolved_questions" if is_open(sentence) else None
+    if ask:
+        return None
+    if is_open(sentence, worded=True) or (sentence.endswith("?") and _unheard(sentence, heard)):
+        return "unresolved_questions"
+    return None
+
+
+def _unheard(question: str, heard: Mapping[Feature, float]) -> bool:
+    named = features(question)
+    return bool(named) and not any(k in heard for k in named)
 
 
 def is_error(line: str) -> bool:
