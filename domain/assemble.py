@@ -2,9 +2,12 @@
 Pure: no I/O, no clock, no randomness — the same inputs give the same messages (R4.3).
 
 Order of the messages: agent instructions, skill catalog, active skill instructions
-(R12.3), the thread (summary, inherited history, this task, its tool groups), then the
-material retrieved for this call (R12.4). Every message carries ``block_id``, ``category``,
-``retention`` and, where something was done to it, ``decision`` and ``reason`` (R4.2).
+(R12.3), the thread (summary, inherited history, this task, its tool groups), the
+execution frontier (the user constraints in force, the current plan: R4.4, issue 24),
+then the material retrieved for this call (R12.4). The frontier follows the thread so
+that a plan update changes only the end of a request: the prefix a provider's prompt
+cache serves breaks only when a new summary commits. Every message carries ``block_id``,
+``category``, ``retention`` and, where something was done to it, ``decision`` and ``reason`` (R4.2).
 
 Reduction order when the estimate is over the input budget (R10.2): duplicate projections
 are never rendered twice (records are fed once, material merges by citation) → large
@@ -23,6 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.budget import BudgetReport, Calibration, ModelProfile, make_report
+from domain.frontier import Frontier
+from domain.frontier_blocks import frontier_messages
 from domain.rendering import (
     Message,
     SkillLoad,
@@ -181,6 +186,7 @@ def assemble(
     material: Sequence[Material] = (),
     reserve_tokens: int = 0,
     calibration: Calibration | None = None,
+    frontier: Frontier | None = None,
 ) -> Assembled:
     ov = profile.message_overhead
     head = _Head(count, ov)
@@ -196,6 +202,10 @@ def assemble(
     for cat, t in thread.tokens.items():
         items[cat] = items.get(cat, 0) + t
     items["envelope"] = items.get("envelope", 0) + ov * len(head.messages)
+    pinned = frontier_messages(frontier, count, ov) if frontier is not None else []
+    for m in pinned:
+        items["task"] = items.get("task", 0) + m["tokens"] - ov
+    items["envelope"] += ov * len(pinned)
     mat_msgs = _material_messages(thread, material, decisions, count, ov)
     if reserve_tokens:
         items["reserved"] = reserve_tokens
@@ -205,6 +215,7 @@ def assemble(
         + items["skills"]
         + items["tool_schemas"]
         + thread.tokens.get("task", 0)
+        + sum(m["tokens"] for m in pinned)
         + ov * (head.required_messages + thread.message_counts.get("task", 0))
     )
     _drop_material_over_budget(mat_msgs, items, decisions, profile.input_budget(), calibration)
@@ -213,11 +224,16 @@ def assemble(
         items["envelope"] += ov * len(mat_msgs)
 
     report = make_report(profile, items, required, counting_method, calibration)
-    messages = head.messages + thread.messages + mat_msgs  # the one copy of the thread's list
+    messages = head.messages + thread.messages + pinned + mat_msgs  # one copy of the thread
     for i, m in head.shown_bodies.items():  # the shown skill bodies, without copying twice
         messages[len(head.messages) + i] = m
-    manifest = _manifest(head.messages, thread, head.shown_bodies)
+    manifest = (*_manifest(head.messages, thread, head.shown_bodies), *_pinned_manifest(pinned))
     return Assembled(messages, report, manifest, sha256(tool_text), decisions)
+
+
+def _pinned_manifest(pinned: Sequence[Message]) -> list[ProtectedBlock]:
+    """R10.5: no hook removes or alters the frontier's blocks; constraints are the user's."""
+    return [_protected(m, "user" if m["block"] == "constraints" else "host") for m in pinned]
 
 
 def _material_messages(

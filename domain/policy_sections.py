@@ -103,6 +103,9 @@ class ChildTransferPolicy:
     max_background_refs: int
     max_background_tokens: int | None
     max_result_tokens: int | None
+    # Issue 24: the user constraints in force in the parent's session render in the
+    # child's action contexts too (a constraint is the user's, whoever works for them).
+    inherit_constraints: bool = True
 
 
 def build_purpose_profiles(v: Mapping[str, Any], path: str) -> PurposeProfiles:
@@ -165,6 +168,9 @@ def build_child_transfer(v: Mapping[str, Any], path: str) -> ChildTransferPolicy
         ),
         max_result_tokens=count(
             join(path, "max_result_tokens"), v["max_result_tokens"], True, MAX_INT32
+        ),
+        inherit_constraints=flag(
+            join(path, "inherit_constraints"), v.get("inherit_constraints", True)
         ),
     )
 

@@ -60,8 +60,13 @@ ALL_SCHEMAS = (
 )
 
 # Earlier versions of a schema whose payloads may still be in Kafka (readable, never written).
-# context_event.v1: before record_retracted (issue 15) — the same bytes, another fingerprint.
-EARLIER_WRITERS = ("observability_event.v3.avsc", "context_event.v1.avsc")
+# context_event.v1: before record_retracted (issue 15); v2: before the plan and constraint
+# kinds (issue 24) — the same bytes, another fingerprint.
+EARLIER_WRITERS = (
+    "observability_event.v3.avsc",
+    "context_event.v1.avsc",
+    "context_event.v2.avsc",
+)
 
 # Writer schemas we can read, by fingerprint. Older versions are registered here when a
 # schema evolves, so that payloads already in Kafka keep decoding.

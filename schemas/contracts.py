@@ -7,14 +7,13 @@ Avro schema, so the two cannot drift apart silently.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
-import types
 import typing
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, ClassVar, Union
+
+from schemas.mapping import _from_wire, _to_wire, avro_field_names, built, to_wire
 
 NAMESPACE = "agentloom.context.v1"
 
@@ -34,6 +33,12 @@ class RecordKind(StrEnum):
     # Issue 15: withdraws an earlier record from every view (the record stays readable
     # by id). Last, like its Avro symbol, so earlier encodings keep their bytes.
     RECORD_RETRACTED = "record_retracted"
+    # Issue 24: the execution frontier (R4.4, R11.5): a thread's whole current plan, and
+    # a user constraint declared or retired. State of record, rendered as blocks of their
+    # own; in the thread's history they show nothing.
+    PLAN_UPDATED = "plan_updated"
+    CONSTRAINT_SET = "constraint_set"
+    CONSTRAINT_RETIRED = "constraint_retired"
 
 
 class Authority(StrEnum):
@@ -195,6 +200,44 @@ class RetractionPayload:
     reason: str | None = None
 
 
+class PlanStatus(StrEnum):
+    PENDING = "pending"
+    IN_PROGRESS = "in_progress"
+    DONE = "done"
+    BLOCKED = "blocked"
+    DROPPED = "dropped"
+
+
+@dataclass(frozen=True)
+class PlanItem:
+    item_id: str
+    text: str
+    status: str  # a PlanStatus value (validated at ingest)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanPayload:
+    """Issue 24: the whole current plan of a thread, in order (R4.4). Each accepted update
+    is its thread's next plan version; a child thread has a plan of its own (R13.1)."""
+
+    AVRO_NAME: ClassVar[str] = "PlanPayload"
+    items: tuple[PlanItem, ...] = ()
+    explanation: str | None = None
+
+
+@dataclass(frozen=True)
+class ConstraintPayload:
+    """Issue 24: a user constraint (``constraint_set``: its text is the event's content) or
+    its retirement (``constraint_retired``). ``constraint_id`` is its identity: setting it
+    again is a new version of the same constraint, never a second one."""
+
+    AVRO_NAME: ClassVar[str] = "ConstraintPayload"
+    constraint_id: str
+    scope: str = "session"  # session | run
+    source_record_id: str | None = None
+
+
 Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     UserInputPayload,
     AssistantMessagePayload,
@@ -204,6 +247,8 @@ Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     ChildResultPayload,
     RunLifecyclePayload,
     RetractionPayload,
+    PlanPayload,
+    ConstraintPayload,
 ]
 PAYLOAD_TYPES: tuple[type, ...] = typing.get_args(Payload)
 _PAYLOAD_BY_NAME: dict[str, type] = {
@@ -224,6 +269,9 @@ PAYLOAD_FOR_KIND: dict[RecordKind, type] = {
     RecordKind.RUN_CANCELLED: RunLifecyclePayload,
     RecordKind.RUN_FINISHED: RunLifecyclePayload,
     RecordKind.RECORD_RETRACTED: RetractionPayload,
+    RecordKind.PLAN_UPDATED: PlanPayload,
+    RecordKind.CONSTRAINT_SET: ConstraintPayload,
+    RecordKind.CONSTRAINT_RETIRED: ConstraintPayload,
 }
 
 
@@ -276,108 +324,19 @@ _AUTHORITIES = {str(a): a for a in Authority}
 _VISIBILITIES = {str(v): v for v in Visibility}
 
 
-# --- generic wire mapping -------------------------------------------------------------
-
-_T = typing.TypeVar("_T")
-
-
-def built(cls: type[_T], fields: dict[str, Any]) -> _T:
-    """An instance of the frozen dataclass ``cls`` whose ``fields`` (all of them, by name)
-    we hold already, set as its ``__dict__`` without calling ``__init__``.
-
-    A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``: on
-    the ingest hot path (an event's envelope, its committed record) that was ~8 % of the
-    processor's CPU (issue 13). Only for classes without ``__post_init__``, from a decoder
-    or a constructor whose field names tests pin."""
-    obj = object.__new__(cls)
-    obj.__dict__.update(fields)
-    return obj
-
-
-def _to_wire(obj: Any) -> Any:
-    # Hot path (every event is encoded once): walk __dict__ rather than
-    # dataclasses.fields(), and test the common scalar cases first (exact types first:
-    # one identity test each, where isinstance against a tuple costs several).
-    cls = type(obj)
-    if cls is str or cls is int or obj is None:
-        return obj
-    if isinstance(obj, (str, int, float, bool)):
-        return str(obj) if isinstance(obj, StrEnum) else obj
-    if isinstance(obj, tuple):
-        return [_to_wire(v) for v in obj]
-    if hasattr(obj, "__dataclass_fields__"):
-        return {k: _to_wire(v) for k, v in obj.__dict__.items()}
-    return obj
-
-
-def to_wire(obj: Any) -> Any:
-    """Plain JSON/Avro-ready structure of a contract dataclass."""
-    return _to_wire(obj)
-
-
-Converter = typing.Callable[[Any], Any]
-
-
-def _identity(value: Any) -> Any:
-    return value
-
-
-@functools.cache
-def _converter(hint: Any) -> Converter:
-    """Build once, per annotation, the function that maps a wire value to it.
-
-    Resolving annotations per event cost ~80 us; compiled converters keep decode cheap
-    on the ingest hot path.
-    """
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        inner = [a for a in typing.get_args(hint) if a is not type(None)]
-        if len(inner) != 1:
-            return _identity
-        conv = _converter(inner[0])
-        return lambda v: None if v is None else conv(v)
-    if origin is tuple:
-        item = _converter(typing.get_args(hint)[0])
-        return lambda v: tuple(item(x) for x in v)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _record_converter(hint, ())
-    if isinstance(hint, type) and issubclass(hint, StrEnum):
-        return typing.cast(Converter, hint)
-    return _identity
-
-
-@functools.cache
-def _record_converter(cls: type, skip: tuple[str, ...]) -> Converter:
-    # get_type_hints evaluates string annotations: done once per class, never per event.
-    hints = typing.get_type_hints(cls)
-    plan = [
-        (f.name, _identity if f.name in skip else _converter(hints[f.name]))
-        for f in dataclasses.fields(cls)
-    ]
-
-    def convert(data: dict[str, Any]) -> Any:
-        return cls(**{name: conv(data[name]) for name, conv in plan if name in data})
-
-    return convert
-
-
-def _from_wire(cls: type, data: dict[str, Any], skip: tuple[str, ...] = ()) -> Any:
-    return _record_converter(cls, skip)(data)
-
-
-def avro_field_names(cls: type) -> list[str]:
-    return [f.name for f in dataclasses.fields(cls)]
-
-
 __all__ = [
     "PAYLOAD_FOR_KIND",
     "PAYLOAD_TYPES",
     "AssistantMessagePayload",
     "Authority",
     "ChildResultPayload",
+    "ConstraintPayload",
     "Content",
     "ContextEvent",
     "Payload",
+    "PlanItem",
+    "PlanPayload",
+    "PlanStatus",
     "RecordKind",
     "ResourceActivationPayload",
     "RetractionPayload",
@@ -394,4 +353,5 @@ __all__ = [
     "avro_field_names",
     "built",
     "field",
+    "to_wire",
 ]

@@ -26,12 +26,13 @@ from schemas.contracts import (
     AssistantMessagePayload,
     Authority,
     ChildResultPayload,
+    ConstraintPayload,
     ContextEvent,
+    PlanPayload,
     RecordKind,
     RetractionPayload,
     ToolCallPayload,
 )
-from schemas.errors import InvalidEvent
 from schemas.json_text import parse_json
 from schemas.limits import (
     MAX_ID_LEN,
@@ -40,6 +41,16 @@ from schemas.limits import (
     UNSTORABLE,
     id_problem,
 )
+from schemas.payload_rules import (
+    MAX_COUNT,
+    validate_assistant,
+    validate_constraint,
+    validate_plan,
+    validate_retraction,
+)
+from schemas.payload_rules import count as _count
+from schemas.payload_rules import fail as _fail
+from schemas.payload_rules import within as _text
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 
 # R3.4: inline content is at most this many UTF-8 bytes; larger content goes to the
@@ -50,15 +61,22 @@ INLINE_MAX_BYTES = 64 * 1024
 MAX_PAYLOAD_TEXT_BYTES = 256 * 1024
 # Items of a list in an event payload (tool calls, a child's refs and items).
 MAX_LIST_ITEMS = 1024
-# Sizes, counts, sequences, revisions and timestamps: 0 <= n <= 2^53 (exact as JSON
-# numbers and doubles; sums of a few stay inside a bigint).
-MAX_COUNT = 2**53
 
 # Payload and source fields by kind of text. Free text may hold anything storable;
 # everything else is a short identifier or label: at most MAX_ID_LEN characters (these
 # at most MAX_KEY_LEN: they name resources or embed ids), no control characters.
 FREE_TEXT = frozenset(
-    {"inline", "arguments_json", "reason", "conclusion", "outcome", "unresolved_items"}
+    {
+        "inline",
+        "arguments_json",
+        "reason",
+        "conclusion",
+        "outcome",
+        "unresolved_items",
+        "text",  # a plan item's (issue 24)
+        "note",
+        "explanation",
+    }
 )
 LONG_LABELS = frozenset(
     {
@@ -72,6 +90,7 @@ LONG_LABELS = frozenset(
         "evidence_refs",
         "artifact_refs",
         "exported_context_refs",
+        "constraint_id",
     }
 )
 
@@ -107,17 +126,22 @@ ALLOWED_AUTHORITY: dict[RecordKind, frozenset[Authority]] = {
     # Issue 15: the runtime withdraws a record on behalf of its user (an undo); a model or
     # a tool can never make history disappear.
     RecordKind.RECORD_RETRACTED: frozenset({Authority.HOST, Authority.USER}),
+    # Issue 24: the model writes its plan through the plan tool (the host publishes it for
+    # the model, as MODEL), or the host sets it; constraints are the user's, through the host.
+    RecordKind.PLAN_UPDATED: frozenset({Authority.MODEL, Authority.HOST}),
+    RecordKind.CONSTRAINT_SET: frozenset({Authority.USER, Authority.HOST}),
+    RecordKind.CONSTRAINT_RETIRED: frozenset({Authority.USER, Authority.HOST}),
 }
 
+
 # Records that belong to a run's thread need run_id and instance_id.
-RUN_SCOPED = frozenset(RecordKind) - {RecordKind.RESOURCE_ACTIVATION}
+RUN_SCOPED = frozenset(RecordKind) - {
+    RecordKind.RESOURCE_ACTIVATION,
+    RecordKind.CONSTRAINT_SET,  # a session constraint may be declared between runs
+    RecordKind.CONSTRAINT_RETIRED,
+}
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-_RECORD_ID = re.compile(r"rec_[0-9a-f]{32}")  # domain.planning.record_id_for
-
-
-def _fail(code: str, message: str) -> InvalidEvent:
-    return InvalidEvent(message, reason_code=code)
 
 
 # --- building blocks --------------------------------------------------------------------
@@ -231,20 +255,6 @@ def _id(where: str, value: str, max_len: int = MAX_ID_LEN, required: bool = True
         raise _fail("bad_id", f"{where} {problem}")
 
 
-def _count(where: str, value: Any, minimum: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail("bad_size", f"{where} is not an integer")
-    if not minimum <= value <= MAX_COUNT:
-        raise _fail("bad_size", f"{where} = {value} is outside {minimum}..{MAX_COUNT}")
-
-
-def _text(where: str, value: str, max_bytes: int, code: str = "text_too_large") -> int:
-    size = len(value.encode("utf-8", "surrogatepass"))
-    if size > max_bytes:
-        raise _fail(code, f"{where} is {size} bytes, over {max_bytes}")
-    return size
-
-
 # --- context events ---------------------------------------------------------------------
 
 
@@ -270,23 +280,17 @@ def validate_event(ev: ContextEvent) -> None:
         raise _fail("authority_not_allowed", f"{ev.kind} cannot carry authority {ev.authority}")
     _validate_content(ev)
     if isinstance(ev.payload, AssistantMessagePayload):
-        _validate_assistant(ev.payload)
+        validate_assistant(ev.payload)
     elif isinstance(ev.payload, ToolCallPayload):
         parse_json(ev.payload.arguments_json, "arguments", "bad_tool_arguments")
     elif isinstance(ev.payload, ChildResultPayload):
         _count("payload.source_revision", ev.payload.source_revision)
     elif isinstance(ev.payload, RetractionPayload):
-        _validate_retraction(ev, ev.payload)
-
-
-def _validate_retraction(ev: ContextEvent, p: RetractionPayload) -> None:
-    """A retraction names a well-formed record id, and its operation is that id: R3.1's
-    scope + operation_id + kind then makes a second retraction of the same record a
-    duplicate, and the processor knows the target before planning (storage.retraction)."""
-    if not _RECORD_ID.fullmatch(p.target_record_id):
-        raise _fail("bad_retraction_target", "target_record_id is not a record id (rec_ + 32 hex)")
-    if ev.operation_id != p.target_record_id:
-        raise _fail("bad_retraction_target", "a retraction's operation_id is its target_record_id")
+        validate_retraction(ev, ev.payload)
+    elif isinstance(ev.payload, PlanPayload):
+        validate_plan(ev.payload)
+    elif isinstance(ev.payload, ConstraintPayload):
+        validate_constraint(ev, ev.payload)
 
 
 def _validate_fields(ev: ContextEvent) -> None:
@@ -316,20 +320,6 @@ def _validate_content(ev: ContextEvent) -> None:
             raise _fail("content_length_mismatch", "content.length does not match inline text")
     elif c.ref != c.sha256 or not _SHA256.fullmatch(c.ref or ""):
         raise _fail("bad_content", "content.ref must be the blob's sha256 (64 hex digits)")
-
-
-def _validate_assistant(p: AssistantMessagePayload) -> None:
-    if p.purpose not in ("action", "compaction", "completion", "verification"):
-        raise _fail("bad_purpose", f"unknown purpose {p.purpose!r}")
-    for usage in (p.usage_input_tokens, p.usage_output_tokens):
-        if usage is not None:
-            _count("payload.usage", usage)
-    seen: set[str] = set()
-    for call in p.tool_calls:
-        if not call.call_id or call.call_id in seen:
-            raise _fail("bad_tool_call", f"tool call id {call.call_id!r} empty or repeated")
-        seen.add(call.call_id)
-        parse_json(call.arguments_json, f"arguments of {call.call_id}", "bad_tool_arguments")
 
 
 # --- control events ---------------------------------------------------------------------

@@ -335,7 +335,17 @@ async def blob_tokens(
 
 
 # Records that render nothing in a view (lifecycle markers, retractions).
-_INVISIBLE = frozenset({"run_started", "run_resumed", "run_finished", "record_retracted"})
+_INVISIBLE = frozenset(
+    {
+        "run_started",
+        "run_resumed",
+        "run_finished",
+        "record_retracted",
+        "plan_updated",  # issue 24: rendered as the frontier's blocks, not as history
+        "constraint_set",
+        "constraint_retired",
+    }
+)
 _ENVELOPE = 4  # per message; the next observation resyncs any drift
 
 

@@ -38,7 +38,12 @@ class SummaryView:
 
 # Issue 15: a retracted record leaves every view (Prepare's and what compaction summarizes)
 # and a retraction renders nothing; both stay readable by id (storage.blobs).
-_LIVE = f" AND {live_sql('r')}"
+# Issue 24: plan and constraint records are state of record, rendered as blocks of their own
+# (storage.frontier): never in a thread's history, never summarized.
+_LIVE = (
+    f" AND {live_sql('r')}"
+    " AND r.kind NOT IN ('plan_updated', 'constraint_set', 'constraint_retired')"
+)
 
 # Content in the blob store (over 64 KiB) is read whole only where it must be shown whole:
 # what a user or model said, a child's result and a skill body (R10.4, R12.3). Any other

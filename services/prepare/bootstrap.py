@@ -35,6 +35,7 @@ from storage.api_keys import find_key
 from storage.blobs import Blobs, PgBlobs, PgRecords, Records
 from storage.calibration import Calibrations, PgCalibrations
 from storage.compaction_view import CompactionReads, PgCompactionReads
+from storage.frontier import FrontierReads, NoFrontier, PgFrontier
 from storage.migrate import apply_dsn
 from storage.model_calls import ModelCalls, PgModelCalls
 from storage.pool import create_pool
@@ -66,6 +67,7 @@ class Adapters:
     calibrations: Calibrations  # every instance's usage reports, per model (R6.4)
     pool: asyncpg.Pool | None = None  # the analytics query's
     render_states: RenderStates | None = None  # thread render states (issue 13: cold prepare)
+    frontier: FrontierReads | None = None  # plan, constraints (issue 24); None: none
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,7 @@ def build_service(
             calibration,
             options.commit_wait_s,
             hooks,
+            ports.frontier or NoFrontier(),
         ),
         gateway=Gateway(ports.model_calls, content, prepared, notes, hooks, calibration),
         readback=ReadBack(ports.records, ports.sessions, views, access, notes),
@@ -184,6 +187,7 @@ def pg_adapters(
         calibrations=PgCalibrations(pool),
         pool=pool,
         render_states=PgRenderStates(pool) if render_states else None,
+        frontier=PgFrontier(pool),
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from domain.assemble import Assembled, Material, assemble
 from domain.budget import ModelProfile, counting_label, enforce
+from domain.frontier import Frontier
 from domain.providers import render as render_provider
 from domain.rendering import ThreadRenderer
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
@@ -26,6 +27,7 @@ from services.prepare.requests import PrepareIn
 from services.prepare.run_lifecycle import offsets_of
 from services.prepare.views import Snapshot, ThreadViews
 from services.prepare.waiter import Waiter
+from storage.frontier import FrontierReads
 from storage.releases import Release
 
 # R10.3: offered to the model when something was externalized; the runtime executes it with
@@ -59,6 +61,7 @@ class Target:
     catalog: list[dict[str, Any]]
     material: tuple[Material, ...]
     reserve_tokens: int
+    child: bool  # a child instance's thread (R13.1), not the session's main thread
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,7 @@ class Built:
     snap: Snapshot
     assembled: Assembled
     tools: list[dict[str, Any]]
+    frontier: Frontier
 
 
 def _purpose(body: PrepareIn) -> str:
@@ -92,6 +96,7 @@ class Preparer:
     calibration: CalibrationCache  # per model, folded in by the gateways (R6.4)
     commit_wait_s: float
     hooks: HookRegistry
+    frontier: FrontierReads
 
     async def prepare(self, sid: str, run_id: str, body: PrepareIn) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -99,9 +104,7 @@ class Preparer:
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
         waited = time.perf_counter() - t0
         target = await self._target(sid, run_id, body, material)
-        main_instance = (await self.views.snapshot(sid, run_id)).main_instance_id
-        is_child = target.instance_id != main_instance
-        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, is_child)
+        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, target.child)
         built = await self._build(target, lineage)
         job_status = None
         if target.purpose == "action":
@@ -147,13 +150,23 @@ class Preparer:
         catalog = rel.tool_catalog if body.tool_catalog is None else body.tool_catalog
         if purpose == "compaction":
             catalog = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
-        instance_id = body.instance_id or (await self.views.snapshot(sid, run_id)).main_instance_id
+        main_instance = (await self.views.snapshot(sid, run_id)).main_instance_id
+        instance_id = body.instance_id or main_instance
         if self.hooks.hooks:
             material = await self.hooks.prepare_before(
                 PrepareRequest(sid, run_id, instance_id, purpose, material)
             )
         return Target(
-            sid, run_id, instance_id, purpose, rel, profile, catalog, material, body.reserve_tokens
+            sid,
+            run_id,
+            instance_id,
+            purpose,
+            rel,
+            profile,
+            catalog,
+            material,
+            body.reserve_tokens,
+            instance_id != main_instance,
         )
 
     async def _check_triggers(
@@ -205,6 +218,13 @@ class Preparer:
             # R10.3: views point at read_content, so the model is offered it (and its
             # schema is counted like every other tool's).
             tools = [*tools, READ_CONTENT_TOOL]
+        frontier = await self.frontier.read(
+            target.session_id,
+            target.run_id,
+            target.instance_id,
+            child=target.child,
+            inherit_constraints=policy.child_transfer_policy.inherit_constraints,
+        )
         assembled = assemble(
             profile=target.profile,
             counting_method=counting_label(target.profile.counting, self.content.counter.method),
@@ -216,14 +236,15 @@ class Preparer:
             material=target.material,
             reserve_tokens=target.reserve_tokens,
             calibration=await self.calibration.get(target.profile.name),
+            # R4.4: the frontier pins what the model acts on; a summarizer's call gets none.
+            frontier=frontier if target.purpose != "compaction" else None,
         )
-        return Built(rend, snap, assembled, tools)
+        return Built(rend, snap, assembled, tools, frontier)
 
     async def _answer(
         self, target: Target, built: Built, lineage: Lineage, body: PrepareIn
     ) -> dict[str, Any]:
         rend, snap, assembled = built.rend, built.snap, built.assembled
-        summary = lineage.summary
         provider = None
         if body.render:
             fmt = target.profile.provider_format
@@ -234,13 +255,7 @@ class Preparer:
                 }
             except ValueError as exc:
                 raise InvalidRequest(str(exc), field="provider_format") from exc
-        deps = {
-            "through_session_sequence": snap.through_session_sequence,
-            "thread_last_sequence": rend.last_sequence,
-            "policy_revision": target.release.policy_revision,
-            "release_id": target.release.release_id,
-            "summary_id": summary.summary_id if summary else None,
-        }
+        deps = _dependencies(target, built, lineage)
         prepared_id = f"prep_{uuid.uuid4().hex[:16]}"
         await self.prepared.remember(
             PreparedEntry(
@@ -275,9 +290,26 @@ class Preparer:
             "read_content_tool": READ_CONTENT_TOOL if rend.externalized else None,
             "reprepare_of": body.reprepare_of,
             "dependency_versions": deps,
+            # Issue 24: the plan and constraints the frontier's blocks show, with the
+            # records that set them (R4.4, R18).
+            "frontier": built.frontier.to_dict(),
             "inherited": {"through_session_sequence": snap.through_session_sequence},
             "record_count": rend.record_count,
         }
+
+
+def _dependencies(target: Target, built: Built, lineage: Lineage) -> dict[str, Any]:
+    """What this context was built from (R11.6): the view's watermarks, the release and
+    its policy, the summary, and the task, plan and constraint versions (issue 24)."""
+    summary = lineage.summary
+    return {
+        "through_session_sequence": built.snap.through_session_sequence,
+        "thread_last_sequence": built.rend.last_sequence,
+        "policy_revision": target.release.policy_revision,
+        "release_id": target.release.release_id,
+        "summary_id": summary.summary_id if summary else None,
+        **built.frontier.versions(),
+    }
 
 
 def _view_decisions(rend: ThreadRenderer, lineage: Lineage) -> list[dict[str, Any]]:

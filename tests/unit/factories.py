@@ -11,8 +11,11 @@ from schemas.contracts import (
     AssistantMessagePayload,
     Authority,
     ChildResultPayload,
+    ConstraintPayload,
     Content,
     ContextEvent,
+    PlanItem,
+    PlanPayload,
     RecordKind,
     ResourceActivationPayload,
     RetractionPayload,
@@ -89,6 +92,16 @@ PAYLOAD_STRATEGIES: dict[type, st.SearchStrategy[Any]] = {
     ),
     RunLifecyclePayload: st.builds(RunLifecyclePayload, reason=OPT_TEXT, release_id=OPT_TEXT),
     RetractionPayload: st.builds(RetractionPayload, target_record_id=TEXT, reason=OPT_TEXT),
+    PlanPayload: st.builds(
+        PlanPayload,
+        items=st.lists(
+            st.builds(PlanItem, item_id=TEXT, text=TEXT, status=TEXT, note=OPT_TEXT), max_size=3
+        ).map(tuple),
+        explanation=OPT_TEXT,
+    ),
+    ConstraintPayload: st.builds(
+        ConstraintPayload, constraint_id=TEXT, scope=TEXT, source_record_id=OPT_TEXT
+    ),
 }
 
 scopes = st.builds(
@@ -138,6 +151,9 @@ DEFAULT_AUTHORITY: dict[RecordKind, Authority] = {
     RecordKind.RUN_CANCELLED: Authority.HOST,
     RecordKind.RUN_FINISHED: Authority.HOST,
     RecordKind.RECORD_RETRACTED: Authority.HOST,
+    RecordKind.PLAN_UPDATED: Authority.MODEL,
+    RecordKind.CONSTRAINT_SET: Authority.USER,
+    RecordKind.CONSTRAINT_RETIRED: Authority.HOST,
 }
 
 
@@ -155,6 +171,9 @@ def default_payload(kind: RecordKind) -> Any:
         RecordKind.RUN_CANCELLED: RunLifecyclePayload("stop"),
         RecordKind.RUN_FINISHED: RunLifecyclePayload(),
         RecordKind.RECORD_RETRACTED: RetractionPayload(TARGET_RECORD_ID, "user undo"),
+        RecordKind.PLAN_UPDATED: PlanPayload((PlanItem("p1", "read the spec", "in_progress"),)),
+        RecordKind.CONSTRAINT_SET: ConstraintPayload("c1"),
+        RecordKind.CONSTRAINT_RETIRED: ConstraintPayload("c1"),
     }[kind]
 
 

@@ -38,6 +38,9 @@ _PY_RECORDS: dict[str, type] = {
     "ChildResultPayload": contracts.ChildResultPayload,
     "RunLifecyclePayload": contracts.RunLifecyclePayload,
     "RetractionPayload": contracts.RetractionPayload,
+    "PlanPayload": contracts.PlanPayload,
+    "PlanItem": contracts.PlanItem,
+    "ConstraintPayload": contracts.ConstraintPayload,
     "ToolCallSpec": contracts.ToolCallSpec,
     "SkillRef": contracts.SkillRef,
 }

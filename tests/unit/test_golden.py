@@ -18,8 +18,11 @@ from schemas.contracts import (
     AssistantMessagePayload,
     Authority,
     ChildResultPayload,
+    ConstraintPayload,
     Content,
     ContextEvent,
+    PlanItem,
+    PlanPayload,
     RecordKind,
     ResourceActivationPayload,
     RetractionPayload,
@@ -162,6 +165,26 @@ GOLDEN_EVENTS: dict[str, ContextEvent] = {
         RetractionPayload("rec_0123456789abcdef0123456789abcdef", "pop_item"),
         operation_id="rec_0123456789abcdef0123456789abcdef",
     ),
+    "plan_updated": _event(
+        "plan:call-7",
+        RecordKind.PLAN_UPDATED,
+        Authority.MODEL,
+        "[done] read the spec\n[in_progress] write the parser",
+        PlanPayload(
+            (
+                PlanItem("p1", "read the spec", "done"),
+                PlanItem("p2", "write the parser", "in_progress", "tests first"),
+            ),
+            "the spec is read",
+        ),
+    ),
+    "constraint_set": _event(
+        "constraint:no-tabs:1",
+        RecordKind.CONSTRAINT_SET,
+        Authority.USER,
+        "Never use tabs for indentation.",
+        ConstraintPayload("no-tabs", "session", "rec_0123456789abcdef0123456789abcdef"),
+    ),
 }
 
 GOLDEN_COMMITTED = CommittedRecord(
@@ -231,22 +254,26 @@ def test_encoding_expected_gives_golden_bytes(file_name: str) -> None:
 GOLDEN_SHA256 = {
     "committed_record.bin": "22f0c4fdb68af6f057565cbabd57676018002d657bdfc862372e8472aee81e63",
     "dead_letter.bin": "aff81e72e259d198ad02f59e98299a54a1c6a1867f3e73e40e3f2c23855834ea",
-    # Regenerated for record_retracted (issue 15): a new fingerprint in the header; the
-    # bodies of the earlier kinds are byte for byte those of context_event.v1 below.
+    # Regenerated for the plan and constraint kinds (issue 24): a new fingerprint in the
+    # header; the bodies of the earlier kinds are byte for byte those of context_event.v2.
     "event_assistant_message.bin": (
-        "fa9a7be1bdc419ad12c135d5a3ba1fc8558702c567554bed082f497106670482"
+        "deb12fc5232dfa885bde4183e89efadd34d7b16eb7eac0ce2ccd7bf1e1a7d806"
     ),
-    "event_child_result.bin": "481dfb5afe84657acd5369d2151807b895c4c5c24be9c60c81878baecb3bccf4",
+    "event_child_result.bin": "aac0d25755a6094ec2caeaf0fc2626e142068fb642acd20b521c3486ad27b8af",
+    "event_constraint_set.bin": (
+        "ab6c1f1070fcb366aea11582952edbf74abe85027b34483a1516710e79c501b7"
+    ),
+    "event_plan_updated.bin": "ef481ac8acd90def5bac9e41a197ce33a1bd97d55123ccb3f2bd85666e20af15",
     "event_record_retracted.bin": (
-        "f8964fdd5441ee6c9e869dcedcb9ca070be671a9123f13cef9856f838f89f611"
+        "9e3e72c3768988e3d67773c996b52908b8fcbac6bf4ed96755af2d4a7b91c98f"
     ),
     "event_resource_activation.bin": (
-        "29adc08d09f66217c40bb3fc14faecaa23d3eb23f3f1be1f1e653936fa15f79f"
+        "f31186ebaa283695bce9a7b6e5854602b140ab4ede09db9d3e6c20a1a46ec1a0"
     ),
-    "event_run_lifecycle.bin": "6801ceaa188c378b6a16c43681add8966ed07b0ed90b2794a1d93cf7080c7274",
-    "event_tool_call.bin": "4905a00e38f475ba4c20899b1174cd512a40c10bd66a631910be2ca9af14990d",
-    "event_tool_outcome.bin": "24f0b39d1f5b52986d80332f83e6bac1487f7ee5fde8604c4770e06c78206bdc",
-    "event_user_input.bin": "ddd8181b3fcbd77ccacd32bb18073a7e3b45d3f0f7ae0c92c6be0eea37726e47",
+    "event_run_lifecycle.bin": "758df2dfadc29b49709f96053f9ec0ecdd5e775e22db2d2ecc6b315a2a39813c",
+    "event_tool_call.bin": "24654b84e41b3aff240e8d6805ee329c1a2067eeddeaa548d8c66ba569b0db71",
+    "event_tool_outcome.bin": "edb15553cab5591b62a881a23e6703eef184bd3830232bc5da915fc85a069b3c",
+    "event_user_input.bin": "a1a4b4b2b9e24239022b047803c28b2f01846664cc8604da6ec26caa7240ef74",
 }
 
 
@@ -276,10 +303,35 @@ EARLIER_SHA256 = {
 }
 
 
-@pytest.mark.parametrize("file_name", sorted(EARLIER_SHA256))
-def test_earlier_writer_payload_still_decodes(file_name: str) -> None:
-    data = (EARLIER_DIR / file_name).read_bytes()
-    assert hashlib.sha256(data).hexdigest() == EARLIER_SHA256[file_name]
+# Payloads of context_event.v2.avsc (before the plan and constraint kinds, issue 24): the
+# files that were pinned above until then, kept as they were committed.
+V2_DIR = GOLDEN_DIR / "context_event.v2"
+V2_SHA256 = {
+    "event_assistant_message.bin": (
+        "fa9a7be1bdc419ad12c135d5a3ba1fc8558702c567554bed082f497106670482"
+    ),
+    "event_child_result.bin": "481dfb5afe84657acd5369d2151807b895c4c5c24be9c60c81878baecb3bccf4",
+    "event_record_retracted.bin": (
+        "f8964fdd5441ee6c9e869dcedcb9ca070be671a9123f13cef9856f838f89f611"
+    ),
+    "event_resource_activation.bin": (
+        "29adc08d09f66217c40bb3fc14faecaa23d3eb23f3f1be1f1e653936fa15f79f"
+    ),
+    "event_run_lifecycle.bin": "6801ceaa188c378b6a16c43681add8966ed07b0ed90b2794a1d93cf7080c7274",
+    "event_tool_call.bin": "4905a00e38f475ba4c20899b1174cd512a40c10bd66a631910be2ca9af14990d",
+    "event_tool_outcome.bin": "24f0b39d1f5b52986d80332f83e6bac1487f7ee5fde8604c4770e06c78206bdc",
+    "event_user_input.bin": "ddd8181b3fcbd77ccacd32bb18073a7e3b45d3f0f7ae0c92c6be0eea37726e47",
+}
+_EARLIER_CASES = [("v1", n) for n in sorted(EARLIER_SHA256)] + [
+    ("v2", n) for n in sorted(V2_SHA256)
+]
+
+
+@pytest.mark.parametrize(("writer", "file_name"), _EARLIER_CASES)
+def test_earlier_writer_payload_still_decodes(writer: str, file_name: str) -> None:
+    folder, pins = (EARLIER_DIR, EARLIER_SHA256) if writer == "v1" else (V2_DIR, V2_SHA256)
+    data = (folder / file_name).read_bytes()
+    assert hashlib.sha256(data).hexdigest() == pins[file_name]
     expected, encode, decode = GOLDEN_CASES[file_name]
     assert decode(data) == expected
     # The symbol and the branch were appended: every earlier body is unchanged, only the
@@ -290,3 +342,4 @@ def test_earlier_writer_payload_still_decodes(file_name: str) -> None:
 
 def test_earlier_files_present() -> None:
     assert {p.name for p in EARLIER_DIR.glob("*.bin")} == set(EARLIER_SHA256)
+    assert {p.name for p in V2_DIR.glob("*.bin")} == set(V2_SHA256)

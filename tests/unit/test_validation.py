@@ -20,7 +20,7 @@ from schemas.contracts import (
     UserInputPayload,
 )
 from schemas.errors import InvalidEvent
-from schemas.validation import ALLOWED_AUTHORITY, MAX_KEY_LEN, validate_event
+from schemas.validation import ALLOWED_AUTHORITY, MAX_KEY_LEN, RUN_SCOPED, validate_event
 
 from .factories import DEFAULT_AUTHORITY, make_event
 
@@ -63,9 +63,7 @@ def test_bad_scope_missing_identity(field: str) -> None:
     assert _code(ev) == "bad_scope"
 
 
-@pytest.mark.parametrize(
-    "kind", [k for k in RecordKind if k is not RecordKind.RESOURCE_ACTIVATION], ids=str
-)
+@pytest.mark.parametrize("kind", sorted(RUN_SCOPED), ids=str)
 @pytest.mark.parametrize("missing", ["run_id", "instance_id"])
 def test_bad_scope_run_scoped_kind_without_thread(kind: RecordKind, missing: str) -> None:
     ev = make_event(kind)

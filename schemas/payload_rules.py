@@ -1,0 +1,110 @@
+"""Rules for the payloads of particular kinds (assistant messages, retractions, plans,
+constraints): pure, used by ``schemas.validation``. Each rejection has a ``reason_code``."""
+
+from __future__ import annotations
+
+import re
+
+from schemas.contracts import (
+    AssistantMessagePayload,
+    ConstraintPayload,
+    ContextEvent,
+    PlanPayload,
+    PlanStatus,
+    RecordKind,
+    RetractionPayload,
+)
+from schemas.errors import InvalidEvent
+from schemas.json_text import parse_json
+
+RECORD_ID = re.compile(r"rec_[0-9a-f]{32}")  # domain.planning.record_id_for
+# Sizes, counts, sequences, revisions and timestamps: 0 <= n <= 2^53 (exact as JSON
+# numbers and doubles; sums of a few stay inside a bigint).
+MAX_COUNT = 2**53
+
+# Issue 24: bounds of the execution frontier's state (it renders in every action context).
+MAX_PLAN_ITEMS = 100
+MAX_PLAN_ITEM_CHARS = 2000
+MAX_CONSTRAINT_BYTES = 4096
+CONSTRAINT_SCOPES = frozenset({"session", "run"})
+
+
+def fail(code: str, message: str) -> InvalidEvent:
+    return InvalidEvent(message, reason_code=code)
+
+
+def within(where: str, value: str, max_bytes: int, code: str = "text_too_large") -> int:
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise fail(code, f"{where} is {size} bytes, over {max_bytes}")
+    return size
+
+
+def count(where: str, value: object, minimum: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise fail("bad_size", f"{where} is not an integer")
+    if not minimum <= value <= MAX_COUNT:
+        raise fail("bad_size", f"{where} = {value} is outside {minimum}..{MAX_COUNT}")
+
+
+def validate_retraction(ev: ContextEvent, p: RetractionPayload) -> None:
+    """A retraction names a well-formed record id, and its operation is that id: R3.1's
+    scope + operation_id + kind then makes a second retraction of the same record a
+    duplicate, and the processor knows the target before planning (storage.retraction)."""
+    if not RECORD_ID.fullmatch(p.target_record_id):
+        raise fail("bad_retraction_target", "target_record_id is not a record id (rec_ + 32 hex)")
+    if ev.operation_id != p.target_record_id:
+        raise fail("bad_retraction_target", "a retraction's operation_id is its target_record_id")
+
+
+def validate_assistant(p: AssistantMessagePayload) -> None:
+    if p.purpose not in ("action", "compaction", "completion", "verification"):
+        raise fail("bad_purpose", f"unknown purpose {p.purpose!r}")
+    for usage in (p.usage_input_tokens, p.usage_output_tokens):
+        if usage is not None:
+            count("payload.usage", usage)
+    seen: set[str] = set()
+    for call in p.tool_calls:
+        if not call.call_id or call.call_id in seen:
+            raise fail("bad_tool_call", f"tool call id {call.call_id!r} empty or repeated")
+        seen.add(call.call_id)
+        parse_json(call.arguments_json, f"arguments of {call.call_id}", "bad_tool_arguments")
+
+
+def validate_plan(p: PlanPayload) -> None:
+    """Issue 24: an ordered list of at most MAX_PLAN_ITEMS items, each with a unique id,
+    a non-empty text and a known status."""
+    if len(p.items) > MAX_PLAN_ITEMS:
+        raise fail("bad_plan", f"a plan holds at most {MAX_PLAN_ITEMS} items, got {len(p.items)}")
+    seen: set[str] = set()
+    for i, item in enumerate(p.items):
+        if not item.item_id or item.item_id in seen:
+            raise fail("bad_plan", f"items[{i}].item_id {item.item_id!r} is empty or repeated")
+        seen.add(item.item_id)
+        if not item.text.strip() or len(item.text) > MAX_PLAN_ITEM_CHARS:
+            raise fail("bad_plan", f"items[{i}].text must be 1..{MAX_PLAN_ITEM_CHARS} characters")
+        if item.status not in _PLAN_STATUSES:
+            raise fail(
+                "bad_plan_status",
+                f"items[{i}].status {item.status!r} is not one of {sorted(_PLAN_STATUSES)}",
+            )
+
+
+_PLAN_STATUSES = frozenset(str(s) for s in PlanStatus)
+
+
+def validate_constraint(ev: ContextEvent, p: ConstraintPayload) -> None:
+    """Issue 24: a constraint has an id and a scope; a declared one carries its text
+    inline (it renders verbatim in every action context); a run-scoped one names its run."""
+    if p.scope not in CONSTRAINT_SCOPES:
+        raise fail("bad_constraint", f"scope {p.scope!r} is not one of session, run")
+    if p.scope == "run" and not ev.scope.run_id:
+        raise fail("bad_constraint", "a run-scoped constraint needs scope.run_id")
+    if p.source_record_id is not None and not RECORD_ID.fullmatch(p.source_record_id):
+        raise fail("bad_constraint", "source_record_id is not a record id (rec_ + 32 hex)")
+    if ev.kind is not RecordKind.CONSTRAINT_SET:
+        return
+    text = ev.content.inline
+    if text is None or not text.strip():
+        raise fail("bad_constraint", "a constraint's text is its inline content, not empty")
+    within("constraint text", text, MAX_CONSTRAINT_BYTES, "bad_constraint")

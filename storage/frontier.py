@@ -1,0 +1,144 @@
+"""Reading a thread's execution frontier (issue 24): its current plan, the constraints in
+force and the task version, folded by ``domain.frontier`` from their own records.
+
+Prepare reads it for every action context (R4.4) and the session processor at a summary
+commit (R11.6); both read the same records, so the versions they compare are the same.
+A thread is the session's main thread (records of no instance or of their run's main
+instance) or a child instance (``run_id`` + ``instance_id``, R13.1): a child has a plan
+of its own and sees the main thread's constraints when its policy inherits them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+import asyncpg
+
+from domain.frontier import (
+    CONSTRAINT_RETIRED,
+    CONSTRAINT_SET,
+    PLAN_UPDATED,
+    Frontier,
+    FrontierRecord,
+    active_constraints,
+    plan_of,
+)
+from storage.retraction import live_sql
+
+_FROM = (
+    " FROM records r LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
+    " WHERE r.session_id = $1"
+)
+_MAIN = "(r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+_CHILD = "(r.run_id = $2 AND r.instance_id = $3)"
+_COLS = "r.record_id, r.session_sequence, r.kind, r.run_id, r.content_inline, r.payload"
+
+
+def _plan_sql(thread: str) -> str:
+    return (
+        f"SELECT {_COLS}, count(*) OVER () AS n{_FROM} AND r.kind = '{PLAN_UPDATED}'"
+        f" AND {thread} ORDER BY r.session_sequence DESC LIMIT 1"
+    )
+
+
+def _constraints_sql(where: str) -> str:
+    return (
+        f"SELECT {_COLS}{_FROM} AND r.kind IN ('{CONSTRAINT_SET}', '{CONSTRAINT_RETIRED}')"
+        f" AND {where} ORDER BY r.session_sequence"
+    )
+
+
+def _task_sql(thread: str) -> str:
+    return (
+        f"SELECT count(*){_FROM} AND r.kind IN ('user_input', 'supplement')"
+        f" AND {thread} AND {live_sql('r')}"
+    )
+
+
+def _payload(raw: Any) -> dict[str, Any]:
+    value = json.loads(raw) if isinstance(raw, str) else raw
+    return dict(value or {})
+
+
+def _record(r: asyncpg.Record) -> FrontierRecord:
+    return FrontierRecord(
+        r["record_id"],
+        r["session_sequence"],
+        r["kind"],
+        r["run_id"],
+        r["content_inline"] or "",
+        _payload(r["payload"]),
+    )
+
+
+async def read_frontier(
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    *,
+    child: bool,
+    inherit_constraints: bool = True,
+) -> Frontier:
+    """The frontier of the thread ``(run_id, instance_id)`` as committed now."""
+    thread, args = (_CHILD, (session_id, run_id, instance_id)) if child else (_MAIN, (session_id,))
+    where = f"({_MAIN} OR {_CHILD})" if child and inherit_constraints else thread
+    c_args = (session_id, run_id, instance_id) if child else (session_id,)
+    latest = await conn.fetchrow(_plan_sql(thread), *args)
+    rows = await conn.fetch(_constraints_sql(where), *c_args)
+    tasks = await conn.fetchval(_task_sql(thread), *args)
+    plan = plan_of(_record(latest) if latest else None, int(latest["n"]) if latest else 0)
+    constraints, seen = active_constraints([_record(r) for r in rows], run_id)
+    return Frontier(plan, constraints, seen, int(tasks or 0))
+
+
+class FrontierReads(Protocol):
+    async def read(
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        *,
+        child: bool,
+        inherit_constraints: bool = True,
+    ) -> Frontier: ...
+
+
+class PgFrontier:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def read(
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        *,
+        child: bool,
+        inherit_constraints: bool = True,
+    ) -> Frontier:
+        async with self.pool.acquire() as conn:
+            return await read_frontier(
+                conn,
+                session_id,
+                run_id,
+                instance_id,
+                child=child,
+                inherit_constraints=inherit_constraints,
+            )
+
+
+class NoFrontier:
+    """A thread store that holds no plan or constraint records (unit fakes)."""
+
+    async def read(
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        *,
+        child: bool,
+        inherit_constraints: bool = True,
+    ) -> Frontier:
+        return Frontier()
