@@ -81,7 +81,9 @@ _ROLLUP_CUE = {"decisions": sal.is_decision, "unresolved_questions": sal.is_open
 # Guaranteed shares of the budget, kept first (``Fill.reserve``): (section, share, newest
 # first). Open questions in record order; decisions newest first, as a recent decision
 # outranks one made long ago. What a share leaves goes to the rest.
-SHARES = (("unresolved_questions", 0.15, False), ("decisions", 0.2, True))
+SHARES = (("unresolved_questions", 0.2, False), ("decisions", 0.25, True))
+# (cue, line bonus) of a choice's line: what it is worth past its share, as in roll-ups
+_CHOICE = {"decisions": (sal.W_DECISION, 1.0), "unresolved_questions": (sal.W_OPEN, BONUS_KEEP)}
 
 
 class _Builder(Candidates):
@@ -126,8 +128,8 @@ class _Builder(Candidates):
     def choice(self, item: SourceItem, piece: sal.Piece, section: str, prefix: str = "") -> None:
         """A decision or an open question: a line of its own in its section, citing its
         record, paid from the section's guaranteed share of the budget (``SHARES``)."""
-        cue = sal.W_DECISION if section == "decisions" else sal.W_OPEN
-        part = self.part(self.line(section), item.record_id, prefix)
+        cue, bonus = _CHOICE[section]
+        part = self.part(self.line(section, "", bonus), item.record_id, prefix)
         self.prose(part, [piece], PRIOR_ASSISTANT, cue=cue, share=section)
 
     def calls(self, part: int, item: SourceItem, args_only: bool = False) -> None:
@@ -150,10 +152,7 @@ class _Builder(Candidates):
             base = sal.W_ERROR * scale if errors[k] else 0.0
             if not errors[k] and any(errors[k + 1 : k + 3]):
                 base += PRIOR_BEFORE_ERROR
-            if k == 0:
-                base += PRIOR_OUTPUT_HEAD
-            elif k >= len(ps) - 2:
-                base += PRIOR_OUTPUT_TAIL
+            base += PRIOR_OUTPUT_HEAD if k == 0 else PRIOR_OUTPUT_TAIL if k >= len(ps) - 2 else 0.0
             first = errors[k] or (failure and k == 0 and not any(errors))
             self.add(
                 part, sal.clip(p.text, 200), base, sep=" | " if p.line_start else " ",
@@ -194,6 +193,7 @@ def _calls(item: SourceItem) -> list[tuple[str, str]]:
 
 def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
     b = _Builder()
+    b.order = {item.record_id: n for n, item in enumerate(segment)}
     dispatched = _dispatched(segment)
     failed = {
         i.call_id

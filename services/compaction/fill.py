@@ -81,6 +81,7 @@ class Candidates:
         self.lines: list[Line] = []
         self.parts: list[Part] = []
         self.frags: list[Frag] = []
+        self.order: dict[str, int] = {}  # record id -> its place in the request
 
     def line(self, section: str, head: str = "", bonus: float = 0.0) -> int:
         self.lines.append(Line(section, head, bonus))
@@ -159,9 +160,10 @@ class Fill:
         """Keep the fragments of ``share`` within ``chars`` of the budget, each that
         fits, in record order or newest first (a recent decision outranks one made long
         ago). What they leave of the share goes back to the rest."""
+        rank, parts = self.c.order, self.c.parts
         order = [f for f in self.c.frags if f.share == share]
-        if newest_first:  # lines are made in record order: a later line is newer
-            order.sort(key=lambda f: -self.c.parts[f.part].line)
+        # by the record each cites: a user's lines are made when the answer comes
+        order.sort(key=lambda f: rank.get(parts[f.part].source_id, -1), reverse=newest_first)
         left = min(chars, self.budget)
         for f in order:
             cost = self.cost(f)
