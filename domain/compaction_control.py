@@ -131,6 +131,8 @@ class JobStart:
 
     job_id: str
     task_version: int
+    plan_version: int = 0  # issue 24: the thread's plan and constraint versions (R11.6)
+    constraints_version: int = 0
 
 
 def redelivered(job_status: str | None, job_request: Mapping[str, Any] | None) -> ControlEffects:
@@ -291,6 +293,8 @@ def _request(
         parent_summary_id=inp.summary_id,
         policy_revision=inp.policy_revision,
         task_version=start.task_version,
+        plan_version=start.plan_version,
+        constraints_version=start.constraints_version,
         trigger_reasons=decision.fired,
         budget_before=obs.estimated_input,
         input_budget=obs.input_budget,

@@ -5,11 +5,12 @@ calls ``decide_outcome`` and hands the ``ControlEffects`` to the one writer."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from domain.commit import Candidate, CommitDecision, Dependencies, budget_after, decide_commit
 from domain.compaction_control import ControlEffects, JobFinish, JobRow
+from domain.frontier import Plan, plan_contradiction
 from schemas.wire import CompactionOutcome, ControlEvent, ObservabilityEvent
 
 
@@ -27,6 +28,8 @@ class OutcomeInputs:
     missing: int = 0  # covered records that do not exist
     revoked: int = 0  # covered records derived from a revoked resource
     view_through: int = 0  # the job's run's snapshot boundary
+    plan: Plan = field(default_factory=Plan)  # issue 24: the job's thread's plan now
+    constraints_version: int = 0  # and its constraint records now
 
 
 def decide_outcome(inp: OutcomeInputs, now_ms: int) -> ControlEffects:
@@ -70,8 +73,15 @@ def decide_outcome(inp: OutcomeInputs, now_ms: int) -> ControlEffects:
 
 def commit_decision(inp: OutcomeInputs, job: JobRow) -> CommitDecision:
     out, request = inp.outcome, job.request
+    plan_moved = int(request.get("plan_version") or 0) != inp.plan.version
     return decide_commit(
-        Dependencies(inp.current_summary_id, inp.policy_revision, inp.task_version),
+        Dependencies(
+            inp.current_summary_id,
+            inp.policy_revision,
+            inp.task_version,
+            inp.plan.version,
+            inp.constraints_version,
+        ),
         Candidate(
             out.parent_summary_id,
             request["policy_revision"],
@@ -81,8 +91,28 @@ def commit_decision(inp: OutcomeInputs, job: JobRow) -> CommitDecision:
             not out.summary_json,
             inp.missing,
             inp.revoked,
+            int(request.get("plan_version") or 0),
+            int(request.get("constraints_version") or 0),
+            plan_moved and _contradicts(out.summary_json or "", inp.plan),
         ),
     )
+
+
+def _contradicts(summary_json: str, plan: Plan) -> bool:
+    """R11.4 at commit: a statement of the summary states a current plan item's status
+    otherwise than the plan that moved while the job ran."""
+    try:
+        draft = json.loads(summary_json or "{}").get("draft") or {}
+    except (ValueError, AttributeError):
+        return False  # not a summary a job could have made: refused by the other rules
+    for entries in draft.values():
+        if not isinstance(entries, list):
+            continue
+        for e in entries:
+            text = e.get("statement") if isinstance(e, dict) else e
+            if isinstance(text, str) and plan_contradiction(text, plan) is not None:
+                return True
+    return False
 
 
 def _commit(inp: OutcomeInputs, job: JobRow, now_ms: int) -> ControlEffects:

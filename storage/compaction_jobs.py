@@ -15,9 +15,11 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from domain.frontier import Plan
 from domain.policy import ContextPolicy, validate_policy
 from domain.rendering import RecordView
 from storage import compaction as summaries
+from storage.frontier import read_frontier
 from storage.threads import snapshot_boundary, thread_records, uncovered_records
 
 
@@ -68,6 +70,10 @@ class CompactionJobs(Protocol):
 
     async def revocation_epoch(self, session_id: str) -> str:
         """Changes whenever a resource of the session is revoked or reactivated."""
+
+    async def current_plan(self, session_id: str, run_id: str, instance_id: str) -> Plan:
+        """The current plan of the job's thread (issue 24): no summary may restate it as it
+        is not (R11.4)."""
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
@@ -148,6 +154,16 @@ class PgCompactionJobs:
     async def revocation_epoch(self, session_id: str) -> str:
         async with self.pool.acquire() as conn:
             return await summaries.revocation_epoch(conn, session_id)
+
+    async def current_plan(self, session_id: str, run_id: str, instance_id: str) -> Plan:
+        async with self.pool.acquire() as conn:
+            main = await conn.fetchval(
+                "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
+                session_id,
+                run_id,
+            )
+            child = main is not None and main != instance_id
+            return (await read_frontier(conn, session_id, run_id, instance_id, child=child)).plan
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]

@@ -20,11 +20,13 @@ from domain.compaction_control import (
     ObservationInputs,
 )
 from domain.compaction_outcome import OutcomeInputs
+from domain.frontier import Frontier
 from domain.policy import validate_compaction
 from domain.triggers import Counters, LastAttempt
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction as repo
 from storage import compaction_state, processing
+from storage.frontier import read_frontier
 from storage.view_state import ViewState, counted_after, load_view_state
 
 
@@ -119,6 +121,7 @@ async def outcome_inputs(
         return OutcomeInputs(ev, out, job, ctx["policy_revision"])
     view = await view_of(conn, ev.session_id, job.run_id, job.lineage)
     covered = list(out.covered_record_ids)
+    frontier = await frontier_of(conn, ev.session_id, job.lineage, job.run_id, job.instance_id)
     return OutcomeInputs(
         ev,
         out,
@@ -136,7 +139,16 @@ async def outcome_inputs(
         await repo.missing_records(conn, ev.session_id, covered),
         await repo.revoked_records(conn, ev.session_id, covered),
         view.through,
+        frontier.plan,
+        frontier.constraints_version,
     )
+
+
+async def frontier_of(
+    conn: asyncpg.Connection, session_id: str, lineage: str, run_id: str, instance_id: str
+) -> Frontier:
+    """The frontier of a job's thread: the main thread's, or its child's (R13.1)."""
+    return await read_frontier(conn, session_id, run_id, instance_id, child=lineage != "main")
 
 
 async def apply_control(conn: asyncpg.Connection, effects: ControlEffects) -> None:

@@ -79,6 +79,11 @@ class ProcessingStore(Protocol):
     ) -> int:
         """R11.6: the task version a job starting now depends on."""
 
+    async def frontier_versions(
+        self, session_id: str, lineage: str, run_id: str, instance_id: str
+    ) -> tuple[int, int]:
+        """R11.6 (issue 24): the plan and constraint versions a job starting now depends on."""
+
     async def outcome_inputs(self, ev: ControlEvent, out: CompactionOutcome) -> OutcomeInputs:
         """The job of an outcome and, while it is in flight, what its commit depends on."""
 
@@ -176,6 +181,12 @@ class PgProcessingStore:
         return await control_store.task_version(
             self.conn, session_id, lineage, run_id, instance_id, through
         )
+
+    async def frontier_versions(
+        self, session_id: str, lineage: str, run_id: str, instance_id: str
+    ) -> tuple[int, int]:
+        f = await control_store.frontier_of(self.conn, session_id, lineage, run_id, instance_id)
+        return f.plan.version, f.constraints_version
 
     async def outcome_inputs(self, ev: ControlEvent, out: CompactionOutcome) -> OutcomeInputs:
         return await control_store.outcome_inputs(self.conn, ev, out)

@@ -113,7 +113,10 @@ async def observe(
         version = await store.task_version(
             ev.session_id, inputs.lineage, ev.run_id, ev.instance_id, obs.view_watermark
         )
-        start = JobStart(_new_job_id(), version)
+        plan, constraints = await store.frontier_versions(
+            ev.session_id, inputs.lineage, ev.run_id, ev.instance_id
+        )
+        start = JobStart(_new_job_id(), version, plan, constraints)
     effects = observation_effects(inputs, verdict, start, now)
     await store.apply_control(effects)
     return effects

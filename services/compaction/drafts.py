@@ -8,9 +8,10 @@ from their own sources and are never part of a draft.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from domain.frontier import Plan
 from services.compaction.errors import InvalidSummary
 
 COMPACTION_PURPOSE = "compaction"
@@ -53,6 +54,9 @@ class SummaryRequest:
     max_output_tokens: int
     model_operation_id: str
     purpose: str = COMPACTION_PURPOSE
+    # Issue 24: the thread's current plan. A summary is history: it never states one of
+    # these items' status otherwise (R11.4); the plan renders from its own record.
+    plan: Plan = field(default_factory=Plan)
 
     def __post_init__(self) -> None:
         # R11.3: the gateway exists for compaction only; a different purpose here is a

@@ -51,6 +51,7 @@ from services.compaction.fill import (
     path_list,
     render,
 )
+from services.compaction.validate import past_framed
 
 LAYER1_SHARE = 0.6  # of the budget, at most, for the first layer (``fill.Frag.layer``)
 MAX_ARTIFACT_REFS = 10
@@ -388,7 +389,7 @@ class ExtractiveSummarizer:
 
     async def summarize(self, req: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
-        draft = extract_draft(req)
+        draft = past_framed(extract_draft(req), req.plan)
         return SummaryResult(
             draft=draft,
             model_operation_id=req.model_operation_id,

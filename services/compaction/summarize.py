@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import logging
 
+from domain.frontier import Plan
 from domain.tokens import CachedCounter
 from services import metrics
 from services.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
@@ -46,7 +47,10 @@ class BoundedSummarizer:
         try:
             result = await asyncio.wait_for(self.gateway.summarize(req), self.call_timeout_s)
             validate_draft(
-                result.draft, req.source_ids, req.max_output_tokens * MAX_CHARS_PER_TOKEN
+                result.draft,
+                req.source_ids,
+                req.max_output_tokens * MAX_CHARS_PER_TOKEN,
+                plan=req.plan,
             )
         except Exception as exc:
             metrics.SUMMARIZER_CALLS.labels(_call_outcome(exc)).inc()
@@ -57,7 +61,12 @@ class BoundedSummarizer:
         return result.draft
 
     async def roll_up(
-        self, draft: SummaryDraft, bound: int, op_id: str, parent_id: str | None
+        self,
+        draft: SummaryDraft,
+        bound: int,
+        op_id: str,
+        parent_id: str | None,
+        plan: Plan | None = None,
     ) -> tuple[SummaryDraft, int, dict[str, object]]:
         """Hierarchical re-summarization (R11.8): the parent's entries and the new drafts
         become one summary within ``bound``. Each request holds at most one segment's
@@ -75,7 +84,9 @@ class BoundedSummarizer:
             try:
                 parts.append(
                     await self.summarize(
-                        SummaryRequest(part, None, per_chunk, f"{op_id}:rollup:{k}")
+                        SummaryRequest(
+                            part, None, per_chunk, f"{op_id}:rollup:{k}", plan=plan or Plan()
+                        )
                     )
                 )
             except (InvalidSummary, SummarizerFailed, TimeoutError) as exc:

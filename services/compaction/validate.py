@@ -7,9 +7,11 @@ stage (R15.3). Each rejection names one machine-readable ``reason``.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from services.compaction.drafts import SummaryDraft
+from domain.frontier import Plan, plan_contradiction
+from services.compaction.drafts import Fact, SummaryDraft
 from services.compaction.errors import InvalidSummary
 
 # R11.5: task, constraints and plan come from their own sources. A summary line that
@@ -22,12 +24,59 @@ def claims_plan_state(text: str) -> bool:
     return text.lstrip().upper().startswith(PLAN_STATE_PREFIXES)
 
 
+def check_plan(draft: SummaryDraft, plan: Plan) -> None:
+    """R11.4 (issue 24): refuse a draft that states a current plan item's status otherwise
+    than the plan does (``plan_status_contradicted``): the plan is state of record, the
+    summary history, which may report an earlier plan only as a past event."""
+    for field, facts in draft.sections():
+        for index, fact in enumerate(facts):
+            found = plan_contradiction(fact.statement, plan)
+            if found is not None:
+                item, stated = found
+                raise InvalidSummary(
+                    f"summary states plan item {item.item_id!r} as {stated}; the current"
+                    f" plan (v{plan.version}) has it {item.status}",
+                    reason="plan_status_contradicted",
+                    field=field,
+                    index=index,
+                    item_id=item.item_id,
+                    stated=stated,
+                    current=item.status,
+                    plan_version=plan.version,
+                )
+
+
+def past_framed(draft: SummaryDraft, plan: Plan) -> SummaryDraft:
+    """The draft with each statement that would contradict the current plan reported as
+    the past it is ("earlier: …"): how an extractive summarizer quotes an old account of
+    the plan without restating it as current."""
+    if not plan.items:
+        return draft
+
+    def frame(facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        return tuple(
+            dataclasses.replace(f, statement=f"earlier: {f.statement}")
+            if plan_contradiction(f.statement, plan) is not None
+            else f
+            for f in facts
+        )
+
+    return dataclasses.replace(
+        draft,
+        verified_facts=frame(draft.verified_facts),
+        decisions=frame(draft.decisions),
+        failures=frame(draft.failures),
+        unresolved_questions=frame(draft.unresolved_questions),
+    )
+
+
 def validate_draft(
     draft: SummaryDraft,
     allowed_source_ids: frozenset[str],
     max_chars: int,
     *,
     known_source_ids: frozenset[str] = frozenset(),
+    plan: Plan | None = None,
 ) -> None:
     """Raise ``InvalidSummary`` unless ``draft`` may become a summary revision.
 
@@ -70,6 +119,8 @@ def validate_draft(
                 field="observations",
                 index=index,
             )
+    if plan is not None:
+        check_plan(draft, plan)
     length = len(draft.text())
     if length > max_chars:
         raise InvalidSummary(

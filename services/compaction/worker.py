@@ -17,6 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from domain.frontier import Plan
 from domain.rendering import RecordView
 from domain.selection import (
     Group,
@@ -39,7 +40,7 @@ from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.sources import merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
 from services.compaction.thread_views import ThreadViews
-from services.compaction.validate import check_coverage
+from services.compaction.validate import check_coverage, check_plan, past_framed
 from storage.compaction_jobs import CompactionJobs, ParentSummary, SavedOperation
 from streams.publish import Publisher
 
@@ -74,6 +75,7 @@ class _Job:
     bound: int  # R11.2/R11.8: the effective summary's token bound
     keep_recent: int
     output_tokens: int  # per summarizer call; a segment's draft never needs the whole bound
+    plan: Plan  # the thread's current plan (issue 24): no summary restates it (R11.4)
     calls: int = 0
     op_id: str = field(init=False)
 
@@ -191,6 +193,8 @@ class CompactionWorker:
             drafts = await self._summarize_segments(job, segments)
             covered = [g for s in segments for g in s.groups]
             merged = merge_drafts(job.parent.summary if job.parent else None, drafts)
+            # What the parent summary said of the plan was true then: past now (R11.4).
+            merged = past_framed(merged, job.plan)
             merged, rollup = await self._bounded(job, merged)
             ranges = self._checked_ranges(job, merged, covered)
         except _Stop as stop:
@@ -210,6 +214,7 @@ class CompactionWorker:
             bound,
             policy.recent_complete_groups,
             min(self.config.output_tokens, bound),
+            await self.jobs.current_plan(req.session_id, req.run_id, req.instance_id),
         )
 
     async def _select(self, job: _Job) -> list[Segment]:
@@ -257,7 +262,9 @@ class CompactionWorker:
         for i, seg in enumerate(segments):
             items = source_items(seg, job.by_id)
             job.calls += 1
-            request = SummaryRequest(items, previous, job.output_tokens, f"{job.op_id}:{i}")
+            request = SummaryRequest(
+                items, previous, job.output_tokens, f"{job.op_id}:{i}", plan=job.plan
+            )
             try:
                 drafts.append(await self.summarizer.summarize(request))
             except InvalidSummary as exc:
@@ -274,7 +281,7 @@ class CompactionWorker:
         rollup: dict[str, object] | None = None
         if self.counter.count(merged.text()) > job.bound:
             merged, calls, rollup = await self.summarizer.roll_up(
-                merged, job.bound, job.op_id, job.req.parent_summary_id
+                merged, job.bound, job.op_id, job.req.parent_summary_id, job.plan
             )
             job.calls += calls
         if self.hooks.hooks:
@@ -304,6 +311,7 @@ class CompactionWorker:
         new = {i: job.by_id[i].session_sequence for g in covered for i in g.record_ids}
         try:
             check_coverage(merged, new, ranges, earlier=job.covered_before)
+            check_plan(merged, job.plan)  # also what a roll-up, a hook or the parent kept
         except InvalidSummary as exc:
             raise _invalid("validate", exc) from exc
         return ranges

@@ -19,13 +19,17 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
+from domain.frontier import constraint_id_for
+from domain.planning import record_id_for
 from schemas.contracts import (
     AssistantMessagePayload,
     Authority,
     ChildResultPayload,
+    ConstraintPayload,
     Content,
     ContextEvent,
     Payload,
+    PlanPayload,
     RecordKind,
     ResourceActivationPayload,
     Scope,
@@ -37,6 +41,7 @@ from schemas.contracts import (
     UserInputPayload,
 )
 from services.bus import EventBus
+from services.sdk.plan import PlanItemLike, plan_items
 from streams import tracing
 
 INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)
@@ -117,12 +122,93 @@ class EventAppends:
             return partition, offset
 
     async def append_user(
-        self, run: RunHandle, text: str, event_key: str, supplement: bool = False
+        self,
+        run: RunHandle,
+        text: str,
+        event_key: str,
+        supplement: bool = False,
+        constraint: bool | str = False,
     ) -> tuple[int, int]:
+        """``constraint``: the input is also a user constraint (issue 24) — ``True`` for
+        one identified by its text, or the constraint's id; it holds for the session."""
         kind = RecordKind.SUPPLEMENT if supplement else RecordKind.USER_INPUT
         payload = UserInputPayload("supplement" if supplement else "question")
-        return await self.append(
+        at = await self.append(
             self._event(run, kind, Authority.USER, await self._content(text), payload, event_key)
+        )
+        if constraint is False:
+            return at
+        source = record_id_for(run.space_id, run.session_id, event_key)
+        return await self.set_constraint(
+            run,
+            text,
+            constraint_id=None if constraint is True else constraint,
+            source_record_id=source,
+            event_key=f"constraint:{event_key}",
+        )
+
+    async def update_plan(
+        self,
+        run: RunHandle,
+        items: list[PlanItemLike],
+        event_key: str | None = None,
+        explanation: str | None = None,
+        authority: Authority = Authority.MODEL,
+    ) -> tuple[int, int]:
+        """Issue 24: the whole current plan of ``run``'s thread (R4.4; a child's is its
+        own). Pass ``event_key`` (e.g. the plan tool call's id) to make retries no-ops;
+        each accepted update is the thread's next plan version."""
+        parsed = plan_items(items)
+        text = "\n".join(f"[{i.status}] {i.text}" for i in parsed) or "(empty plan)"
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.PLAN_UPDATED,
+                authority,
+                await self._content(text),
+                PlanPayload(parsed, explanation),
+                event_key or f"plan:{uuid.uuid4().hex}",
+            )
+        )
+
+    async def set_constraint(
+        self,
+        run: RunHandle,
+        text: str,
+        constraint_id: str | None = None,
+        scope: str = "session",
+        source_record_id: str | None = None,
+        event_key: str | None = None,
+        authority: Authority = Authority.USER,
+    ) -> tuple[int, int]:
+        """Issue 24: a user constraint, rendered verbatim in every action context until
+        retired (``scope`` ``run``: until the run ends). Without ``constraint_id`` its
+        identity is its normalized text: setting it again is its next version, shown once."""
+        cid = constraint_id or constraint_id_for(text)
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.CONSTRAINT_SET,
+                authority,
+                Content.text(text),
+                ConstraintPayload(cid, scope, source_record_id),
+                event_key or f"constraint:{cid}:{uuid.uuid4().hex}",
+            )
+        )
+
+    async def retire_constraint(
+        self, run: RunHandle, constraint_id: str, event_key: str | None = None
+    ) -> tuple[int, int]:
+        """Issue 24: the constraint never renders again (until it is set anew)."""
+        return await self.append(
+            self._event(
+                run,
+                RecordKind.CONSTRAINT_RETIRED,
+                Authority.USER,
+                Content.text(""),
+                ConstraintPayload(constraint_id),
+                event_key or f"retire:{constraint_id}:{uuid.uuid4().hex}",
+            )
         )
 
     async def append_model_result(

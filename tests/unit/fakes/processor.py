@@ -186,6 +186,11 @@ class FakeProcessingStore:
     ) -> int:
         return self.task_versions.get(session_id, 0)
 
+    async def frontier_versions(
+        self, session_id: str, lineage: str, run_id: str, instance_id: str
+    ) -> tuple[int, int]:
+        return 0, 0
+
     async def outcome_inputs(self, ev: ControlEvent, out: CompactionOutcome) -> OutcomeInputs:
         found = self.outcomes.get(out.job_id)
         if found is None:

@@ -1,0 +1,172 @@
+"""The execution frontier through the real stack (issue 24; SPEC R4.4, R11.4-R11.6, R13.1):
+a thread's plan and the session's user constraints are state of record, rendered verbatim
+as required blocks of every action context, with their versions, whatever compaction did
+to the history around them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from services.sdk.client import ContextClient, RunHandle
+from tests.integration.test_compaction import round_, settled
+from tests.support.flows import client, new_session
+from tests.support.services import Services
+
+pytestmark = pytest.mark.integration
+
+PLAN_V1 = [
+    {"id": "p1", "step": "read the parser module", "status": "in_progress"},
+    {"id": "p2", "step": "write the failing test", "status": "pending"},
+]
+PLAN_V2 = [
+    {"id": "p1", "step": "read the parser module", "status": "done"},
+    {"id": "p2", "step": "write the failing test", "status": "in_progress"},
+    {"id": "p3", "step": "fix the tokenizer bug", "status": "pending"},
+]
+
+
+@pytest.fixture
+async def ctx(services: Services) -> AsyncIterator[ContextClient]:
+    async with client(services) as c:
+        yield c
+
+
+def block(prepared: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    found = [m for m in prepared["messages"] if m.get("block") == kind]
+    assert len(found) <= 1, found
+    return found[0] if found else None
+
+
+def everything(prepared: dict[str, Any]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in prepared["messages"])
+
+
+async def compacted(db: asyncpg.Pool, sid: str, n: int) -> None:
+    jobs = await settled(db, sid, timeout=30, at_least=n)
+    assert [j["status"] for j in jobs].count("committed") >= n, [dict(j) for j in jobs]
+
+
+@pytest.mark.spec("R4.4", "R11.5", "R11.6", "R19")
+async def test_a_plan_update_after_a_compaction_shows_the_new_plan_never_the_summarys(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx,
+        context_policy={
+            "recent_complete_groups": 1,
+            "compaction": {"context_ratio": None, "model_steps": 4},
+        },
+    )
+    sid = session["session_id"]
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Fix the tokenizer bug.", "q1")
+    await ctx.update_plan(run, PLAN_V1, event_key="plan:call-1")
+    await ctx.append_model_result(
+        run, "Plan: read the parser module is in progress.", "m-plan"
+    )  # the model's own account of the plan, in history
+    for i in range(3):
+        await round_(ctx, run, f"r{i}")
+    first = await ctx.prepare(run)  # 7 steps: the step trigger starts a job
+    plan = block(first, "plan")
+    assert plan is not None and plan["retention"] == "required" and plan["category"] == "task"
+    assert "1. [in_progress] read the parser module" in plan["content"]
+    assert first["dependency_versions"]["plan_version"] == 1
+    await compacted(db, sid, 1)
+    await ctx.update_plan(run, PLAN_V2, event_key="plan:call-2")
+    await ctx.update_plan(run, PLAN_V2, event_key="plan:call-2")  # a retry: no new version
+    after = await ctx.prepare(run)
+    assert block(after, "summary") is not None
+    plan = block(after, "plan")
+    assert plan is not None and plan["block_id"] == "plan:v2"
+    for n, item in enumerate(PLAN_V2, 1):
+        assert f"{n}. [{item['status']}] {item['step']} (id {item['id']})" in plan["content"]
+    assert after["dependency_versions"]["plan_version"] == 2
+    assert after["frontier"]["plan"]["items"][0]["status"] == "done"
+    # The frontier follows the thread: the messages before it are a stable prefix.
+    kinds = [m.get("block") for m in after["messages"]]
+    assert kinds.index("plan") > kinds.index("summary")
+    assert all(k in ("plan", "constraints", "material") for k in kinds[kinds.index("plan") :])
+    protected = {p["block_id"] for p in after["protected_block_manifest"]}
+    assert "plan:v2" in protected
+
+
+@pytest.mark.spec("R4.4", "R11.5", "R19")
+async def test_a_retired_constraint_disappears_and_a_repeated_one_appears_once_with_its_new_version(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(ctx)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Never use tabs for indentation.", "q1", constraint=True)
+    await ctx.set_constraint(run, "Answer in English.", constraint_id="lang")
+    await ctx.set_constraint(run, "Keep answers under 200 words.", constraint_id="short")
+    p = await ctx.prepare(run)
+    c = block(p, "constraints")
+    assert c is not None and c["retention"] == "required"
+    lines = c["content"].splitlines()[1:]
+    assert lines == [
+        "- Never use tabs for indentation.",
+        "- Answer in English.",
+        "- Keep answers under 200 words.",
+    ]
+    by_id = {x["constraint_id"]: x for x in p["frontier"]["constraints"]}
+    assert by_id["lang"]["version"] == 1
+    q1 = next(x for x in by_id.values() if x["text"].startswith("Never"))
+    assert q1["source_record_id"] is not None  # the user input it came from
+    await ctx.retire_constraint(run, "short")
+    await ctx.append_user(
+        run, "never use TABS for indentation", "q1-again", supplement=True, constraint=True
+    )  # the user repeats the rule
+    await ctx.set_constraint(run, "Answer in British English.", constraint_id="lang")
+    p = await ctx.prepare(run)
+    c = block(p, "constraints")
+    assert c is not None
+    text = c["content"]
+    assert "Keep answers under 200 words." not in text
+    assert text.lower().count("never use tabs for indentation") == 1
+    assert "- Answer in British English." in text and "- Answer in English." not in text
+    by_id = {x["constraint_id"]: x for x in p["frontier"]["constraints"]}
+    assert by_id["lang"]["version"] == 2 and "short" not in by_id
+    assert by_id[q1["constraint_id"]]["version"] == 2
+    versions = p["dependency_versions"]
+    assert versions["constraints_version"] == 6  # 5 declarations and 1 retirement
+    # A new run of the session keeps them; a run-scoped one ends with its run.
+    await ctx.set_constraint(run, "Only touch tests/ in this run.", scope="run")
+    p = await ctx.prepare(run)
+    assert "Only touch tests/ in this run." in block(p, "constraints")["content"]  # type: ignore[index]
+    await ctx.finish_run(run)
+    nxt = await ctx.start_run(session)
+    await ctx.append_user(nxt, "Next question.", "q2")
+    p = await ctx.prepare(nxt)
+    text = block(p, "constraints")["content"]  # type: ignore[index]
+    assert "Only touch tests/ in this run." not in text and "- Answer in British English." in text
+
+
+@pytest.mark.spec("R13.1", "R4.4", "R19")
+async def test_a_childs_plan_is_its_own_and_it_inherits_the_constraints(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(ctx)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Delegate the reading.", "q1")
+    await ctx.set_constraint(run, "Never push to main.", constraint_id="no-push")
+    await ctx.update_plan(run, PLAN_V1, event_key="plan:parent")
+    child: RunHandle = await ctx.export_for_child(run, "child-reader-1", [])
+    await ctx.append_user(child, "Read the three files.", "child-task")
+    await ctx.update_plan(
+        child, [{"id": "c1", "step": "read file one", "status": "in_progress"}], "plan:child"
+    )
+    mine = await ctx.prepare(child)
+    plan = block(mine, "plan")
+    assert plan is not None and "read file one" in plan["content"]
+    assert "read the parser module" not in everything(mine)
+    assert mine["dependency_versions"]["plan_version"] == 1
+    assert "- Never push to main." in block(mine, "constraints")["content"]  # type: ignore[index]
+    parent = await ctx.prepare(run)
+    assert "read file one" not in everything(parent)
+    assert "read the parser module" in block(parent, "plan")["content"]  # type: ignore[index]
+    await asyncio.sleep(0)

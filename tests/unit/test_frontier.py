@@ -1,0 +1,260 @@
+"""The execution frontier, pure (issue 24; SPEC R4.4, R11.4-R11.6, R13.1): folding plans and
+constraints, their blocks and versions, the plan check of a summary, the commit rule."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from domain.assemble import assemble
+from domain.budget import ModelProfile
+from domain.commit import Candidate, Dependencies, decide_commit
+from domain.compaction_outcome import _contradicts
+from domain.frontier import (
+    Frontier,
+    FrontierRecord,
+    Item,
+    Plan,
+    active_constraints,
+    constraint_id_for,
+    plan_contradiction,
+    plan_of,
+)
+from domain.rendering import ThreadRenderer
+from schemas.contracts import PlanItem, PlanPayload, RecordKind
+from schemas.errors import InvalidEvent
+from schemas.validation import validate_event
+from services.compaction.drafts import Fact, SummaryDraft
+from services.compaction.errors import InvalidSummary
+from services.compaction.validate import check_plan, past_framed, validate_draft
+from services.sdk.plan import plan_from_tool_arguments, plan_items
+
+from .factories import make_event
+
+PLAN = Plan(
+    3,
+    (
+        Item("p1", "read the parser module", "done"),
+        Item("p2", "write the failing test", "in_progress"),
+        Item("p3", "fix the tokenizer bug", "pending"),
+    ),
+    "rec_" + "1" * 32,
+)
+
+
+def rec(seq: int, kind: str, text: str = "", run: str | None = "run-1", **payload: Any):
+    return FrontierRecord(f"rec_{seq:032d}", seq, kind, run, text, payload)
+
+
+def draft(*statements: str) -> SummaryDraft:
+    facts = tuple(Fact(s, ("r1",)) for s in statements)
+    return SummaryDraft(facts, (), (), (), (), ())
+
+
+# --- folding ------------------------------------------------------------------------------
+
+
+@pytest.mark.spec("R4.4", "R11.5")
+def test_constraints_fold_in_the_order_given_one_per_id_at_its_latest_version() -> None:
+    records = [
+        rec(1, "constraint_set", "No tabs.", constraint_id="tabs"),
+        rec(2, "constraint_set", "English.", constraint_id="lang"),
+        rec(3, "constraint_set", "Short answers.", constraint_id="short"),
+        rec(4, "constraint_retired", constraint_id="short"),
+        rec(5, "constraint_set", "British English.", constraint_id="lang"),
+        rec(6, "constraint_set", "Only tests/.", constraint_id="run", scope="run"),
+        rec(7, "constraint_set", "Old run rule.", run="run-0", constraint_id="old", scope="run"),
+    ]
+    active, seen = active_constraints(records, "run-1")
+    assert [(c.constraint_id, c.text, c.version) for c in active] == [
+        ("tabs", "No tabs.", 1),
+        ("lang", "British English.", 2),
+        ("run", "Only tests/.", 1),
+    ]
+    assert seen == 7
+    later, _ = active_constraints(records, "run-2")  # a run constraint ends with its run
+    assert "run" not in {c.constraint_id for c in later}
+
+
+@pytest.mark.spec("R4.4")
+def test_a_retired_constraint_set_again_comes_back_last_with_its_next_version() -> None:
+    records = [
+        rec(1, "constraint_set", "A.", constraint_id="a"),
+        rec(2, "constraint_set", "B.", constraint_id="b"),
+        rec(3, "constraint_retired", constraint_id="a"),
+        rec(4, "constraint_set", "A again.", constraint_id="a"),
+    ]
+    active, _ = active_constraints(records, "run-1")
+    assert [(c.constraint_id, c.version) for c in active] == [("b", 1), ("a", 2)]
+
+
+def test_a_repeated_rule_is_the_same_constraint_whatever_its_case_spacing_or_full_stop() -> None:
+    assert constraint_id_for("Never use tabs.") == constraint_id_for("never  use TABS")
+    assert constraint_id_for("Never use tabs.") != constraint_id_for("Always use tabs.")
+
+
+def test_the_plan_is_the_latest_update_at_the_count_of_updates() -> None:
+    latest = rec(9, "plan_updated", items=[PLAN.items[0].to_dict()], explanation="why")
+    plan = plan_of(latest, 4)
+    assert plan.version == 4 and plan.items == (PLAN.items[0],) and plan.explanation == "why"
+    assert plan_of(None, 0) == Plan()
+
+
+# --- blocks -------------------------------------------------------------------------------
+
+
+def _assembled(frontier: Frontier | None) -> Any:
+    rend = ThreadRenderer(len)
+    return assemble(
+        profile=ModelProfile("m", 10_000, 0, 0),
+        counting_method="test",
+        count=len,
+        instructions="Be helpful.",
+        skill_bindings=[],
+        tools=[],
+        thread=rend,
+        frontier=frontier,
+    )
+
+
+@pytest.mark.spec("R4.4", "R10.5")
+def test_the_frontier_renders_verbatim_required_after_the_thread_and_counts_as_task() -> None:
+    records = [rec(1, "constraint_set", "No tabs.", constraint_id="tabs")]
+    constraints, seen = active_constraints(records, "run-1")
+    out = _assembled(Frontier(PLAN, constraints, seen, 2))
+    blocks = [m.get("block") for m in out.messages]
+    assert blocks[-2:] == ["constraints", "plan"]
+    plan_msg = out.messages[-1]
+    assert plan_msg["retention"] == "required" and plan_msg["block_id"] == "plan:v3"
+    assert "2. [in_progress] write the failing test (id p2)" in plan_msg["content"]
+    assert out.messages[-2]["content"].endswith("\n- No tabs.")
+    assert {"plan:v3", "constraints:v1"} <= {p.block_id for p in out.manifest}
+    bare = _assembled(None)
+    extra = sum(m["tokens"] for m in out.messages[-2:])
+    assert out.report.required == bare.report.required + extra
+    assert out.report.items["task"] == bare.report.items.get("task", 0) + extra - 8
+
+
+def test_a_thread_without_plan_or_constraints_gets_no_frontier_block() -> None:
+    out = _assembled(Frontier())
+    assert not {"plan", "constraints"} & {m.get("block") for m in out.messages}
+
+
+# --- R11.4: the summary never restates the plan ----------------------------------------------
+
+
+@pytest.mark.spec("R11.4")
+@pytest.mark.parametrize(
+    ("statement", "contradicts"),
+    [
+        ("Read the parser module is in progress.", True),
+        ("The failing test is written: write the failing test — done.", True),
+        ("Fix the tokenizer bug: blocked on the CI image.", True),
+        ("id p3 dropped", True),
+        ("Read the parser module is done.", False),  # agrees with the plan
+        ("Earlier, read the parser module was in progress.", False),  # the past
+        ("At plan v1 fix the tokenizer bug was pending.", False),
+        ("The parser reads tokens in progress order.", False),  # names no item
+    ],
+)
+def test_a_statement_contradicts_the_plan_only_when_it_states_another_status_now(
+    statement: str, contradicts: bool
+) -> None:
+    assert (plan_contradiction(statement, PLAN) is not None) is contradicts
+
+
+@pytest.mark.spec("R11.4", "R19")
+def test_a_draft_contradicting_the_plan_is_refused_with_its_reason() -> None:
+    bad = draft("Tests pass.", "Read the parser module is in progress.")
+    with pytest.raises(InvalidSummary) as info:
+        validate_draft(bad, frozenset({"r1"}), 10_000, plan=PLAN)
+    d = info.value.details
+    assert d["reason"] == "plan_status_contradicted"
+    assert (d["item_id"], d["stated"], d["current"], d["index"]) == ("p1", "in_progress", "done", 1)
+    validate_draft(bad, frozenset({"r1"}), 10_000)  # without a plan nothing to contradict
+    check_plan(past_framed(bad, PLAN), PLAN)  # an old account, framed as the past, passes
+    assert past_framed(bad, PLAN).verified_facts[1].statement.startswith("earlier: ")
+
+
+@given(st.text(max_size=120))
+def test_past_framing_always_leaves_a_draft_the_plan_check_accepts(text: str) -> None:
+    check_plan(past_framed(draft(text, "Read the parser module is pending."), PLAN), PLAN)
+
+
+# --- R11.6: the commit compares the versions --------------------------------------------------
+
+CURRENT = Dependencies("sum_1", "pol_a", 3, 5, 2)
+GOOD = Candidate("sum_1", "pol_a", 3, 200, 5_000, False, 0, 0, 5, 2, False)
+
+
+@pytest.mark.spec("R11.6")
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({}, None),
+        ({"constraints_version": 1}, "version_conflict:constraints"),
+        ({"plan_version": 4}, None),  # the plan moved, the summary agrees with it
+        ({"plan_version": 4, "contradicts_current_plan": True}, "version_conflict:plan"),
+    ],
+)
+def test_a_commit_whose_frontier_versions_moved_is_decided_as_r11_6_says(
+    change: dict[str, Any], reason: str | None
+) -> None:
+    decision = decide_commit(CURRENT, dataclasses.replace(GOOD, **change))
+    assert (decision.commit, decision.reason) == (reason is None, reason)
+
+
+def test_the_commit_reads_the_summary_statements_against_the_current_plan() -> None:
+    body = {"draft": {"decisions": [{"statement": "id p1 in progress", "source_ids": ["r"]}]}}
+    assert _contradicts(json.dumps(body), PLAN) is True
+    body["draft"]["decisions"][0]["statement"] = "id p1 done"
+    assert _contradicts(json.dumps(body), PLAN) is False
+    assert _contradicts("not json", PLAN) is False
+
+
+# --- the events and the plan tool --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("items", "code"),
+    [
+        ((PlanItem("a", "x", "done"), PlanItem("a", "y", "done")), "bad_plan"),
+        ((PlanItem("a", " ", "done"),), "bad_plan"),
+        ((PlanItem("a", "x", "finished"),), "bad_plan_status"),
+        (tuple(PlanItem(f"i{n}", "x", "done") for n in range(101)), "bad_plan"),
+    ],
+)
+def test_a_malformed_plan_is_refused_with_its_code(items: tuple[PlanItem, ...], code: str) -> None:
+    ev = make_event(RecordKind.PLAN_UPDATED, payload=PlanPayload(items))
+    with pytest.raises(InvalidEvent) as info:
+        validate_event(ev)
+    assert info.value.reason_code == code
+
+
+def test_a_constraint_needs_its_text_and_a_run_scoped_one_its_run() -> None:
+    from schemas.contracts import ConstraintPayload, Content
+
+    empty = make_event(RecordKind.CONSTRAINT_SET, content=Content.text(" "))
+    no_run = make_event(
+        RecordKind.CONSTRAINT_SET, run=None, instance=None, payload=ConstraintPayload("c", "run")
+    )
+    for ev in (empty, no_run):
+        with pytest.raises(InvalidEvent) as info:
+            validate_event(ev)
+        assert info.value.reason_code == "bad_constraint"
+    session_wide = make_event(RecordKind.CONSTRAINT_SET, run=None, instance=None)
+    validate_event(session_wide)  # declared between runs
+
+
+def test_the_plan_tool_and_langchain_todos_map_to_plan_items() -> None:
+    items, why = plan_from_tool_arguments(
+        json.dumps({"explanation": "x", "plan": [{"step": "a", "status": "in_progress"}]})
+    )
+    assert items == (PlanItem("step-1", "a", "in_progress"),) and why == "x"
+    todos = [{"content": "b", "status": "completed"}, {"content": "c", "status": "pending"}]
+    assert [(i.text, i.status) for i in plan_items(todos)] == [("b", "done"), ("c", "pending")]
