@@ -61,6 +61,14 @@ def render_segment(req: SummaryRequest) -> str:
     lines: list[str] = []
     if req.previous_summary_text:
         lines += ["Previous summary (context only):", req.previous_summary_text, ""]
+    if req.plan.items:  # issue 24: state of record, shown beside the summary (R11.4, R11.5)
+        lines += [
+            f"Current plan (v{req.plan.version}), shown to the agent on its own: never state"
+            " an item's status otherwise; report an earlier plan only as the past"
+            ' ("earlier: ...", "was").',
+            *(f"- [{i.status}] {i.text} (id {i.item_id})" for i in req.plan.items),
+            "",
+        ]
     lines.append("Segment to summarize:")
     for item in req.segment:
         tool = ""

@@ -48,7 +48,7 @@ def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
 @pytest.fixture
 def script(scripted: tuple[Services, Script]) -> Script:
     s = scripted[1]
-    s.mode = "ok"
+    s.mode, s.delay_s, s.statement = "ok", 0.0, None
     return s
 
 

@@ -13,11 +13,13 @@ import asyncpg
 import pytest
 
 from services.sdk.client import ContextClient, RunHandle
-from tests.integration.test_compaction import round_, settled
+from tests.integration.test_compaction import round_, script, scripted, settled
 from tests.support.flows import client, new_session
+from tests.support.model_server import Script
 from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
+__all__ = ["script", "scripted"]  # the scripted model's fixtures, used here too
 
 PLAN_V1 = [
     {"id": "p1", "step": "read the parser module", "status": "in_progress"},
@@ -170,3 +172,85 @@ async def test_a_childs_plan_is_its_own_and_it_inherits_the_constraints(
     assert "read file one" not in everything(parent)
     assert "read the parser module" in block(parent, "plan")["content"]  # type: ignore[index]
     await asyncio.sleep(0)
+
+
+# --- a model summarizer (the scripted OpenAI-compatible server of test_compaction) --------
+
+
+@pytest.fixture
+async def model_ctx(scripted: tuple[Services, Script]) -> AsyncIterator[ContextClient]:
+    async with client(scripted[0]) as c:
+        yield c
+
+
+async def _planned_question(c: ContextClient, steps: int) -> tuple[str, RunHandle]:
+    session = await new_session(
+        c,
+        context_policy={
+            "recent_complete_groups": 1,
+            "compaction": {"context_ratio": None, "model_steps": steps},
+        },
+    )
+    run = await c.start_run(session)
+    await c.append_user(run, "Fix the tokenizer bug.", "q1")
+    await c.update_plan(run, PLAN_V2, event_key="plan:1")
+    await c.set_constraint(run, "Never push to main.", constraint_id="no-push")
+    for i in range(3):
+        await round_(c, run, f"r{i}")
+    return session["session_id"], run
+
+
+@pytest.mark.spec("R11.4", "R19")
+async def test_a_summary_draft_contradicting_the_plan_is_refused_with_its_reason(
+    model_ctx: ContextClient, db: asyncpg.Pool, script: Script
+) -> None:
+    script.statement = "Read the parser module is still in progress."  # the plan: done
+    sid, run = await _planned_question(model_ctx, 4)
+    await model_ctx.prepare(run)
+    (job,) = await settled(db, sid, timeout=30)
+    assert job["status"] == "failed", dict(job)
+    assert job["reason"] == "invalid_summary:plan_status_contradicted"
+    # The summarizer was shown the plan as state of record, and the view is unchanged.
+    prompt = script.requests[-1]["messages"][-1]["content"]
+    assert "- [done] read the parser module (id p1)" in prompt
+    after = await model_ctx.prepare(run)
+    assert block(after, "summary") is None
+    assert "1. [done] read the parser module (id p1)" in block(after, "plan")["content"]  # type: ignore[index]
+
+
+@pytest.mark.spec("R11.6", "R19")
+@pytest.mark.parametrize(
+    ("change", "status", "reason"),
+    [
+        ("constraint", "rejected", "version_conflict:constraints"),
+        ("plan", "committed", None),  # the plan moved; the summary does not restate it
+        ("contradicting_plan", "rejected", "version_conflict:plan"),
+    ],
+)
+async def test_a_commit_whose_frontier_versions_moved_is_decided_as_r11_6_says(
+    model_ctx: ContextClient,
+    db: asyncpg.Pool,
+    script: Script,
+    change: str,
+    status: str,
+    reason: str | None,
+) -> None:
+    script.delay_s = 2.0  # the model is slow: the frontier moves while the job runs
+    script.statement = "Fix the tokenizer bug is pending; the lexer is read."
+    sid, run = await _planned_question(model_ctx, 4)
+    await model_ctx.prepare(run)
+    for _ in range(100):  # until the job runs
+        if await db.fetchval("SELECT count(*) FROM compaction_jobs WHERE session_id=$1", sid):
+            break
+        await asyncio.sleep(0.05)
+    if change == "constraint":
+        await model_ctx.set_constraint(run, "Answer in English.", constraint_id="lang")
+    elif change == "plan":
+        await model_ctx.update_plan(run, [*PLAN_V2[:2], {**PLAN_V2[2], "id": "p4"}], "plan:2")
+    else:  # the tokenizer bug is now in progress: the summary's "pending" contradicts it
+        moved = [*PLAN_V2[:2], {**PLAN_V2[2], "status": "in_progress"}]
+        await model_ctx.update_plan(run, moved, "plan:2")
+    (job,) = await settled(db, sid, timeout=30)
+    assert (job["status"], job["reason"]) == (status, reason), dict(job)
+    request = job["request"]
+    assert (request["plan_version"], request["constraints_version"]) == (1, 1)

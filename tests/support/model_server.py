@@ -23,6 +23,7 @@ class Script:
 
     mode: str = "ok"
     delay_s: float = 0.0  # a slow model: each reply waits this long first
+    statement: str | None = None  # the fact an "ok" summary states (default: a filler)
     hits: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -43,7 +44,10 @@ class Script:
         words = 3 if mode == "ok" else 4000
         draft = {
             "verified_facts": [
-                {"statement": "earlier work " + "detail " * words, "source_ids": ids[:1] + ids[-1:]}
+                {
+                    "statement": self.statement or "earlier work " + "detail " * words,
+                    "source_ids": ids[:1] + ids[-1:],
+                }
             ],
             "decisions": [],
             "failures": [],
