@@ -68,6 +68,7 @@ class CallFacts:
     records: tuple[RecordView, ...]
     chain: tuple[SummaryLink, ...]
     inline_max_tokens: int  # the release's large-result rule (R10.3)
+    frontier: Mapping[str, Any] | None = None  # the plan and constraints it saw (issue 24)
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,9 @@ class CallView:
     blocks: tuple[Block, ...]
     bar: BudgetBar
     chain: tuple[SummaryLink, ...]
+    # Issue 24: the plan and the constraints in force the call saw, with their versions
+    # and the records that set them (kept, required: R4.4).
+    frontier: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -126,6 +130,10 @@ def externalized(r: RecordView, inline_max_tokens: int) -> bool:
     return r.kind == "tool_outcome" and (
         r.token_count > inline_max_tokens or r.full_length > len(r.text)
     )
+
+
+# Issue 24: why the frontier's blocks are there (as the assembler says it).
+FRONTIER_REASONS = {"plan": "current_plan", "constraints": "user_constraints_in_force"}
 
 
 def call_view(f: CallFacts) -> CallView:
@@ -144,6 +152,7 @@ def call_view(f: CallFacts) -> CallView:
         blocks=tuple(call_blocks(f)),
         bar=budget_bar(f.budget),
         chain=f.chain,
+        frontier=f.frontier,
     )
 
 
@@ -197,7 +206,8 @@ def _protected(
         kind = str(p.get("kind"))
         tokens = items.get(kind, items.get(f"{kind}s"))
         b = _block(str(p.get("block_id")), str(p.get("role")), kind, tokens)
-        out.append(replace(b, retention="required", reason="protected_block"))
+        reason = FRONTIER_REASONS.get(kind, "protected_block")
+        out.append(replace(b, retention="required", reason=reason))
     return out
 
 

@@ -93,6 +93,40 @@ async def read_frontier(
     return Frontier(plan, constraints, seen, int(tasks or 0))
 
 
+async def frontier_at(
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    versions: dict[str, Any],
+) -> Frontier:
+    """The frontier a call saw, from its ``dependency_versions``: versions count records,
+    so plan version N is the thread's N-th plan update and constraints version M the
+    fold of its first M constraint records (the inspector, R18)."""
+    main = await conn.fetchval(
+        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", session_id, run_id
+    )
+    child = main is not None and main != instance_id
+    thread, args = (_CHILD, (session_id, run_id, instance_id)) if child else (_MAIN, (session_id,))
+    where = f"({_MAIN} OR {_CHILD})" if child else thread
+    n_plan = int(versions.get("plan_version") or 0)
+    n_constraints = int(versions.get("constraints_version") or 0)
+    latest = None
+    if n_plan:
+        latest = await conn.fetchrow(
+            f"SELECT {_COLS}{_FROM} AND r.kind = '{PLAN_UPDATED}' AND {thread}"
+            f" ORDER BY r.session_sequence OFFSET {n_plan - 1} LIMIT 1",
+            *args,
+        )
+    rows = await conn.fetch(
+        f"{_constraints_sql(where)} LIMIT {n_constraints}",
+        *((session_id, run_id, instance_id) if child else (session_id,)),
+    )
+    plan = plan_of(_record(latest) if latest else None, n_plan if latest else 0)
+    constraints, seen = active_constraints([_record(r) for r in rows], run_id)
+    return Frontier(plan, constraints, seen, int(versions.get("task_version") or 0))
+
+
 class FrontierReads(Protocol):
     async def read(
         self,

@@ -24,6 +24,7 @@ from domain.rendering import RecordView
 from schemas.auth import Credential, SessionScope
 from schemas.errors import InvalidPolicy
 from storage.api_keys import find_key
+from storage.frontier import frontier_at
 from storage.threads import inherited_records, thread_records
 
 MAX_CHAIN = 100  # a summary chain longer than this is cut (a cycle would never end)
@@ -149,6 +150,8 @@ async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallF
         return None
     deps = dict(_json(r["dependency_versions"]) or {})
     records = await call_records(pool, session_id, r["run_id"], r["instance_id"], deps)
+    async with pool.acquire() as conn:
+        frontier = await frontier_at(conn, session_id, r["run_id"], r["instance_id"], deps)
     return CallFacts(
         call_id=r["call_id"],
         run_id=r["run_id"],
@@ -163,6 +166,7 @@ async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallF
         records=tuple(records),
         chain=await summary_chain(pool, session_id, deps.get("summary_id")),
         inline_max_tokens=await inline_max_tokens(pool, deps.get("release_id")),
+        frontier=frontier.to_dict(),
     )
 
 

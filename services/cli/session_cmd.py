@@ -98,8 +98,25 @@ def _render_call(v: dict[str, Any]) -> None:
     for i, b in enumerate(v["blocks"], 1):
         t.add_row(str(i), *("—" if b[k] is None else str(b[k]) for k in cols))
     out.print(t)
+    _render_frontier(v.get("frontier") or {})
     _render_chain(v["chain"])
     out.print(f"  hooks: {', '.join(v['hook_versions']) or 'none'}")
+
+
+def _render_frontier(f: dict[str, Any]) -> None:
+    """Issue 24: the plan and the constraints in force the call saw (kept, required)."""
+    plan = f.get("plan") or {}
+    if plan.get("version"):
+        out.print(f"  plan v{plan['version']} (set by {plan['record_id']}):")
+        for n, i in enumerate(plan["items"], 1):
+            out.print(f"    {n}. [{i['status']}] {i['text']} ({i['item_id']})")
+    else:
+        out.print("  no plan")
+    constraints = f.get("constraints") or []
+    out.print(f"  constraints in force (v{f.get('constraints_version', 0)}): {len(constraints)}")
+    for c in constraints:
+        ident = f"{c['constraint_id']} v{c['version']}, set by {c['record_id']}"
+        out.print(f"    - {c['text']} ({ident})")
 
 
 def _render_chain(chain: list[dict[str, Any]]) -> None:

@@ -207,3 +207,37 @@ def test_analytics_shows_its_placeholder(
     wait_text(browser, "h1", "Analytics")
     assert "analytics issue" in browser.find_element(By.ID, "analytics-placeholder").text
     assert console_errors(browser) == []
+
+
+@pytest.mark.spec("R4.4", "R18")
+async def test_the_inspector_shows_the_plan_and_the_constraints_a_call_saw_after_a_compaction(
+    browser: webdriver.Chrome, console: str, services: Services, db: asyncpg.Pool
+) -> None:
+    async def frontier(c: Any, run: Any) -> None:
+        await c.set_constraint(run, "Never push to main.", constraint_id="no-push")
+        await c.update_plan(
+            run,
+            [
+                {"id": "p1", "step": "read the summary", "status": "done"},
+                {"id": "p2", "step": "answer question b", "status": "in_progress"},
+            ],
+            "plan:b",
+        )
+
+    async with client(services) as c:
+        sid, call_id, _ = await summarized_call(c, db, before_call=frontier)
+    diag = await prepare_get(services, f"/v1/diagnostics/{call_id}")
+    kept = {b["block_id"]: b for b in diag["blocks"]}
+    assert kept["plan:v1"]["retention"] == "required" and kept["plan:v1"]["decision"] == "kept"
+    assert kept["constraints:v1"]["reason"] == "user_constraints_in_force"
+    assert diag["frontier"]["plan"]["items"][1]["status"] == "in_progress"
+    sign_in(browser, console, services.api_key)
+    browser.get(f"{console}/inspector/sessions/{sid}/calls/{call_id}")
+    wait_text(browser, "h1", call_id)
+    plan = browser.find_element(By.ID, "plan").text
+    assert "[done] read the summary" in plan and "[in_progress] answer question b" in plan
+    constraints = browser.find_element(By.ID, "constraints").text
+    assert "Never push to main." in constraints and "no-push v1" in constraints
+    assert "plan:v1" in browser.find_element(By.ID, "blocks").text
+    shot(browser, "inspector-frontier")
+    assert console_errors(browser) == []
