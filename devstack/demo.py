@@ -114,6 +114,9 @@ class Printer:
             if m.get("decision") == "externalized":
                 extra += f" [externalized view of {m.get('content_ref')}]"
             print(f"     {m['role']:<9} {m.get('category', ''):<12} {text!r}{extra}")
+            if m.get("block") in ("plan", "constraints"):  # issue 24: the frontier, whole
+                for line in str(m["content"]).splitlines():
+                    print(f"       | {line}")
 
     def gateway(self, record: dict[str, Any]) -> None:
         p = record["prepared"]
@@ -306,9 +309,18 @@ async def compaction_session(c: ContextClient, settings: Settings, out: Printer)
     )
     session = await c.open_session("demo-space", "demo-user", rel["release_id"])
     run = None
-    for q, path in enumerate(("storage/ingest.py", "domain/planning.py", "services/bus.py")):
+    paths = ("storage/ingest.py", "domain/planning.py", "services/bus.py")
+    for q, path in enumerate(paths):
         run = await c.start_run(session)
         await c.append_user(run, f"Review {path} for error handling.", f"k{q}-q")
+        if q == 0:  # issue 24: a user constraint, pinned until retired
+            await c.set_constraint(run, "Never change a public function's signature.")
+        # The model keeps its plan through the plan tool: one step per file (R4.4).
+        steps = [
+            {"id": f"s{i}", "step": f"review {p}", "status": _step_status(i, q)}
+            for i, p in enumerate(paths)
+        ]
+        await c.update_plan(run, steps, event_key=f"plan:k{q}")
         await c.append_model_result(
             run,
             f"Reading {path}.",
@@ -373,10 +385,21 @@ async def compaction_session(c: ContextClient, settings: Settings, out: Printer)
         f" budget {rev['budget_before']} -> {rev['budget_after']};"
         f" baseline now {rev['counter_baseline']}"
     )
-    out.model_call(
-        "question 3 after compaction (summary + recent records)", run, await c.prepare(run)
+    seen = await c.prepare(run)
+    out.model_call("question 3 after compaction (summary + recent records)", run, seen)
+    blocks = {m.get("block") for m in seen["messages"]}
+    if not {"summary", "plan", "constraints"} <= blocks:
+        raise SystemExit(f"demo failed: the call after compaction lacks a frontier block: {blocks}")
+    versions = seen["dependency_versions"]
+    print(
+        f"   frontier: plan v{versions['plan_version']},"
+        f" constraints v{versions['constraints_version']} (required blocks after the thread)"
     )
     await c.finish_run(run)
+
+
+def _step_status(step: int, question: int) -> str:
+    return "done" if step < question else "in_progress" if step == question else "pending"
 
 
 def _check_run_b(prepared: dict[str, Any]) -> None:

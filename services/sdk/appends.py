@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,7 +151,7 @@ class EventAppends:
     async def update_plan(
         self,
         run: RunHandle,
-        items: list[PlanItemLike],
+        items: Sequence[PlanItemLike],
         event_key: str | None = None,
         explanation: str | None = None,
         authority: Authority = Authority.MODEL,
