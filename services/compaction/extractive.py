@@ -74,8 +74,8 @@ BONUS_KEEP = 2.0  # a failure or an unanswered question is worth a line by itsel
 # Repeated fragments of one part are worth less each time: the budget spreads over records.
 DECAY_OUTPUT = 0.75
 DECAY_PROSE = 0.9
-# A roll-up keeps each entry's section; failures and open questions outlive plain facts.
-_ROLLUP_CLASS = {"verified_facts": 0.5, "decisions": 1.0, "failures": BONUS_KEEP,
+# A roll-up keeps sections; failures, open questions outlive facts (decisions: ``SHARES``).
+_ROLLUP_CLASS = {"verified_facts": 0.5, "decisions": 0.0, "failures": BONUS_KEEP,
                  "unresolved_questions": BONUS_KEEP}  # fmt: skip
 _ROLLUP_SPLIT = re.compile(r"( \| | … | → |; )")
 _ROLLUP_CUE = {"decisions": sal.is_decision, "unresolved_questions": sal.is_open}
