@@ -9,6 +9,8 @@
     .venv/bin/python examples/langchain_agent.py
 
 The one-line switch: ``SummarizationMiddleware(...)`` → ``AgentLoomMiddleware("conv-1")``.
+With LangChain's ``TodoListMiddleware`` beside it, every ``write_todos`` call is also the
+thread's plan, pinned in every prepared context — no code of the agent's.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 
 from langchain.agents import create_agent
+from langchain.agents.middleware import TodoListMiddleware
 from langchain_core.messages import HumanMessage
 from langchain_core.tools import tool
 
@@ -35,7 +38,7 @@ async def main() -> None:
         "openai:gpt-4o-mini",
         [read_table],
         system_prompt="Answer briefly.",
-        middleware=[context],
+        middleware=[TodoListMiddleware(), context],
     )
     try:
         for question in ("What is in table t1?", "And in t2?", "Which one has more rows?"):

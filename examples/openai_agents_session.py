@@ -9,6 +9,8 @@
     .venv/bin/python examples/openai_agents_session.py
 
 The one-line switch: ``SQLiteSession("conv-1")`` → ``AgentLoomSession("conv-1")``.
+With ``plan_tool()`` among the agent's tools, the plan the model keeps with it is pinned
+in every prepared context (the session publishes each ``update_plan`` call it stores).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import asyncio
 
 from agents import Agent, Runner, function_tool
 
-from services.integrations.openai_agents import AgentLoomSession
+from services.integrations.openai_agents import AgentLoomSession, plan_tool
 
 
 @function_tool
@@ -27,7 +29,11 @@ def read_table(name: str) -> str:
 
 
 async def main() -> None:
-    agent = Agent(name="analyst", instructions="Answer briefly.", tools=[read_table])
+    agent = Agent(
+        name="analyst",
+        instructions="Answer briefly. Keep your plan with update_plan.",
+        tools=[read_table, plan_tool()],
+    )
     session = AgentLoomSession("example-conv-1")  # was: SQLiteSession("example-conv-1")
     try:
         for question in ("What is in table t1?", "And in t2?", "Which one has more rows?"):

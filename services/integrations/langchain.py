@@ -13,6 +13,12 @@ Around every model call (``wrap_model_call`` / ``awrap_model_call``):
    gateway (``prepare(render=True)`` then the final check); tool groups are whole by
    construction. The release's instructions are left out: the agent sends its own;
 3. the model's answer is recorded and reported with its usage (``usage_metadata``).
+
+The plan (issue 24, R4.4): an AI message calling LangChain's ``write_todos``
+(``TodoListMiddleware``) or our ``update_plan`` (``services.sdk.plan.PLAN_TOOL``) is also
+published as the thread's plan (key ``plan:<tool_call_id>``: a retry is no second
+version; todo ids from a hash of their text, see ``binding.plan_of_call``), so the plan
+renders as its own block in every prepared context without code of the agent's.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from domain.providers import render
 from schemas.contracts import ToolStatus
 from services.integrations import langchain_messages as lm
 from services.integrations import responses_items as ri
-from services.integrations.binding import ConversationBinding
+from services.integrations.binding import ConversationBinding, publish_plans
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle
 
@@ -169,6 +175,7 @@ class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any], ConversationBinding):
         elif isinstance(op, ri.ModelOp):
             op_id = lm.message_key("m:", self.session_id, message, op)
             await c.append_model_result(run, op.text, op_id, list(op.calls))
+            await publish_plans(c, run, op.calls)
             self._tool_names |= {call_id: name for call_id, name, _ in op.calls}
             self._answered = True
         else:

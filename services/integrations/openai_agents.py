@@ -21,6 +21,11 @@
   ours (``<id>.<n>``); the old one stays readable by id. That is recorded too (the run's
   finish, the new session), and it is not a retraction of everything: a summary cannot
   un-summarize, while a new generation starts an empty view whatever was compacted.
+- the plan tool (issue 24, R4.4): give the agent ``plan_tool()``; when ``add_items``
+  stores a ``function_call`` of ``update_plan`` (or LangChain's ``write_todos``), the
+  session publishes it as the thread's plan (``ContextClient.update_plan``, key
+  ``plan:<call_id>``: a retried batch is no second version) and the plan renders as its
+  own block in every prepared context. The tool itself only confirms.
 """
 
 from __future__ import annotations
@@ -28,15 +33,19 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from agents import FunctionTool
 from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
+from agents.tool_context import ToolContext
 
 from domain.providers import render
 from schemas.contracts import Authority, Content, RecordKind, RetractionPayload, ToolStatus
+from schemas.errors import InvalidRequest
 from services.integrations import responses_items as ri
-from services.integrations.binding import ConversationBinding
+from services.integrations.binding import ConversationBinding, publish_plans
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle
+from services.sdk.plan import PLAN_TOOL, plan_from_tool_arguments
 
 DEFAULT_RELEASE: dict[str, Any] = {
     "agent_id": "openai-agents",
@@ -161,6 +170,7 @@ class AgentLoomSession(SessionABC, ConversationBinding):
         elif isinstance(op, ri.ModelOp):
             op_id = ri.op_key("m:", run.run_id, ordinal, op)
             await c.append_model_result(run, op.text, op_id, list(op.calls))
+            await publish_plans(c, run, op.calls)
             self._tool_names |= {call_id: name for call_id, name, _ in op.calls}
             self._answered = True
         else:
@@ -214,6 +224,27 @@ class AgentLoomSession(SessionABC, ConversationBinding):
             self._space_id, self._actor_id, self._release_id, self._generation_id(gen)
         )
         self._answered, self._ordinal, self._tool_names = False, 0, {}
+
+
+def plan_tool() -> FunctionTool:
+    """The ``update_plan`` tool (``services.sdk.plan.PLAN_TOOL``) for an Agent whose
+    session is an ``AgentLoomSession``: the session publishes the plan when it stores the
+    call; the tool answers the model with a short confirmation (or what is wrong)."""
+
+    async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+        try:
+            items, _ = plan_from_tool_arguments(arguments)
+        except InvalidRequest as exc:
+            return f"plan not updated: {exc}"
+        return f"Plan updated ({len(items)} steps). It is shown to you in every call."
+
+    return FunctionTool(
+        name=str(PLAN_TOOL["name"]),
+        description=str(PLAN_TOOL["description"]),
+        params_json_schema=PLAN_TOOL["parameters"],
+        on_invoke_tool=invoke,
+        strict_json_schema=False,  # id and note are optional
+    )
 
 
 def _newest_item(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], str] | None:
