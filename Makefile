@@ -53,6 +53,7 @@ bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, c
 	@$(PY) -m benchmarks.long_session
 	@$(PY) -m benchmarks.summary_fidelity
 	@$(PY) -m benchmarks.analytics
+	@$(PY) -m benchmarks.frontier
 	@$(PY) -m benchmarks.summary
 
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)
