@@ -7,10 +7,10 @@ compacted in process after every third turn through the compaction worker's own 
 ``roll_up``, ``fit_draft``, ``check_coverage``, ``check_plan``), two recent groups kept,
 the extractive summarizer. No Kafka or PostgreSQL.
 
-The session is one long run: the goal is the run's question (first user message), later
-user turns are supplements of the run. The host sets twelve constraints
-(``constraint_set``, about five in force at a time) and retires the others
-(``constraint_retired``); their texts are never in a user message. The model updates its
+Every question is a run of its own (the goal probed is the current run's question, the
+task R4.4 pins); a later question may answer an earlier open question. The host sets
+twelve constraints (``constraint_set``, about five in force at a time) and retires the
+others (``constraint_retired``); their texts are never in a user message. The model updates its
 plan (``plan_updated``; items pending → in_progress → done, some blocked or dropped),
 restates it in prose sometimes ("Plan: step … is in progress" — stale later), makes
 decisions ("We decided to use X instead of Y because …", "Let's use …") and leaves open
@@ -27,9 +27,8 @@ verbatim; every active constraint verbatim and no retired constraint's text; the
 plan block states exactly the current plan's items and statuses; the last five
 decisions' key phrases; the currently unanswered open questions' key phrases. The plan
 probe reads only the last plan block of a context (a stale prose restatement does not
-count against a method). The budget is ours's whole context, which holds the run's user
-turns verbatim (the current task is pinned: R4.4/R11.1). Prints %
-of compactions each probe held (and item recall for decisions and open questions, also
+count against a method). The baselines' budget is ours's whole context at that point.
+Prints % of compactions each probe held (and item recall for decisions and open questions, also
 after >= 10 roll-ups), the targets with ok/FAIL, and writes ``build/bench/frontier.json``.
 """
 
@@ -80,14 +79,13 @@ from services.compaction.bound import fit_draft, summary_bound
 from services.compaction.drafts import SummaryRequest
 from services.compaction.errors import InvalidSummary
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.sources import merge_drafts, merge_ranges, source_items
+from services.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
 from services.compaction.validate import check_coverage, check_plan, past_framed
 
 PROFILE = ModelProfile("m-16k", 16_384, 2_048, 512)
 BOUND = summary_bound(0.15, PROFILE.input_budget())
 EVERY = 3  # a compaction after every third user turn
-RUN = "run_main"
 METHODS = ("ours", "masking", "last-N")
 PROBES = ("goal", "constraints", "plan", "decisions", "open questions")
 PLAN_HEAD = "[current plan — plan v"
@@ -97,12 +95,12 @@ PLAN_HEAD = "[current plan — plan v"
 class Synth:
     """The session: conversation records, frontier records and the ground truth."""
 
-    goal: str = ""
+    goals: dict[str, str] = field(default_factory=dict)  # run -> its question (the goal)
     records: list[RecordView] = field(default_factory=list)
     frontier: list[FrontierRecord] = field(default_factory=list)
     decisions: list[tuple[int, str]] = field(default_factory=list)  # (sequence, phrase)
     questions: list[tuple[int, str, int]] = field(default_factory=list)  # asked, phrase, answered
-    checkpoints: list[int] = field(default_factory=list)  # the last sequence before a job
+    checkpoints: list[tuple[int, str]] = field(default_factory=list)  # (sequence, run) of a job
     seq: int = 0
     calls: int = 0
 
@@ -117,6 +115,7 @@ class _Gen:
         self.plan: list[Item] = []
         self.phase = 0
         self.pending_answers: dict[int, list[str]] = {}
+        self.run = "run_0000"
 
     def fresh(self, make: Callable[[], str]) -> str:
         while True:
@@ -130,13 +129,13 @@ class _Gen:
         rid = f"rec_{self.s.seq:06d}"
         self.s.records.append(
             RecordView(
-                rid, self.s.seq, RUN, "main", kind, authority, text, payload, self.count(text)
+                rid, self.s.seq, self.run, "main", kind, authority, text, payload, self.count(text)
             )
         )
 
     def frontier(self, kind: str, text: str, payload: dict[str, Any]) -> None:
         self.s.seq += 1
-        fr = FrontierRecord(f"fr_{self.s.seq:06d}", self.s.seq, kind, RUN, text, payload)
+        fr = FrontierRecord(f"fr_{self.s.seq:06d}", self.s.seq, kind, self.run, text, payload)
         self.s.frontier.append(fr)
 
     def step(self, text: str, name: str, args: dict[str, Any], output: str) -> None:
@@ -227,18 +226,16 @@ def _final(g: _Gen, q: int, total: int) -> str:
 def make_session(seed: int, questions: int, count: Callable[[str], int]) -> Synth:
     g = _Gen(seed, count)
     r = g.r
-    g.s.goal = f"Goal: migrate {g.phrase()} to {r.choice(PKGS)} and keep its API stable."
     answered: dict[str, int] = {}
     for q in range(questions):
+        g.run = f"run_{q:04d}"  # every question is a run of its own (R1)
         _constraints(g, q, questions)
-        if q == 0:
-            g.rec("user_input", "user", g.s.goal, {"intent": "question"})
-        else:
-            ask = f"Turn {q}: now look at {g.phrase()}."
-            for key in g.pending_answers.pop(q, []):
-                ask += f" About the earlier point ({key}): answered, it is fine."
-                answered[key] = g.s.seq + 1
-            g.rec("supplement", "user", ask, {"intent": "supplement"})
+        ask = f"Question {q}: migrate {g.phrase()} to {r.choice(PKGS)} and keep its API stable."
+        for key in g.pending_answers.pop(q, []):
+            ask += f" About the earlier point ({key}): answered, it is fine."
+            answered[key] = g.s.seq + 1
+        g.s.goals[g.run] = ask
+        g.rec("user_input", "user", ask, {"intent": "question"})
         path = f"src/{r.choice(g.comps)}/{r.choice(NOUNS)}.py"
         g.step("Reading the module.", "read_file", {"path": path}, _noise(r, r.randint(8, 20)))
         g.step("Running the tests.", "run_tests", {"path": path}, _noise(r, r.randint(4, 10)))
@@ -246,7 +243,7 @@ def make_session(seed: int, questions: int, count: Callable[[str], int]) -> Synt
             _advance_plan(g)
         g.rec("assistant_message", "model", _final(g, q, questions), {"tool_calls": []})
         if (q + 1) % EVERY == 0:
-            g.s.checkpoints.append(g.s.seq)
+            g.s.checkpoints.append((g.s.seq, g.run))
     g.s.questions = [(a, k, answered.get(k, 0)) for a, k, _ in g.s.questions]
     return g.s
 
@@ -266,12 +263,12 @@ class Jobs:
         )
 
     async def job(
-        self, records: Sequence[RecordView], parent: Summary | None, plan: Plan
+        self, records: Sequence[RecordView], parent: Summary | None, plan: Plan, run: str
     ) -> Summary | None:
         count = self.counter.count
         before = parent.covered if parent else set()
         view = [r for r in records if r.record_id not in before]
-        pinned = current_task_ids(view, RUN)
+        pinned = current_task_ids(view, run)
         selection = select_prefix(build_groups(view), keep_recent=KEEP_RECENT, pinned=pinned)
         if not selection.covered:
             return None
@@ -285,7 +282,11 @@ class Jobs:
                 source_items(seg, by_id), previous, out_tokens, f"f:{i}", plan=plan
             )
             drafts.append(await self.summarizer.summarize(req))
-        merged = past_framed(merge_drafts(parent.draft.to_dict() if parent else None, drafts), plan)
+        later = conversation_texts(
+            by_id[i] for s in segments for g in s.groups for i in g.record_ids
+        )
+        merged = merge_drafts(parent.draft.to_dict() if parent else None, drafts, later)
+        merged = past_framed(merged, plan)
         rolled = 0
         if count(merged.text()) > BOUND:
             merged, _, info = await self.summarizer.roll_up(merged, BOUND, "f", None, plan)
@@ -305,10 +306,10 @@ class Jobs:
 # --- contexts and probes ---------------------------------------------------------------
 
 
-def frontier_at(s: Synth, upto: int) -> Frontier:
+def frontier_at(s: Synth, upto: int, run: str) -> Frontier:
     recs = [f for f in s.frontier if f.session_sequence <= upto]
     plans = [f for f in recs if f.kind == PLAN_UPDATED]
-    constraints, version = active_constraints(recs, RUN)
+    constraints, version = active_constraints(recs, run)
     return Frontier(plan_of(plans[-1] if plans else None, len(plans)), constraints, version, 1)
 
 
@@ -333,11 +334,13 @@ def _history(s: Synth, upto: int, masked: bool) -> list[str]:
     return out
 
 
-def contexts(s: Synth, upto: int, summary: Summary, count: Callable[[str], int]) -> dict[str, str]:
+def contexts(
+    s: Synth, upto: int, run: str, summary: Summary, count: Callable[[str], int]
+) -> dict[str, str]:
     uncovered = [
         r for r in s.records if r.session_sequence <= upto and r.record_id not in summary.covered
     ]
-    blocks = frontier_messages(frontier_at(s, upto), count, 4)
+    blocks = frontier_messages(frontier_at(s, upto, run), count, 4)
     ours = "\n".join(
         [summary.draft.text(), *_messages(uncovered, False), *(str(m["content"]) for m in blocks)]
     )
@@ -363,10 +366,10 @@ def _plan_held(text: str, plan: Plan) -> bool:
     return stated == [f"[{i.status}] {i.text}" for i in plan.items]
 
 
-def probe(s: Synth, upto: int, text: str) -> dict[str, tuple[int, int]]:
+def probe(s: Synth, upto: int, run: str, text: str) -> dict[str, tuple[int, int]]:
     """Each probe as (held, of): the whole text of one context at sequence ``upto``."""
     flat = norm(text)
-    fr = frontier_at(s, upto)
+    fr = frontier_at(s, upto, run)
     active = {c.text for c in fr.constraints}
     retired = {
         f.text for f in s.frontier if f.kind == CONSTRAINT_SET and f.session_sequence <= upto
@@ -376,7 +379,7 @@ def probe(s: Synth, upto: int, text: str) -> dict[str, tuple[int, int]]:
     decisions = [k for seq, k in s.decisions if seq <= upto][-5:]
     opened = [k for a, k, ans in s.questions if a <= upto and not (ans and ans <= upto)]
     return {
-        "goal": (int(norm(s.goal) in flat), 1),
+        "goal": (int(norm(s.goals[run]) in flat), 1),
         "constraints": (int(cons), 1),
         "plan": (int(_plan_held(text, fr.plan)), 1),
         "decisions": (sum(norm(k) in flat for k in decisions), len(decisions)),
@@ -412,10 +415,10 @@ async def run(seed: int, questions: int) -> dict[str, Any]:
     parent: Summary | None = None
     every, late = _tally(), _tally()
     compactions = 0
-    for upto in s.checkpoints:
+    for upto, run_id in s.checkpoints:
         view = [r for r in s.records if r.session_sequence <= upto]
         try:
-            job = await jobs.job(view, parent, frontier_at(s, upto).plan)
+            job = await jobs.job(view, parent, frontier_at(s, upto, run_id).plan, run_id)
         except InvalidSummary as exc:  # the worker fails the job: records stay verbatim
             jobs.failed += 1
             print(f"  job at {upto} failed: {exc}")
@@ -424,8 +427,8 @@ async def run(seed: int, questions: int) -> dict[str, Any]:
             continue
         parent = job
         compactions += 1
-        for method, text in contexts(s, upto, parent, counter.count).items():
-            probes = probe(s, upto, text)
+        for method, text in contexts(s, upto, run_id, parent, counter.count).items():
+            probes = probe(s, upto, run_id, text)
             _add(every[method], probes)
             if parent.rollups >= 10:
                 _add(late[method], probes)

@@ -80,8 +80,7 @@ _ROLLUP_CLASS = {"verified_facts": 0.5, "decisions": 0.0, "failures": BONUS_KEEP
 _ROLLUP_SPLIT = re.compile(r"( \| | … | → |; )")
 _ROLLUP_CUE = {"decisions": sal.is_decision, "unresolved_questions": sal.is_open}
 # Guaranteed shares of the budget, kept first (``Fill.reserve``): (section, share, newest
-# first). Open questions in record order; decisions newest first, as a recent decision
-# outranks one made long ago. What a share leaves goes to the rest.
+# first): questions in record order, decisions newest first; what is left goes to the rest.
 SHARES = (("unresolved_questions", 0.2, False), ("decisions", 0.25, True))
 # (cue, line bonus) of a choice's line: what it is worth past its share, as in roll-ups
 _CHOICE = {"decisions": (sal.W_DECISION, 1.0), "unresolved_questions": (sal.W_OPEN, BONUS_KEEP)}
@@ -297,7 +296,8 @@ def _failure(b: _Builder, item: SourceItem, call: SourceItem | None) -> None:
 
 def _rollup_entry(b: _Builder, item: SourceItem, section: str) -> None:
     """An entry of an earlier summary: its fragments (as it joined them) compete again."""
-    part = b.part(b.line(section, "", _ROLLUP_CLASS[section]), item.record_id)
+    line = b.line(section, "", _ROLLUP_CLASS[section])
+    part = b.part(line, item.record_id, rank=item.session_sequence)  # entries in time order
     bits = _ROLLUP_SPLIT.split(sal.one_line(item.text))
     texts = bits[::2]
     cue = _ROLLUP_CUE.get(section)

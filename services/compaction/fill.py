@@ -62,6 +62,7 @@ class Part:
     suffix: str = ""
     frags: list[int] = field(default_factory=list)
     kept: int = 0
+    rank: int | None = None  # its place in time when not its record's (a rolled-up entry)
 
 
 @dataclass
@@ -87,8 +88,17 @@ class Candidates:
         self.lines.append(Line(section, head, bonus))
         return len(self.lines) - 1
 
-    def part(self, line: int, source_id: str, prefix: str = "", first: str | None = None) -> int:
-        self.parts.append(Part(line, source_id, prefix, prefix if first is None else first))
+    def part(
+        self,
+        line: int,
+        source_id: str,
+        prefix: str = "",
+        first: str | None = None,
+        rank: int | None = None,
+    ) -> int:
+        self.parts.append(
+            Part(line, source_id, prefix, prefix if first is None else first, rank=rank)
+        )
         self.lines[line].parts.append(len(self.parts) - 1)
         return len(self.parts) - 1
 
@@ -162,8 +172,9 @@ class Fill:
         ago). What they leave of the share goes back to the rest."""
         rank, parts = self.c.order, self.c.parts
         order = [f for f in self.c.frags if f.share == share]
-        # by the record each cites: a user's lines are made when the answer comes
-        order.sort(key=lambda f: rank.get(parts[f.part].source_id, -1), reverse=newest_first)
+        # by the record each cites (a user's lines are made when the answer comes), or by
+        # an entry's own place: entries of one record may sit in several sections
+        order.sort(key=lambda f: _rank(parts[f.part], rank), reverse=newest_first)
         left = min(chars, self.budget)
         for f in order:
             cost = self.cost(f)
@@ -271,3 +282,7 @@ def path_list(touched: list[str], facts: list[Fact], allowance: int, limit: int)
         out.append(path)
         allowance -= len(path) + 3
     return out
+
+
+def _rank(part: Part, order: dict[str, int]) -> int:
+    return part.rank if part.rank is not None else order.get(part.source_id, -1)

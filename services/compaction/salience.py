@@ -69,7 +69,7 @@ DECISION_CUE = re.compile(
     r"|decided|decide to|decision|we should|i'd rather|going with|go with|opt(?:ed|ing)? for"
     r"|chose|choosing|switch(?:ed|ing)?(?: \S+){0,4} to|settled on|plan to|planning to|going to"
     r"|instead of|rather than|will use|won't|will not|prefer|the fix is|the plan is"
-    r"|(?:best|chosen|preferred) (?:option|approach|fix)|agreed (?:on|to)|stick with)\b|\bplan:"
+    r"|(?:best|chosen|preferred) (?:option|approach|fix)|agreed (?:on|to)|stick with)\b"
     # a user's "do X, not Y" / "X, not Y": the choice and what it rules out
     r"|^(?!.*\?\s*$)[^,;]{6,}, not (?!sure\b|yet\b|only\b|just\b|all\b|always\b)[^\W\d]"
     # an imperative choice: "Use X for …", "Please switch …"

@@ -7,12 +7,13 @@ parent summary forward; ``merge_ranges`` joins the covered sequence ranges.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from domain.redaction import redact
 from domain.rendering import RecordView
 from domain.selection import Group, Segment
+from services.compaction.answers import close_answered
 from services.compaction.bound import concat
 from services.compaction.drafts import SourceItem, SummaryDraft
 
@@ -74,11 +75,22 @@ def _item(r: RecordView, oversized: bool) -> SourceItem:
     )
 
 
-def merge_drafts(parent: Mapping[str, Any] | None, drafts: Sequence[SummaryDraft]) -> SummaryDraft:
+def merge_drafts(
+    parent: Mapping[str, Any] | None,
+    drafts: Sequence[SummaryDraft],
+    later: Sequence[str] = (),
+) -> SummaryDraft:
     """The new revision carries the parent's content forward (covered records are not
     summarized again, R11.8) and appends what the new segments add; the bound is applied
-    afterwards (roll-up, fit)."""
-    return concat(([SummaryDraft.from_dict(parent)] if parent else []) + list(drafts))
+    afterwards (roll-up, fit). ``later``: the new segments' user and assistant texts —
+    a parent's open question they answer is open no longer (R11.7)."""
+    first = [SummaryDraft.from_dict(parent)] if parent else []
+    return close_answered(concat(first + list(drafts)), later)
+
+
+def conversation_texts(records: Iterable[RecordView]) -> list[str]:
+    """What the user and the model said in ``records``: where a question gets answered."""
+    return [r.text for r in records if r.kind in ("user_input", "supplement", "assistant_message")]
 
 
 def merge_ranges(

@@ -37,7 +37,7 @@ from services.compaction.drafts import SummaryDraft, SummaryRequest
 from services.compaction.errors import InvalidSummary, SummarizerFailed
 from services.compaction.gateway import SummaryGateway
 from services.compaction.outcomes import outcome_event, outcome_of
-from services.compaction.sources import merge_drafts, merge_ranges, source_items
+from services.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
 from services.compaction.thread_views import ThreadViews
 from services.compaction.validate import check_coverage, check_plan, past_framed
@@ -192,7 +192,10 @@ class CompactionWorker:
             segments = await self._select(job)
             drafts = await self._summarize_segments(job, segments)
             covered = [g for s in segments for g in s.groups]
-            merged = merge_drafts(job.parent.summary if job.parent else None, drafts)
+            later = conversation_texts(
+                job.by_id[i] for s in segments for g in s.groups for i in g.record_ids
+            )
+            merged = merge_drafts(job.parent.summary if job.parent else None, drafts, later)
             # What the parent summary said of the plan was true then: past now (R11.4).
             merged = past_framed(merged, job.plan)
             merged, rollup = await self._bounded(job, merged)

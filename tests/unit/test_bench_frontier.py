@@ -29,7 +29,7 @@ def test_a_retired_constraint_is_absent_from_ours() -> None:
     retired = [f for f in s.frontier if f.kind == bench.CONSTRAINT_RETIRED]
     assert retired, "the small session retires a constraint"
     at = retired[0].session_sequence
-    upto = next(c for c in s.checkpoints if c >= at)
+    upto, run = next(c for c in s.checkpoints if c[0] >= at)
     gone = next(
         f.text
         for f in s.frontier
@@ -39,15 +39,16 @@ def test_a_retired_constraint_is_absent_from_ours() -> None:
 
     async def compact() -> bench.Summary | None:
         jobs, parent = bench.Jobs(counter), None
-        for c in s.checkpoints:
+        for c, on in s.checkpoints:
             if c > upto:
                 break
             view = [r for r in s.records if r.session_sequence <= c]
-            parent = await jobs.job(view, parent, bench.frontier_at(s, c).plan) or parent
+            plan = bench.frontier_at(s, c, on).plan
+            parent = await jobs.job(view, parent, plan, on) or parent
         return parent
 
     summary = asyncio.run(compact())
     assert summary is not None
-    ours = bench.contexts(s, upto, summary, counter.count)["ours"]
+    ours = bench.contexts(s, upto, run, summary, counter.count)["ours"]
     assert norm(gone) not in norm(ours)
-    assert bench.probe(s, upto, ours)["constraints"] == (1, 1)
+    assert bench.probe(s, upto, run, ours)["constraints"] == (1, 1)
