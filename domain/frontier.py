@@ -104,6 +104,7 @@ class Frontier:
     constraints: tuple[Constraint, ...] = ()
     constraints_version: int = 0  # constraint records (declared or retired) of the view
     task_version: int = 0  # user inputs and supplements of the thread
+    declared: tuple[str, ...] = ()  # every constraint text ever set: never a summary's fact
 
     def versions(self) -> dict[str, int]:
         return {
@@ -129,6 +130,11 @@ def plan_of(latest: FrontierRecord | None, updates: int) -> Plan:
         Item(str(i["item_id"]), str(i["text"]), str(i["status"]), i.get("note")) for i in raw
     )
     return Plan(updates, items, latest.record_id, latest.payload.get("explanation"))
+
+
+def declared_texts(records: Iterable[FrontierRecord]) -> tuple[str, ...]:
+    """Every constraint text set in ``records``, in force or retired, once each."""
+    return tuple(dict.fromkeys(r.text for r in records if r.kind == CONSTRAINT_SET and r.text))
 
 
 def active_constraints(
@@ -242,3 +248,19 @@ def plan_contradiction(statement: str, plan: Plan) -> tuple[Item, str] | None:
             if status != item.status and pattern.search(low):
                 return item, status
     return None
+
+
+def without_constraints(statement: str, declared: Sequence[str]) -> str:
+    """``statement`` with each declared constraint it repeats replaced by a marker (R11.5):
+    constraints render from their own records while in force, and a retired one never
+    comes back through a summary."""
+    for text in declared:
+        words = text.strip().rstrip(".!;: ").split()
+        if len(" ".join(words)) < MIN_ITEM_CHARS:
+            continue
+        pattern = r"\s+".join(re.escape(w) for w in words) + r"[.!;:]?"
+        statement = re.sub(pattern, CONSTRAINT_MARK, statement, flags=re.I)
+    return statement
+
+
+CONSTRAINT_MARK = "(a user constraint: shown on its own while in force)"

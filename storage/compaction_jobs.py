@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.frontier import Plan
+from domain.frontier import Frontier
 from domain.policy import ContextPolicy, validate_policy
 from domain.rendering import RecordView
 from storage import compaction as summaries
@@ -71,9 +71,9 @@ class CompactionJobs(Protocol):
     async def revocation_epoch(self, session_id: str) -> str:
         """Changes whenever a resource of the session is revoked or reactivated."""
 
-    async def current_plan(self, session_id: str, run_id: str, instance_id: str) -> Plan:
-        """The current plan of the job's thread (issue 24): no summary may restate it as it
-        is not (R11.4)."""
+    async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
+        """The frontier of the job's thread (issue 24): no summary restates its plan as it
+        is not (R11.4) nor its constraints (R11.5)."""
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
@@ -155,7 +155,7 @@ class PgCompactionJobs:
         async with self.pool.acquire() as conn:
             return await summaries.revocation_epoch(conn, session_id)
 
-    async def current_plan(self, session_id: str, run_id: str, instance_id: str) -> Plan:
+    async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
         async with self.pool.acquire() as conn:
             main = await conn.fetchval(
                 "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
@@ -163,7 +163,7 @@ class PgCompactionJobs:
                 run_id,
             )
             child = main is not None and main != instance_id
-            return (await read_frontier(conn, session_id, run_id, instance_id, child=child)).plan
+            return await read_frontier(conn, session_id, run_id, instance_id, child=child)
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]

@@ -22,6 +22,7 @@ from domain.frontier import (
     Frontier,
     FrontierRecord,
     active_constraints,
+    declared_texts,
     plan_of,
 )
 from storage.retraction import live_sql
@@ -89,8 +90,9 @@ async def read_frontier(
     rows = await conn.fetch(_constraints_sql(where), *c_args)
     tasks = await conn.fetchval(_task_sql(thread), *args)
     plan = plan_of(_record(latest) if latest else None, int(latest["n"]) if latest else 0)
-    constraints, seen = active_constraints([_record(r) for r in rows], run_id)
-    return Frontier(plan, constraints, seen, int(tasks or 0))
+    records = [_record(r) for r in rows]
+    constraints, seen = active_constraints(records, run_id)
+    return Frontier(plan, constraints, seen, int(tasks or 0), declared_texts(records))
 
 
 async def frontier_at(

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from domain.call_view import call_view
@@ -108,15 +109,15 @@ def _render_frontier(f: dict[str, Any]) -> None:
     plan = f.get("plan") or {}
     if plan.get("version"):
         out.print(f"  plan v{plan['version']} (set by {plan['record_id']}):")
-        for n, i in enumerate(plan["items"], 1):
-            out.print(f"    {n}. [{i['status']}] {i['text']} ({i['item_id']})")
+        for n, i in enumerate(plan["items"], 1):  # texts are the user's and the model's
+            out.print(escape(f"    {n}. [{i['status']}] {i['text']} ({i['item_id']})"))
     else:
         out.print("  no plan")
     constraints = f.get("constraints") or []
     out.print(f"  constraints in force (v{f.get('constraints_version', 0)}): {len(constraints)}")
     for c in constraints:
         ident = f"{c['constraint_id']} v{c['version']}, set by {c['record_id']}"
-        out.print(f"    - {c['text']} ({ident})")
+        out.print(escape(f"    - {c['text']} ({ident})"))
 
 
 def _render_chain(chain: list[dict[str, Any]]) -> None:

@@ -57,6 +57,9 @@ class SummaryRequest:
     # Issue 24: the thread's current plan. A summary is history: it never states one of
     # these items' status otherwise (R11.4); the plan renders from its own record.
     plan: Plan = field(default_factory=Plan)
+    # Every constraint text set in the session: rendered from its own records, never
+    # restated by a summary (R11.5), in force or retired.
+    constraints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # R11.3: the gateway exists for compaction only; a different purpose here is a

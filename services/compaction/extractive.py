@@ -51,7 +51,7 @@ from services.compaction.fill import (
     path_list,
     render,
 )
-from services.compaction.validate import past_framed
+from services.compaction.validate import as_history
 
 LAYER1_SHARE = 0.6  # of the budget, at most, for the first layer (``fill.Frag.layer``)
 MAX_ARTIFACT_REFS = 10
@@ -389,7 +389,7 @@ class ExtractiveSummarizer:
 
     async def summarize(self, req: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
-        draft = past_framed(extract_draft(req), req.plan)
+        draft = as_history(extract_draft(req), req.plan, req.constraints)
         return SummaryResult(
             draft=draft,
             model_operation_id=req.model_operation_id,

@@ -10,7 +10,7 @@ import bisect
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
-from domain.frontier import Plan, plan_contradiction
+from domain.frontier import Plan, plan_contradiction, without_constraints
 from services.compaction.drafts import Fact, SummaryDraft
 from services.compaction.errors import InvalidSummary
 
@@ -67,6 +67,29 @@ def past_framed(draft: SummaryDraft, plan: Plan) -> SummaryDraft:
         decisions=frame(draft.decisions),
         failures=frame(draft.failures),
         unresolved_questions=frame(draft.unresolved_questions),
+    )
+
+
+def as_history(draft: SummaryDraft, plan: Plan, declared: Sequence[str] = ()) -> SummaryDraft:
+    """The draft as history beside the frontier (R11.5): an old account of the plan framed
+    as the past (``past_framed``), a declared constraint it repeats replaced by a marker
+    (``domain.frontier.without_constraints``: a retired one never comes back this way)."""
+    draft = past_framed(draft, plan)
+    if not declared:
+        return draft
+
+    def strip(facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        return tuple(
+            dataclasses.replace(f, statement=without_constraints(f.statement, declared))
+            for f in facts
+        )
+
+    return dataclasses.replace(
+        draft,
+        verified_facts=strip(draft.verified_facts),
+        decisions=strip(draft.decisions),
+        failures=strip(draft.failures),
+        unresolved_questions=strip(draft.unresolved_questions),
     )
 
 

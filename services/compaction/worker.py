@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from domain.frontier import Plan
+from domain.frontier import Frontier
 from domain.rendering import RecordView
 from domain.selection import (
     Group,
@@ -40,7 +40,7 @@ from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
 from services.compaction.thread_views import ThreadViews
-from services.compaction.validate import check_coverage, check_plan, past_framed
+from services.compaction.validate import as_history, check_coverage, check_plan
 from storage.compaction_jobs import CompactionJobs, ParentSummary, SavedOperation
 from streams.publish import Publisher
 
@@ -75,7 +75,7 @@ class _Job:
     bound: int  # R11.2/R11.8: the effective summary's token bound
     keep_recent: int
     output_tokens: int  # per summarizer call; a segment's draft never needs the whole bound
-    plan: Plan  # the thread's current plan (issue 24): no summary restates it (R11.4)
+    frontier: Frontier  # the thread's plan and constraints (issue 24): never restated (R11.4)
     calls: int = 0
     op_id: str = field(init=False)
 
@@ -197,7 +197,7 @@ class CompactionWorker:
             )
             merged = merge_drafts(job.parent.summary if job.parent else None, drafts, later)
             # What the parent summary said of the plan was true then: past now (R11.4).
-            merged = past_framed(merged, job.plan)
+            merged = as_history(merged, job.frontier.plan, job.frontier.declared)
             merged, rollup = await self._bounded(job, merged)
             ranges = self._checked_ranges(job, merged, covered)
         except _Stop as stop:
@@ -217,7 +217,7 @@ class CompactionWorker:
             bound,
             policy.recent_complete_groups,
             min(self.config.output_tokens, bound),
-            await self.jobs.current_plan(req.session_id, req.run_id, req.instance_id),
+            await self.jobs.current_frontier(req.session_id, req.run_id, req.instance_id),
         )
 
     async def _select(self, job: _Job) -> list[Segment]:
@@ -266,7 +266,12 @@ class CompactionWorker:
             items = source_items(seg, job.by_id)
             job.calls += 1
             request = SummaryRequest(
-                items, previous, job.output_tokens, f"{job.op_id}:{i}", plan=job.plan
+                items,
+                previous,
+                job.output_tokens,
+                f"{job.op_id}:{i}",
+                plan=job.frontier.plan,
+                constraints=job.frontier.declared,
             )
             try:
                 drafts.append(await self.summarizer.summarize(request))
@@ -284,7 +289,7 @@ class CompactionWorker:
         rollup: dict[str, object] | None = None
         if self.counter.count(merged.text()) > job.bound:
             merged, calls, rollup = await self.summarizer.roll_up(
-                merged, job.bound, job.op_id, job.req.parent_summary_id, job.plan
+                merged, job.bound, job.op_id, job.req.parent_summary_id, job.frontier.plan
             )
             job.calls += calls
         if self.hooks.hooks:
@@ -314,7 +319,7 @@ class CompactionWorker:
         new = {i: job.by_id[i].session_sequence for g in covered for i in g.record_ids}
         try:
             check_coverage(merged, new, ranges, earlier=job.covered_before)
-            check_plan(merged, job.plan)  # also what a roll-up, a hook or the parent kept
+            check_plan(merged, job.frontier.plan)  # also what a roll-up, hook or parent kept
         except InvalidSummary as exc:
             raise _invalid("validate", exc) from exc
         return ranges

@@ -14,7 +14,7 @@ import dataclasses
 import hashlib
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +61,29 @@ class RunHandle:
         return Scope(self.space_id, self.actor_id, self.session_id, self.run_id, self.instance_id)
 
 
+@dataclass(frozen=True)
+class SessionTarget:
+    """A session outside any run: where a session constraint may be declared between runs
+    (issue 24). ``ContextClient.set_constraint`` takes one, or a session as returned by
+    ``open_session``."""
+
+    space_id: str
+    actor_id: str
+    session_id: str
+
+    def scope(self) -> Scope:
+        return Scope(self.space_id, self.actor_id, self.session_id)
+
+
+Target = RunHandle | SessionTarget
+
+
+def _target(where: RunHandle | SessionTarget | Mapping[str, Any]) -> Target:
+    if isinstance(where, RunHandle | SessionTarget):
+        return where
+    return SessionTarget(str(where["space_id"]), str(where["actor_id"]), str(where["session_id"]))
+
+
 class EventAppends:
     """The append half of ``ContextClient``: builds events and publishes them."""
 
@@ -82,7 +105,7 @@ class EventAppends:
 
     def _event(
         self,
-        run: RunHandle,
+        run: Target,
         kind: RecordKind,
         authority: Authority,
         content: Content,
@@ -174,7 +197,7 @@ class EventAppends:
 
     async def set_constraint(
         self,
-        run: RunHandle,
+        run: RunHandle | SessionTarget | Mapping[str, Any],
         text: str,
         constraint_id: str | None = None,
         scope: str = "session",
@@ -184,11 +207,12 @@ class EventAppends:
     ) -> tuple[int, int]:
         """Issue 24: a user constraint, rendered verbatim in every action context until
         retired (``scope`` ``run``: until the run ends). Without ``constraint_id`` its
-        identity is its normalized text: setting it again is its next version, shown once."""
+        identity is its normalized text: setting it again is its next version, shown once.
+        ``run`` may be a session (``open_session``'s answer): declared between runs."""
         cid = constraint_id or constraint_id_for(text)
         return await self.append(
             self._event(
-                run,
+                _target(run),
                 RecordKind.CONSTRAINT_SET,
                 authority,
                 Content.text(text),
@@ -198,12 +222,15 @@ class EventAppends:
         )
 
     async def retire_constraint(
-        self, run: RunHandle, constraint_id: str, event_key: str | None = None
+        self,
+        run: RunHandle | SessionTarget | Mapping[str, Any],
+        constraint_id: str,
+        event_key: str | None = None,
     ) -> tuple[int, int]:
         """Issue 24: the constraint never renders again (until it is set anew)."""
         return await self.append(
             self._event(
-                run,
+                _target(run),
                 RecordKind.CONSTRAINT_RETIRED,
                 Authority.USER,
                 Content.text(""),

@@ -208,3 +208,25 @@ async def test_session_inspect_shows_the_same_view_as_the_inspector(
     assert f"{first}-{last}" in table.stdout
     missing = run("session", "inspect", sid, "--call", "999", "--json", ALC_PG_DSN=pg_dsn)
     assert (missing.returncode, as_json(missing)["error"]["code"]) == (1, "not_found")
+
+
+@pytest.mark.spec("R18", "R4.4")
+async def test_session_inspect_shows_the_plan_and_the_constraints_of_a_call(
+    services: Any, db: Any, pg_dsn: str
+) -> None:
+    async def frontier(c: Any, run_: Any) -> None:
+        await c.set_constraint(run_, "Never push to main.", constraint_id="no-push")
+        steps = [{"id": "p1", "step": "answer question b", "status": "in_progress"}]
+        await c.update_plan(run_, steps, "plan:b")
+
+    async with client(services) as c:
+        sid, call_id, _ = await summarized_call(c, db, before_call=frontier)
+    got = as_json(run("session", "inspect", sid, "--call", call_id, "--json", ALC_PG_DSN=pg_dsn))
+    f = got["call"]["frontier"]
+    assert (f["plan_version"], f["constraints_version"]) == (1, 1)
+    assert f["plan"]["items"][0]["text"] == "answer question b"
+    assert f["constraints"][0]["constraint_id"] == "no-push"
+    table = run("session", "inspect", sid, "--call", call_id, ALC_PG_DSN=pg_dsn)
+    assert table.returncode == 0, table.stderr
+    for text in ("plan v1", "1. [in_progress] answer question b (p1)", "- Never push to main."):
+        assert text in table.stdout, table.stdout

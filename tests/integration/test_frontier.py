@@ -102,17 +102,18 @@ async def test_a_retired_constraint_disappears_and_a_repeated_one_appears_once_w
     ctx: ContextClient, db: asyncpg.Pool
 ) -> None:
     session = await new_session(ctx)
+    # Declared on the session before its first run: no run needed for a session constraint.
+    await ctx.set_constraint(session, "Answer in English.", constraint_id="lang")
     run = await ctx.start_run(session)
     await ctx.append_user(run, "Never use tabs for indentation.", "q1", constraint=True)
-    await ctx.set_constraint(run, "Answer in English.", constraint_id="lang")
     await ctx.set_constraint(run, "Keep answers under 200 words.", constraint_id="short")
     p = await ctx.prepare(run)
     c = block(p, "constraints")
     assert c is not None and c["retention"] == "required"
     lines = c["content"].splitlines()[1:]
     assert lines == [
-        "- Never use tabs for indentation.",
         "- Answer in English.",
+        "- Never use tabs for indentation.",
         "- Keep answers under 200 words.",
     ]
     by_id = {x["constraint_id"]: x for x in p["frontier"]["constraints"]}
@@ -254,3 +255,52 @@ async def test_a_commit_whose_frontier_versions_moved_is_decided_as_r11_6_says(
     assert (job["status"], job["reason"]) == (status, reason), dict(job)
     request = job["request"]
     assert (request["plan_version"], request["constraints_version"]) == (1, 1)
+
+
+@pytest.mark.spec("R11.5", "R4.4", "R19")
+async def test_a_retired_constraint_never_comes_back_through_the_summary(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx,
+        context_policy={
+            "recent_complete_groups": 1,
+            "compaction": {"context_ratio": None, "user_turns": 2},
+        },
+    )
+    sid = session["session_id"]
+    first = await ctx.start_run(session)
+    await ctx.append_user(first, "Never use tabs for indentation.", "q1", constraint=True)
+    await round_(ctx, first, "a")
+    await ctx.finish_run(first)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Now format the parser module.", "q2")
+    p = await ctx.prepare(run)  # the second question: a job summarizes the first
+    cid = p["frontier"]["constraints"][0]["constraint_id"]
+    await compacted(db, sid, 1)
+    await ctx.retire_constraint(run, cid)
+    after = await ctx.prepare(run)
+    summary = block(after, "summary")
+    assert summary is not None and "user constraint" in summary["content"]
+    assert "tabs" not in everything(after).lower()  # not in the summary, block or history
+    assert block(after, "constraints") is None
+
+
+@pytest.mark.spec("R13.1", "R13.2")
+async def test_a_child_of_a_release_that_does_not_inherit_constraints_sees_only_its_own(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(
+        ctx, context_policy={"child_transfer_policy": {"inherit_constraints": False}}
+    )
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Delegate the reading.", "q1")
+    await ctx.set_constraint(run, "Never push to main.", constraint_id="no-push")
+    child = await ctx.export_for_child(run, "child-reader-1", [])
+    await ctx.append_user(child, "Read the file.", "child-task")
+    assert block(await ctx.prepare(child), "constraints") is None
+    await ctx.set_constraint(child, "Only read, never write.", constraint_id="read-only")
+    mine = block(await ctx.prepare(child), "constraints")
+    assert mine is not None and mine["content"].splitlines()[1:] == ["- Only read, never write."]
+    parent = block(await ctx.prepare(run), "constraints")
+    assert parent is not None and "Only read" not in parent["content"]

@@ -258,3 +258,16 @@ def test_the_plan_tool_and_langchain_todos_map_to_plan_items() -> None:
     assert items == (PlanItem("step-1", "a", "in_progress"),) and why == "x"
     todos = [{"content": "b", "status": "completed"}, {"content": "c", "status": "pending"}]
     assert [(i.text, i.status) for i in plan_items(todos)] == [("b", "done"), ("c", "pending")]
+
+
+@pytest.mark.spec("R11.5")
+def test_a_summary_never_restates_a_declared_constraint_in_force_or_retired() -> None:
+    from domain.frontier import CONSTRAINT_MARK, without_constraints
+    from services.compaction.validate import as_history
+
+    said = "Q: Never use tabs for indentation. → A: noted; the parser reads src/a.py"
+    out = without_constraints(said, ["never use tabs for indentation"])
+    assert "tabs" not in out and CONSTRAINT_MARK in out and "src/a.py" in out
+    assert without_constraints("No tabs.", ["No tabs."]) == "No tabs."  # too short to tell
+    d = as_history(draft(said), PLAN, ("Never use tabs for indentation.",))
+    assert "tabs" not in d.text()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from aiokafka import ConsumerRecord, TopicPartition
 
-from domain.frontier import Plan
+from domain.frontier import Frontier, Plan
 from domain.policy import ContextPolicy
 from domain.rendering import RecordView
 from services.compaction.drafts import SummaryRequest, SummaryResult
@@ -56,6 +56,7 @@ class FakeCompactionJobs:
     records: list[RecordView] = field(default_factory=list)
     policy: ContextPolicy = field(default_factory=ContextPolicy)
     plan: Plan = field(default_factory=Plan)  # the job's thread's current plan (issue 24)
+    declared: tuple[str, ...] = ()  # its constraint texts
     statuses: dict[str, str] = field(default_factory=dict)
     operations: dict[str, SavedOperation] = field(default_factory=dict)
     parents: dict[str, ParentSummary] = field(default_factory=dict)
@@ -96,8 +97,8 @@ class FakeCompactionJobs:
     async def revocation_epoch(self, session_id: str) -> str:
         return self.epoch
 
-    async def current_plan(self, session_id: str, run_id: str, instance_id: str) -> Plan:
-        return self.plan
+    async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
+        return Frontier(self.plan, declared=self.declared)
 
     def _main(self, r: RecordView) -> bool:
         return r.instance_id == f"ins_{(r.run_id or '_').split('_')[-1]}"
