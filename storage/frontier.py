@@ -36,24 +36,10 @@ _CHILD = "(r.run_id = $2 AND r.instance_id = $3)"
 _COLS = "r.record_id, r.session_sequence, r.kind, r.run_id, r.content_inline, r.payload"
 
 
-def _plan_sql(thread: str) -> str:
-    return (
-        f"SELECT {_COLS}, count(*) OVER () AS n{_FROM} AND r.kind = '{PLAN_UPDATED}'"
-        f" AND {thread} ORDER BY r.session_sequence DESC LIMIT 1"
-    )
-
-
 def _constraints_sql(where: str) -> str:
     return (
         f"SELECT {_COLS}{_FROM} AND r.kind IN ('{CONSTRAINT_SET}', '{CONSTRAINT_RETIRED}')"
         f" AND {where} ORDER BY r.session_sequence"
-    )
-
-
-def _task_sql(thread: str) -> str:
-    return (
-        f"SELECT count(*){_FROM} AND r.kind IN ('user_input', 'supplement')"
-        f" AND {thread} AND {live_sql('r')}"
     )
 
 
@@ -82,17 +68,34 @@ async def read_frontier(
     child: bool,
     inherit_constraints: bool = True,
 ) -> Frontier:
-    """The frontier of the thread ``(run_id, instance_id)`` as committed now."""
+    """The frontier of the thread ``(run_id, instance_id)`` as committed now, in one round
+    trip (it is read at every prepare)."""
     thread, args = (_CHILD, (session_id, run_id, instance_id)) if child else (_MAIN, (session_id,))
     where = f"({_MAIN} OR {_CHILD})" if child and inherit_constraints else thread
-    c_args = (session_id, run_id, instance_id) if child else (session_id,)
-    latest = await conn.fetchrow(_plan_sql(thread), *args)
-    rows = await conn.fetch(_constraints_sql(where), *c_args)
-    tasks = await conn.fetchval(_task_sql(thread), *args)
+    rows = await conn.fetch(_frontier_sql(thread, where), *args)
+    latest = next((r for r in rows if r["part"] == "plan"), None)
+    tasks = next(int(r["n"]) for r in rows if r["part"] == "task")
+    records = [_record(r) for r in rows if r["part"] == "constraint"]
     plan = plan_of(_record(latest) if latest else None, int(latest["n"]) if latest else 0)
-    records = [_record(r) for r in rows]
     constraints, seen = active_constraints(records, run_id)
-    return Frontier(plan, constraints, seen, int(tasks or 0), declared_texts(records))
+    return Frontier(plan, constraints, seen, tasks, declared_texts(records))
+
+
+def _frontier_sql(thread: str, where: str) -> str:
+    """The latest plan update (and how many), the constraint records, the task count."""
+    return (
+        f"(SELECT 'plan' AS part, {_PLAN_SQL.format(thread=thread)})"
+        f" UNION ALL (SELECT 'constraint', {_COLS}, 0{_FROM}"
+        f" AND r.kind IN ('{CONSTRAINT_SET}', '{CONSTRAINT_RETIRED}') AND {where})"
+        " UNION ALL (SELECT 'task', NULL, NULL, NULL, NULL, NULL, NULL, count(*)"
+        f"{_FROM} AND r.kind IN ('user_input', 'supplement') AND {thread} AND {live_sql('r')})"
+    )
+
+
+_PLAN_SQL = (
+    f"{_COLS}, count(*) OVER () AS n{_FROM} AND r.kind = '{PLAN_UPDATED}' AND {{thread}}"
+    " ORDER BY r.session_sequence DESC LIMIT 1"
+)
 
 
 async def frontier_at(
