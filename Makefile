@@ -43,7 +43,7 @@ test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XM
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
-bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, analytics; one summary table last (build/bench)
+bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier, analytics; one summary table last (build/bench)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.ingest_floor
 	@$(PY) -m benchmarks.compaction

@@ -304,3 +304,29 @@ async def test_a_child_of_a_release_that_does_not_inherit_constraints_sees_only_
     assert mine is not None and mine["content"].splitlines()[1:] == ["- Only read, never write."]
     parent = block(await ctx.prepare(run), "constraints")
     assert parent is not None and "Only read" not in parent["content"]
+
+
+@pytest.mark.spec("R4.4", "R4.3")
+async def test_a_plan_update_rewrites_only_the_end_of_the_request(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """The prompt-cache prefix: what came before the frontier blocks in one call is, word
+    for word, the start of the next, though the plan changed in between."""
+    session = await new_session(ctx)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Fix the tokenizer bug.", "q1")
+    await ctx.set_constraint(run, "Never push to main.", constraint_id="no-push")
+    await ctx.update_plan(run, PLAN_V1, event_key="plan:1")
+    await round_(ctx, run, "a")
+    before = await ctx.prepare(run)
+    await ctx.update_plan(run, PLAN_V2, event_key="plan:2")
+    await round_(ctx, run, "b")
+    after = await ctx.prepare(run)
+
+    def shown(p: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(m["role"], str(m.get("content"))) for m in p["messages"]]
+
+    head = [m.get("block") for m in before["messages"]].index("constraints")
+    assert shown(after)[:head] == shown(before)[:head]
+    assert len(after["messages"]) > len(before["messages"])
+    assert block(after, "plan")["block_id"] == "plan:v2"  # type: ignore[index]
