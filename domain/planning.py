@@ -14,6 +14,7 @@ from typing import Any
 
 from schemas.contracts import (
     AssistantMessagePayload,
+    ConstraintPayload,
     ContextEvent,
     RecordKind,
     ResourceActivationPayload,
@@ -87,6 +88,9 @@ class SessionState:
     known_operations: set[tuple[str, str]] = field(default_factory=set)
     # Targets of the batch's retractions (record_id -> facts), and the batch's own records.
     retraction_targets: dict[str, RetractionTarget] = field(default_factory=dict)
+    # Issue 24: constraint ids ever set in the session, loaded when the batch retires one
+    # (``storage.ingest``), and those the batch sets.
+    constraint_ids: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -210,7 +214,11 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     if ev.event_key in st.known_keys or (op_key and op_key in st.known_operations):
         plan.duplicates.append(inc)  # R3.1: redelivery is a no-op
         return
-    refusal = retraction_refusal(inc, st) or _apply_lifecycle(inc, st, plan)
+    refusal = (
+        retraction_refusal(inc, st)
+        or constraint_refusal(inc, st)
+        or _apply_lifecycle(inc, st, plan)
+    )
     if refusal is not None:
         plan.rejections.append(refusal)
         # Remember the key: a redelivered refused event must stay refused, not succeed
@@ -243,6 +251,25 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     plan.touched_sessions.add(st.session_id)
     # A later event of the batch may retract this record: it is known from here on.
     st.retraction_targets[record_id] = RetractionTarget(str(ev.kind), False)
+    if ev.kind is RecordKind.CONSTRAINT_SET and isinstance(ev.payload, ConstraintPayload):
+        st.constraint_ids.add(ev.payload.constraint_id)  # a later retirement may name it
+
+
+def constraint_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
+    """Issue 24: retiring a constraint the session never set is refused
+    (``constraint_unknown``, dead-lettered like a retraction of an unknown record): a
+    typo'd id must not look like a rule that was lifted."""
+    ev = inc.event
+    if ev.kind is not RecordKind.CONSTRAINT_RETIRED or not isinstance(
+        ev.payload, ConstraintPayload
+    ):
+        return None
+    cid = ev.payload.constraint_id
+    if cid in st.constraint_ids:
+        return None
+    return Rejection(
+        inc, "constraint_unknown", f"no constraint {cid!r} was set in session {st.session_id}", True
+    )
 
 
 def retraction_refusal(inc: Incoming, st: SessionState) -> Rejection | None:

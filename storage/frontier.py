@@ -25,6 +25,7 @@ from domain.frontier import (
     declared_texts,
     plan_of,
 )
+from domain.planning import SessionState
 from storage.retraction import live_sql
 
 _FROM = (
@@ -130,6 +131,27 @@ async def frontier_at(
     plan = plan_of(_record(latest) if latest else None, n_plan if latest else 0)
     constraints, seen = active_constraints([_record(r) for r in rows], run_id)
     return Frontier(plan, constraints, seen, int(versions.get("task_version") or 0))
+
+
+RETIRED = CONSTRAINT_RETIRED  # the kind of a batch's "operations" naming a retired id
+
+
+async def load_constraint_ids(
+    conn: asyncpg.Connection,
+    states: dict[str, SessionState],
+    operations: dict[str, set[tuple[str, str]]],
+) -> None:
+    """The constraint ids ever set in each session whose batch retires one (issue 24),
+    read under the sessions' locks, for planning to refuse retiring an unknown one."""
+    sids = [sid for sid in states if any(k == RETIRED for _, k in operations.get(sid, ()))]
+    if not sids:
+        return
+    for r in await conn.fetch(
+        "SELECT DISTINCT session_id, payload->>'constraint_id' AS cid FROM records"
+        f" WHERE session_id = ANY($1::text[]) AND kind = '{CONSTRAINT_SET}'",
+        sids,
+    ):
+        states[r["session_id"]].constraint_ids.add(r["cid"])
 
 
 class FrontierReads(Protocol):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import asyncpg
 
 from domain.planning import BatchPlan, RunState, SessionState
-from storage import retraction
+from storage import frontier, retraction
 from storage.record_rows import RECORD_COLUMNS, record_rows
 
 NOTIFY_CHANNEL = "ctx_committed"
@@ -50,6 +50,7 @@ async def load_states(
     existing = await _load_known_keys(conn, states, present, keys)
     await _load_known_operations(conn, states, present, operations)
     await retraction.load_targets(conn, states, operations)  # issue 15
+    await frontier.load_constraint_ids(conn, states, operations)  # issue 24
     return states, existing
 
 

@@ -30,6 +30,7 @@ from typing import NoReturn
 
 from domain.planning import BatchPlan, Incoming, plan_batch
 from domain.tokens import CachedCounter
+from schemas.contracts import ConstraintPayload, RecordKind
 from schemas.wire import (
     CompactionRequest,
     DeadLetter,
@@ -38,6 +39,7 @@ from schemas.wire import (
     encode_observability,
     fit_dead_letter,
 )
+from storage.frontier import RETIRED
 from storage.ingest import ExistingRecord
 from storage.processing_store import ProcessingStore, ProcessingStores
 from streams.admission import Admission, Admitted, Control, Item, RawMessage
@@ -311,6 +313,10 @@ class BatchProcessor:
             keys[scope.session_id].add(inc.event.event_key)
             if inc.event.operation_id:
                 ops[scope.session_id].add((inc.event.operation_id, str(inc.event.kind)))
+            elif inc.event.kind is RecordKind.CONSTRAINT_RETIRED and isinstance(
+                inc.event.payload, ConstraintPayload
+            ):  # issue 24: the id it retires must have been set
+                ops[scope.session_id].add((inc.event.payload.constraint_id, RETIRED))
             if scope.run_id is not None:  # the runs and threads planning will look up
                 scopes[scope.session_id].add((scope.run_id, scope.instance_id))
         states, found = await store.load_states(keys, ops, scopes)

@@ -14,6 +14,7 @@ import pytest
 
 from services.sdk.client import ContextClient, RunHandle
 from tests.integration.test_compaction import round_, script, scripted, settled
+from tests.integration.test_poison import dead_letters_at
 from tests.support.flows import client, new_session
 from tests.support.model_server import Script
 from tests.support.services import Services
@@ -330,3 +331,18 @@ async def test_a_plan_update_rewrites_only_the_end_of_the_request(
     assert shown(after)[:head] == shown(before)[:head]
     assert len(after["messages"]) > len(before["messages"])
     assert block(after, "plan")["block_id"] == "plan:v2"  # type: ignore[index]
+
+
+@pytest.mark.spec("R4.4", "R19")
+async def test_retiring_a_constraint_never_set_is_dead_lettered_with_its_reason(
+    ctx: ContextClient, db: asyncpg.Pool, services: Services
+) -> None:
+    session = await new_session(ctx)
+    run = await ctx.start_run(session)
+    await ctx.set_constraint(run, "Never push to main.", constraint_id="no-push")
+    at = await ctx.retire_constraint(run, "no-pushh", event_key="retire-typo")
+    letters = await dead_letters_at(services, {at})
+    assert [dl.reason_code for dl in letters.values()] == ["constraint_unknown"]
+    await ctx.append_user(run, "Go on.", "q1")
+    p = await ctx.prepare(run)  # the pipeline flows and the rule still holds
+    assert "- Never push to main." in block(p, "constraints")["content"]  # type: ignore[index]

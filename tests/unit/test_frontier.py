@@ -271,3 +271,26 @@ def test_a_summary_never_restates_a_declared_constraint_in_force_or_retired() ->
     assert without_constraints("No tabs.", ["No tabs."]) == "No tabs."  # too short to tell
     d = as_history(draft(said), PLAN, ("Never use tabs for indentation.",))
     assert "tabs" not in d.text()
+
+
+# --- planning: retiring a constraint -----------------------------------------------------
+
+
+def test_retiring_a_constraint_never_set_is_refused_and_one_set_is_recorded() -> None:
+    from domain.planning import plan_batch
+    from schemas.contracts import ConstraintPayload
+
+    from .test_planning import active_state, batch_of
+
+    st = active_state()
+    sets = make_event(RecordKind.CONSTRAINT_SET, "c-set", payload=ConstraintPayload("tabs"))
+    retire = make_event(RecordKind.CONSTRAINT_RETIRED, "c-ret", payload=ConstraintPayload("tabs"))
+    typo = make_event(RecordKind.CONSTRAINT_RETIRED, "c-typo", payload=ConstraintPayload("tbas"))
+    plan = plan_batch(batch_of(sets, retire, typo), {st.session_id: st})
+    assert [nr.incoming.event.event_key for nr in plan.records] == ["c-set", "c-ret"]
+    (refused,) = plan.rejections
+    assert (refused.code, refused.dead_letter) == ("constraint_unknown", True)
+    later = active_state()
+    later.constraint_ids = {"tabs"}  # as storage loads them for a batch that retires one
+    again = plan_batch(batch_of(retire), {later.session_id: later})
+    assert len(again.records) == 1 and not again.rejections

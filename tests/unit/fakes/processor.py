@@ -113,6 +113,9 @@ class FakeProcessingStore:
             for op, kind in operations.get(sid, ()):
                 if (sid, op, kind) in self.data.operations:
                     st.known_operations.add((op, kind))
+            # Issue 24: as storage.frontier loads them, only when the batch retires one.
+            if not any(k == "constraint_retired" for _, k in operations.get(sid, ())):
+                st.constraint_ids = set()
             states[sid] = st
         return states, existing
 
