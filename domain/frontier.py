@@ -38,6 +38,7 @@ class FrontierRecord:
     run_id: str | None
     text: str
     payload: Mapping[str, Any]
+    withdrawn: bool = False  # a constraint whose source input was retracted (issue 15)
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ class Frontier:
     plan: Plan = field(default_factory=Plan)
     constraints: tuple[Constraint, ...] = ()
     constraints_version: int = 0  # constraint records (declared or retired) of the view
-    task_version: int = 0  # user inputs and supplements of the thread
+    task_version: int = 0  # user inputs and supplements of the thread (only grows)
     declared: tuple[str, ...] = ()  # every constraint text ever set: never a summary's fact
 
     def versions(self) -> dict[str, int]:
@@ -134,38 +135,41 @@ def plan_of(latest: FrontierRecord | None, updates: int) -> Plan:
 
 def declared_texts(records: Iterable[FrontierRecord]) -> tuple[str, ...]:
     """Every constraint text set in ``records``, in force or retired, once each."""
-    return tuple(dict.fromkeys(r.text for r in records if r.kind == CONSTRAINT_SET and r.text))
+    ordered = sorted(records, key=lambda r: r.session_sequence)
+    return tuple(dict.fromkeys(r.text for r in ordered if r.kind == CONSTRAINT_SET and r.text))
 
 
 def active_constraints(
     records: Iterable[FrontierRecord], run_id: str | None
 ) -> tuple[tuple[Constraint, ...], int]:
-    """The constraints in force for ``run_id`` (in the order first given; one per id, at
-    its latest version) and how many constraint records there were (the version)."""
+    """The constraints in force for ``run_id`` and how many constraint records there were
+    (the version). One per id and scope, at its latest version, in the order first given:
+    a run-scoped declaration of a session constraint's id holds beside it (the session one
+    outlives the run), a retirement ends the id in every scope, and two constraints of the
+    same text (a host's id, the user repeating it) are shown once."""
     versions: dict[str, int] = {}
-    active: dict[str, Constraint] = {}  # insertion order = the order given
+    active: dict[tuple[str, str], Constraint] = {}  # insertion order = the order given
     seen = 0
     for r in sorted(records, key=lambda r: r.session_sequence):
         if r.kind not in (CONSTRAINT_SET, CONSTRAINT_RETIRED):
             continue
         seen += 1
         cid = str(r.payload.get("constraint_id"))
-        if r.kind == CONSTRAINT_RETIRED:
-            active.pop(cid, None)
+        if r.kind == CONSTRAINT_RETIRED or r.withdrawn:
+            for key in [k for k in active if k[0] == cid]:
+                del active[key]
             continue
         versions[cid] = versions.get(cid, 0) + 1
         scope = str(r.payload.get("scope") or "session")
-        active[cid] = Constraint(
-            cid,
-            r.text,
-            scope,
-            versions[cid],
-            r.record_id,
-            r.payload.get("source_record_id"),
-            r.run_id,
+        source = r.payload.get("source_record_id")
+        active[(cid, scope)] = Constraint(
+            cid, r.text, scope, versions[cid], r.record_id, source, r.run_id
         )
-    in_force = tuple(c for c in active.values() if c.scope == "session" or c.run_id == run_id)
-    return in_force, seen
+    shown: dict[str, Constraint] = {}
+    for c in active.values():
+        if c.scope == "session" or c.run_id == run_id:
+            shown.setdefault(" ".join(c.text.casefold().split()).rstrip(".!;: "), c)
+    return tuple(shown.values()), seen
 
 
 def constraint_id_for(text: str) -> str:
@@ -183,7 +187,8 @@ def constraints_text(constraints: Sequence[Constraint], version: int) -> str:
         f"[user constraints in force — state of record, constraints v{version}; they hold"
         " until the user retires them]"
     ]
-    lines.extend(f"- {c.text}" for c in constraints)
+    # A line break stays inside its constraint: continuation lines are indented.
+    lines.extend("- " + "\n  ".join(c.text.splitlines() or [""]) for c in constraints)
     return "\n".join(lines)
 
 
@@ -207,60 +212,93 @@ def plan_text(plan: Plan) -> str:
 _STATUS_WORDS: dict[str, tuple[str, ...]] = {
     "done": ("done", "completed", "complete", "finished"),
     "in_progress": ("in progress", "in_progress", "in-progress", "underway", "ongoing"),
-    "pending": ("pending", "not started", "to do", "todo", "planned"),
+    "pending": ("pending", "not started", "planned"),  # a "TODO:" is a note, not a status
     "blocked": ("blocked",),
     "dropped": ("dropped", "abandoned", "cancelled", "canceled"),
 }
-_STATUS_RE = {
-    status: re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in words) + r")(?![\w-])")
+_STATUS = {
+    status: "(?:" + "|".join(re.escape(w) for w in words) + r")(?![\w-])"
     for status, words in _STATUS_WORDS.items()
 }
-# A statement framed as the past ("was", "earlier", "at plan v3") reports history.
+_ANY_STATUS = "(?:" + "|".join(_STATUS.values()) + ")"
+# How a sentence states an item's status: "X is done", "X: done", "X — now blocked",
+# "[done] X", "done: X". A status word elsewhere in the sentence (another item's, a
+# question's, a tool's "done in 3 s") states nothing about X.
+_IS = r"\s*(?:\(id [^)]*\)\s*)?(?:(?:is|are|:|\u2014|\u2013|-|=|\u2192|->)\s*)?"
+_IS += r"(?:now |still |currently |already )?(?:marked (?:as )?)?"
+# A sentence framed as the past ("was", "earlier", "at plan v3") reports history.
 _PAST = re.compile(
-    r"\b(was|were|had|earlier|previously|formerly|at the time|at that point|back then|"
-    r"plan v\d+)\b"
+    r"\b(?:was|were|had been|earlier|previously|formerly|at the time|at that point|back then"
+    r"|plan v\d+)\b"
 )
+_SENTENCES = re.compile(r"(?<=[.;!?])\s+|\n")
 MIN_ITEM_CHARS = 8  # shorter item texts are too common words to be recognised in prose
 
 
-def _norm(text: str) -> str:
-    return " ".join(re.sub(r"[^\w]+", " ", text.casefold()).split())
+def _item_pattern(item: Item) -> str | None:
+    words = re.findall(r"\w+", item.text.casefold())
+    if len(" ".join(words)) < MIN_ITEM_CHARS:
+        return None
+    return r"(?<!\w)" + r"[\W_]+".join(re.escape(w) for w in words) + r"(?!\w)"
+
+
+def _stated(sentence: str, item: Item) -> str | None:
+    """The status ``sentence`` states of ``item`` (None: it states none)."""
+    names = [p for p in (_item_pattern(item),) if p]
+    names.append(r"\bid " + re.escape(item.item_id.casefold()) + r"(?!\w)")
+    for name in names:
+        for status, word in _STATUS.items():
+            forms = (
+                rf"{name}{_IS}{word}",
+                rf"\[{word}\]\s*{name}",
+                rf"(?<!\w){word}\s*:\s*{name}",
+            )
+            if any(re.search(f, sentence) for f in forms):
+                return status
+    return None
 
 
 def plan_contradiction(statement: str, plan: Plan) -> tuple[Item, str] | None:
     """The current plan item ``statement`` states another status of, and that status.
 
-    A statement states an item's status when it names the item (its text, or ``id <id>``)
-    and a status word, in the present: one framed as the past (``was``, ``earlier``,
-    ``plan v3`` …) reports history and may say anything. None when there is no such item.
+    A sentence states an item's status when the status word is said of the item itself
+    ("X is done", "X: blocked", "[done] X", "done: X"; the item named by its text or by
+    ``id <id>``), in the present: a sentence framed as the past (``was``, ``earlier``,
+    ``plan v3`` …) reports history and may say anything, and so does a statement framed
+    "earlier: …" as a whole. None when no sentence states an item otherwise.
     """
     low = statement.casefold()
-    if not plan.items or _PAST.search(low):
+    if not plan.items or low.lstrip().startswith("earlier:"):
         return None
-    flat = _norm(statement)
-    for item in plan.items:
-        named = (len(item.text) >= MIN_ITEM_CHARS and _norm(item.text) in flat) or (
-            f"id {item.item_id.casefold()}" in low
-        )
-        if not named:
+    for sentence in _SENTENCES.split(low):
+        if _PAST.search(sentence) or not re.search(_ANY_STATUS, sentence):
             continue
-        for status, pattern in _STATUS_RE.items():
-            if status != item.status and pattern.search(low):
-                return item, status
+        for item in plan.items:
+            stated = _stated(sentence, item)
+            if stated is not None and stated != item.status:
+                return item, stated
     return None
 
 
 def without_constraints(statement: str, declared: Sequence[str]) -> str:
-    """``statement`` with each declared constraint it repeats replaced by a marker (R11.5):
-    constraints render from their own records while in force, and a retired one never
-    comes back through a summary."""
-    for text in declared:
-        words = text.strip().rstrip(".!;: ").split()
+    """``statement`` with each declared constraint it repeats as a sentence or a part of
+    its own (case and spacing aside: "Q: Never use tabs. → A: …") replaced by a marker
+    (R11.5): constraints render from their own records while in force, and a retired one
+    never comes back through a summary. Words of a constraint inside another sentence
+    ("we decided to use Python 3.12") are that sentence's, and stay. Longer constraints
+    first, so one that contains another is marked whole."""
+    for text in sorted(set(declared), key=lambda t: (-len(t), t)):
+        words = re.findall(r"\w+", text.casefold())
         if len(" ".join(words)) < MIN_ITEM_CHARS:
             continue
-        pattern = r"\s+".join(re.escape(w) for w in words) + r"[.!;:]?"
-        statement = re.sub(pattern, CONSTRAINT_MARK, statement, flags=re.I)
+        body = r"[\W_]+".join(re.escape(w) for w in words)
+        pattern = _PART_START + body + _PART_END
+        statement = re.sub(pattern, rf"\g<1>{CONSTRAINT_MARK}", statement, flags=re.I)
     return statement
 
 
+# Where a part of a statement begins and ends: its start or end, sentence punctuation,
+# the separators summaries join parts with (" → ", " | ", "; "), quotes and brackets.
+_PART_START = r"(^\s*|[.!?;:|\u2192>\"'(\[]\s*)"
+_PART_END = r"[.!?;:]?(?=\s*(?:$|[|\u2192;\"')\]]))"
 CONSTRAINT_MARK = "(a user constraint: shown on its own while in force)"

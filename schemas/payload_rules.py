@@ -24,8 +24,13 @@ MAX_COUNT = 2**53
 
 # Issue 24: bounds of the execution frontier's state (it renders in every action context).
 MAX_PLAN_ITEMS = 100
-MAX_PLAN_ITEM_CHARS = 2000
+MAX_PLAN_ITEM_CHARS = 500  # an item's text, and its note
+MAX_PLAN_CHARS = 12_000  # the texts and notes of a whole plan
+MAX_PLAN_EXPLANATION_CHARS = 2000
 MAX_CONSTRAINT_BYTES = 4096
+# One line each: a line break in an item could forge a block of its own in the render
+# (a model writes its plan; a "constraints" block inside it would be an injection).
+_BREAK = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]")
 CONSTRAINT_SCOPES = frozenset({"session", "run"})
 
 
@@ -72,22 +77,37 @@ def validate_assistant(p: AssistantMessagePayload) -> None:
 
 
 def validate_plan(p: PlanPayload) -> None:
-    """Issue 24: an ordered list of at most MAX_PLAN_ITEMS items, each with a unique id,
-    a non-empty text and a known status."""
+    """Issue 24: an ordered list of at most MAX_PLAN_ITEMS items, each with a unique id, a
+    one-line text (and note) within MAX_PLAN_ITEM_CHARS and a known status, the whole
+    within MAX_PLAN_CHARS: it renders, required, in every action context."""
     if len(p.items) > MAX_PLAN_ITEMS:
         raise fail("bad_plan", f"a plan holds at most {MAX_PLAN_ITEMS} items, got {len(p.items)}")
+    if p.explanation is not None and len(p.explanation) > MAX_PLAN_EXPLANATION_CHARS:
+        raise fail("bad_plan", f"explanation is over {MAX_PLAN_EXPLANATION_CHARS} characters")
     seen: set[str] = set()
     for i, item in enumerate(p.items):
         if not item.item_id or item.item_id in seen:
             raise fail("bad_plan", f"items[{i}].item_id {item.item_id!r} is empty or repeated")
         seen.add(item.item_id)
-        if not item.text.strip() or len(item.text) > MAX_PLAN_ITEM_CHARS:
-            raise fail("bad_plan", f"items[{i}].text must be 1..{MAX_PLAN_ITEM_CHARS} characters")
+        for name, text in (("text", item.text), ("note", item.note or "")):
+            if len(text) > MAX_PLAN_ITEM_CHARS or _BREAK.search(text):
+                raise fail(
+                    "bad_plan",
+                    f"items[{i}].{name} must be one line of {MAX_PLAN_ITEM_CHARS}"
+                    " characters at most",
+                )
+        if not item.text.strip():
+            raise fail("bad_plan", f"items[{i}].text is empty")
         if item.status not in _PLAN_STATUSES:
             raise fail(
                 "bad_plan_status",
                 f"items[{i}].status {item.status!r} is not one of {sorted(_PLAN_STATUSES)}",
             )
+    total = sum(len(i.text) + len(i.note or "") for i in p.items)
+    if total > MAX_PLAN_CHARS:
+        raise fail(
+            "bad_plan", f"the plan's texts and notes are {total} characters, over {MAX_PLAN_CHARS}"
+        )
 
 
 _PLAN_STATUSES = frozenset(str(s) for s in PlanStatus)

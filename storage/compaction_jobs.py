@@ -19,7 +19,7 @@ from domain.frontier import Frontier
 from domain.policy import ContextPolicy, validate_policy
 from domain.rendering import RecordView
 from storage import compaction as summaries
-from storage.frontier import read_frontier
+from storage.frontier import thread_frontier
 from storage.threads import snapshot_boundary, thread_records, uncovered_records
 
 
@@ -157,13 +157,7 @@ class PgCompactionJobs:
 
     async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
         async with self.pool.acquire() as conn:
-            main = await conn.fetchval(
-                "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
-                session_id,
-                run_id,
-            )
-            child = main is not None and main != instance_id
-            return await read_frontier(conn, session_id, run_id, instance_id, child=child)
+            return await thread_frontier(conn, session_id, run_id, instance_id)
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]

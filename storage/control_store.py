@@ -26,7 +26,7 @@ from domain.triggers import Counters, LastAttempt
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction as repo
 from storage import compaction_state, processing
-from storage.frontier import read_frontier
+from storage.frontier import read_frontier, thread_frontier
 from storage.view_state import ViewState, counted_after, load_view_state
 
 
@@ -148,7 +148,9 @@ async def frontier_of(
     conn: asyncpg.Connection, session_id: str, lineage: str, run_id: str, instance_id: str
 ) -> Frontier:
     """The frontier of a job's thread: the main thread's, or its child's (R13.1)."""
-    return await read_frontier(conn, session_id, run_id, instance_id, child=lineage != "main")
+    if lineage == "main":
+        return await read_frontier(conn, session_id, run_id, instance_id, child=False)
+    return await thread_frontier(conn, session_id, run_id, instance_id)
 
 
 async def apply_control(conn: asyncpg.Connection, effects: ControlEffects) -> None:

@@ -26,22 +26,32 @@ from domain.frontier import (
     plan_of,
 )
 from domain.planning import SessionState
-from storage.retraction import live_sql
 
 _FROM = (
     " FROM records r LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
     " WHERE r.session_id = $1"
 )
-_MAIN = "(r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+# The main thread as run $2 sees it (R2.1, R2.5): what its snapshot inherits (main
+# instances, session or actor visibility, up to the snapshot), its own records, and what
+# was declared for the session outside any run.
+_MAIN = (
+    "((r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+    " AND (r.run_id IS NULL OR r.run_id = $2 OR (r.visibility IN ('session', 'actor')"
+    " AND r.session_sequence <= (SELECT x.through_session_sequence FROM runs v"
+    " JOIN history_snapshots x USING (snapshot_id) WHERE v.session_id = $1 AND v.run_id = $2))))"
+)
 _CHILD = "(r.run_id = $2 AND r.instance_id = $3)"
-_COLS = "r.record_id, r.session_sequence, r.kind, r.run_id, r.content_inline, r.payload"
-
-
-def _constraints_sql(where: str) -> str:
-    return (
-        f"SELECT {_COLS}{_FROM} AND r.kind IN ('{CONSTRAINT_SET}', '{CONSTRAINT_RETIRED}')"
-        f" AND {where} ORDER BY r.session_sequence"
-    )
+# A constraint declared with a user input that was since retracted (issue 15) is withdrawn.
+_WITHDRAWN = (
+    f"(r.kind = '{CONSTRAINT_SET}' AND EXISTS (SELECT 1 FROM records rx"
+    " WHERE rx.session_id = r.session_id AND rx.kind = 'record_retracted'"
+    " AND rx.operation_id = r.payload->>'source_record_id'))"
+)
+_COLS = (
+    "r.record_id, r.session_sequence, r.kind, r.run_id, r.content_inline, r.payload,"
+    f" {_WITHDRAWN} AS withdrawn"
+)
+_CONSTRAINT_KINDS = f"r.kind IN ('{CONSTRAINT_SET}', '{CONSTRAINT_RETIRED}')"
 
 
 def _payload(raw: Any) -> dict[str, Any]:
@@ -57,7 +67,15 @@ def _record(r: asyncpg.Record) -> FrontierRecord:
         r["run_id"],
         r["content_inline"] or "",
         _payload(r["payload"]),
+        bool(r["withdrawn"]),
     )
+
+
+def _where(child: bool, inherit_constraints: bool) -> tuple[str, str]:
+    """The thread's records, and where its constraints come from."""
+    if not child:
+        return _MAIN, _MAIN
+    return _CHILD, f"({_MAIN} OR {_CHILD})" if inherit_constraints else _CHILD
 
 
 async def read_frontier(
@@ -71,9 +89,8 @@ async def read_frontier(
 ) -> Frontier:
     """The frontier of the thread ``(run_id, instance_id)`` as committed now, in one round
     trip (it is read at every prepare)."""
-    thread, args = (_CHILD, (session_id, run_id, instance_id)) if child else (_MAIN, (session_id,))
-    where = f"({_MAIN} OR {_CHILD})" if child and inherit_constraints else thread
-    rows = await conn.fetch(_frontier_sql(thread, where), *args)
+    thread, where = _where(child, inherit_constraints)
+    rows = await conn.fetch(_frontier_sql(thread, where), session_id, run_id, instance_id)
     latest = next((r for r in rows if r["part"] == "plan"), None)
     tasks = next(int(r["n"]) for r in rows if r["part"] == "task")
     records = [_record(r) for r in rows if r["part"] == "constraint"]
@@ -83,20 +100,50 @@ async def read_frontier(
 
 
 def _frontier_sql(thread: str, where: str) -> str:
-    """The latest plan update (and how many), the constraint records, the task count."""
+    """The latest plan update (and how many), the constraint records, the task count
+    (every input, retracted ones too: a version only grows). ``$3`` is named in every
+    query, so that the main and a child thread's take the same arguments."""
     return (
-        f"(SELECT 'plan' AS part, {_PLAN_SQL.format(thread=thread)})"
-        f" UNION ALL (SELECT 'constraint', {_COLS}, 0{_FROM}"
-        f" AND r.kind IN ('{CONSTRAINT_SET}', '{CONSTRAINT_RETIRED}') AND {where})"
-        " UNION ALL (SELECT 'task', NULL, NULL, NULL, NULL, NULL, NULL, count(*)"
-        f"{_FROM} AND r.kind IN ('user_input', 'supplement') AND {thread} AND {live_sql('r')})"
+        f"(SELECT 'plan' AS part, {_COLS}, count(*) OVER () AS n{_FROM}"
+        f" AND r.kind = '{PLAN_UPDATED}' AND {thread} AND $3::text IS NOT NULL"
+        " ORDER BY r.session_sequence DESC LIMIT 1)"
+        f" UNION ALL (SELECT 'constraint', {_COLS}, 0{_FROM} AND {_CONSTRAINT_KINDS}"
+        f" AND {where})"
+        " UNION ALL (SELECT 'task', NULL, NULL, NULL, NULL, NULL, NULL, false, count(*)"
+        f"{_FROM} AND r.kind IN ('user_input', 'supplement') AND {thread})"
     )
 
 
-_PLAN_SQL = (
-    f"{_COLS}, count(*) OVER () AS n{_FROM} AND r.kind = '{PLAN_UPDATED}' AND {{thread}}"
-    " ORDER BY r.session_sequence DESC LIMIT 1"
-)
+async def inherits_constraints(conn: asyncpg.Connection, session_id: str) -> bool:
+    """``child_transfer_policy.inherit_constraints`` of the session's release (default
+    true): whether a child thread's frontier holds its session's constraints."""
+    raw = await conn.fetchval(
+        "SELECT r.context_policy->'child_transfer_policy'->>'inherit_constraints'"
+        " FROM sessions s JOIN releases r USING (release_id) WHERE s.session_id = $1",
+        session_id,
+    )
+    return bool(raw != "false")
+
+
+async def thread_frontier(
+    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+) -> Frontier:
+    """The frontier of a thread named by run and instance, main or child (the compaction
+    worker and the processor, which know the thread but not which kind it is)."""
+    child = await _is_child(conn, session_id, run_id, instance_id)
+    inherit = await inherits_constraints(conn, session_id) if child else True
+    return await read_frontier(
+        conn, session_id, run_id, instance_id, child=child, inherit_constraints=inherit
+    )
+
+
+async def _is_child(
+    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+) -> bool:
+    main = await conn.fetchval(
+        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", session_id, run_id
+    )
+    return main is not None and main != instance_id
 
 
 async def frontier_at(
@@ -109,24 +156,23 @@ async def frontier_at(
     """The frontier a call saw, from its ``dependency_versions``: versions count records,
     so plan version N is the thread's N-th plan update and constraints version M the
     fold of its first M constraint records (the inspector, R18)."""
-    main = await conn.fetchval(
-        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", session_id, run_id
-    )
-    child = main is not None and main != instance_id
-    thread, args = (_CHILD, (session_id, run_id, instance_id)) if child else (_MAIN, (session_id,))
-    where = f"({_MAIN} OR {_CHILD})" if child else thread
+    child = await _is_child(conn, session_id, run_id, instance_id)
+    inherit = await inherits_constraints(conn, session_id) if child else True
+    thread, where = _where(child, inherit)
+    args = (session_id, run_id, instance_id)
     n_plan = int(versions.get("plan_version") or 0)
     n_constraints = int(versions.get("constraints_version") or 0)
     latest = None
     if n_plan:
         latest = await conn.fetchrow(
             f"SELECT {_COLS}{_FROM} AND r.kind = '{PLAN_UPDATED}' AND {thread}"
-            f" ORDER BY r.session_sequence OFFSET {n_plan - 1} LIMIT 1",
+            f" AND $3::text IS NOT NULL ORDER BY r.session_sequence OFFSET {n_plan - 1} LIMIT 1",
             *args,
         )
     rows = await conn.fetch(
-        f"{_constraints_sql(where)} LIMIT {n_constraints}",
-        *((session_id, run_id, instance_id) if child else (session_id,)),
+        f"SELECT {_COLS}{_FROM} AND {_CONSTRAINT_KINDS} AND {where} AND $3::text IS NOT NULL"
+        f" ORDER BY r.session_sequence LIMIT {n_constraints}",
+        *args,
     )
     plan = plan_of(_record(latest) if latest else None, n_plan if latest else 0)
     constraints, seen = active_constraints([_record(r) for r in rows], run_id)

@@ -4,9 +4,10 @@ summary stays open only until a newer record takes it up with an answer. Pure.
 A question is answered when a later user or assistant text says it is settled
 ("answered", "resolved", "turns out", "the answer is", …) and names the words that tell
 the question apart — its content words, less those most open questions share
-("production", "retries", …): all but at most one, at least ``MIN_WORDS``, and no other
-open question better. The entry then moves to the facts as "answered later: …": history
-keeps that it was asked, and the open questions keep their share for the ones still open.
+("production", "retries", …): all of three or fewer, all but one of more, at least
+``MIN_WORDS``, and no other open question better. The entry then moves to the facts as
+"answered later: …": history keeps that it was asked, and the open questions keep their
+share for the ones still open.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from services.compaction.drafts import SummaryDraft
 
 SETTLED = re.compile(
     r"\b(?:answered|resolved|settled|confirmed|turns out|turned out|found out|the answer is"
-    r"|no longer (?:open|unclear)|figured out|it is fine|answer:)\b",
+    r"|no longer (?:open|unclear)|figured out|answer(?: is)?:)",
     re.I,
 )
 MIN_WORDS = 2
@@ -72,8 +73,6 @@ _ASKING = frozenset(
         "using",
         "user",
         "said",
-        "earlier",
-        "point",
         "answered",
     }
 )
@@ -92,9 +91,10 @@ def _telling(question: str, common: frozenset[str]) -> set[str]:
 
 def _named(telling: set[str], text: set[str]) -> float:
     """The share of ``telling`` that ``text`` names, 0 when it names too few of them: all
-    but at most one, and at least ``MIN_WORDS``."""
+    of three or fewer, all but one of more, and at least ``MIN_WORDS``."""
     n = len(telling & text)
-    return n / len(telling) if n >= max(MIN_WORDS, len(telling) - 1) else 0.0
+    need = len(telling) if len(telling) <= 3 else len(telling) - 1
+    return n / len(telling) if n >= max(MIN_WORDS, need) else 0.0
 
 
 def answered(question: str, later: Iterable[str], common: frozenset[str] = frozenset()) -> bool:

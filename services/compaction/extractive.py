@@ -81,7 +81,7 @@ _ROLLUP_SPLIT = re.compile(r"( \| | … | → |; )")
 _ROLLUP_CUE = {"decisions": sal.is_decision, "unresolved_questions": sal.is_open}
 # Guaranteed shares of the budget, kept first (``Fill.reserve``): (section, share, newest
 # first): questions in record order, decisions newest first; what is left goes to the rest.
-SHARES = (("unresolved_questions", 0.2, False), ("decisions", 0.25, True))
+SHARES = (("unresolved_questions", 0.3, False), ("decisions", 0.25, True))
 # (cue, line bonus) of a choice's line: what it is worth past its share, as in roll-ups
 _CHOICE = {"decisions": (sal.W_DECISION, 1.0), "unresolved_questions": (sal.W_OPEN, BONUS_KEEP)}
 

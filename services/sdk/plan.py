@@ -13,8 +13,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from schemas.contracts import PlanItem, PlanStatus
-from schemas.errors import InvalidRequest
+from schemas.contracts import PlanItem, PlanPayload, PlanStatus
+from schemas.errors import InvalidEvent, InvalidRequest
+from schemas.payload_rules import validate_plan
 
 PLAN_TOOL_NAME = "update_plan"
 STATUSES = [str(s) for s in PlanStatus]
@@ -56,8 +57,12 @@ _ALIASES = {"completed": "done", "complete": "done", "todo": "pending"}
 
 def plan_items(items: Sequence[PlanItemLike]) -> tuple[PlanItem, ...]:
     """Plan items from ``PlanItem``s or mappings (``id``/``item_id``, ``step``/``text``/
-    ``content``, ``status``, ``note``). An item without an id is numbered by position."""
+    ``content``, ``status``, ``note``), checked as the processor checks a plan (so a tool
+    can tell the model at once, not after a dead letter). An item without an id gets
+    ``step-N`` (N its position; a suffix if another item already has that id)."""
     out: list[PlanItem] = []
+    given = {str(r.get("item_id") or r.get("id")) for r in items if isinstance(r, Mapping)}
+    given |= {r.item_id for r in items if isinstance(r, PlanItem)}
     for n, raw in enumerate(items, 1):
         if isinstance(raw, PlanItem):
             out.append(raw)
@@ -65,12 +70,23 @@ def plan_items(items: Sequence[PlanItemLike]) -> tuple[PlanItem, ...]:
         text = raw.get("text") or raw.get("step") or raw.get("content") or ""
         status = str(raw.get("status") or "pending").lower().replace("-", "_").replace(" ", "_")
         status = _ALIASES.get(status, status)
-        if status not in STATUSES:
-            raise InvalidRequest(f"plan item {n}: unknown status {status!r}", field="status")
-        item_id = str(raw.get("item_id") or raw.get("id") or f"step-{n}")
+        item_id = str(raw.get("item_id") or raw.get("id") or _free(f"step-{n}", given))
         note = raw.get("note")
         out.append(PlanItem(item_id, str(text), status, None if note is None else str(note)))
+    try:
+        validate_plan(PlanPayload(tuple(out)))
+    except InvalidEvent as exc:
+        raise InvalidRequest(str(exc), field="plan", reason=exc.reason_code) from exc
     return tuple(out)
+
+
+def _free(wanted: str, taken: set[str]) -> str:
+    out, k = wanted, 1
+    while out in taken:
+        k += 1
+        out = f"{wanted}-{k}"
+    taken.add(out)
+    return out
 
 
 def plan_from_tool_arguments(arguments_json: str) -> tuple[tuple[PlanItem, ...], str | None]:

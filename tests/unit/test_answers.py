@@ -68,3 +68,8 @@ def test_a_roll_up_keeps_the_newest_decisions_even_when_an_old_record_also_asked
     kept = {f.source_ids[0] for f in out.decisions}
     assert {f"rec_{i}" for i in range(35, 40)} <= kept
     assert "rec_0" not in kept
+
+
+def test_settled_text_about_something_else_never_closes_a_question() -> None:
+    q = "Open question: which timeout does the billing client use?"
+    assert not answered(q, ["Confirmed: the billing client builds fine in CI."])

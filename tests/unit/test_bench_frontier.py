@@ -43,8 +43,8 @@ def test_a_retired_constraint_is_absent_from_ours() -> None:
             if c > upto:
                 break
             view = [r for r in s.records if r.session_sequence <= c]
-            plan = bench.frontier_at(s, c, on).plan
-            parent = await jobs.job(view, parent, plan, on) or parent
+            front = bench.frontier_at(s, c, on)
+            parent = await jobs.job(view, parent, front, on) or parent
         return parent
 
     summary = asyncio.run(compact())
