@@ -346,3 +346,54 @@ async def test_retiring_a_constraint_never_set_is_dead_lettered_with_its_reason(
     await ctx.append_user(run, "Go on.", "q1")
     p = await ctx.prepare(run)  # the pipeline flows and the rule still holds
     assert "- Never push to main." in block(p, "constraints")["content"]  # type: ignore[index]
+
+
+@pytest.mark.spec("R2.5", "R4.4", "R19")
+async def test_a_resumed_run_sees_its_own_plan_not_a_later_runs(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session = await new_session(ctx)
+    a = await ctx.start_run(session)
+    await ctx.append_user(a, "Question a.", "qa")
+    await ctx.update_plan(a, PLAN_V1, event_key="plan:a")
+    await ctx.finish_run(a)
+    b = await ctx.start_run(session)
+    await ctx.append_user(b, "Question b.", "qb")
+    await ctx.update_plan(b, PLAN_V2, event_key="plan:b")
+    seen_b = await ctx.prepare(b)
+    assert seen_b["dependency_versions"]["plan_version"] == 2  # a's plan, then its own
+    await ctx.finish_run(b)
+    await ctx.resume_run(a)
+    await ctx.append_user(a, "Back to a.", "qa2", supplement=True)
+    seen_a = await ctx.prepare(a)
+    plan = block(seen_a, "plan")
+    assert plan is not None and plan["block_id"] == "plan:v1", plan
+    assert "fix the tokenizer bug" not in everything(seen_a)  # only b's plan has it
+
+
+@pytest.mark.spec("R4.4", "R19")
+async def test_a_constraint_whose_source_input_is_retracted_is_withdrawn(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
+
+    session = await new_session(ctx)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Never use tabs for indentation.", "q1", constraint=True)
+    p = await ctx.prepare(run)
+    source = p["frontier"]["constraints"][0]["source_record_id"]
+    await ctx.append(
+        ctx._event(
+            run,
+            RecordKind.RECORD_RETRACTED,
+            Authority.USER,
+            Content.text(""),
+            RetractionPayload(source, "undo"),
+            f"retract:{source}",
+            operation_id=source,
+        )
+    )
+    await ctx.append_user(run, "Go on.", "q2", supplement=True)
+    after = await ctx.prepare(run)
+    assert block(after, "constraints") is None
+    assert "tabs" not in everything(after).lower()
