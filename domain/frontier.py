@@ -15,6 +15,7 @@ current plan item's status differently from the plan (``plan_contradiction``, R1
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -143,40 +144,56 @@ def active_constraints(
     records: Iterable[FrontierRecord], run_id: str | None
 ) -> tuple[tuple[Constraint, ...], int]:
     """The constraints in force for ``run_id`` and how many constraint records there were
-    (the version). One per id and scope, at its latest version, in the order first given:
-    a run-scoped declaration of a session constraint's id holds beside it (the session one
-    outlives the run), a retirement ends the id in every scope, and two constraints of the
-    same text (a host's id, the user repeating it) are shown once."""
+    (the version). One per id and scope, at its latest version, in the order first given.
+    A run-scoped declaration of a session constraint's id holds beside it (the session one
+    outlives the run); a retirement ends the id in every scope. Declaring the text of a
+    constraint in force under another id (the user repeating the host's rule) is that
+    constraint's next version, and retiring either id ends it."""
     versions: dict[str, int] = {}
+    alias: dict[str, str] = {}  # an id -> the constraint it repeats
     active: dict[tuple[str, str], Constraint] = {}  # insertion order = the order given
     seen = 0
     for r in sorted(records, key=lambda r: r.session_sequence):
         if r.kind not in (CONSTRAINT_SET, CONSTRAINT_RETIRED):
             continue
         seen += 1
+        if r.withdrawn:  # its source input was retracted: as if never declared
+            continue
         cid = str(r.payload.get("constraint_id"))
-        if r.kind == CONSTRAINT_RETIRED or r.withdrawn:
+        cid = alias.get(cid, cid)
+        if r.kind == CONSTRAINT_RETIRED:
             for key in [k for k in active if k[0] == cid]:
                 del active[key]
             continue
+        same = next((c for c in active.values() if _same(c.text, r.text)), None)
+        if same is not None and same.constraint_id != cid:
+            alias[cid], cid = same.constraint_id, same.constraint_id
         versions[cid] = versions.get(cid, 0) + 1
         scope = str(r.payload.get("scope") or "session")
         source = r.payload.get("source_record_id")
         active[(cid, scope)] = Constraint(
             cid, r.text, scope, versions[cid], r.record_id, source, r.run_id
         )
-    shown: dict[str, Constraint] = {}
+    shown: dict[str, Constraint] = {}  # one rule shown once, in whichever scopes it holds
     for c in active.values():
         if c.scope == "session" or c.run_id == run_id:
-            shown.setdefault(" ".join(c.text.casefold().split()).rstrip(".!;: "), c)
+            shown.setdefault(_normal(c.text), c)
     return tuple(shown.values()), seen
+
+
+def _same(a: str, b: str) -> bool:
+    """One rule, whatever its case, spacing or final full stop."""
+    return _normal(a) == _normal(b)
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().split()).rstrip(".!;: ")
 
 
 def constraint_id_for(text: str) -> str:
     """A constraint's identity when the host names none: its normalized text, so the user
     repeating a rule (other case, spacing, a final full stop) is the same constraint."""
-    norm = " ".join(text.casefold().split()).rstrip(".!;: ")
-    return "con_" + hashlib.sha256(norm.encode()).hexdigest()[:16]
+    return "con_" + hashlib.sha256(_normal(text).encode()).hexdigest()[:16]
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -216,62 +233,73 @@ _STATUS_WORDS: dict[str, tuple[str, ...]] = {
     "blocked": ("blocked",),
     "dropped": ("dropped", "abandoned", "cancelled", "canceled"),
 }
-_STATUS = {
-    status: "(?:" + "|".join(re.escape(w) for w in words) + r")(?![\w-])"
-    for status, words in _STATUS_WORDS.items()
-}
-_ANY_STATUS = "(?:" + "|".join(_STATUS.values()) + ")"
-# How a sentence states an item's status: "X is done", "X: done", "X — now blocked",
-# "[done] X", "done: X". A status word elsewhere in the sentence (another item's, a
-# question's, a tool's "done in 3 s") states nothing about X.
-_IS = r"\s*(?:\(id [^)]*\)\s*)?(?:(?:is|are|:|\u2014|\u2013|-|=|\u2192|->)\s*)?"
-_IS += r"(?:now |still |currently |already )?(?:marked (?:as )?)?"
-# A sentence framed as the past ("was", "earlier", "at plan v3") reports history.
+_WORD_STATUS = {w: status for status, words in _STATUS_WORDS.items() for w in words}
+_LONGEST_FIRST = sorted(_WORD_STATUS, key=len, reverse=True)
+_WORDS = "(?:" + "|".join(re.escape(w) for w in _LONGEST_FIRST) + r")(?![\w-])"
+_ANY_STATUS = re.compile(r"(?<![\w-])" + _WORDS)
+# How a sentence states an item's status, said of the item itself: "X is done", "X has been
+# completed", "X: blocked", "X — now dropped", "[done] X", "done: X", "completed X". A status
+# word elsewhere (another item's, a tool's "done in 3 s") states nothing about X.
+_IS = (
+    r"\s*(?:\(id [^)]*\)\s*)?(?:(?:is|are|has been|have been|got|:|\u2014|\u2013|-|=|\u2192|->)"
+    r"\s*)?(?:now |still |currently |already |fully )?(?:marked (?:as )?)?"
+)
+_VERBS = r"(?:completed|finished|dropped|abandoned)"
+_END = r"(?=\s*(?:$|[.,;:!?)\]\u2014\u2013]|\(id|- ))"  # the whole item, not a prefix of it
+# A sentence that asks or wonders states no status; one framed as the past reports history.
+_ASKS = re.compile(
+    r"\?\s*$|\b(?:whether|unclear|not sure|unknown|todo|find out|open question|wonder)\b"
+)
 _PAST = re.compile(
-    r"\b(?:was|were|had been|earlier|previously|formerly|at the time|at that point|back then"
-    r"|plan v\d+)\b"
+    r"\b(?:earlier|previously|formerly|at the time|at that point|back then|plan v\d+)\b"
 )
 _SENTENCES = re.compile(r"(?<=[.;!?])\s+|\n")
 MIN_ITEM_CHARS = 8  # shorter item texts are too common words to be recognised in prose
 
 
-def _item_pattern(item: Item) -> str | None:
-    words = re.findall(r"\w+", item.text.casefold())
-    if len(" ".join(words)) < MIN_ITEM_CHARS:
-        return None
-    return r"(?<!\w)" + r"[\W_]+".join(re.escape(w) for w in words) + r"(?!\w)"
+@functools.lru_cache(maxsize=4096)
+def _item_regex(item_id: str, text: str) -> re.Pattern[str]:
+    """One pattern for every way a sentence states a status of this item (compiled once:
+    a plan of a hundred items is checked against every summary statement)."""
+    words = re.findall(r"\w+", text.casefold())
+    names = [r"\bid " + re.escape(item_id.casefold()) + r"(?!\w)"]
+    if len(" ".join(words)) >= MIN_ITEM_CHARS:
+        names.insert(0, r"(?<!\w)" + r"[\W_]+".join(re.escape(w) for w in words) + r"(?!\w)")
+    name = "(?:" + "|".join(names) + ")"
+    forms = (
+        rf"{name}{_IS}(?P<a>{_WORDS})",
+        rf"\[(?P<b>{_WORDS})\]\s*{name}{_END}",
+        rf"(?<![\w-])(?P<c>{_WORDS})\s*:\s*{name}{_END}",
+        rf"(?<![\w-])(?P<d>{_VERBS})\s+(?:the\s+)?{name}{_END}",
+    )
+    return re.compile("|".join(forms))
 
 
 def _stated(sentence: str, item: Item) -> str | None:
     """The status ``sentence`` states of ``item`` (None: it states none)."""
-    names = [p for p in (_item_pattern(item),) if p]
-    names.append(r"\bid " + re.escape(item.item_id.casefold()) + r"(?!\w)")
-    for name in names:
-        for status, word in _STATUS.items():
-            forms = (
-                rf"{name}{_IS}{word}",
-                rf"\[{word}\]\s*{name}",
-                rf"(?<!\w){word}\s*:\s*{name}",
-            )
-            if any(re.search(f, sentence) for f in forms):
-                return status
-    return None
+    m = _item_regex(item.item_id, item.text).search(sentence)
+    if m is None:
+        return None
+    word = next(g for g in m.groups() if g is not None)
+    return _WORD_STATUS.get(" ".join(word.replace("_", " ").replace("-", " ").split()), "done")
 
 
 def plan_contradiction(statement: str, plan: Plan) -> tuple[Item, str] | None:
     """The current plan item ``statement`` states another status of, and that status.
 
     A sentence states an item's status when the status word is said of the item itself
-    ("X is done", "X: blocked", "[done] X", "done: X"; the item named by its text or by
-    ``id <id>``), in the present: a sentence framed as the past (``was``, ``earlier``,
-    ``plan v3`` …) reports history and may say anything, and so does a statement framed
-    "earlier: …" as a whole. None when no sentence states an item otherwise.
+    ("X is done", "X has been completed", "X: blocked", "[done] X", "done: X",
+    "completed X"; the item named by its whole text or by ``id <id>``), in the present. A
+    sentence that asks or wonders ("…?", "whether", "TODO") states none; one framed as the
+    past ("earlier", "previously", "at plan v3" …) reports history, and so does a
+    statement framed "earlier: …" as a whole. None when no sentence states an item
+    otherwise.
     """
     low = statement.casefold()
     if not plan.items or low.lstrip().startswith("earlier:"):
         return None
     for sentence in _SENTENCES.split(low):
-        if _PAST.search(sentence) or not re.search(_ANY_STATUS, sentence):
+        if not _ANY_STATUS.search(sentence) or _ASKS.search(sentence) or _PAST.search(sentence):
             continue
         for item in plan.items:
             stated = _stated(sentence, item)
@@ -299,6 +327,6 @@ def without_constraints(statement: str, declared: Sequence[str]) -> str:
 
 # Where a part of a statement begins and ends: its start or end, sentence punctuation,
 # the separators summaries join parts with (" → ", " | ", "; "), quotes and brackets.
-_PART_START = r"(^\s*|[.!?;:|\u2192>\"'(\[]\s*)"
-_PART_END = r"[.!?;:]?(?=\s*(?:$|[|\u2192;\"')\]]))"
+_PART_START = r"(^\s*(?:[-*\u2022]\s+)?|[.!?;:|\u2192>\"'(\[]\s*)"
+_PART_END = r"(?:[.!?;:](?=\s)|[.!?;:]?(?=\s*(?:$|[|\u2192;\"')\]])))"
 CONSTRAINT_MARK = "(a user constraint: shown on its own while in force)"

@@ -41,6 +41,12 @@ _MAIN = (
     " JOIN history_snapshots x USING (snapshot_id) WHERE v.session_id = $1 AND v.run_id = $2))))"
 )
 _CHILD = "(r.run_id = $2 AND r.instance_id = $3)"
+# A session's constraints are the session's, whichever run set or retired them: a resumed
+# run is bound by a rule retired or set since its snapshot (the plan is its own history).
+_SESSION_RULES = (
+    "((r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+    " AND (r.run_id IS NULL OR r.run_id = $2 OR r.visibility IN ('session', 'actor')))"
+)
 # A constraint declared with a user input that was since retracted (issue 15) is withdrawn.
 _WITHDRAWN = (
     f"(r.kind = '{CONSTRAINT_SET}' AND EXISTS (SELECT 1 FROM records rx"
@@ -74,8 +80,8 @@ def _record(r: asyncpg.Record) -> FrontierRecord:
 def _where(child: bool, inherit_constraints: bool) -> tuple[str, str]:
     """The thread's records, and where its constraints come from."""
     if not child:
-        return _MAIN, _MAIN
-    return _CHILD, f"({_MAIN} OR {_CHILD})" if inherit_constraints else _CHILD
+        return _MAIN, _SESSION_RULES
+    return _CHILD, f"({_SESSION_RULES} OR {_CHILD})" if inherit_constraints else _CHILD
 
 
 async def read_frontier(

@@ -97,26 +97,52 @@ def _named(telling: set[str], text: set[str]) -> float:
     return n / len(telling) if n >= max(MIN_WORDS, need) else 0.0
 
 
+# One thing said, by whom and when: (record id, session sequence, text).
+Said = tuple[str, int, str]
+# "not resolved", "haven't figured out", "still unconfirmed …": a settling word denied.
+_DENIED = re.compile(
+    r"\b(?:not|never|no|yet to be|still|n't)\W+(?:\w+\W+){0,2}?"
+    r"(?:answered|resolved|settled|confirmed|figured|found)\b|n't\s+(?:been\s+)?"
+    r"(?:answered|resolved|settled|confirmed|figured|found)\b",
+    re.I,
+)
+_SENTENCE = re.compile(r"(?<=[.;!?])\s+|\n")
+
+
+def settling(text: str) -> list[set[str]]:
+    """The words of each sentence of ``text`` that says something is settled: not a
+    question, and no settling word in it denied."""
+    out = []
+    for sentence in _SENTENCE.split(text):
+        s = sentence.strip()
+        if s and SETTLED.search(s) and not s.endswith("?") and not _DENIED.search(s):
+            out.append(_words(s))
+    return out
+
+
 def answered(question: str, later: Iterable[str], common: frozenset[str] = frozenset()) -> bool:
     telling = _telling(question, common)
-    return any(SETTLED.search(t) and _named(telling, _words(t)) > 0 for t in later)
+    return any(_named(telling, words) > 0 for t in later for words in settling(t))
 
 
-def close_answered(draft: SummaryDraft, later: Iterable[str]) -> SummaryDraft:
-    """``draft`` with each open question ``later`` answers moved to its facts. A text that
-    could answer several closes only those it names best: the billing client's timeout,
-    not the orders client's, when it says "billing"."""
-    texts = [_words(t) for t in later if SETTLED.search(t)]
+def close_answered(draft: SummaryDraft, later: Iterable[Said]) -> SummaryDraft:
+    """``draft`` with each open question a record after its own settles moved to its
+    facts. A sentence that could answer several closes only those it names best: the
+    billing client's timeout, not the orders client's, when it says "billing"."""
+    records = list(later)
+    said = [(seq, words) for _, seq, t in records for words in settling(t)]
     questions = draft.unresolved_questions
-    if not texts or not questions:
+    if not said or not questions:
         return draft
+    at = {rid: seq for rid, seq, _ in records}  # where the new segments' questions were asked
     counts = Counter(w for q in questions for w in _words(q.statement))
     n = len(questions)
     common = frozenset(w for w, k in counts.items() if n > 2 and k > COMMON * n)
     telling = [_telling(q.statement, common) for q in questions]
+    asked = [max((at.get(i, -1) for i in q.source_ids), default=-1) for q in questions]
     done: set[int] = set()
-    for text in texts:
-        scores = [_named(t, text) for t in telling]
+    for seq, words in said:
+        scores = [_named(t, words) if seq > asked[k] else 0.0 for k, t in enumerate(telling)]
         best = max(scores)
         done.update(k for k, v in enumerate(scores) if best > 0 and v == best)
     still = [q for k, q in enumerate(questions) if k not in done]

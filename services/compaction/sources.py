@@ -13,7 +13,7 @@ from typing import Any
 from domain.redaction import redact
 from domain.rendering import RecordView
 from domain.selection import Group, Segment
-from services.compaction.answers import close_answered
+from services.compaction.answers import Said, close_answered
 from services.compaction.bound import concat
 from services.compaction.drafts import SourceItem, SummaryDraft
 
@@ -78,7 +78,7 @@ def _item(r: RecordView, oversized: bool) -> SourceItem:
 def merge_drafts(
     parent: Mapping[str, Any] | None,
     drafts: Sequence[SummaryDraft],
-    later: Sequence[str] = (),
+    later: Sequence[Said] = (),
 ) -> SummaryDraft:
     """The new revision carries the parent's content forward (covered records are not
     summarized again, R11.8) and appends what the new segments add; the bound is applied
@@ -88,9 +88,11 @@ def merge_drafts(
     return close_answered(concat(first + list(drafts)), later)
 
 
-def conversation_texts(records: Iterable[RecordView]) -> list[str]:
-    """What the user and the model said in ``records``: where a question gets answered."""
-    return [r.text for r in records if r.kind in ("user_input", "supplement", "assistant_message")]
+def conversation_texts(records: Iterable[RecordView]) -> list[Said]:
+    """What the user and the model said in ``records``, with where: a question is
+    answered only by what was said after it."""
+    kinds = ("user_input", "supplement", "assistant_message")
+    return [(r.record_id, r.session_sequence, r.text) for r in records if r.kind in kinds]
 
 
 def merge_ranges(

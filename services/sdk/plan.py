@@ -67,6 +67,8 @@ def plan_items(items: Sequence[PlanItemLike]) -> tuple[PlanItem, ...]:
         if isinstance(raw, PlanItem):
             out.append(raw)
             continue
+        if not isinstance(raw, Mapping):
+            raise InvalidRequest(f"plan item {n} is not an object", field="plan")
         text = raw.get("text") or raw.get("step") or raw.get("content") or ""
         status = str(raw.get("status") or "pending").lower().replace("-", "_").replace(" ", "_")
         status = _ALIASES.get(status, status)

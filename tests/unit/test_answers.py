@@ -28,9 +28,13 @@ def _draft(questions: tuple[str, ...]) -> SummaryDraft:
 @pytest.mark.spec("R11.7")
 def test_an_answered_question_moves_to_the_facts_and_a_similar_one_stays_open() -> None:
     later = [
-        "About the earlier point (which timeout does the billing client use): answered,"
-        " it is 30 s.",
-        "The orders adapter turns out to retry on TypeError twice.",
+        (
+            "rec_a",
+            10,
+            "About the earlier point (which timeout does the billing client use):"
+            " answered, it is 30 s.",
+        ),
+        ("rec_b", 11, "The orders adapter turns out to retry on TypeError twice."),
     ]
     out = close_answered(_draft(QUESTIONS), later)
     assert [q.statement for q in out.unresolved_questions] == [QUESTIONS[1], QUESTIONS[2]]
@@ -46,7 +50,9 @@ def test_naming_a_question_without_settling_it_keeps_it_open() -> None:
 def test_the_merge_closes_what_the_new_segments_answer() -> None:
     parent = _draft(QUESTIONS[:1]).to_dict()
     new = _draft(QUESTIONS[2:3])
-    out = merge_drafts(parent, [new], ["Answered: the billing client timeout is 30 s."])
+    out = merge_drafts(
+        parent, [new], [("rec_a", 5, "Answered: the billing client timeout is 30 s.")]
+    )
     assert [q.statement for q in out.unresolved_questions] == [QUESTIONS[2]]
 
 
@@ -73,3 +79,18 @@ def test_a_roll_up_keeps_the_newest_decisions_even_when_an_old_record_also_asked
 def test_settled_text_about_something_else_never_closes_a_question() -> None:
     q = "Open question: which timeout does the billing client use?"
     assert not answered(q, ["Confirmed: the billing client builds fine in CI."])
+
+
+@pytest.mark.spec("R11.7")
+def test_a_question_never_closes_itself_nor_on_a_denied_or_asked_answer() -> None:
+    q = "Still unclear whether the retry fix resolved the flaky upload test."
+    own = close_answered(_draft((q,)), [("rec_0", 3, f"Patched src/upload.py. {q}")])
+    assert [f.statement for f in own.unresolved_questions] == [q]  # its own record
+    webhook = "Still unclear whether the payment webhook is idempotent."
+    for text in (
+        "I have not confirmed whether the payment webhook is idempotent.",
+        "Is the payment webhook idempotent? Not resolved yet.",
+        "We still haven't figured out if the payment webhook is idempotent.",
+    ):
+        assert not answered(webhook, [text]), text
+    assert answered(webhook, ["Confirmed: the payment webhook is idempotent."])

@@ -385,3 +385,57 @@ def test_the_plan_tool_checks_a_plan_before_it_is_published() -> None:
     for bad in ([{"step": ""}], [{"step": f"s{n}"} for n in range(101)]):
         with pytest.raises(InvalidRequest):
             plan_items(bad)
+
+
+def test_the_user_repeating_the_hosts_rule_is_its_next_version_and_either_id_retires_it() -> None:
+    host = rec(1, "constraint_set", "Never push to main.", constraint_id="no-main")
+    user = rec(2, "constraint_set", "never push to main", constraint_id="con_x")
+    (one,), _ = active_constraints([host, user], "run-1")
+    assert (one.constraint_id, one.version, one.text) == ("no-main", 2, "never push to main")
+    for retired_id in ("no-main", "con_x"):
+        retire = rec(3, "constraint_retired", constraint_id=retired_id)
+        assert active_constraints([host, user, retire], "run-1")[0] == ()
+    both = [
+        rec(1, "constraint_set", "Answer in French", run="r2", constraint_id="fr"),
+        rec(2, "constraint_set", "answer in french.", run="r2", constraint_id="fr", scope="run"),
+    ]
+    assert len(active_constraints(both, "r2")[0]) == 1
+
+
+@pytest.mark.spec("R11.4")
+@pytest.mark.parametrize(
+    ("statement", "status"),
+    [
+        ("Open question: is the database migration complete?", None),
+        ("Still unclear whether the database migration is finished.", None),
+        ("TODO: find out whether the database migration is blocked by the lock.", None),
+        ("The database migration has been completed.", "done"),
+        ("We completed the database migration.", "done"),
+        ("The database migration is done because the lock was released.", "done"),
+        ("The database migration was done before the rollback.", None),
+    ],
+)
+def test_questions_never_state_a_status_and_natural_claims_do(
+    statement: str, status: str | None
+) -> None:
+    plan = Plan(2, (Item("m", "Database migration", "in_progress"),))
+    found = plan_contradiction(statement, plan)
+    assert (found[1] if found else None) == status
+
+
+def test_an_item_named_like_the_start_of_another_is_told_apart() -> None:
+    plan = Plan(
+        3, (Item("a", "Write tests", "pending"), Item("b", "Write tests for the parser", "done"))
+    )
+    assert plan_contradiction("1. [done] Write tests for the parser (id b)", plan) is None
+    assert plan_contradiction("done: write tests for the parser", plan) is None
+    assert plan_contradiction("[done] Write tests", plan) == (plan.items[0], "done")
+
+
+def test_the_plan_check_stays_cheap_for_a_long_plan() -> None:
+    plan = Plan(
+        1, tuple(Item(f"i{n}", f"step number {n} of the long plan", "pending") for n in range(100))
+    )
+    statements = [f"Step number {n} of the long plan: pending; tests pass." for n in range(300)]
+    # 300 statements x 100 items: compiled once per item (a recompiling check took minutes)
+    assert all(plan_contradiction(s, plan) is None for s in statements)
