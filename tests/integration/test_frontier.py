@@ -356,10 +356,13 @@ async def test_a_resumed_run_sees_its_own_plan_not_a_later_runs(
     a = await ctx.start_run(session)
     await ctx.append_user(a, "Question a.", "qa")
     await ctx.update_plan(a, PLAN_V1, event_key="plan:a")
+    await ctx.set_constraint(a, "Answer in French.", constraint_id="fr")
     await ctx.finish_run(a)
     b = await ctx.start_run(session)
     await ctx.append_user(b, "Question b.", "qb")
     await ctx.update_plan(b, PLAN_V2, event_key="plan:b")
+    await ctx.retire_constraint(b, "fr")  # the session's rule, retired in a later run
+    await ctx.set_constraint(b, "Answer in English.", constraint_id="en")
     seen_b = await ctx.prepare(b)
     assert seen_b["dependency_versions"]["plan_version"] == 2  # a's plan, then its own
     await ctx.finish_run(b)
@@ -369,6 +372,8 @@ async def test_a_resumed_run_sees_its_own_plan_not_a_later_runs(
     plan = block(seen_a, "plan")
     assert plan is not None and plan["block_id"] == "plan:v1", plan
     assert "fix the tokenizer bug" not in everything(seen_a)  # only b's plan has it
+    rules = block(seen_a, "constraints")  # the session's rules as they are now
+    assert rules is not None and rules["content"].splitlines()[1:] == ["- Answer in English."]
 
 
 @pytest.mark.spec("R4.4", "R19")
