@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import random
 import sys
@@ -180,7 +181,7 @@ def _advance_plan(g: _Gen) -> None:
         else:
             status = "in_progress"
         g.plan[n] = Item(item.item_id, item.text, status)
-    items = [i.to_dict() for i in g.plan]
+    items = [dataclasses.asdict(i) for i in g.plan]
     g.frontier(PLAN_UPDATED, "", {"items": items, "explanation": None})
 
 

@@ -15,12 +15,15 @@ current plan item's status differently from the plan (``plan_contradiction``, R1
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from schemas.contracts import PlanItem
 
 PLAN_UPDATED = "plan_updated"
 CONSTRAINT_SET = "constraint_set"
@@ -42,20 +45,7 @@ class FrontierRecord:
     withdrawn: bool = False  # a constraint whose source input was retracted (issue 15)
 
 
-@dataclass(frozen=True)
-class Item:
-    item_id: str
-    text: str
-    status: str
-    note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "item_id": self.item_id,
-            "text": self.text,
-            "status": self.status,
-            "note": self.note,
-        }
+Item = PlanItem  # a plan's item is the event's (schemas.contracts)
 
 
 @dataclass(frozen=True)
@@ -72,7 +62,7 @@ class Plan:
             "version": self.version,
             "record_id": self.record_id,
             "explanation": self.explanation,
-            "items": [i.to_dict() for i in self.items],
+            "items": [dataclasses.asdict(i) for i in self.items],
         }
 
 

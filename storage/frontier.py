@@ -136,20 +136,22 @@ async def thread_frontier(
 ) -> Frontier:
     """The frontier of a thread named by run and instance, main or child (the compaction
     worker and the processor, which know the thread but not which kind it is)."""
-    child = await _is_child(conn, session_id, run_id, instance_id)
-    inherit = await inherits_constraints(conn, session_id) if child else True
+    child, inherit = await _thread_kind(conn, session_id, run_id, instance_id)
     return await read_frontier(
         conn, session_id, run_id, instance_id, child=child, inherit_constraints=inherit
     )
 
 
-async def _is_child(
+async def _thread_kind(
     conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
-) -> bool:
+) -> tuple[bool, bool]:
+    """Whether the thread is a child instance, and whether it inherits its session's
+    constraints (a main thread has them as its own)."""
     main = await conn.fetchval(
         "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", session_id, run_id
     )
-    return main is not None and main != instance_id
+    child = main is not None and main != instance_id
+    return child, await inherits_constraints(conn, session_id) if child else True
 
 
 async def frontier_at(
@@ -162,9 +164,7 @@ async def frontier_at(
     """The frontier a call saw, from its ``dependency_versions``: versions count records,
     so plan version N is the thread's N-th plan update and constraints version M the
     fold of its first M constraint records (the inspector, R18)."""
-    child = await _is_child(conn, session_id, run_id, instance_id)
-    inherit = await inherits_constraints(conn, session_id) if child else True
-    thread, where = _where(child, inherit)
+    thread, where = _where(*await _thread_kind(conn, session_id, run_id, instance_id))
     args = (session_id, run_id, instance_id)
     n_plan = int(versions.get("plan_version") or 0)
     n_constraints = int(versions.get("constraints_version") or 0)

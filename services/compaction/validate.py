@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from domain.frontier import Plan, plan_contradiction, without_constraints
 from services.compaction.drafts import Fact, SummaryDraft
@@ -53,21 +53,10 @@ def past_framed(draft: SummaryDraft, plan: Plan) -> SummaryDraft:
     if not plan.items:
         return draft
 
-    def frame(facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-        return tuple(
-            dataclasses.replace(f, statement=f"earlier: {f.statement}")
-            if plan_contradiction(f.statement, plan) is not None
-            else f
-            for f in facts
-        )
+    def frame(statement: str) -> str:
+        return f"earlier: {statement}" if plan_contradiction(statement, plan) else statement
 
-    return dataclasses.replace(
-        draft,
-        verified_facts=frame(draft.verified_facts),
-        decisions=frame(draft.decisions),
-        failures=frame(draft.failures),
-        unresolved_questions=frame(draft.unresolved_questions),
-    )
+    return _restated(draft, frame)
 
 
 def as_history(draft: SummaryDraft, plan: Plan, declared: Sequence[str] = ()) -> SummaryDraft:
@@ -77,19 +66,21 @@ def as_history(draft: SummaryDraft, plan: Plan, declared: Sequence[str] = ()) ->
     draft = past_framed(draft, plan)
     if not declared:
         return draft
+    return _restated(draft, lambda statement: without_constraints(statement, declared))
 
-    def strip(facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-        return tuple(
-            dataclasses.replace(f, statement=without_constraints(f.statement, declared))
-            for f in facts
-        )
+
+def _restated(draft: SummaryDraft, restate: Callable[[str], str]) -> SummaryDraft:
+    """``draft`` with every entry's statement passed through ``restate``."""
+
+    def each(facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
+        return tuple(dataclasses.replace(f, statement=restate(f.statement)) for f in facts)
 
     return dataclasses.replace(
         draft,
-        verified_facts=strip(draft.verified_facts),
-        decisions=strip(draft.decisions),
-        failures=strip(draft.failures),
-        unresolved_questions=strip(draft.unresolved_questions),
+        verified_facts=each(draft.verified_facts),
+        decisions=each(draft.decisions),
+        failures=each(draft.failures),
+        unresolved_questions=each(draft.unresolved_questions),
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -25,28 +24,16 @@ from services.integrations.openai_agents import AgentLoomSession, plan_tool, wai
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from tests.integrations.fake_agents_model import FakeModel
 from tests.integrations.test_langchain import SMALL as LC_RELEASE
-from tests.integrations.test_langchain import RecordingFakeModel
+from tests.integrations.test_langchain import RecordingFakeModel, connection
 from tests.integrations.test_openai_agents import SMALL as AGENTS_RELEASE
-from tests.support.services import TEST_SPACE, Services
+
+__all__ = ["connection"]  # the adapters' connection to the stack, shared with test_langchain
 
 TODOS = [
     {"content": "Read table t1", "status": "completed"},
     {"content": "Compare t1 with t2", "status": "in_progress"},
     {"content": "Write the answer", "status": "pending"},
 ]
-
-
-@pytest.fixture(scope="module")
-def connection(services: Services) -> Iterator[AgentLoomConnection]:
-    conn = AgentLoomConnection(
-        services.stack.kafka_bootstrap,
-        services.prepare_url,
-        services.api_key,
-        services.env("ALC_TOPIC_RECORDS"),
-        space_id=TEST_SPACE,
-    )
-    yield conn
-    conn.close()
 
 
 def _plan_block(prepared: dict[str, Any]) -> str:

@@ -99,7 +99,7 @@ def test_a_repeated_rule_is_the_same_constraint_whatever_its_case_spacing_or_ful
 
 
 def test_the_plan_is_the_latest_update_at_the_count_of_updates() -> None:
-    latest = rec(9, "plan_updated", items=[PLAN.items[0].to_dict()], explanation="why")
+    latest = rec(9, "plan_updated", items=[dataclasses.asdict(PLAN.items[0])], explanation="why")
     plan = plan_of(latest, 4)
     assert plan.version == 4 and plan.items == (PLAN.items[0],) and plan.explanation == "why"
     assert plan_of(None, 0) == Plan()
