@@ -7,6 +7,7 @@ sees it; the numbers come from ``schemas.limits``, shared with the bus's validat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import Path, Query
@@ -102,3 +103,14 @@ class Body(BaseModel):
         if problem is not None:
             raise ValueError(problem)
         return data
+
+
+def json_path(loc: Sequence[Any]) -> str:
+    """``("body", "skill_bindings", 0, "name")`` -> ``skill_bindings[0].name``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part != "body" or out:
+            out += f".{part}" if out else str(part)
+    return out

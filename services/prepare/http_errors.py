@@ -26,6 +26,7 @@ from starlette.responses import Response
 
 from schemas.errors import ContextError, InvalidRequest, StorageUnavailable
 from schemas.limits import UNSTORABLE
+from services.prepare.fields import json_path
 
 
 class PayloadTooLarge(ContextError):
@@ -196,6 +197,8 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
             "loc": [_printable(p) for p in e.get("loc", ())],
             "msg": _printable(e.get("msg", ""), 500),
             "type": e.get("type", ""),
+            # Issue 25: where in the body, as the policy's refusals name it.
+            "json_path": _printable(json_path(e.get("loc", ())), 500),
         }
         for e in exc.errors()[:50]
     ]
@@ -209,7 +212,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> Response:
         errors = _validation_errors(exc)
-        return error_response(InvalidRequest("request does not match the API", errors=errors))
+        first = errors[0]["json_path"] if errors else ""
+        return error_response(
+            InvalidRequest("request does not match the API", errors=errors, json_path=first)
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> Response:

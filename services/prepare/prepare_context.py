@@ -23,6 +23,7 @@ from services.prepare.notes import Notes
 from services.prepare.prepare_hooks import HookRegistry, PrepareRequest
 from services.prepare.prepared import PreparedEntry, PreparedStore
 from services.prepare.publishing import ReleaseBook
+from services.prepare.release_spec import model_profile
 from services.prepare.requests import PrepareIn
 from services.prepare.run_lifecycle import offsets_of
 from services.prepare.views import Snapshot, ThreadViews
@@ -57,6 +58,7 @@ class Target:
     instance_id: str
     purpose: str
     release: Release
+    skills: tuple[dict[str, Any], ...]  # the release's bindings, parsed (SkillBinding)
     profile: ModelProfile
     catalog: list[dict[str, Any]]
     material: tuple[Material, ...]
@@ -145,9 +147,15 @@ class Preparer:
         self, sid: str, run_id: str, body: PrepareIn, material: tuple[Material, ...]
     ) -> Target:
         purpose = _purpose(body)
-        rel = await self.releases.of_session(sid)
-        profile = ModelProfile.from_dict(body.model_profile or rel.model_profile)
-        catalog = rel.tool_catalog if body.tool_catalog is None else body.tool_catalog
+        # Issue 25: the release's parts as publishing parsed them (release_spec); an
+        # override is parsed by the same rules (the request model, model_profile()).
+        view = await self.releases.of_session(sid)
+        rel = view.release
+        profile = view.profile
+        if body.model_profile:
+            profile = model_profile(body.model_profile, None)
+        tools = view.tools if body.tool_catalog is None else body.tool_catalog
+        catalog = [t.wire() for t in tools]
         if purpose == "compaction":
             catalog = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
         main_instance = (await self.views.snapshot(sid, run_id)).main_instance_id
@@ -162,6 +170,7 @@ class Preparer:
             instance_id,
             purpose,
             rel,
+            tuple(b.wire() for b in view.skills),
             profile,
             catalog,
             material,
@@ -230,7 +239,7 @@ class Preparer:
             counting_method=counting_label(target.profile.counting, self.content.counter.method),
             count=self.content.count,
             instructions=target.release.instructions,
-            skill_bindings=target.release.skill_bindings,
+            skill_bindings=target.skills,
             tools=tools,
             thread=rend,
             material=target.material,

@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.budget import ModelProfile, counting_label
-from domain.policy import validate_policy
-from schemas.errors import NotFound, ReleaseConflict
+from domain.policy import ContextPolicy, validate_policy
+from schemas.errors import InvalidPolicy, NotFound, ReleaseConflict
+from services.prepare.release_spec import ReleaseView, model_profile, view_of
 from services.prepare.requests import ReleaseIn
 from storage.releases import RELEASE_CONTENT, Release, Releases
 
@@ -44,22 +44,28 @@ class ReleaseBook:
     # compaction service's; a policy binding any other is refused at publish.
     known_hooks: Collection[str] = ()
     _releases: dict[str, Release] = field(default_factory=dict)
+    _views: dict[str, ReleaseView] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
 
     async def register(self, body: ReleaseIn, space_id: str | None = None) -> dict[str, Any]:
         """``space_id``: the publishing key's space, which owns the release (R15.4)."""
-        profile = ModelProfile.from_dict(body.model_profile)  # validates R6.1/R6.5
-        counting_label(profile.counting, self.counting_method)  # R6.4: refused at publish
+        # R6.1/R6.4/R6.5 and the provider format: what every prepare and model call of
+        # the release needs of its profile, refused here (release_spec.model_profile).
+        profile = model_profile(body.model_profile, self.counting_method)
         # R7.7/R17: validated and frozen at publish; stored with every default made
         # explicit so that a later change of platform defaults never alters it.
-        policy = validate_policy(body.context_policy, known_hooks=self.known_hooks).to_dict()
+        policy = _policy(body.context_policy, self.known_hooks).to_dict()
         rev = policy_revision({"policy": policy, "model_profile": body.model_profile})
+        # Tools, skills and hooks were parsed by the request model, with the types a
+        # prepare reads them with (issue 25); stored as given.
         content = {
             "agent_id": body.agent_id,
             "instructions": body.instructions,
-            "tool_catalog": body.tool_catalog,
-            "skill_bindings": body.skill_bindings,
-            "hook_bindings": body.hook_bindings,
+            "tool_catalog": [t.wire() for t in body.tool_catalog],
+            "skill_bindings": [b.wire() for b in body.skill_bindings],
+            "hook_bindings": [
+                h.model_dump(mode="json", exclude_unset=True) for h in body.hook_bindings
+            ],
             "model_profile": body.model_profile,
             "context_policy": policy,
         }
@@ -105,6 +111,7 @@ class ReleaseBook:
             await self.releases.backfill_content_hash(release_id, digest)
 
     async def get(self, release_id: str) -> Release:
+        """The stored release as published (readable even if no prepare can use it)."""
         cached = self._releases.get(release_id)
         if cached is not None:
             return cached
@@ -114,8 +121,30 @@ class ReleaseBook:
         self._releases[release_id] = rel
         return rel
 
-    async def of_session(self, sid: str) -> Release:
+    async def view(self, release_id: str) -> ReleaseView:
+        """The release parsed as a prepare reads it (``release_spec.view_of``): one that
+        no prepare could use is refused (422) when a session opens on it or prepares."""
+        cached = self._views.get(release_id)
+        if cached is None:
+            rel = await self.get(release_id)
+            cached = self._views[release_id] = view_of(rel, self.counting_method)
+        return cached
+
+    async def of_session(self, sid: str) -> ReleaseView:
         release_id = self._session_release.get(sid)
         if release_id is None:
             release_id = self._session_release[sid] = await self.release_of_session(sid)
-        return await self.get(release_id)
+        return await self.view(release_id)
+
+
+def _policy(raw: dict[str, Any], known_hooks: Collection[str]) -> ContextPolicy:
+    """The policy's refusals name their path in the policy (``details.path``, as the
+    settings page shows it) and in the release (``details.json_path``)."""
+    try:
+        return validate_policy(raw, known_hooks=known_hooks)
+    except InvalidPolicy as exc:
+        inner = exc.details.get("path")
+        exc.details.setdefault(
+            "json_path", f"context_policy.{inner}" if inner else "context_policy"
+        )
+        raise

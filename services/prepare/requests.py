@@ -8,15 +8,18 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from services.prepare.fields import Body, Id, Key, Offsets, RunId, Tokens
+from services.prepare.release_spec import Hooks, Skills, Tools
 
 
 class ReleaseIn(Body):
     release_id: Id | None = None
     agent_id: Id
     instructions: str
-    tool_catalog: list[dict[str, Any]] = Field(default_factory=list)
-    skill_bindings: list[dict[str, Any]] = Field(default_factory=list)
-    hook_bindings: list[dict[str, Any]] = Field(
+    # Issue 25: the same types a prepare reads the stored release with
+    # (services/prepare/release_spec.py): what publishes here, a prepare can use.
+    tool_catalog: Tools = Field(default_factory=list)
+    skill_bindings: Skills = Field(default_factory=list)
+    hook_bindings: Hooks = Field(
         default_factory=list,
         description="hooks bound to this release (point, hook, version, ...); frozen with it",
     )
@@ -69,7 +72,9 @@ class PrepareIn(Body):
     )
     instance_id: Id | None = None
     model_profile: dict[str, Any] | None = None
-    tool_catalog: list[dict[str, Any]] | None = None
+    tool_catalog: Tools | None = Field(
+        None, description="instead of the release's tools (same rules as at publish)"
+    )
     render: bool = Field(
         False,
         description="also return the request body in the model profile's "

@@ -56,6 +56,7 @@ class Runs:
         rel = await self.releases.get(body.release_id)
         if rel.space_id not in (None, space_id):
             raise NotFound(f"release {body.release_id} not found")
+        await self.releases.view(body.release_id)  # issue 25: one a prepare can use
         created = await self.sessions.insert(sid, space_id, actor_id, body.release_id)
         s = await self.session(sid)
         if not created and (s.release_id, s.space_id, s.actor_id) != (

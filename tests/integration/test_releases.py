@@ -74,7 +74,7 @@ def _release(release_id: str) -> dict[str, Any]:
         "agent_id": "test-agent",
         "instructions": "You are a careful test agent.",
         "tool_catalog": [{"name": "read_file", "description": "Read a file", "parameters": {}}],
-        "skill_bindings": [{"skill_id": "review", "revision": "r1"}],
+        "skill_bindings": [{"name": "review", "version": "r1"}],
         "hook_bindings": [{"point": "context.prepare.after", "hook": "audit:make", "version": "1"}],
         "model_profile": PROFILE,
         "context_policy": {"compaction": {"user_turns": 3}},
@@ -86,7 +86,7 @@ def _release(release_id: str) -> dict[str, Any]:
     "field,other",
     [
         ("tool_catalog", [{"name": "write_file", "description": "Write", "parameters": {}}]),
-        ("skill_bindings", [{"skill_id": "review", "revision": "r2"}]),
+        ("skill_bindings", [{"name": "review", "version": "r2"}]),
         (
             "hook_bindings",
             [{"point": "context.prepare.after", "hook": "audit:make", "version": "2"}],
