@@ -1,7 +1,7 @@
 """Sessions, runs, event outcomes and read grants, as Prepare reads them (R1, R3.3).
 
 Prepare never writes runs or counters (the session processor is their single writer); it
-opens sessions, records grants and reads what the processor decided.
+opens sessions, records and revokes grants and reads what the processor decided.
 """
 
 from __future__ import annotations
@@ -61,6 +61,12 @@ class Sessions(Protocol):
         self, session_id: str, actor_id: str, granted_by: str, granted_by_key: str | None
     ) -> None:
         """Idempotent."""
+
+    async def revoke_grant(
+        self, session_id: str, actor_id: str, revoked_by: str, revoked_by_key: str | None
+    ) -> bool:
+        """Remove the grant and record who revoked it (migration 020); False when there
+        was none (nothing written)."""
 
 
 class PgSessions:
@@ -141,3 +147,22 @@ class PgSessions:
             granted_by,
             granted_by_key,
         )
+
+    async def revoke_grant(
+        self, session_id: str, actor_id: str, revoked_by: str, revoked_by_key: str | None
+    ) -> bool:
+        # One statement: the grant leaves the live table and its revocation is recorded
+        # atomically (a crash between the two would lose the audit or keep the grant).
+        row = await self.pool.fetchrow(
+            "WITH gone AS (DELETE FROM session_grants WHERE session_id=$1 AND actor_id=$2"
+            " RETURNING session_id, actor_id, granted_by, granted_by_key, created_at)"
+            " INSERT INTO session_grant_revocations (session_id, actor_id, granted_by,"
+            " granted_by_key, granted_at, revoked_by, revoked_by_key)"
+            " SELECT session_id, actor_id, granted_by, granted_by_key, created_at, $3, $4"
+            " FROM gone RETURNING actor_id",
+            session_id,
+            actor_id,
+            revoked_by,
+            revoked_by_key,
+        )
+        return row is not None

@@ -33,12 +33,16 @@ class Access:
     find_key: KeyLookup
     sessions: Sessions
     releases: ReleaseBook
-    # Verified keys are looked up again after this long: a revoked key stops working
-    # within it, and a prepare does not pay a query for its key.
+    # Verified keys and found grants are looked up again after this long: a revoked key
+    # or grant stops working within it on every instance (issue 25: a grant was cached
+    # for the process's life), and a prepare does not pay a query for either.
     key_cache_s: float = 10.0
+    clock: Callable[[], float] = time.monotonic
     _keys: dict[str, tuple[float, StoredKey]] = field(default_factory=dict)
     _scopes: dict[str, SessionScope] = field(default_factory=dict)
-    _grants: set[tuple[str, str]] = field(default_factory=set)
+    # (session, actor) -> until when its grant is taken as live; a missing grant is never
+    # cached (a new one works at once).
+    _grants: dict[tuple[str, str], float] = field(default_factory=dict)
 
     async def authenticate(self, key: str | None, header_actor: str | None) -> Principal:
         """R15.4: the principal of a request from its API key (``Authorization: Bearer``)
@@ -50,7 +54,7 @@ class Access:
                 if not key
                 else "malformed API key"
             )
-        now = time.monotonic()
+        now = self.clock()
         cached = self._keys.get(key_id)
         if cached is None or cached[0] < now:
             stored = await self.find_key(key_id)
@@ -71,19 +75,28 @@ class Access:
             if s is None:
                 raise NotFound(f"session {sid} not found")
             scope = self._scopes[sid] = SessionScope(sid, s.space_id, s.actor_id)
-        granted = False
         actor = grant_to_check(who, scope, action)
-        if actor is not None:
-            granted = (sid, actor) in self._grants
-            if not granted and await self.sessions.has_grant(sid, actor):
-                self._grants.add((sid, actor))
-                granted = True
+        granted = actor is not None and await self._has_grant(sid, actor)
         authorize(who, scope, action, granted).enforce()
         return scope
 
+    async def _has_grant(self, sid: str, actor: str) -> bool:
+        now = self.clock()
+        if self._grants.get((sid, actor), -1.0) >= now:
+            return True
+        self._grants.pop((sid, actor), None)
+        if not await self.sessions.has_grant(sid, actor):
+            return False
+        self._grants[(sid, actor)] = now + self.key_cache_s
+        return True
+
     def granted(self, sid: str, actor_id: str) -> None:
         """A grant just recorded: known here without a query."""
-        self._grants.add((sid, actor_id))
+        self._grants[(sid, actor_id)] = self.clock() + self.key_cache_s
+
+    def revoked(self, sid: str, actor_id: str) -> None:
+        """A grant just revoked: gone here at once (other instances within the TTL)."""
+        self._grants.pop((sid, actor_id), None)
 
     async def authorized_release(self, release_id: str, who: Principal) -> dict[str, Any]:
         """A release as its space sees it: another space's is not found (R15.4)."""

@@ -121,7 +121,7 @@ def build_service(
 ) -> PrepareService:
     """The use cases over ``ports``; one wiring for the process and for unit tests.
     ``compaction_hooks``: the compaction service's hook ids (for the check at publish);
-    ``clock``: the calibration cache's."""
+    ``clock``: the calibration cache's and the key and grant caches'."""
     hooks = hooks or HookRegistry()
     releases = _release_book(ports, counter, hooks, compaction_hooks)
     views = ThreadViews(
@@ -135,7 +135,7 @@ def build_service(
     check = CompactionCheck(
         ports.compaction, views, ports.publisher, topic, ports.waiter, options.compaction_wait_s
     )
-    access = Access(ports.find_key, ports.sessions, releases, options.key_cache_s)
+    access = Access(ports.find_key, ports.sessions, releases, options.key_cache_s, clock)
     return PrepareService(
         releases=releases,
         runs=Runs(

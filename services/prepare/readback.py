@@ -1,4 +1,4 @@
-"""Reading records back (R11.8, R13.2, R15.3) and granting reads (R3.3).
+"""Reading records back (R11.8, R13.2, R15.3), granting reads and revoking them (R3.3).
 
 Sources stay readable after any number of compactions; a thread reads what is its own,
 what its session shares and — for a child thread — what its parent exported to it.
@@ -96,6 +96,18 @@ class ReadBack:
         await self.sessions.add_grant(sid, actor_id, by, who.key_id)
         self.access.granted(sid, actor_id)
         return {"session_id": sid, "actor_id": actor_id, "granted": True, "granted_by": by}
+
+    async def revoke(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
+        """Take a grant back (issue 25): whoever may grant — the owner, or the host acting
+        as itself or for it — revokes; anyone else is refused before any grant is looked
+        up (403, or 404 from another space), so a refusal tells nothing about grants.
+        Idempotent: ``revoked`` says whether there was one. Every instance stops honouring
+        it within its cache's TTL (``Access.key_cache_s``); this one at once."""
+        scope = await self.access.authorize(sid, who, Action.SESSION_GRANT)
+        by = granted_by(who, scope)
+        revoked = await self.sessions.revoke_grant(sid, actor_id, by, who.key_id)
+        self.access.revoked(sid, actor_id)
+        return {"session_id": sid, "actor_id": actor_id, "revoked": revoked, "revoked_by": by}
 
 
 def _page(r: StoredRecord, offset: int, limit: int) -> dict[str, Any]:

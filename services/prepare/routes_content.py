@@ -37,6 +37,17 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         as itself or for the owner; ``granted_by`` is derived from the key."""
         return await svc.grant(session_id, who, body.actor_id)
 
+    @app.delete("/v1/sessions/{session_id}/grants/{actor_id}")
+    async def revoke_grant(
+        session_id: PathId, actor_id: PathId, who: Principal = auth
+    ) -> dict[str, Any]:
+        """Take ``actor_id``'s grant back (issue 25): who may grant may revoke (the owner,
+        or the host key acting as itself or for the owner); others are refused as for a
+        grant (403; 404 from another space). Idempotent (``revoked``: there was one).
+        Every Prepare instance refuses the actor's reads within 10 s (its key cache's
+        TTL), the answering one at once."""
+        return await svc.revoke_grant(session_id, who, actor_id)
+
     @app.put("/v1/blobs")
     async def put_blob(request: Request, who: Principal = auth) -> dict[str, Any]:
         """Content store (R3.4): any key; content-addressed, readable only through the

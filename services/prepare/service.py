@@ -110,5 +110,8 @@ class PrepareService:
     async def grant(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
         return await self.readback.grant(sid, who, actor_id)
 
+    async def revoke_grant(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
+        return await self.readback.revoke(sid, who, actor_id)
+
     async def put_blob(self, data: bytes, media_type: str) -> dict[str, Any]:
         return await self.content.put(data, media_type)

@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 from opentelemetry.trace import SpanKind
@@ -192,6 +193,16 @@ class ContextClient(EventAppends):
             json={"actor_id": actor_id},
             headers=headers,
         )
+
+    async def revoke_grant(
+        self, session_id: str, actor_id: str, actor: str | None = None
+    ) -> dict[str, Any]:
+        """Take ``actor_id``'s grant back: who may grant may revoke (see ``grant``).
+        Idempotent; ``revoked`` says whether there was a grant. Every Prepare instance
+        refuses the actor within its key cache's TTL (10 s)."""
+        headers = {"X-AgentLoom-Actor": actor} if actor else None
+        path = f"/v1/sessions/{session_id}/grants/{quote(actor_id, safe='')}"
+        return await self._call("DELETE", path, headers=headers)
 
     async def export_for_child(
         self, run: RunHandle, child_instance_id: str, background_record_ids: list[str]

@@ -106,6 +106,11 @@ class FakeSessions:
     ) -> None:
         self.grants.setdefault((session_id, actor_id), (granted_by, granted_by_key))
 
+    async def revoke_grant(
+        self, session_id: str, actor_id: str, revoked_by: str, revoked_by_key: str | None
+    ) -> bool:
+        return self.grants.pop((session_id, actor_id), None) is not None
+
 
 @dataclass
 class FakeModelCalls:
