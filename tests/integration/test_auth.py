@@ -122,6 +122,10 @@ ROUTES = [
           lambda w: (f"/v1/sessions/{w.sid}/records/{w.record_id}", {})),
     Route("post", "/v1/sessions/{session_id}/grants", WRITE,
           lambda w: (f"/v1/sessions/{w.sid}/grants", {"json": {"actor_id": w.reader}})),
+    # Revoking a grant nobody holds: the same rights as granting, without taking the
+    # reader's grant away from the other rows.
+    Route("delete", "/v1/sessions/{session_id}/grants/{actor_id}", WRITE,
+          lambda w: (f"/v1/sessions/{w.sid}/grants/never-granted", {})),
     Route("put", "/v1/blobs", ANY_KEY, lambda w: ("/v1/blobs", {
         "content": b"auth test blob", "headers": {"content-type": "text/plain"}})),
     Route("get", "/v1/sessions/{session_id}/events/{event_key}", READ,
