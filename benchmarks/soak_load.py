@@ -256,7 +256,7 @@ class SessionDriver:
         old = self.client.producer
         with contextlib.suppress(Exception):
             await asyncio.wait_for(old.stop(), 5)
-        fresh = EventBus(self.cfg.bootstrap, self.cfg.topic)
+        fresh = EventBus(self.cfg.bootstrap, self.cfg.topic, self.cfg.api_key)
         fresh.last_offsets = old.last_offsets  # read-your-writes across the swap
         self.client.producer = fresh
         await fresh.start()  # raises while Kafka is away: retried, still broken

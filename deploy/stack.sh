@@ -97,6 +97,23 @@ env_lines() {
     echo "ALC_KAFKA_BOOTSTRAP=$boot"
   fi
   echo "ALC_PG_DSN=postgresql://${ALC_PG_USER:-agentloom}@127.0.0.1:${ALC_PG_PORT:-55432}/${ALC_PG_DB:-agentloom}"
+  # Authentication (docs/security.md): each process takes its role's principal from
+  # the credentials file; Prepare and compaction sign with the bus service secret.
+  if [[ ${ALC_KAFKA_TLS:-0} == 1 ]]; then
+    echo "ALC_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
+    echo "ALC_KAFKA_SSL_CAFILE=$ALC_STATE_DIR/secrets/tls/ca.pem"
+  else
+    echo "ALC_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT"
+  fi
+  echo "ALC_KAFKA_CREDENTIALS_FILE=$ALC_STATE_DIR/secrets/kafka-users.env"
+  echo "ALC_BUS_SERVICE_SECRET_FILE=$ALC_STATE_DIR/secrets/bus-service.key"
+}
+
+# Users, topics and ACLs of the default names (streams/provision.py), as admin.
+provision() {
+  local py=$REPO/.venv/bin/python
+  [[ -x $py ]] || { log "no $py: run 'make setup' first" >&2; return 1; }
+  (set -a; eval "$(env_lines)"; cd "$REPO" && "$py" -m streams.provision)
 }
 
 cmd_up() {
@@ -112,6 +129,7 @@ cmd_up() {
     log "stack NOT up (exit $rc); logs: $ALC_STATE_DIR/postgres/postgres.log, $klogs" >&2
     exit "$rc"
   fi
+  provision || { log "provisioning the broker failed" >&2; exit 1; }
   mkdir -p "$ALC_STATE_DIR"
   env_lines >"$ENV_FILE"
   log "up in $((SECONDS - t0)) s; env written to $ENV_FILE:"

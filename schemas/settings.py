@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -15,6 +16,26 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ALC_", frozen=True)
 
     kafka_bootstrap: str = "127.0.0.1:19092"
+    # How a process authenticates to the broker (docs/security.md). SASL_PLAINTEXT or
+    # SASL_SSL with SCRAM-SHA-512, as deploy/kafka.sh starts it; PLAINTEXT only for a
+    # broker without authentication (a testcontainers broker).
+    kafka_security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL"] = "SASL_PLAINTEXT"
+    kafka_sasl_mechanism: Literal["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"] = "SCRAM-SHA-512"
+    # This process's principal. Unset: the principal named after the process's role
+    # (processor, compaction, prepare, analytics, cli, runtime), its password read from
+    # kafka_credentials_file — the local stack's layout.
+    kafka_username: str | None = None
+    kafka_password: SecretStr | None = None
+    # "name=password" lines (deploy/kafka.sh writes <state_dir>/secrets/kafka-users.env).
+    kafka_credentials_file: str | None = None
+    # CA certificate (PEM) that signed the broker's TLS certificate (SASL_SSL).
+    kafka_ssl_cafile: str | None = None
+    # The deployment's service secret: Prepare and the compaction service derive their
+    # signing secrets from it, the processor checks their envelopes with it
+    # (domain/envelope.py). Unset: read from bus_service_secret_file, by default
+    # <state_dir>/secrets/bus-service.key (deploy/kafka.sh writes it).
+    bus_service_secret: SecretStr | None = None
+    bus_service_secret_file: str | None = None
     pg_dsn: str = "postgresql://agentloom@127.0.0.1:55432/agentloom"
     pg_pool_min: int = 2
     pg_pool_max: int = 10

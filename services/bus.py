@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaProducer
 
+from domain.envelope import KeySigner
+from schemas.auth import key_digest, key_id_of
 from schemas.contracts import ContextEvent
+from schemas.settings import Settings
 from schemas.wire import ControlEvent, encode_control, encode_event
 from streams import tracing
+from streams.kafka_auth import KafkaAuth, kafka_auth
 from streams.kafka_batches import send_in_batches
 from streams.publish import AiokafkaPublisher, Delivery, Publisher
 
@@ -36,11 +40,21 @@ async def send_control(publisher: Publisher, topic: str, event: ControlEvent) ->
 class EventBus:
     """A runtime's producer of context events (the SDK, load tools): an
     ``AiokafkaPublisher`` and the highest offset acknowledged per partition, which the
-    runtime hands to prepare as ``after``."""
+    runtime hands to prepare as ``after``.
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    ``api_key``: the runtime's host key of its space; every event is signed with it
+    (domain.envelope), and the processor refuses an event whose space is not the key's.
+    ``auth``: the broker credentials; by default the ``runtime`` principal of the
+    settings read from the environment (streams.kafka_auth)."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, api_key: str | None, auth: KafkaAuth | None = None
+    ) -> None:
         self.topic = topic
-        self.publisher = AiokafkaPublisher(bootstrap)
+        signer = signer_for(api_key)
+        self.publisher = AiokafkaPublisher(
+            bootstrap, auth or kafka_auth(Settings(), "runtime"), signer=signer
+        )
         self.last_offsets: dict[int, int] = {}
 
     @property
@@ -73,7 +87,7 @@ class EventBus:
         headers = tracing.kafka_headers()
         placed = await send_in_batches(
             self.publisher.producer,
-            ((self.topic, e.scope.session_id.encode(), encode_event(e), headers) for e in events),
+            (self._message(e, headers) for e in events),
         )
         out = []
         for p in placed:
@@ -82,6 +96,21 @@ class EventBus:
             out.append((partition, offset))
         return out
 
+    def _message(
+        self, e: ContextEvent, headers: list[tuple[str, bytes]] | None
+    ) -> tuple[str, bytes, bytes, list[tuple[str, bytes]] | None]:
+        key, value = e.scope.session_id.encode(), encode_event(e)
+        return self.topic, key, value, self.publisher._signed(key, value, headers)
+
     def _remember(self, partition: int, offset: int) -> None:
         if offset > self.last_offsets.get(partition, -1):
             self.last_offsets[partition] = offset
+
+
+def signer_for(api_key: str | None) -> KeySigner | None:
+    """The envelope signer of a runtime's API key; ``None`` without a key (its events are
+    refused as ``unauthenticated_event``: the processor accepts no unsigned event)."""
+    key_id = key_id_of(api_key)
+    if api_key is None or key_id is None:
+        return None
+    return KeySigner.of(key_id, key_digest(api_key))

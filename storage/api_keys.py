@@ -5,11 +5,13 @@ Only a key's sha256 is stored; ``create_key`` returns the key itself once.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import asyncpg
 
+from domain.envelope import BusKey
 from schemas.auth import Credential, KeyKind, new_key
 
 
@@ -95,3 +97,24 @@ async def issue(
         return await create_key(conn, space_id, kind, actor_id, label)
     finally:
         await conn.close()
+
+
+async def bus_keys(db: _Executor, key_ids: Sequence[str]) -> dict[str, BusKey]:
+    """The live keys among ``key_ids``, as the processor checks a signed envelope."""
+    rows = await db.fetch(
+        "SELECT key_id, space_id, kind, key_sha256 FROM api_keys"
+        " WHERE key_id = ANY($1::text[]) AND revoked_at IS NULL",
+        list(key_ids),
+    )
+    return {r["key_id"]: BusKey(r["space_id"], r["kind"], r["key_sha256"]) for r in rows}
+
+
+class PgBusKeys:
+    """``streams.envelopes.BusKeys`` over a pool."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def bus_keys(self, key_ids: Sequence[str]) -> dict[str, BusKey]:
+        async with self.pool.acquire() as conn:
+            return await bus_keys(conn, key_ids)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.accounting import text_key, token_text
+from domain.envelope import UNAUTHENTICATED, Headers
 from domain.planning import Incoming
 from domain.tokens import CachedCounter
 from schemas import codec
@@ -17,11 +18,15 @@ from schemas.errors import InvalidEvent
 from schemas.validation import validate_control, validate_event
 from schemas.wire import ControlEvent, DeadLetter, decode_control, decode_event_and_payload
 from storage.processing_store import ProcessingStore
+from streams.envelopes import Authenticator
 from streams.faults import describe_failure
 from streams.outgoing import ProcessorConfig, dead_letter
 
 CONTROL_EVENT_NAME = "agentloom.context.v1.ControlEvent"
 YIELD_EVERY = 64  # messages decoded between two yields to the event loop
+_UNSIGNED = "not signed by a live key of this deployment, or the signature does not verify"
+_NOT_CONTROL = "a control event signed by a signer that does not make this kind"
+_OTHER_SPACE = "the event's space is not the signing key's space (or the key is not a host key)"
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,8 @@ class RawMessage:
     value: bytes | None
     partition: int
     offset: int
+    # The envelope headers (domain.envelope); the driver keeps only those.
+    headers: Headers | None = None
 
 
 @dataclass(frozen=True)
@@ -57,28 +64,38 @@ class Admitted:
 class Admission:
     """Decode, validate and count a batch, in offset order."""
 
-    def __init__(self, counter: CachedCounter, config: ProcessorConfig) -> None:
+    def __init__(
+        self, counter: CachedCounter, config: ProcessorConfig, auth: Authenticator
+    ) -> None:
         self.counter = counter
         self.config = config
+        self.auth = auth
 
     async def admit(self, store: ProcessingStore, batch: list[RawMessage]) -> Admitted:
         out = Admitted()
         decoded: list[tuple[RawMessage, ContextEvent, dict[str, Any]]] = []
         controls: list[Control] = []
-        for n, msg in enumerate(batch):
+        signers = await self.auth.signers(batch)
+        for n, (msg, signer) in enumerate(zip(batch, signers, strict=True)):
             if n % YIELD_EVERY == YIELD_EVERY - 1:
                 # Let an earlier chunk's transaction take its next step (processor.handle
                 # overlaps them): decoding is CPU, the transaction mostly waits.
                 await asyncio.sleep(0)
             try:
+                if signer is None:  # nothing of an unsigned message is decoded
+                    raise InvalidEvent(_UNSIGNED, reason_code=UNAUTHENTICATED)
                 if msg.value is None:
                     raise InvalidEvent("empty message value", reason_code="empty_value")
                 if codec.writer_name(msg.value) == CONTROL_EVENT_NAME:
                     ctl = _decode_control(msg.value)
+                    if not signer.may_write_control(type(ctl.body).__name__):
+                        raise InvalidEvent(_NOT_CONTROL, reason_code=UNAUTHENTICATED)
                     validate_control(ctl)
                     controls.append(Control(msg.partition, msg.offset, ctl, msg))
                     continue
                 ev, payload_wire = decode_event_and_payload(msg.value)
+                if not signer.may_write_event(ev.scope.space_id):
+                    raise InvalidEvent(_OTHER_SPACE, reason_code=UNAUTHENTICATED)
                 validate_event(ev)
                 decoded.append((msg, ev, payload_wire))
             except InvalidEvent as exc:

@@ -24,8 +24,10 @@ from typing import Any
 
 import faust
 
+from domain.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
+from streams.kafka_auth import kafka_auth
 from streams.pipelined import PipelinedBatches, ticking
 from streams.processor import RawMessage
 
@@ -54,7 +56,13 @@ def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> fau
 
     async def apply(events: list[Any]) -> None:
         batch = [
-            RawMessage(e.message.key, e.message.value, e.message.partition, e.message.offset)
+            RawMessage(
+                e.message.key,
+                e.message.value,
+                e.message.partition,
+                e.message.offset,
+                envelope_headers(e.message.headers),
+            )
             for e in events
         ]
         if not built:  # lazily, as before: the pool is opened by the first batch
@@ -96,6 +104,7 @@ def _app(settings: Settings, data_dir: Path) -> faust.App:
     return faust.App(
         settings.processor_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
+        broker_credentials=kafka_auth(settings, "processor").faust_credentials(),
         store="memory://",
         value_serializer="raw",
         key_serializer="raw",

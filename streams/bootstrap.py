@@ -17,12 +17,15 @@ import faust
 
 from domain.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
+from storage.api_keys import PgBusKeys
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.processing_store import PgProcessing
 from streams import direct, tracing
 from streams.app import BatchHandler, create_app
+from streams.envelopes import Authenticator
 from streams.instance import claim_instance_id
+from streams.kafka_auth import kafka_auth, service_root
 from streams.metrics import MeteredPublisher, serve
 from streams.offload import OffloadedProcessor, handle_offloaded_or_exit
 from streams.outgoing import ProcessorConfig
@@ -40,6 +43,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
     # Dead letters are counted by reason as they are sent (R18, /metrics).
     metered = MeteredPublisher(publisher, settings.topic_dead_letter)
+    auth = Authenticator(PgBusKeys(pool), service_root(settings))
     return BatchProcessor(
         PgProcessing(pool),
         metered,
@@ -53,6 +57,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
             topic_observability=settings.topic_observability,
             pipeline_chunk=settings.processor_pipeline_chunk,
         ),
+        auth,
     )
 
 
@@ -65,13 +70,13 @@ async def prepare_infrastructure(settings: Settings) -> None:
     # Every topic the processor reads or writes (records in; committed, dead letters,
     # compaction requests, observability out) exists with our partition count, or the
     # process stops here — before faust or aiokafka joins the group.
-    await require_topics(settings)
+    await require_topics(settings, "processor")
 
 
 async def run_direct(settings: Settings) -> None:
     """The aiokafka driver: runs until SIGTERM/SIGINT."""
     pool = await open_pool(settings)
-    publisher = AiokafkaPublisher(settings.kafka_bootstrap)
+    publisher = AiokafkaPublisher(settings.kafka_bootstrap, kafka_auth(settings, "processor"))
     consumer = direct.make_consumer(settings)
     await publisher.start()
     await consumer.start()

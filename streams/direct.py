@@ -19,8 +19,10 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from domain.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
+from streams.kafka_auth import kafka_auth
 from streams.processor import BatchProcessor, RawMessage, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
@@ -32,6 +34,7 @@ def make_consumer(settings: Settings) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         settings.topic_records,
         bootstrap_servers=settings.kafka_bootstrap,
+        **kafka_auth(settings, "processor").client_kwargs(),
         group_id=settings.processor_id,
         group_instance_id=settings.processor_instance_id,
         enable_auto_commit=False,
@@ -57,7 +60,10 @@ async def consume(
         batch: list[RawMessage] = []
         next_offsets: dict[TopicPartition, int] = {}
         for tp, msgs in fetched.items():  # per-partition order is what matters
-            batch.extend(RawMessage(m.key, m.value, m.partition, m.offset) for m in msgs)
+            batch.extend(
+                RawMessage(m.key, m.value, m.partition, m.offset, envelope_headers(m.headers))
+                for m in msgs
+            )
             next_offsets[tp] = msgs[-1].offset + 1
         traced = (
             tracing.carried(m for msgs in fetched.values() for m in msgs)

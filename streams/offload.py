@@ -72,11 +72,11 @@ def frame(body: bytes) -> bytes:
 
 
 def encode_batch(batch: list[RawMessage]) -> bytes:
-    return marshal.dumps([(m.key, m.value, m.partition, m.offset) for m in batch])
+    return marshal.dumps([(m.key, m.value, m.partition, m.offset, m.headers) for m in batch])
 
 
 def decode_batch(body: bytes) -> list[RawMessage]:
-    return [RawMessage(k, v, p, o) for k, v, p, o in marshal.loads(body)]
+    return [RawMessage(k, v, p, o, h) for k, v, p, o, h in marshal.loads(body)]
 
 
 def encode_reply(reply: Reply) -> bytes:

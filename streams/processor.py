@@ -44,6 +44,7 @@ from storage.ingest import ExistingRecord
 from storage.processing_store import ProcessingStore, ProcessingStores
 from streams.admission import Admission, Admitted, Control, Item, RawMessage
 from streams.control import apply_controls, preempt
+from streams.envelopes import Authenticator
 from streams.faults import describe_failure, is_transient, retry_transient
 from streams.outgoing import Effects, ProcessorConfig, dead_letter_note, encode_applied
 from streams.publish import Message, Publisher
@@ -70,11 +71,12 @@ class BatchProcessor:
         publisher: Publisher,
         counter: CachedCounter,
         config: ProcessorConfig,
+        auth: Authenticator,
     ) -> None:
         self.stores = stores
         self.publisher = publisher
         self.config = config
-        self.admission = Admission(counter, config)
+        self.admission = Admission(counter, config, auth)
 
     def first_chunk(self, batch: list[RawMessage]) -> list[RawMessage]:
         return _chunks(batch, self.config.pipeline_chunk)[0]

@@ -35,6 +35,8 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 
+from domain.envelope import Signer
+from streams.kafka_auth import KafkaAuth
 from streams.kafka_batches import send_in_batches
 from streams.partitioning import cached_partitioner
 from streams.tracing import KafkaHeaders
@@ -88,8 +90,18 @@ class _Tracked:
     def _track(self, fut: asyncio.Future[Any]) -> None:
         self._pending.append(fut)
 
+    signer: Signer | None = None
+
+    def _signed(self, key: bytes | None, value: bytes, headers: KafkaHeaders | None) -> Any:
+        """``headers`` with this process's envelope (domain.envelope) added, if it signs."""
+        if self.signer is None:
+            return headers
+        return [*(headers or ()), *self.signer.headers(key, value)]
+
     async def _send_batches(self, producer: AIOKafkaProducer, messages: Sequence[Message]) -> None:
-        placed = await send_in_batches(producer, [(t, k, v, None) for t, k, v in messages])
+        placed = await send_in_batches(
+            producer, [(t, k, v, self._signed(k, v, None)) for t, k, v in messages]
+        )
         for fut in {id(p.future): p.future for p in placed}.values():  # one per batch
             self._track(fut)
 
@@ -100,12 +112,24 @@ class _Tracked:
 
 
 class AiokafkaPublisher(_Tracked):
-    """aiokafka's producer with our settings; ``start``/``stop`` own its lifecycle."""
+    """aiokafka's producer with our settings; ``start``/``stop`` own its lifecycle.
+    ``signer``: every message gets its envelope headers (Prepare, the compaction service
+    and runtimes sign; the processor's own output is not read back by anyone who checks)."""
 
-    def __init__(self, bootstrap: str, *, linger_ms: int = 2, max_batch_size: int = 1 << 20):
+    def __init__(
+        self,
+        bootstrap: str,
+        auth: KafkaAuth,
+        *,
+        signer: Signer | None = None,
+        linger_ms: int = 2,
+        max_batch_size: int = 1 << 20,
+    ):
         super().__init__()
+        self.signer = signer
         self.producer = AIOKafkaProducer(
             bootstrap_servers=bootstrap,
+            **auth.client_kwargs(),
             acks="all",
             enable_idempotence=True,
             linger_ms=linger_ms,
@@ -122,6 +146,7 @@ class AiokafkaPublisher(_Tracked):
     async def send(
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
     ) -> None:
+        headers = self._signed(key, value, headers)
         self._track(await self.producer.send(topic, value, key=key, headers=headers))
 
     async def send_many(self, messages: Sequence[Message]) -> None:
@@ -130,12 +155,14 @@ class AiokafkaPublisher(_Tracked):
     async def send_and_wait(
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
     ) -> Delivery:
+        headers = self._signed(key, value, headers)
         md = await self.producer.send_and_wait(topic, value, key=key, headers=headers)
         return Delivery(md.partition, md.offset)
 
     async def send_advisory(
         self, topic: str, key: bytes | None, value: bytes, headers: KafkaHeaders | None = None
     ) -> None:
+        headers = self._signed(key, value, headers)
         fut = await self.producer.send(topic, value, key=key, headers=headers)
         fut.add_done_callback(_log_failure)
 

@@ -23,6 +23,7 @@ from aiokafka.errors import KafkaError
 
 from schemas.errors import ContextError
 from schemas.settings import Settings
+from streams.kafka_auth import Role, kafka_auth
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +97,21 @@ def mismatches(spec: TopicSpec, seen: ObservedTopic) -> list[str]:
 
 
 async def ensure_topics(
-    settings: Settings, names: list[str] | None = None, *, timeout_s: float = 30.0
+    settings: Settings,
+    names: list[str] | None = None,
+    *,
+    timeout_s: float = 30.0,
+    role: Role = "admin",
 ) -> None:
     """Create the missing topics and check the existing ones; raise ``TopicMismatch``
-    naming every difference, or ``TopicSetupFailed`` if the broker cannot be asked."""
+    naming every difference, or ``TopicSetupFailed`` if the broker cannot be asked.
+    ``role``: whose principal asks; a service's may only describe its topics (the
+    operator creates them: ``streams.provision``), so a missing topic stops it here."""
     specs = topic_specs(settings, names)
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000)
+        bootstrap_servers=settings.kafka_bootstrap,
+        request_timeout_ms=int(timeout_s * 1000),
+        **kafka_auth(settings, role).client_kwargs(),
     )
     try:
         await admin.start()
@@ -129,11 +138,11 @@ async def ensure_topics(
         )
 
 
-async def require_topics(settings: Settings) -> None:
+async def require_topics(settings: Settings, role: Role) -> None:
     """``ensure_topics`` for an entry point: a failure stops the process at once with its
     code and message and exit status ``EXIT_TOPICS``, before any consumer joins."""
     try:
-        await ensure_topics(settings)
+        await ensure_topics(settings, role=role)
     except TopicSetupFailed as exc:
         log.critical("cannot start: %s: %s", exc.code, exc.message)
         raise SystemExit(EXIT_TOPICS) from exc

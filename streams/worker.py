@@ -40,6 +40,7 @@ def die_with_parent(parent_pid: int) -> None:
 async def serve(reader: asyncio.StreamReader) -> None:
     # Imported here: the composition root imports this package's faust side too.
     from streams.bootstrap import build_processor, open_pool
+    from streams.kafka_auth import kafka_auth
     from streams.metrics import MeteredPublisher
     from streams.publish import AiokafkaPublisher
 
@@ -51,7 +52,7 @@ async def serve(reader: asyncio.StreamReader) -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     pool = await open_pool(settings)
-    publisher = AiokafkaPublisher(settings.kafka_bootstrap)
+    publisher = AiokafkaPublisher(settings.kafka_bootstrap, kafka_auth(settings, "processor"))
     await publisher.start()
     proc = build_processor(settings, pool, publisher)
     assert isinstance(proc.publisher, MeteredPublisher)

@@ -42,6 +42,8 @@ def _record_spec(request: pytest.FixtureRequest, record_property) -> None:  # ty
 def stack() -> Iterator[Stack]:
     with resolve_stack() as st:
         print(f"\n[tests] stack from {st.source}: kafka={st.kafka_bootstrap} pg={st.pg_dsn}")
+        # Raw clients and Settings() in this process authenticate as the stack expects.
+        os.environ.update(dict(st.auth_env))
         yield st
 
 

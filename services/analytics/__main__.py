@@ -24,6 +24,7 @@ from services import metrics
 from services.analytics.pipeline import Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.kafka_auth import kafka_auth
 from streams.topics import require_topics
 
 log = logging.getLogger("agentloom.analytics")
@@ -36,6 +37,7 @@ def consumer_of(settings: Settings) -> AIOKafkaConsumer:
         settings.topic_observability,
         settings.topic_dead_letter,
         bootstrap_servers=settings.kafka_bootstrap,
+        **kafka_auth(settings, "analytics").client_kwargs(),
         group_id=settings.analytics_group,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -45,7 +47,7 @@ def consumer_of(settings: Settings) -> AIOKafkaConsumer:
 
 async def run(settings: Settings) -> None:
     await apply_dsn(settings.pg_dsn)
-    await require_topics(settings)
+    await require_topics(settings, "analytics")
     # Two connections: one writes a batch while the other looks up new sessions' dimensions.
     pool = await create_pool(settings.pg_dsn, 1, 2)
     if settings.metrics_port is not None:

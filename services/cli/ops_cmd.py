@@ -11,6 +11,7 @@ import typer
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
 from storage.migrate import apply_dsn, available
+from streams.kafka_auth import kafka_auth
 from streams.topics import TopicSetupFailed, ensure_topics, topic_names
 
 topics = typer.Typer(no_args_is_help=True, help="Kafka topics of AgentLoom Context.")
@@ -36,7 +37,9 @@ def check(
 async def _exists(s: Settings) -> None:
     from aiokafka.admin import AIOKafkaAdminClient
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=s.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=s.kafka_bootstrap, **kafka_auth(s, "cli").client_kwargs()
+    )
     try:
         await admin.start()
         missing = set(topic_names(s)) - set(await admin.list_topics())
@@ -44,7 +47,7 @@ async def _exists(s: Settings) -> None:
         await admin.close()
     if missing:
         raise TopicSetupFailed(f"missing topics: {sorted(missing)}", missing=sorted(missing))
-    await ensure_topics(s)  # all exist: this only checks them
+    await ensure_topics(s, role="cli")  # all exist: this only checks them
 
 
 def migrate(as_json: JsonOption = False) -> None:

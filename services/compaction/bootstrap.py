@@ -15,6 +15,7 @@ from pathlib import Path
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
+from domain.envelope import ServiceSigner
 from domain.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from services import metrics
@@ -30,6 +31,7 @@ from storage.compaction_jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from streams.instance import claim_instance_id
+from streams.kafka_auth import kafka_auth, service_root
 from streams.publish import AiokafkaPublisher, Publisher
 from streams.topics import require_topics
 
@@ -120,6 +122,7 @@ def instance_id(settings: Settings) -> str:
 def _consumer(settings: Settings, listener: HandOver) -> AIOKafkaConsumer:
     consumer = AIOKafkaConsumer(
         bootstrap_servers=settings.kafka_bootstrap,
+        **kafka_auth(settings, "compaction").client_kwargs(),
         group_id=settings.compaction_group,
         # Offsets are committed by hand, after the outcome is saved and published.
         enable_auto_commit=False,
@@ -147,11 +150,18 @@ class Running:
 
 async def start(settings: Settings) -> Running:
     await apply_dsn(settings.pg_dsn)
-    await require_topics(settings)  # requests in, records out: exit before joining if wrong
+    # Requests in, records out: exit before joining if they are wrong.
+    await require_topics(settings, "compaction")
     # A connection per concurrent job, and one for the loop's own reads.
     pool: asyncpg.Pool = await create_pool(settings.pg_dsn, 1, settings.compaction_concurrency + 1)
     # linger 0: a job's outcome is one message, sent and waited for on its own.
-    publisher = AiokafkaPublisher(settings.kafka_bootstrap, linger_ms=0)
+    # Outcomes on the records topic carry the compaction service's envelope.
+    publisher = AiokafkaPublisher(
+        settings.kafka_bootstrap,
+        kafka_auth(settings, "compaction"),
+        signer=ServiceSigner.of("compaction", service_root(settings)),
+        linger_ms=0,
+    )
     requests = compose(
         settings,
         PgCompactionJobs(pool),

@@ -48,7 +48,7 @@ def main() -> None:
     )
     # Topics first, outside uvicorn: a failure in the ASGI lifespan is logged by uvicorn
     # and ends serve() normally (exit 0); here it stops the process with its code.
-    asyncio.run(require_topics(settings))
+    asyncio.run(require_topics(settings, "prepare"))
     config = uvicorn.Config(
         build_app(settings),
         host=settings.prepare_host,

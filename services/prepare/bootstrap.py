@@ -12,6 +12,7 @@ from functools import partial
 
 import asyncpg
 
+from domain.envelope import ServiceSigner
 from domain.tokens import CachedCounter, make_counter
 from schemas.errors import NotFound
 from schemas.settings import Settings
@@ -45,6 +46,7 @@ from storage.render_states import PgRenderStates, RenderStates
 from storage.sessions import PgSessions, Sessions
 from storage.threads import PgThreads, Threads
 from streams import tracing
+from streams.kafka_auth import kafka_auth, service_root
 from streams.publish import AiokafkaPublisher, Publisher
 from streams.topics import ensure_topics
 
@@ -196,9 +198,14 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     """The process's service over PostgreSQL and Kafka; closed on exit."""
     traces = tracing.configure(settings, "agentloom-prepare")  # ALC_TRACE_EXPORTER
     await apply_dsn(settings.pg_dsn)
-    await ensure_topics(settings)
+    await ensure_topics(settings, role="prepare")
     pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
-    publisher = AiokafkaPublisher(settings.kafka_bootstrap)
+    # Run lifecycle events and budget observations carry Prepare's envelope.
+    publisher = AiokafkaPublisher(
+        settings.kafka_bootstrap,
+        kafka_auth(settings, "prepare"),
+        signer=ServiceSigner.of("prepare", service_root(settings)),
+    )
     await publisher.start()
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
     await waiter.start(settings.pg_dsn)

@@ -31,6 +31,7 @@ from services.bus import EventBus
 from services.sdk.appends import INLINE_LIMIT, EventAppends, RunHandle
 from services.sdk.errors import ApiError
 from streams import tracing
+from streams.kafka_auth import KafkaAuth
 
 __all__ = ["INLINE_LIMIT", "ApiError", "ContextClient", "RunHandle"]
 
@@ -45,13 +46,16 @@ class ContextClient(EventAppends):
         host_id: str = "local",
         api_key: str | None = None,
         http_transport: httpx.AsyncBaseTransport | None = None,
+        kafka_auth: KafkaAuth | None = None,
     ) -> None:
         """``api_key``: this runtime's API key (``agentloom-keys create``), by default from
-        ``ALC_API_KEY``; sent as ``Authorization: Bearer`` on every HTTP call. Appends go
-        over Kafka, where the broker authenticates (SASL/ACLs in production).
-        ``http_transport``: another way to reach Prepare (an in-process app, in tests)."""
-        self.producer = EventBus(kafka_bootstrap, topic)
+        ``ALC_API_KEY``; sent as ``Authorization: Bearer`` on every HTTP call, and the
+        key every append is signed with (docs/security.md). Appends go over Kafka as the
+        ``kafka_auth`` principal (default: ``ALC_KAFKA_*``, else the local stack's
+        ``runtime``). ``http_transport``: another way to reach Prepare (an in-process
+        app, in tests)."""
         key = api_key if api_key is not None else os.environ.get("ALC_API_KEY")
+        self.producer = EventBus(kafka_bootstrap, topic, key, kafka_auth)
         headers = {"Authorization": f"Bearer {key}"} if key else None
         self.http = httpx.AsyncClient(
             base_url=prepare_url, timeout=30.0, headers=headers, transport=http_transport

@@ -40,6 +40,7 @@ from services.analytics.__main__ import READY
 from services.sdk.client import ContextClient
 from storage.analytics import session_dims
 from tests.support.flows import client, new_session
+from tests.support.kafka import auth
 from tests.support.services import LOG_DIR, TEST_SPACE, Services, free_port
 from tests.support.stack import REPO
 
@@ -87,7 +88,7 @@ async def _raw(services: Services) -> tuple[list[tuple[str, Fact]], dict[TopicPa
     """Every message of the observability and dead-letter topics, as (session, fact)."""
     topics = [services.env("ALC_TOPIC_OBSERVABILITY"), services.env("ALC_TOPIC_DEAD_LETTER")]
     consumer = AIOKafkaConsumer(
-        *topics, bootstrap_servers=services.stack.kafka_bootstrap, group_id=None,
+        *topics, bootstrap_servers=services.stack.kafka_bootstrap, **auth(), group_id=None,
         auto_offset_reset="earliest", enable_auto_commit=False,
     )  # fmt: skip
     await consumer.start()
@@ -150,7 +151,7 @@ async def _stored(pool: asyncpg.Pool) -> dict[RollupKey, int]:
 async def _caught_up(services: Services, group: str, timeout: float = 60.0) -> None:
     """Until the analytics group's committed offsets reach the topics' ends."""
     _, ends = await _raw(services)
-    admin = AIOKafkaAdminClient(bootstrap_servers=services.stack.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=services.stack.kafka_bootstrap, **auth())
     await admin.start()
     try:
         deadline = asyncio.get_running_loop().time() + timeout
@@ -168,7 +169,7 @@ async def _rewind(services: Services, group: str) -> None:
     """Reset the (stopped) analytics group to the beginning of both topics."""
     topics = [services.env("ALC_TOPIC_OBSERVABILITY"), services.env("ALC_TOPIC_DEAD_LETTER")]
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=services.stack.kafka_bootstrap, group_id=group,
+        bootstrap_servers=services.stack.kafka_bootstrap, **auth(), group_id=group,
         enable_auto_commit=False,
     )  # fmt: skip
     await consumer.start()
@@ -242,7 +243,7 @@ async def test_a_late_event_lands_in_the_window_of_its_own_time(
     purpose = f"late-{uuid.uuid4().hex[:8]}"  # rows of this test only
     now = int(time.time() * 1000)
     old = now - 2 * 3_600_000
-    producer = AIOKafkaProducer(bootstrap_servers=services.stack.kafka_bootstrap)
+    producer = AIOKafkaProducer(bootstrap_servers=services.stack.kafka_bootstrap, **auth())
     await producer.start()
     try:
         for at, tokens in ((now, 100), (old, 7)):

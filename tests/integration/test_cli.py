@@ -19,6 +19,7 @@ from domain.call_view import call_view
 from schemas.wire import DeadLetter, encode_dead_letter
 from storage import inspection
 from tests.support.flows import client
+from tests.support.kafka import auth
 from tests.support.stack import Stack
 from tests.support.summarized import summarized_call
 
@@ -118,7 +119,7 @@ def test_migrate_and_topics_check(stack: Stack, pg_dsn: str) -> None:
 async def test_dlq_list_show_and_replay(stack: Stack) -> None:
     tag = uuid.uuid4().hex[:8]
     dlq, source = f"cli-dlq-{tag}", f"cli-src-{tag}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await admin.start()
     try:
         await admin.create_topics([NewTopic(dlq, 2, 1), NewTopic(source, 1, 1)])
@@ -128,7 +129,7 @@ async def test_dlq_list_show_and_replay(stack: Stack) -> None:
     letter = DeadLetter(
         "invalid_event", "bad", source, 0, 7, b"ses-1", original, "ses-1", "ek-1", 1_700_000_000
     )
-    prod = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
+    prod = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await prod.start()
     try:
         await prod.send_and_wait(dlq, encode_dead_letter(letter), key=b"ses-1", partition=1)
@@ -145,7 +146,7 @@ async def test_dlq_list_show_and_replay(stack: Stack) -> None:
     assert run("dlq", "replay", **env).returncode == 2  # nothing named
     p = run("dlq", "replay", "1:0", "--json", **env)
     assert (p.returncode, as_json(p)["replayed"]) == (0, ["1:0"]), p.stderr
-    cons = AIOKafkaConsumer(bootstrap_servers=stack.kafka_bootstrap)
+    cons = AIOKafkaConsumer(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await cons.start()
     try:
         tp = TopicPartition(source, 0)

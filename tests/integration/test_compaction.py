@@ -21,6 +21,7 @@ from schemas.contracts import ToolStatus
 from schemas.wire import decode_observability
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from tests.support.flows import client, new_session, read_topic
+from tests.support.kafka import service_signed
 from tests.support.model_server import Script, model_server
 from tests.support.services import Services, start_services
 from tests.support.stack import Stack
@@ -842,8 +843,12 @@ async def test_a_compaction_request_lost_after_the_commit_is_published_again(
         0,
         BudgetObservation(0, 1, 0, 0, 0, 0, None, "x", policy_rev),
     )
+    value = encode_control(redelivered)
     await ctx.producer._producer.send_and_wait(
-        services.env("ALC_TOPIC_RECORDS"), encode_control(redelivered), key=sid.encode()
+        services.env("ALC_TOPIC_RECORDS"),
+        value,
+        key=sid.encode(),
+        headers=service_signed("prepare", sid.encode(), value),
     )
     jobs = await settled(db, sid)
     assert [j["job_id"] for j in jobs] == [job_id]  # the same job, not a second one

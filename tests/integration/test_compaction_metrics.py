@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaProducer
 from devstack.launcher import COMPACTION_READY, Proc
 from tests.integration.test_compaction import question, settled
 from tests.support.flows import client, new_session
+from tests.support.kafka import auth
 from tests.support.model_server import model_server
 from tests.support.services import LOG_DIR, Services, free_port, start_services
 from tests.support.stack import REPO, Stack
@@ -119,7 +120,7 @@ def _lag(text: str, group: str) -> dict[str, float]:
 
 
 async def _junk_request(services: Services) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=services.env("ALC_KAFKA_BOOTSTRAP"))
+    producer = AIOKafkaProducer(bootstrap_servers=services.env("ALC_KAFKA_BOOTSTRAP"), **auth())
     await producer.start()
     try:
         topic = services.env("ALC_TOPIC_COMPACTION_REQUESTS")

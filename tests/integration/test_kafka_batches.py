@@ -15,6 +15,7 @@ from streams.kafka_batches import LARGE_BYTES, OutMessage, send_in_batches
 from streams.partitioning import cached_partitioner
 from streams.publish import AiokafkaPublisher
 from streams.topics import ensure_topics
+from tests.support.kafka import auth
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -33,7 +34,7 @@ async def _read_all(
 ) -> dict[tuple[int, int], tuple]:  # type: ignore[type-arg]
     """(partition, offset) → (key, value, headers) of the first ``count`` messages."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=stack.kafka_bootstrap, auto_offset_reset="earliest"
+        bootstrap_servers=stack.kafka_bootstrap, **auth(), auto_offset_reset="earliest"
     )
     await consumer.start()
     try:
@@ -54,6 +55,7 @@ async def test_batched_messages_land_where_send_would_put_them_in_order(stack: S
     # A small max batch: the 600 messages overflow several batches per partition.
     producer = AIOKafkaProducer(
         bootstrap_servers=stack.kafka_bootstrap,
+        **auth(),
         acks="all",
         enable_idempotence=True,
         max_batch_size=16 * 1024,
@@ -108,7 +110,7 @@ async def test_a_large_message_keeps_its_place_and_an_oversized_one_fails_alone(
     client (as ``send`` always did) instead of sinking the batch beside it."""
     topic = await _topic(stack, partitions=1)
     producer = AIOKafkaProducer(
-        bootstrap_servers=stack.kafka_bootstrap, acks="all", enable_idempotence=True
+        bootstrap_servers=stack.kafka_bootstrap, **auth(), acks="all", enable_idempotence=True
     )
     await producer.start()
     try:

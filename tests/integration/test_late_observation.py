@@ -24,6 +24,7 @@ from schemas.wire import BudgetObservation, ControlEvent, encode_control
 from services.sdk.client import ContextClient, RunHandle
 from tests.integration.test_compaction import question, reports, round_
 from tests.support.flows import client, new_session, wait_committed
+from tests.support.kafka import service_signed
 from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
@@ -65,8 +66,12 @@ async def late_observation(
     event = ControlEvent(
         key, run.session_id, run.run_id, run.instance_id, int(time.time() * 1000), obs
     )
+    value, key_bytes = encode_control(event), run.session_id.encode()
     md = await ctx.producer._producer.send_and_wait(
-        services.env("ALC_TOPIC_RECORDS"), encode_control(event), key=run.session_id.encode()
+        services.env("ALC_TOPIC_RECORDS"),
+        value,
+        key=key_bytes,
+        headers=service_signed("prepare", key_bytes, value),
     )
     await wait_committed(db, services, {md.partition: md.offset})
     return key

@@ -27,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from domain.envelope import Headers
 from schemas import codec
 from schemas.contracts import Authority, Content, ContextEvent
 from schemas.wire import (
@@ -41,9 +42,11 @@ from schemas.wire import (
 )
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.processing_store import PgProcessingStore
+from streams.admission import CONTROL_EVENT_NAME
 from streams.control import apply_controls
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
+from tests.support.kafka import auth, service_signed, signed
 from tests.support.services import Services
 
 pytestmark = [pytest.mark.integration, pytest.mark.spec("R3.1", "R3.3", "R3.4", "R15.3")]
@@ -59,6 +62,7 @@ async def raw_producer(services: Services) -> AsyncIterator[AIOKafkaProducer]:
     """Writes anything to the records topic, up to what the broker takes (~1 MB)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=services.stack.kafka_bootstrap,
+        **auth(),
         acks="all",
         enable_idempotence=True,
         max_request_size=4 << 20,
@@ -75,8 +79,26 @@ async def send_raw(
 ) -> list[tuple[int, int]]:
     """Pipelined in order (one key, one partition): they tend to share a batch."""
     topic = services.env("ALC_TOPIC_RECORDS")
-    futures = [await producer.send(topic, value, key=key) for key, value in messages]
+    # Signed as the test space's runtime: the processor looks at the bytes only then.
+    futures = [
+        await producer.send(topic, value, key=key, headers=_signed(services, key, value))
+        for key, value in messages
+    ]
     return [((md := await f).partition, md.offset) for f in futures]
+
+
+def _signed(services: Services, key: bytes | None, value: bytes | None) -> Headers:
+    """A context event as the test space's runtime; a control event as the service that
+    makes its kind (these tests are about what the processor does past the envelope)."""
+    try:
+        control = codec.writer_name(value or b"") == CONTROL_EVENT_NAME
+        body = codec.decode(codec.CONTROL_EVENT, value or b"")["body"][0] if control else ""
+    except Exception:
+        body = ""
+    if body:
+        service = "prepare" if body.endswith("BudgetObservation") else "compaction"
+        return service_signed(service, key, value or b"")
+    return signed(services.api_key, key, value or b"")
 
 
 async def dead_letters_at(
@@ -91,6 +113,7 @@ async def dead_letters_at(
     consumer = AIOKafkaConsumer(
         services.env("ALC_TOPIC_DEAD_LETTER"),
         bootstrap_servers=services.stack.kafka_bootstrap,
+        **auth(),
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,

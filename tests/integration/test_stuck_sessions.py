@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 
 from schemas.wire import (
@@ -29,6 +30,7 @@ from schemas.wire import (
 )
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from tests.support.flows import client, new_session, read_topic, wait_committed
+from tests.support.kafka import auth, service_signed
 from tests.support.model_server import Script, model_server
 from tests.support.services import Services, start_services
 from tests.support.stack import Stack
@@ -271,8 +273,12 @@ async def test_an_expired_job_is_recorded_and_the_check_starts_a_new_one(
             covered_tokens=1000,
         ),
     )
+    value = encode_control(late)
     md = await ctx.producer._producer.send_and_wait(
-        services.env("ALC_TOPIC_RECORDS"), encode_control(late), key=sid.encode()
+        services.env("ALC_TOPIC_RECORDS"),
+        value,
+        key=sid.encode(),
+        headers=service_signed("compaction", sid.encode(), value),
     )
     await wait_committed(db, services, {md.partition: md.offset})
     old = await db.fetchrow("SELECT * FROM compaction_jobs WHERE job_id=$1", lost)
@@ -360,9 +366,14 @@ async def test_an_unreadable_request_is_dead_lettered_and_the_loop_goes_on(
     session = await new_session(ctx, context_policy=TURNS_2)
     sid = session["session_id"]
     topic = services.env("ALC_TOPIC_COMPACTION_REQUESTS")
-    producer = ctx.producer._producer
-    bad = await producer.send_and_wait(topic, b"\x00garbage", key=sid.encode())
-    empty = await producer.send_and_wait(topic, None, key=sid.encode())
+    # As the processor (the only writer of requests): a runtime may write records only.
+    producer = AIOKafkaProducer(bootstrap_servers=services.stack.kafka_bootstrap, **auth())
+    await producer.start()
+    try:
+        bad = await producer.send_and_wait(topic, b"\x00garbage", key=sid.encode())
+        empty = await producer.send_and_wait(topic, None, key=sid.encode())
+    finally:
+        await producer.stop()
     run = await two_turns(ctx, session, "u")
     await ctx.prepare(run)
     job = await until(db, "SELECT * FROM compaction_jobs WHERE session_id=$1", sid)

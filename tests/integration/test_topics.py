@@ -16,6 +16,7 @@ from aiokafka.errors import KafkaError
 
 from schemas.settings import Settings
 from streams.topics import EXIT_TOPICS, TopicMismatch, _cleanup_policies, ensure_topics
+from tests.support.kafka import auth
 from tests.support.services import free_port
 from tests.support.stack import REPO, Stack
 
@@ -35,7 +36,7 @@ def _settings(stack: Stack, **over: object) -> Settings:
 
 
 async def _describe(stack: Stack, names: list[str]) -> dict[str, int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await admin.start()
     try:
         return {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics(names)}
@@ -47,7 +48,7 @@ async def _describe(stack: Stack, names: list[str]) -> dict[str, int]:
 async def test_the_broker_creates_no_topic_on_first_use(stack: Stack) -> None:
     topic = f"tt-unknown-{uuid.uuid4().hex[:8]}"
     producer = AIOKafkaProducer(
-        bootstrap_servers=stack.kafka_bootstrap, acks="all", request_timeout_ms=3000
+        bootstrap_servers=stack.kafka_bootstrap, **auth(), acks="all", request_timeout_ms=3000
     )
     await producer.start()
     try:
@@ -55,7 +56,7 @@ async def test_the_broker_creates_no_topic_on_first_use(stack: Stack) -> None:
             await producer.send_and_wait(topic, b"lost?")
     finally:
         await producer.stop()
-    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await admin.start()
     try:
         assert topic not in await admin.list_topics()
@@ -79,14 +80,16 @@ async def test_ensure_topics_creates_every_topic_with_the_configured_partitions(
     await ensure_topics(s)
     await ensure_topics(s)  # idempotent: existing and matching is fine
     assert await _describe(stack, names) == dict.fromkeys(names, 3)
-    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await admin.start()
     try:
         assert await _cleanup_policies(admin, names) == dict.fromkeys(names, "delete")
     finally:
         await admin.close()
     # What the processor writes before committing offsets is now accepted by the broker.
-    producer = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap, request_timeout_ms=5000)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=stack.kafka_bootstrap, **auth(), request_timeout_ms=5000
+    )
     await producer.start()
     try:
         await producer.send_and_wait(s.topic_observability, b"{}", key=b"s")
@@ -97,7 +100,7 @@ async def test_ensure_topics_creates_every_topic_with_the_configured_partitions(
 @pytest.mark.spec("R15.3")
 async def test_an_existing_topic_that_differs_is_refused_with_its_reason(stack: Stack) -> None:
     s = _settings(stack)
-    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await admin.start()
     try:
         await admin.create_topics(
@@ -124,7 +127,7 @@ def test_every_service_stops_at_start_on_a_topic_with_other_partitions(
     s = _settings(stack)
 
     async def precreate() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+        admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
         await admin.start()
         try:
             await admin.create_topics([NewTopic(s.topic_observability, 1, 1)])

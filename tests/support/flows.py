@@ -13,6 +13,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 
 from services.sdk.client import ContextClient
+from tests.support.kafka import auth
 from tests.support.services import TEST_SPACE, Services
 
 PROFILE = {
@@ -78,6 +79,7 @@ async def read_topic(
     consumer = AIOKafkaConsumer(
         topic,
         bootstrap_servers=bootstrap,
+        **auth(),
         group_id=None,
         auto_offset_reset="earliest",
         enable_auto_commit=False,

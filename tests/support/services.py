@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from devstack.launcher import Proc, service_set
 from schemas.auth import KeyKind
+from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
+from streams.provision import provision
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
@@ -56,8 +58,7 @@ class Services:
 
 def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
     tag = uuid.uuid4().hex[:8]
-    return {
-        "ALC_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+    return stack.env | {
         "ALC_PG_DSN": pg_dsn,
         "ALC_TOPIC_RECORDS": f"t{tag}.records",
         "ALC_TOPIC_COMMITTED": f"t{tag}.records.committed",
@@ -72,8 +73,24 @@ def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
     }
 
 
+def settings_of(env: dict[str, str]) -> Settings:
+    """The ``Settings`` a process started with ``env`` reads (the ALC_* entries)."""
+    return Settings(**{k[4:].lower(): v for k, v in env.items() if k.startswith("ALC_")})
+
+
+def provision_for(env: dict[str, str]) -> None:
+    """The broker's users and ACLs for ``env``'s topic and group names (streams.provision),
+    in a private loop: this runs in sync fixtures, beside pytest-asyncio's own loop."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(provision(settings_of(env)))
+    finally:
+        loop.close()
+
+
 def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
     settings_env = services_env(stack, pg_dsn) | overrides
+    provision_for(settings_env)
     env = {**os.environ, **settings_env, "PYTHONUNBUFFERED": "1"}
     logs = LOG_DIR / settings_env["ALC_PROCESSOR_ID"]
     procs = service_set(

@@ -26,6 +26,21 @@ class Stack:
     kafka_bootstrap: str
     pg_dsn: str
     source: str  # env | testcontainers | deploy-scripts
+    # The broker's authentication settings (ALC_KAFKA_SECURITY_PROTOCOL, the credentials
+    # file, the bus service secret file), as deploy/stack.sh prints them; a broker
+    # without authentication (testcontainers) has ALC_KAFKA_SECURITY_PROTOCOL=PLAINTEXT.
+    auth_env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a process (or ``Settings``) needs to reach this stack."""
+        return {"ALC_KAFKA_BOOTSTRAP": self.kafka_bootstrap, "ALC_PG_DSN": self.pg_dsn} | dict(
+            self.auth_env
+        )
+
+
+_AUTH_VARS = ("ALC_KAFKA_SECURITY_PROTOCOL", "ALC_KAFKA_CREDENTIALS_FILE", "ALC_KAFKA_SSL_")
+_AUTH_VARS += ("ALC_BUS_SERVICE_SECRET_FILE",)
 
 
 class StackUnavailable(RuntimeError):
@@ -55,7 +70,8 @@ def _testcontainers() -> Iterator[Stack]:
         )
         pg = stack.enter_context(PostgresContainer("postgres:15", driver=None))
         dsn = pg.get_connection_url()
-        yield Stack(kafka.get_bootstrap_server(), dsn, "testcontainers")
+        plain = (("ALC_KAFKA_SECURITY_PROTOCOL", "PLAINTEXT"),)
+        yield Stack(kafka.get_bootstrap_server(), dsn, "testcontainers", plain)
 
 
 def _deploy_scripts() -> Stack:
@@ -72,12 +88,13 @@ def _deploy_scripts() -> Stack:
         )
     env = {}
     for line in proc.stdout.splitlines():
-        if line.startswith(("ALC_KAFKA_BOOTSTRAP=", "ALC_PG_DSN=")):
+        if line.startswith("ALC_") and "=" in line:
             k, v = line.strip().split("=", 1)
             env[k] = v
-    if set(env) != {"ALC_KAFKA_BOOTSTRAP", "ALC_PG_DSN"}:
+    if not {"ALC_KAFKA_BOOTSTRAP", "ALC_PG_DSN"} <= set(env):
         raise StackUnavailable(f"deploy/stack.sh up printed no addresses:\n{proc.stdout[-2000:]}")
-    return Stack(env["ALC_KAFKA_BOOTSTRAP"], env["ALC_PG_DSN"], "deploy-scripts")
+    boot, dsn = env.pop("ALC_KAFKA_BOOTSTRAP"), env.pop("ALC_PG_DSN")
+    return Stack(boot, dsn, "deploy-scripts", tuple(sorted(env.items())))
 
 
 @contextmanager
@@ -85,7 +102,8 @@ def resolve_stack() -> Iterator[Stack]:
     kafka, pg = os.environ.get("ALC_TEST_KAFKA_BOOTSTRAP"), os.environ.get("ALC_TEST_PG_DSN")
     if kafka and pg:
         log.warning("test stack: services named by environment (%s, %s)", kafka, pg)
-        yield Stack(kafka, pg, "env")
+        auth = tuple((k, v) for k, v in sorted(os.environ.items()) if k.startswith(_AUTH_VARS))
+        yield Stack(kafka, pg, "env", auth)
         return
     if _docker_answers():
         log.warning("test stack: Docker answers, using testcontainers")

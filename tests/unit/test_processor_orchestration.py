@@ -6,14 +6,18 @@ failure handling of ``BatchProcessor.handle`` itself.)"""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 
 from domain.compaction_control import LockedState, ObservationInputs
+from domain.envelope import BusKey, KeySigner, ServiceSigner
 from domain.planning import RunState, SessionState
 from domain.policy import validate_compaction
 from domain.tokens import ByteEstimateCounter, CachedCounter
 from domain.triggers import Counters
+from schemas import codec
+from schemas.auth import key_digest
 from schemas.contracts import ContextEvent, RecordKind
 from schemas.wire import (
     BudgetObservation,
@@ -24,6 +28,8 @@ from schemas.wire import (
     encode_control,
     encode_event,
 )
+from streams.admission import CONTROL_EVENT_NAME
+from streams.envelopes import Authenticator
 from streams.outgoing import ProcessorConfig
 from streams.processor import BatchProcessor, RawMessage
 
@@ -33,6 +39,19 @@ from .fakes.publisher import FakePublisher
 
 CONFIG = ProcessorConfig("proc-test", "ctx.records", "ctx.committed", "ctx.dead")
 SESSION = "sess-1"
+# The runtime's host key of space-1: every message of these tests is signed with it.
+RUNTIME_KEY = f"alc_{'0' * 16}_{'1' * 64}"
+RUNTIME = KeySigner.of("0" * 16, key_digest(RUNTIME_KEY))
+
+
+class FakeBusKeys:
+    async def bus_keys(self, key_ids: Sequence[str]) -> dict[str, BusKey]:
+        live = {"0" * 16: BusKey("space-1", "host", key_digest(RUNTIME_KEY))}
+        return {k: live[k] for k in key_ids if k in live}
+
+
+AUTH = Authenticator(FakeBusKeys(), b"s" * 32)
+SERVICES = {n: ServiceSigner.of(n, b"s" * 32) for n in ("prepare", "compaction")}
 
 
 class LoggingPublisher(FakePublisher):
@@ -71,7 +90,7 @@ def make(publisher: FakePublisher | None = None) -> tuple[BatchProcessor, FakePr
     stores.store.add_session(open_session())
     pub = publisher if publisher is not None else LoggingPublisher(stores.store.log)
     counter = CachedCounter(ByteEstimateCounter())
-    return BatchProcessor(stores, pub, counter, CONFIG), stores.store
+    return BatchProcessor(stores, pub, counter, CONFIG, AUTH), stores.store
 
 
 def user(key: str) -> ContextEvent:
@@ -79,7 +98,23 @@ def user(key: str) -> ContextEvent:
 
 
 def batch(*values: bytes | None) -> list[RawMessage]:
-    return [RawMessage(SESSION.encode(), v, 0, i) for i, v in enumerate(values)]
+    """Messages as the space's runtime signs them (domain.envelope)."""
+    key = SESSION.encode()
+    return [
+        RawMessage(key, v, 0, i, _signer(v).headers(key, v or b"")) for i, v in enumerate(values)
+    ]
+
+
+def _signer(value: bytes | None) -> KeySigner | ServiceSigner:
+    """Control events come from the service that makes their kind, the rest from the
+    runtime."""
+    try:
+        if value and codec.writer_name(value) == CONTROL_EVENT_NAME:
+            body = codec.decode(codec.CONTROL_EVENT, value)["body"][0]
+            return SERVICES["prepare" if body.endswith("BudgetObservation") else "compaction"]
+    except Exception:
+        pass
+    return RUNTIME
 
 
 def events(*keys: str) -> list[RawMessage]:

@@ -6,13 +6,17 @@ import asyncio
 
 import pytest
 
+from streams.kafka_auth import KafkaAuth
 from streams.publish import AiokafkaPublisher, Publisher
 from tests.unit.fakes.publisher import FakePublisher
 
 
 def test_fake_and_real_publishers_satisfy_the_port() -> None:
     async def build() -> list[Publisher]:  # aiokafka wants a running loop
-        return [FakePublisher(), AiokafkaPublisher("127.0.0.1:1")]
+        return [
+            FakePublisher(),
+            AiokafkaPublisher("127.0.0.1:1", KafkaAuth("PLAINTEXT", "SCRAM-SHA-512")),
+        ]
 
     assert all(callable(p.send_and_wait) for p in asyncio.run(build()))
 

@@ -1,0 +1,136 @@
+"""The operator's broker calls that aiokafka's admin client does not have: SCRAM users
+(AlterUserScramCredentials, KIP-554) and ACLs (CreateAcls), sent as Kafka protocol
+requests through its connection. Used by ``streams.provision`` as ``admin``."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Sequence
+
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.protocol.admin import CreateAclsRequest_v1
+from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.types import (
+    CompactArray,
+    CompactBytes,
+    CompactString,
+    Int8,
+    Int16,
+    Int32,
+    Schema,
+    TaggedFields,
+)
+
+from domain.bus_access import Acl
+from schemas.errors import ContextError
+
+SCRAM_SHA_512 = 2  # Kafka's ScramMechanism code
+SCRAM_ITERATIONS = 8192  # Kafka's minimum is 4096
+_ANY_HOST = "*"
+_ALLOW = 3
+
+
+class BusAdminFailed(ContextError):
+    code = "bus_admin_failed"
+    retriable = True
+    http_status = 503
+
+
+class _ScramResponse(Response):  # type: ignore[misc]
+    API_KEY = 51
+    API_VERSION = 0
+    SCHEMA = Schema(
+        ("throttle_time_ms", Int32),
+        (
+            "results",
+            CompactArray(
+                ("user", CompactString("utf-8")),
+                ("error_code", Int16),
+                ("error_message", CompactString("utf-8")),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class _ScramStruct(RequestStruct):  # type: ignore[misc]
+    FLEXIBLE_VERSION = True
+    API_KEY = 51
+    API_VERSION = 0
+    RESPONSE_TYPE = _ScramResponse
+    SCHEMA = Schema(
+        (
+            "deletions",
+            CompactArray(
+                ("name", CompactString("utf-8")), ("mechanism", Int8), ("tags", TaggedFields)
+            ),
+        ),
+        (
+            "upsertions",
+            CompactArray(
+                ("name", CompactString("utf-8")),
+                ("mechanism", Int8),
+                ("iterations", Int32),
+                ("salt", CompactBytes),
+                ("salted_password", CompactBytes),
+                ("tags", TaggedFields),
+            ),
+        ),
+        ("tags", TaggedFields),
+    )
+
+
+class _UpsertScram(Request[_ScramStruct]):  # type: ignore[misc]
+    API_KEY = 51
+
+    def __init__(self, users: dict[str, str]) -> None:
+        self.users = users
+
+    def build(self, request_struct_class: type[_ScramStruct]) -> _ScramStruct:
+        rows: list[tuple[object, ...]] = []
+        for name, password in sorted(self.users.items()):
+            salt = secrets.token_bytes(32)
+            salted = hashlib.pbkdf2_hmac("sha512", password.encode(), salt, SCRAM_ITERATIONS)
+            rows.append((name, SCRAM_SHA_512, SCRAM_ITERATIONS, salt, salted, {}))
+        return request_struct_class([], rows, {})
+
+
+class _CreateAcls(Request[CreateAclsRequest_v1]):  # type: ignore[misc]
+    API_KEY = 30
+
+    def __init__(self, acls: Sequence[Acl]) -> None:
+        self.acls = acls
+
+    def build(self, request_struct_class: type[CreateAclsRequest_v1]) -> CreateAclsRequest_v1:
+        return request_struct_class(
+            [
+                (a.resource, a.name, a.pattern, a.principal, _ANY_HOST, a.op, _ALLOW)
+                for a in self.acls
+            ]
+        )
+
+
+async def upsert_scram_users(admin: AIOKafkaAdminClient, users: dict[str, str]) -> None:
+    """Set each user's SCRAM-SHA-512 password (created if new)."""
+    if not users:
+        return
+    resp = await admin._send_to_controller(_UpsertScram(users))
+    failed = {u: msg or str(code) for u, code, msg, _ in resp.results if code}
+    if failed:
+        raise BusAdminFailed(f"SCRAM users not set: {failed}", users=failed)
+
+
+async def create_acls(admin: AIOKafkaAdminClient, acls: Sequence[Acl]) -> None:
+    """Create ACLs (creating an existing one is a no-op on the broker)."""
+    for start in range(0, len(acls), 200):
+        chunk = acls[start : start + 200]
+        resp = await admin._send_to_controller(_CreateAcls(chunk))
+        failed = [
+            f"{a.principal} {a.op.name} {a.name}: {msg or code}"
+            for a, (code, msg) in zip(chunk, resp.creation_responses, strict=True)
+            if code
+        ]
+        if failed:
+            raise BusAdminFailed(f"ACLs not created: {failed[:5]}", failed=len(failed))

@@ -1,0 +1,91 @@
+"""Provision the broker for a deployment, as the operator's ``admin`` principal: the
+SCRAM users of the credentials file and each principal's ACLs (``domain.bus_access``).
+Idempotent; ``deploy/stack.sh up`` runs it, and so does every test or benchmark that
+configures its own topic or group names. Topics are created by the services themselves
+at start (``streams.topics``: each may create only its own).
+
+    python -m streams.provision                 # the users and ACLs of ALC_*
+    python -m streams.provision --runtime NAME  # also a runtime principal; prints its password
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import secrets
+import time
+
+from aiokafka.admin import AIOKafkaAdminClient
+
+from domain.bus_access import ROLES, BusNames, acl_plan
+from schemas.settings import Settings
+from streams.bus_admin import create_acls, upsert_scram_users
+from streams.kafka_auth import credentials_path, kafka_auth, read_credentials
+
+log = logging.getLogger("agentloom.provision")
+
+
+def bus_names(s: Settings) -> BusNames:
+    return BusNames(
+        records=s.topic_records,
+        committed=s.topic_committed,
+        dead_letter=s.topic_dead_letter,
+        compaction_requests=s.topic_compaction_requests,
+        observability=s.topic_observability,
+        processor_id=s.processor_id,
+        compaction_group=s.compaction_group,
+        analytics_group=s.analytics_group,
+    )
+
+
+async def provision(settings: Settings, runtimes: dict[str, str] | None = None) -> int:
+    """Users (the roles of the credentials file, and ``runtimes``: name → password) and
+    ACLs; returns the number of ACLs in the plan."""
+    if not kafka_auth(settings, "admin").sasl:
+        return 0  # a broker without authentication has no users or ACLs
+    users = read_credentials(credentials_path(settings))
+    wanted = {r: users[r] for r in ROLES if r in users} | (runtimes or {})
+    extra = tuple(n for n in (runtimes or {}) if n != "runtime")
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap,
+        request_timeout_ms=30_000,
+        **kafka_auth(settings, "admin").client_kwargs(),
+    )
+    await admin.start()
+    try:
+        await upsert_scram_users(admin, wanted)
+        acls = acl_plan(bus_names(settings), ("runtime", *extra))
+        await create_acls(admin, acls)
+    finally:
+        await admin.close()
+    return len(acls)
+
+
+async def add_runtime(settings: Settings, name: str) -> str:
+    """A new runtime principal (write the records topic, nothing else); its password."""
+    password = secrets.token_hex(24)
+    await provision(settings, {name: password})
+    return password
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m streams.provision")
+    parser.add_argument("--runtime", help="also create this runtime principal")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    settings = Settings()
+    t0 = time.monotonic()
+    if args.runtime:
+        password = asyncio.run(add_runtime(settings, args.runtime))
+        print(f"ALC_KAFKA_USERNAME={args.runtime}\nALC_KAFKA_PASSWORD={password}")
+        return
+    n = asyncio.run(provision(settings))
+    print(
+        f"[provision] users and {n} ACLs in place on {settings.kafka_bootstrap}"
+        f" ({time.monotonic() - t0:.1f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

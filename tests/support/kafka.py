@@ -1,0 +1,30 @@
+"""Raw Kafka clients for tests that inject or read messages themselves: the broker's
+credentials for a role (streams.kafka_auth), and the envelope a message needs for the
+processor to look at it at all (domain.envelope)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.envelope import Headers, ServiceSigner
+from schemas.settings import Settings
+from services.bus import signer_for
+from streams.kafka_auth import Role, kafka_auth, service_root
+
+
+def auth(role: Role = "admin") -> dict[str, Any]:
+    """aiokafka keyword arguments for ``role``'s principal of the test stack (the
+    ``stack`` fixture puts its authentication settings in this process's environment)."""
+    return kafka_auth(Settings(), role).client_kwargs()
+
+
+def signed(api_key: str, key: bytes | None, value: bytes) -> Headers:
+    """The envelope of a runtime holding ``api_key``."""
+    signer = signer_for(api_key)
+    assert signer is not None, "not an API key"
+    return signer.headers(key, value)
+
+
+def service_signed(service: str, key: bytes | None, value: bytes) -> Headers:
+    """The envelope of one of our services (``prepare``, ``compaction``)."""
+    return ServiceSigner.of(service, service_root(Settings())).headers(key, value)
