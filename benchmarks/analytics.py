@@ -33,7 +33,8 @@ from services.analytics.__main__ import consumer_of
 from services.analytics.pipeline import Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.topics import ensure_topics
+from streams.kafka_auth import kafka_auth
+from streams.provision import ensure_bus
 
 OUT = Path(__file__).resolve().parents[1] / "build" / "bench"
 ITEMS = ("instructions", "tools", "history", "summary", "material", "envelope")
@@ -58,6 +59,7 @@ def _events(n: int, now_ms: int) -> list[ObservabilityEvent]:
 async def _produce(s: Settings, topic: str, payloads: list[bytes]) -> float:
     p = AIOKafkaProducer(
         bootstrap_servers=s.kafka_bootstrap, acks="all", enable_idempotence=True,
+        **kafka_auth(s, "admin").client_kwargs(),
         linger_ms=2, max_batch_size=1 << 20,
     )  # fmt: skip
     await p.start()
@@ -101,7 +103,7 @@ async def bench(args: argparse.Namespace) -> dict[str, Any]:
     await conn.close()
     s = replace_settings(base, db, tag)
     await apply_dsn(s.pg_dsn)
-    await ensure_topics(s, [s.topic_observability, s.topic_dead_letter])
+    await ensure_bus(s, [s.topic_observability, s.topic_dead_letter])
     n = args.events
     payloads = [encode_observability(e) for e in _events(n, int(time.time() * 1000))]
     try:

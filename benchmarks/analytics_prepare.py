@@ -33,7 +33,8 @@ from schemas.settings import Settings
 from schemas.wire import ObservabilityEvent, encode_observability
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
-from streams.topics import ensure_topics
+from streams.kafka_auth import kafka_auth
+from streams.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 # Blocks per mode, alternating: a p99 needs many samples on a shared 2-core machine, and
@@ -70,7 +71,9 @@ def env_for(s: Settings, tag: str, port: int) -> dict[str, str]:
 
 async def _background(s: Settings, rate: int, stop: asyncio.Event) -> None:
     """Observability events at ``rate``/s, in 10 sends a second, until ``stop``."""
-    p = AIOKafkaProducer(bootstrap_servers=s.kafka_bootstrap, linger_ms=5)
+    p = AIOKafkaProducer(
+        bootstrap_servers=s.kafka_bootstrap, **kafka_auth(s, "admin").client_kwargs(), linger_ms=5
+    )
     await p.start()
     try:
         i = 0
@@ -89,7 +92,9 @@ async def _background(s: Settings, rate: int, stop: asyncio.Event) -> None:
 
 async def _caught_up(s: Settings, timeout: float = 180.0) -> None:
     """Until the analytics group's tracking rows reach the observability topic's end."""
-    c = AIOKafkaConsumer(bootstrap_servers=s.kafka_bootstrap)
+    c = AIOKafkaConsumer(
+        bootstrap_servers=s.kafka_bootstrap, **kafka_auth(s, "admin").client_kwargs()
+    )
     await c.start()
     conn = await asyncpg.connect(s.pg_dsn)
     try:
@@ -203,7 +208,7 @@ async def prepare_p99(s: Settings, tag: str, calls: int, records: int, obs_rate:
     key = (await issue(s.pg_dsn, "bench", KeyKind.HOST)).key
     env = {**os.environ, **env_for(s, tag, port), "ALC_API_KEY": key, "PYTHONUNBUFFERED": "1"}
     s = s.model_copy(update={"topic_records": env["ALC_TOPIC_RECORDS"]})
-    await ensure_topics(s.model_copy(update={
+    await ensure_bus(s.model_copy(update={
         "topic_committed": env["ALC_TOPIC_COMMITTED"],
         "topic_compaction_requests": env["ALC_TOPIC_COMPACTION_REQUESTS"],
     }))  # fmt: skip

@@ -16,9 +16,10 @@ from aiokafka import AIOKafkaProducer
 
 from schemas.settings import Settings
 from storage.record_rows import RECORD_COLUMNS
+from streams.kafka_auth import kafka_auth
 from streams.kafka_batches import send_in_batches
 from streams.partitioning import cached_partitioner
-from streams.topics import ensure_topics
+from streams.provision import ensure_bus
 
 
 async def producer_ceiling(
@@ -28,9 +29,10 @@ async def producer_ceiling(
     ``send`` per message (the ceiling issue 13 names), or with ``batch_api`` the batch
     API our SDK and processor now use (``streams.kafka_batches``)."""
     topic = f"bench.raw.{uuid.uuid4().hex[:6]}"
-    await ensure_topics(s, [topic])  # the broker creates no topic on first use
+    await ensure_bus(s, [topic])  # the broker creates no topic on first use
     p = AIOKafkaProducer(
         bootstrap_servers=s.kafka_bootstrap,
+        **kafka_auth(s, "admin").client_kwargs(),
         acks="all",
         enable_idempotence=True,
         linger_ms=2,

@@ -55,8 +55,8 @@ from storage.compaction_jobs import PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.record_rows import RECORD_COLUMNS
+from streams.provision import ensure_bus
 from streams.publish import Publisher
-from streams.topics import ensure_topics
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
@@ -840,7 +840,7 @@ def main() -> None:
             bench_overhead(s.pg_dsn, args.rounds, args.tool_tokens, args.jobs, args.warmup)
         )
         log("2/2 summarizer calls under a steady ~82% load (real services)")
-        asyncio.run(ensure_topics(s))
+        asyncio.run(ensure_bus(s))
         from tests.support.model_server import model_server  # the scripted test model server
 
         with model_server() as (model_url, script):

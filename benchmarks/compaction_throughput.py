@@ -45,7 +45,7 @@ from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.topics import ensure_topics
+from streams.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
@@ -237,7 +237,7 @@ async def drive(s: Settings, url: str, args: argparse.Namespace) -> dict[str, An
 def phase(tag: str, workers: int, args: argparse.Namespace) -> dict[str, Any]:
     os.environ.update(phase_env(tag, workers, args.concurrency))
     s = Settings()
-    asyncio.run(ensure_topics(s))
+    asyncio.run(ensure_bus(s))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "ALC_LOG_LEVEL": "INFO"}
     logs = OUT / f"logs-cmpt-{tag}"
     core = service_set(env, logs, REPO, "127.0.0.1", s.prepare_port, sys.executable, f"-w{workers}")

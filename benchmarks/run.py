@@ -32,7 +32,7 @@ from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.topics import ensure_topics
+from streams.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
@@ -443,7 +443,7 @@ def run_driver(base: Settings, driver: str, args: argparse.Namespace, first: boo
     asyncio.run(apply_dsn(s.pg_dsn))
     # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
     os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
-    asyncio.run(ensure_topics(s))
+    asyncio.run(ensure_bus(s))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "ALC_LOG_LEVEL": "INFO"}
     procs = service_set(env, OUT / f"logs-{tag}", REPO, "127.0.0.1", s.prepare_port, sys.executable)
     sizes = [int(x) for x in args.prepare_sizes.split(",")] if first else []

@@ -48,7 +48,7 @@ from schemas.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
-from streams.topics import ensure_topics
+from streams.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "soak"
@@ -119,7 +119,7 @@ async def provision(s: Settings, space: str) -> str:
     """Schema, topics and a host key of ``space`` (the runtime's credential, README
     "Authentication") in the run's own database."""
     await apply_dsn(s.pg_dsn)
-    await ensure_topics(s)
+    await ensure_bus(s)
     return (await issue(s.pg_dsn, space, KeyKind.HOST, label=space)).key
 
 

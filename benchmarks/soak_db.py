@@ -15,13 +15,18 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from schemas.settings import Settings
+from streams.kafka_auth import kafka_auth
+
 
 async def wait_caught_up(
     bootstrap: str, topic: str, partitions: int, dsn: str, consumer: str, timeout_s: float
 ) -> float | None:
     """Seconds until the processor committed up to the topic's end offsets; None if not."""
     t0 = time.monotonic()
-    kc = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    kc = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, **kafka_auth(Settings(), "admin").client_kwargs()
+    )
     await kc.start()
     try:
         ends = await kc.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
@@ -48,7 +53,11 @@ async def wait_caught_up(
 async def broker_answers(address: str, node_id: int) -> bool:
     """The broker at ``address`` answers a metadata request that lists itself (it rejoined
     the cluster)."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=address, request_timeout_ms=3000)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=address,
+        **kafka_auth(Settings(), "admin").client_kwargs(),
+        request_timeout_ms=3000,
+    )
     try:
         await asyncio.wait_for(admin.start(), 5)
         cluster = await asyncio.wait_for(admin.describe_cluster(), 5)

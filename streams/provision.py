@@ -22,6 +22,7 @@ from domain.bus_access import ROLES, BusNames, acl_plan
 from schemas.settings import Settings
 from streams.bus_admin import create_acls, upsert_scram_users
 from streams.kafka_auth import credentials_path, kafka_auth, read_credentials
+from streams.topics import ensure_topics
 
 log = logging.getLogger("agentloom.provision")
 
@@ -67,6 +68,14 @@ async def add_runtime(settings: Settings, name: str) -> str:
     password = secrets.token_hex(24)
     await provision(settings, {name: password})
     return password
+
+
+async def ensure_bus(settings: Settings, names: list[str] | None = None) -> None:
+    """``provision`` and then ``streams.topics.ensure_topics`` as admin: what a
+    benchmark or load tool with its own topic and group names needs before it starts
+    our services."""
+    await provision(settings)
+    await ensure_topics(settings, names)
 
 
 def main() -> None:
