@@ -284,6 +284,8 @@ listener.name.client.ssl.keystore.type=PKCS12
 listener.name.client.ssl.keystore.location=$TLS_DIR/broker.p12
 listener.name.client.ssl.keystore.password=$admin_pw
 listener.name.client.ssl.key.password=$admin_pw
+listener.name.client.ssl.truststore.type=PEM
+listener.name.client.ssl.truststore.location=$TLS_DIR/ca.pem
 EOF
   fi
 }
