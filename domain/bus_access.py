@@ -9,7 +9,8 @@ Least privilege, by role:
   group (both named after the processor id);
 - ``compaction``: reads compaction requests in its group; writes outcomes to the
   records topic, dead letters and observability;
-- ``prepare``: writes run lifecycle events and budget observations to the records topic;
+- ``prepare``: writes run lifecycle events and budget observations to the records topic,
+  and its notes to observability;
 - ``analytics``: reads observability and dead letters in its group;
 - ``cli``: reads dead letters (inspect, replay), writes the records topic (replay) and
   describes the groups (``agentloom ops``).
@@ -98,7 +99,7 @@ def acl_plan(n: BusNames, runtimes: tuple[str, ...] = ("runtime",)) -> list[Acl]
     out += _topics("compaction", w, n.records, n.dead_letter, n.observability)
     out += _topics("compaction", d, *every)
     out += _group("compaction", n.compaction_group)
-    out += _topics("prepare", w, n.records)
+    out += _topics("prepare", w, n.records, n.observability)
     out += _topics("prepare", d, *every)
     out += _topics("analytics", r, n.observability, n.dead_letter)
     out += _topics("analytics", d, *every)

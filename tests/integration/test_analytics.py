@@ -41,7 +41,7 @@ from services.sdk.client import ContextClient
 from storage.analytics import session_dims
 from tests.support.flows import client, new_session
 from tests.support.kafka import auth
-from tests.support.services import LOG_DIR, TEST_SPACE, Services, free_port
+from tests.support.services import LOG_DIR, TEST_SPACE, Services, free_port, provision_for
 from tests.support.stack import REPO
 
 pytestmark = [pytest.mark.integration, pytest.mark.spec("R18")]
@@ -59,6 +59,7 @@ def analytics(services: Services) -> Iterator[Proc]:
         "ALC_ANALYTICS_CPU": "normal",
         "PYTHONUNBUFFERED": "1",
     }
+    provision_for(env)
     logs = LOG_DIR / services.env("ALC_PROCESSOR_ID")
     proc = Proc(
         "analytics", [sys.executable, "-m", "services.analytics"], env, logs, READY, cwd=REPO

@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import MessageSizeTooLargeError
 
 from schemas.settings import Settings
+from streams.kafka_auth import kafka_auth
 from streams.kafka_batches import LARGE_BYTES, OutMessage, send_in_batches
 from streams.partitioning import cached_partitioner
 from streams.publish import AiokafkaPublisher
@@ -88,7 +89,7 @@ async def test_batched_messages_land_where_send_would_put_them_in_order(stack: S
 @pytest.mark.spec("R15.3")
 async def test_publisher_send_many_is_acknowledged_by_flush(stack: Stack) -> None:
     topic = await _topic(stack, partitions=2)
-    pub = AiokafkaPublisher(stack.kafka_bootstrap)
+    pub = AiokafkaPublisher(stack.kafka_bootstrap, kafka_auth(Settings(), "admin"))
     await pub.start()
     try:
         await pub.send_many([(topic, f"k{i % 3}".encode(), str(i).encode()) for i in range(50)])

@@ -173,7 +173,8 @@ async def same_partition_session(
     c: ContextClient, services: Services, sid: str, release_id: str
 ) -> dict[str, Any]:
     """Another session whose compaction requests share ``sid``'s partition."""
-    topic = services.env("ALC_TOPIC_COMPACTION_REQUESTS")
+    # Every topic has the same partitions (streams.topics); a runtime may describe records.
+    topic = services.env("ALC_TOPIC_RECORDS")
     parts = sorted(await c.producer._producer.partitions_for(topic))
     part = DefaultPartitioner()
     want = part(sid.encode(), parts, parts)

@@ -17,7 +17,7 @@ from aiokafka.errors import KafkaError
 from schemas.settings import Settings
 from streams.topics import EXIT_TOPICS, TopicMismatch, _cleanup_policies, ensure_topics
 from tests.support.kafka import auth
-from tests.support.services import free_port
+from tests.support.services import free_port, provision_for
 from tests.support.stack import REPO, Stack
 
 pytestmark = pytest.mark.integration
@@ -149,6 +149,7 @@ def test_every_service_stops_at_start_on_a_topic_with_other_partitions(
         "ALC_COMPACTION_GROUP": f"alc-test-topics-{uuid.uuid4().hex[:6]}",
         "ALC_PREPARE_PORT": str(free_port()),
     }
+    provision_for(env)
     modules = ["streams", "services.compaction", "services.prepare"]
     procs = {
         m: subprocess.Popen(

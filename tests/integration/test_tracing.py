@@ -28,9 +28,11 @@ from storage.api_keys import issue
 from storage.pool import create_pool
 from streams import direct, tracing
 from streams.bootstrap import build_processor
+from streams.kafka_auth import kafka_auth
+from streams.provision import provision
 from streams.publish import AiokafkaPublisher
 from tests.support.flows import new_session
-from tests.support.services import TEST_SPACE, services_env
+from tests.support.services import TEST_SPACE, services_env, settings_of
 from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.spec("R18")]
@@ -41,7 +43,7 @@ async def processor(settings: Settings) -> AsyncIterator[None]:
     """The session processor's aiokafka driver as a task; on exit it finishes the batch
     in hand (its spans end) and leaves the group."""
     pool = await create_pool(settings.pg_dsn, 1, 4)
-    publisher = AiokafkaPublisher(settings.kafka_bootstrap)
+    publisher = AiokafkaPublisher(settings.kafka_bootstrap, kafka_auth(settings, "processor"))
     consumer = direct.make_consumer(settings)
     await publisher.start()
     await consumer.start()
@@ -88,6 +90,7 @@ def parent_of(child: ReadableSpan, parent: ReadableSpan) -> bool:
 
 async def test_one_trace_links_append_commit_and_prepare(stack: Stack, pg_dsn: str) -> None:
     env = services_env(stack, pg_dsn) | {"ALC_PREPARE_COMMIT_WAIT_S": "60"}
+    await provision(settings_of(env))
     settings = Settings(**{k[4:].lower(): v for k, v in env.items()})  # type: ignore[arg-type]
     exporter = InMemorySpanExporter()
     tracing.install(exporter, "tests", batch=False)
