@@ -12,8 +12,8 @@ Least privilege, by role:
 - ``prepare``: writes run lifecycle events and budget observations to the records topic,
   and its notes to observability;
 - ``analytics``: reads observability and dead letters in its group;
-- ``cli``: reads dead letters (inspect, replay), writes the records topic (replay) and
-  describes the groups (``agentloom ops``).
+- ``cli``: reads dead letters (inspect, replay) and the records topic (a letter's
+  original), writes the records topic (replay) and describes the groups.
 
 Every service may describe, and create if missing, our topics (the start-up check,
 ``streams.topics``); a runtime may not. Only the operator's ``admin`` grants.
@@ -104,7 +104,7 @@ def acl_plan(n: BusNames, runtimes: tuple[str, ...] = ("runtime",)) -> list[Acl]
     out += _topics("analytics", r, n.observability, n.dead_letter)
     out += _topics("analytics", d, *every)
     out += _group("analytics", n.analytics_group)
-    out += _topics("cli", r, n.dead_letter)
+    out += _topics("cli", r, n.dead_letter, n.records)  # a truncated letter's original
     out += _topics("cli", w, n.records)
     out += _topics("cli", d, *every)
     for g in (n.processor_id, n.compaction_group, n.analytics_group):

@@ -18,10 +18,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from rich.progress import Progress
 from rich.table import Table
 
-from schemas.errors import ContextError, NotFound
+from schemas.errors import ContextError, NotFound, NotGranted
 from schemas.settings import Settings
 from schemas.wire import DeadLetter, decode_dead_letter, truncated_original
 from services.cli.output import JsonOption, fail, out, show
+from streams.kafka_auth import kafka_auth
 
 app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, replay.")
 
@@ -50,9 +51,14 @@ class Letter:
         }
 
 
+def _auth() -> dict[str, Any]:
+    """The CLI's broker principal (``cli``: streams.kafka_auth)."""
+    return kafka_auth(Settings(), "cli").client_kwargs()
+
+
 async def _read(bootstrap: str, topic: str, start: dict[int, int] | None = None) -> list[Letter]:
     """Every letter now in ``topic`` (or the ones at ``start``: partition -> offset)."""
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **_auth())
     await c.start()
     try:
         parts = [TopicPartition(topic, p) for p in sorted(c.partitions_for_topic(topic) or ())]
@@ -75,6 +81,11 @@ async def _read(bootstrap: str, topic: str, start: dict[int, int] | None = None)
 
 async def _partitions(c: AIOKafkaConsumer, topic: str) -> set[int]:
     await c._client.force_metadata_update()  # the topic may be unknown to a fresh client
+    if topic in c._client.cluster.unauthorized_topics:
+        raise NotGranted(
+            f"the broker does not let this principal read {topic} (ACLs: streams.provision)",
+            topic=topic,
+        )
     return c.partitions_for_topic(topic) or set()
 
 
@@ -203,7 +214,7 @@ async def _original(bootstrap: str, d: DeadLetter) -> tuple[bytes | None, bytes]
 
 
 async def _source(bootstrap: str, d: DeadLetter) -> tuple[bytes | None, bytes] | None:
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **_auth())
     await c.start()
     try:
         tp = TopicPartition(d.source_topic, d.source_partition)
@@ -221,7 +232,9 @@ async def _source(bootstrap: str, d: DeadLetter) -> tuple[bytes | None, bytes] |
 async def _republish(bootstrap: str, letters: list[Letter], progress: bool) -> list[str]:
     # acks=all and idempotence: a replayed record is written once per send even if the
     # leader changes mid-send; consumers dedupe by event key anyway (R15.2).
-    p = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    p = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **_auth()
+    )
     await p.start()
     done: list[str] = []
     try:

@@ -16,8 +16,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from domain.call_view import call_view
+from schemas.settings import Settings
 from schemas.wire import DeadLetter, encode_dead_letter
 from storage import inspection
+from streams.provision import provision
 from tests.support.flows import client
 from tests.support.kafka import auth
 from tests.support.stack import Stack
@@ -136,6 +138,8 @@ async def test_dlq_list_show_and_replay(stack: Stack) -> None:
     finally:
         await prod.stop()
     env = {"ALC_KAFKA_BOOTSTRAP": stack.kafka_bootstrap, "ALC_TOPIC_DEAD_LETTER": dlq}
+    # The cli principal may read these topics (its ACLs follow the configured names).
+    await provision(Settings(topic_dead_letter=dlq, topic_records=source))
     listed = as_json(run("dlq", "list", "--json", **env))["letters"]
     assert [(x["ref"], x["reason_code"], x["source"]) for x in listed] == [
         ("1:0", "invalid_event", f"{source}:0:7")

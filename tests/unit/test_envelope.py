@@ -175,4 +175,4 @@ def test_the_acl_plan_gives_each_principal_only_what_it_needs() -> None:
     writers = {u for u in ("processor", "compaction", "prepare", "analytics", "cli", "runtime")}
     assert {u for u in writers if _can(plan, u, Op.WRITE, "committed")} == {"processor"}
     assert {u for u in writers if _can(plan, u, Op.WRITE, "requests")} == {"processor"}
-    assert {u for u in writers if _can(plan, u, Op.READ, "rec")} == {"processor"}
+    assert {u for u in writers if _can(plan, u, Op.READ, "rec")} == {"processor", "cli"}
