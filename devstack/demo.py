@@ -52,7 +52,7 @@ RELEASE = {
             "parameters": {"type": "object", "properties": {"package": {"type": "string"}}},
         },
         {
-            "name": "docs.search",
+            "name": "docs_search",
             "description": "Search the docs (MCP server docs-mcp)",
             "parameters": {"type": "object", "properties": {"query": {"type": "string"}}},
         },
@@ -221,12 +221,12 @@ async def run_session(settings: Settings, prepare_url: str, api_key: str) -> Non
         except ApiError as exc:
             print(f"\n   a second question while Run B is active → {exc.code}: {exc.message}")
         await c.append_model_result(
-            b, "Searching the docs.", "b-m1", [("b-c1", "docs.search", '{"query": "ECONNREFUSED"}')]
+            b, "Searching the docs.", "b-m1", [("b-c1", "docs_search", '{"query": "ECONNREFUSED"}')]
         )
         await c.append_tool_outcome(
             b,
             "b-c1",
-            "docs.search",
+            "docs_search",
             "docs/ops.md: start PostgreSQL with deploy/stack.sh up",
             tool_kind="mcp",
             server="docs-mcp",
