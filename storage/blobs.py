@@ -1,7 +1,10 @@
 """The content store (R3.4) and reading records back by id (R11.8, R13.2, R15.3).
 
-Blobs are content-addressed and immutable; a record is read back with its content whole
-(inline or from its blob) and whether its resource was revoked.
+Blobs are content-addressed and immutable, and keyed by tenant space (issue 25): a space
+reads only the blobs it stored, and another space's hash is not found exactly like a hash
+nobody stored (one query by ``(space_id, sha256)`` for both). A record is read back with
+its content whole (inline or from its own space's blob) and whether its resource was
+revoked.
 """
 
 from __future__ import annotations
@@ -46,12 +49,12 @@ class Blobs(Protocol):
     """Port: the content store."""
 
     async def put(
-        self, sha256: str, data: bytes, media_type: str, tokens: int, method: str
+        self, space_id: str, sha256: str, data: bytes, media_type: str, tokens: int, method: str
     ) -> None:
-        """Idempotent: the same content is stored once."""
+        """Idempotent: the same content is stored once per space."""
 
-    async def text(self, sha256: str) -> str | None:
-        """A stored blob decoded as UTF-8."""
+    async def text(self, space_id: str, sha256: str) -> str | None:
+        """A blob the space stored, decoded as UTF-8."""
 
 
 class Records(Protocol):
@@ -70,11 +73,13 @@ class PgBlobs:
         self.pool = pool
 
     async def put(
-        self, sha256: str, data: bytes, media_type: str, tokens: int, method: str
+        self, space_id: str, sha256: str, data: bytes, media_type: str, tokens: int, method: str
     ) -> None:
         await self.pool.execute(
-            "INSERT INTO blobs (sha256, content, length, media_type, token_count, token_method)"
-            " VALUES ($1,$2,$3,$4,$5,$6) ON CONFLICT (sha256) DO NOTHING",
+            "INSERT INTO blobs (space_id, sha256, content, length, media_type, token_count,"
+            " token_method) VALUES ($1,$2,$3,$4,$5,$6,$7)"
+            " ON CONFLICT (space_id, sha256) DO NOTHING",
+            space_id,
             sha256,
             data,
             len(data),
@@ -83,9 +88,11 @@ class PgBlobs:
             method,
         )
 
-    async def text(self, sha256: str) -> str | None:
+    async def text(self, space_id: str, sha256: str) -> str | None:
         text: str | None = await self.pool.fetchval(
-            "SELECT convert_from(content, 'UTF8') FROM blobs WHERE sha256=$1", sha256
+            "SELECT convert_from(content, 'UTF8') FROM blobs WHERE space_id=$1 AND sha256=$2",
+            space_id,
+            sha256,
         )
         return text
 
@@ -104,7 +111,8 @@ class PgRecords:
             " (SELECT rx.record_id FROM records rx WHERE rx.session_id = r.session_id"
             "  AND rx.kind = 'record_retracted' AND rx.operation_id = r.record_id)"
             "  AS retracted_by"
-            " FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+            " FROM records r LEFT JOIN blobs b"
+            "  ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
             " WHERE r.session_id=$1 AND r.record_id=$2",
             session_id,
             record_id,

@@ -51,8 +51,10 @@ class NewCall:
 
 @dataclass(frozen=True)
 class Usage:
-    """One reported call: the raw estimate and the provider's input tokens."""
+    """One reported call: its session's space, the raw estimate and the provider's input
+    tokens."""
 
+    space_id: str
     model: str
     estimated: int
     reported: int
@@ -60,8 +62,10 @@ class Usage:
 
 @dataclass(frozen=True)
 class Sample:
-    """What one usage report does to its model's calibration: a pure ``step``."""
+    """What one usage report does to its space's calibration of its model: a pure
+    ``step``."""
 
+    space_id: str
     model: str
     step: Step
 
@@ -97,7 +101,7 @@ class ModelCalls(Protocol):
         claimed it (then its stored drift)."""
 
     async def recent_usage(self, per_model: int) -> list[Usage]:
-        """The last ``per_model`` reported calls of each model, oldest first."""
+        """The last ``per_model`` reported calls of each space's model, oldest first."""
 
 
 _CALL = (
@@ -177,16 +181,20 @@ class PgModelCalls:
                 return Completion(False, stored)
             if sample is None:
                 return Completion(True, None)
-            cal, drift = await fold(conn, sample.model, sample.step)
+            cal, drift = await fold(conn, sample.space_id, sample.model, sample.step)
             await conn.execute("UPDATE model_calls SET drift=$2 WHERE call_id=$1", call_id, drift)
             return Completion(True, drift, cal)
 
     async def recent_usage(self, per_model: int) -> list[Usage]:
         rows = await self.pool.fetch(
-            "SELECT model, (budget->>'final_estimated_input_raw')::bigint AS est,"
-            " (usage->>'input_tokens')::bigint AS act FROM (SELECT *, row_number() OVER"
-            " (PARTITION BY model ORDER BY completed_at DESC) AS n FROM model_calls"
-            " WHERE usage ? 'input_tokens') x WHERE n <= $1 ORDER BY model, completed_at",
+            "SELECT space_id, model, (budget->>'final_estimated_input_raw')::bigint AS est,"
+            " (usage->>'input_tokens')::bigint AS act FROM (SELECT c.*, s.space_id,"
+            " row_number() OVER (PARTITION BY s.space_id, c.model ORDER BY c.completed_at"
+            " DESC) AS n FROM model_calls c JOIN sessions s USING (session_id)"
+            " WHERE c.usage ? 'input_tokens') x WHERE n <= $1"
+            " ORDER BY space_id, model, completed_at",
             per_model,
         )
-        return [Usage(r["model"], int(r["est"] or 0), int(r["act"] or 0)) for r in rows]
+        return [
+            Usage(r["space_id"], r["model"], int(r["est"] or 0), int(r["act"] or 0)) for r in rows
+        ]

@@ -34,8 +34,11 @@ class ProcessingStore(Protocol):
     async def open_sessions(self, session_ids: list[str]) -> set[str]:
         """The ids among ``session_ids`` that name an existing session."""
 
-    async def blob_tokens(self, hashes: list[str]) -> dict[str, tuple[int, str, int]]:
-        """sha256 -> (token_count, token_method, length) of the stored blobs."""
+    async def blob_tokens(
+        self, refs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str, int]]:
+        """(space_id, sha256) -> (token_count, token_method, length) of the blobs each
+        space stored (a space reads only its own)."""
 
     async def load_states(
         self,
@@ -124,8 +127,10 @@ class PgProcessingStore:
     async def open_sessions(self, session_ids: list[str]) -> set[str]:
         return await processing.open_sessions(self.conn, session_ids)
 
-    async def blob_tokens(self, hashes: list[str]) -> dict[str, tuple[int, str, int]]:
-        return await ingest.blob_tokens(self.conn, hashes)
+    async def blob_tokens(
+        self, refs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str, int]]:
+        return await ingest.blob_tokens(self.conn, refs)
 
     async def load_states(
         self,

@@ -111,7 +111,7 @@ def record_view(r: asyncpg.Record) -> RecordView:
 # once per row: quadratic at 100k covered records).
 _INHERITED_FROM = (
     " FROM records r"
-    " LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+    " LEFT JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
     " LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
     " LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"
     " WHERE r.session_id=$1 AND r.session_sequence <= $2"
@@ -194,7 +194,8 @@ async def thread_records(
 ) -> list[RecordView]:
     """The thread's own records with ``after < session_sequence <= upto``."""
     rows = await conn.fetch(
-        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b"
+        " ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
         " WHERE r.session_id=$1 AND r.run_id=$2"
         " AND r.instance_id=$3 AND r.session_sequence > $4"
         " AND ($5::bigint IS NULL OR r.session_sequence <= $5)"
@@ -242,7 +243,8 @@ async def records_by_id(
     """Main-thread (or session-scoped) records of the session among ``ids`` — what a
     parent may transfer; another child's records are never material for a sibling."""
     rows = await conn.fetch(
-        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b ON b.sha256 = r.content_ref"
+        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b"
+        " ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
         " LEFT JOIN runs u"
         " ON u.session_id = r.session_id AND u.run_id = r.run_id"
         " WHERE r.session_id=$1 AND r.record_id = ANY($2::text[])"

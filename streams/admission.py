@@ -133,7 +133,8 @@ class Admission:
         decoded: list[tuple[RawMessage, ContextEvent, dict[str, Any]]],
         dead: list[DeadLetter],
     ) -> list[Incoming]:
-        refs = [ev.content.ref for _, ev, _ in decoded if ev.content.ref]
+        # Issue 25: a reference resolves only among its own space's blobs.
+        refs = [(ev.scope.space_id, ev.content.ref) for _, ev, _ in decoded if ev.content.ref]
         blobs = await store.blob_tokens(refs) if refs else {}
         out: list[Incoming] = []
         for msg, obj, payload_wire in decoded:
@@ -150,13 +151,16 @@ class Admission:
             out.append(Incoming(obj, msg.partition, msg.offset, tokens, method, payload_wire))
         return out
 
-    def _tokens(self, ev: ContextEvent, blobs: dict[str, tuple[int, str, int]]) -> tuple[int, str]:
+    def _tokens(
+        self, ev: ContextEvent, blobs: dict[tuple[str, str], tuple[int, str, int]]
+    ) -> tuple[int, str]:
         text = token_text(ev)
         if text is not None:
             return self.counter.count_keyed(text_key(text), text), self.counter.method
-        found = blobs.get(ev.content.ref or "")
+        found = blobs.get((ev.scope.space_id, ev.content.ref or ""))
         if found is None:
-            # R3.4: large content is stored first; a dangling reference is bad input.
+            # R3.4: large content is stored first; a dangling reference is bad input, and
+            # so is another space's blob — refused alike, so nothing tells them apart.
             raise InvalidEvent(
                 f"content ref {ev.content.ref} is not stored", reason_code="blob_missing"
             )

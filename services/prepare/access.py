@@ -80,6 +80,18 @@ class Access:
         authorize(who, scope, action, granted).enforce()
         return scope
 
+    async def space_of(self, sid: str) -> str:
+        """The session's space: whose content store and calibration its calls use
+        (issue 25). From the scope ``authorize`` cached for the request (no query)."""
+        scope = self._scopes.get(sid)
+        if scope is not None:
+            return scope.space_id
+        s = await self.sessions.get(sid)
+        if s is None:
+            raise NotFound(f"session {sid} not found")
+        self._scopes[sid] = SessionScope(sid, s.space_id, s.actor_id)
+        return s.space_id
+
     async def _has_grant(self, sid: str, actor: str) -> bool:
         now = self.clock()
         if self._grants.get((sid, actor), -1.0) >= now:

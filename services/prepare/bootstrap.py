@@ -162,8 +162,11 @@ def build_service(
             options.commit_wait_s,
             hooks,
             ports.frontier or NoFrontier(),
+            access.space_of,
         ),
-        gateway=Gateway(ports.model_calls, content, prepared, notes, hooks, calibration),
+        gateway=Gateway(
+            ports.model_calls, content, prepared, notes, hooks, calibration, access.space_of
+        ),
         readback=ReadBack(ports.records, ports.sessions, views, access, notes),
         access=access,
         content=content,

@@ -20,9 +20,14 @@ class ContentStore:
         return self.counter.count_keyed(hashlib.sha256(text.encode()).hexdigest(), text)
 
     async def put(
-        self, data: bytes, media_type: str, counted: tuple[int, str] | None = None
+        self,
+        space_id: str,
+        data: bytes,
+        media_type: str,
+        counted: tuple[int, str] | None = None,
     ) -> dict[str, Any]:
-        """``counted``: a token count the caller already has, with its method — the
+        """Store ``data`` in ``space_id``'s content store (only its records reference it).
+        ``counted``: a token count the caller already has, with its method — the
         gateway's final input is its own estimate, not worth a second tokenizer pass."""
         sha = hashlib.sha256(data).hexdigest()
         if counted is not None:
@@ -33,5 +38,5 @@ class ContentStore:
                 tokens, method = self.count(text), self.counter.method
             except UnicodeDecodeError:
                 tokens, method = len(data), "estimate:utf8_bytes"
-        await self.blobs.put(sha, data, media_type, tokens, method)
+        await self.blobs.put(space_id, sha, data, media_type, tokens, method)
         return {"sha256": sha, "length": len(data), "token_count": tokens, "token_method": method}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,9 @@ class Gateway:
     notes: Notes
     hooks: HookRegistry
     calibration: CalibrationCache
+    # A session's space (``Access.space_of``): whose content store holds its calls'
+    # inputs and responses, and whose calibration its usage reports move (issue 25).
+    space_of: Callable[[str], Awaitable[str]]
 
     async def model_call(self, sid: str, run_id: str, body: ModelCallIn) -> dict[str, Any]:
         """The gateway's final check before a model call: ``model.chat.before`` hooks, the
@@ -50,7 +54,7 @@ class Gateway:
         prepared_id = body.prepared_id
         existing = await self.calls.for_prepared(prepared_id, sid, run_id)
         if existing is not None:
-            return await self._replay(existing)
+            return await self._replay(await self.space_of(sid), existing)
         # Any instance's context (issue 13): from this process's cache or PostgreSQL.
         p = await self.prepared.get(prepared_id)
         if p is None or p.session_id != sid or p.run_id != run_id:
@@ -73,8 +77,9 @@ class Gateway:
             "idempotent_replay": False,
         }
 
-    async def _replay(self, existing: StoredCall) -> dict[str, Any]:
-        request = json.loads(await self.content.blobs.text(existing.final_input_sha256) or "null")
+    async def _replay(self, space_id: str, existing: StoredCall) -> dict[str, Any]:
+        text = await self.content.blobs.text(space_id, existing.final_input_sha256)
+        request = json.loads(text or "null")
         return {
             "call_id": existing.call_id,
             "prepared_id": existing.prepared_id,
@@ -91,6 +96,7 @@ class Gateway:
         messages, decision, used = await self._gate(p)
         request = render_provider(messages, p.tools, p.profile.provider_format)
         blob = await self.content.put(
+            await self.space_of(p.session_id),
             _json_bytes(request),
             "application/json",
             (decision.estimated_input, "gateway_final_estimate"),
@@ -166,16 +172,18 @@ class Gateway:
         if call.status == "completed":
             return {"call_id": call_id, "status": "completed", "drift": call.drift}
         response = body.response
-        blob = await self.content.put(_json_bytes(response), "application/json")
+        space_id = await self.space_of(sid)
+        blob = await self.content.put(space_id, _json_bytes(response), "application/json")
         usage = dict(body.usage)
         # Claim the call first: of concurrent reports (on any instance) exactly one
         # calibrates and runs the after-hooks; the others read what it stored.
-        done = await self.calls.complete(call_id, blob["sha256"], usage, _sample(call, usage))
+        sample = _sample(space_id, call, usage)
+        done = await self.calls.complete(call_id, blob["sha256"], usage, sample)
         if not done.claimed:
             return {"call_id": call_id, "status": "completed", "drift": done.drift}
         drift = done.drift
         if done.calibration is not None:
-            self.calibration.put(call.model, done.calibration)
+            self.calibration.put(space_id, call.model, done.calibration)
         if self.hooks.hooks:
             await self.hooks.model_after(
                 ModelCall(
@@ -193,18 +201,19 @@ class Gateway:
         return {"call_id": call_id, "status": "completed", "drift": drift}
 
     async def seed_calibration(self) -> None:
-        """At start: a model without a stored calibration (calls reported before migration
-        012) gets one replayed from its last reported calls."""
-        replayed: dict[str, Calibration] = {}
+        """At start: a space's model without a stored calibration (calls reported before
+        migrations 012 and 019) gets one replayed from its last reported calls."""
+        replayed: dict[tuple[str, str], Calibration] = {}
         for u in await self.calls.recent_usage(CALIBRATION_WINDOW):
             if u.estimated and u.reported:
-                cal = replayed.get(u.model, Calibration())
-                replayed[u.model] = calibrate(cal, u.estimated, _bounded(u.reported, u.estimated))
-        for model, cal in replayed.items():
-            await self.calibration.stored.seed(model, cal)
+                key = (u.space_id, u.model)
+                cal = replayed.get(key, Calibration())
+                replayed[key] = calibrate(cal, u.estimated, _bounded(u.reported, u.estimated))
+        for (space_id, model), cal in replayed.items():
+            await self.calibration.stored.seed(space_id, model, cal)
 
 
-def _sample(call: StoredCall, usage: dict[str, Any]) -> Sample | None:
+def _sample(space_id: str, call: StoredCall, usage: dict[str, Any]) -> Sample | None:
     """The report's calibration step (R6.4): the model's factor moved by the reported
     input, bounded; None without a usable report."""
     estimated = int(call.budget.get("final_estimated_input_raw") or 0)
@@ -222,4 +231,4 @@ def _sample(call: StoredCall, usage: dict[str, Any]) -> Sample | None:
             "calibration": cal.to_dict(),
         }
 
-    return Sample(call.model, step)
+    return Sample(space_id, call.model, step)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,8 @@ class Preparer:
     commit_wait_s: float
     hooks: HookRegistry
     frontier: FrontierReads
+    # A session's space (``Access.space_of``): whose calibration its estimates use.
+    space_of: Callable[[str], Awaitable[str]]
 
     async def prepare(self, sid: str, run_id: str, body: PrepareIn) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -244,7 +247,9 @@ class Preparer:
             thread=rend,
             material=target.material,
             reserve_tokens=target.reserve_tokens,
-            calibration=await self.calibration.get(target.profile.name),
+            calibration=await self.calibration.get(
+                await self.space_of(target.session_id), target.profile.name
+            ),
             # R4.4: the frontier pins what the model acts on; a summarizer's call gets none.
             frontier=frontier if target.purpose != "compaction" else None,
         )

@@ -50,7 +50,7 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
 
     @app.put("/v1/blobs")
     async def put_blob(request: Request, who: Principal = auth) -> dict[str, Any]:
-        """Content store (R3.4): any key; content-addressed, readable only through the
-        records that reference it."""
+        """Content store (R3.4): any key; content-addressed in the key's space, readable
+        only through the records of that space that reference it (issue 25)."""
         media = request.headers.get("content-type", "text/plain")
-        return await svc.put_blob(await request.body(), media)
+        return await svc.put_blob(who.space_id, await request.body(), media)

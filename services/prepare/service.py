@@ -113,5 +113,5 @@ class PrepareService:
     async def revoke_grant(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
         return await self.readback.revoke(sid, who, actor_id)
 
-    async def put_blob(self, data: bytes, media_type: str) -> dict[str, Any]:
-        return await self.content.put(data, media_type)
+    async def put_blob(self, space_id: str, data: bytes, media_type: str) -> dict[str, Any]:
+        return await self.content.put(space_id, data, media_type)

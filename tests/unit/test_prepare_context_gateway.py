@@ -117,7 +117,7 @@ async def test_the_gateway_records_a_call_once_and_its_usage_calibrates() -> Non
     usage = {"input_tokens": estimated * 3}  # far off: moves the factor, bounded (x2)
     result = await w.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     assert result["drift"]["reported_input"] == estimated * 3
-    assert w.calibrations.rows["m"].factor > 1.0
+    assert w.calibrations.rows[("space", "m")].factor > 1.0
     repeat = await w.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     assert repeat["drift"] == result["drift"]  # claimed once: not calibrated twice
 

@@ -72,7 +72,7 @@ async def test_usage_reported_on_one_instance_calibrates_the_other_within_the_ca
     estimated = call["budget"]["final_estimated_input_raw"]
     usage = {"input_tokens": estimated * 3 // 2}
     await b.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
-    factor = a.calibrations.rows["m"].factor
+    factor = a.calibrations.rows[("space", "m")].factor
     assert factor == pytest.approx(1.5, rel=0.01)
     # B folded the report in: its own next prepare uses it at once.
     on_b = await b.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
@@ -97,7 +97,7 @@ async def test_reports_of_one_call_on_two_instances_calibrate_once() -> None:
     first = await a.svc.model_result("s1", call["call_id"], usage)
     second = await b.svc.model_result("s1", call["call_id"], usage)
     assert second["drift"] == first["drift"] and first["drift"] is not None
-    assert a.calibrations.rows["m"].samples == 1
+    assert a.calibrations.rows[("space", "m")].samples == 1
 
 
 @pytest.mark.spec("R6.4")
@@ -105,17 +105,17 @@ async def test_a_model_without_a_stored_calibration_is_seeded_from_its_last_repo
     from storage.model_calls import Usage
 
     a = await instance_a()
-    a.model_calls.reported = [Usage("m", 100, 120), Usage("other", 100, 90)]
-    a.calibrations.rows["other"] = Calibration(2.0, 9, 0.1)
+    a.model_calls.reported = [Usage("space", "m", 100, 120), Usage("space", "other", 100, 90)]
+    a.calibrations.rows[("space", "other")] = Calibration(2.0, 9, 0.1)
     await a.svc.gateway.seed_calibration()
-    assert a.calibrations.rows["m"] == Calibration(1.2, 1, pytest.approx(0.2))
-    assert a.calibrations.rows["other"].samples == 9  # a stored one is never replaced
+    assert a.calibrations.rows[("space", "m")] == Calibration(1.2, 1, pytest.approx(0.2))
+    assert a.calibrations.rows[("space", "other")].samples == 9  # a stored one is never replaced
 
 
 @pytest.mark.spec("R10.5")
 async def test_the_stored_form_of_a_prepared_context_is_the_context() -> None:
     a = await instance_a()
-    a.calibrations.rows["m"] = Calibration(1.123456789012, 3, 0.0987654321)
+    a.calibrations.rows[("space", "m")] = Calibration(1.123456789012, 3, 0.0987654321)
     prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
     held = await a.svc.gateway.prepared.get(prepared["prepared_id"])
     assert held is not None and held.report.calibration is not None

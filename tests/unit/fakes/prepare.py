@@ -164,8 +164,9 @@ class FakeModelCalls:
         if sample is not None:
             assert self.calibrations is not None, "PrepareWorld links the calibrations"
             rows = self.calibrations.rows
-            cal, drift = sample.step(rows.get(sample.model, Calibration()))
-            rows[sample.model] = cal
+            key = (sample.space_id, sample.model)
+            cal, drift = sample.step(rows.get(key, Calibration()))
+            rows[key] = cal
         self.rows[call_id] = StoredCall(**{**c.__dict__, "status": "completed", "drift": drift})
         self.usage[call_id] = usage
         return Completion(True, drift, cal)
@@ -176,15 +177,15 @@ class FakeModelCalls:
 
 @dataclass
 class FakeCalibrations:
-    rows: dict[str, Calibration] = field(default_factory=dict)
+    rows: dict[tuple[str, str], Calibration] = field(default_factory=dict)  # (space, model)
     reads: int = 0
 
-    async def get(self, model: str) -> Calibration | None:
+    async def get(self, space_id: str, model: str) -> Calibration | None:
         self.reads += 1
-        return self.rows.get(model)
+        return self.rows.get((space_id, model))
 
-    async def seed(self, model: str, cal: Calibration) -> None:
-        self.rows.setdefault(model, cal)
+    async def seed(self, space_id: str, model: str, cal: Calibration) -> None:
+        self.rows.setdefault((space_id, model), cal)
 
 
 @dataclass
@@ -207,15 +208,15 @@ class FakePreparedContexts:
 
 @dataclass
 class FakeBlobs:
-    rows: dict[str, bytes] = field(default_factory=dict)
+    rows: dict[tuple[str, str], bytes] = field(default_factory=dict)  # (space, sha256)
 
     async def put(
-        self, sha256: str, data: bytes, media_type: str, tokens: int, method: str
+        self, space_id: str, sha256: str, data: bytes, media_type: str, tokens: int, method: str
     ) -> None:
-        self.rows.setdefault(sha256, data)
+        self.rows.setdefault((space_id, sha256), data)
 
-    async def text(self, sha256: str) -> str | None:
-        data = self.rows.get(sha256)
+    async def text(self, space_id: str, sha256: str) -> str | None:
+        data = self.rows.get((space_id, sha256))
         return None if data is None else data.decode()
 
 

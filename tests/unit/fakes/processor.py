@@ -50,7 +50,7 @@ class Data:
 @dataclass
 class FakeProcessingStore:
     data: Data = field(default_factory=Data)
-    blobs: dict[str, tuple[int, str, int]] = field(default_factory=dict)
+    blobs: dict[tuple[str, str], tuple[int, str, int]] = field(default_factory=dict)
     poison_keys: set[str] = field(default_factory=set)
     # control facts, configured by a test
     observations: dict[str, ObservationInputs] = field(default_factory=dict)  # by session
@@ -84,8 +84,10 @@ class FakeProcessingStore:
     async def open_sessions(self, session_ids: list[str]) -> set[str]:
         return {s for s in session_ids if s in self.data.sessions}
 
-    async def blob_tokens(self, hashes: list[str]) -> dict[str, tuple[int, str, int]]:
-        return {h: self.blobs[h] for h in hashes if h in self.blobs}
+    async def blob_tokens(
+        self, refs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str, int]]:
+        return {r: self.blobs[r] for r in refs if r in self.blobs}
 
     async def load_states(
         self,
