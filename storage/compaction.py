@@ -14,7 +14,8 @@ from typing import Any
 import asyncpg
 
 from domain.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
-from storage import retraction
+from storage.compaction_withdrawals import revocation_epoch as revocation_epoch
+from storage.compaction_withdrawals import revoked_records as revoked_records
 from storage.view_state import MAIN_VIEW, counted_view, reusable, summary_ref
 
 
@@ -369,31 +370,3 @@ async def thread_task_version(
         through,
     )
     return int(n)
-
-
-async def revoked_records(conn: asyncpg.Connection, session_id: str, ids: list[str]) -> int:
-    """How many of ``ids`` derive from a resource revoked in this session, or were
-    retracted (issue 15: while the job ran) — a summary must not restate them."""
-    n = await conn.fetchval(
-        "SELECT (SELECT count(*) FROM records r JOIN revoked_resources v"
-        " ON v.session_id = r.session_id AND v.resource_id = r.resource_ref"
-        " WHERE r.session_id=$1 AND r.record_id = ANY($2::text[]))"
-        " + (SELECT count(*) FROM records rx WHERE rx.session_id=$1"
-        f" AND rx.kind = '{retraction.RETRACTED}' AND rx.operation_id = ANY($2::text[]))",
-        session_id,
-        ids,
-    )
-    return int(n)
-
-
-async def revocation_epoch(conn: asyncpg.Connection, session_id: str) -> str:
-    """Changes whenever a resource of the session is revoked or reactivated, or a record
-    is retracted (issue 15) — as ``view_state``'s epoch does."""
-    return str(
-        await conn.fetchval(
-            "SELECT (SELECT count(*) || ':' || coalesce(max(revoked_sequence), 0)"
-            " FROM revoked_resources WHERE session_id=$1)"
-            f" || ':' || {retraction.count_sql('$1')}",
-            session_id,
-        )
-    )

@@ -137,7 +137,9 @@ async def outcome_inputs(
             int(job.request["view_watermark"]),
         ),
         await repo.missing_records(conn, ev.session_id, covered),
-        await repo.revoked_records(conn, ev.session_id, covered),
+        await repo.revoked_records(
+            conn, ev.session_id, covered, int(job.request["view_watermark"])
+        ),
         view.through,
         frontier.plan,
         frontier.constraints_version,

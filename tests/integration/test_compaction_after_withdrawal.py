@@ -1,0 +1,311 @@
+"""A withdrawal never stalls compaction (issue 28, item 5; R11.8, R9.4, R15.3).
+
+After a revocation invalidates the summary a session relied on, the next job is rebuilt
+from the sources still authorized — a withdrawn result keeps its place, not its content —
+and commits; every later question due a compaction gets one, with one summarizer call
+per job and no ``version_conflict`` loop. The same after a retraction.
+
+The summarizer is the OpenAI-compatible adapter talking to a scripted server in this
+process, so the test counts the real model calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+import pytest
+
+from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
+from services.sdk.client import ContextClient, RunHandle
+from tests.support.flows import client, new_session
+from tests.support.model_server import Script, model_server
+from tests.support.services import Services, start_services
+from tests.support.stack import Stack
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+# The issue's profile and policy: InputBudget 4,000 - 500 - 100 = 3,400.
+PROFILE = {"name": "m4000", "context_capacity": 4000, "output_reserve": 500, "safety_margin": 100}
+POLICY = {
+    "recent_complete_groups": 1,
+    "compaction": {"user_turns": 2, "context_ratio": None},
+}
+SECRET = "CONFIDENTIAL-CLAUSE-7"
+
+
+@pytest.fixture(scope="module")
+def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
+    with model_server() as (url, script):
+        svc = start_services(
+            stack,
+            pg_dsn,
+            ALC_SUMMARIZER="openai",
+            ALC_SUMMARIZER_BASE_URL=url,
+            ALC_SUMMARIZER_MODEL="scripted",
+            ALC_SUMMARIZER_TIMEOUT_S="5",
+            ALC_COMPACTION_WAIT_S="20",
+        )
+        yield svc, script
+        svc.stop()
+
+
+@pytest.fixture
+async def ctx(scripted: tuple[Services, Script]) -> AsyncIterator[ContextClient]:
+    scripted[1].mode, scripted[1].delay_s, scripted[1].statement = "ok", 0.0, None
+    async with client(scripted[0]) as c:
+        yield c
+
+
+@dataclass
+class Scene:
+    ctx: ContextClient
+    db: asyncpg.Pool
+    script: Script
+    session: dict[str, Any]
+    checks: int = 0  # Prepare checks made so far (each one a trigger report)
+    estimates: list[int] = field(default_factory=list)  # each question's last estimate
+
+    @property
+    def sid(self) -> str:
+        return str(self.session["session_id"])
+
+    async def prepare(self, run: RunHandle) -> dict[str, Any]:
+        prepared = await self.ctx.prepare(run)
+        self.checks += 1
+        await self._reported(self.checks)
+        return prepared
+
+    async def _reported(self, n: int) -> None:
+        for _ in range(400):
+            got = await self.db.fetchval(
+                "SELECT count(*) FROM trigger_reports WHERE session_id=$1"
+                " AND event_key LIKE 'obs:%'",
+                self.sid,
+            )
+            if got >= n:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"only {got} trigger reports, expected {n}")
+
+    async def settled(self) -> list[Any]:
+        """The session's jobs, once none is running."""
+        for _ in range(600):
+            jobs = await self.db.fetch(
+                "SELECT j.*, o.model_calls FROM compaction_jobs j LEFT JOIN"
+                " compaction_operations o USING (job_id) WHERE j.session_id=$1"
+                " ORDER BY j.created_at",
+                self.sid,
+            )
+            if all(j["status"] != "requested" for j in jobs):
+                return jobs
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"jobs still running: {[dict(j) for j in jobs]}")
+
+    async def question(self, tag: str, before: Any = None, rounds: int = 1) -> RunHandle:
+        """One question: checked at the question and after each tool result (R9.1), then
+        answered; the run is finished once its jobs settled."""
+        c = self.ctx
+        run = await c.start_run(self.session)
+        if before is not None:
+            await before(run)
+        await c.append_user(run, f"Question {tag}?", f"{tag}-q")
+        await self.prepare(run)
+        prepared: dict[str, Any] = {}
+        for i in range(rounds):
+            call = f"{tag}{i}-c"
+            await c.append_model_result(
+                run, f"Looking at {tag}{i}.", f"{tag}{i}-m1", [(call, "read_file", "{}")]
+            )
+            body = " ".join(f"{tag}row{j}={j * 7}" for j in range(40))
+            await c.append_tool_outcome(run, call, "read_file", body)
+            prepared = await self.prepare(run)
+            await c.append_model_result(run, f"{tag}{i} read.", f"{tag}{i}-m2")
+        await self.settled()
+        self.estimates.append(prepared["budget"]["estimated_input"])
+        await c.finish_run(run)
+        return run
+
+    async def reports_of(self, run: RunHandle) -> list[Any]:
+        """The run's checks: Prepare's and the processor's pre-emptive ones."""
+        return list(
+            await self.db.fetch(
+                "SELECT * FROM trigger_reports WHERE session_id=$1 AND run_id=$2"
+                " ORDER BY report_id",
+                self.sid,
+                run.run_id,
+            )
+        )
+
+    async def story(self) -> str:
+        """The session's records, checks and jobs, for a failure message."""
+        q = (
+            ("SELECT session_sequence, record_id, kind, run_id, resource_ref FROM records", ""),
+            (
+                "SELECT event_key, run_id, decision, reason, job_id, view_watermark, fired,"
+                " values FROM trigger_reports",
+                "",
+            ),
+            (
+                "SELECT job_id, run_id, status, reason, request->>'view_watermark' AS w,"
+                " request->>'parent_summary_id' AS parent FROM compaction_jobs",
+                "",
+            ),
+            ("SELECT summary_id, job_id, status, covered_record_ids FROM summary_revisions", ""),
+        )
+        lines = []
+        for sql, _ in q:
+            for r in await self.db.fetch(sql + " WHERE session_id=$1", self.sid):
+                lines.append(str(dict(r)))
+        return "\n".join(lines)
+
+    async def current_summary(self) -> str | None:
+        sid: str | None = await self.db.fetchval(
+            "SELECT current_summary_id FROM compaction_state WHERE session_id=$1"
+            " AND lineage='main'",
+            self.sid,
+        )
+        return sid
+
+
+@pytest.fixture
+async def scene(ctx: ContextClient, db: asyncpg.Pool, scripted: tuple[Services, Script]) -> Scene:
+    session = await new_session(ctx, model_profile=PROFILE, context_policy=POLICY)
+    return Scene(ctx, db, scripted[1], session)
+
+
+async def _run_a_reads_the_document(s: Scene) -> None:
+    """Run A: a tool result derived from ``doc@v3``."""
+    c = s.ctx
+    a = await c.start_run(s.session)
+    await c.append_user(a, "What does the contract say?", "A-q")
+    await s.prepare(a)
+    await c.append_model_result(a, "Reading it.", "A-m", [("A-c", "read_file", "{}")])
+    doc = f"{SECRET}: the fee is 42 units per call. " * 6
+    await c.append_tool_outcome(a, "A-c", "read_file", doc, resource_ref="doc@v3")
+    await s.prepare(a)
+    await c.append_model_result(a, "The fee is 42 units.", "A-a")
+    await s.settled()
+    await c.finish_run(a)
+
+
+async def _withdrawn_at(s: Scene, kind: str) -> int:
+    """The session sequence of the session's withdrawal (a revocation or a retraction)."""
+    seq = await s.db.fetchval(
+        "SELECT session_sequence FROM records WHERE session_id=$1 AND kind=$2"
+        + (" AND payload->>'active' = 'false'" if kind == "resource_activation" else ""),
+        s.sid,
+        kind,
+    )
+    assert seq is not None
+    return int(seq)
+
+
+async def _every_due_question_compacts(
+    s: Scene, runs: list[RunHandle], hits: int, withdrawn: int
+) -> None:
+    """After the withdrawal at ``withdrawn``: each question due a compaction (one of its
+    checks since then fired ``user_turns``) got exactly one job, which committed; no
+    other question started one; at most one job was refused — one that began before the
+    withdrawal (no ``version_conflict`` loop); one summarizer call per job (R9.4)."""
+    jobs = [j for j in await s.settled() if j["run_id"] in {r.run_id for r in runs}]
+    since = [j for j in jobs if int(j["request"]["view_watermark"]) >= withdrawn]
+    due = 0
+    for run in runs:
+        mine = [j["status"] for j in since if j["run_id"] == run.run_id]
+        checks = [r for r in await s.reports_of(run) if r["view_watermark"] >= withdrawn]
+        fired = any("user_turns" in r["fired"] for r in checks)
+        assert mine == (["committed"] if fired else []), await s.story()
+        due += fired
+    assert due >= 3, "the scenario has questions due a compaction after the withdrawal"
+    refused = [j for j in jobs if j["status"] != "committed"]
+    assert len(refused) <= 1 and all(j not in since for j in refused), await s.story()
+    assert [j["model_calls"] for j in jobs] == [1] * len(jobs)
+    assert s.script.hits - hits == len(jobs)  # the summarizer, once per job
+    st = await s.db.fetchrow(
+        "SELECT * FROM compaction_state WHERE session_id=$1 AND lineage='main'", s.sid
+    )
+    assert st["deferral_reason"] is None and st["current_summary_id"] is not None
+    # The view stays bounded: it never grows question after question towards the budget.
+    assert max(s.estimates[-4:]) < s.estimates[-5] + 400, s.estimates
+
+
+@pytest.mark.spec("R11.8", "R9.4", "R15.3")
+async def test_after_a_revocation_every_due_question_compacts_once(scene: Scene) -> None:
+    s = scene
+    await _run_a_reads_the_document(s)
+    await s.question("B")  # 2 questions: S1 covers run A's document
+    s1 = await s.current_summary()
+    assert s1 is not None
+    await s.question("C")
+    doc_id = await s.db.fetchval(
+        "SELECT record_id FROM records WHERE session_id=$1 AND event_key='tool:A-c'", s.sid
+    )
+    covered = await s.db.fetchval(
+        "SELECT covered_record_ids FROM summary_revisions WHERE summary_id=$1", s1
+    )
+    assert doc_id in covered
+
+    async def revoke(run: RunHandle) -> None:
+        # Run E inherits S1 and revokes the document first.
+        inherited = await s.prepare(run)
+        assert inherited["dependency_versions"]["summary_id"] == s1
+        await s.ctx.revoke_resource(run, "document", "doc", "v3")
+
+    hits = s.script.hits
+    after = [await s.question("E", before=revoke)]
+    status = await s.db.fetchval("SELECT status FROM summary_revisions WHERE summary_id=$1", s1)
+    assert status == "invalidated"  # S1 dropped (R11.8)
+    for tag in ("F", "G", "H", "I"):
+        after.append(await s.question(tag))
+    await _every_due_question_compacts(
+        s, after, hits, await _withdrawn_at(s, "resource_activation")
+    )
+    # The rebuilt summaries never restate the withdrawn content.
+    texts = await s.db.fetch(
+        "SELECT summary_text FROM summary_revisions WHERE session_id=$1 AND status='committed'",
+        s.sid,
+    )
+    assert texts and not any(SECRET in t["summary_text"] for t in texts)
+
+
+@pytest.mark.spec("R11.8", "R9.4", "R15.3")
+async def test_after_a_retraction_every_due_question_compacts_once(scene: Scene) -> None:
+    s = scene
+    await _run_a_reads_the_document(s)
+    await s.question("B")
+    s1 = await s.current_summary()
+    assert s1 is not None
+    c_run = await s.question("C")
+    # C's tool result: not summarized yet, so it may be retracted (issue 15).
+    target = await s.db.fetchval(
+        "SELECT record_id FROM records WHERE session_id=$1 AND run_id=$2 AND kind='tool_outcome'",
+        s.sid,
+        c_run.run_id,
+    )
+
+    async def retract(run: RunHandle) -> None:
+        await s.ctx.append(
+            s.ctx._event(
+                run,
+                RecordKind.RECORD_RETRACTED,
+                Authority.USER,
+                Content.text(""),
+                RetractionPayload(target, "undo"),
+                f"retract:{target}",
+                operation_id=target,
+            )
+        )
+
+    hits = s.script.hits
+    after = [await s.question("E", before=retract)]
+    for tag in ("F", "G", "H", "I"):
+        after.append(await s.question(tag))
+    await _every_due_question_compacts(s, after, hits, await _withdrawn_at(s, "record_retracted"))
+    covered = await s.db.fetch(
+        "SELECT covered_record_ids FROM summary_revisions WHERE session_id=$1", s.sid
+    )
+    assert not any(target in r["covered_record_ids"] for r in covered)
