@@ -25,6 +25,9 @@ class SessionRow:
     user_turns: int
     model_steps: int
     last_sequence: int
+    # The id its opener chose, unique in its space (issue 25); ``session_id`` is the
+    # global key, the same unless another space had taken the name first.
+    session_name: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -41,8 +44,21 @@ class Refusal:
 class Sessions(Protocol):
     """Port: sessions, their runs, what became of their events, and their grants."""
 
-    async def insert(self, session_id: str, space_id: str, actor_id: str, release_id: str) -> bool:
-        """Open a session; False when the id exists (nothing written)."""
+    async def insert(
+        self,
+        session_id: str,
+        space_id: str,
+        actor_id: str,
+        release_id: str,
+        name: str | None = None,
+    ) -> bool:
+        """Open a session named ``name`` (default: its id) in its space; False when the id
+        exists, or the name in the space (nothing written)."""
+
+    async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
+        """The space's session a caller names ``session_id``: its session of that name,
+        else its session of that global id; None when the space has neither (another
+        space's session is not found, by the same query)."""
 
     async def get(self, session_id: str) -> SessionRow | None: ...
 
@@ -69,26 +85,50 @@ class Sessions(Protocol):
         was none (nothing written)."""
 
 
+_SESSION = (
+    "session_id, space_id, actor_id, release_id, active_run_id, revision, user_turns,"
+    " model_steps, next_session_sequence - 1 AS last_sequence, session_name"
+)
+
+
 class PgSessions:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def insert(self, session_id: str, space_id: str, actor_id: str, release_id: str) -> bool:
+    async def insert(
+        self,
+        session_id: str,
+        space_id: str,
+        actor_id: str,
+        release_id: str,
+        name: str | None = None,
+    ) -> bool:
+        # No conflict target: a taken id and a name taken in the space both write nothing.
         row = await self.pool.fetchrow(
-            "INSERT INTO sessions (session_id, space_id, actor_id, release_id)"
-            " VALUES ($1,$2,$3,$4) ON CONFLICT (session_id) DO NOTHING RETURNING session_id",
+            "INSERT INTO sessions (session_id, space_id, actor_id, release_id, session_name)"
+            " VALUES ($1,$2,$3,$4,$5) ON CONFLICT DO NOTHING RETURNING session_id",
             session_id,
             space_id,
             actor_id,
             release_id,
+            name or session_id,
         )
         return row is not None
 
+    async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
+        r = await self.pool.fetchrow(
+            # Two index lookups (the space's names; the global ids), the name first.
+            f"SELECT {_SESSION} FROM (SELECT *, 0 AS o FROM sessions"
+            " WHERE space_id=$1 AND session_name=$2 UNION ALL SELECT *, 1 FROM sessions"
+            " WHERE session_id=$2 AND space_id=$1) x ORDER BY o LIMIT 1",
+            space_id,
+            session_id,
+        )
+        return None if r is None else SessionRow(**dict(r))
+
     async def get(self, session_id: str) -> SessionRow | None:
         r = await self.pool.fetchrow(
-            "SELECT session_id, space_id, actor_id, release_id, active_run_id, revision,"
-            " user_turns, model_steps, next_session_sequence - 1 AS last_sequence"
-            " FROM sessions WHERE session_id=$1",
+            f"SELECT {_SESSION} FROM sessions WHERE session_id=$1",
             session_id,
         )
         return None if r is None else SessionRow(**dict(r))

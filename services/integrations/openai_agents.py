@@ -218,7 +218,9 @@ class AgentLoomSession(SessionABC, ConversationBinding):
     async def _clear(self, c: ContextClient) -> None:
         await self._finish_run(c)
         assert self._session is not None and self._release_id is not None
-        sid = self._session["session_id"]
+        # The generation is in the session's name (ids are per space, issue 25: the
+        # global ``session_id`` is server-assigned when another space has the name).
+        sid = str(self._session.get("session_name") or self._session["session_id"])
         gen = int(sid.rsplit(".", 1)[1]) + 1 if sid != self.session_id else 1
         self._session = await c.open_session(
             self._space_id, self._actor_id, self._release_id, self._generation_id(gen)

@@ -39,7 +39,9 @@ class Access:
     key_cache_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
     _keys: dict[str, tuple[float, StoredKey]] = field(default_factory=dict)
-    _scopes: dict[str, SessionScope] = field(default_factory=dict)
+    _scopes: dict[str, SessionScope] = field(default_factory=dict)  # by global id
+    # (space, the id its callers send) -> global id: a name never moves to another session
+    _names: dict[tuple[str, str], str] = field(default_factory=dict)
     # (session, actor) -> until when its grant is taken as live; a missing grant is never
     # cached (a new one works at once).
     _grants: dict[tuple[str, str], float] = field(default_factory=dict)
@@ -67,16 +69,20 @@ class Access:
         return acting(cached[1].credential, header_actor)
 
     async def authorize(self, sid: str, who: Principal, action: Action) -> SessionScope:
-        """R3.3/R15.4: tenant, then ownership or a grant (``auth.authorize``). A session of
-        another space answers exactly like an unknown one."""
-        scope = self._scopes.get(sid)
+        """R3.3/R15.4: tenant, then ownership or a grant (``auth.authorize``). ``sid`` is
+        the id the caller knows, resolved in its own space (issue 25: a session's name is
+        its space's; ``scope.session_id`` is the global id to act on). A session of
+        another space answers exactly like an unknown one: it is not even looked at."""
+        scope = self._scopes.get(self._names.get((who.space_id, sid), ""))
         if scope is None:
-            s = await self.sessions.get(sid)
+            s = await self.sessions.resolve(who.space_id, sid)
             if s is None:
                 raise NotFound(f"session {sid} not found")
-            scope = self._scopes[sid] = SessionScope(sid, s.space_id, s.actor_id)
+            scope = SessionScope(s.session_id, s.space_id, s.actor_id)
+            self._names[(who.space_id, sid)] = s.session_id
+            self._scopes[s.session_id] = scope
         actor = grant_to_check(who, scope, action)
-        granted = actor is not None and await self._has_grant(sid, actor)
+        granted = actor is not None and await self._has_grant(scope.session_id, actor)
         authorize(who, scope, action, granted).enforce()
         return scope
 

@@ -92,7 +92,7 @@ class ReadBack:
         """Let another actor read this session (R3.3): only its owner, or the host acting
         for it, grants; who granted is derived from the credential (idempotent)."""
         scope = await self.access.authorize(sid, who, Action.SESSION_GRANT)
-        by = granted_by(who, scope)
+        sid, by = scope.session_id, granted_by(who, scope)  # the global id (issue 25)
         await self.sessions.add_grant(sid, actor_id, by, who.key_id)
         self.access.granted(sid, actor_id)
         return {"session_id": sid, "actor_id": actor_id, "granted": True, "granted_by": by}
@@ -104,7 +104,7 @@ class ReadBack:
         Idempotent: ``revoked`` says whether there was one. Every instance stops honouring
         it within its cache's TTL (``Access.key_cache_s``); this one at once."""
         scope = await self.access.authorize(sid, who, Action.SESSION_GRANT)
-        by = granted_by(who, scope)
+        sid, by = scope.session_id, granted_by(who, scope)
         revoked = await self.sessions.revoke_grant(sid, actor_id, by, who.key_id)
         self.access.revoked(sid, actor_id)
         return {"session_id": sid, "actor_id": actor_id, "revoked": revoked, "revoked_by": by}

@@ -42,10 +42,10 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         # Returned as a ready response: FastAPI's generic pydantic serialization of a
         # 10k-message dict cost ~3x the assembly itself.
         with tracing.server_span(tracing.PREPARE_SPAN, request.scope["headers"]) as span:
-            await svc.authorize(session_id, who, Action.SESSION_WRITE)
+            sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
             started, outcome = time.perf_counter(), "error"
             try:
-                out = await svc.prepare(session_id, run_id, body)
+                out = await svc.prepare(sid, run_id, body)
                 outcome = "ok"
             except ContextError as exc:
                 outcome = exc.code
@@ -67,8 +67,8 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         protected block manifest, the same budget. 201 with the provider-ready
         ``request`` to send; 409 ``context_reprepare_required`` (once); 422
         ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
-        await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        out = await svc.model_call(session_id, run_id, body)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        out = await svc.model_call(sid, run_id, body)
         return ORJSONResponse(out, status_code=201)
 
     @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result", responses=HOOKS)
@@ -77,5 +77,5 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     ) -> dict[str, Any]:
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
         usage calibrates later estimates and the drift is returned (R6.4)."""
-        await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.model_result(session_id, call_id, body)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return await svc.model_result(sid, call_id, body)

@@ -28,8 +28,8 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         """Read a source record back by id, paged. With ``run_id`` + ``instance_id`` the
         read is made on behalf of that thread and scope-checked (a child thread reads
         only its own records and its transfer: ``not_granted`` otherwise)."""
-        await svc.authorize(session_id, who, Action.SESSION_READ)
-        return await svc.read_record(session_id, record_id, offset, limit, run_id, instance_id)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
+        return await svc.read_record(sid, record_id, offset, limit, run_id, instance_id)
 
     @app.post("/v1/sessions/{session_id}/grants", status_code=201)
     async def grant(session_id: PathId, body: GrantIn, who: Principal = auth) -> dict[str, Any]:

@@ -53,12 +53,20 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         ``read_back`` reference, the summary chain with covered ranges, and the budget
         items as shares of the InputBudget. A call of a session the key may not read is
         refused like the session itself (404 in another space, 403 without a grant)."""
+        unknown = NotFound(f"model call {call_or_prepared_id} not found")
         found = await inspection.call_of(svc.pool, call_or_prepared_id)
         if found is None:
-            raise NotFound(f"model call {call_or_prepared_id} not found")
+            raise unknown
         session_id, call_id = found
-        await svc.authorize(session_id, who, Action.SESSION_READ)
+        try:
+            scope = await svc.authorize(session_id, who, Action.SESSION_READ)
+        except NotFound:
+            # Issue 25: another space's call is unknown, as one nobody made — the answer
+            # names only what the caller sent, never the session it belongs to.
+            raise unknown from None
+        if scope.session_id != session_id:  # a session of the space *named* like this id
+            raise unknown
         facts = await inspection.call_facts(svc.pool, session_id, call_id)
         if facts is None:  # never expected: the row was just found
-            raise NotFound(f"model call {call_or_prepared_id} not found")
+            raise unknown
         return diagnostics(session_id, call_view(facts))

@@ -42,13 +42,13 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
 
     @app.get("/v1/sessions/{session_id}")
     async def get_session(session_id: PathId, who: Principal = auth) -> dict[str, Any]:
-        await svc.authorize(session_id, who, Action.SESSION_READ)
-        return await svc.session(session_id)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
+        return await svc.session(sid)
 
     @app.post("/v1/sessions/{session_id}/runs", status_code=201, responses=CONFLICT)
     async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> dict[str, Any]:
-        await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.start_run(session_id, body)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return await svc.start_run(sid, body)
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume", responses=CONFLICT)
     async def resume_run(
@@ -56,8 +56,8 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     ) -> dict[str, Any]:
         """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
         processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
-        await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.resume_run(session_id, run_id, body)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return await svc.resume_run(sid, run_id, body)
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish", responses=CONFLICT)
     async def finish_run(
@@ -66,12 +66,12 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         """Finish (or cancel) the run once the processor accepted it; 409
         ``run_not_active`` when it already ended otherwise. Appends to an ended run are
         dead-lettered (``run_not_active``) until it is resumed."""
-        await svc.authorize(session_id, who, Action.SESSION_WRITE)
-        return await svc.finish_run(session_id, run_id, body)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return await svc.finish_run(sid, run_id, body)
 
     @app.get("/v1/sessions/{session_id}/events/{event_key}")
     async def event_outcome(
         session_id: PathId, event_key: PathKey, who: Principal = auth
     ) -> dict[str, Any]:
-        await svc.authorize(session_id, who, Action.SESSION_READ)
-        return await svc.outcome(session_id, event_key)
+        sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
+        return await svc.outcome(sid, event_key)

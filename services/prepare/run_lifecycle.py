@@ -52,20 +52,34 @@ class Runs:
     async def open_session(self, body: SessionIn, space_id: str, actor_id: str) -> dict[str, Any]:
         """``space_id`` and ``actor_id`` are the caller's, checked by the API against its
         credential (``auth.session_owner``); the release must be visible in that space."""
-        sid = body.session_id or f"ses_{uuid.uuid4().hex[:16]}"
+        name = body.session_id or f"ses_{uuid.uuid4().hex[:16]}"
         rel = await self.releases.get(body.release_id)
         if rel.space_id not in (None, space_id):
             raise NotFound(f"release {body.release_id} not found")
         await self.releases.view(body.release_id)  # issue 25: one a prepare can use
-        created = await self.sessions.insert(sid, space_id, actor_id, body.release_id)
-        s = await self.session(sid)
+        s, created = await self._open(name, space_id, actor_id, body.release_id)
         if not created and (s.release_id, s.space_id, s.actor_id) != (
             body.release_id,
             space_id,
             actor_id,
         ):
-            raise Conflict(f"session {sid} exists with another release or scope (R1.4)")
+            raise Conflict(f"session {name} exists with another release or scope (R1.4)")
         return s.to_dict()
+
+    async def _open(
+        self, name: str, space_id: str, actor_id: str, release_id: str
+    ) -> tuple[SessionRow, bool]:
+        """The space's session named ``name`` and whether this call created it. Names are
+        per space (issue 25): a name is its session's global id unless that id is taken
+        — by another space, whose session is never touched or named in the answer —
+        then the session gets a server-assigned id (``session_id`` in the answer)."""
+        for sid in (name, f"ses_{uuid.uuid4().hex[:16]}"):
+            if await self.sessions.insert(sid, space_id, actor_id, release_id, name):
+                return await self.session(sid), True
+            found = await self.sessions.resolve(space_id, name)
+            if found is not None and found.session_name in (name, None):
+                return found, False  # opened before (or concurrently) in this space
+        raise Conflict(f"session {name} could not be opened; try again")
 
     async def session(self, sid: str) -> SessionRow:
         s = await self.sessions.get(sid)

@@ -39,3 +39,13 @@ DELETE FROM model_calibration;
 ALTER TABLE model_calibration DROP CONSTRAINT model_calibration_pkey;
 ALTER TABLE model_calibration ADD COLUMN space_id text NOT NULL;
 ALTER TABLE model_calibration ADD PRIMARY KEY (space_id, model);
+
+-- Session ids per space (finding 4): ``session_name`` is the id a caller chose, unique in
+-- its space; ``session_id`` stays the global key every table, the processor and the
+-- Kafka partitioning use. A name free globally is its own session_id (every session of
+-- before, and every first-comer); a name another space already took gets a
+-- server-assigned session_id, so one space can no longer squat another's ids. Prepare
+-- resolves an id a caller sends within the caller's space (storage/sessions.resolve).
+ALTER TABLE sessions ADD COLUMN session_name text;
+UPDATE sessions SET session_name = session_id;
+CREATE UNIQUE INDEX sessions_space_name ON sessions (space_id, session_name);

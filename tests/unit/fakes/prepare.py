@@ -78,13 +78,27 @@ class FakeSessions:
     outcomes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     grants: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
 
-    async def insert(self, session_id: str, space_id: str, actor_id: str, release_id: str) -> bool:
-        if session_id in self.rows:
+    async def insert(
+        self,
+        session_id: str,
+        space_id: str,
+        actor_id: str,
+        release_id: str,
+        name: str | None = None,
+    ) -> bool:
+        name = name or session_id
+        taken = any((r.space_id, r.session_name) == (space_id, name) for r in self.rows.values())
+        if session_id in self.rows or taken:
             return False
         self.rows[session_id] = SessionRow(
-            session_id, space_id, actor_id, release_id, None, 0, 0, 0, 0
+            session_id, space_id, actor_id, release_id, None, 0, 0, 0, 0, name
         )
         return True
+
+    async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
+        mine = [r for r in self.rows.values() if r.space_id == space_id]
+        named = [r for r in mine if r.session_name == session_id]
+        return (named or [r for r in mine if r.session_id == session_id] or [None])[0]
 
     async def get(self, session_id: str) -> SessionRow | None:
         return self.rows.get(session_id)
