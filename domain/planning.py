@@ -12,6 +12,18 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+# RETRACTABLE and RetractionTarget are re-exported: storage and tests import them here.
+from domain.retraction_rules import RETRACTABLE as RETRACTABLE
+from domain.retraction_rules import (
+    CallKey,
+    Retractor,
+    Thread,
+    note_record,
+    note_retraction,
+    refusal,
+    target_of,
+)
+from domain.retraction_rules import RetractionTarget as RetractionTarget
 from schemas.contracts import (
     AssistantMessagePayload,
     ConstraintPayload,
@@ -21,8 +33,6 @@ from schemas.contracts import (
     RetractionPayload,
 )
 from schemas.validation import RUN_SCOPED
-
-Thread = tuple[str, str]  # (run_id, instance_id)
 
 
 @dataclass(frozen=True)
@@ -48,29 +58,6 @@ class RunState:
     refused_resumes: int = 0
 
 
-@dataclass(frozen=True)
-class RetractionTarget:
-    """What planning a retraction needs to know of its target (issue 15), loaded with the
-    session under its lock (``storage.retraction``)."""
-
-    kind: str
-    summarized: bool  # covered by a committed summary revision
-
-
-# What a retraction may withdraw: what was said or done. Lifecycle markers shape runs and
-# a resource is withdrawn by revoking it (R15.3), not by retraction.
-RETRACTABLE = frozenset(
-    {
-        RecordKind.USER_INPUT,
-        RecordKind.SUPPLEMENT,
-        RecordKind.ASSISTANT_MESSAGE,
-        RecordKind.TOOL_CALL,
-        RecordKind.TOOL_OUTCOME,
-        RecordKind.CHILD_RESULT,
-    }
-)
-
-
 @dataclass
 class SessionState:
     session_id: str
@@ -88,6 +75,10 @@ class SessionState:
     known_operations: set[tuple[str, str]] = field(default_factory=set)
     # Targets of the batch's retractions (record_id -> facts), and the batch's own records.
     retraction_targets: dict[str, RetractionTarget] = field(default_factory=dict)
+    # Issue 25: the live records making each call the batch's retractions may concern
+    # (domain.retraction_rules), and the snapshot boundary of each run (R2.1) they need.
+    live_calls: dict[CallKey, set[str]] = field(default_factory=dict)
+    run_boundaries: dict[str, int] = field(default_factory=dict)
     # Issue 24: constraint ids ever set in the session, loaded when the batch retires one
     # (``storage.ingest``), and those the batch sets.
     constraint_ids: set[str] = field(default_factory=set)
@@ -249,8 +240,7 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     record_id = record_id_for(st.space_id, st.session_id, ev.event_key)
     plan.records.append(NewRecord(inc, record_id, seq, inst_seq, conflict))
     plan.touched_sessions.add(st.session_id)
-    # A later event of the batch may retract this record: it is known from here on.
-    st.retraction_targets[record_id] = RetractionTarget(str(ev.kind), False)
+    _note_for_retractions(inc, st, record_id, seq)
     if ev.kind is RecordKind.CONSTRAINT_SET and isinstance(ev.payload, ConstraintPayload):
         st.constraint_ids.add(ev.payload.constraint_id)  # a later retirement may name it
 
@@ -275,38 +265,44 @@ def constraint_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
 def retraction_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
     """Issue 15: why a retraction is refused (None: it is recorded). Its target must be a
     record of this session (``retraction_target_unknown``, dead-lettered like an unknown
-    run) that says or does something (``retraction_target_not_retractable``; a retraction
-    is never retracted: ``retraction_of_retraction``).
-
-    A record a committed summary covers is refused (``retraction_of_summarized_record``,
-    dead-lettered): the summary restates it, so hiding the source would leave its facts in
-    every view while claiming they were withdrawn. Un-summarizing means invalidating the
-    summary chain and summarizing again (model calls) — a compaction decision, not a
-    side effect of an undo. What an SDK pops is the newest item, never summarized
-    (R11.1 keeps the latest input and recent groups)."""
-    p = inc.event.payload
+    run); ``domain.retraction_rules.refusal`` says what else: in the thread's scope, not a
+    lifecycle marker or a retraction, not summarized (the summary would still restate it:
+    un-summarizing is a compaction decision, not a side effect of an undo), and not a
+    result that a call still waits for."""
+    ev = inc.event
+    p = ev.payload
     if not isinstance(p, RetractionPayload):
         return None
-    target = st.retraction_targets.get(p.target_record_id)
     tid = p.target_record_id
+    target = st.retraction_targets.get(tid)
     if target is None:
         return Rejection(
             inc, "retraction_target_unknown", f"no record {tid} in session {st.session_id}", True
         )
-    if target.kind == RecordKind.RECORD_RETRACTED:
-        return Rejection(inc, "retraction_of_retraction", f"{tid} is a retraction", False)
-    if target.kind not in RETRACTABLE:
-        return Rejection(
-            inc, "retraction_target_not_retractable", f"{tid} is a {target.kind} record", False
-        )
-    if target.summarized:
-        return Rejection(
-            inc,
-            "retraction_of_summarized_record",
-            f"{tid} is covered by a committed summary: it cannot be withdrawn from it",
-            True,
-        )
-    return None
+    run_id, instance_id = ev.scope.run_id or "", ev.scope.instance_id or ""
+    run = st.runs.get(run_id)
+    by = Retractor(
+        (run_id, instance_id),
+        run is not None and run.main_instance_id == instance_id,
+        st.run_boundaries.get(run_id, 0),
+    )
+    found = refusal(tid, target, by, st.live_calls)
+    return None if found is None else Rejection(inc, found.code, found.message, found.dead_letter)
+
+
+def _note_for_retractions(inc: Incoming, st: SessionState, record_id: str, seq: int) -> None:
+    """A later event of the batch may retract this record: it is known from here on, with
+    the calls it makes; a retraction accepted here withdraws its target's calls."""
+    ev = inc.event
+    run = st.runs.get(ev.scope.run_id or "")
+    main = run is not None and run.main_instance_id == ev.scope.instance_id
+    target = target_of(ev, seq, main)
+    st.retraction_targets[record_id] = target
+    note_record(st.live_calls, record_id, target)
+    if isinstance(ev.payload, RetractionPayload):
+        withdrawn = st.retraction_targets.get(ev.payload.target_record_id)
+        if withdrawn is not None:
+            note_retraction(st.live_calls, ev.payload.target_record_id, withdrawn)
 
 
 def _apply_lifecycle(inc: Incoming, st: SessionState, plan: BatchPlan) -> Rejection | None:
@@ -353,6 +349,7 @@ def _start_run(
     main = inc.event.scope.instance_id or ""
     st.runs[run_id] = RunState(run_id, main, "active")
     st.active_run_id = run_id
+    st.run_boundaries[run_id] = st.next_session_sequence - 1  # R2.1, as NewRun's below
     st.user_turns += 1  # R8.1: counted at run start, before its first model request
     plan.new_runs.append(
         NewRun(

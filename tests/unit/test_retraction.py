@@ -77,7 +77,8 @@ def test_a_retraction_belongs_to_a_thread() -> None:
 
 def _state_with(kind: str = "user_input", summarized: bool = False) -> SessionState:
     st = active_state()
-    st.retraction_targets[TARGET] = RetractionTarget(kind, summarized)
+    # Written in the retracting thread (run-1, main): in scope (issue 25, finding 6).
+    st.retraction_targets[TARGET] = RetractionTarget(kind, summarized, ("run-1", "main"))
     return st
 
 
