@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from domain.frontier import Frontier
+from domain.policy_sections import HookBinding
 from domain.rendering import RecordView
 from domain.selection import (
     Group,
@@ -32,7 +33,14 @@ from domain.tokens import CachedCounter
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services import metrics
 from services.compaction.bound import fit_draft, summary_bound
-from services.compaction.compact_hooks import AfterCompact, BeforeCompact, HookChain
+from services.compaction.compact_hooks import (
+    AFTER,
+    BEFORE,
+    AfterCompact,
+    BeforeCompact,
+    HookChain,
+    HookNotLoaded,
+)
 from services.compaction.drafts import SummaryDraft, SummaryRequest
 from services.compaction.errors import InvalidSummary, SummarizerFailed
 from services.compaction.gateway import SummaryGateway
@@ -76,6 +84,7 @@ class _Job:
     keep_recent: int
     output_tokens: int  # per summarizer call; a segment's draft never needs the whole bound
     frontier: Frontier  # the thread's plan and constraints (issue 24): never restated (R11.4)
+    hooks: tuple[HookBinding, ...] = ()  # R14: what the session's release binds (issue 28)
     calls: int = 0
     op_id: str = field(init=False)
 
@@ -218,6 +227,7 @@ class CompactionWorker:
             policy.recent_complete_groups,
             min(self.config.output_tokens, bound),
             await self.jobs.current_frontier(req.session_id, req.run_id, req.instance_id),
+            policy.hook_bindings,
         )
 
     async def _select(self, job: _Job) -> list[Segment]:
@@ -229,7 +239,7 @@ class CompactionWorker:
         pinned = current_task_ids(job.records, job.req.run_id)
         groups = build_groups(job.records)
         selection = select_prefix(groups, keep_recent=job.keep_recent, pinned=pinned)
-        if selection.covered and self.hooks.hooks:
+        if selection.covered and any(b.point == BEFORE for b in job.hooks):
             selection = await self._before_hooks(job, groups, pinned, selection)
         if not selection.covered:
             reason = selection.deferral_reason or "nothing_compressible"
@@ -248,8 +258,11 @@ class CompactionWorker:
         candidates = tuple(i for g in selection.covered for i in g.record_ids)
         try:
             before = await self.hooks.before(
-                BeforeCompact(req.session_id, req.run_id, candidates, req.trigger_reasons)
+                BeforeCompact(req.session_id, req.run_id, candidates, req.trigger_reasons),
+                job.hooks,
             )
+        except HookNotLoaded as exc:
+            raise _Stop("hooks", f"hook_not_loaded:{exc.hook_id}") from exc
         except Exception as exc:  # a hook's failure never changes the view
             raise _Stop("hooks", f"compact_before_failed:{type(exc).__name__}") from exc
         if before.max_output_tokens:
@@ -292,7 +305,7 @@ class CompactionWorker:
                 merged, job.bound, job.op_id, job.req.parent_summary_id, job.frontier.plan
             )
             job.calls += calls
-        if self.hooks.hooks:
+        if any(b.point == AFTER for b in job.hooks):
             merged = await self._after_hooks(job, merged)
         # The bound holds whatever a model or a hook answered (R11.2).
         merged, fitted = fit_draft(merged, job.bound, self.counter.count)
@@ -304,7 +317,11 @@ class CompactionWorker:
 
     async def _after_hooks(self, job: _Job, merged: SummaryDraft) -> SummaryDraft:
         try:
-            return await self.hooks.after(AfterCompact(job.req.session_id, job.req.run_id, merged))
+            return await self.hooks.after(
+                AfterCompact(job.req.session_id, job.req.run_id, merged), job.hooks
+            )
+        except HookNotLoaded as exc:
+            raise _Stop("hooks", f"hook_not_loaded:{exc.hook_id}") from exc
         except InvalidSummary as exc:
             raise _invalid("hooks", exc) from exc
         except Exception as exc:

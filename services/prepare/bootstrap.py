@@ -113,6 +113,21 @@ def _release_book(
     return ReleaseBook(ports.releases, release_of_session, counter.method, known_hooks)
 
 
+def _gateway(
+    ports: Adapters,
+    content: ContentStore,
+    prepared: PreparedStore,
+    notes: Notes,
+    hooks: HookRegistry,
+    calibration: CalibrationCache,
+    access: Access,
+    releases: ReleaseBook,
+) -> Gateway:
+    """The gateway runs the hooks a call's session's release binds (R14, R1.4)."""
+    calls = ports.model_calls
+    return Gateway(calls, content, prepared, notes, hooks, calibration, access.space_of, releases)
+
+
 def build_service(
     ports: Adapters,
     options: Options,
@@ -164,9 +179,7 @@ def build_service(
             ports.frontier or NoFrontier(),
             access.space_of,
         ),
-        gateway=Gateway(
-            ports.model_calls, content, prepared, notes, hooks, calibration, access.space_of
-        ),
+        gateway=_gateway(ports, content, prepared, notes, hooks, calibration, access, releases),
         readback=ReadBack(ports.records, ports.sessions, views, access, notes),
         access=access,
         content=content,

@@ -11,6 +11,7 @@ from typing import Any
 
 from domain.budget import Calibration, calibrate
 from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
+from domain.policy_sections import HookBinding
 from domain.providers import render as render_provider
 from schemas.errors import NotFound
 from services.prepare.calibration import CalibrationCache
@@ -18,6 +19,7 @@ from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.prepare_hooks import HookRegistry, ModelCall
 from services.prepare.prepared import PreparedEntry, PreparedStore
+from services.prepare.publishing import ReleaseBook
 from services.prepare.requests import ModelCallIn, ModelResultIn
 from storage.model_calls import ModelCalls, NewCall, Sample, StoredCall
 
@@ -45,6 +47,11 @@ class Gateway:
     # A session's space (``Access.space_of``): whose content store holds its calls'
     # inputs and responses, and whose calibration its usage reports move (issue 25).
     space_of: Callable[[str], Awaitable[str]]
+    # R14/R1.4: a session's release (and so the hooks it binds) never changes.
+    releases: ReleaseBook
+
+    async def _bindings(self, sid: str) -> tuple[HookBinding, ...]:
+        return (await self.releases.of_session(sid)).release.policy.hook_bindings
 
     async def model_call(self, sid: str, run_id: str, body: ModelCallIn) -> dict[str, Any]:
         """The gateway's final check before a model call: ``model.chat.before`` hooks, the
@@ -145,7 +152,12 @@ class Gateway:
             report.to_dict(),
         )
         messages, added, removed, used = await self.hooks.model_before(
-            call, list(p.messages), p.manifest, self.content.count, p.profile.message_overhead
+            call,
+            list(p.messages),
+            p.manifest,
+            self.content.count,
+            p.profile.message_overhead,
+            await self._bindings(p.session_id),
         )
         check_manifest(messages, p.manifest)
         check_tool_groups(messages)
@@ -184,7 +196,8 @@ class Gateway:
         drift = done.drift
         if done.calibration is not None:
             self.calibration.put(space_id, call.model, done.calibration)
-        if self.hooks.hooks:
+        bindings = await self._bindings(call.session_id)
+        if bindings:
             await self.hooks.model_after(
                 ModelCall(
                     call.session_id,
@@ -196,6 +209,7 @@ class Gateway:
                     call.budget,
                 ),
                 response,
+                bindings,
             )
         self.notes.usage(call, usage)
         return {"call_id": call_id, "status": "completed", "drift": drift}

@@ -140,9 +140,11 @@ class Preparer:
             "commit_wait_ms": round(waited * 1000, 3),
             "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
         }
-        if self.hooks.hooks:
+        # R14: the hooks this call's release binds, never every loaded one (issue 28).
+        if target.release.policy.hook_bindings:
             await self.hooks.prepare_after(
-                {k: out[k] for k in ("prepared_id", "purpose", "budget", "decisions")}
+                {k: out[k] for k in ("prepared_id", "purpose", "budget", "decisions")},
+                target.release.policy.hook_bindings,
             )
         return out
 
@@ -163,9 +165,11 @@ class Preparer:
             catalog = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
         main_instance = (await self.views.snapshot(sid, run_id)).main_instance_id
         instance_id = body.instance_id or main_instance
-        if self.hooks.hooks:
+        bindings = rel.policy.hook_bindings  # R14/R17: the release's, as published
+        self.hooks.check(bindings)
+        if bindings:
             material = await self.hooks.prepare_before(
-                PrepareRequest(sid, run_id, instance_id, purpose, material)
+                PrepareRequest(sid, run_id, instance_id, purpose, material), bindings
             )
         return Target(
             sid,

@@ -9,6 +9,12 @@ downgrade a required block. ``*.after`` hooks are read-only: they get copies, an
 failure is logged, never fatal. A failing ``before`` hook fails the call: nothing is sent
 on a context nobody checked (``hook_failed``).
 
+Which hooks run is the call's release's choice (R14, R17, R1.4; issue 28): at each point,
+exactly the hooks its policy's ``hook_bindings`` bind there, in binding order, id and
+version as bound. A hook the deployment loads but the release does not bind never runs; a
+binding no loaded hook answers fails the call (``hook_failed``, ``hook_not_loaded``) —
+publish refuses unknown ids, so this is a deployment that stopped loading a bound hook.
+
 Configured with ``ALC_PREPARE_HOOKS="module:factory,..."`` (see README).
 """
 
@@ -24,10 +30,19 @@ from typing import Any
 
 from domain.assemble import Material, ProtectedBlock
 from domain.gate import HookEffect, apply_hook
+from domain.policy_sections import HookBinding
 from schemas.errors import Conflict, ContextError, HookFailed
 
 log = logging.getLogger("agentloom.prepare.hooks")
 Message = dict[str, Any]
+Bindings = Sequence[HookBinding]
+# R14: the points Prepare serves, and the hook method each calls.
+METHODS = {
+    "context.prepare.before": "prepare_before",
+    "context.prepare.after": "prepare_after",
+    "model.chat.before": "model_before",
+    "model.chat.after": "model_after",
+}
 
 
 @dataclass(frozen=True)
@@ -68,12 +83,42 @@ def hook_source(h: Any) -> str:
     return f"{h.name}@{h.version}"
 
 
+def answers(h: Any, b: HookBinding) -> bool:
+    """A loaded hook answers a binding: same name, and the bound version if one is given
+    (an unversioned binding takes the loaded version, as publish accepts it)."""
+    return bool(h.name == b.hook and (b.version is None or str(h.version) == b.version))
+
+
 @dataclass
 class HookRegistry:
     hooks: Sequence[Any] = field(default_factory=tuple)
 
-    def versions(self, point: str) -> list[str]:
-        return [hook_source(h) for h in self.hooks if hasattr(h, point)]
+    def bound(self, point: str, bindings: Bindings) -> list[Any]:
+        """The hooks the release binds at ``point``, in binding order. A binding that no
+        loaded hook implementing the point answers fails the call, clearly."""
+        method = METHODS[point]
+        out = []
+        for b in bindings:
+            if b.point != point:
+                continue
+            h = next((h for h in self.hooks if answers(h, b) and hasattr(h, method)), None)
+            if h is None:
+                raise HookFailed(
+                    f"the release binds hook {b.hook_id} at {point}, which this deployment"
+                    f" does not load (loaded: {', '.join(map(hook_source, self.hooks)) or 'none'})",
+                    hook=b.hook_id,
+                    point=point,
+                    reason="hook_not_loaded",
+                    loaded=[hook_source(h) for h in self.hooks],
+                )
+            out.append(h)
+        return out
+
+    def check(self, bindings: Bindings) -> None:
+        """Every Prepare-side binding answered by a loaded hook, or the call fails here
+        (at prepare) rather than later at a read-only point, where it is only logged."""
+        for point in METHODS:
+            self.bound(point, bindings)
 
     async def _call(self, h: Any, point: str, *args: Any) -> Any:
         try:
@@ -96,11 +141,9 @@ class HookRegistry:
                 reason=type(exc).__name__,
             ) from exc
 
-    async def prepare_before(self, req: PrepareRequest) -> tuple[Material, ...]:
+    async def prepare_before(self, req: PrepareRequest, bindings: Bindings) -> tuple[Material, ...]:
         material = list(req.material)
-        for h in self.hooks:
-            if not hasattr(h, "prepare_before"):
-                continue
+        for h in self.bound("context.prepare.before", bindings):
             adj: PrepareAdjust = await self._call(h, "prepare_before", req)
             if adj.reject:
                 raise Conflict(
@@ -115,8 +158,8 @@ class HookRegistry:
             )
         return tuple(material)
 
-    async def prepare_after(self, prepared: Mapping[str, Any]) -> None:
-        await self._read_only("prepare_after", prepared)
+    async def prepare_after(self, prepared: Mapping[str, Any], bindings: Bindings) -> None:
+        await self._read_only("context.prepare.after", bindings, prepared)
 
     async def model_before(
         self,
@@ -125,14 +168,13 @@ class HookRegistry:
         manifest: Sequence[ProtectedBlock],
         count: Callable[[str], int],
         overhead: int,
+        bindings: Bindings,
     ) -> tuple[list[Message], int, int, list[str]]:
         """Each hook gets a copy and returns the messages to send; each result is checked
         against the manifest before the next hook runs."""
         added = removed = 0
         used: list[str] = []
-        for h in self.hooks:
-            if not hasattr(h, "model_before"):
-                continue
+        for h in self.bound("model.chat.before", bindings):
             # A deep copy: the messages are shared with the cached thread view.
             out = await self._call(h, "model_before", call, copy.deepcopy(messages))
             eff: HookEffect = apply_hook(
@@ -146,15 +188,20 @@ class HookRegistry:
             used.append(hook_source(h))
         return messages, added, removed, used
 
-    async def model_after(self, call: ModelCall, response: Mapping[str, Any]) -> None:
-        await self._read_only("model_after", call, response)
+    async def model_after(
+        self, call: ModelCall, response: Mapping[str, Any], bindings: Bindings
+    ) -> None:
+        await self._read_only("model.chat.after", bindings, call, response)
 
-    async def _read_only(self, point: str, *args: Any) -> None:
-        for h in self.hooks:
-            if not hasattr(h, point):
-                continue
+    async def _read_only(self, point: str, bindings: Bindings, *args: Any) -> None:
+        try:
+            hooks = self.bound(point, bindings)
+        except HookFailed as exc:  # read-only: the result stands; the gap is logged
+            log.warning("%s (ignored: read-only point)", exc.message)
+            return
+        for h in hooks:
             try:
-                await self._call(h, point, *(copy.deepcopy(a) for a in args))
+                await self._call(h, METHODS[point], *(copy.deepcopy(a) for a in args))
             except HookFailed as exc:  # read-only: the result stands, the failure is logged
                 log.warning("%s (ignored: read-only hook)", exc.message)
 

@@ -35,7 +35,15 @@ async def test_skill_summarized_then_execution_continues_with_its_instruction_ex
     async with client(hooked) as c:
         session = await new_session(
             c,
-            context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}},
+            context_policy={
+                "recent_complete_groups": 1,
+                "compaction": {"user_turns": 2},
+                # The loaded hook runs for releases that bind it (issue 28).
+                "hook_bindings": [
+                    {"point": p, "hook": "tag-and-keep", "version": "7"}
+                    for p in ("context.compact.before", "context.compact.after")
+                ],
+            },
             skill_bindings=[
                 {
                     "name": "checklist",

@@ -35,8 +35,17 @@ def gw(stack: Stack, pg_dsn: str) -> Iterator[Services]:
     svc.stop()
 
 
+# The loaded hook runs for the releases that bind it (issue 28): these all do.
+MARKER = {
+    "hook_bindings": [
+        {"point": p, "hook": "marker", "version": "3"}
+        for p in ("context.prepare.before", "model.chat.before", "model.chat.after")
+    ]
+}
+
+
 async def _ask(c: ContextClient, question: str, **release: Any) -> RunHandle:
-    session = await new_session(c, **({"model_profile": SMALL} | release))
+    session = await new_session(c, **({"model_profile": SMALL, "context_policy": MARKER} | release))
     run = await c.start_run(session)
     await c.append_user(run, question, f"q-{uuid.uuid4().hex[:6]}")
     return run

@@ -7,11 +7,15 @@ import dataclasses
 
 import pytest
 
+from domain.policy_sections import HookBinding
 from services.compaction.compact_hooks import (
+    AFTER,
+    BEFORE,
     AfterCompact,
     BeforeCompact,
     BeforeDecision,
     HookChain,
+    HookNotLoaded,
     check_text_only,
 )
 from services.compaction.drafts import Fact, SummaryDraft
@@ -29,8 +33,9 @@ class Hook:
         patch: object = None,
         sleep: float = 0.0,
         max_out: int | None = None,
+        name: str = "h",
     ) -> None:
-        self.name, self.version, self.timeout_s = "h", "1", 0.2
+        self.name, self.version, self.timeout_s = name, "1", 0.2
         self.keep, self.patch, self.sleep, self.max_out = keep, patch, sleep, max_out
 
     async def before(self, ctx: BeforeCompact) -> BeforeDecision:
@@ -42,12 +47,13 @@ class Hook:
 
 
 CTX = BeforeCompact("s", "r", ("r1", "r2", "r3"), ("user_turns",))
+BIND = (HookBinding(BEFORE, "h", "1"), HookBinding(AFTER, "h", "1"))
 
 
 @pytest.mark.spec("R14")
 async def test_before_narrows_only_within_the_candidates_and_takes_the_tightest_output() -> None:
-    chain = HookChain((Hook(frozenset({"r2", "zz"}), max_out=300), Hook(max_out=200)))
-    d = await chain.before(CTX)
+    chain = HookChain((Hook(frozenset({"r2", "zz"}), max_out=300), Hook(max_out=200, name="g")))
+    d = await chain.before(CTX, (*BIND, HookBinding(BEFORE, "g")))
     assert d.keep_record_ids == {"r2"} and d.max_output_tokens == 200
 
 
@@ -58,7 +64,7 @@ async def test_after_may_reword_statements() -> None:
             d, verified_facts=(Fact("A happened (reviewed)", ("r1",)),)
         )
     )
-    out = await HookChain((reword,)).after(AfterCompact("s", "r", DRAFT))
+    out = await HookChain((reword,)).after(AfterCompact("s", "r", DRAFT), BIND)
     assert out.verified_facts[0].statement == "A happened (reviewed)"
 
 
@@ -74,16 +80,40 @@ async def test_after_may_reword_statements() -> None:
 )
 async def test_after_may_not_change_facts_sources_or_artifacts(change: object) -> None:
     with pytest.raises(InvalidSummary) as err:
-        await HookChain((Hook(patch=change),)).after(AfterCompact("s", "r", DRAFT))
+        await HookChain((Hook(patch=change),)).after(AfterCompact("s", "r", DRAFT), BIND)
     assert err.value.details["reason"] == "hook_changed_structure"
 
 
 @pytest.mark.spec("R14")
 async def test_a_slow_hook_times_out() -> None:
     with pytest.raises(TimeoutError):
-        await HookChain((Hook(sleep=1.0),)).before(CTX)
+        await HookChain((Hook(sleep=1.0),)).before(CTX, BIND)
 
 
 def test_check_text_only_accepts_identical_structure() -> None:
     check_text_only(DRAFT, DRAFT, "h")
     assert HookChain((Hook(),)).versions() == ("h@1",)
+
+
+@pytest.mark.spec("R14", "R17", "R1.4")
+async def test_only_the_hooks_the_release_binds_at_a_point_run_in_binding_order() -> None:
+    seen: list[str] = []
+
+    def mark(tag: str) -> object:
+        return lambda d: seen.append(tag) or d
+
+    chain = HookChain((Hook(patch=mark("h")), Hook(patch=mark("g"), name="g")))
+    assert await chain.before(CTX, ()) == BeforeDecision()  # nothing bound: nothing runs
+    await chain.after(AfterCompact("s", "r", DRAFT), (HookBinding(BEFORE, "h", "1"),))
+    assert seen == []  # bound at another point only
+    await chain.after(AfterCompact("s", "r", DRAFT), (HookBinding(AFTER, "g"), BIND[1]))
+    assert seen == ["g", "h"]
+
+
+@pytest.mark.spec("R14", "R17")
+async def test_a_binding_to_a_hook_not_loaded_or_of_another_version_fails_clearly() -> None:
+    chain = HookChain((Hook(),))
+    for missing in (HookBinding(AFTER, "nobody", "1"), HookBinding(AFTER, "h", "2")):
+        with pytest.raises(HookNotLoaded) as err:
+            await chain.after(AfterCompact("s", "r", DRAFT), (missing,))
+        assert err.value.hook_id == missing.hook_id

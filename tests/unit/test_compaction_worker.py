@@ -9,11 +9,15 @@ import json
 
 import pytest
 
+from domain.policy import ContextPolicy
+from domain.policy_sections import HookBinding
 from domain.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services.compaction import bootstrap
 from services.compaction.compact_hooks import (
+    AFTER,
+    BEFORE,
     AfterCompact,
     BeforeCompact,
     BeforeDecision,
@@ -195,7 +199,8 @@ class FailingAfter:
 
 @pytest.mark.spec("R14")
 async def test_a_failing_after_hook_fails_the_job_at_stage_hooks() -> None:
-    jobs = FakeCompactionJobs(history(3))
+    bound = tuple(HookBinding(p, "fails", "1") for p in (BEFORE, AFTER))
+    jobs = FakeCompactionJobs(history(3), policy=ContextPolicy(hook_bindings=bound))
     w, gateway = worker(jobs, FakePublisher(), hooks=HookChain((FailingAfter(),)))
     outcome = await w.handle(request())
     assert (outcome.status, outcome.stage) == ("failed", "hooks")
@@ -203,6 +208,24 @@ async def test_a_failing_after_hook_fails_the_job_at_stage_hooks() -> None:
     # The before hook kept the first tool group verbatim: the summarizer never saw it.
     seen = {i.record_id for r in gateway.requests for i in r.segment}
     assert seen and not seen & {"rec_2", "rec_3"}
+
+
+@pytest.mark.spec("R14", "R17", "R1.4")
+async def test_a_loaded_hook_the_release_does_not_bind_never_runs() -> None:
+    jobs = FakeCompactionJobs(history(3))  # the release binds no hook
+    w, _ = worker(jobs, FakePublisher(), hooks=HookChain((FailingAfter(),)))
+    outcome = await w.handle(request())
+    assert outcome.status == "succeeded", outcome
+
+
+@pytest.mark.spec("R14", "R17")
+async def test_a_bound_compaction_hook_that_is_not_loaded_fails_the_job_clearly() -> None:
+    bound = (HookBinding(AFTER, "absent", "2"),)
+    jobs = FakeCompactionJobs(history(3), policy=ContextPolicy(hook_bindings=bound))
+    w, _ = worker(jobs, FakePublisher(), hooks=HookChain((FailingAfter(),)))
+    outcome = await w.handle(request())
+    assert (outcome.status, outcome.stage) == ("failed", "hooks")
+    assert outcome.reason == "hook_not_loaded:absent@2"
 
 
 @pytest.mark.spec("R11.8")
