@@ -31,8 +31,13 @@ CUSTOM_RESOURCES: dict[tuple[str, str], list[str]] = {
     ("kafka.strimzi.io/v1beta2", "Kafka"): ["spec.kafka.listeners", "spec.kafka.config"],
     ("kafka.strimzi.io/v1beta2", "KafkaNodePool"): ["spec.replicas", "spec.roles", "spec.storage"],
     ("kafka.strimzi.io/v1beta2", "KafkaTopic"): ["spec.partitions", "spec.replicas"],
+    ("kafka.strimzi.io/v1beta2", "KafkaUser"): [
+        "spec.authentication.type",
+        "spec.authorization.acls",
+    ],
     ("postgresql.cnpg.io/v1", "Cluster"): ["spec.instances", "spec.storage.size"],
     ("keda.sh/v1alpha1", "ScaledObject"): ["spec.scaleTargetRef.name", "spec.triggers"],
+    ("keda.sh/v1alpha1", "TriggerAuthentication"): ["spec.secretTargetRef"],
 }
 # Secrets CloudNativePG creates for a Cluster named N: N-app (the owner's credentials).
 # The broker settings the replicated deployment relies on (as deploy/kafka.sh --brokers 3).
@@ -45,6 +50,11 @@ KAFKA_CONFIG = {
     "auto.create.topics.enable": False,
 }
 ROLES = ("broker", "controller")
+# Secrets Strimzi creates: one per KafkaUser N (SCRAM), and <kafka>-cluster-ca-cert.
+STRIMZI_USER_KEYS = {"password", "sasl.jaas.config"}
+STRIMZI_CA_KEYS = {"ca.crt", "ca.p12", "ca.password"}
+# Secrets the operator creates by hand before the first apply (deploy/k8s/README.md).
+MANUAL_SECRETS = {"agentloom-bus": {"service-secret"}}
 CNPG_APP_KEYS = {"username", "password", "host", "port", "dbname", "uri", "jdbc-uri", "pgpass"}
 ENTRY_POINTS = {
     "agentloom-processor": "streams",
@@ -201,13 +211,17 @@ def _bootstrap_problems(docs: list[Doc], bootstrap: str, where: str) -> list[str
 
 def _keys(docs: list[Doc]) -> dict[tuple[str, str], set[str]]:
     """(kind, name) -> keys of every ConfigMap and Secret, with the Secrets the operators
-    generate: CloudNativePG's ``<cluster>-app``."""
+    generate (CloudNativePG's ``<cluster>-app``, Strimzi's per KafkaUser and cluster CA) and
+    the ones created by hand (``MANUAL_SECRETS``)."""
     keys = {
         (d["kind"], d["metadata"]["name"]): set(d.get("data", {})) | set(d.get("stringData", {}))
         for d in docs
         if d["kind"] in ("ConfigMap", "Secret")
     }
     keys |= {("Secret", f"{n}-app"): CNPG_APP_KEYS for n in named(docs, "Cluster")}
+    keys |= {("Secret", n): STRIMZI_USER_KEYS for n in named(docs, "KafkaUser")}
+    keys |= {("Secret", f"{n}-cluster-ca-cert"): STRIMZI_CA_KEYS for n in named(docs, "Kafka")}
+    keys |= {("Secret", n): k for n, k in MANUAL_SECRETS.items()}
     return keys
 
 
