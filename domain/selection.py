@@ -63,12 +63,6 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
     last_seq: list[int] = []
     tokens: list[int] = []
     waiting: list[int] = []  # results still missing per group
-    # Groups still waiting for a result. A later model turn (or another run) closes them:
-    # their missing results stay unknown, as the renderer shows them (R15.3). Otherwise a
-    # result that never comes — or was retracted (issue 15) — ended the compressible
-    # prefix for good, and the session never compacted again (issue 28).
-    pending: list[int] = []
-    closed: set[int] = set()
     for rec in records:
         kind = rec.kind
         payload = rec.payload
@@ -83,9 +77,6 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
                 last_seq[i] = max(last_seq[i], rec.session_sequence)
                 tokens[i] += rec.token_count
                 continue
-        if pending and (kind == "assistant_message" or rec.run_id != first[pending[0]].run_id):
-            closed.update(pending)
-            pending.clear()
         n = len(ids)
         ids.append([rec.record_id])
         first.append(rec)
@@ -97,8 +88,6 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
         elif kind == "tool_call" and payload.get("call_id"):
             calls = [payload["call_id"]]
         waiting.append(len(set(calls)))
-        if calls:
-            pending.append(n)
         for cid in calls:
             open_calls[cid] = n
     return [
@@ -108,7 +97,7 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
             last_seq[i],
             tokens[i],
             "interaction" if f.kind in _INTERACTION else _KIND.get(f.kind, "state"),
-            waiting[i] == 0 or i in closed,
+            waiting[i] == 0,
         )
         for i, f in enumerate(first)
     ]
