@@ -1,5 +1,5 @@
-"""What every console page needs: the signed-in principal from the API key in the
-cookie, the access decision for a session, and the template renderer."""
+"""What every console page needs: the signed-in principal from the session the cookie
+names, the access decision for a session, and the template renderer."""
 
 from __future__ import annotations
 
@@ -13,16 +13,20 @@ from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from schemas.auth import Action, Principal, acting, authorize, grant_to_check, key_id_of, verify
+from services.console import sealing
 from services.console.prepare_client import PrepareClient, PrepareError
+from services.console.session_store import SessionStore
 from storage import inspection
 
-COOKIE = "alc_console_key"
 HERE = Path(__file__).parent
 templates = Jinja2Templates(directory=str(HERE / "templates"))
+SESSION = "alc_console_session"
+PRE_SESSION = "alc_console_login"
 
 
 class SignInRequired(Exception):
-    """No key, or one that is malformed, unknown or revoked: back to the sign-in page."""
+    """No session, or one that ended, or its key is unknown or revoked now: back to the
+    sign-in page."""
 
 
 class Refused(Exception):
@@ -37,20 +41,34 @@ class Refused(Exception):
 class Console:
     pool: asyncpg.Pool
     prepare: PrepareClient
+    sessions: SessionStore
+    # Signs the sign-in form's token (sealing.login_token).
+    secret: bytes
     secure_cookie: bool = False
+
+    def cookie(self, name: str) -> str:
+        """``__Host-`` over HTTPS: this host only, path /, Secure — no subdomain can set
+        or overwrite it (cookie tossing)."""
+        return f"__Host-{name}" if self.secure_cookie else name
 
 
 @dataclass(frozen=True)
 class Viewer:
-    """The signed-in key (never shown) and who it acts as."""
+    """The signed-in key (never shown), who it acts as, and the session it came from."""
 
     key: str
     who: Principal
+    session_id: str = ""
 
     @property
     def label(self) -> str:
         kind = self.who.credential.kind.value
         return f"{self.who.actor_id or 'runtime'} ({kind} key, {self.who.space_id})"
+
+    @property
+    def csrf(self) -> str:
+        """The synchroniser token every state-changing request of this session carries."""
+        return sealing.csrf_token(self.session_id)
 
 
 def console_of(request: Request) -> Console:
@@ -69,8 +87,15 @@ async def authenticate(console: Console, key: str | None) -> Viewer:
 
 
 async def viewer(request: Request) -> Viewer:
-    """The dependency of every page but sign-in."""
-    return await authenticate(console_of(request), request.cookies.get(COOKIE))
+    """The dependency of every page but sign-in: the session's key, checked again (a
+    revoked key ends its sessions at their next request)."""
+    c = console_of(request)
+    session_id = request.cookies.get(c.cookie(SESSION))
+    key = await c.sessions.key_of(session_id) if session_id else None
+    if key is None or not session_id:
+        raise SignInRequired
+    found = await authenticate(c, key)
+    return Viewer(found.key, found.who, session_id)
 
 
 async def require_session(console: Console, v: Viewer, session_id: str) -> dict[str, Any]:

@@ -9,10 +9,12 @@ from fastapi.responses import Response
 
 from domain.call_view import call_view
 from services.console.context import Refused, Viewer, console_of, page, require_session, viewer
+from services.console.fields import Offset, PathId
 from services.console.prepare_client import PrepareError
+from services.prepare.http_errors import ApiRoute
 from storage import inspection
 
-router = APIRouter()
+router = APIRouter(route_class=ApiRoute)
 PAGE_CHARS = 2000  # one page of a read-back
 
 
@@ -27,7 +29,7 @@ async def sessions(request: Request, v: Viewer = Depends(viewer)) -> Response:  
 @router.get("/inspector/sessions/{session_id}")
 async def session(
     request: Request,
-    session_id: str,
+    session_id: PathId,
     v: Viewer = Depends(viewer),  # noqa: B008
 ) -> Response:
     c = console_of(request)
@@ -46,8 +48,8 @@ async def session(
 @router.get("/inspector/sessions/{session_id}/calls/{call_id}")
 async def call(
     request: Request,
-    session_id: str,
-    call_id: str,
+    session_id: PathId,
+    call_id: PathId,
     v: Viewer = Depends(viewer),  # noqa: B008
 ) -> Response:
     """R18: the same view of the call as ``agentloom session inspect --call``."""
@@ -62,9 +64,9 @@ async def call(
 @router.get("/inspector/sessions/{session_id}/records/{record_id}")
 async def read_back(
     request: Request,
-    session_id: str,
-    record_id: str,
-    offset: int = 0,
+    session_id: PathId,
+    record_id: PathId,
+    offset: Offset = 0,
     v: Viewer = Depends(viewer),  # noqa: B008
 ) -> Response:
     """R10.3: the source read back through Prepare's paged API with the viewer's key —

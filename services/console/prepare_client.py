@@ -4,6 +4,7 @@ Prepare decides scope and grants exactly as for any other client (R15.4)."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -19,6 +20,12 @@ class PrepareError(Exception):
         self.details: dict[str, Any] = dict(error.get("details") or {})
 
 
+def _seg(value: str) -> str:
+    """One path segment, whatever it holds: ``/``, ``?``, ``#`` and ``%`` are quoted, so an
+    id can never name another route of Prepare's (callers refuse ``.`` and ``..``)."""
+    return quote(value, safe="")
+
+
 class PrepareClient:
     def __init__(self, base_url: str, timeout_s: float = 30.0) -> None:
         self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout_s)
@@ -27,9 +34,13 @@ class PrepareClient:
         await self._http.aclose()
 
     async def _call(self, method: str, path: str, key: str, **kwargs: Any) -> dict[str, Any]:
-        r = await self._http.request(
-            method, path, headers={"Authorization": f"Bearer {key}"}, **kwargs
-        )
+        try:
+            r = await self._http.request(
+                method, path, headers={"Authorization": f"Bearer {key}"}, **kwargs
+            )
+        except httpx.HTTPError as exc:  # unreachable or slow: the page says so, no 500
+            error = {"code": "prepare_unavailable", "message": type(exc).__name__}
+            raise PrepareError(503, error) from exc
         try:
             body = r.json()
         except ValueError:
@@ -41,20 +52,20 @@ class PrepareClient:
         return body if isinstance(body, dict) else {"value": body}
 
     async def release(self, key: str, release_id: str) -> dict[str, Any]:
-        return await self._call("GET", f"/v1/releases/{release_id}", key)
+        return await self._call("GET", f"/v1/releases/{_seg(release_id)}", key)
 
     async def publish(self, key: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self._call("POST", "/v1/releases", key, json=body)
 
     async def session(self, key: str, session_id: str) -> dict[str, Any]:
-        return await self._call("GET", f"/v1/sessions/{session_id}", key)
+        return await self._call("GET", f"/v1/sessions/{_seg(session_id)}", key)
 
     async def read_record(
         self, key: str, session_id: str, record_id: str, offset: int, limit: int
     ) -> dict[str, Any]:
         return await self._call(
             "GET",
-            f"/v1/sessions/{session_id}/records/{record_id}",
+            f"/v1/sessions/{_seg(session_id)}/records/{_seg(record_id)}",
             key,
             params={"offset": offset, "limit": limit},
         )

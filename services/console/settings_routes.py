@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from services.console import policy_form
+from schemas.errors import InvalidRequest
+from services.console import fields, policy_form
 from services.console.context import (
     Console,
     Refused,
@@ -19,12 +20,15 @@ from services.console.context import (
     require_session,
     viewer,
 )
+from services.console.csrf import checked_viewer
 from services.console.dry_run import DryRun, dry_run
+from services.console.fields import FormId
 from services.console.policy_form import Draft
 from services.console.prepare_client import PrepareError
+from services.prepare.http_errors import ApiRoute
 from storage import inspection
 
-router = APIRouter()
+router = APIRouter(route_class=ApiRoute)
 PATH = "/settings/context-compaction"
 # The release fields a new release copies from the one it is based on (POST /v1/releases).
 RELEASE_FIELDS = (
@@ -35,15 +39,37 @@ RELEASE_FIELDS = (
     "hook_bindings",
     "model_profile",
 )
+# The publish form: every policy field by its path, the base release and the token.
+FORM_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-www-form-urlencoded": {
+                "schema": {"type": "object", "additionalProperties": {"type": "string"}}
+            }
+        },
+    }
+}
+
+
+def _checked(form: dict[str, str], name: str) -> str:
+    """The form's id field ``name`` ("" if absent); a value no id can be is a 422."""
+    value = form.get(name, "").strip()
+    if (problem := fields.id_problem(value)) is not None:
+        raise InvalidRequest(f"{name} {problem}", field=name)
+    return value
 
 
 async def _release(c: Console, v: Viewer, release_id: str) -> tuple[dict[str, Any] | None, str]:
     if not release_id:
         return None, ""
     try:
-        return await c.prepare.release(v.key, release_id), ""
+        got = await c.prepare.release(v.key, release_id)
     except PrepareError as exc:
         return None, f"{exc.code}: {exc.message}"
+    if not isinstance(got.get("model_profile"), dict):
+        return None, f"not_found: {release_id} is not a release"
+    return got, ""
 
 
 def _evaluate(form: dict[str, str], release: dict[str, Any] | None) -> Draft:
@@ -87,20 +113,21 @@ def _state(draft: Draft) -> dict[str, Any]:
     }
 
 
-def _form(request: Request) -> dict[str, str]:
-    return {k: str(val) for k, val in request.query_params.items()}
+async def _form(request: Request) -> dict[str, str]:
+    """The draft: the query of a GET (a link), the form of a POST (the Preview button),
+    never the CSRF token."""
+    got = request.query_params if request.method == "GET" else await request.form()
+    return {k: str(val) for k, val in got.items() if k != "csrf_token"}
 
 
-@router.get(PATH)
-async def settings_page(request: Request, v: Viewer = Depends(viewer)) -> Response:  # noqa: B008
+async def _preview(request: Request, v: Viewer) -> Response:
     c = console_of(request)
-    form = _form(request)
-    release, release_error = await _release(c, v, form.get("release", ""))
-    draft = _evaluate(form, release)
+    form = await _form(request)
+    base, release_error = await _release(c, v, _checked(form, "release"))
+    draft = _evaluate(form, base)
     dry: DryRun | None = None
     dry_error = ""
-    sid = form.get("dry_run_session", "").strip()
-    if sid:
+    if sid := _checked(form, "dry_run_session"):
         got = await _dry_run(c, v, sid, draft)
         dry, dry_error = (None, got) if isinstance(got, str) else (got, "")
     return page(
@@ -109,7 +136,7 @@ async def settings_page(request: Request, v: Viewer = Depends(viewer)) -> Respon
         viewer=v,
         sections=policy_form.sections(),
         form=form,
-        release=release,
+        release=base,
         release_error=release_error,
         dry=dry,
         dry_error=dry_error,
@@ -119,13 +146,35 @@ async def settings_page(request: Request, v: Viewer = Depends(viewer)) -> Respon
     )
 
 
+@router.get(PATH)
+async def settings_page(
+    request: Request,
+    release: FormId = "",
+    dry_run_session: FormId = "",
+    v: Viewer = Depends(viewer),  # noqa: B008
+) -> Response:
+    """The form filled from the query (a link names a base release), the preview and the
+    dry run; the policy fields are query values named by their paths."""
+    return await _preview(request, v)
+
+
+@router.post(PATH, openapi_extra=FORM_BODY)
+async def preview(request: Request, v: Viewer = Depends(checked_viewer)) -> Response:  # noqa: B008
+    """The Preview button: the same page for the posted draft (a POST, so that the CSRF
+    token the form carries for Publish never lands in a URL)."""
+    return await _preview(request, v)
+
+
 @router.post(f"{PATH}/validate")
-async def validate(request: Request, v: Viewer = Depends(viewer)) -> Response:  # noqa: B008
-    """Live validation: the draft's errors by field path and the preview, as HTML."""
-    body = await request.json()
-    form = {str(k): str(val) for k, val in dict(body).items()}
+async def validate(
+    request: Request,
+    form: dict[str, str] = Body(..., max_length=1000),  # noqa: B008
+    v: Viewer = Depends(checked_viewer),  # noqa: B008
+) -> Response:
+    """Live validation of the draft (a JSON object of the form's fields, the CSRF token in
+    ``X-CSRF-Token``): its errors by field path and the preview, as HTML."""
     c = console_of(request)
-    release, release_error = await _release(c, v, form.get("release", ""))
+    release, release_error = await _release(c, v, _checked(form, "release"))
     draft = _evaluate(form, release)
     html = page(
         request, "_preview.html", release=release, release_error=release_error, **_state(draft)
@@ -133,14 +182,14 @@ async def validate(request: Request, v: Viewer = Depends(viewer)) -> Response:  
     return JSONResponse({"errors": draft.errors, "preview_html": bytes(html.body).decode()})
 
 
-@router.post(f"{PATH}/publish")
-async def publish(request: Request, v: Viewer = Depends(viewer)) -> Response:  # noqa: B008
+@router.post(f"{PATH}/publish", openapi_extra=FORM_BODY)
+async def publish(request: Request, v: Viewer = Depends(checked_viewer)) -> Response:  # noqa: B008
     """A new release: the base release's content with the draft's overrides, published
     through Prepare's release API with the user's own key (which decides if it may, and
     checks the hook ids the draft binds)."""
     c = console_of(request)
-    form = {k: str(val) for k, val in (await request.form()).items()}
-    release, release_error = await _release(c, v, form.get("release", ""))
+    form = await _form(request)
+    release, release_error = await _release(c, v, _checked(form, "release"))
     draft = _evaluate(form, release)
     published, publish_error = None, release_error
     if release is not None and not draft.issues:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,8 +17,8 @@ from selenium import webdriver
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 
-from devstack.launcher import Proc
-from tests.support.services import LOG_DIR, Services, free_port
+from tests.support.console import running_console
+from tests.support.services import Services
 from tests.support.stack import REPO
 
 CHROMIUM = "/usr/bin/chromium"
@@ -40,25 +39,8 @@ def _require_browser() -> None:
 @pytest.fixture(scope="session")
 def console(services: Services) -> Iterator[str]:
     """The console process (``python -m services.console``) bound to the test services."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "ALC_CONSOLE_PORT": str(port),
-        "ALC_CONSOLE_PREPARE_URL": services.prepare_url,
-        "ALC_CONSOLE_PG_DSN": services.env("ALC_PG_DSN"),
-        "PYTHONUNBUFFERED": "1",
-    }
-    proc = Proc(
-        "console",
-        [sys.executable, "-m", "services.console"],
-        env,
-        LOG_DIR / services.env("ALC_PROCESSOR_ID"),
-        health_url=f"http://127.0.0.1:{port}/healthz",
-        cwd=REPO,
-    )
-    proc.start()
-    yield f"http://127.0.0.1:{port}"
-    proc.stop()
+    with running_console(services) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
