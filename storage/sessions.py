@@ -56,8 +56,8 @@ class Sessions(Protocol):
         exists, or the name in the space (nothing written)."""
 
     async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
-        """The space's session a caller names ``session_id``: its session of that name,
-        else its session of that global id; None when the space has neither (another
+        """The space's session a caller names ``session_id``: its session of that global
+        id, else its session of that name; None when the space has neither (another
         space's session is not found, by the same query)."""
 
     async def get(self, session_id: str) -> SessionRow | None: ...
@@ -117,10 +117,11 @@ class PgSessions:
 
     async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
         r = await self.pool.fetchrow(
-            # Two index lookups (the space's names; the global ids), the name first.
+            # Two index lookups (the global ids; the space's names), the global id first:
+            # the id the API returned (and the SDK sends) always means its own session.
             f"SELECT {_SESSION} FROM (SELECT *, 0 AS o FROM sessions"
-            " WHERE space_id=$1 AND session_name=$2 UNION ALL SELECT *, 1 FROM sessions"
-            " WHERE session_id=$2 AND space_id=$1) x ORDER BY o LIMIT 1",
+            " WHERE session_id=$2 AND space_id=$1 UNION ALL SELECT *, 1 FROM sessions"
+            " WHERE space_id=$1 AND session_name=$2) x ORDER BY o LIMIT 1",
             space_id,
             session_id,
         )

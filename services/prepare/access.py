@@ -68,22 +68,41 @@ class Access:
             raise Unauthenticated("unknown or revoked API key")
         return acting(cached[1].credential, header_actor)
 
-    async def authorize(self, sid: str, who: Principal, action: Action) -> SessionScope:
+    async def authorize(
+        self, sid: str, who: Principal, action: Action, *, global_id: bool = False
+    ) -> SessionScope:
         """R3.3/R15.4: tenant, then ownership or a grant (``auth.authorize``). ``sid`` is
         the id the caller knows, resolved in its own space (issue 25: a session's name is
         its space's; ``scope.session_id`` is the global id to act on). A session of
-        another space answers exactly like an unknown one: it is not even looked at."""
-        scope = self._scopes.get(self._names.get((who.space_id, sid), ""))
-        if scope is None:
-            s = await self.sessions.resolve(who.space_id, sid)
-            if s is None:
-                raise NotFound(f"session {sid} not found")
-            scope = SessionScope(s.session_id, s.space_id, s.actor_id)
-            self._names[(who.space_id, sid)] = s.session_id
-            self._scopes[s.session_id] = scope
+        another space answers exactly like an unknown one: it is not even looked at.
+        ``global_id``: ``sid`` is a global id found on a row (a model call's session)."""
+        if global_id:
+            scope = await self._global_scope(sid)
+        else:
+            scope = await self._scope(who.space_id, sid)
         actor = grant_to_check(who, scope, action)
         granted = actor is not None and await self._has_grant(scope.session_id, actor)
         authorize(who, scope, action, granted).enforce()
+        return scope
+
+    async def _global_scope(self, sid: str) -> SessionScope:
+        scope = self._scopes.get(sid)
+        if scope is None:
+            s = await self.sessions.get(sid)
+            if s is None:
+                raise NotFound(f"session {sid} not found")
+            scope = self._scopes[sid] = SessionScope(sid, s.space_id, s.actor_id)
+        return scope
+
+    async def _scope(self, space_id: str, sid: str) -> SessionScope:
+        scope = self._scopes.get(self._names.get((space_id, sid), ""))
+        if scope is None:
+            s = await self.sessions.resolve(space_id, sid)
+            if s is None:
+                raise NotFound(f"session {sid} not found")
+            scope = SessionScope(s.session_id, s.space_id, s.actor_id)
+            self._names[(space_id, sid)] = s.session_id
+            self._scopes[s.session_id] = scope
         return scope
 
     async def space_of(self, sid: str) -> str:

@@ -58,14 +58,12 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         if found is None:
             raise unknown
         session_id, call_id = found
-        try:
-            scope = await svc.authorize(session_id, who, Action.SESSION_READ)
+        try:  # the call's session by its global id (not a name the caller's space uses)
+            await svc.authorize(session_id, who, Action.SESSION_READ, global_id=True)
         except NotFound:
             # Issue 25: another space's call is unknown, as one nobody made — the answer
             # names only what the caller sent, never the session it belongs to.
             raise unknown from None
-        if scope.session_id != session_id:  # a session of the space *named* like this id
-            raise unknown
         facts = await inspection.call_facts(svc.pool, session_id, call_id)
         if facts is None:  # never expected: the row was just found
             raise unknown

@@ -69,17 +69,20 @@ class Runs:
     async def _open(
         self, name: str, space_id: str, actor_id: str, release_id: str
     ) -> tuple[SessionRow, bool]:
-        """The space's session named ``name`` and whether this call created it. Names are
-        per space (issue 25): a name is its session's global id unless that id is taken
-        — by another space, whose session is never touched or named in the answer —
-        then the session gets a server-assigned id (``session_id`` in the answer)."""
+        """The space's session ``name`` means (its global id, else its name) and whether
+        this call created it. Ids are per space (issue 25): a name is its session's
+        global id unless another space has that id — whose session is never touched or
+        named in the answer — then the session gets a server-assigned one."""
         for sid in (name, f"ses_{uuid.uuid4().hex[:16]}"):
+            found = await self.sessions.resolve(space_id, name)
+            if found is not None:
+                return found, False  # opened before (or concurrently) in this space
             if await self.sessions.insert(sid, space_id, actor_id, release_id, name):
                 return await self.session(sid), True
-            found = await self.sessions.resolve(space_id, name)
-            if found is not None and found.session_name in (name, None):
-                return found, False  # opened before (or concurrently) in this space
-        raise Conflict(f"session {name} could not be opened; try again")
+        found = await self.sessions.resolve(space_id, name)  # a concurrent open won
+        if found is None:
+            raise Conflict(f"session {name} could not be opened; try again")
+        return found, False
 
     async def session(self, sid: str) -> SessionRow:
         s = await self.sessions.get(sid)

@@ -50,8 +50,10 @@ class PrepareService:
     async def authenticate(self, key: str | None, header_actor: str | None) -> Principal:
         return await self.access.authenticate(key, header_actor)
 
-    async def authorize(self, sid: str, who: Principal, action: Action) -> SessionScope:
-        return await self.access.authorize(sid, who, action)
+    async def authorize(
+        self, sid: str, who: Principal, action: Action, *, global_id: bool = False
+    ) -> SessionScope:
+        return await self.access.authorize(sid, who, action, global_id=global_id)
 
     # --- releases (R1.4, R17) ------------------------------------------------------------
 

@@ -98,7 +98,7 @@ class FakeSessions:
     async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
         mine = [r for r in self.rows.values() if r.space_id == space_id]
         named = [r for r in mine if r.session_name == session_id]
-        return (named or [r for r in mine if r.session_id == session_id] or [None])[0]
+        return ([r for r in mine if r.session_id == session_id] or named or [None])[0]
 
     async def get(self, session_id: str) -> SessionRow | None:
         return self.rows.get(session_id)
