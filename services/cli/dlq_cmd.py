@@ -1,9 +1,9 @@
 """``agentloom dlq list|show|replay``: the dead-letter topic (schemas/wire.py DeadLetter).
 
 A letter carries the original key and value bytes, its source topic, partition and
-offset, and the reason code. ``replay`` republishes the original bytes to the source
-topic; a letter whose original was cut to fit (``fit_dead_letter``) is replayed from the
-source topic at the recorded offset, checked against the recorded sha256.
+offset, and the reason code. ``replay`` trusts none of it: it republishes the original
+as the records topic holds it, only when the letter's bytes are that original's, and
+audits every letter (``services.cli.dlq_replay``).
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from rich.progress import Progress
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from rich.table import Table
 
 from schemas.errors import ContextError, NotFound, NotGranted
 from schemas.settings import Settings
 from schemas.wire import DeadLetter, decode_dead_letter, truncated_original
-from services.cli.output import JsonOption, fail, out, show
+from services.cli import dlq_replay
+from services.cli.output import ERROR, JsonOption, err, fail, out, show
 from streams.kafka_auth import kafka_auth
 
 app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, replay.")
@@ -56,8 +56,10 @@ def _auth() -> dict[str, Any]:
     return kafka_auth(Settings(), "cli").client_kwargs()
 
 
-async def _read(bootstrap: str, topic: str, start: dict[int, int] | None = None) -> list[Letter]:
-    """Every letter now in ``topic`` (or the ones at ``start``: partition -> offset)."""
+async def _read(
+    bootstrap: str, topic: str, start: dict[int, list[int]] | None = None
+) -> list[Letter]:
+    """Every letter now in ``topic`` (or the ones at ``start``: partition -> offsets)."""
     c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **_auth())
     await c.start()
     try:
@@ -69,11 +71,16 @@ async def _read(bootstrap: str, topic: str, start: dict[int, int] | None = None)
         firsts = await c.beginning_offsets(parts)
         letters: list[Letter] = []
         for tp in parts:
-            lo = firsts[tp] if start is None else start.get(tp.partition, ends[tp])
-            if lo >= ends[tp]:
-                continue
-            c.seek(tp, lo)
-            letters += await _drain(c, tp, ends[tp] if start is None else lo + 1)
+            # (from, to): the whole partition, or each named offset alone.
+            spans = (
+                [(firsts[tp], ends[tp])]
+                if start is None
+                else [(o, o + 1) for o in start.get(tp.partition, ()) if o >= firsts[tp]]
+            )
+            for lo, hi in spans:
+                if lo < ends[tp]:
+                    c.seek(tp, lo)
+                    letters += await _drain(c, tp, lo, min(hi, ends[tp]))
         return sorted(letters, key=lambda x: (x.letter.failed_at_ms, x.partition, x.offset))
     finally:
         await c.stop()
@@ -89,23 +96,28 @@ async def _partitions(c: AIOKafkaConsumer, topic: str) -> set[int]:
     return c.partitions_for_topic(topic) or set()
 
 
-async def _drain(c: AIOKafkaConsumer, tp: TopicPartition, end: int) -> list[Letter]:
+async def _drain(c: AIOKafkaConsumer, tp: TopicPartition, lo: int, end: int) -> list[Letter]:
     out_: list[Letter] = []
     while (await c.position(tp)) < end:
         batch = await c.getmany(tp, timeout_ms=2000)
         for msg in batch.get(tp, []):
-            if msg.offset < end and msg.value is not None:
+            if not lo <= msg.offset < end or msg.value is None:
+                continue
+            try:
                 out_.append(Letter(tp.partition, msg.offset, decode_dead_letter(msg.value)))
+            except Exception as exc:  # not a dead letter at all: reported, never fatal
+                err.print(f"[yellow]skipped[/] {tp.partition}:{msg.offset}: not a letter ({exc})")
     return out_
 
 
-def _refs(refs: list[str]) -> dict[int, int]:
-    res: dict[int, int] = {}
+def _refs(refs: list[str]) -> dict[int, list[int]]:
+    res: dict[int, list[int]] = {}
     for r in refs:
         p, _, o = r.partition(":")
         if not (p.isdigit() and o.isdigit()):
             raise typer.BadParameter(f"{r!r}: expected PARTITION:OFFSET (as dlq list prints)")
-        res[int(p)] = int(o)
+        if int(o) not in res.setdefault(int(p), []):
+            res[int(p)].append(int(o))
     return res
 
 
@@ -177,7 +189,9 @@ def replay(
     reason: Annotated[str | None, typer.Option(help="only this reason code")] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Republish the original bytes of letters to their source topics."""
+    """Republish the originals of letters to the records topic: only letters whose bytes
+    are the original's there (services/cli/dlq_replay.py); each one reported and audited.
+    Exit 1 when any letter was not replayed."""
     if not refs and not all_:
         fail(typer.BadParameter("name letters (PARTITION:OFFSET) or pass --all"), as_json)
     s = Settings()
@@ -187,64 +201,27 @@ def replay(
         letters = [x for x in letters if reason in (None, x.letter.reason_code)]
         if not letters:
             raise NotFound("no dead letters matched")
-        done = asyncio.run(_republish(s.kafka_bootstrap, letters, progress=not as_json))
-    except (typer.BadParameter, ContextError) as exc:
+        replay_id, who, results = asyncio.run(dlq_replay.replay(s, list(letters)))
+    except (typer.BadParameter, ContextError, OSError) as exc:
         fail(exc, as_json)
-    data = {"ok": True, "replayed": done}
-    show(as_json, data, lambda: out.print(f"[green]replayed[/] {len(done)} letters"))
+    done = [r.ref for r in results if r.outcome == "replayed"]
+    data = {
+        "ok": len(done) == len(results),
+        "replay_id": replay_id,
+        "operator": who.__dict__,
+        "replayed": done,
+        "results": [r.wire() for r in results],
+    }
 
+    def render() -> None:
+        t = Table(title=f"replay {replay_id} by {who.os_user} as {who.principal}@{who.host}")
+        for c in ("ref", "outcome", "code", "source", "detail"):
+            t.add_column(c)
+        for r in results:
+            t.add_row(r.ref, r.outcome, r.code or "", r.source, r.detail)
+        out.print(t)
+        out.print(f"replayed {len(done)} of {len(results)} letters")
 
-class OriginalUnavailable(ContextError):
-    code = "original_unavailable"
-
-
-async def _original(bootstrap: str, d: DeadLetter) -> tuple[bytes | None, bytes]:
-    """Key and value to republish: the letter's own, or (when cut) the source record."""
-    cut = truncated_original(d)
-    if cut is None:
-        return d.key, d.value or b""
-    found = await _source(bootstrap, d)
-    if found is None or hashlib.sha256(found[1]).hexdigest() != cut[1]:
-        raise OriginalUnavailable(
-            f"the original of {d.source_topic}:{d.source_partition}:{d.source_offset}"
-            " is no longer in its topic (retention) or differs from the recorded sha256",
-            source_topic=d.source_topic,
-        )
-    return found
-
-
-async def _source(bootstrap: str, d: DeadLetter) -> tuple[bytes | None, bytes] | None:
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, **_auth())
-    await c.start()
-    try:
-        tp = TopicPartition(d.source_topic, d.source_partition)
-        c.assign([tp])
-        c.seek(tp, d.source_offset)
-        batch = await c.getmany(tp, timeout_ms=5000, max_records=1)
-        for msg in batch.get(tp, []):
-            if msg.offset == d.source_offset and msg.value is not None:
-                return msg.key, msg.value
-        return None
-    finally:
-        await c.stop()
-
-
-async def _republish(bootstrap: str, letters: list[Letter], progress: bool) -> list[str]:
-    # acks=all and idempotence: a replayed record is written once per send even if the
-    # leader changes mid-send; consumers dedupe by event key anyway (R15.2).
-    p = AIOKafkaProducer(
-        bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, **_auth()
-    )
-    await p.start()
-    done: list[str] = []
-    try:
-        with Progress(disable=not progress, transient=False) as bar:
-            task = bar.add_task("replaying", total=len(letters))
-            for x in letters:
-                key, value = await _original(bootstrap, x.letter)
-                await p.send_and_wait(x.letter.source_topic, value, key=key)
-                done.append(x.ref)
-                bar.advance(task)
-    finally:
-        await p.stop()
-    return done
+    show(as_json, data, render)
+    if not data["ok"]:
+        raise typer.Exit(ERROR)

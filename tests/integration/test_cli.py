@@ -19,6 +19,7 @@ from domain.call_view import call_view
 from schemas.settings import Settings
 from schemas.wire import DeadLetter, encode_dead_letter
 from storage import inspection
+from storage.migrate import apply_dsn
 from streams.provision import provision
 from tests.support.flows import client
 from tests.support.kafka import auth
@@ -118,7 +119,7 @@ def test_migrate_and_topics_check(stack: Stack, pg_dsn: str) -> None:
     assert "ctx.deadletter" in as_json(p)["topics"]
 
 
-async def test_dlq_list_show_and_replay(stack: Stack) -> None:
+async def test_dlq_list_show_and_replay(stack: Stack, pg_dsn: str) -> None:
     tag = uuid.uuid4().hex[:8]
     dlq, source = f"cli-dlq-{tag}", f"cli-src-{tag}"
     admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
@@ -128,21 +129,32 @@ async def test_dlq_list_show_and_replay(stack: Stack) -> None:
     finally:
         await admin.close()
     original = b"\x00original-bytes-" + tag.encode()
-    letter = DeadLetter(
-        "invalid_event", "bad", source, 0, 7, b"ses-1", original, "ses-1", "ek-1", 1_700_000_000
-    )
+    envelope = [("alc-signer", b"key:k1"), ("alc-sig", b"00")]
     prod = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await prod.start()
     try:
+        # Issue 25 (finding 8): a letter is replayed only when the records topic holds
+        # its bytes at the offset it names; the original goes back with its headers.
+        at = await prod.send_and_wait(source, original, key=b"ses-1", headers=envelope)
+        letter = DeadLetter(
+            "invalid_event", "bad", source, 0, at.offset, b"ses-1", original, "ses-1", "ek-1",
+            1_700_000_000,
+        )  # fmt: skip
         await prod.send_and_wait(dlq, encode_dead_letter(letter), key=b"ses-1", partition=1)
     finally:
         await prod.stop()
-    env = {"ALC_KAFKA_BOOTSTRAP": stack.kafka_bootstrap, "ALC_TOPIC_DEAD_LETTER": dlq}
+    await apply_dsn(pg_dsn)  # the replay's audit table (migration 021)
+    env = {
+        "ALC_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "ALC_TOPIC_DEAD_LETTER": dlq,
+        "ALC_TOPIC_RECORDS": source,
+        "ALC_PG_DSN": pg_dsn,
+    }
     # The cli principal may read these topics (its ACLs follow the configured names).
     await provision(Settings(topic_dead_letter=dlq, topic_records=source))
     listed = as_json(run("dlq", "list", "--json", **env))["letters"]
     assert [(x["ref"], x["reason_code"], x["source"]) for x in listed] == [
-        ("1:0", "invalid_event", f"{source}:0:7")
+        ("1:0", "invalid_event", f"{source}:0:{at.offset}")
     ]
     shown = run("dlq", "show", "1:0", "--json", **env)
     assert as_json(shown)["value_head"] == original.hex()
@@ -159,11 +171,11 @@ async def test_dlq_list_show_and_replay(stack: Stack) -> None:
         got: list[Any] = []
         for _ in range(10):  # the first fetches may return nothing while metadata loads
             got += (await cons.getmany(tp, timeout_ms=2_000)).get(tp, [])
-            if got:
+            if len(got) >= 2:
                 break
     finally:
         await cons.stop()
-    assert [(m.key, m.value) for m in got] == [(b"ses-1", original)]
+    assert [(m.key, m.value, list(m.headers)) for m in got] == [(b"ses-1", original, envelope)] * 2
 
 
 def test_session_inspect_of_an_unknown_session_fails(pg_dsn: str) -> None:
