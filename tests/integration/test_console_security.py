@@ -15,6 +15,8 @@ import asyncpg
 import httpx
 import pytest
 
+from services.console import sealing
+from services.console.session_store import SessionStore
 from tests.support.console import form_token, running_console, sign_in
 from tests.support.flows import client, new_session
 from tests.support.services import Services
@@ -252,3 +254,23 @@ async def test_a_release_or_id_that_is_a_path_is_4xx(
     assert 400 <= r.status_code < 500
     r = await http.get("/inspector/sessions/s1/records/r1", params={"offset": "-1x"})
     assert r.status_code == 422 and _code(r) == "invalid_request"
+
+
+@pytest.mark.spec("R16", "R15.4")
+async def test_a_session_ends_when_idle_and_at_its_absolute_end(
+    db: asyncpg.Pool, services: Services
+) -> None:
+    idle = SessionStore(db, idle_s=0.5, max_s=60)
+    sid = await idle.open(services.api_key)
+    assert await idle.key_of(sid) == services.api_key
+    await asyncio.sleep(0.3)
+    assert await idle.key_of(sid) == services.api_key  # a request keeps it alive
+    await asyncio.sleep(0.8)
+    assert await idle.key_of(sid) is None
+    absolute = SessionStore(db, idle_s=60, max_s=0.8)
+    sid = await absolute.open(services.api_key)
+    for _ in range(3):
+        await asyncio.sleep(0.3)
+        await absolute.key_of(sid)  # busy, yet ended at its absolute end
+    assert await absolute.key_of(sid) is None
+    assert await absolute.key_of(sealing.new_id()) is None
