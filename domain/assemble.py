@@ -9,18 +9,21 @@ that a plan update changes only the end of a request: the prefix a provider's pr
 cache serves breaks only when a new summary commits. Every message carries ``block_id``,
 ``category``, ``retention`` and, where something was done to it, ``decision`` and ``reason`` (R4.2).
 
+Each block's ``retention`` is its category's class in the release's ``retention_rules``
+(domain/retention.py: what ``required``, ``active``, ``compressible`` and ``optional`` do).
+
 Reduction order when the estimate is over the input budget (R10.2): duplicate projections
 are never rendered twice (records are fed once, material merges by citation) → large
 results are views already (the rule is fixed at render time, R10.3) → optional material is
-dropped, last supplied first → completed history is compacted (the caller's trigger, R9)
-→ recompute. Required content is never cut; alone over budget it is a precise error.
+dropped, last supplied first, then the thread's optional blocks, oldest first → completed
+history is compacted (the caller's trigger, R9) → recompute. Required content is never
+cut; alone over budget it is a precise error.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +31,7 @@ from typing import Any
 from domain.budget import BudgetReport, Calibration, ModelProfile, make_report
 from domain.frontier import Frontier
 from domain.frontier_blocks import frontier_messages
+from domain.policy_sections import RetentionRules
 from domain.rendering import (
     Message,
     SkillLoad,
@@ -35,6 +39,8 @@ from domain.rendering import (
     skills_catalog_text,
     tool_schema_text,
 )
+from domain.retention import by_rule, classes, reduce, relabel
+from domain.retention import required_tokens as required_by_rules
 
 CountFn = Callable[[str], int]
 
@@ -139,6 +145,13 @@ class _Head:
         self.items[category] += tokens
         self.required_messages += 1
 
+    def body(self, thread: ThreadRenderer, table: dict[str, str]) -> list[Message]:
+        """The thread's blocks labelled by the rules, with the shown skill bodies in place."""
+        body = relabel(thread.messages, table)
+        for i, shown in self.shown_bodies.items():
+            body[i] = shown
+        return body
+
     def active_skills(self, thread: ThreadRenderer, bindings: Sequence[Mapping[str, Any]]) -> None:
         """R12.2, R12.3: each verified active skill's instruction, shown once."""
         for name, load, why in _skills(thread, bindings):
@@ -187,7 +200,9 @@ def assemble(
     reserve_tokens: int = 0,
     calibration: Calibration | None = None,
     frontier: Frontier | None = None,
+    retention: RetentionRules | None = None,
 ) -> Assembled:
+    """``retention``: the release's rules (None: the defaults), see domain/retention.py."""
     ov = profile.message_overhead
     head = _Head(count, ov)
     head.system("instructions", "instruction", "instructions", instructions, "release_instructions")
@@ -196,6 +211,8 @@ def assemble(
         head.system("skill_catalog", "skill_catalog", "skills", catalog, "bound_skills_catalog")
     head.active_skills(thread, skill_bindings)
     items, decisions = head.items, head.decisions
+    table = classes(retention)
+    body = head.body(thread, table)
 
     tool_text = tool_schema_text([dict(t) for t in tools]) if tools else ""
     items["tool_schemas"] = count(tool_text) if tool_text else 0
@@ -206,7 +223,7 @@ def assemble(
     for m in pinned:
         items["task"] = items.get("task", 0) + m["tokens"] - ov
     items["envelope"] += ov * len(pinned)
-    mat_msgs = _material_messages(thread, material, decisions, count, ov)
+    mat_msgs = _material_messages(thread, material, decisions, count, ov, table["material"])
     if reserve_tokens:
         items["reserved"] = reserve_tokens
 
@@ -217,23 +234,23 @@ def assemble(
         + thread.tokens.get("task", 0)
         + sum(m["tokens"] for m in pinned)
         + ov * (head.required_messages + thread.message_counts.get("task", 0))
+        + required_by_rules([*body, *mat_msgs], frozenset(head.shown_bodies))
     )
-    _drop_material_over_budget(mat_msgs, items, decisions, profile.input_budget(), calibration)
-    if mat_msgs:
-        items["material"] = items.get("material", 0) + sum(m["tokens"] - ov for m in mat_msgs)
-        items["envelope"] += ov * len(mat_msgs)
+    budget = profile.input_budget()
+    body = reduce(body, mat_msgs, items, decisions, ov, budget, calibration, table["material"])
 
     report = make_report(profile, items, required, counting_method, calibration)
-    messages = head.messages + thread.messages + pinned + mat_msgs  # one copy of the thread
-    for i, m in head.shown_bodies.items():  # the shown skill bodies, without copying twice
-        messages[len(head.messages) + i] = m
-    manifest = (*_manifest(head.messages, thread, head.shown_bodies), *_pinned_manifest(pinned))
+    messages = head.messages + body + pinned + mat_msgs
+    manifest = (*_manifest(head.messages, thread, head.shown_bodies), *_more(pinned, messages))
     return Assembled(messages, report, manifest, sha256(tool_text), decisions)
 
 
-def _pinned_manifest(pinned: Sequence[Message]) -> list[ProtectedBlock]:
-    """R10.5: no hook removes or alters the frontier's blocks; constraints are the user's."""
-    return [_protected(m, "user" if m["block"] == "constraints" else "host") for m in pinned]
+def _more(pinned: Sequence[Message], messages: Sequence[Message]) -> list[ProtectedBlock]:
+    """R10.5: no hook removes or alters the frontier's blocks (constraints are the user's)
+    nor a block a retention rule made required."""
+    out = [_protected(m, "user" if m["block"] == "constraints" else "host") for m in pinned]
+    out.extend(_protected(m, "user" if m["role"] == "user" else "host") for m in by_rule(messages))
+    return out
 
 
 def _material_messages(
@@ -242,6 +259,7 @@ def _material_messages(
     decisions: list[dict[str, Any]],
     count: CountFn,
     overhead: int,
+    retention: str = "optional",
 ) -> list[Message]:
     """R12.4: retrieved passages as cited reference material, duplicates merged."""
     shown_ids = _record_ids_in_view(thread) if any(m.record_id for m in material) else set()
@@ -261,7 +279,7 @@ def _material_messages(
                 "block": "material",
                 "block_id": f"cite:{m['citation_id']}@{m['version']}:{m['sha'][:12]}",
                 "category": "material",
-                "retention": "optional",
+                "retention": retention,
                 "decision": "kept",
                 "reason": "merged_duplicates" if m["merged"] > 1 else "retrieved_for_this_call",
                 "origins": m["origins"],
@@ -270,25 +288,6 @@ def _material_messages(
             }
         )
     return out
-
-
-def _drop_material_over_budget(
-    mat_msgs: list[Message],
-    items: dict[str, int],
-    decisions: list[dict[str, Any]],
-    budget: int,
-    calibration: Calibration | None,
-) -> None:
-    """R10.2 step 3: optional material goes first when over budget, last supplied first —
-    judged by the calibrated estimate, the one ``enforce`` checks (R6.4)."""
-    factor = calibration.factor if calibration is not None and calibration.factor > 1.0 else 1.0
-    total = sum(items.values()) + sum(m["tokens"] for m in mat_msgs)
-    while mat_msgs and math.ceil(total * factor) > budget:
-        gone = mat_msgs.pop()
-        total -= gone["tokens"]
-        decisions.append(
-            {"block_id": gone["block_id"], "decision": "dropped", "reason": "optional_over_budget"}
-        )
 
 
 def _skills(

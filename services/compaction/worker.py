@@ -20,6 +20,7 @@ from functools import cached_property
 from domain.frontier import Frontier
 from domain.policy_sections import HookBinding
 from domain.rendering import RecordView
+from domain.retention import retained_record_ids
 from domain.selection import (
     Group,
     Segment,
@@ -85,6 +86,8 @@ class _Job:
     output_tokens: int  # per summarizer call; a segment's draft never needs the whole bound
     frontier: Frontier  # the thread's plan and constraints (issue 24): never restated (R11.4)
     hooks: tuple[HookBinding, ...] = ()  # R14: what the session's release binds (issue 28)
+    # R10.1: records the release's retention rules keep verbatim (required/active).
+    retained: frozenset[str] = frozenset()
     calls: int = 0
     op_id: str = field(init=False)
 
@@ -219,15 +222,17 @@ class CompactionWorker:
         records = await self._records(req, before)
         policy = await self.jobs.session_policy(req.session_id)
         bound = summary_bound(policy.compaction.summary_max_ratio, req.input_budget)
+        records = [r for r in records if r.record_id not in before]
         return _Job(
             req,
             parent,
-            [r for r in records if r.record_id not in before],
+            records,
             bound,
             policy.recent_complete_groups,
             min(self.config.output_tokens, bound),
             await self.jobs.current_frontier(req.session_id, req.run_id, req.instance_id),
             policy.hook_bindings,
+            retained_record_ids(records, req.run_id, policy.retention_rules),
         )
 
     async def _select(self, job: _Job) -> list[Segment]:
@@ -236,7 +241,7 @@ class CompactionWorker:
         # required — never summarized. Active skills are not pinned: once their load group
         # is summarized, the assembler re-provides the instruction from the same revision,
         # exactly once (R12.3).
-        pinned = current_task_ids(job.records, job.req.run_id)
+        pinned = current_task_ids(job.records, job.req.run_id) | job.retained
         groups = build_groups(job.records)
         selection = select_prefix(groups, keep_recent=job.keep_recent, pinned=pinned)
         if selection.covered and any(b.point == BEFORE for b in job.hooks):

@@ -1,6 +1,7 @@
 """The settings page's dry run (R17, R7, R10.3): what the next prepare of an existing
 session would do under a draft policy — which records stay verbatim, which a compaction
-would summarize (and whether a trigger fires now), which large results are shown as views.
+would summarize (and whether a trigger fires now), which large results are shown as views;
+records the draft's retention rules keep verbatim (required/active) are never summarized.
 Pure: it reads nothing and writes nothing; the page hands it the session's latest view.
 """
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from domain.call_view import externalized
 from domain.policy import ContextPolicy
 from domain.rendering import RecordView
+from domain.retention import retained_record_ids
 from domain.selection import build_groups, select_prefix
 from domain.triggers import CompactionState, Counters, Observation, evaluate_triggers
 
@@ -47,7 +49,11 @@ def dry_run(
     """``records``: the latest main view; ``covered``: the ids the session's summary
     chain already covers; ``counters``: user_turns, model_steps and their baselines."""
     visible = [r for r in records if r.record_id not in covered]
-    sel = select_prefix(build_groups(visible), policy.recent_complete_groups)
+    # R10.1 (issue 28): what the draft's retention rules keep verbatim, the compaction
+    # worker never summarizes — the same rule (domain/retention.py), the latest run's view.
+    run_id = (visible[-1].run_id or "") if visible else ""
+    keep = retained_record_ids(visible, run_id, policy.retention_rules)
+    sel = select_prefix(build_groups(visible), policy.recent_complete_groups, pinned=keep)
     state = CompactionState(
         totals=Counters(counters.get("user_turns", 0), counters.get("model_steps", 0)),
         baseline=Counters(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from domain.budget import BudgetReport
 from domain.policy import ContextPolicy
 from domain.rendering import ThreadRenderer
+from domain.retention import retained_record_ids
 from domain.selection import build_groups, select_prefix
 from domain.triggers import CompactionState, Observation, evaluate_triggers
 from schemas.wire import BudgetObservation, ControlEvent
@@ -82,7 +83,7 @@ class CompactionCheck:
         )
         trigger_state = CompactionState(totals=state.counters, baseline=state.baseline)
         fired = bool(evaluate_triggers(trigger_state, rel.policy.compaction, probe).fired)
-        compressible = _compressible(rend, rel.policy) if fired else 0
+        compressible = _compressible(rend, rel.policy, run_id) if fired else 0
         fixed = sum(report.items.get(k, 0) for k in ("instructions", "skills", "tool_schemas"))
         key = f"obs:{uuid.uuid4().hex}"
         observation = BudgetObservation(
@@ -113,7 +114,10 @@ class CompactionCheck:
         return {"status": "timeout", "reason": f"no commit within {self.wait_s}s"}
 
 
-def _compressible(rend: ThreadRenderer, policy: ContextPolicy) -> int:
-    """What a compaction could remove (selection is O(history): only when it fired)."""
-    groups = build_groups(rend.records)
-    return select_prefix(groups, policy.recent_complete_groups).compressible_tokens
+def _compressible(rend: ThreadRenderer, policy: ContextPolicy, run_id: str) -> int:
+    """What a compaction could remove (selection is O(history): only when it fired) —
+    never what the release's retention rules keep verbatim (R10.1, as the worker pins)."""
+    records = rend.records
+    keep = retained_record_ids(records, run_id, policy.retention_rules)
+    groups = build_groups(records)
+    return select_prefix(groups, policy.recent_complete_groups, pinned=keep).compressible_tokens

@@ -256,6 +256,7 @@ class Preparer:
             ),
             # R4.4: the frontier pins what the model acts on; a summarizer's call gets none.
             frontier=frontier if target.purpose != "compaction" else None,
+            retention=policy.retention_rules,  # R10.1/R17: the release's, not a fixed table
         )
         return Built(rend, snap, assembled, tools, frontier)
 

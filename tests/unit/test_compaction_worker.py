@@ -5,6 +5,7 @@ and every failure stage keeps the old view and is recorded (R11, R15.1, R15.3)."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -226,6 +227,27 @@ async def test_a_bound_compaction_hook_that_is_not_loaded_fails_the_job_clearly(
     outcome = await w.handle(request())
     assert (outcome.status, outcome.stage) == ("failed", "hooks")
     assert outcome.reason == "hook_not_loaded:absent@2"
+
+
+@pytest.mark.spec("R10.1", "R11.1", "R17")
+@pytest.mark.parametrize(
+    ("value", "status"),
+    [("compressible", "succeeded"), ("active", "deferred"), ("required", "deferred")],
+)
+async def test_history_the_release_keeps_verbatim_is_never_summarized(
+    value: str, status: str
+) -> None:
+    # Runs 1 and 2 are run 3's history: the only compressible content of this job.
+    rules = dataclasses.replace(ContextPolicy().retention_rules, history=value)
+    policy = dataclasses.replace(ContextPolicy(), retention_rules=rules)
+    jobs = FakeCompactionJobs(history(3), policy=policy)
+    w, gateway = worker(jobs, FakePublisher())
+    outcome = await w.handle(request())
+    assert outcome.status == status, outcome
+    if status == "deferred":
+        assert outcome.reason == "nothing_compressible" and gateway.calls == 0
+    else:
+        assert {"rec_1", "rec_2", "rec_3"} <= set(outcome.covered_record_ids)
 
 
 @pytest.mark.spec("R11.8")
