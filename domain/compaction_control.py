@@ -15,6 +15,8 @@ from typing import Any
 
 from domain.policy import CompactionPolicy
 from domain.triggers import (
+    REBUILD_NOTE,
+    REBUILD_STARTED,
     CompactionState,
     Counters,
     LastAttempt,
@@ -237,7 +239,7 @@ def observation_effects(
             active_job_id=start.job_id,
             deferral_reason=None,
             attempts=inp.state.attempts + 1,
-            last_attempt=_attempt_of(inp),
+            last_attempt=_attempt_of(inp, decision),
         )
     report = TriggerReport(
         inp.event.run_id,
@@ -269,14 +271,22 @@ def _no_job_kind(reason: str | None) -> str:
     return "deferred" if reason == "nothing_compressible" else "suppressed"
 
 
-def _attempt_of(inp: ObservationInputs) -> LastAttempt:
-    obs = inp.observation
+def _attempt_of(inp: ObservationInputs, starts: TriggerDecision | None = None) -> LastAttempt:
+    """The anti-storm memory of this check. ``starts``: the decision that starts a job —
+    marked when it is the one rebuild after a version conflict (issue 28); without one
+    (a deferral), a rebuild still due or under way stays so."""
+    obs, last = inp.observation, inp.state.last_attempt
+    if starts is None:
+        rebuild = last.rebuild if last else ""
+    else:
+        rebuild = REBUILD_STARTED if REBUILD_NOTE in starts.notes else ""
     return LastAttempt(
         obs.fingerprint,
         obs.compressible_tokens,
         inp.counters.minus(inp.baseline),
         obs.input_budget,
         obs.required_tokens,
+        rebuild,
     )
 
 

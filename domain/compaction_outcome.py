@@ -5,12 +5,13 @@ calls ``decide_outcome`` and hands the ``ControlEffects`` to the one writer."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from domain.commit import Candidate, CommitDecision, Dependencies, budget_after, decide_commit
 from domain.compaction_control import ControlEffects, JobFinish, JobRow
 from domain.frontier import Plan, plan_contradiction
+from domain.triggers import REBUILD_DUE, REBUILD_STARTED, Counters, LastAttempt
 from schemas.wire import CompactionOutcome, ControlEvent, ObservabilityEvent
 
 
@@ -30,6 +31,7 @@ class OutcomeInputs:
     view_through: int = 0  # the job's run's snapshot boundary
     plan: Plan = field(default_factory=Plan)  # issue 24: the job's thread's plan now
     constraints_version: int = 0  # and its constraint records now
+    last_attempt: LastAttempt | None = None  # the lineage's anti-storm memory now
 
 
 def decide_outcome(inp: OutcomeInputs, now_ms: int) -> ControlEffects:
@@ -55,11 +57,7 @@ def decide_outcome(inp: OutcomeInputs, now_ms: int) -> ControlEffects:
     if not decision.commit:
         state: dict[str, Any] = {"active_job_id": None, "deferral_reason": decision.reason}
         if (decision.reason or "").startswith("version_conflict"):
-            # The view the job summarized changed under it: the next check summarizes a
-            # different state, so the growth gate (R9.5, against repeating a summary of
-            # the same state) must not hold it back — over the hard budget nothing is
-            # sent until a job commits (R9.7).
-            state["last_attempt"] = None
+            state["last_attempt"] = after_conflict(inp.last_attempt)
         return ControlEffects(
             ev.session_id,
             job.lineage,
@@ -69,6 +67,21 @@ def decide_outcome(inp: OutcomeInputs, now_ms: int) -> ControlEffects:
             committed=False,
         )
     return _commit(inp, job, now_ms)
+
+
+def after_conflict(last: LastAttempt | None) -> LastAttempt:
+    """The anti-storm memory after a job was refused for a version conflict (issue 28).
+
+    The view the job summarized changed under it: the next check summarizes a different
+    state, so the growth gate (R9.5) must not hold back one job rebuilt on it — over the
+    hard budget nothing is sent until a job commits (R9.7). Only one: if the rebuilt job
+    is refused too, the memory of its state stays and the ordinary retry gate decides, so
+    a conflict that persists never becomes a loop of jobs and summarizer calls (R9.4)."""
+    if last is None:  # nothing remembered (a revocation cleared it): no state to avoid
+        return LastAttempt("", 0, Counters(), 0, 0, REBUILD_DUE)
+    if last.rebuild == REBUILD_STARTED:
+        return last
+    return replace(last, rebuild=REBUILD_DUE)
 
 
 def commit_decision(inp: OutcomeInputs, job: JobRow) -> CommitDecision:

@@ -45,6 +45,10 @@ class LastAttempt:
     counters: Counters
     input_budget: int
     required_tokens: int
+    # After a job was refused for a version conflict (issue 28): "due" — one job rebuilt
+    # on a new state may start past the retry gate; "started" — this attempt is that job,
+    # so a second conflict waits for a real change (R9.4, R9.5): never a loop.
+    rebuild: str = ""
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,11 @@ class TriggerDecision:
     thresholds: dict[str, float]
     reason: str | None = None  # why no job although something fired
     notes: tuple[str, ...] = field(default=())
+
+
+REBUILD_DUE = "due"  # LastAttempt.rebuild: one rebuilt job may start
+REBUILD_STARTED = "started"  # the attempt is the rebuilt job
+REBUILD_NOTE = "rebuild_after_conflict"
 
 
 def ratio_threshold(ratio: float, input_budget: int) -> int:
@@ -130,6 +139,9 @@ def evaluate_triggers(
         return TriggerDecision(True, tuple(fired), values, thresholds)
     if last.fingerprint == obs.fingerprint:
         return no("same_state_as_last_attempt")  # R9.4: never repeat on the same state
+    if last.rebuild == REBUILD_DUE:
+        # The view the refused job summarized changed under it: rebuild once on this one.
+        return TriggerDecision(True, tuple(fired), values, thresholds, notes=(REBUILD_NOTE,))
     # R9.5: persistently over the soft threshold — retry only when something really
     # changed since the last attempt.
     growth = obs.compressible_tokens - last.compressible_tokens

@@ -41,6 +41,7 @@ def _last_attempt(raw: Any) -> LastAttempt | None:
         Counters(c["user_turns"], c["model_steps"]),
         raw["input_budget"],
         raw["required_tokens"],
+        raw.get("rebuild") or "",
     )
 
 
@@ -51,6 +52,7 @@ def last_attempt_json(a: LastAttempt) -> dict[str, Any]:
         "counters": {"user_turns": a.counters.user_turns, "model_steps": a.counters.model_steps},
         "input_budget": a.input_budget,
         "required_tokens": a.required_tokens,
+        "rebuild": a.rebuild,
     }
 
 

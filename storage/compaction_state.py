@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from domain.preemption import PreemptCandidate
+from domain.triggers import REBUILD_DUE
 
 
 async def replace_view_tokens(
@@ -55,7 +56,8 @@ async def preempt_candidates(
         " c.input_budget, c.required_tokens FROM compaction_state c"
         " JOIN sessions s USING (session_id) JOIN releases r USING (release_id)"
         " WHERE c.session_id = ANY($1::text[]) AND c.lineage = 'main'"
-        " AND c.input_budget > 0 AND c.active_job_id IS NULL AND c.last_attempt IS NULL"
+        " AND c.input_budget > 0 AND c.active_job_id IS NULL AND (c.last_attempt IS NULL"
+        f" OR c.last_attempt->>'rebuild' = '{REBUILD_DUE}')"
         " AND s.active_run_id IS NOT NULL",
         session_ids,
     )

@@ -116,7 +116,7 @@ async def outcome_inputs(
     if job is None or job.status != "requested":
         return OutcomeInputs(ev, out, job)
     ctx = await repo.session_context(conn, ev.session_id)
-    await repo.lock_state(conn, ev.session_id, job.lineage, ctx["policy_revision"])
+    row = await repo.lock_state(conn, ev.session_id, job.lineage, ctx["policy_revision"])
     if out.status != "succeeded":
         return OutcomeInputs(ev, out, job, ctx["policy_revision"])
     view = await view_of(conn, ev.session_id, job.run_id, job.lineage)
@@ -143,6 +143,7 @@ async def outcome_inputs(
         view.through,
         frontier.plan,
         frontier.constraints_version,
+        row.last_attempt,
     )
 
 

@@ -12,7 +12,7 @@ process, so the test counts the real model calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ POLICY = {
     "compaction": {"user_turns": 2, "context_ratio": None},
 }
 SECRET = "CONFIDENTIAL-CLAUSE-7"
+Step = Callable[[RunHandle], Awaitable[None]]
 
 
 @pytest.fixture(scope="module")
@@ -106,25 +107,28 @@ class Scene:
             await asyncio.sleep(0.05)
         raise AssertionError(f"jobs still running: {[dict(j) for j in jobs]}")
 
-    async def question(self, tag: str, before: Any = None, rounds: int = 1) -> RunHandle:
-        """One question: checked at the question and after each tool result (R9.1), then
-        answered; the run is finished once its jobs settled."""
+    async def question(
+        self, tag: str, before: Step | None = None, after_result: Step | None = None
+    ) -> RunHandle:
+        """One question: checked at the question and after its tool result (R9.1), then
+        answered; the run is finished once its jobs settled. ``before``: what the run
+        appends first; ``after_result``: what it appends after the result's check."""
         c = self.ctx
         run = await c.start_run(self.session)
         if before is not None:
             await before(run)
         await c.append_user(run, f"Question {tag}?", f"{tag}-q")
         await self.prepare(run)
-        prepared: dict[str, Any] = {}
-        for i in range(rounds):
-            call = f"{tag}{i}-c"
-            await c.append_model_result(
-                run, f"Looking at {tag}{i}.", f"{tag}{i}-m1", [(call, "read_file", "{}")]
-            )
-            body = " ".join(f"{tag}row{j}={j * 7}" for j in range(40))
-            await c.append_tool_outcome(run, call, "read_file", body)
-            prepared = await self.prepare(run)
-            await c.append_model_result(run, f"{tag}{i} read.", f"{tag}{i}-m2")
+        call = f"{tag}-c"
+        await c.append_model_result(
+            run, f"Looking at {tag}.", f"{tag}-m1", [(call, "read_file", "{}")]
+        )
+        body = " ".join(f"{tag}row{j}={j * 7}" for j in range(40))
+        await c.append_tool_outcome(run, call, "read_file", body)
+        prepared = await self.prepare(run)
+        if after_result is not None:
+            await after_result(run)
+        await c.append_model_result(run, f"{tag} read.", f"{tag}-m2")
         await self.settled()
         self.estimates.append(prepared["budget"]["estimated_input"])
         self.ended_on[run.run_id] = await self.current_summary()
@@ -157,6 +161,7 @@ class Scene:
                 "",
             ),
             ("SELECT summary_id, job_id, status, covered_record_ids FROM summary_revisions", ""),
+            ("SELECT event_key, outcome, code FROM event_outcomes", ""),
         )
         lines = []
         for sql, _ in q:
@@ -202,7 +207,7 @@ async def _withdrawn_at(s: Scene, kind: str) -> int:
         s.sid,
         kind,
     )
-    assert seq is not None
+    assert seq is not None, await s.story()
     return int(seq)
 
 
@@ -228,7 +233,9 @@ async def _every_due_question_compacts(
                 " USING (job_id) WHERE s.summary_id=$1",
                 s.ended_on[run.run_id],
             )
-            assert ended is not None and tuple(ended) == (run.run_id, "committed")
+            assert ended is not None and tuple(ended) == (run.run_id, "committed"), (
+                f"{run.run_id}\n{await s.story()}"
+            )
         due += fired
     assert due >= 3, "the scenario has questions due a compaction after the withdrawal"
     refused = [j for j in jobs if j["status"] != "committed"]
@@ -284,20 +291,30 @@ async def test_after_a_revocation_every_due_question_compacts_once(scene: Scene)
 
 @pytest.mark.spec("R11.8", "R9.4", "R15.3")
 async def test_after_a_retraction_every_due_question_compacts_once(scene: Scene) -> None:
+    """The same shape for a retraction (issue 15): run E retracts run B's answer while
+    the job that covers it runs. That job is refused — the view changed under it — and
+    exactly one job rebuilt on the new state follows and commits; every later question
+    due a compaction gets one."""
     s = scene
     await _run_a_reads_the_document(s)
     await s.question("B")
-    s1 = await s.current_summary()
-    assert s1 is not None
-    c_run = await s.question("C")
-    # C's tool result: not summarized yet, so it may be retracted (issue 15).
+    assert await s.current_summary() is not None
+    await s.question("C")
     target = await s.db.fetchval(
-        "SELECT record_id FROM records WHERE session_id=$1 AND run_id=$2 AND kind='tool_outcome'",
-        s.sid,
-        c_run.run_id,
+        "SELECT record_id FROM records WHERE session_id=$1 AND event_key='model:B-m2'", s.sid
     )
+    s.script.delay_s = 1.5  # a slow summarizer: the job is still running at the retraction
 
     async def retract(run: RunHandle) -> None:
+        for _ in range(200):  # E's start is due: the processor starts a job at once
+            if await s.db.fetchval(
+                "SELECT count(*) FROM compaction_jobs WHERE run_id=$1 AND status='requested'",
+                run.run_id,
+            ):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("no job started at run E's start")
         await s.ctx.append(
             s.ctx._event(
                 run,
@@ -309,13 +326,69 @@ async def test_after_a_retraction_every_due_question_compacts_once(scene: Scene)
                 operation_id=target,
             )
         )
+        await s.settled()  # refused: it covers what was retracted while it ran
+        s.script.delay_s = 0.0
 
     hits = s.script.hits
     after = [await s.question("E", before=retract)]
     for tag in ("F", "G", "H", "I"):
         after.append(await s.question(tag))
-    await _every_due_question_compacts(s, after, hits, await _withdrawn_at(s, "record_retracted"))
-    covered = await s.db.fetch(
-        "SELECT covered_record_ids FROM summary_revisions WHERE session_id=$1", s.sid
+    withdrawn = await _withdrawn_at(s, "record_retracted")
+    await _every_due_question_compacts(s, after, hits, withdrawn)
+    refused = await s.db.fetch(
+        "SELECT reason, request FROM compaction_jobs WHERE session_id=$1 AND status <> 'committed'",
+        s.sid,
     )
-    assert not any(target in r["covered_record_ids"] for r in covered)
+    assert [r["reason"] for r in refused] == ["version_conflict:resource_revoked"]
+    assert int(refused[0]["request"]["view_watermark"]) < withdrawn  # it ran across it
+    rows = await s.db.fetch(
+        "SELECT covered_record_ids FROM summary_revisions WHERE session_id=$1"
+        " AND status='committed'",
+        s.sid,
+    )
+    assert not any(target in r["covered_record_ids"] for r in rows)
+
+
+@pytest.mark.spec("R11.8", "R9.4", "R15.3")
+async def test_a_revocation_while_a_job_runs_and_a_grant_again_never_stall_compaction(
+    scene: Scene,
+) -> None:
+    """Grant changes: run E revokes ``doc@v3`` while the job extending S1 runs — that job
+    is refused, exactly one job rebuilt on the new state follows and commits — and run F
+    grants the document again; every later question due a compaction gets one."""
+    s = scene
+    await _run_a_reads_the_document(s)
+    await s.question("B")
+    assert await s.current_summary() is not None
+    await s.question("C")
+    s.script.delay_s = 1.5
+
+    async def revoke(run: RunHandle) -> None:
+        for _ in range(200):
+            if await s.db.fetchval(
+                "SELECT count(*) FROM compaction_jobs WHERE run_id=$1 AND status='requested'",
+                run.run_id,
+            ):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("no job started at run E's start")
+        await s.ctx.revoke_resource(run, "document", "doc", "v3")
+        await s.settled()
+        s.script.delay_s = 0.0
+
+    async def grant(run: RunHandle) -> None:
+        await s.ctx.activate_resource(run, "document", "doc", "v3", "the document again")
+
+    hits = s.script.hits
+    after = [await s.question("E", before=revoke), await s.question("F", before=grant)]
+    for tag in ("G", "H", "I"):
+        after.append(await s.question(tag))
+    withdrawn = await _withdrawn_at(s, "resource_activation")
+    await _every_due_question_compacts(s, after, hits, withdrawn)
+    refused = await s.db.fetch(
+        "SELECT reason, request FROM compaction_jobs WHERE session_id=$1 AND status <> 'committed'",
+        s.sid,
+    )
+    assert [r["reason"] for r in refused] == ["version_conflict:resource_revoked"]
+    assert int(refused[0]["request"]["view_watermark"]) < withdrawn
