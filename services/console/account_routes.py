@@ -43,7 +43,10 @@ def _cookie(out: Response, c: Console, name: str, value: str, max_age: float) ->
 @router.get("/login")
 async def login_page(request: Request, next: str = NEXT) -> Response:
     c = console_of(request)
-    pre_id = sealing.new_id()
+    # Kept if there is one: a second tab's sign-in page leaves the first one's good.
+    pre_id = request.cookies.get(c.cookie(PRE_SESSION)) or ""
+    if not sealing.is_id(pre_id):
+        pre_id = sealing.new_id()
     out = page(
         request,
         "login.html",

@@ -21,11 +21,18 @@ import hmac
 import secrets
 
 ID_BYTES = 32
+_ID_CHARS = 43  # base64 of 32 bytes, unpadded
+_URLSAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 _TAG = 32
 
 
 def new_id() -> str:
     return secrets.token_urlsafe(ID_BYTES)
+
+
+def is_id(value: str) -> bool:
+    """Whether ``value`` has the shape of an id ``new_id`` draws (urlsafe base64)."""
+    return len(value) == _ID_CHARS and all(ch in _URLSAFE for ch in value)
 
 
 def _derive(session_id: str, purpose: bytes) -> bytes:

@@ -75,3 +75,9 @@ def test_ordinary_ids_and_empty_pass() -> None:
     assert id_problem("rel_0123abcd") is None
     assert id_problem("sess-1.2:a") is None
     assert id_problem("") is None
+
+
+def test_only_an_id_of_our_shape_is_kept_as_a_pre_session() -> None:
+    assert sealing.is_id(sealing.new_id())
+    assert not sealing.is_id("attacker-chosen")
+    assert not sealing.is_id("a" * 42 + "!")
