@@ -234,22 +234,25 @@ def assemble(
         + thread.tokens.get("task", 0)
         + sum(m["tokens"] for m in pinned)
         + ov * (head.required_messages + thread.message_counts.get("task", 0))
-        + required_by_rules([*body, *mat_msgs], frozenset(head.shown_bodies))
+        + required_by_rules([*body, *mat_msgs], frozenset(head.shown_bodies), table)
     )
     budget = profile.input_budget()
     body = reduce(body, mat_msgs, items, decisions, ov, budget, calibration, table["material"])
 
     report = make_report(profile, items, required, counting_method, calibration)
     messages = head.messages + body + pinned + mat_msgs
-    manifest = (*_manifest(head.messages, thread, head.shown_bodies), *_more(pinned, messages))
+    manifest = (
+        *_manifest(head.messages, thread, head.shown_bodies),
+        *_more(pinned, by_rule(messages, table)),
+    )
     return Assembled(messages, report, manifest, sha256(tool_text), decisions)
 
 
-def _more(pinned: Sequence[Message], messages: Sequence[Message]) -> list[ProtectedBlock]:
+def _more(pinned: Sequence[Message], ruled: Sequence[Message]) -> list[ProtectedBlock]:
     """R10.5: no hook removes or alters the frontier's blocks (constraints are the user's)
     nor a block a retention rule made required."""
     out = [_protected(m, "user" if m["block"] == "constraints" else "host") for m in pinned]
-    out.extend(_protected(m, "user" if m["role"] == "user" else "host") for m in by_rule(messages))
+    out.extend(_protected(m, "user" if m["role"] == "user" else "host") for m in ruled)
     return out
 
 

@@ -42,8 +42,14 @@ def classes(rules: RetentionRules | None) -> dict[str, str]:
     return asdict(rules) if rules is not None else dict(_DEFAULTS)
 
 
-def by_rule(messages: Sequence[Message]) -> list[Message]:
+def _any_required(table: dict[str, str]) -> bool:
+    return any(table[c] == "required" for c in _BY_RULE)
+
+
+def by_rule(messages: Sequence[Message], table: dict[str, str]) -> list[Message]:
     """The blocks a rule made required: protected like the task (R10.5)."""
+    if not _any_required(table):
+        return []  # the common case: one look at the rules, not at every block
     return [m for m in messages if m.get("retention") == "required" and m["category"] in _BY_RULE]
 
 
@@ -73,6 +79,8 @@ def drop_material(
 def relabel(messages: Sequence[Message], table: dict[str, str]) -> list[Message]:
     """The thread's blocks with their category's class. A block whose class changes is
     copied: the thread's messages are shared with the cached view."""
+    if table == _DEFAULTS:
+        return list(messages)  # rendered with the defaults (blocks.RETENTION) already
     out: list[Message] = []
     for m in messages:
         want = table.get(str(m.get("category")))
@@ -166,8 +174,12 @@ def _droppable(unit: Sequence[Message]) -> bool:
     return all(m.get("retention") == "optional" for m in decide)
 
 
-def required_tokens(messages: Sequence[Message], skip: frozenset[int]) -> int:
+def required_tokens(
+    messages: Sequence[Message], skip: frozenset[int], table: dict[str, str]
+) -> int:
     """Tokens of the blocks a rule made required (the task is counted already)."""
+    if not _any_required(table):
+        return 0
     return sum(
         m["tokens"]
         for i, m in enumerate(messages)
