@@ -20,10 +20,11 @@ from services.console.context import (
     viewer,
 )
 from services.console.csrf import CsrfRefused, checked_viewer
+from services.console.fields import RESPONSES
 from services.console.prepare_client import PrepareError
 from services.prepare.http_errors import ApiRoute
 
-router = APIRouter(route_class=ApiRoute)
+router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
 NEXT = "/inspector"
 
 
@@ -58,7 +59,7 @@ async def login_page(request: Request, next: str = NEXT) -> Response:
     return out
 
 
-@router.post("/login")
+@router.post("/login", responses={401: {"description": "an unknown or revoked API key"}})
 async def login(
     request: Request,
     api_key: str = Form(..., max_length=512),

@@ -8,7 +8,7 @@ a release (a 500); now it is a 422 ``invalid_request``.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Path, Query
 from pydantic import AfterValidator
@@ -54,3 +54,11 @@ def id_problem(value: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+# Documented on every console route, beside what Prepare's ApiRoute documents.
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    303: {"description": "sign in first: a redirect to /login (or the page after sign-in)"},
+    403: {"description": "csrf_refused, origin_refused, or not_granted (a refusal page)"},
+    404: {"description": "not_found: unknown, or of another tenant space"},
+}

@@ -9,12 +9,12 @@ from fastapi.responses import Response
 
 from domain.call_view import call_view
 from services.console.context import Refused, Viewer, console_of, page, require_session, viewer
-from services.console.fields import Offset, PathId
+from services.console.fields import RESPONSES, Offset, PathId
 from services.console.prepare_client import PrepareError
 from services.prepare.http_errors import ApiRoute
 from storage import inspection
 
-router = APIRouter(route_class=ApiRoute)
+router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
 PAGE_CHARS = 2000  # one page of a read-back
 
 

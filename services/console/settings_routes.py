@@ -22,13 +22,13 @@ from services.console.context import (
 )
 from services.console.csrf import checked_viewer
 from services.console.dry_run import DryRun, dry_run
-from services.console.fields import FormId
+from services.console.fields import RESPONSES, FormId
 from services.console.policy_form import Draft
 from services.console.prepare_client import PrepareError
 from services.prepare.http_errors import ApiRoute
 from storage import inspection
 
-router = APIRouter(route_class=ApiRoute)
+router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
 PATH = "/settings/context-compaction"
 # The release fields a new release copies from the one it is based on (POST /v1/releases).
 RELEASE_FIELDS = (
