@@ -274,3 +274,15 @@ async def test_a_session_ends_when_idle_and_at_its_absolute_end(
         await absolute.key_of(sid)  # busy, yet ended at its absolute end
     assert await absolute.key_of(sid) is None
     assert await absolute.key_of(sealing.new_id()) is None
+
+
+@pytest.mark.spec("R16", "R15.4")
+async def test_over_https_the_cookies_are_secure_and_host_only(services: Services) -> None:
+    with running_console(services, ALC_CONSOLE_SECURE_COOKIE="1") as url:
+        async with httpx.AsyncClient(base_url=url) as http:
+            r = await http.get("/login")
+    cookie = r.headers["set-cookie"]
+    assert cookie.startswith("__Host-alc_console_login=")
+    attrs = {a.strip().lower() for a in cookie.split(";")[1:]}
+    assert {"secure", "httponly", "samesite=strict", "path=/"} <= attrs
+    assert not any(a.startswith("domain=") for a in attrs)
