@@ -5,4 +5,7 @@ Every read and write is made with the signed-in user's API key: releases, sessio
 record read-back through Prepare's HTTP API, which checks scope and grants; the listing
 and inspection reads Prepare has no route for go through ``storage.inspection`` only
 after the same access decision (``schemas.auth``) allowed them.
+
+Security (issue 25): server-side sessions, a CSRF token and an Origin check on every
+state-changing request, security headers, bounded requests — docs/console-security.md.
 """
