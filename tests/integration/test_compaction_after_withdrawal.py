@@ -3,7 +3,9 @@
 After a revocation invalidates the summary a session relied on, the next job is rebuilt
 from the sources still authorized — a withdrawn result keeps its place, not its content —
 and commits; every later question due a compaction gets one, with one summarizer call
-per job and no ``version_conflict`` loop. The same after a retraction.
+per job and no ``version_conflict`` loop. The same when a retraction, or a revocation
+followed by a grant again, lands while a job runs: that job is refused and exactly one
+job rebuilt on the new state follows.
 
 The summarizer is the OpenAI-compatible adapter talking to a scripted server in this
 process, so the test counts the real model calls.
@@ -148,23 +150,17 @@ class Scene:
 
     async def story(self) -> str:
         """The session's records, checks and jobs, for a failure message."""
-        q = (
-            ("SELECT session_sequence, record_id, kind, run_id, resource_ref FROM records", ""),
-            (
-                "SELECT event_key, run_id, decision, reason, job_id, view_watermark, fired,"
-                " values FROM trigger_reports",
-                "",
-            ),
-            (
-                "SELECT job_id, run_id, status, reason, request->>'view_watermark' AS w,"
-                " request->>'parent_summary_id' AS parent FROM compaction_jobs",
-                "",
-            ),
-            ("SELECT summary_id, job_id, status, covered_record_ids FROM summary_revisions", ""),
-            ("SELECT event_key, outcome, code FROM event_outcomes", ""),
+        queries = (
+            "SELECT session_sequence, record_id, kind, run_id, resource_ref FROM records",
+            "SELECT event_key, run_id, decision, reason, job_id, view_watermark, fired,"
+            " values FROM trigger_reports",
+            "SELECT job_id, run_id, status, reason, request->>'view_watermark' AS w,"
+            " request->>'parent_summary_id' AS parent FROM compaction_jobs",
+            "SELECT summary_id, job_id, status, covered_record_ids FROM summary_revisions",
+            "SELECT event_key, outcome, code FROM event_outcomes",
         )
         lines = []
-        for sql, _ in q:
+        for sql in queries:
             for r in await self.db.fetch(sql + " WHERE session_id=$1", self.sid):
                 lines.append(str(dict(r)))
         return "\n".join(lines)
