@@ -40,6 +40,9 @@ def tls_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
             "kafka_bootstrap": f"127.0.0.1:{env['ALC_KAFKA_PORT']}",
             "kafka_security_protocol": "SASL_SSL",
             "state_dir": str(state),
+            # Its own secrets, not the test stack's (in this process's environment).
+            "kafka_credentials_file": str(state / "secrets" / "kafka-users.env"),
+            "kafka_ssl_cafile": str(state / "secrets" / "tls" / "ca.pem"),
         }
     finally:
         subprocess.run(["bash", script, "down"], env=env, capture_output=True, timeout=120)
