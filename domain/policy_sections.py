@@ -29,6 +29,7 @@ HOOK_POINTS = (
     "context.compact.before",
     "context.compact.after",
 )
+COMPACT_POINTS = ("context.compact.before", "context.compact.after")  # the compaction service's
 MAX_ACTIVE_SKILLS = 64
 MAX_BACKGROUND_REFS = 1000
 MAX_HOOK_BINDINGS = 32
@@ -197,7 +198,8 @@ def build_hook_bindings(
         if known_hooks is not None and not _known(binding, known_hooks):
             raise refuse(
                 join(at, "hook"),
-                f"names {binding.hook_id}, which this deployment does not provide",
+                f"names {binding.hook_id}, which this deployment does not provide at"
+                f" {binding.point}",
                 "unknown_hook",
                 hook=binding.hook_id,
                 known=sorted(known_hooks),
@@ -208,8 +210,19 @@ def build_hook_bindings(
     return tuple(out)
 
 
+def at_point(point: str, hook_id: str) -> str:
+    """A known hook as served at one point (``point=name@version``): a deployment that
+    says where each loaded hook answers has a binding at any other point refused at
+    publish, where a prepare or a compaction job would only fail later (issue 25)."""
+    return f"{point}={hook_id}"
+
+
 def _known(b: HookBinding, known: Collection[str]) -> bool:
-    """An unversioned binding matches any loaded version of its hook."""
+    """An unversioned binding matches any loaded version of its hook; ids qualified by
+    point (``at_point``) match only a binding at that point."""
+    if any("=" in k for k in known):
+        prefix = f"{b.point}="
+        known = [k[len(prefix) :] for k in known if k.startswith(prefix)]
     if b.version is not None:
         return b.hook_id in known
     return b.hook in known or any(k.partition("@")[0] == b.hook for k in known)

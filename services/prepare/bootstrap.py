@@ -13,6 +13,7 @@ from functools import partial
 import asyncpg
 
 from domain.envelope import ServiceSigner
+from domain.policy_sections import COMPACT_POINTS, at_point
 from domain.tokens import CachedCounter, make_counter
 from schemas.errors import NotFound
 from schemas.settings import Settings
@@ -23,7 +24,13 @@ from services.prepare.content import ContentStore
 from services.prepare.model_gateway import Gateway
 from services.prepare.notes import Notes
 from services.prepare.prepare_context import Preparer
-from services.prepare.prepare_hooks import HookRegistry, hook_ids, hook_source, load_hooks
+from services.prepare.prepare_hooks import (
+    METHODS,
+    HookRegistry,
+    hook_ids,
+    hook_source,
+    load_hooks,
+)
 from services.prepare.prepared import PreparedStore
 from services.prepare.publishing import ReleaseBook
 from services.prepare.readback import ReadBack
@@ -101,8 +108,18 @@ class Options:
 def _release_book(
     ports: Adapters, counter: CachedCounter, hooks: HookRegistry, compaction_hooks: Collection[str]
 ) -> ReleaseBook:
-    # R17: a release may bind the hooks this deployment loads, Prepare's and compaction's.
-    known_hooks = frozenset(compaction_hooks) | {hook_source(h) for h in hooks.hooks}
+    # R17: a release may bind the hooks this deployment loads, Prepare's and compaction's,
+    # each at the points it serves (a hook bound where it does not answer fails every
+    # prepare or job: refused at publish instead).
+    known_hooks = frozenset(
+        [at_point(p, c) for c in compaction_hooks for p in COMPACT_POINTS]
+        + [
+            at_point(p, hook_source(h))
+            for h in hooks.hooks
+            for p, m in METHODS.items()
+            if hasattr(h, m)
+        ]
+    )
 
     async def release_of_session(sid: str) -> str:
         s = await ports.sessions.get(sid)

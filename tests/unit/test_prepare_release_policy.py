@@ -82,6 +82,9 @@ async def test_a_policy_binding_a_hook_this_deployment_does_not_load_is_refused(
     class Marker:
         name, version = "marker", "3"
 
+        async def model_before(self, call: object, messages: list[object]) -> list[object]:
+            return messages
+
     w = PrepareWorld(hooks=HookRegistry((Marker(),)), known_hooks=("tag-and-keep@7",))
     bind = [
         {"point": "model.chat.before", "hook": "marker", "version": "3"},
@@ -127,3 +130,30 @@ async def test_a_release_keeps_the_overrides_as_given_beside_the_effective_polic
     del spelled["large_result"]
     await w.svc.register_release(release(context_policy=spelled), "space")
     assert w.releases.rows["rel_a"].policy_overrides == overrides
+
+
+@pytest.mark.spec("R14", "R17")
+async def test_a_hook_bound_at_a_point_it_does_not_serve_is_refused_at_publish() -> None:
+    """A prepare would fail on it (hook_not_loaded) every time: refused with its path."""
+
+    class Marker:
+        name, version = "marker", "3"
+
+        async def model_before(self, call: object, messages: list[object]) -> list[object]:
+            return messages
+
+    w = PrepareWorld(hooks=HookRegistry((Marker(),)), known_hooks=("tag-and-keep@7",))
+    for i, wrong in enumerate(
+        [
+            {"point": "context.prepare.before", "hook": "marker", "version": "3"},  # no method
+            {"point": "model.chat.before", "hook": "tag-and-keep"},  # a compaction hook
+            {"point": "context.compact.before", "hook": "marker"},  # a Prepare hook
+        ]
+    ):
+        with pytest.raises(InvalidPolicy) as exc:
+            policy = {"hook_bindings": [wrong]}
+            await w.svc.register_release(
+                release(release_id=f"rel_w{i}", context_policy=policy), "space"
+            )
+        assert exc.value.details["rule"] == "unknown_hook"
+        assert exc.value.details["path"] == "hook_bindings[0].hook"
