@@ -70,9 +70,7 @@ def texts(prepared: dict[str, Any]) -> str:
 
 
 @pytest.mark.spec("R13.1", "R13.3", "R3.3")
-async def test_a_thread_retracts_only_its_own_records(
-    ctx: ContextClient, db: asyncpg.Pool
-) -> None:
+async def test_a_thread_retracts_only_its_own_records(ctx: ContextClient, db: asyncpg.Pool) -> None:
     session = await new_session(ctx)
     parent = await ctx.start_run(session)
     await ctx.append_user(parent, "The parent's question: count the rows of t1.", "q1")
