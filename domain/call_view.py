@@ -2,12 +2,16 @@
 role, category, retention, tokens, decision and reason; the budget items as shares of the
 InputBudget; the summary chain with each summary's covered ranges. Pure.
 
-The web inspector and ``agentloom session inspect`` show this one view. It is rebuilt
-from what the call record keeps (dependency versions: the snapshot boundary, the thread's
-last sequence and the summary in effect; the protected manifest; the itemized budget) and
-the source records, with the assembler's own tables (``domain.rendering.RETENTION`` /
-``KEPT_BECAUSE``): the per-block annotations the assembler made are not stored with the
-call, so a record's category here follows the same rules rather than a stored copy.
+The web inspector, diagnostics and ``agentloom session inspect`` show this one view. Its
+blocks are those stored when the call was made (``domain.sent_view``, issue 28 item 4):
+each with the role it was sent with; later retractions and revocations are only noted
+beside a block (``retracted_since`` / ``revoked_since``), never change it. A call recorded
+before views were stored (or whose prepared context was gone) is ``rebuilt``: its blocks
+are rebuilt from what the call record keeps (dependency versions: the snapshot boundary,
+the thread's last sequence and the summary in effect; the protected manifest; the
+itemized budget) and the source records, with the assembler's own tables
+(``domain.rendering.RETENTION`` / ``KEPT_BECAUSE``), so a record's category there follows
+the same rules rather than a stored copy.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from domain.authority import DERIVED_ROLE
 from domain.rendering import KEPT_BECAUSE, RETENTION, RecordView
 
 ROLE = {
@@ -74,7 +79,7 @@ class CallFacts:
 @dataclass(frozen=True)
 class Block:
     block_id: str
-    role: str
+    role: str | None  # None: not sent (a record a summary stands for, in a stored view)
     category: str
     retention: str
     tokens: int | None
@@ -83,6 +88,10 @@ class Block:
     record_id: str | None = None
     kind: str | None = None
     sequence: int | None = None
+    record_ids: tuple[str, ...] = ()
+    summary_id: str | None = None
+    retracted_since: bool = False  # noted at read time: the view itself never changes
+    revoked_since: bool = False
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,11 @@ class CallView:
     # Issue 24: the plan and the constraints in force the call saw, with their versions
     # and the records that set them (kept, required: R4.4).
     frontier: Mapping[str, Any] | None = None
+    # Issue 28 item 4: False when the blocks are the ones stored with the call.
+    rebuilt: bool = True
+    request_sha256: str | None = None
+    summary_id: str | None = None
+    summary_version: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,7 +179,7 @@ def call_blocks(f: CallFacts) -> list[Block]:
     if f.chain:
         head = f.chain[0]
         blocks.append(
-            _block(f"summary:{head.summary_id}", "system", "summary", head.summary_tokens)
+            _block(f"summary:{head.summary_id}", DERIVED_ROLE, "summary", head.summary_tokens)
         )
     covered = {i for s in f.chain for i in s.covered_record_ids}
     protected = {str(i) for p in f.manifest for i in p.get("source_ids") or ()}
@@ -229,4 +243,40 @@ def budget_bar(budget: Mapping[str, Any]) -> BudgetBar:
         segments=segments,
         free=free,
         free_percent=round(100 * free / denominator, 2),
+    )
+
+
+def stored_view(
+    rebuilt: CallView, stored: Mapping[str, Any], retracted: set[str], revoked: set[str]
+) -> CallView:
+    """The call's view with the blocks stored when it was made (``domain.sent_view``);
+    ``retracted`` / ``revoked``: record ids changed since, noted beside their blocks."""
+    blocks = []
+    for b in stored.get("blocks") or ():
+        ids = tuple(str(i) for i in b.get("record_ids") or ())
+        blocks.append(
+            Block(
+                block_id=str(b["block_id"]),
+                role=b.get("role"),
+                category=str(b["category"]),
+                retention=str(b["retention"]),
+                tokens=b.get("tokens"),
+                decision=str(b["decision"]),
+                reason=str(b["reason"]),
+                record_id=ids[0] if ids else None,
+                kind=b.get("kind"),
+                sequence=b.get("sequence"),
+                record_ids=ids,
+                summary_id=b.get("summary_id"),
+                retracted_since=bool(set(ids) & retracted),
+                revoked_since=bool(set(ids) & revoked),
+            )
+        )
+    return replace(
+        rebuilt,
+        blocks=tuple(blocks),
+        rebuilt=False,
+        request_sha256=stored.get("request_sha256"),
+        summary_id=stored.get("summary_id"),
+        summary_version=stored.get("summary_version"),
     )

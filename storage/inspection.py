@@ -202,7 +202,7 @@ async def call_records(
 
 
 async def summary_chain(
-    pool: asyncpg.Pool, session_id: str, summary_id: str | None
+    pool: asyncpg.Pool | asyncpg.Connection, session_id: str, summary_id: str | None
 ) -> tuple[SummaryLink, ...]:
     """The summary and its parents, newest first, each with its covered ranges."""
     out: list[SummaryLink] = []

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from domain.budget import Calibration
+from storage import call_views
 from storage.calibration import Step, fold
 
 
@@ -138,7 +139,19 @@ class PgModelCalls:
         )
 
     async def insert(self, call: NewCall) -> bool:
-        inserted = await self.pool.fetchval(
+        # Issue 28 item 4: what the call saw is stored with it, in the same transaction
+        # (storage/call_views.py), so no later change of the session rewrites it.
+        async with self.pool.acquire() as conn, conn.transaction():
+            inserted = await self._insert(conn, call)
+            if inserted:
+                await call_views.record(
+                    conn, call.call_id, call.prepared_id, call.session_id, call.final_input_sha256
+                )
+        return inserted
+
+    @staticmethod
+    async def _insert(conn: asyncpg.Connection, call: NewCall) -> bool:
+        inserted = await conn.fetchval(
             "INSERT INTO model_calls (call_id, prepared_id, session_id, run_id, instance_id,"
             " purpose, status, model, final_input_sha256, tool_catalog_version, model_config,"
             " dependency_versions, manifest, budget, hook_versions)"

@@ -14,11 +14,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from domain.call_view import call_view
 from schemas.errors import ContextError, NotFound
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
-from storage import inspection
+from storage import call_views, inspection
 from storage.pool import create_pool
 
 app = typer.Typer(no_args_is_help=True, help="What the model calls of a session saw.")
@@ -36,10 +35,10 @@ async def _load(session_id: str, which: str | None) -> dict[str, Any]:
             ids = [c.call_id for c in listed]
             number = int(which) if which.isdigit() else 0
             call_id = ids[number - 1] if 0 < number <= len(ids) else which
-            facts = await inspection.call_facts(pool, session_id, call_id)
-            if facts is None:
+            view = await call_views.view_of(pool, session_id, call_id)
+            if view is None:
                 raise NotFound(f"no model call {which} in session {session_id} ({len(ids)} calls)")
-            data["call"] = call_view(facts).to_dict()
+            data["call"] = view.to_dict()
         return data
     finally:
         await pool.close()
@@ -97,8 +96,16 @@ def _render_call(v: dict[str, Any]) -> None:
     for col in ("#", *cols):
         t.add_column(col)
     for i, b in enumerate(v["blocks"], 1):
-        t.add_row(str(i), *("—" if b[k] is None else str(b[k]) for k in cols))
+        since = [w for w in ("retracted", "revoked") if b.get(f"{w}_since")]
+        cells = ["—" if b[k] is None else str(b[k]) for k in cols]
+        if since:  # changed after the call: noted, the call's view stays as it was
+            cells[0] += f" ({', '.join(since)} since)"
+        t.add_row(str(i), *cells)
     out.print(t)
+    if v.get("rebuilt"):
+        out.print("  rebuilt from today's records (no view was stored with this call)")
+    else:
+        out.print(f"  as sent: request {v.get('request_sha256')}")
     _render_frontier(v.get("frontier") or {})
     _render_chain(v["chain"])
     out.print(f"  hooks: {', '.join(v['hook_versions']) or 'none'}")

@@ -7,12 +7,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from domain.call_view import call_view
 from services.console.context import Refused, Viewer, console_of, page, require_session, viewer
 from services.console.fields import RESPONSES, Offset, PathId
 from services.console.prepare_client import PrepareError
 from services.prepare.http_errors import ApiRoute
-from storage import inspection
+from storage import call_views, inspection
 
 router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
 PAGE_CHARS = 2000  # one page of a read-back
@@ -55,10 +54,10 @@ async def call(
     """R18: the same view of the call as ``agentloom session inspect --call``."""
     c = console_of(request)
     await require_session(c, v, session_id)
-    facts = await inspection.call_facts(c.pool, session_id, call_id)
-    if facts is None:
+    view = await call_views.view_of(c.pool, session_id, call_id)
+    if view is None:
         raise Refused(404, "not_found", f"model call {call_id} not found")
-    return page(request, "call.html", viewer=v, session_id=session_id, view=call_view(facts))
+    return page(request, "call.html", viewer=v, session_id=session_id, view=view)
 
 
 @router.get("/inspector/sessions/{session_id}/records/{record_id}")

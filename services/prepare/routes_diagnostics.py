@@ -1,7 +1,9 @@
 """The diagnostics view of one model call (R18, issue 12): what its context kept,
 summarized (with the summary id), externalized, and why, with the readable source refs
 and the budget items — the one view the console and ``agentloom session inspect`` show
-(``domain.call_view`` over ``storage.inspection``), found by a call or prepared id."""
+(``domain.call_view`` over ``storage.inspection``), found by a call or prepared id. The
+blocks are those stored when the call was made (issue 28 item 4), with the role each was
+sent with; ``rebuilt: true`` marks a call recorded before views were stored."""
 
 from __future__ import annotations
 
@@ -10,12 +12,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from domain.call_view import CallView, call_view
+from domain.call_view import CallView
 from schemas.auth import Action, Principal
 from schemas.errors import NotFound
 from services.prepare.fields import PathId
 from services.prepare.service import PrepareService
-from storage import inspection
+from storage import call_views, inspection
 
 
 def diagnostics(session_id: str, view: CallView) -> dict[str, Any]:
@@ -24,7 +26,8 @@ def diagnostics(session_id: str, view: CallView) -> dict[str, Any]:
     summary in effect."""
     out = view.to_dict()
     out["session_id"] = session_id
-    out["summary_id"] = view.chain[0].summary_id if view.chain else None
+    if view.rebuilt:
+        out["summary_id"] = view.chain[0].summary_id if view.chain else None
     for b in out["blocks"]:
         rid = b["record_id"]
         b["read_back"] = (
@@ -64,7 +67,7 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
             # Issue 25: another space's call is unknown, as one nobody made — the answer
             # names only what the caller sent, never the session it belongs to.
             raise unknown from None
-        facts = await inspection.call_facts(svc.pool, session_id, call_id)
-        if facts is None:  # never expected: the row was just found
+        view = await call_views.view_of(svc.pool, session_id, call_id)
+        if view is None:  # never expected: the row was just found
             raise unknown
-        return diagnostics(session_id, call_view(facts))
+        return diagnostics(session_id, view)

@@ -82,7 +82,8 @@ def test_blocks_in_order_with_role_category_retention_tokens_decision_and_reason
     ]
     assert rows == [
         ("instructions", "system", "instructions", "required", 100, "kept", "protected_block"),
-        ("summary:sum_2", "system", "summary", "active", 40, "kept", "history_summary"),
+        # A summary is a labelled user note, never system (domain.authority, issue 28).
+        ("summary:sum_2", "user", "summary", "active", 40, "kept", "history_summary"),
         ("rec:r1", "user", "history", "compressible", 10, "summarized", "covered_by_summary"),
         ("rec:r2", "assistant", "history", "compressible", 10, "summarized", "covered_by_summary"),
         ("rec:r3", "tool", "history", "compressible", 200, "summarized", "covered_by_summary"),

@@ -1,0 +1,138 @@
+"""What a model call saw, as it was sent (issue 28 item 4, R18, R4.2). Pure.
+
+Built once, when the call is recorded, from the prepared context's annotated messages
+(each with block id, category, retention, tokens, decision and reason) and the provider
+request that was sent: each block carries the role it reached the model with. The
+document is stored compressed with the call (storage/call_views.py) and every later view
+of the call — diagnostics, the inspector, ``agentloom session inspect`` — reads it, so
+later retractions, revocations and summaries never change what a past call shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import zstandard
+
+from domain.authority import speaking_role
+
+VERSION = 1
+Message = Mapping[str, Any]
+
+
+def sent_roles(
+    messages: Sequence[Message], request: Mapping[str, Any] | None, provider_format: str
+) -> list[str]:
+    """The role each message was sent with. OpenAI Chat keeps one request message per
+    message: its roles are read from the request itself. The other formats move blocks
+    (Responses: instructions apart, system as developer; Anthropic: the leading
+    system blocks into ``system``, everything else user or assistant turns)."""
+    sent = list((request or {}).get("messages") or [])
+    if provider_format == "openai_chat" and len(sent) == len(messages):
+        return [str(m.get("role")) for m in sent]
+    roles = [speaking_role(m) for m in messages]
+    if provider_format == "openai_responses":
+        responses = {"system": "developer"}
+        return [
+            "instructions" if m.get("block") == "instruction" else responses.get(r, r)
+            for m, r in zip(messages, roles, strict=True)
+        ]
+    if provider_format == "anthropic_messages":
+        lead = 0
+        while lead < len(roles) and roles[lead] == "system":
+            lead += 1
+        return [
+            "system" if i < lead else ("assistant" if r == "assistant" else "user")
+            for i, r in enumerate(roles)
+        ]
+    return roles
+
+
+@dataclass(frozen=True)
+class Source:
+    """A source record of the call's view, as recorded (immutable)."""
+
+    record_id: str
+    kind: str
+    sequence: int
+    tokens: int
+
+
+def sent_view(
+    messages: Sequence[Message],
+    request: Mapping[str, Any] | None,
+    provider_format: str,
+    request_sha256: str,
+    summary: tuple[str | None, int | None] = (None, None),
+    sources: Mapping[str, Source] | None = None,
+    covered: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The stored document: every block in order with the role it was sent with; after
+    the summary block, the records it covers (``covered``, not sent: role None, decision
+    ``summarized``); ``summary``: the summary in effect and its version (the source
+    watermark it summarized to); ``sources``: the records the blocks name."""
+    known = sources or {}
+    blocks: list[dict[str, Any]] = []
+    for m, role in zip(messages, sent_roles(messages, request, provider_format), strict=True):
+        ids = [str(i) for i in m.get("record_ids") or ()]
+        first = known.get(ids[0]) if ids else None
+        is_summary = m.get("block") == "summary"
+        blocks.append(
+            {
+                "block_id": str(m.get("block_id")),
+                "role": role,
+                "category": str(m.get("category") or m.get("block") or "state"),
+                "retention": str(m.get("retention") or "compressible"),
+                "tokens": m.get("tokens"),
+                "decision": str(m.get("decision") or "kept"),
+                "reason": str(m.get("reason") or "in_thread"),
+                "record_ids": ids,
+                "kind": None if first is None else first.kind,
+                "sequence": None if first is None else first.sequence,
+                "summary_id": m.get("summary_id") if is_summary else None,
+            }
+        )
+        if is_summary:
+            blocks.extend(_covered(covered, known))
+    return {
+        "version": VERSION,
+        "provider_format": provider_format,
+        "request_sha256": request_sha256,
+        "summary_id": summary[0],
+        "summary_version": summary[1],
+        "blocks": blocks,
+    }
+
+
+def _covered(covered: Sequence[str], known: Mapping[str, Source]) -> list[dict[str, Any]]:
+    out = []
+    for s in sorted((known[i] for i in covered if i in known), key=lambda s: s.sequence):
+        out.append(
+            {
+                "block_id": f"rec:{s.record_id}",
+                "role": None,  # not sent: the summary stands for it
+                "category": "history",
+                "retention": "compressible",
+                "tokens": s.tokens,
+                "decision": "summarized",
+                "reason": "covered_by_summary",
+                "record_ids": [s.record_id],
+                "kind": s.kind,
+                "sequence": s.sequence,
+                "summary_id": None,
+            }
+        )
+    return out
+
+
+def pack(view: Mapping[str, Any]) -> bytes:
+    """zstd level 3 over JSON: a view repeats its keys for every block."""
+    return zstandard.ZstdCompressor(level=3).compress(orjson.dumps(view))
+
+
+def unpack(data: bytes) -> dict[str, Any]:
+    out: dict[str, Any] = orjson.loads(zstandard.ZstdDecompressor().decompress(data))
+    return out

@@ -1,0 +1,65 @@
+"""The stored view of a call (issue 28 item 4): each block with the role it was sent
+with, in every provider format (``domain.sent_view`` against ``domain.providers``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.providers import render
+from domain.sent_view import Source, pack, sent_roles, sent_view, unpack
+
+pytestmark = pytest.mark.spec("R18", "R4.2")
+
+MESSAGES = [
+    {"role": "system", "content": "Be brief.", "block": "instruction", "block_id": "instr"},
+    {
+        "role": "system",  # asked for system; a summary may not instruct (R3.3)
+        "content": "[history summary s1] earlier",
+        "block": "summary",
+        "summary_id": "s1",
+        "block_id": "summary:s1",
+        "category": "summary",
+        "record_ids": [],
+    },
+    {"role": "user", "content": "Question?", "block_id": "rec:r2", "record_ids": ["r2"]},
+    {"role": "assistant", "content": "Answer.", "block_id": "rec:r3", "record_ids": ["r3"]},
+]
+
+
+def test_roles_are_the_ones_in_the_request_in_every_format() -> None:
+    chat = render(MESSAGES, [], "openai_chat")
+    assert sent_roles(MESSAGES, chat, "openai_chat") == [m["role"] for m in chat["messages"]]
+    assert sent_roles(MESSAGES, chat, "openai_chat")[1] == "user"
+    responses = render(MESSAGES, [], "openai_responses")
+    assert sent_roles(MESSAGES, responses, "openai_responses") == [
+        "instructions",
+        *(i["role"] for i in responses["input"]),
+    ]
+    anthropic = render(MESSAGES, [], "anthropic_messages")
+    assert anthropic["system"] == "Be brief."
+    assert sent_roles(MESSAGES, anthropic, "anthropic_messages") == [
+        "system",
+        "user",
+        "user",
+        "assistant",
+    ]
+
+
+def test_the_document_lists_covered_records_after_the_summary_and_packs_small() -> None:
+    sources = {"r1": Source("r1", "tool_outcome", 1, 900), "r2": Source("r2", "user_input", 2, 5)}
+    view = sent_view(
+        MESSAGES, render(MESSAGES, [], "openai_chat"), "openai_chat", "sha", ("s1", 1), sources,
+        ["r1"],
+    )  # fmt: skip
+    ids = [b["block_id"] for b in view["blocks"]]
+    assert ids == ["instr", "summary:s1", "rec:r1", "rec:r2", "rec:r3"]
+    covered = view["blocks"][2]
+    assert (covered["role"], covered["decision"], covered["kind"]) == (
+        None,
+        "summarized",
+        "tool_outcome",
+    )
+    assert (view["summary_id"], view["summary_version"]) == ("s1", 1)
+    assert unpack(pack(view)) == view
+    big = sent_view(MESSAGES * 200, None, "openai_chat", "sha")
+    assert len(pack(big)) < len(str(big)) / 10
