@@ -167,6 +167,7 @@ def call_view(f: CallFacts) -> CallView:
         bar=budget_bar(f.budget),
         chain=f.chain,
         frontier=f.frontier,
+        summary_id=f.chain[0].summary_id if f.chain else None,
     )
 
 

@@ -26,8 +26,6 @@ def diagnostics(session_id: str, view: CallView) -> dict[str, Any]:
     summary in effect."""
     out = view.to_dict()
     out["session_id"] = session_id
-    if view.rebuilt:
-        out["summary_id"] = view.chain[0].summary_id if view.chain else None
     for b in out["blocks"]:
         rid = b["record_id"]
         b["read_back"] = (

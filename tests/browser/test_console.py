@@ -5,6 +5,7 @@ paged read-back; a viewer without a grant is refused."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
@@ -56,6 +57,17 @@ async def prepare_get(services: Services, path: str) -> dict[str, Any]:
     r.raise_for_status()
     out: dict[str, Any] = r.json()
     return out
+
+
+async def sent_request(db: asyncpg.Pool, call_id: str) -> dict[str, Any]:
+    """The provider request the gateway answered for the call (its stored blob)."""
+    text = await db.fetchval(
+        "SELECT convert_from(b.content, 'UTF8') FROM model_calls m JOIN sessions s"
+        " USING (session_id) JOIN blobs b ON b.space_id = s.space_id"
+        " AND b.sha256 = m.final_input_sha256 WHERE m.call_id=$1",
+        call_id,
+    )
+    return dict(json.loads(text))
 
 
 def console_errors(driver: webdriver.Chrome) -> list[dict[str, Any]]:
@@ -132,6 +144,27 @@ async def test_the_inspector_shows_the_summarized_call_and_reads_a_source_back_p
     blocks = browser.find_element(By.ID, "blocks").text
     assert "summary" in blocks and "history_summary" in blocks
     assert "summarized covered_by_summary" in blocks
+    # Issue 28: each block shows the role it had in the provider request that was sent —
+    # the summary a labelled user note, never system.
+    sent = await sent_request(db, call_id)
+    summary_id = await db.fetchval(
+        "SELECT dependency_versions->>'summary_id' FROM model_calls WHERE call_id=$1", call_id
+    )
+    rows = {  # block id → the role shown
+        cells[1].find_element(By.TAG_NAME, "code").text: cells[2].text
+        for cells in (
+            r.find_elements(By.TAG_NAME, "td")
+            for r in browser.find_elements(By.CSS_SELECTOR, "#blocks tbody tr")
+        )
+    }
+    in_request = [m["role"] for m in sent["messages"] if str(m.get("content")).startswith(
+        f"[history summary {summary_id}")]  # fmt: skip
+    assert rows[f"summary:{summary_id}"] == in_request[0] == "user"
+    shown = [
+        r.get_attribute("data-role")
+        for r in browser.find_elements(By.CSS_SELECTOR, "#blocks tbody tr")
+    ]
+    assert [r for r in shown if r] == [m["role"] for m in sent["messages"]]
     chain = browser.find_element(By.ID, "summary-chain").text
     assert "Covers session sequences" in chain
     assert browser.find_elements(By.CSS_SELECTOR, "#budget-bar .seg")

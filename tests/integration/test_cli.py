@@ -15,10 +15,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from domain.call_view import call_view
 from schemas.settings import Settings
 from schemas.wire import DeadLetter, encode_dead_letter
-from storage import inspection
+from storage import call_views
 from storage.migrate import apply_dsn
 from streams.provision import provision
 from tests.support.flows import client
@@ -190,12 +189,13 @@ async def test_session_inspect_shows_the_same_view_as_the_inspector(
 ) -> None:
     """A session whose first question was summarized: the call's blocks with role,
     category, retention, tokens, decision and reason, and the summary chain with its
-    covered ranges — ``domain.call_view`` over ``storage.inspection``, as the console."""
+    covered ranges — the view stored with the call (``storage.call_views``), as the
+    console shows it."""
     async with client(services) as c:
         sid, call_id, source = await summarized_call(c, db)
-    facts = await inspection.call_facts(db, sid, call_id)
-    assert facts is not None
-    expected = json.loads(json.dumps(call_view(facts).to_dict()))
+    stored = await call_views.view_of(db, sid, call_id)
+    assert stored is not None
+    expected = json.loads(json.dumps(stored.to_dict()))
     listed = as_json(run("session", "inspect", sid, "--json", ALC_PG_DSN=pg_dsn))
     numbers = {c["call_id"]: i for i, c in enumerate(listed["calls"], 1)}
     assert call_id in numbers
@@ -210,7 +210,7 @@ async def test_session_inspect_shows_the_same_view_as_the_inspector(
     assert blocks[f"summary:{summary['summary_id']}"]["reason"] == "history_summary"
     covered = blocks[f"rec:{source}"]
     assert (covered["role"], covered["category"], covered["retention"]) == (
-        "tool",
+        None,  # not sent: the summary stands for it
         "history",
         "compressible",
     )

@@ -13,10 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from domain.call_view import call_view
 from schemas.auth import KeyKind
 from services.sdk.client import ContextClient, RunHandle
-from storage import inspection
+from storage import call_views, inspection
 from tests.support.flows import client
 from tests.support.services import TEST_SPACE, Services
 from tests.support.summarized import summarized_call
@@ -54,10 +53,11 @@ async def test_diagnostics_of_a_call_that_summarized_and_externalized(
         )
         assert by_prepared.status_code == 200 and by_prepared.json() == got
 
-        # The view of domain.call_view over storage.inspection (the console's, the CLI's).
+        # The view stored with the call (storage.call_views: the console's, the CLI's).
         facts = await inspection.call_facts(db, sid, call_id)
-        assert facts is not None
-        view = json.loads(json.dumps(call_view(facts).to_dict()))
+        stored = await call_views.view_of(db, sid, call_id)
+        assert facts is not None and stored is not None and not stored.rebuilt
+        view = json.loads(json.dumps(stored.to_dict()))
         assert {k: got[k] for k in view} | {"blocks": [_plain(b) for b in got["blocks"]]} == view
 
         summary_id = got["chain"][0]["summary_id"]
