@@ -42,6 +42,7 @@ from services.prepare.waiter import CommitWaiter, Waiter
 from storage.api_keys import find_key
 from storage.blobs import Blobs, PgBlobs, PgRecords, Records
 from storage.calibration import Calibrations, PgCalibrations
+from storage.call_views import PgCallViews
 from storage.compaction_view import CompactionReads, PgCompactionReads
 from storage.frontier import FrontierReads, NoFrontier, PgFrontier
 from storage.migrate import apply_dsn
@@ -250,7 +251,9 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     await svc.gateway.seed_calibration()
     try:
         targets: dict[str, tuple[Prunable, float]] = {
-            "prepared contexts": (adapters.prepared, options.prepared_retention_s)
+            "prepared contexts": (adapters.prepared, options.prepared_retention_s),
+            # Issue 28: the stored views of calls, kept as long as their prepared contexts.
+            "call views": (PgCallViews(pool), options.prepared_retention_s),
         }
         if adapters.render_states is not None:
             targets["render states"] = (adapters.render_states, options.render_state_retention_s)

@@ -15,6 +15,7 @@ import pytest
 
 from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
 from services.sdk.client import ContextClient, RunHandle
+from storage.call_views import PgCallViews
 from tests.integration.test_cli import as_json, run
 from tests.support.flows import client
 from tests.support.services import Services
@@ -167,7 +168,10 @@ async def test_session_inspect_shows_the_stored_view_and_marks_a_rebuilt_one(
     assert f"as sent: request {view['request_sha256']}" in table.stdout
 
     # A call recorded before views were stored (nor its prepared context kept): rebuilt.
-    await db.execute("DELETE FROM call_views WHERE call_id=$1", call_id)
+    # Retention (services/prepare/bootstrap.py prunes after the prepared-context one).
+    assert await PgCallViews(db).prune(3600) == 0
+    assert await PgCallViews(db).prune(0) >= 1
+    assert await db.fetchval("SELECT count(*) FROM call_views WHERE call_id=$1", call_id) == 0
     await db.execute(
         "DELETE FROM prepared_contexts WHERE prepared_id ="
         " (SELECT prepared_id FROM model_calls WHERE call_id=$1)",
