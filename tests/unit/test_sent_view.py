@@ -63,3 +63,25 @@ def test_the_document_lists_covered_records_after_the_summary_and_packs_small() 
     assert unpack(pack(view)) == view
     big = sent_view(MESSAGES * 200, None, "openai_chat", "sha")
     assert len(pack(big)) < len(str(big)) / 10
+
+
+def test_a_stored_view_notes_what_changed_since_and_is_not_rebuilt() -> None:
+    from domain.call_view import call_view, stored_view
+    from tests.unit.test_call_view import facts
+
+    rebuilt = call_view(facts())
+    assert rebuilt.rebuilt
+    doc = sent_view(MESSAGES, render(MESSAGES, [], "openai_chat"), "openai_chat", "sha9")
+    view = stored_view(rebuilt, doc, retracted={"r3"}, revoked={"r2"})
+    assert not view.rebuilt and view.request_sha256 == "sha9"
+    assert [(b.block_id, b.role) for b in view.blocks] == [
+        ("instr", "system"),
+        ("summary:s1", "user"),
+        ("rec:r2", "user"),
+        ("rec:r3", "assistant"),
+    ]
+    assert [(b.retracted_since, b.revoked_since) for b in view.blocks[2:]] == [
+        (False, True),
+        (True, False),
+    ]
+    assert doc == sent_view(MESSAGES, render(MESSAGES, [], "openai_chat"), "openai_chat", "sha9")
