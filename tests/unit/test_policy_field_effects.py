@@ -26,7 +26,8 @@ from domain.compaction_control import (
     observation_effects,
 )
 from domain.policy import ContextPolicy, LargeResultSettings, effective_policy
-from domain.rendering import ThreadRenderer
+from domain.rendering import RecordView, ThreadRenderer
+from domain.selection import build_groups, select_prefix
 from domain.triggers import (
     CompactionState,
     Counters,
@@ -109,10 +110,46 @@ def _large(policy: ContextPolicy) -> tuple[bool, int]:
     return rend._is_large(r), len(view)  # type: ignore[arg-type]
 
 
+def _kept(policy: ContextPolicy) -> int:
+    """``select_prefix`` as the worker, Prepare's compressible estimate and the console's
+    dry run call it: how many complete groups stay verbatim."""
+    records: list[RecordView] = []
+    for seq in range(1, 20, 2):
+        call = {"call_id": f"c{seq}", "name": "t", "arguments_json": "{}"}
+        records.append(
+            RecordView(
+                f"r{seq}",
+                seq,
+                "run-0",
+                "main",
+                "assistant_message",
+                "x",
+                "a",
+                {"tool_calls": [call]},
+                10,
+            )
+        )
+        records.append(
+            RecordView(
+                f"r{seq + 1}",
+                seq + 1,
+                "run-0",
+                "main",
+                "tool_outcome",
+                "x",
+                "b",
+                {"call_id": f"c{seq}", "status": "ok"},
+                10,
+            )
+        )
+    return len(select_prefix(build_groups(records), policy.recent_complete_groups).kept)
+
+
 C = "compaction."
 # field path -> (base overrides, changed overrides, probe over the effective policy)
 DIRECT: dict[str, tuple[dict[str, Any], dict[str, Any], Probe | None]] = {
     "api_version": ({}, {"api_version": "v2"}, None),
+    "recent_complete_groups": ({}, {"recent_complete_groups": 5}, _kept),
     C + "context_ratio": (
         {"compaction": {"target_context_ratio": 0.5}},
         {"compaction": {"target_context_ratio": 0.5, "context_ratio": 0.65}},
@@ -161,10 +198,6 @@ REFERENCED: dict[str, str] = {
         f"retention_rules.{c}": _RET
         for c in ("state", "summary", "history", "interactions", "tool_results", "material")
     },
-    "recent_complete_groups": (
-        "tests/integration/test_compaction.py::"
-        "test_below_target_a_turn_trigger_still_really_reduces"
-    ),
     "hook_bindings": (
         "tests/integration/test_release_hooks.py::"
         "test_only_the_release_that_binds_a_prepare_and_model_hook_sees_its_effects"
