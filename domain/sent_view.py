@@ -76,7 +76,12 @@ def sent_view(
     watermark it summarized to); ``sources``: the records the blocks name."""
     known = sources or {}
     blocks: list[dict[str, Any]] = []
-    for m, role in zip(messages, sent_roles(messages, request, provider_format), strict=True):
+    position = 0  # in the request's messages
+    for m, role in aligned(messages, request, provider_format):
+        position += role is not None
+        if m is None:
+            blocks.append(_hook_block(position - 1, role))
+            continue
         ids = [str(i) for i in m.get("record_ids") or ()]
         first = known.get(ids[0]) if ids else None
         is_summary = m.get("block") == "summary"
@@ -87,8 +92,10 @@ def sent_view(
                 "category": str(m.get("category") or m.get("block") or "state"),
                 "retention": str(m.get("retention") or "compressible"),
                 "tokens": m.get("tokens"),
-                "decision": str(m.get("decision") or "kept"),
-                "reason": str(m.get("reason") or "in_thread"),
+                "decision": "dropped" if role is None else str(m.get("decision") or "kept"),
+                "reason": "removed_by_hook"
+                if role is None
+                else str(m.get("reason") or "in_thread"),
                 "record_ids": ids,
                 "kind": None if first is None else first.kind,
                 "sequence": None if first is None else first.sequence,
@@ -104,6 +111,54 @@ def sent_view(
         "summary_id": summary[0],
         "summary_version": summary[1],
         "blocks": blocks,
+    }
+
+
+def aligned(
+    messages: Sequence[Message], request: Mapping[str, Any] | None, provider_format: str
+) -> list[tuple[Message | None, str | None]]:
+    """Each message with the role it was sent with. When ``model.chat.before`` hooks
+    added or removed OpenAI Chat messages, each of ours is matched to the next request
+    message with its text: a request message matched by none is the hooks' (None, role),
+    one of ours in none was removed (role None)."""
+    sent = list((request or {}).get("messages") or [])
+    if provider_format != "openai_chat" or not sent or len(sent) == len(messages):
+        return list(zip(messages, sent_roles(messages, request, provider_format), strict=True))
+    out: list[tuple[Message | None, str | None]] = []
+    j = 0
+    for m in messages:
+        k = next((i for i in range(j, len(sent)) if _same(m, sent[i])), None)
+        if k is None:
+            out.append((m, None))
+            continue
+        out.extend((None, str(x.get("role"))) for x in sent[j:k])
+        out.append((m, str(sent[k].get("role"))))
+        j = k + 1
+    out.extend((None, str(x.get("role"))) for x in sent[j:])
+    return out
+
+
+def _same(m: Message, sent: Mapping[str, Any]) -> bool:
+    if sent.get("role") == "tool":
+        return bool(sent.get("tool_call_id") == m.get("tool_call_id"))
+    return bool((sent.get("content") or "") == (m.get("content") or ""))
+
+
+def _hook_block(n: int, role: str | None) -> dict[str, Any]:
+    """A message a ``model.chat.before`` hook added (R14): sent, but in no prepared
+    context."""
+    return {
+        "block_id": f"hook:{n}",  # its position in the request's messages
+        "role": role,
+        "category": "hook",
+        "retention": "required",
+        "tokens": None,
+        "decision": "kept",
+        "reason": "added_by_hook",
+        "record_ids": [],
+        "kind": None,
+        "sequence": None,
+        "summary_id": None,
     }
 
 

@@ -85,3 +85,19 @@ def test_a_stored_view_notes_what_changed_since_and_is_not_rebuilt() -> None:
         (True, False),
     ]
     assert doc == sent_view(MESSAGES, render(MESSAGES, [], "openai_chat"), "openai_chat", "sha9")
+
+
+def test_messages_a_model_hook_added_or_removed_are_shown_as_sent() -> None:
+    request = render(MESSAGES, [], "openai_chat")
+    hook_note = {"role": "system", "content": "Hook: answer in French."}
+    later = {"role": "user", "content": "Hook: the time is 12:00."}
+    request["messages"] = [*request["messages"][:2], hook_note, request["messages"][3], later]
+    view = sent_view(MESSAGES, request, "openai_chat", "sha")
+    rows = [(b["block_id"], b["role"], b["decision"], b["reason"]) for b in view["blocks"]]
+    assert rows[2:] == [
+        ("rec:r2", None, "dropped", "removed_by_hook"),
+        ("hook:2", "system", "kept", "added_by_hook"),
+        ("rec:r3", "assistant", "kept", "in_thread"),
+        ("hook:4", "user", "kept", "added_by_hook"),
+    ]
+    assert [r for _, r, _, _ in rows if r] == [m["role"] for m in request["messages"]]
