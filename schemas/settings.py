@@ -124,6 +124,10 @@ class Settings(BaseSettings):
     # Prepared contexts are kept in PostgreSQL for any Prepare instance's gateway check
     # (issue 13); every instance deletes those older than this.
     prepared_retention_h: float = 24.0
+    # What each model call saw (its stored view: diagnostics, the inspector, `agentloom
+    # session inspect`; zstd, ~1 KB a call) is kept this long; then the call's view is
+    # rebuilt from its records and marked so.
+    call_view_retention_h: float = 30 * 24.0
     # How long a Prepare instance uses a model's calibration before reading it again
     # (usage reported to another instance reaches this one within it; R6.4).
     calibration_ttl_s: float = 5.0

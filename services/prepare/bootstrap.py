@@ -91,6 +91,7 @@ class Options:
     prepared_capacity: int = 256  # the in-process cache; all are in PostgreSQL
     prepared_retention_s: float = 24 * 3600.0
     render_state_retention_s: float = 72 * 3600.0
+    call_view_retention_s: float = 30 * 24 * 3600.0
     calibration_ttl_s: float = 5.0
 
     @classmethod
@@ -102,6 +103,7 @@ class Options:
             compaction_wait_s=settings.compaction_wait_s,
             prepared_retention_s=settings.prepared_retention_h * 3600.0,
             render_state_retention_s=settings.render_state_retention_h * 3600.0,
+            call_view_retention_s=settings.call_view_retention_h * 3600.0,
             calibration_ttl_s=settings.calibration_ttl_s,
         )
 
@@ -253,7 +255,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         targets: dict[str, tuple[Prunable, float]] = {
             "prepared contexts": (adapters.prepared, options.prepared_retention_s),
             # Issue 28: the stored views of calls, kept as long as their prepared contexts.
-            "call views": (PgCallViews(pool), options.prepared_retention_s),
+            "call views": (PgCallViews(pool), options.call_view_retention_s),
         }
         if adapters.render_states is not None:
             targets["render states"] = (adapters.render_states, options.render_state_retention_s)
