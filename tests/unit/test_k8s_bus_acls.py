@@ -12,8 +12,9 @@ from pathlib import PurePosixPath
 
 import pytest
 
-from domain.bus_access import ROLES, Acl, BusNames, Op, Pattern, Resource, acl_plan
+from domain.bus_access import ROLES, Acl, Op, Pattern, Resource, acl_plan
 from schemas.settings import Settings
+from streams.provision import bus_names
 from tests.unit.k8s_checks import K8S, Doc, load_yaml, manifests, named, settings_of
 
 pytestmark = pytest.mark.spec("R3.3")
@@ -42,19 +43,6 @@ OPERATIONS = {
     "Describe": Op.DESCRIBE,
     "DescribeConfigs": Op.DESCRIBE_CONFIGS,
 }
-
-
-def bus_names(s: Settings) -> BusNames:
-    return BusNames(
-        records=s.topic_records,
-        committed=s.topic_committed,
-        dead_letter=s.topic_dead_letter,
-        compaction_requests=s.topic_compaction_requests,
-        observability=s.topic_observability,
-        processor_id=s.processor_id,
-        compaction_group=s.compaction_group,
-        analytics_group=s.analytics_group,
-    )
 
 
 def user_acls(user: Doc) -> set[Acl]:
