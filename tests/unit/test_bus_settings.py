@@ -4,6 +4,7 @@ call's stored view is kept."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,13 @@ from services.prepare.bootstrap import Options
 from streams.kafka_auth import BusConfigError, kafka_auth, service_root
 
 SECRET = "s" * 40
+
+
+@pytest.fixture(autouse=True)
+def _no_stack_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only what each test gives: the test stack puts its own ALC_* in the environment."""
+    for name in [k for k in os.environ if k.startswith("ALC_")]:
+        monkeypatch.delenv(name)
 
 
 def _state(tmp_path: Path) -> Path:
