@@ -5,7 +5,6 @@ build the same service over fakes; ``start`` opens the real ones."""
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ from services.compaction.gateway import SummaryGateway
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.requests import LoopConfig, RequestLoop
 from services.compaction.worker import CompactionWorker, WorkerConfig
+from services.hooks import load
 from storage.compaction_jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
@@ -55,13 +55,7 @@ def make_gateway(settings: Settings) -> SummaryGateway:
 
 def load_hooks(spec: str) -> HookChain:
     """``module:factory`` entries; each factory returns a ``CompactHook``."""
-    hooks = []
-    for entry in filter(None, (e.strip() for e in spec.split(","))):
-        module, _, attr = entry.partition(":")
-        hook = getattr(importlib.import_module(module), attr)()
-        log.info("compact hook %s@%s loaded from %s", hook.name, hook.version, entry)
-        hooks.append(hook)
-    return HookChain(tuple(hooks))
+    return HookChain(load(spec, "compaction"))
 
 
 def worker_config(settings: Settings, crash_after_save: bool = False) -> WorkerConfig:

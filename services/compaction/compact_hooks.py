@@ -6,15 +6,14 @@ source ids are read-only, and the patched draft is validated again. Every hook h
 version (recorded as the source of what it changed) and a timeout; a hook that fails or
 times out fails the job at stage ``hooks`` and the old view stays (R15.3).
 
-Which hooks run is the session's release's choice (R14, R17, R1.4; issue 28): exactly the
-hooks its policy's ``hook_bindings`` bind at each point, in binding order, id and version
-as bound. A hook the service loads but the release does not bind never runs; a binding no
-loaded hook answers fails the job at stage ``hooks`` (``hook_not_loaded:<id>``).
+Which hooks run is the session's release's choice (R14, R17, R1.4), by the contract both
+hook runners share (services/hooks.py): exactly the hooks its policy's ``hook_bindings``
+bind at each point, in binding order, each under its own timeout. A binding no loaded hook
+answers fails the job at stage ``hooks`` (``hook_not_loaded:<id>``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,16 +21,9 @@ from typing import Protocol
 from domain.policy_sections import HookBinding
 from services.compaction.drafts import SummaryDraft
 from services.compaction.errors import InvalidSummary
+from services.hooks import bound, call
 
 BEFORE, AFTER = "context.compact.before", "context.compact.after"
-
-
-class HookNotLoaded(Exception):
-    """The release binds a compaction hook this service does not load."""
-
-    def __init__(self, hook_id: str, point: str) -> None:
-        super().__init__(f"the release binds {hook_id} at {point}, which is not loaded")
-        self.hook_id = hook_id
 
 
 @dataclass(frozen=True)
@@ -70,26 +62,14 @@ class HookChain:
     hooks: Sequence[CompactHook] = field(default_factory=tuple)
 
     def bound(self, point: str, bindings: Sequence[HookBinding]) -> list[CompactHook]:
-        """The loaded hooks the release binds at ``point``, in binding order; an
-        unversioned binding takes the loaded version (as publish accepts it)."""
-        out = []
-        for b in bindings:
-            if b.point != point:
-                continue
-            h = next(
-                (h for h in self.hooks if h.name == b.hook and b.version in (None, str(h.version))),
-                None,
-            )
-            if h is None:
-                raise HookNotLoaded(b.hook_id, point)
-            out.append(h)
-        return out
+        """The loaded hooks the release binds at ``point``, in binding order."""
+        return bound(self.hooks, point, bindings, "before" if point == BEFORE else "after")
 
     async def before(self, ctx: BeforeCompact, bindings: Sequence[HookBinding]) -> BeforeDecision:
         keep: set[str] = set()
         max_out: int | None = None
         for h in self.bound(BEFORE, bindings):
-            d = await asyncio.wait_for(h.before(ctx), h.timeout_s)
+            d: BeforeDecision = await call(h, "before", BEFORE, ctx)
             keep |= d.keep_record_ids & set(ctx.candidate_record_ids)
             if d.max_output_tokens is not None:
                 max_out = min(max_out or d.max_output_tokens, d.max_output_tokens)
@@ -98,8 +78,8 @@ class HookChain:
     async def after(self, ctx: AfterCompact, bindings: Sequence[HookBinding]) -> SummaryDraft:
         draft = ctx.draft
         for h in self.bound(AFTER, bindings):
-            patched = await asyncio.wait_for(
-                h.after(AfterCompact(ctx.session_id, ctx.run_id, draft)), h.timeout_s
+            patched: SummaryDraft = await call(
+                h, "after", AFTER, AfterCompact(ctx.session_id, ctx.run_id, draft)
             )
             check_text_only(draft, patched, h.name)
             draft = patched

@@ -31,6 +31,7 @@ from domain.selection import (
     select_prefix,
 )
 from domain.tokens import CachedCounter
+from schemas.errors import HookFailed
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services import metrics
 from services.compaction.bound import fit_draft, summary_bound
@@ -40,7 +41,6 @@ from services.compaction.compact_hooks import (
     AfterCompact,
     BeforeCompact,
     HookChain,
-    HookNotLoaded,
 )
 from services.compaction.drafts import SummaryDraft, SummaryRequest
 from services.compaction.errors import InvalidSummary, SummarizerFailed
@@ -266,9 +266,9 @@ class CompactionWorker:
                 BeforeCompact(req.session_id, req.run_id, candidates, req.trigger_reasons),
                 job.hooks,
             )
-        except HookNotLoaded as exc:
-            raise _Stop("hooks", f"hook_not_loaded:{exc.hook_id}") from exc
-        except Exception as exc:  # a hook's failure never changes the view
+        except HookFailed as exc:  # a hook's failure never changes the view
+            raise _Stop("hooks", _hook_reason(exc, "compact_before_failed")) from exc
+        except Exception as exc:  # what a hook answered could not be used
             raise _Stop("hooks", f"compact_before_failed:{type(exc).__name__}") from exc
         if before.max_output_tokens:
             job.output_tokens = min(job.output_tokens, before.max_output_tokens)
@@ -325,11 +325,11 @@ class CompactionWorker:
             return await self.hooks.after(
                 AfterCompact(job.req.session_id, job.req.run_id, merged), job.hooks
             )
-        except HookNotLoaded as exc:
-            raise _Stop("hooks", f"hook_not_loaded:{exc.hook_id}") from exc
+        except HookFailed as exc:
+            raise _Stop("hooks", _hook_reason(exc, "compact_after_failed")) from exc
         except InvalidSummary as exc:
             raise _invalid("hooks", exc) from exc
-        except Exception as exc:
+        except Exception as exc:  # what a hook answered could not be used
             raise _Stop("hooks", f"compact_after_failed:{type(exc).__name__}") from exc
 
     def _checked_ranges(
@@ -383,3 +383,11 @@ class CompactionWorker:
             model_operation_id=job.op_id,
             model_calls=job.calls,
         )
+
+
+def _hook_reason(exc: HookFailed, failed: str) -> str:
+    """``hook_not_loaded:<id>`` for a binding no loaded hook answers, otherwise
+    ``<failed>:<reason>`` (``timeout`` or the hook's exception type)."""
+    if exc.details.get("reason") == "hook_not_loaded":
+        return f"hook_not_loaded:{exc.details['hook']}"
+    return f"{failed}:{exc.details.get('reason')}"

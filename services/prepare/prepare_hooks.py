@@ -9,20 +9,17 @@ downgrade a required block. ``*.after`` hooks are read-only: they get copies, an
 failure is logged, never fatal. A failing ``before`` hook fails the call: nothing is sent
 on a context nobody checked (``hook_failed``).
 
-Which hooks run is the call's release's choice (R14, R17, R1.4; issue 28): at each point,
-exactly the hooks its policy's ``hook_bindings`` bind there, in binding order, id and
-version as bound. A hook the deployment loads but the release does not bind never runs; a
-binding no loaded hook answers fails the call (``hook_failed``, ``hook_not_loaded``) —
-publish refuses unknown ids, so this is a deployment that stopped loading a bound hook.
+Which hooks run is the call's release's choice (R14, R17, R1.4): at each point, exactly
+the hooks its policy's ``hook_bindings`` bind there (services/hooks.py, the contract both
+hook runners share). Publish refuses unknown ids, so a binding no loaded hook answers is a
+deployment that stopped loading a bound hook: the call fails (``hook_not_loaded``).
 
 Configured with ``ALC_PREPARE_HOOKS="module:factory,..."`` (see README).
 """
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import importlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,7 +28,9 @@ from typing import Any
 from domain.assemble import Material, ProtectedBlock
 from domain.gate import HookEffect, apply_hook
 from domain.policy_sections import HookBinding
-from schemas.errors import Conflict, ContextError, HookFailed
+from schemas.errors import Conflict, HookFailed
+from services.hooks import bound, hook_id, load
+from services.hooks import call as call_hook
 
 log = logging.getLogger("agentloom.prepare.hooks")
 Message = dict[str, Any]
@@ -79,14 +78,7 @@ class ModelCall:
     budget: Mapping[str, Any]
 
 
-def hook_source(h: Any) -> str:
-    return f"{h.name}@{h.version}"
-
-
-def answers(h: Any, b: HookBinding) -> bool:
-    """A loaded hook answers a binding: same name, and the bound version if one is given
-    (an unversioned binding takes the loaded version, as publish accepts it)."""
-    return bool(h.name == b.hook and (b.version is None or str(h.version) == b.version))
+hook_source = hook_id
 
 
 @dataclass
@@ -96,23 +88,7 @@ class HookRegistry:
     def bound(self, point: str, bindings: Bindings) -> list[Any]:
         """The hooks the release binds at ``point``, in binding order. A binding that no
         loaded hook implementing the point answers fails the call, clearly."""
-        method = METHODS[point]
-        out = []
-        for b in bindings:
-            if b.point != point:
-                continue
-            h = next((h for h in self.hooks if answers(h, b) and hasattr(h, method)), None)
-            if h is None:
-                raise HookFailed(
-                    f"the release binds hook {b.hook_id} at {point}, which this deployment"
-                    f" does not load (loaded: {', '.join(map(hook_source, self.hooks)) or 'none'})",
-                    hook=b.hook_id,
-                    point=point,
-                    reason="hook_not_loaded",
-                    loaded=[hook_source(h) for h in self.hooks],
-                )
-            out.append(h)
-        return out
+        return bound(self.hooks, point, bindings, METHODS[point])
 
     def check(self, bindings: Bindings) -> None:
         """Every Prepare-side binding answered by a loaded hook, or the call fails here
@@ -120,26 +96,8 @@ class HookRegistry:
         for point in METHODS:
             self.bound(point, bindings)
 
-    async def _call(self, h: Any, point: str, *args: Any) -> Any:
-        try:
-            return await asyncio.wait_for(getattr(h, point)(*args), float(h.timeout_s))
-        except ContextError:
-            raise
-        except TimeoutError as exc:
-            raise HookFailed(
-                f"hook {hook_source(h)} timed out at {point}",
-                hook=hook_source(h),
-                point=point,
-                reason="timeout",
-                timeout_s=h.timeout_s,
-            ) from exc
-        except Exception as exc:
-            raise HookFailed(
-                f"hook {hook_source(h)} failed at {point}: {type(exc).__name__}",
-                hook=hook_source(h),
-                point=point,
-                reason=type(exc).__name__,
-            ) from exc
+    async def _call(self, h: Any, method: str, *args: Any) -> Any:
+        return await call_hook(h, method, method, *args)
 
     async def prepare_before(self, req: PrepareRequest, bindings: Bindings) -> tuple[Material, ...]:
         material = list(req.material)
@@ -207,21 +165,11 @@ class HookRegistry:
 
 
 def load_hooks(spec: str) -> HookRegistry:
-    hooks = []
-    for entry in filter(None, (e.strip() for e in spec.split(","))):
-        module, _, attr = entry.partition(":")
-        hook = getattr(importlib.import_module(module), attr)()
-        log.info("prepare hook %s loaded from %s", hook_source(hook), entry)
-        hooks.append(hook)
-    return HookRegistry(tuple(hooks))
+    return HookRegistry(load(spec, "prepare"))
 
 
 def hook_ids(spec: str) -> tuple[str, ...]:
     """The ids (``name@version``) of the hooks a ``module:factory,...`` spec loads: how
     Prepare knows the compaction service's hooks (ALC_COMPACTION_HOOKS, the same
     settings every process reads) to refuse a release binding any other (R17)."""
-    out = []
-    for entry in filter(None, (e.strip() for e in spec.split(","))):
-        module, _, attr = entry.partition(":")
-        out.append(hook_source(getattr(importlib.import_module(module), attr)()))
-    return tuple(out)
+    return tuple(hook_id(h) for h in load(spec, "compaction"))

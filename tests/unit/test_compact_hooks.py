@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 
 from domain.policy_sections import HookBinding
+from schemas.errors import HookFailed
 from services.compaction.compact_hooks import (
     AFTER,
     BEFORE,
@@ -15,7 +16,6 @@ from services.compaction.compact_hooks import (
     BeforeCompact,
     BeforeDecision,
     HookChain,
-    HookNotLoaded,
     check_text_only,
 )
 from services.compaction.drafts import Fact, SummaryDraft
@@ -86,8 +86,9 @@ async def test_after_may_not_change_facts_sources_or_artifacts(change: object) -
 
 @pytest.mark.spec("R14")
 async def test_a_slow_hook_times_out() -> None:
-    with pytest.raises(TimeoutError):
+    with pytest.raises(HookFailed) as err:
         await HookChain((Hook(sleep=1.0),)).before(CTX, BIND)
+    assert err.value.details["reason"] == "timeout"
 
 
 def test_check_text_only_accepts_identical_structure() -> None:
@@ -114,6 +115,7 @@ async def test_only_the_hooks_the_release_binds_at_a_point_run_in_binding_order(
 async def test_a_binding_to_a_hook_not_loaded_or_of_another_version_fails_clearly() -> None:
     chain = HookChain((Hook(),))
     for missing in (HookBinding(AFTER, "nobody", "1"), HookBinding(AFTER, "h", "2")):
-        with pytest.raises(HookNotLoaded) as err:
+        with pytest.raises(HookFailed) as err:
             await chain.after(AfterCompact("s", "r", DRAFT), (missing,))
-        assert err.value.hook_id == missing.hook_id
+        assert err.value.details["reason"] == "hook_not_loaded"
+        assert err.value.details["hook"] == missing.hook_id
