@@ -45,10 +45,10 @@ from services.compaction.compact_hooks import (
 from services.compaction.drafts import SummaryDraft, SummaryRequest
 from services.compaction.errors import InvalidSummary, SummarizerFailed
 from services.compaction.gateway import SummaryGateway
+from services.compaction.job_records import JobRecords
 from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
-from services.compaction.thread_views import ThreadViews
 from services.compaction.validate import as_history, check_coverage, check_plan
 from storage.compaction_jobs import CompactionJobs, ParentSummary, SavedOperation
 from streams.publish import Publisher
@@ -137,7 +137,7 @@ class CompactionWorker:
         self.summarizer = BoundedSummarizer(
             gateway, counter, config.segment_tokens, config.call_timeout_s
         )
-        self.views = ThreadViews(jobs)
+        self.views = JobRecords(jobs)
 
     async def handle(self, req: CompactionRequest) -> CompactionOutcome:
         saved = await self.jobs.saved_outcome(req.job_id)

@@ -1,0 +1,57 @@
+"""The records a compaction job sees, cached per thread between jobs.
+
+A thread's view only grows (the inherited part is fixed by the run's snapshot), so the
+view read for one job is extended with the records committed since, instead of being
+read again. A revocation rewrites past records (withdrawn content, R15.3), so a cached
+view read before one is never reused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from domain.rendering import RecordView
+from schemas.wire import CompactionRequest
+from storage.compaction_jobs import CompactionJobs
+
+THREAD_CACHE = 64  # threads whose views stay cached between jobs
+
+
+@dataclass(frozen=True)
+class _Cached:
+    records: list[RecordView]
+    seen: int  # the watermark the records were read up to
+    epoch: str  # the session's revocation epoch when they were read
+    omitted: frozenset[str]  # inherited records left out: covered by the parent summary
+
+
+class JobRecords:
+    def __init__(self, jobs: CompactionJobs, capacity: int = THREAD_CACHE) -> None:
+        self.jobs = jobs
+        self.capacity = capacity
+        # (session, run, instance) -> view; insertion order doubles as LRU order.
+        self._threads: dict[tuple[str, str, str], _Cached] = {}
+
+    async def view(self, req: CompactionRequest, covered: frozenset[str]) -> list[RecordView]:
+        """The job's view up to its watermark, in session order, without the inherited
+        records in ``covered`` (its parent summary's; the caller drops the rest). A cached
+        view serves while everything it left out is still covered: a summary's successor
+        covers a superset, so a thread's jobs read their history once."""
+        key = (req.session_id, req.run_id, req.instance_id)
+        cached = self._threads.pop(key, None)
+        epoch = await self.jobs.revocation_epoch(req.session_id)
+        if (
+            cached is None
+            or cached.seen > req.view_watermark
+            or cached.epoch != epoch
+            or not cached.omitted <= covered
+        ):
+            inherited, through = await self.jobs.inherited_view(*key, covered)
+            cached = _Cached(inherited, through, epoch, covered)
+        records = cached.records + await self.jobs.thread_view(
+            *key, cached.seen, req.view_watermark
+        )
+        self._threads[key] = _Cached(records, req.view_watermark, epoch, cached.omitted)
+        while len(self._threads) > self.capacity:
+            self._threads.pop(next(iter(self._threads)))
+        return records
