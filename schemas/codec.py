@@ -60,9 +60,9 @@ ALL_SCHEMAS = (
 )
 
 # Earlier versions of a schema whose payloads may still be in Kafka (readable, never written).
-# context_event.v1: before record_retracted (issue 15); v2: before the plan and constraint
-# kinds (issue 24) — the same bytes, another fingerprint. compaction_request.v1: before
-# the plan and constraint versions (issue 24; read with their defaults, 0).
+# context_event.v1: before record_retracted; v2: before the plan and constraint
+# kinds — the same bytes, another fingerprint. compaction_request.v1: before
+# the plan and constraint versions (read with their defaults, 0).
 EARLIER_WRITERS = (
     "observability_event.v3.avsc",
     "context_event.v1.avsc",

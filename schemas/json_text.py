@@ -1,5 +1,5 @@
 """Hostile JSON text, checked before and after parsing: nesting depth measured on the
-text (no recursion), and values that PostgreSQL's jsonb cannot store (R15.4, issue 10)."""
+text (no recursion), and values that PostgreSQL's jsonb cannot store (R15.4)."""
 
 from __future__ import annotations
 

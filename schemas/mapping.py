@@ -19,7 +19,7 @@ def built(cls: type[_T], fields: dict[str, Any]) -> _T:
 
     A frozen dataclass's ``__init__`` sets every field through ``object.__setattr__``: on
     the ingest hot path (an event's envelope, its committed record) that was ~8 % of the
-    processor's CPU (issue 13). Only for classes without ``__post_init__``, from a decoder
+    processor's CPU. Only for classes without ``__post_init__``, from a decoder
     or a constructor whose field names tests pin."""
     obj = object.__new__(cls)
     obj.__dict__.update(fields)

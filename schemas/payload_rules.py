@@ -22,7 +22,7 @@ RECORD_ID = re.compile(r"rec_[0-9a-f]{32}")  # domain.planning.record_id_for
 # numbers and doubles; sums of a few stay inside a bigint).
 MAX_COUNT = 2**53
 
-# Issue 24: bounds of the execution frontier's state (it renders in every action context).
+# Bounds of the execution frontier's state (it renders in every action context).
 MAX_PLAN_ITEMS = 100
 MAX_PLAN_ITEM_CHARS = 500  # an item's text, and its note
 MAX_PLAN_CHARS = 12_000  # the texts and notes of a whole plan
@@ -77,7 +77,7 @@ def validate_assistant(p: AssistantMessagePayload) -> None:
 
 
 def validate_plan(p: PlanPayload) -> None:
-    """Issue 24: an ordered list of at most MAX_PLAN_ITEMS items, each with a unique id, a
+    """An ordered list of at most MAX_PLAN_ITEMS items, each with a unique id, a
     one-line text (and note) within MAX_PLAN_ITEM_CHARS and a known status, the whole
     within MAX_PLAN_CHARS: it renders, required, in every action context."""
     if len(p.items) > MAX_PLAN_ITEMS:
@@ -114,7 +114,7 @@ _PLAN_STATUSES = frozenset(str(s) for s in PlanStatus)
 
 
 def validate_constraint(ev: ContextEvent, p: ConstraintPayload) -> None:
-    """Issue 24: a constraint has an id and a scope; a declared one carries its text
+    """A constraint has an id and a scope; a declared one carries its text
     inline (it renders verbatim in every action context); a run-scoped one names its run."""
     if p.scope not in CONSTRAINT_SCOPES:
         raise fail("bad_constraint", f"scope {p.scope!r} is not one of session, run")

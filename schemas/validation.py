@@ -73,7 +73,7 @@ FREE_TEXT = frozenset(
         "conclusion",
         "outcome",
         "unresolved_items",
-        "text",  # a plan item's (issue 24)
+        "text",  # a plan item's
         "note",
         "explanation",
     }
@@ -123,10 +123,10 @@ ALLOWED_AUTHORITY: dict[RecordKind, frozenset[Authority]] = {
     RecordKind.RUN_RESUMED: frozenset({Authority.HOST}),
     RecordKind.RUN_CANCELLED: frozenset({Authority.HOST, Authority.USER}),
     RecordKind.RUN_FINISHED: frozenset({Authority.HOST}),
-    # Issue 15: the runtime withdraws a record on behalf of its user (an undo); a model or
+    # The runtime withdraws a record on behalf of its user (an undo); a model or
     # a tool can never make history disappear.
     RecordKind.RECORD_RETRACTED: frozenset({Authority.HOST, Authority.USER}),
-    # Issue 24: the model writes its plan through the plan tool (the host publishes it for
+    # The model writes its plan through the plan tool (the host publishes it for
     # the model, as MODEL), or the host sets it; constraints are the user's, through the host.
     RecordKind.PLAN_UPDATED: frozenset({Authority.MODEL, Authority.HOST}),
     RecordKind.CONSTRAINT_SET: frozenset({Authority.USER, Authority.HOST}),

@@ -1,6 +1,6 @@
 """The content store (R3.4) and reading records back by id (R11.8, R13.2, R15.3).
 
-Blobs are content-addressed and immutable, and keyed by tenant space (issue 25): a space
+Blobs are content-addressed and immutable, and keyed by tenant space: a space
 reads only the blobs it stored, and another space's hash is not found exactly like a hash
 nobody stored (one query by ``(space_id, sha256)`` for both). A record is read back with
 its content whole (inline or from its own space's blob) and whether its resource was
@@ -33,7 +33,7 @@ class StoredRecord:
     text: str | None
     resource_ref: str | None
     revoked: bool
-    retracted_by: str | None = None  # issue 15: the retraction's record id, if any
+    retracted_by: str | None = None  # the retraction's record id, if any
 
 
 @dataclass(frozen=True)

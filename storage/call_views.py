@@ -1,4 +1,4 @@
-"""Stored views of model calls (issue 28 item 4, R18, R4.2, migration 024): what a call
+"""Stored views of model calls (R18, R4.2, migration 024): what a call
 saw, written in the transaction that records the call (storage/model_calls.py), from the
 prepared context it was checked for and the provider request that was sent.
 

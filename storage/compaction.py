@@ -102,7 +102,7 @@ async def task_version(conn: asyncpg.Connection, session_id: str, through: int) 
     """User inputs and supplements up to the job's view watermark ``through``: the task
     state the job saw (R11.6). Input after the watermark is not a conflict — it is never
     covered, the current task is pinned, and it is rendered after the summary — so it no
-    longer discards a finished job (issue 10: jobs wasted after their model call)."""
+    longer discards a finished job (jobs wasted after their model call)."""
     # Main threads only: a child's task or supplement never fails the parent's commit.
     n = await conn.fetchval(
         "SELECT count(*)"

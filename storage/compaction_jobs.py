@@ -72,7 +72,7 @@ class CompactionJobs(Protocol):
         """Changes whenever a resource of the session is revoked or reactivated."""
 
     async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
-        """The frontier of the job's thread (issue 24): no summary restates its plan as it
+        """The frontier of the job's thread: no summary restates its plan as it
         is not (R11.4) nor its constraints (R11.5)."""
 
     async def inherited_view(

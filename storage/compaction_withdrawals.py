@@ -1,4 +1,4 @@
-"""Withdrawals as compaction sees them (R11.8, R15.3, issue 15): which covered records
+"""Withdrawals as compaction sees them (R11.8, R15.3): which covered records
 were withdrawn while a job ran, and the epoch that changes with every withdrawal."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ async def revoked_records(
     conn: asyncpg.Connection, session_id: str, ids: list[str], after: int = 0
 ) -> int:
     """How many of ``ids`` were withdrawn after the job's watermark ``after`` (a resource
-    revoked, or a record retracted, issue 15): a summary must not restate them. One at or
+    revoked, or a record retracted): a summary must not restate them. One at or
     before it is no conflict: the job read the record withdrawn and rebuilt from what is
-    still authorized (R11.8); counting it refused every later job (issue 28)."""
+    still authorized (R11.8); counting it refused every later job."""
     n = await conn.fetchval(
         "SELECT (SELECT count(*) FROM records r JOIN revoked_resources v"
         " ON v.session_id = r.session_id AND v.resource_id = r.resource_ref"
@@ -32,7 +32,7 @@ async def revoked_records(
 
 async def revocation_epoch(conn: asyncpg.Connection, session_id: str) -> str:
     """Changes whenever a resource of the session is revoked or reactivated, or a record
-    is retracted (issue 15) — as ``view_state``'s epoch does."""
+    is retracted — as ``view_state``'s epoch does."""
     return str(
         await conn.fetchval(
             "SELECT (SELECT count(*) || ':' || coalesce(max(revoked_sequence), 0)"

@@ -1,4 +1,4 @@
-"""Reads and the one writer of the processor's control decisions (issue 11): the facts a
+"""Reads and the one writer of the processor's control decisions: the facts a
 budget observation or a compaction outcome is decided on (``domain.compaction_control``,
 ``domain.compaction_outcome``), and ``apply_control`` that writes the decided effects.
 

@@ -1,4 +1,4 @@
-"""Reading a thread's execution frontier (issue 24): its current plan, the constraints in
+"""Reading a thread's execution frontier: its current plan, the constraints in
 force and the task version, folded by ``domain.frontier`` from their own records.
 
 Prepare reads it for every action context (R4.4) and the session processor at a summary
@@ -47,7 +47,7 @@ _SESSION_RULES = (
     "((r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
     " AND (r.run_id IS NULL OR r.run_id = $2 OR r.visibility IN ('session', 'actor')))"
 )
-# A constraint declared with a user input that was since retracted (issue 15) is withdrawn.
+# A constraint declared with a user input that was since retracted is withdrawn.
 _WITHDRAWN = (
     f"(r.kind = '{CONSTRAINT_SET}' AND EXISTS (SELECT 1 FROM records rx"
     " WHERE rx.session_id = r.session_id AND rx.kind = 'record_retracted'"
@@ -193,7 +193,7 @@ async def load_constraint_ids(
     states: dict[str, SessionState],
     operations: dict[str, set[tuple[str, str]]],
 ) -> None:
-    """The constraint ids ever set in each session whose batch retires one (issue 24),
+    """The constraint ids ever set in each session whose batch retires one,
     read under the sessions' locks, for planning to refuse retiring an unknown one."""
     sids = [sid for sid in states if any(k == RETIRED for _, k in operations.get(sid, ()))]
     if not sids:

@@ -49,8 +49,8 @@ async def load_states(
     await _load_runs_and_threads(conn, states, scopes)
     existing = await _load_known_keys(conn, states, present, keys)
     await _load_known_operations(conn, states, present, operations)
-    await retraction.load_targets(conn, states, operations)  # issue 15
-    await frontier.load_constraint_ids(conn, states, operations)  # issue 24
+    await retraction.load_targets(conn, states, operations)
+    await frontier.load_constraint_ids(conn, states, operations)
     return states, existing
 
 
@@ -327,7 +327,7 @@ async def blob_tokens(
     conn: asyncpg.Connection, refs: list[tuple[str, str]]
 ) -> dict[tuple[str, str], tuple[int, str, int]]:
     """(space_id, sha256) -> (token_count, token_method, length) of the blobs among
-    ``refs`` that their space stored (issue 25: another space's hash is absent, found by
+    ``refs`` that their space stored (another space's hash is absent, found by
     the same key lookup as a hash nobody stored)."""
     rows = await conn.fetch(
         "SELECT b.space_id, b.sha256, b.token_count, b.token_method, b.length FROM blobs b"
@@ -349,7 +349,7 @@ _INVISIBLE = frozenset(
         "run_resumed",
         "run_finished",
         "record_retracted",
-        "plan_updated",  # issue 24: rendered as the frontier's blocks, not as history
+        "plan_updated",  # rendered as the frontier's blocks, not as history
         "constraint_set",
         "constraint_retired",
     }

@@ -1,4 +1,4 @@
-"""Prepared contexts held for the gateway's final check (R10.5, issue 13): stored so that
+"""Prepared contexts held for the gateway's final check (R10.5): stored so that
 any Prepare instance can check a call for a context another instance prepared.
 
 The body is opaque here (the service owns its wire mapping, services/prepare/prepared.py).

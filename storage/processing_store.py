@@ -1,4 +1,4 @@
-"""The session processor's port to PostgreSQL (``ProcessingStore``, issue 11) and its
+"""The session processor's port to PostgreSQL (``ProcessingStore``) and its
 adapter over asyncpg. The processor's orchestration depends only on the port, so unit
 tests run it on an in-memory fake (``tests/unit/fakes/processor.py``)."""
 
@@ -24,7 +24,7 @@ from storage.view_state import ViewState
 
 
 class ProcessingStore(Protocol):
-    """The session processor's port to PostgreSQL, one connection (issue 11): what a batch
+    """The session processor's port to PostgreSQL, one connection: what a batch
     reads and writes, in a transaction the processor opens. A nested ``transaction`` is
     a savepoint: what fails in it is undone alone."""
 
@@ -85,7 +85,7 @@ class ProcessingStore(Protocol):
     async def frontier_versions(
         self, session_id: str, lineage: str, run_id: str, instance_id: str
     ) -> tuple[int, int]:
-        """R11.6 (issue 24): the plan and constraint versions a job starting now depends on."""
+        """R11.6: the plan and constraint versions a job starting now depends on."""
 
     async def outcome_inputs(self, ev: ControlEvent, out: CompactionOutcome) -> OutcomeInputs:
         """The job of an outcome and, while it is in flight, what its commit depends on."""

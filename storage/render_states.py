@@ -1,4 +1,4 @@
-"""Stored thread render states (issue 13: cold prepare): bytes from
+"""Stored thread render states (cold prepare): bytes from
 ``domain.render_state``, one row per thread, so any Prepare instance continues a view
 from where the last one stored it instead of rendering the whole history again."""
 

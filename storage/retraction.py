@@ -1,4 +1,4 @@
-"""Retractions in storage (issue 15): what the processor needs to plan one, and the SQL
+"""Retractions in storage: what the processor needs to plan one, and the SQL
 fragments views, read-back and the view epoch share.
 
 A retraction is a record of kind ``record_retracted`` whose ``operation_id`` is its

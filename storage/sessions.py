@@ -25,7 +25,7 @@ class SessionRow:
     user_turns: int
     model_steps: int
     last_sequence: int
-    # The id its opener chose, unique in its space (issue 25); ``session_id`` is the
+    # The id its opener chose, unique in its space; ``session_id`` is the
     # global key, the same unless another space had taken the name first.
     session_name: str | None = None
 

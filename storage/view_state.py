@@ -1,4 +1,4 @@
-"""One read of a thread's compaction view (issue 11): the counters of the view, the summary
+"""One read of a thread's compaction view: the counters of the view, the summary
 it may reuse and that summary's baseline, the job in flight and the revocation epoch.
 
 The processor's trigger checks and Prepare read the same facts; this module is the one
@@ -173,7 +173,7 @@ async def _main_row(
         "   AND x.started_sequence > $2 AND x.run_id <> $3) AS later,"
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
         "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
-        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"  # issue 15
+        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
         # The committed summaries of the chain, newest first (one round trip).
         f" ARRAY({_CHAIN} SELECT summary_id FROM chain WHERE status = 'committed'"
         "  ORDER BY depth) AS chain,"
@@ -215,7 +215,7 @@ async def _child_view(
         "  AS status,"
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
         "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
-        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"  # issue 15
+        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
         # R13.1/R8.3: a child thread counts on its own — its tasks and its valid steps.
         " (SELECT count(*) FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
         "  AND kind = 'user_input') AS turns,"

@@ -1,4 +1,4 @@
-"""The processor's first step, *decode* (issue 11): bytes to validated, token-counted
+"""The processor's first step, *decode*: bytes to validated, token-counted
 items in offset order. What cannot be decoded, validated or counted is dead-lettered here,
 before any SQL (R3.3, R15.3) — no record stops the partition."""
 
@@ -133,7 +133,7 @@ class Admission:
         decoded: list[tuple[RawMessage, ContextEvent, dict[str, Any]]],
         dead: list[DeadLetter],
     ) -> list[Incoming]:
-        # Issue 25: a reference resolves only among its own space's blobs.
+        # A reference resolves only among its own space's blobs.
         refs = [(ev.scope.space_id, ev.content.ref) for _, ev, _ in decoded if ev.content.ref]
         blobs = await store.blob_tokens(refs) if refs else {}
         out: list[Incoming] = []

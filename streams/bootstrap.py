@@ -127,7 +127,7 @@ def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
 
 
 def with_instance_id(settings: Settings) -> Settings:
-    """Settings with this process's unique, restart-stable instance id (issue 13)."""
+    """Settings with this process's unique, restart-stable instance id."""
     claimed = claim_instance_id(
         "processor", Path(settings.state_dir), settings.processor_instance_id
     )

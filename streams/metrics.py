@@ -1,4 +1,4 @@
-"""Prometheus metrics of the session processor (SPEC R18, issue 12), served on
+"""Prometheus metrics of the session processor (SPEC R18), served on
 ``ALC_METRICS_PORT`` when set.
 
 The families every consumer process shares (dead letters, consumer lag, batch size) are

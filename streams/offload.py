@@ -1,4 +1,4 @@
-"""The faust driver's processor in a child process (issue 13, ``ALC_PROCESSOR_OFFLOAD``).
+"""The faust driver's processor in a child process (``ALC_PROCESSOR_OFFLOAD``).
 
 Why: faust's per-event stream machinery costs about as much CPU as everything our
 processor does per event, and both ran on one event loop, so one core bounded the faust

@@ -1,7 +1,7 @@
 """The producer's key → partition mapping, cached.
 
 aiokafka's ``DefaultPartitioner`` hashes every key with a pure-Python murmur2: ~10 µs a
-message, 4-5 % of the processor's and the SDK's CPU in the ingest profile (issue 13).
+message, 4-5 % of the processor's and the SDK's CPU in the ingest profile.
 Keys are session ids, few beside the number of events, so the hash is computed once per
 key. The mapping is exactly Kafka's (murmur2, positive, modulo the partition count), so
 the Java clients, faust and this one agree on where a session lives (single writer).

@@ -1,4 +1,4 @@
-"""Traces (issue 12, R18): OpenTelemetry spans from the SDK's append through the
+"""Traces (R18): OpenTelemetry spans from the SDK's append through the
 processor's commit to Prepare's answer, in one trace.
 
 The W3C trace context (``traceparent``/``tracestate``) rides along with the event: in
