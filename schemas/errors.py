@@ -137,7 +137,47 @@ class NotCommittedYet(ContextError):
     http_status = 503
 
 
-class StorageUnavailable(ContextError):
-    code = "storage_unavailable"
+class TransientError(ContextError):
+    """Infrastructure that comes back (a lost connection, a database shutting down, a
+    deadlock a second attempt resolves): retried with backoff and never counted against
+    a record or a request; a retriable 503 to an HTTP caller (``streams/faults.py``)."""
+
+    code = "transient_error"
     retriable = True
     http_status = 503
+
+
+class StorageUnavailable(TransientError):
+    code = "storage_unavailable"
+
+
+class StorageConflict(TransientError):
+    """PostgreSQL rolled the transaction back (serialization failure, deadlock)."""
+
+    code = "storage_conflict"
+
+
+class BusUnavailable(TransientError):
+    code = "bus_unavailable"
+
+
+class DriverRejected(ContextError):
+    """The database or the broker refused an operation for good: a bug of ours or data
+    validation let through. Not retried; an HTTP caller gets ``internal_error``."""
+
+    code = "driver_rejected"
+
+
+class StorageRejected(DriverRejected):
+    """PostgreSQL refused a statement; ``sqlstate`` says why (None: refused by the client
+    library before it was sent)."""
+
+    code = "storage_rejected"
+
+    def __init__(self, message: str, *, sqlstate: str | None = None, **details: Any) -> None:
+        super().__init__(message, sqlstate=sqlstate, **details)
+        self.sqlstate = sqlstate
+
+
+class BusRejected(DriverRejected):
+    code = "bus_rejected"

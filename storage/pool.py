@@ -1,13 +1,20 @@
-"""asyncpg pool creation: JSON codecs registered once per connection."""
+"""asyncpg pool creation: JSON codecs registered once per connection, and the storage's
+error boundary: a pooled connection's queries (and so its transactions' commits and
+rollbacks) raise our errors (``storage.errors.pg_error``), the driver's as their cause."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
 import asyncpg
 import orjson
 
 from schemas.errors import StorageUnavailable
+from storage.errors import DRIVER_ERRORS, pg_error
+
+# What a query on a pooled connection may raise untranslated by the driver: its own
+# errors and a socket's (an OSError; TimeoutError is one).
+_TRANSLATED: tuple[type[Exception], ...] = (*DRIVER_ERRORS, OSError)
 
 
 def _encode_jsonb(value: Any) -> bytes:
@@ -26,11 +33,59 @@ async def _init(conn: asyncpg.Connection) -> None:
     )
 
 
+def _raise_ours(exc: BaseException) -> NoReturn:
+    raise (pg_error(exc) or StorageUnavailable(f"database unreachable: {exc!r}")) from exc
+
+
 class _Connection(asyncpg.Connection):  # type: ignore[misc]
     def get_reset_query(self) -> str:
         # We keep no session state on pooled connections (LISTEN uses its own
         # connection), so skip the RESET ALL round trip on every release.
         return ""
+
+    # The query methods storage calls; Transaction commits and rolls back through
+    # ``execute``, so a serialization failure at COMMIT is translated too.
+    async def execute(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return await super().execute(*args, **kw)
+        except _TRANSLATED as exc:
+            _raise_ours(exc)
+
+    async def executemany(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return await super().executemany(*args, **kw)
+        except _TRANSLATED as exc:
+            _raise_ours(exc)
+
+    async def fetch(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return await super().fetch(*args, **kw)
+        except _TRANSLATED as exc:
+            _raise_ours(exc)
+
+    async def fetchrow(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return await super().fetchrow(*args, **kw)
+        except _TRANSLATED as exc:
+            _raise_ours(exc)
+
+    async def fetchval(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return await super().fetchval(*args, **kw)
+        except _TRANSLATED as exc:
+            _raise_ours(exc)
+
+    async def fetchmany(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return await super().fetchmany(*args, **kw)
+        except _TRANSLATED as exc:
+            _raise_ours(exc)
+
+    async def copy_records_to_table(self, *args: Any, **kw: Any) -> Any:
+        try:
+            return await super().copy_records_to_table(*args, **kw)
+        except _TRANSLATED as exc:
+            _raise_ours(exc)
 
 
 async def create_pool(dsn: str, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:

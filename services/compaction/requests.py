@@ -1,7 +1,8 @@
 """One compaction request, from its bytes to its published outcome, so that no request
 stalls its partition (R15.3). An unreadable request is dead-lettered; one that keeps
-making the worker raise is quarantined; transient infrastructure errors are retried and,
-if they outlive their retries, the process exits uncommitted (the request is redelivered
+making the worker raise is quarantined; transient infrastructure errors (as
+``streams.faults`` classifies them: a deadlock too) are retried, never counted, and if
+they outlive their retries the process exits uncommitted (the request is redelivered
 after the restart). Requests run concurrently (``dispatch``, ``consume``)."""
 
 from __future__ import annotations
@@ -9,22 +10,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
-import asyncpg
 from aiokafka import ConsumerRecord
-from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
-from tenacity import (
-    AsyncRetrying,
-    before_sleep_log,
-    retry_if_exception,
-    stop_after_delay,
-    wait_exponential,
-)
 
 from schemas.errors import InvalidEvent
 from schemas.wire import (
@@ -38,6 +29,7 @@ from schemas.wire import (
 from services import metrics
 from services.compaction.outcomes import outcome_event
 from storage.compaction_jobs import CompactionJobs, SavedOperation
+from streams.faults import is_transient, retry_transient
 from streams.publish import Publisher
 
 log = logging.getLogger("agentloom.compaction")
@@ -56,25 +48,6 @@ class LoopConfig:
     topic_dead_letter: str
     max_failures: int
     transient_retry_s: float
-
-
-def transient(exc: BaseException) -> bool:
-    """Infrastructure that will come back (database or broker connection loss, timeouts):
-    retried with backoff, never counted against the request."""
-    if isinstance(exc, KafkaError):
-        return bool(exc.retriable) or isinstance(exc, KafkaConnectionError | KafkaTimeoutError)
-    return isinstance(
-        exc,
-        ConnectionError  # refused, reset, broken pipe
-        | socket.gaierror
-        | TimeoutError
-        | asyncpg.PostgresConnectionError
-        | asyncpg.exceptions.OperatorInterventionError
-        | asyncpg.TooManyConnectionsError
-        # A pooled connection broken mid-operation by a server restart ("cannot switch
-        # to state ..."): the soak's PostgreSQL restart made the service exit on it.
-        | asyncpg.InternalClientError,
-    )
 
 
 class RequestLoop:
@@ -96,17 +69,7 @@ class RequestLoop:
         self.config = config
 
     async def _retry(self, fn: Callable[[], Awaitable[_T]]) -> _T:
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(transient),
-            wait=wait_exponential(multiplier=0.2, max=10),
-            stop=stop_after_delay(self.config.transient_retry_s),
-            before_sleep=before_sleep_log(log, logging.WARNING),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                return await fn()
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+        return await retry_transient(fn, self.config.transient_retry_s)
 
     async def consume(self, m: ConsumerRecord[bytes, bytes]) -> None:
         try:
@@ -141,7 +104,7 @@ class RequestLoop:
                 await self._retry(lambda: self.worker.handle(req))
                 return
             except Exception as exc:
-                if transient(exc):
+                if is_transient(exc):
                     raise
                 failures += 1
                 log.exception(

@@ -13,9 +13,7 @@ import email.message
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import asyncpg
 import orjson
-from aiokafka.errors import KafkaError
 from fastapi import FastAPI, Request, params
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
@@ -24,9 +22,10 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from schemas.errors import ContextError, InvalidRequest, StorageUnavailable
+from schemas.errors import ContextError, InvalidRequest
 from schemas.limits import UNSTORABLE
 from services.prepare.fields import json_path
+from streams.faults import DRIVER_ERRORS, http_answer
 
 
 class PayloadTooLarge(ContextError):
@@ -44,12 +43,6 @@ class InternalError(ContextError):
 
     code = "internal_error"
     http_status = 500
-
-
-class BusUnavailable(ContextError):
-    code = "bus_unavailable"
-    retriable = True
-    http_status = 503
 
 
 class HttpError(ContextError):
@@ -205,9 +198,19 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ContextError)
-    async def _context_error(_: Request, exc: ContextError) -> Response:
-        return error_response(exc)
+    async def _ours(_: Request, exc: Exception) -> Response:
+        # The fault policy's answer (streams.faults.http_answer): our errors as they are,
+        # a database, broker or socket error that reached a route untranslated as ours
+        # (lost infrastructure: a retriable 503); a refusal of the database or the
+        # broker is a bug of ours, re-raised for ErrorShield's logged 500.
+        answer = http_answer(exc)
+        if answer is None:
+            raise exc
+        return error_response(answer)
+
+    handled: tuple[type[Exception], ...] = (ContextError, *DRIVER_ERRORS)
+    for error in handled:
+        app.add_exception_handler(error, _ours)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> Response:
@@ -223,18 +226,3 @@ def install_error_handlers(app: FastAPI) -> None:
         if exc.status_code == 404 and message == "Not Found":
             message = f"no route {_printable(request.url.path)}"
         return error_response(HttpError(exc.status_code, message), dict(exc.headers or {}))
-
-    # Infrastructure loss is not the caller's fault and not a bug: retriable 503s.
-    @app.exception_handler(asyncpg.PostgresConnectionError)
-    @app.exception_handler(asyncpg.exceptions.OperatorInterventionError)  # shutdown, starting
-    @app.exception_handler(asyncpg.InterfaceError)
-    # A pooled connection broken by a server restart mid-operation ("cannot switch to
-    # state ..."; seen in the soak's PostgreSQL restart): retriable, like a lost one.
-    @app.exception_handler(asyncpg.InternalClientError)
-    @app.exception_handler(ConnectionError)
-    async def _storage_lost(_: Request, exc: Exception) -> Response:
-        return error_response(StorageUnavailable(f"database unavailable: {type(exc).__name__}"))
-
-    @app.exception_handler(KafkaError)
-    async def _bus_lost(_: Request, exc: Exception) -> Response:
-        return error_response(BusUnavailable(f"broker unavailable: {type(exc).__name__}"))

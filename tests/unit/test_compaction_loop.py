@@ -18,8 +18,9 @@ from schemas.wire import (
     encode_compaction_request,
 )
 from services.compaction import bootstrap
-from services.compaction.requests import RequestLoop, transient
+from services.compaction.requests import RequestLoop
 from services.compaction.scripted import ScriptedSummarizer
+from streams.faults import is_transient
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher
 
@@ -139,9 +140,9 @@ async def test_the_composed_service_turns_a_request_into_a_published_outcome() -
 def test_transient_means_infrastructure_only() -> None:
     from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError
 
-    assert transient(asyncpg.ConnectionDoesNotExistError("x"))
-    assert transient(asyncpg.CannotConnectNowError("x"))
-    assert transient(ConnectionRefusedError()) and transient(TimeoutError())
-    assert transient(KafkaConnectionError()) and transient(KafkaTimeoutError())
-    assert not transient(KeyError("x")) and not transient(ValueError())
-    assert not transient(asyncpg.UniqueViolationError("x"))
+    assert is_transient(asyncpg.ConnectionDoesNotExistError("x"))
+    assert is_transient(asyncpg.CannotConnectNowError("x"))
+    assert is_transient(ConnectionRefusedError()) and is_transient(TimeoutError())
+    assert is_transient(KafkaConnectionError()) and is_transient(KafkaTimeoutError())
+    assert not is_transient(KeyError("x")) and not is_transient(ValueError())
+    assert not is_transient(asyncpg.UniqueViolationError("x"))
