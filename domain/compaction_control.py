@@ -13,12 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.compaction_gain import NO_GAIN
 from domain.policy import CompactionPolicy
+from domain.pricing import ModelPrices
 from domain.triggers import (
     REBUILD_NOTE,
     REBUILD_STARTED,
     CompactionState,
     Counters,
+    GainCheck,
     LastAttempt,
     Observation,
     TriggerDecision,
@@ -65,6 +68,10 @@ class ObservationInputs:
     counters: Counters  # R2.6: counters of this run's view
     baseline: Counters  # R2.7: the baseline of the summary this view may reuse
     summary_id: str | None  # that summary
+    # Issue 27: a ratio-triggered job must pay for itself. The model profile's prices
+    # (None: priced in tokens); ``gain_check`` False keeps the thresholds alone.
+    prices: ModelPrices | None = None
+    gain_check: bool = True
 
 
 @dataclass(frozen=True)
@@ -162,6 +169,7 @@ def judge_observation(inp: ObservationInputs, now_ms: int) -> ObservationVerdict
             obs.compressible_tokens,
             obs.fingerprint,
         ),
+        GainCheck(obs.fixed_overhead, inp.prices) if inp.gain_check else None,
     )
     return ObservationVerdict(decision, None if cleared else inp.state.active_job_id, expiry)
 
@@ -268,7 +276,7 @@ def observation_effects(
 def _no_job_kind(reason: str | None) -> str:
     if reason == "below_thresholds":
         return "none"
-    return "deferred" if reason == "nothing_compressible" else "suppressed"
+    return "deferred" if reason in ("nothing_compressible", NO_GAIN) else "suppressed"
 
 
 def _attempt_of(inp: ObservationInputs, starts: TriggerDecision | None = None) -> LastAttempt:

@@ -6,6 +6,11 @@ suppressed, with a reason — R9.4). Thresholds are exact integers: ``context_ra
 of an InputBudget of 100,000 fires at 80,000 and not at 79,999 (R7.8). An estimate over
 the hard budget always fires (``hard_budget``), whichever triggers are enabled (R9.7).
 ``job_expired`` decides when a job in flight is given up (R15.3).
+
+With a ``GainCheck`` (issue 27), a job started by the ratio trigger alone that is not
+forced by the hard budget must pay for itself (``domain.compaction_gain``): otherwise no
+job, reason ``no_gain`` (a deferral). The turn triggers are a cadence the policy asks
+for and run as configured; a job forced by the hard budget always runs.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from domain.compaction_gain import NO_GAIN, GainInputs, estimate_gain
 from domain.policy import CompactionPolicy
+from domain.pricing import ModelPrices
 
 
 @dataclass(frozen=True)
@@ -83,6 +90,16 @@ class TriggerDecision:
     notes: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True)
+class GainCheck:
+    """What the gain estimate needs beyond the observation: the view's fixed overhead
+    (what precedes the summary, kept in the cache) and the model's prices (None: priced
+    in tokens, ``domain.compaction_gain.TOKEN_RATES``)."""
+
+    fixed_overhead: int
+    prices: ModelPrices | None = None
+
+
 REBUILD_DUE = "due"  # LastAttempt.rebuild: one rebuilt job may start
 REBUILD_STARTED = "started"  # the attempt is the rebuilt job
 REBUILD_NOTE = "rebuild_after_conflict"
@@ -100,6 +117,36 @@ def job_expired(requested_at_ms: int, timeout_s: float, now_ms: int) -> bool:
 
 
 def evaluate_triggers(
+    state: CompactionState,
+    policy: CompactionPolicy,
+    obs: Observation,
+    gain: GainCheck | None = None,
+) -> TriggerDecision:
+    decision = _evaluate(state, policy, obs)
+    if gain is None or not decision.start_job or set(decision.fired) != {"context_ratio"}:
+        return decision
+    since = state.since_success
+    est = estimate_gain(
+        policy,
+        GainInputs(
+            obs.estimated_input,
+            obs.input_budget,
+            gain.fixed_overhead,
+            obs.compressible_tokens,
+            since.user_turns,
+            since.model_steps,
+        ),
+        gain.prices,
+    )
+    # values >= thresholds reads as elsewhere: what it saves against what it costs.
+    values = {**decision.values, "gain_saved": float(est.saved)}
+    thresholds = {**decision.thresholds, "gain_saved": float(est.cost)}
+    if est.pays:
+        return TriggerDecision(True, decision.fired, values, thresholds, notes=decision.notes)
+    return TriggerDecision(False, decision.fired, values, thresholds, NO_GAIN)
+
+
+def _evaluate(
     state: CompactionState, policy: CompactionPolicy, obs: Observation
 ) -> TriggerDecision:
     since = state.since_success

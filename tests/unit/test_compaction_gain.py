@@ -1,0 +1,172 @@
+"""A ratio-triggered compaction must pay for itself (issue 27, ``domain.compaction_gain``):
+the exact boundary, the hard budget never blocked, the stable ``no_gain`` deferral."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from domain.budget import ModelProfile
+from domain.compaction_control import (
+    JobStart,
+    LockedState,
+    ObservationInputs,
+    judge_observation,
+    observation_effects,
+)
+from domain.compaction_gain import (
+    NO_GAIN,
+    TOKEN_RATES,
+    GainInputs,
+    Rates,
+    estimate_gain,
+    project,
+    rates_of,
+)
+from domain.policy import CompactionPolicy, ContextPolicy, effective_policy
+from domain.pricing import ModelPrices
+from domain.triggers import CompactionState, Counters, GainCheck, Observation, evaluate_triggers
+from schemas.wire import BudgetObservation, ControlEvent
+
+BUDGET = 10_000
+RATIO = CompactionPolicy()  # context_ratio 0.8 (fires at 8,000), summary_max_ratio 0.15
+NOW = 1_700_000_000_000
+# At 8,000 of 10,000 with 3,800 compressible tokens over 57 model steps:
+#   summary = min(3,800, 1,500) = 1,500; after = 8,000 - 3,800 + 1,500 = 5,700
+#   growth = ceil(3,800 / 57) = 67 per call; calls = (8,000 - 5,700) // 67 = 34
+#   saved = 34 * (8,000 - 5,700) * 100 = 7,820,000
+#   cost = 3,800 * 1,000 + 1,500 * 1,000 + (5,700 - fixed) * 900
+# so with a fixed overhead of 2,900 the cost is exactly 7,820,000 too.
+BOUNDARY_FIXED = 2_900
+
+
+def gain(fixed: int, estimated: int = 8_000, compressible: int = 3_800) -> GainInputs:
+    return GainInputs(estimated, BUDGET, fixed, compressible, 28, 57)
+
+
+def decide(
+    fixed: int, estimated: int = 8_000, policy: CompactionPolicy = RATIO, turns: int = 28
+) -> tuple[bool, str | None]:
+    d = evaluate_triggers(
+        CompactionState(totals=Counters(turns, 57)),
+        policy,
+        Observation(estimated, BUDGET, 500, 3_800, "fp"),
+        GainCheck(fixed),
+    )
+    return d.start_job, d.reason
+
+
+@pytest.mark.spec("R9.4")
+def test_saved_equal_to_cost_pays_one_token_more_cost_does_not() -> None:
+    at = estimate_gain(RATIO, gain(BOUNDARY_FIXED), None)
+    assert (at.saved, at.cost, at.after, at.growth, at.calls) == (
+        7_820_000,
+        7_820_000,
+        5_700,
+        67,
+        34,
+    )
+    assert not at.forced and at.pays
+    below = estimate_gain(RATIO, gain(BOUNDARY_FIXED - 1), None)
+    assert below.cost == below.saved + 900 and not below.pays
+    assert estimate_gain(RATIO, gain(BOUNDARY_FIXED + 1), None).pays
+
+
+@pytest.mark.spec("R9.4")
+def test_a_job_that_does_not_pay_is_deferred_with_reason_no_gain() -> None:
+    assert decide(BOUNDARY_FIXED) == (True, None)
+    assert decide(BOUNDARY_FIXED - 1) == (False, NO_GAIN)
+    assert NO_GAIN == "no_gain"
+    d = evaluate_triggers(
+        CompactionState(totals=Counters(28, 57)),
+        RATIO,
+        Observation(8_000, BUDGET, 500, 3_800, "fp"),
+        GainCheck(BOUNDARY_FIXED - 1),
+    )
+    assert d.fired == ("context_ratio",)
+    assert d.values["gain_saved"] == 7_820_000 and d.thresholds["gain_saved"] == 7_820_900
+
+
+def test_without_a_gain_check_the_thresholds_alone_decide() -> None:
+    d = evaluate_triggers(
+        CompactionState(totals=Counters(28, 57)),
+        RATIO,
+        Observation(8_000, BUDGET, 500, 3_800, "fp"),
+    )
+    assert d.start_job and "gain_saved" not in d.values
+
+
+@pytest.mark.spec("R9.7")
+def test_the_hard_budget_is_never_blocked_by_no_gain() -> None:
+    # Over the hard budget: forced, with the ratio trigger on or off.
+    assert decide(0, estimated=BUDGET + 1) == (True, None)
+    assert decide(0, estimated=BUDGET + 1, policy=replace(RATIO, context_ratio=None)) == (
+        True,
+        None,
+    )
+    # Fewer than two calls of growth (2 * 67) left below it: forced as well.
+    assert estimate_gain(RATIO, gain(0, estimated=BUDGET - 133), None).forced
+    assert not estimate_gain(RATIO, gain(0, estimated=BUDGET - 134), None).forced
+
+
+def test_a_turn_trigger_runs_as_configured() -> None:
+    turns = replace(RATIO, user_turns=3)
+    assert decide(0, policy=turns) == (True, None)  # user_turns fired as well
+
+
+def test_prices_become_exact_integer_rates() -> None:
+    prices = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
+    assert rates_of(prices) == Rates(input=3000, cached=300, write=3750, output=15000)
+    assert rates_of(ModelPrices(input=0.1, output=0.4)) == Rates(100, 100, 100, 400)
+    assert rates_of(None) == TOKEN_RATES == Rates(1000, 100, 1000, 1000)
+
+
+def _inputs(fixed: int) -> ObservationInputs:
+    o = BudgetObservation(8_000, BUDGET, 500, fixed, 3_800, 7, None, "fp", "pol-1")
+    return ObservationInputs(
+        ControlEvent("obs-1", "s1", "run-1", "main", NOW, o),
+        o,
+        "main",
+        RATIO,
+        "pol-1",
+        LockedState(None, None),
+        None,
+        Counters(28, 57),
+        Counters(0, 0),
+        None,
+    )
+
+
+@pytest.mark.spec("R9.4")
+def test_no_gain_is_a_deferral_in_the_state_report_and_trigger_note() -> None:
+    inp = _inputs(BOUNDARY_FIXED - 1)
+    verdict = judge_observation(inp, NOW)
+    fx = observation_effects(inp, verdict, None, NOW)
+    assert fx.request is None and fx.report is not None
+    assert (fx.report.kind, fx.report.reason) == ("deferred", "no_gain")
+    assert fx.state["deferral_reason"] == "no_gain"
+    assert fx.state["last_attempt"].fingerprint == "fp"
+    (note,) = fx.notes
+    assert (note.decision, note.reason) == ("deferred", "no_gain")
+    # The same observation with the gain check off starts the job.
+    off = replace(inp, gain_check=False)
+    started = observation_effects(off, judge_observation(off, NOW), JobStart("cmp_1", 1), NOW)
+    assert started.request is not None
+    assert started.request.target_tokens == 6_000  # target_context_ratio 0.6 of 10,000
+
+
+def test_the_projection_of_the_default_policy() -> None:
+    profile = ModelProfile("m", 16_384, 2_048, 512)
+    policy: ContextPolicy = effective_policy({})[0]
+    prices = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
+    p = project(policy, profile, prices)
+    assert 0.9 <= p.cache_share < 1.0
+    assert p.calls_per_compaction > 1
+    # Faster growth: compactions come sooner, and a smaller share of each request is cached.
+    fast = project(policy, profile, prices, growth=1_000)
+    assert fast.calls_per_compaction < p.calls_per_compaction
+    assert fast.cache_share < p.cache_share
+    # Cheaper cached input makes a cheaper call.
+    cheap = project(policy, profile, replace(prices, cached_input=0.03))
+    assert cheap.cost_per_call < p.cost_per_call
