@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +33,12 @@ class Proc:
     popen: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default_factory=Path)
     starts: int = 0
+    # Each line of the output, as it reaches the log file, also goes here (``agentloom
+    # serve`` prints it prefixed with the name); None: the log file only.
+    echo: Callable[[str], None] | None = None
+    # Its own session (process group): a Ctrl-C at the terminal reaches only the parent,
+    # which stops the process with ``stop``.
+    own_group: bool = False
 
     def start(self, timeout: float = 90.0) -> None:
         """Start and wait for readiness: a log line, or a health URL answering 200."""
@@ -39,8 +47,21 @@ class Proc:
         self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
         with self.log_path.open("wb") as log:
             self.popen = subprocess.Popen(
-                self.argv, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd
+                self.argv,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.cwd,
+                start_new_session=self.own_group,
             )
+        if self.echo is not None:
+            follow = threading.Thread(
+                target=_follow,
+                args=(self.log_path, self.popen, self.echo),
+                name=f"follow-{self.name}",
+                daemon=True,
+            )
+            follow.start()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.popen.poll() is not None:
@@ -82,6 +103,26 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait(5)
+
+
+def _follow(path: Path, popen: subprocess.Popen[bytes], echo: Callable[[str], None]) -> None:
+    """Hand each complete line of ``path`` to ``echo`` as it is written, until the process
+    has exited and the file is read to its end (a last line without newline included)."""
+    pending = b""
+    with path.open("rb") as f:
+        while True:
+            chunk = f.read(65536)
+            if chunk:
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    echo(line.decode(errors="replace"))
+                continue
+            if popen.poll() is not None:  # what it wrote before exiting, then stop
+                for line in (pending + f.read()).splitlines():
+                    echo(line.decode(errors="replace"))
+                return
+            time.sleep(0.1)
 
 
 @dataclass

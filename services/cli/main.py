@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from services import keys_cli
-from services.cli import dlq_cmd, ops_cmd, policy_cmd, session_cmd
+from services.cli import dlq_cmd, ops_cmd, policy_cmd, serve_cmd, session_cmd
 
 app = typer.Typer(
     add_completion=False,
@@ -19,6 +19,7 @@ app.add_typer(dlq_cmd.app, name="dlq")
 app.add_typer(session_cmd.app, name="session")
 app.add_typer(keys_cli.app, name="keys")
 app.command()(ops_cmd.migrate)
+app.command(context_settings=serve_cmd.SETTINGS, add_help_option=False)(serve_cmd.serve)
 
 
 def main() -> None:
