@@ -190,7 +190,7 @@ def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
             "loc": [_printable(p) for p in e.get("loc", ())],
             "msg": _printable(e.get("msg", ""), 500),
             "type": e.get("type", ""),
-            # Issue 25: where in the body, as the policy's refusals name it.
+            # Where in the body, as the policy's refusals name it.
             "json_path": _printable(json_path(e.get("loc", ())), 500),
         }
         for e in exc.errors()[:50]
