@@ -68,10 +68,9 @@ class ObservationInputs:
     counters: Counters  # R2.6: counters of this run's view
     baseline: Counters  # R2.7: the baseline of the summary this view may reuse
     summary_id: str | None  # that summary
-    # Issue 27: a ratio-triggered job must pay for itself. The model profile's prices
-    # (None: priced in tokens); ``gain_check`` False keeps the thresholds alone.
+    # Issue 27: with the model profile's prices, a job the ratio trigger alone started
+    # must pay for itself (``domain.compaction_gain``); without, the thresholds decide.
     prices: ModelPrices | None = None
-    gain_check: bool = True
 
 
 @dataclass(frozen=True)
@@ -169,7 +168,7 @@ def judge_observation(inp: ObservationInputs, now_ms: int) -> ObservationVerdict
             obs.compressible_tokens,
             obs.fingerprint,
         ),
-        GainCheck(obs.fixed_overhead, inp.prices) if inp.gain_check else None,
+        None if inp.prices is None else GainCheck(obs.fixed_overhead, inp.prices),
     )
     return ObservationVerdict(decision, None if cleared else inp.state.active_job_id, expiry)
 

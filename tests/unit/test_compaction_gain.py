@@ -39,6 +39,8 @@ NOW = 1_700_000_000_000
 #   cost = 3,800 * 1,000 + 1,500 * 1,000 + (5,700 - fixed) * 900
 # so with a fixed overhead of 2,900 the cost is exactly 7,820,000 too.
 BOUNDARY_FIXED = 2_900
+# Token prices: rates 1,000 / 100 / 1,000 / 1,000 per token, as without prices.
+PER_TOKEN = ModelPrices(input=1.0, output=1.0, cached_input=0.1, cache_write=1.0)
 
 
 def gain(fixed: int, estimated: int = 8_000, compressible: int = 3_800) -> GainInputs:
@@ -119,7 +121,7 @@ def test_prices_become_exact_integer_rates() -> None:
     prices = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
     assert rates_of(prices) == Rates(input=3000, cached=300, write=3750, output=15000)
     assert rates_of(ModelPrices(input=0.1, output=0.4)) == Rates(100, 100, 100, 400)
-    assert rates_of(None) == TOKEN_RATES == Rates(1000, 100, 1000, 1000)
+    assert rates_of(None) == TOKEN_RATES == Rates(1000, 100, 1000, 1000) == rates_of(PER_TOKEN)
 
 
 def _inputs(fixed: int) -> ObservationInputs:
@@ -135,6 +137,7 @@ def _inputs(fixed: int) -> ObservationInputs:
         Counters(28, 57),
         Counters(0, 0),
         None,
+        PER_TOKEN,
     )
 
 
@@ -149,8 +152,8 @@ def test_no_gain_is_a_deferral_in_the_state_report_and_trigger_note() -> None:
     assert fx.state["last_attempt"].fingerprint == "fp"
     (note,) = fx.notes
     assert (note.decision, note.reason) == ("deferred", "no_gain")
-    # The same observation with the gain check off starts the job.
-    off = replace(inp, gain_check=False)
+    # Without prices (the profile has none) the thresholds alone decide: the job starts.
+    off = replace(inp, prices=None)
     started = observation_effects(off, judge_observation(off, NOW), JobStart("cmp_1", 1), NOW)
     assert started.request is not None
     assert started.request.target_tokens == 6_000  # target_context_ratio 0.6 of 10,000
