@@ -7,6 +7,7 @@ processor, by the compaction service (never counted toward quarantine) and a ret
 from __future__ import annotations
 
 import inspect
+import os
 import socket
 from typing import Any
 
@@ -209,14 +210,26 @@ async def test_the_processor_retries_a_deadlock_and_dead_letters_nothing() -> No
 
     store.write_records = deadlock_once  # type: ignore[method-assign]
     msgs = events("a", "b")
+    # The batch fails as a whole (not bisected into a record's fault) ...
+    with pytest.raises(pg.DeadlockDetectedError):
+        await proc.handle(msgs)
+    assert store.committed_keys() == []
+    # ... and the retry applies it, nothing isolated.
+    failures.append(DEADLOCK)
     result = await retry_transient(lambda: proc.handle(msgs), 5.0)
     assert (result.committed, result.isolated, result.dead_letters) == (2, 0, 0)
     assert store.committed_keys() == ["a", "b"]
-    assert failures == []  # it did fail once, and was not isolated for it
+    assert failures == []
 
 
 @pytest.mark.spec("R15.3")
-async def test_the_compaction_loop_retries_a_deadlock_without_counting_it() -> None:
+async def test_the_compaction_loop_retries_a_deadlock_without_counting_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def exit_(code: int) -> None:  # the loop exits when retries do not help: fail instead
+        raise AssertionError(f"the loop exited ({code})")
+
+    monkeypatch.setattr(os, "_exit", exit_)
     # Three failures quarantine (the loop's max_failures is 3): the two deadlocks must
     # not be counted, or the request would be quarantined on its fourth call.
     worker = FakeWorker([DEADLOCK, KeyError("a"), KeyError("b"), DEADLOCK])
