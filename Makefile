@@ -8,7 +8,7 @@ SOAK_SECONDS ?= 300
 export ALC_TOPIC_PARTITIONS ?= 4
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo test lint typecheck unit bench soak clean peer-tests test-scale
+.PHONY: help setup up down status demo serve test lint typecheck unit bench soak clean peer-tests test-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ down: ## Stop Kafka and PostgreSQL
 
 status: ## Show whether Kafka and PostgreSQL run
 	@bash deploy/stack.sh status
+
+serve: up ## Every service in the foreground (Prepare, processor, compaction, analytics, console), a dev key and the URLs; Ctrl-C stops them
+	@$(PY) -m services.cli serve --no-stack
 
 demo: up ## Main job: run every service and drive a 3-question agent session through them
 	@$(PY) -m devstack.demo
