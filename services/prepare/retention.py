@@ -15,6 +15,8 @@ from typing import Protocol
 
 import asyncpg
 
+from schemas.errors import ContextError
+
 log = logging.getLogger(__name__)
 
 
@@ -28,7 +30,7 @@ async def prune_forever(what: str, stored: Prunable, retention_s: float, every_s
             deleted = await stored.prune(retention_s)
             if deleted:
                 log.info("pruned %d %s older than %.0f s", deleted, what, retention_s)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ContextError) as exc:
             # The next round tries again: retention is a bound, not a deadline.
             log.warning("pruning %s failed: %s", what, exc)
         await asyncio.sleep(every_s)
