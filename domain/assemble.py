@@ -28,13 +28,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.active_skills import apply_policy, candidates
 from domain.budget import BudgetReport, Calibration, ModelProfile, make_report
 from domain.frontier import Frontier
 from domain.frontier_blocks import frontier_messages
-from domain.policy_sections import RetentionRules
+from domain.policy_sections import ActiveSkillPolicy, RetentionRules
 from domain.rendering import (
     Message,
-    SkillLoad,
     ThreadRenderer,
     skills_catalog_text,
     tool_schema_text,
@@ -152,12 +152,21 @@ class _Head:
             body[i] = shown
         return body
 
-    def active_skills(self, thread: ThreadRenderer, bindings: Sequence[Mapping[str, Any]]) -> None:
-        """R12.2, R12.3: each verified active skill's instruction, shown once."""
-        for name, load, why in _skills(thread, bindings):
+    def active_skills(
+        self,
+        thread: ThreadRenderer,
+        bindings: Sequence[Mapping[str, Any]],
+        policy: ActiveSkillPolicy | None,
+    ) -> None:
+        """R12.2, R12.3: each verified active skill the release's policy keeps active, its
+        instruction shown once (domain/active_skills.py)."""
+        kept, released = apply_policy(thread, candidates(thread, bindings), policy)
+        self.decisions.extend(released)
+        for c in kept:
+            name, load = c.name, c.load
             if load is None:
                 self.decisions.append(
-                    {"block_id": f"skill:{name}", "decision": "dropped", "reason": why}
+                    {"block_id": f"skill:{name}", "decision": "dropped", "reason": c.why}
                 )
             elif load.message_index is not None:
                 # First load: the real tool result shows the body — counted as a required
@@ -201,15 +210,16 @@ def assemble(
     calibration: Calibration | None = None,
     frontier: Frontier | None = None,
     retention: RetentionRules | None = None,
+    skills: ActiveSkillPolicy | None = None,
 ) -> Assembled:
-    """``retention``: the release's rules (None: the defaults), see domain/retention.py."""
+    """``retention``, ``skills``: the release's (see domain/retention.py, active_skills.py)."""
     ov = profile.message_overhead
-    head = _Head(count, ov)
+    head = _Head(count, ov, decisions=list(thread.transfer_notes))  # background left out
     head.system("instructions", "instruction", "instructions", instructions, "release_instructions")
     catalog = skills_catalog_text([dict(b) for b in skill_bindings])
     if catalog:
         head.system("skill_catalog", "skill_catalog", "skills", catalog, "bound_skills_catalog")
-    head.active_skills(thread, skill_bindings)
+    head.active_skills(thread, skill_bindings, skills)
     items, decisions = head.items, head.decisions
     table = classes(retention)
     body = head.body(thread, table)
@@ -290,39 +300,6 @@ def _material_messages(
                 "tokens": count(text) + overhead,
             }
         )
-    return out
-
-
-def _skills(
-    thread: ThreadRenderer, bindings: Sequence[Mapping[str, Any]]
-) -> list[tuple[str, SkillLoad | None, str]]:
-    """Verified active skills (R12.2): the host activated it, the binding of this release
-    names that revision (and hash, when the binding pins one), and a load result with
-    exactly that content exists. A tool result's own claim is never enough."""
-    by_name = {str(b["name"]): b for b in bindings}
-    out: list[tuple[str, SkillLoad | None, str]] = []
-    for name in sorted(thread.activations):
-        act = thread.activations[name]
-        if not act.active:
-            continue
-        b = by_name.get(name)
-        load = thread.skill_loads.get(act.content_hash)
-        why = ""
-        if act.authority != "host":
-            why = "activation_not_host_verified"
-        elif b is None:
-            why = "skill_not_bound_in_release"
-        elif str(b.get("version")) != act.version:
-            why = "revision_mismatch"
-        elif b.get("content_sha256") and b["content_sha256"] != act.content_hash:
-            why = "content_hash_mismatch"
-        elif load is None or load.name != name or load.revision != act.version:
-            why = "no_matching_load_result"
-        out.append((name, None if why else load, why))
-    # A load result that names a skill the host never activated is only a claim (R12.2):
-    # it stays an ordinary tool result, and the decision says why (R4.2).
-    claimed = {load.name for load in thread.skill_loads.values()} - set(thread.activations)
-    out.extend((name, None, "no_host_activation") for name in sorted(claimed))
     return out
 
 

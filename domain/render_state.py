@@ -33,6 +33,7 @@ import orjson
 import zstandard
 
 from domain.policy import LargeResultSettings
+from domain.policy_sections import ChildTransferPolicy
 from domain.record_view import OpenGroup
 from domain.rendering import (
     CountFn,
@@ -42,7 +43,7 @@ from domain.rendering import (
     ThreadRenderer,
 )
 
-FORMAT = 4
+FORMAT = 5  # what the head holds; the layout (magic) is unchanged
 _MAGIC = b"ALC-render-state/4\n"
 _PACKED = b"ALC-render-state/4+zstd\n"
 
@@ -58,10 +59,13 @@ def fingerprint(
     epoch: str,
     large: LargeResultSettings,
     counting: str,
+    transfer: ChildTransferPolicy | None = None,
 ) -> str:
     """Everything a view's rendering depends on besides its records: a stored state is
     used only under the same fingerprint."""
     parts = [FORMAT, message_overhead, summary_id, epoch, dataclasses.asdict(large), counting]
+    if transfer is not None:
+        parts.append(dataclasses.asdict(transfer))
     return orjson.dumps(parts, option=orjson.OPT_SORT_KEYS).decode()
 
 
@@ -154,6 +158,10 @@ def dump(rend: ThreadRenderer) -> bytes:
         "externalized": rend.externalized,
         "skill_loads": {k: dataclasses.astuple(v) for k, v in rend.skill_loads.items()},
         "activations": {k: dataclasses.astuple(v) for k, v in rend.activations.items()},
+        "skill_used": rend.skill_used,
+        "runs": rend.runs,
+        "transfer": dataclasses.asdict(rend.transfer) if rend.transfer else None,
+        "transfer_notes": rend.transfer_notes,
         "record_count": rend.record_count,
         "last_sequence": rend.last_sequence,
         "open": None
@@ -312,8 +320,14 @@ def _load(
     messages: list[dict[str, Any]] = _Unpickler(io.BytesIO(data[b:c])).load()
     if not isinstance(messages, list):
         raise TypeError("messages are not a list")
+    transfer = s.get("transfer")
     rend = ThreadRenderer(
-        count, s["overhead"], covered, s["summary_id"], LargeResultSettings(**s["large"])
+        count,
+        s["overhead"],
+        covered,
+        s["summary_id"],
+        LargeResultSettings(**s["large"]),
+        ChildTransferPolicy(**transfer) if transfer else None,
     )
     cut, lengths = sizes[2], s["lengths"]
     rend._records.defer(lambda: _unrecs(lazy, cut, lengths, messages))
@@ -324,6 +338,9 @@ def _load(
     rend.externalized = s["externalized"]
     rend.skill_loads = {k: SkillLoad(*v) for k, v in s["skill_loads"].items()}
     rend.activations = {k: SkillActivation(*v) for k, v in s["activations"].items()}
+    rend.skill_used = {k: (v[0], v[1]) for k, v in s.get("skill_used", {}).items()}
+    rend.runs = dict(s.get("runs", {}))
+    rend.transfer_notes = list(s.get("transfer_notes", []))
     rend.record_count = s["record_count"]
     rend.last_sequence = s["last_sequence"]
     grp = s["open"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from domain.active_skills import track as track_skill
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
 from domain.blocks import (
     KEPT_BECAUSE,
@@ -26,7 +27,9 @@ from domain.blocks import (
     skills_catalog_text,
     tool_schema_text,
 )
+from domain.child_transfer import choose_background, result_over_cap, result_view
 from domain.policy import LargeResultSettings
+from domain.policy_sections import ChildTransferPolicy
 from domain.record_view import (
     CountFn,
     DeferredRecords,
@@ -66,12 +69,14 @@ class ThreadRenderer:
         covered: frozenset[str] = frozenset(),
         summary_id: str | None = None,
         large: LargeResultSettings | None = None,
+        transfer: ChildTransferPolicy | None = None,
     ) -> None:
         self.count = count
         self.overhead = message_overhead
         self.covered = covered
         self.summary_id = summary_id
         self.large = large or LargeResultSettings()
+        self.transfer = transfer  # None: background and child results unlimited
         self.messages: list[Message] = []
         self.tokens: dict[str, int] = {}
         self.message_counts: dict[str, int] = {}
@@ -80,6 +85,9 @@ class ThreadRenderer:
         self.externalized: list[str] = []  # record ids shown as views (R10.3)
         self.skill_loads: dict[str, SkillLoad] = {}  # by content hash
         self.activations: dict[str, SkillActivation] = {}  # latest per skill name
+        self.skill_used: dict[str, tuple[int, int]] = {}  # last use: run number, sequence
+        self.runs: dict[str, int] = {}  # run id -> its number in this thread
+        self.transfer_notes: list[dict[str, Any]] = []  # background left out (R13.2)
         # Uncovered records, for compaction selection; those of a loaded state are built
         # on first read (issue 13: most prepares never read them).
         self._records = DeferredRecords()
@@ -126,12 +134,18 @@ class ThreadRenderer:
             self._framed(rec.token_count, content, rec.text),
         )
 
+    def add_background(self, records: list[RecordView]) -> None:
+        """R13.2: what the parent exported, within the release's limits (decisions kept)."""
+        kept, self.transfer_notes = choose_background(records, self.transfer)
+        for rec in kept:
+            self.add_material(rec)
+
     def feed(self, rec: RecordView, inherited: bool) -> None:
         if rec.session_sequence <= self.last_sequence:
             return  # already rendered: feeding is idempotent (R2.3)
         self.record_count += 1
         self.last_sequence = rec.session_sequence
-        self._track_skill(rec)
+        track_skill(self, rec)
         if rec.record_id in self.covered or rec.kind == RETRACTION:
             return
         self._records.append(rec)
@@ -160,32 +174,6 @@ class ThreadRenderer:
                 grp.deferred.append(rec)
             return
         self._emit_record(rec, inherited)
-
-    def _track_skill(self, rec: RecordView) -> None:
-        """Skill state is tracked for every record, summarized or not: after the load
-        group is summarized the assembler re-provides the body from it (R12.3)."""
-        p = rec.payload
-        if rec.kind == "tool_outcome" and isinstance(p.get("skill"), dict):
-            ref = p["skill"]
-            sha = rec.content_sha256 or ""
-            self.skill_loads[sha] = SkillLoad(
-                rec.record_id,
-                str(ref.get("name")),
-                str(ref.get("revision")),
-                sha,
-                rec.text,
-                rec.token_count,
-                None,
-            )
-        elif rec.kind == "resource_activation" and p.get("resource_kind") == "skill":
-            self.activations[str(p.get("resource_id"))] = SkillActivation(
-                str(p.get("resource_id")),
-                str(p.get("version")),
-                str(p.get("content_hash")),
-                rec.authority,
-                bool(p.get("active", True)),
-                rec.record_id,
-            )
 
     def seal_inherited(self) -> None:
         """End of the inherited history: an inherited open group closes as unknown."""
@@ -230,13 +218,7 @@ class ThreadRenderer:
         elif k == "tool_outcome":
             self._orphan_result(rec)
         elif k == "child_result":
-            content = f"[child task result — material]\n{rec.text}"
-            self._add(
-                {"role": "user", "content": content, "block": "material", "reason": "child_result"},
-                [rec],
-                "material",
-                self._framed(rec.token_count, content, rec.text),
-            )
+            self._child_result(rec)
         elif k == "resource_activation":
             p = rec.payload
             self._state_note(
@@ -247,6 +229,25 @@ class ThreadRenderer:
         elif k == "run_cancelled" and inherited:
             self._state_note(rec, f"[state: history] run {rec.run_id} was cancelled")
         # run_started / run_resumed / run_finished carry no model-visible content.
+
+    def _child_result(self, rec: RecordView) -> None:
+        """R13.2: a child's result is material for the parent; over the release's
+        ``max_result_tokens`` it is a view with a read-back reference."""
+        msg: Message = {"role": "user", "block": "material", "reason": "child_result"}
+        cap = self.transfer.max_result_tokens if self.transfer else None
+        if cap is not None and result_over_cap(rec, cap):
+            msg["content"] = result_view(rec, cap, self.large.preview_chars, self.count)
+            msg |= {
+                "decision": "externalized",
+                "reason": "child_result_over_max_result_tokens",
+                "content_ref": f"rec:{rec.record_id}",
+            }
+            tokens = self.count(msg["content"])
+            self.externalized.append(rec.record_id)
+        else:
+            msg["content"] = f"[child task result — material]\n{rec.text}"
+            tokens = self._framed(rec.token_count, msg["content"], rec.text)
+        self._add(msg, [rec], "material", tokens)
 
     def _orphan_result(self, rec: RecordView) -> None:
         """A result whose call is not in view: kept visible as state, not as a tool

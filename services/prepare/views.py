@@ -18,6 +18,7 @@ from collections import OrderedDict
 
 from domain import render_state
 from domain.policy import LargeResultSettings
+from domain.policy_sections import ChildTransferPolicy
 from domain.rendering import CountFn, ThreadRenderer
 from schemas.errors import NotFound
 from storage.render_states import RenderStates, StoredState
@@ -79,9 +80,11 @@ class ThreadViews:
         summary: SummaryView | None = None,
         epoch: str = "",
         large: LargeResultSettings | None = None,
+        transfer: ChildTransferPolicy | None = None,
     ) -> tuple[ThreadRenderer, Snapshot]:
         """``epoch`` changes when a resource of the session is revoked or reactivated:
-        rendered history may hold its content, so the view is rebuilt (R15.3)."""
+        rendered history may hold its content, so the view is rebuilt (R15.3).
+        ``transfer``: the release's child_transfer_policy (None: no limits, R13.2)."""
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -91,7 +94,12 @@ class ThreadViews:
                 self._views.move_to_end(key)  # in use: never the one evicted meanwhile
             summary_id = summary.summary_id if summary else None
             fp = render_state.fingerprint(
-                message_overhead, summary_id, epoch, large or LargeResultSettings(), self.counting
+                message_overhead,
+                summary_id,
+                epoch,
+                large or LargeResultSettings(),
+                self.counting,
+                transfer,
             )  # a state found under it was built with exactly these settings
             if (
                 rend is None
@@ -99,12 +107,15 @@ class ThreadViews:
                 or rend.summary_id != summary_id
                 or self._epochs.get(key) != epoch
                 or (large is not None and rend.large != large)
+                or (transfer is not None and rend.transfer != transfer)
             ):
                 # A new summary revision changes the view: rebuilt once (or continued from
                 # its stored state), then incremental.
                 rend = await self._restore(key, fp, summary)
                 if rend is None:
-                    rend = await self._rebuild(snap, instance_id, message_overhead, summary, large)
+                    rend = await self._rebuild(
+                        snap, instance_id, message_overhead, summary, large, transfer
+                    )
                 self._views[key] = rend
                 self._epochs[key] = epoch
             for rec in await self.threads.own(session_id, run_id, instance_id, rend.last_sequence):
@@ -118,7 +129,7 @@ class ThreadViews:
 
     def _fingerprint(self, rend: ThreadRenderer, epoch: str) -> str:
         return render_state.fingerprint(
-            rend.overhead, rend.summary_id, epoch, rend.large, self.counting
+            rend.overhead, rend.summary_id, epoch, rend.large, self.counting, rend.transfer
         )
 
     async def _restore(
@@ -178,6 +189,7 @@ class ThreadViews:
         message_overhead: int,
         summary: SummaryView | None,
         large: LargeResultSettings | None,
+        transfer: ChildTransferPolicy | None = None,
     ) -> ThreadRenderer:
         rend = ThreadRenderer(
             self.count,
@@ -185,12 +197,14 @@ class ThreadViews:
             summary.covered if summary else frozenset(),
             summary.summary_id if summary else None,
             large,
+            transfer,
         )
         if instance_id != snap.main_instance_id:
             # R13: a child sees only the background its parent exported (as material)
-            # and its own thread — no inherited history.
-            for rec in await self.threads.transferred(snap.session_id, snap.run_id, instance_id):
-                rend.add_material(rec)
+            # and its own thread — no inherited history — within the release's limits.
+            rend.add_background(
+                await self.threads.transferred(snap.session_id, snap.run_id, instance_id)
+            )
             if summary is not None:  # the child's own summary chain (R13.1)
                 rend.add_summary(summary.text, summary.tokens)
         else:
