@@ -12,6 +12,7 @@ from domain import render_state
 from domain.active_skills import apply_policy, candidates
 from domain.assemble import Assembled, assemble
 from domain.child_transfer import choose_background, result_view
+from domain.policy import ContextPolicy, effective_policy
 from domain.policy_sections import ActiveSkillPolicy, ChildTransferPolicy
 from domain.rendering import RecordView, ThreadRenderer
 from schemas.errors import ContextBudgetExceeded
@@ -280,3 +281,49 @@ def test_the_result_view_prefix_shrinks_until_it_fits_the_cap() -> None:
     for cap in (1, 7, 100):
         shown = result_view(rec, cap, 100_000, words).split("\n", 1)[1]
         assert words(shown) <= cap and rec.text.startswith(shown)
+
+
+# --- probes for tests/unit/test_policy_field_effects.py (DIRECT rows) --------------------
+
+
+def active_skills_probe(p: ContextPolicy) -> tuple[Any, ...]:
+    """What a prepare makes of two verified skills two runs apart (beta used two runs
+    ago, alpha now) under ``p.active_skill_policy``: the active ones and the released
+    ones, or the refusal of an oversized one."""
+    try:
+        a = build(runs_apart(2), p.active_skill_policy)
+    except ContextBudgetExceeded as exc:
+        return ("refused", exc.details["reason"])
+    return tuple(active(a)), tuple(sorted(released(a).items()))
+
+
+def child_transfer_probe(p: ContextPolicy) -> tuple[Any, ...]:
+    """A child's background (three records of 10, 30 and 5 tokens) and a 300-token child
+    result in the parent, under ``p.child_transfer_policy``."""
+    s = Recs()
+    recs = [s.user(filler(10)), s.user(filler(30)), s.user(filler(5))]
+    kept, left = choose_background(recs, p.child_transfer_policy)
+    t = ThreadRenderer(words, OV, transfer=p.child_transfer_policy)
+    t.feed(s.child(filler(300, "found")), inherited=False)
+    return (
+        tuple(r.record_id for r in kept),
+        tuple(d["reason"] for d in left),
+        tuple(t.externalized),
+    )
+
+
+@pytest.mark.parametrize(
+    ("probe", "changed"),
+    [
+        (active_skills_probe, {"active_skill_policy": {"max_active_skills": 1}}),
+        (active_skills_probe, {"active_skill_policy": {"max_instruction_tokens": 10}}),
+        (active_skills_probe, {"active_skill_policy": {"idle_runs_before_release": 1}}),
+        (child_transfer_probe, {"child_transfer_policy": {"max_background_refs": 1}}),
+        (child_transfer_probe, {"child_transfer_policy": {"max_background_tokens": 25}}),
+        (child_transfer_probe, {"child_transfer_policy": {"max_result_tokens": 50}}),
+    ],
+)
+def test_each_probe_tells_the_default_policy_from_the_changed_one(
+    probe: Any, changed: dict[str, Any]
+) -> None:
+    assert probe(effective_policy(changed)[0]) != probe(effective_policy({})[0])
