@@ -69,10 +69,26 @@ def _left_out(rec: RecordView, reason: str, policy: ChildTransferPolicy) -> dict
     }
 
 
-def result_over_cap(rec: RecordView, cap: int | None) -> bool:
+def result_over_cap(rec: RecordView, cap: int) -> bool:
     """Metadata only, like a large result (R10.3): the stored count decides; a record of
     which only a prefix was loaded is never shown whole."""
-    return cap is not None and (rec.token_count > cap or rec.full_length > len(rec.text))
+    return rec.token_count > cap or rec.full_length > len(rec.text)
+
+
+def capped_result(
+    rec: RecordView, cap: int | None, preview_chars: int, count: CountFn
+) -> dict[str, Any] | None:
+    """The parent's message for a child result over ``cap`` (None: within it, or no cap)."""
+    if cap is None or not result_over_cap(rec, cap):
+        return None
+    return {
+        "role": "user",
+        "content": result_view(rec, cap, preview_chars, count),
+        "block": "material",
+        "decision": "externalized",
+        "reason": "child_result_over_max_result_tokens",
+        "content_ref": f"rec:{rec.record_id}",
+    }
 
 
 def result_view(rec: RecordView, cap: int, preview_chars: int, count: CountFn) -> str:

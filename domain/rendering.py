@@ -27,7 +27,7 @@ from domain.blocks import (
     skills_catalog_text,
     tool_schema_text,
 )
-from domain.child_transfer import choose_background, result_over_cap, result_view
+from domain.child_transfer import capped_result, choose_background
 from domain.policy import LargeResultSettings
 from domain.policy_sections import ChildTransferPolicy
 from domain.record_view import (
@@ -233,21 +233,16 @@ class ThreadRenderer:
     def _child_result(self, rec: RecordView) -> None:
         """R13.2: a child's result is material for the parent; over the release's
         ``max_result_tokens`` it is a view with a read-back reference."""
-        msg: Message = {"role": "user", "block": "material", "reason": "child_result"}
         cap = self.transfer.max_result_tokens if self.transfer else None
-        if cap is not None and result_over_cap(rec, cap):
-            msg["content"] = result_view(rec, cap, self.large.preview_chars, self.count)
-            msg |= {
-                "decision": "externalized",
-                "reason": "child_result_over_max_result_tokens",
-                "content_ref": f"rec:{rec.record_id}",
-            }
-            tokens = self.count(msg["content"])
+        view = capped_result(rec, cap, self.large.preview_chars, self.count)
+        if view is not None:
             self.externalized.append(rec.record_id)
-        else:
-            msg["content"] = f"[child task result — material]\n{rec.text}"
-            tokens = self._framed(rec.token_count, msg["content"], rec.text)
-        self._add(msg, [rec], "material", tokens)
+            self._add(view, [rec], "material", self.count(view["content"]))
+            return
+        content = f"[child task result — material]\n{rec.text}"
+        msg: Message = {"role": "user", "content": content, "block": "material"}
+        msg["reason"] = "child_result"
+        self._add(msg, [rec], "material", self._framed(rec.token_count, content, rec.text))
 
     def _orphan_result(self, rec: RecordView) -> None:
         """A result whose call is not in view: kept visible as state, not as a tool
