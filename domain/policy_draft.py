@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from domain.budget import ModelProfile
+from domain.model_catalog import for_purpose
 from domain.policy import ContextPolicy, effective_policy
 from domain.policy_defaults import defaults_version, normalize
 from domain.policy_sections import PURPOSES
@@ -108,25 +109,10 @@ def preview(
                 row = PurposePreview(purpose, name, pp.tools_allowed, 0, None, 0, 0, None)
                 out.append(replace(row, error=err.to_dict()))
                 continue
-            out.append(_one(policy, purpose, _applied(policy, purpose, base, model_limits)))
+            out.append(
+                _one(policy, purpose, for_purpose(policy, purpose, base, limits=model_limits))
+            )
     return out
-
-
-def _applied(
-    policy: ContextPolicy, purpose: str, p: ModelProfile, limits: Mapping[str, int] | None
-) -> ModelProfile:
-    pp = policy.purpose_profiles.get(purpose)
-    limit = p.platform_limit
-    if policy.model_limit_ref is not None and limits is not None:
-        ref = limits.get(policy.model_limit_ref)
-        if ref is not None:
-            limit = ref if limit is None else min(limit, ref)
-    return replace(
-        p,
-        output_reserve=p.output_reserve if pp.output_reserve is None else pp.output_reserve,
-        safety_margin=p.safety_margin if pp.safety_margin is None else pp.safety_margin,
-        platform_limit=limit,
-    )
 
 
 def _one(policy: ContextPolicy, purpose: str, p: ModelProfile) -> PurposePreview:

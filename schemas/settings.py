@@ -73,6 +73,12 @@ class Settings(BaseSettings):
     # context.prepare.* and model.chat.* hooks (R14), "module:factory" callables, loaded by
     # the Prepare service at start-up.
     prepare_hooks: str = ""
+    # The deployment's model catalog (R17), which policies name: a JSON file of named model
+    # profiles ({"name": {profile}}, each checked as a release's model_profile is) for
+    # purpose_profiles.<p>.model_profile_ref, and named platform limits on context
+    # capacity ("name=tokens,name=tokens") for model_limit_ref. Publish refuses others.
+    model_profiles_file: str | None = None
+    model_limits: str = ""
     # A request that makes the worker raise this many times (not a normal 'failed'
     # outcome) is quarantined: dead-lettered, its job failed, the partition moves on.
     compaction_max_worker_failures: int = 3

@@ -7,12 +7,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import asyncpg
 
 from domain.envelope import ServiceSigner
+from domain.model_catalog import ModelCatalog
 from domain.policy_sections import COMPACT_POINTS, at_point
 from domain.tokens import CachedCounter, make_counter
 from schemas.errors import NotFound
@@ -34,6 +35,7 @@ from services.prepare.prepare_hooks import (
 from services.prepare.prepared import PreparedStore
 from services.prepare.publishing import ReleaseBook
 from services.prepare.readback import ReadBack
+from services.prepare.release_spec import load_catalog
 from services.prepare.retention import Prunable, pruning
 from services.prepare.run_lifecycle import Runs
 from services.prepare.service import PrepareService
@@ -93,9 +95,11 @@ class Options:
     render_state_retention_s: float = 72 * 3600.0
     call_view_retention_s: float = 30 * 24 * 3600.0
     calibration_ttl_s: float = 5.0
+    # R17: the named profiles and platform limits policies reference (release_spec).
+    models: ModelCatalog = field(default_factory=ModelCatalog)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Options:
+    def from_settings(cls, settings: Settings, counting_method: str | None = None) -> Options:
         return cls(
             topic_records=settings.topic_records,
             topic_observability=settings.topic_observability,
@@ -105,11 +109,18 @@ class Options:
             render_state_retention_s=settings.render_state_retention_h * 3600.0,
             call_view_retention_s=settings.call_view_retention_h * 3600.0,
             calibration_ttl_s=settings.calibration_ttl_s,
+            models=load_catalog(
+                settings.model_profiles_file, settings.model_limits, counting_method
+            ),
         )
 
 
 def _release_book(
-    ports: Adapters, counter: CachedCounter, hooks: HookRegistry, compaction_hooks: Collection[str]
+    ports: Adapters,
+    counter: CachedCounter,
+    hooks: HookRegistry,
+    compaction_hooks: Collection[str],
+    models: ModelCatalog,
 ) -> ReleaseBook:
     # R17: a release may bind the hooks this deployment loads, Prepare's and compaction's,
     # each at the points it serves (a hook bound where it does not answer fails every
@@ -130,7 +141,9 @@ def _release_book(
             raise NotFound(f"session {sid} not found")
         return s.release_id
 
-    return ReleaseBook(ports.releases, release_of_session, counter.method, known_hooks)
+    return ReleaseBook(
+        ports.releases, release_of_session, counter.method, known_hooks, catalog=models
+    )
 
 
 def _gateway(
@@ -160,7 +173,7 @@ def build_service(
     ``compaction_hooks``: the compaction service's hook ids (for the check at publish);
     ``clock``: the calibration cache's and the key and grant caches'."""
     hooks = hooks or HookRegistry()
-    releases = _release_book(ports, counter, hooks, compaction_hooks)
+    releases = _release_book(ports, counter, hooks, compaction_hooks, options.models)
     views = ThreadViews(
         ports.threads, counter.count, states=ports.render_states, counting=counter.method
     )
@@ -247,7 +260,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     await waiter.start(settings.pg_dsn)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
     adapters = pg_adapters(pool, publisher, waiter, render_states=settings.prepare_render_states)
-    options = Options.from_settings(settings)
+    options = Options.from_settings(settings, counter.method)
     hooks = load_hooks(settings.prepare_hooks)
     svc = build_service(adapters, options, counter, hooks, hook_ids(settings.compaction_hooks))
     await svc.gateway.seed_calibration()

@@ -14,6 +14,7 @@ from typing import Any
 from domain.assemble import Assembled, Material, assemble
 from domain.budget import ModelProfile, counting_label, enforce
 from domain.frontier import Frontier
+from domain.model_catalog import for_purpose
 from domain.providers import render as render_provider
 from domain.rendering import ThreadRenderer
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
@@ -78,6 +79,12 @@ class Built:
 
 def _purpose(body: PrepareIn) -> str:
     return "completion" if body.purpose == "verification" else body.purpose  # R4.1
+
+
+def profile_purpose(purpose: str, child: bool) -> str:
+    """The purpose profile a call uses (R13.1, R17): a child thread's action call is the
+    ``child`` purpose; every other call is its own purpose."""
+    return "child" if child and purpose == "action" else purpose
 
 
 def _material(body: PrepareIn) -> tuple[Material, ...]:
@@ -152,19 +159,25 @@ class Preparer:
         self, sid: str, run_id: str, body: PrepareIn, material: tuple[Material, ...]
     ) -> Target:
         purpose = _purpose(body)
-        # Issue 25: the release's parts as publishing parsed them (release_spec); an
+        # The release's parts as publishing parsed them (release_spec); an
         # override is parsed by the same rules (the request model, model_profile()).
         view = await self.releases.of_session(sid)
         rel = view.release
         profile = view.profile
         if body.model_profile:
             profile = model_profile(body.model_profile, None)
-        tools = view.tools if body.tool_catalog is None else body.tool_catalog
-        catalog = [t.wire() for t in tools]
-        if purpose == "compaction":
-            catalog = []  # R11.3: a compaction call gets no tools (and pays for no schemas)
         main_instance = (await self.views.snapshot(sid, run_id)).main_instance_id
         instance_id = body.instance_id or main_instance
+        child = instance_id != main_instance
+        # R17: the purpose's profile (by reference, or this one) with its reserve, margin
+        # and platform limit (domain.model_catalog, as the policy preview shows it).
+        models, as_purpose = self.releases.catalog, profile_purpose(purpose, child)
+        profile = for_purpose(rel.policy, as_purpose, profile, models.profiles, models.limits)
+        tools = view.tools if body.tool_catalog is None else body.tool_catalog
+        catalog = [t.wire() for t in tools]
+        if not rel.policy.purpose_profiles.get(as_purpose).tools_allowed:
+            # R11.3 (compaction, fixed) and R17: no tools offered, no schemas paid for.
+            catalog = []
         bindings = rel.policy.hook_bindings  # R14/R17: the release's, as published
         self.hooks.check(bindings)
         if bindings:
@@ -182,7 +195,7 @@ class Preparer:
             catalog,
             material,
             body.reserve_tokens,
-            instance_id != main_instance,
+            child,
         )
 
     async def _check_triggers(
@@ -217,6 +230,7 @@ class Preparer:
             lineage.summary,
             lineage.state.revocation_epoch,
             policy.large_result,
+            policy.child_transfer_policy,
         )
         pending = rend.pending_calls()
         if pending:
@@ -227,7 +241,7 @@ class Preparer:
             )
         tools = target.catalog
         if (
-            target.purpose != "compaction"
+            policy.purpose_profiles.get(profile_purpose(target.purpose, target.child)).tools_allowed
             and rend.externalized
             and all(t.get("name") != READ_CONTENT_TOOL["name"] for t in tools)
         ):
@@ -257,6 +271,7 @@ class Preparer:
             # R4.4: the frontier pins what the model acts on; a summarizer's call gets none.
             frontier=frontier if target.purpose != "compaction" else None,
             retention=policy.retention_rules,  # R10.1/R17: the release's, not a fixed table
+            skills=policy.active_skill_policy,  # R12.3/R17: which skills stay active
         )
         return Built(rend, snap, assembled, tools, frontier)
 

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.model_catalog import ModelCatalog, check_refs
 from domain.policy import ContextPolicy, validate_policy
 from schemas.errors import InvalidPolicy, NotFound, ReleaseConflict
 from services.prepare.release_spec import ReleaseView, model_profile, view_of
@@ -43,6 +44,8 @@ class ReleaseBook:
     # R14/R17: the hook ids (name@version) this deployment loads, Prepare's and the
     # compaction service's; a policy binding any other is refused at publish.
     known_hooks: Collection[str] = ()
+    # R17: the named profiles and platform limits a policy may reference (model_catalog).
+    catalog: ModelCatalog = field(default_factory=ModelCatalog)
     _releases: dict[str, Release] = field(default_factory=dict)
     _views: dict[str, ReleaseView] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
@@ -54,7 +57,9 @@ class ReleaseBook:
         profile = model_profile(body.model_profile, self.counting_method)
         # R7.7/R17: validated and frozen at publish; stored with every default made
         # explicit so that a later change of platform defaults never alters it.
-        policy = _policy(body.context_policy, self.known_hooks).to_dict()
+        parsed = _policy(body.context_policy, self.known_hooks)
+        _check_refs(parsed, profile.name, self.catalog)
+        policy = parsed.to_dict()
         rev = policy_revision({"policy": policy, "model_profile": body.model_profile})
         # Tools, skills and hooks were parsed by the request model, with the types a
         # prepare reads them with (issue 25); stored as given.
@@ -147,4 +152,12 @@ def _policy(raw: dict[str, Any], known_hooks: Collection[str]) -> ContextPolicy:
         exc.details.setdefault(
             "json_path", f"context_policy.{inner}" if inner else "context_policy"
         )
+        raise
+
+
+def _check_refs(policy: ContextPolicy, own_profile: str, catalog: ModelCatalog) -> None:
+    try:
+        check_refs(policy, own_profile, catalog)
+    except InvalidPolicy as exc:
+        exc.details.setdefault("json_path", f"context_policy.{exc.details['path']}")
         raise

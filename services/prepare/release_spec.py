@@ -11,13 +11,16 @@ field of these models, so publish refuses exactly what a prepare could not use.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from domain.budget import ModelProfile, counting_label
+from domain.model_catalog import ModelCatalog
 from domain.policy_sections import HOOK_POINTS
 from domain.providers import FORMATS
 from schemas.errors import InvalidPolicy
@@ -169,3 +172,30 @@ def view_of(rel: Release, counting_method: str | None = None) -> ReleaseView:
         ) from exc
     profile = model_profile(rel.model_profile, counting_method)
     return ReleaseView(rel, tuple(parts.tool_catalog), tuple(parts.skill_bindings), profile)
+
+
+def load_catalog(
+    profiles_file: str | None, limits: str, counting_method: str | None
+) -> ModelCatalog:
+    """The deployment's model catalog from its settings (``ALC_MODEL_PROFILES_FILE``,
+    ``ALC_MODEL_LIMITS``); a malformed entry stops the process at start, naming it."""
+    named: dict[str, ModelProfile] = {}
+    if profiles_file:
+        try:
+            raw = json.loads(Path(profiles_file).read_text("utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"ALC_MODEL_PROFILES_FILE {profiles_file}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise SystemExit(f"ALC_MODEL_PROFILES_FILE {profiles_file}: not a JSON object")
+        for name, spec in raw.items():
+            try:
+                named[name] = model_profile(spec, counting_method, at=f"model_profiles.{name}")
+            except InvalidPolicy as exc:
+                raise SystemExit(f"ALC_MODEL_PROFILES_FILE {name}: {exc.message}") from exc
+    caps: dict[str, int] = {}
+    for entry in filter(None, (e.strip() for e in limits.split(","))):
+        name, _, tokens = entry.partition("=")
+        if not (name.strip() and tokens.strip().isdigit() and int(tokens) > 0):
+            raise SystemExit(f"ALC_MODEL_LIMITS entry {entry!r} is not name=positive tokens")
+        caps[name.strip()] = int(tokens)
+    return ModelCatalog(named, caps)

@@ -70,6 +70,9 @@ def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
         "ALC_PROCESSOR_INSTANCE_ID": f"alc-test-{tag}-1",
         "ALC_PREPARE_PORT": str(free_port()),
         "ALC_LOG_LEVEL": "INFO",
+        # The model catalog policies may reference (tests/integration/test_purpose_profiles.py).
+        "ALC_MODEL_PROFILES_FILE": str(REPO / "tests/support/model_profiles.json"),
+        "ALC_MODEL_LIMITS": "test-cap-2k=2000",
     }
 
 
