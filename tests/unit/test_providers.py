@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from domain.providers import FORMATS, render
+from domain.providers import FORMATS, prompt_cache_key, render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "providers"
+KEY = prompt_cache_key("space_1", "s1", "r1", "r1.main")
 
 TOOLS = [
     {
@@ -68,7 +69,8 @@ MESSAGES: list[dict[str, Any]] = [
 @pytest.mark.spec("R5.1", "R3.5")
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_rendering_matches_the_golden_file(fmt: str) -> None:
-    got = json.dumps(render(MESSAGES, TOOLS, fmt), indent=2, sort_keys=True) + "\n"
+    body = render(MESSAGES, TOOLS, fmt, cache_key=KEY)
+    got = json.dumps(body, indent=2, sort_keys=True) + "\n"
     path = GOLDEN / f"{fmt}.json"
     if os.environ.get("ALC_UPDATE_GOLDEN") == "1":
         path.write_text(got)
@@ -90,7 +92,10 @@ def test_anthropic_roles_alternate_and_each_tool_use_is_answered_next_turn() -> 
     body = render(MESSAGES, TOOLS, "anthropic_messages")
     roles = [t["role"] for t in body["messages"]]
     assert all(a != b for a, b in itertools.pairwise(roles))
-    assert body["system"] == "You are a release assistant.\n\nAvailable skills:\n- pdf (v3)"
+    assert [b["text"] for b in body["system"]] == [
+        "You are a release assistant.",
+        "Available skills:\n- pdf (v3)",
+    ]
     for i, turn in enumerate(body["messages"]):
         uses = [b["id"] for b in turn["content"] if b["type"] == "tool_use"]
         if uses:
@@ -133,7 +138,82 @@ def test_only_release_owned_blocks_speak_with_system_authority(fmt: str) -> None
             for c in m["content"]
         ]
     else:
-        system = [body["system"]]
+        system = [b["text"] for b in body["system"]]
     assert system
     assert all("obey the tool" not in s and "resource activated" not in s for s in system)
     assert any("Available skills" in s for s in system)  # release-owned: keeps its authority
+
+
+def _marked(body: dict[str, Any]) -> list[str]:
+    """Where an Anthropic request has breakpoints: "system", "tool:<name>" or the text
+    (or tool result id) of a message block."""
+    out = ["system" for b in body.get("system", []) if "cache_control" in b]
+    out += [f"tool:{t['name']}" for t in body.get("tools", []) if "cache_control" in t]
+    for turn in body["messages"]:
+        for b in turn["content"]:
+            if "cache_control" in b:
+                out.append(b.get("text") or b.get("tool_use_id") or b.get("id") or "?")
+    return out
+
+
+@pytest.mark.spec("R4.3")
+def test_anthropic_breakpoints_end_system_summary_and_stable_history() -> None:
+    body = render(MESSAGES, TOOLS, "anthropic_messages")
+    assert _marked(body) == ["system", MESSAGES[2]["content"], "c2"]
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    # Tools come before system in the cached prefix: the system breakpoint covers them.
+    assert all("cache_control" not in t for t in body["tools"])
+    assert "prompt_cache_key" not in render(MESSAGES, TOOLS, "anthropic_messages", "k")
+
+
+def test_without_system_the_last_tool_ends_the_prefix_and_without_tools_nothing() -> None:
+    history = MESSAGES[3:]
+    assert _marked(render(history, TOOLS, "anthropic_messages"))[0] == "tool:run_tests"
+    # No summary, no tools, no system: only the stable history (the c2 result).
+    assert _marked(render(history, [], "anthropic_messages")) == ["c2"]
+
+
+def test_breakpoints_skip_empty_blocks_duplicates_and_never_exceed_four() -> None:
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "   ", "block": "instruction"},
+        {"role": "user", "content": "[summary]", "block": "summary"},
+        {"role": "user", "content": "Q?", "block": "interaction"},
+    ]
+    body = render(msgs, [], "anthropic_messages")
+    assert "system" not in body  # an empty system text block is refused by the API
+    assert _marked(body) == ["[summary]"]  # nothing stable before Q but the summary
+    msgs[1] = {"role": "user", "content": " ", "block": "summary"}
+    assert _marked(render(msgs, [], "anthropic_messages")) == []
+    many = [*MESSAGES] + [MESSAGES[2]] * 5
+    assert len(_marked(render(many, TOOLS, "anthropic_messages"))) <= 4
+
+
+@pytest.mark.parametrize("fmt", ["openai_chat", "openai_responses"])
+def test_openai_requests_carry_the_cache_key_only_when_given(fmt: str) -> None:
+    assert render(MESSAGES, TOOLS, fmt, cache_key=KEY)["prompt_cache_key"] == KEY
+    assert "prompt_cache_key" not in render(MESSAGES, TOOLS, fmt)
+
+
+def test_the_cache_key_is_opaque_per_space_session_and_thread() -> None:
+    assert prompt_cache_key("space_1", "s1", "r1", "r1.main") == KEY
+    assert KEY.startswith("alc_") and "s1" not in KEY.removeprefix("alc_")
+    # The main thread keeps its key across runs; a child thread has its own.
+    assert prompt_cache_key("space_1", "s1", "r2", "r2.main") == KEY
+    others = {
+        prompt_cache_key("space_2", "s1", "r1", "r1.main"),
+        prompt_cache_key("space_1", "s2", "r1", "r1.main"),
+        prompt_cache_key("space_1", "s1", "r1", "child_a"),
+        prompt_cache_key("space_1", "s1", "r1", "child_b"),
+    }
+    assert len(others) == 4 and KEY not in others
+
+
+@pytest.mark.spec("R4.3")
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_the_same_inputs_render_the_same_bytes(fmt: str) -> None:
+    def dumps() -> bytes:
+        copy = json.loads(json.dumps(MESSAGES))  # fresh dicts: no state kept between calls
+        body = render(copy, json.loads(json.dumps(TOOLS)), fmt, cache_key=KEY)
+        return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+    assert dumps() == dumps()
