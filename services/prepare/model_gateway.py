@@ -12,6 +12,7 @@ from typing import Any
 from domain.budget import Calibration, calibrate
 from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
 from domain.policy_sections import HookBinding
+from domain.providers import prompt_cache_key
 from domain.providers import render as render_provider
 from schemas.errors import NotFound
 from services.prepare.calibration import CalibrationCache
@@ -101,7 +102,10 @@ class Gateway:
         """Hooks, manifest, tool groups and budget (R9.8, R14): the call to record and the
         provider request to send."""
         messages, decision, used = await self._gate(p)
-        request = render_provider(messages, p.tools, p.profile.provider_format)
+        key = prompt_cache_key(
+            await self.space_of(p.session_id), p.session_id, p.run_id, p.instance_id
+        )
+        request = render_provider(messages, p.tools, p.profile.provider_format, key)
         blob = await self.content.put(
             await self.space_of(p.session_id),
             _json_bytes(request),

@@ -15,6 +15,7 @@ from domain.assemble import Assembled, Material, assemble
 from domain.budget import ModelProfile, counting_label, enforce
 from domain.frontier import Frontier
 from domain.model_catalog import for_purpose
+from domain.providers import prompt_cache_key
 from domain.providers import render as render_provider
 from domain.rendering import ThreadRenderer
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
@@ -282,10 +283,12 @@ class Preparer:
         provider = None
         if body.render:
             fmt = target.profile.provider_format
+            sid, run, inst = target.session_id, target.run_id, target.instance_id
+            key = prompt_cache_key(await self.space_of(sid), sid, run, inst)
             try:
                 provider = {
                     "format": fmt,
-                    "request": render_provider(assembled.messages, built.tools, fmt),
+                    "request": render_provider(assembled.messages, built.tools, fmt, key),
                 }
             except ValueError as exc:
                 raise InvalidRequest(str(exc), field="provider_format") from exc
