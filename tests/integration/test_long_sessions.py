@@ -196,6 +196,6 @@ async def test_a_prompt_injection_in_a_tool_result_never_gains_system_authority_
                     for part in m["content"]
                 ]
             else:
-                authority = [body["system"]]
+                authority = [b["text"] for b in body.get("system", [])]
             assert authority and all("ignore previous" not in a for a in authority), fmt
             assert "ignore previous instructions" in json.dumps(body)  # shown, as history

@@ -268,7 +268,7 @@ async def test_prepare_renders_provider_ready_requests(services: Services, fmt: 
     text = json.dumps(req)
     assert "x-c" in text and "result of x" in text and "error" in text
     if fmt == "anthropic_messages":
-        assert req["system"].startswith("You are a careful test agent.")
+        assert req["system"][0]["text"].startswith("You are a careful test agent.")
         assert [t["role"] for t in req["messages"]] == ["user", "assistant", "user"]
     elif fmt == "openai_chat":
         assert [m["role"] for m in req["messages"]] == ["system", "user", "assistant", "tool"]

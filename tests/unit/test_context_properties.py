@@ -366,7 +366,7 @@ def _system_texts(body: dict[str, Any], fmt: str) -> list[str]:
             if m.get("type") == "message" and m["role"] in ("system", "developer")
             for c in m["content"]
         ]
-    return [body["system"]]
+    return [b["text"] for b in body.get("system", [])]
 
 
 @pytest.mark.spec("R3.3", "R12.4", "R11.5")

@@ -1,6 +1,6 @@
 """Issue 28 (3): every leaf field of the ContextPolicy has a proven effect, or is listed as
 not yet having one (docs/policy-fields.md). The rows are derived from the policy's own
-field list: a new field with neither a row here nor a place in ``NO_EFFECT_YET`` fails.
+field list: a new field without a row here fails.
 
 Each row changes one field and shows, through the pure function the product calls, an
 observable that differs. Fields whose effect lives in I/O code (the processor, Prepare,
@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from domain.budget import ModelProfile
 from domain.compaction_control import (
     JobStart,
     LockedState,
@@ -25,6 +26,7 @@ from domain.compaction_control import (
     judge_observation,
     observation_effects,
 )
+from domain.model_catalog import ModelCatalog, for_purpose
 from domain.policy import ContextPolicy, LargeResultSettings, effective_policy
 from domain.rendering import RecordView, ThreadRenderer
 from domain.selection import build_groups, select_prefix
@@ -39,6 +41,7 @@ from domain.triggers import (
 from schemas.errors import InvalidPolicy
 from schemas.wire import BudgetObservation, ControlEvent
 from services.compaction.bound import summary_bound
+from tests.unit.test_skill_and_child_limits import active_skills_probe, child_transfer_probe
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_700_000_000_000
@@ -145,6 +148,21 @@ def _kept(policy: ContextPolicy) -> int:
     return len(select_prefix(build_groups(records), policy.recent_complete_groups).kept)
 
 
+_OWN = ModelProfile("own", 8000, 1000, 200)
+_CATALOG = ModelCatalog({"small": ModelProfile("small", 3000, 300, 50)}, {"cap": 4000})
+
+
+def _budget(purpose: str) -> Probe:
+    """The input budget a call of ``purpose`` gets (``domain.model_catalog.for_purpose``,
+    as Prepare and the preview call it)."""
+
+    def probe(policy: ContextPolicy) -> int:
+        p = for_purpose(policy, purpose, _OWN, _CATALOG.profiles, _CATALOG.limits)
+        return p.input_budget()
+
+    return probe
+
+
 C = "compaction."
 # field path -> (base overrides, changed overrides, probe over the effective policy)
 DIRECT: dict[str, tuple[dict[str, Any], dict[str, Any], Probe | None]] = {
@@ -180,6 +198,46 @@ DIRECT: dict[str, tuple[dict[str, Any], dict[str, Any], Probe | None]] = {
         {"large_result_policy": {"preview_chars": 100}},
         _large,
     ),
+    **{
+        f"purpose_profiles.{p}.{f}": ({}, {"purpose_profiles": {p: {f: v}}}, _budget(p))
+        for p in ("action", "completion", "compaction", "child")
+        for f, v in (
+            ("model_profile_ref", "small"),
+            ("output_reserve", 1500),
+            ("safety_margin", 0),
+        )
+    },
+    "model_limit_ref": ({}, {"model_limit_ref": "cap"}, _budget("action")),
+    "active_skill_policy.max_active_skills": (
+        {},
+        {"active_skill_policy": {"max_active_skills": 1}},
+        active_skills_probe,
+    ),
+    "active_skill_policy.max_instruction_tokens": (
+        {},
+        {"active_skill_policy": {"max_instruction_tokens": 10}},
+        active_skills_probe,
+    ),
+    "active_skill_policy.idle_runs_before_release": (
+        {},
+        {"active_skill_policy": {"idle_runs_before_release": 1}},
+        active_skills_probe,
+    ),
+    "child_transfer_policy.max_background_refs": (
+        {},
+        {"child_transfer_policy": {"max_background_refs": 1}},
+        child_transfer_probe,
+    ),
+    "child_transfer_policy.max_background_tokens": (
+        {},
+        {"child_transfer_policy": {"max_background_tokens": 25}},
+        child_transfer_probe,
+    ),
+    "child_transfer_policy.max_result_tokens": (
+        {},
+        {"child_transfer_policy": {"max_result_tokens": 50}},
+        child_transfer_probe,
+    ),
     # Fixed by the platform (R10.1, R11.3): the effect of a change is its refusal.
     "retention_rules.task": ({}, {"retention_rules": {"task": "optional"}}, None),
     "purpose_profiles.compaction.tools_allowed": (
@@ -193,6 +251,7 @@ _RET = (
     "tests/unit/test_retention_rules.py::"
     "test_each_retention_class_of_each_category_changes_the_prepare"
 )
+_PP = "tests/integration/test_purpose_profiles.py::"
 REFERENCED: dict[str, str] = {
     **{
         f"retention_rules.{c}": _RET
@@ -202,36 +261,41 @@ REFERENCED: dict[str, str] = {
         "tests/integration/test_release_hooks.py::"
         "test_only_the_release_that_binds_a_prepare_and_model_hook_sees_its_effects"
     ),
+    **{
+        f"purpose_profiles.{p}.tools_allowed": (
+            "tests/integration/test_purpose_profiles.py::test_a_purpose_without_tools_is_offered_none"
+        )
+        for p in ("action", "completion", "child")
+    },
     "child_transfer_policy.inherit_constraints": (
         "tests/integration/test_frontier.py::"
         "test_a_child_of_a_release_that_does_not_inherit_constraints_sees_only_its_own"
     ),
+    # Prepare budgets a purpose on domain.model_catalog.for_purpose (tests/unit/
+    # test_purpose_profile.py) and offers no tools where the purpose allows none.
+    **{
+        f"purpose_profiles.{p}.{f}": _PP + "test_a_purpose_is_budgeted_on_its_referenced_profile_"
+        "reserve_and_margin"
+        for p in ("action", "completion", "compaction", "child")
+        for f in ("model_profile_ref", "output_reserve", "safety_margin")
+    },
+    **{
+        f"purpose_profiles.{p}.tools_allowed": _PP + "test_a_purpose_without_tools_is_offered_none"
+        for p in ("action", "completion", "child")
+    },
+    "model_limit_ref": _PP + "test_model_limit_ref_caps_the_capacity_of_every_purpose",
 }
 
-# Validated, stored and shown (settings page, preview), but no call reads them yet: Prepare
-# budgets every purpose on the release's model profile and offers the catalog by purpose
-# alone; skills and child transfers are not limited by them. Issue 28 (3), not done.
-NO_EFFECT_YET: frozenset[str] = frozenset(
-    {
-        *(
-            f"purpose_profiles.{p}.{f}"
-            for p in ("action", "completion", "compaction", "child")
-            for f in ("model_profile_ref", "output_reserve", "safety_margin", "tools_allowed")
-            if (p, f) != ("compaction", "tools_allowed")
-        ),
-        "model_limit_ref",
-        "active_skill_policy.max_active_skills",
-        "active_skill_policy.max_instruction_tokens",
-        "active_skill_policy.idle_runs_before_release",
-        "child_transfer_policy.max_background_refs",
-        "child_transfer_policy.max_background_tokens",
-        "child_transfer_policy.max_result_tokens",
-    }
-)
+# A field shown directly needs no reference as well.
+REFERENCED = {k: v for k, v in REFERENCED.items() if k not in DIRECT}
+
+# Every field has an effect; a new one without a row fails the test below.
+NO_EFFECT_YET: frozenset[str] = frozenset()
 
 
 def test_every_leaf_field_has_exactly_one_row() -> None:
     rows = [set(DIRECT), set(REFERENCED), set(NO_EFFECT_YET)]
+    assert not NO_EFFECT_YET
     assert not (rows[0] & rows[1] or rows[0] & rows[2] or rows[1] & rows[2])
     assert rows[0] | rows[1] | rows[2] == leaf_fields()
 

@@ -36,7 +36,7 @@ def test_roles_are_the_ones_in_the_request_in_every_format() -> None:
         *(i["role"] for i in responses["input"]),
     ]
     anthropic = render(MESSAGES, [], "anthropic_messages")
-    assert anthropic["system"] == "Be brief."
+    assert [b["text"] for b in anthropic["system"]] == ["Be brief."]
     assert sent_roles(MESSAGES, anthropic, "anthropic_messages") == [
         "system",
         "user",
