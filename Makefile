@@ -46,7 +46,7 @@ test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XM
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
-bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier, analytics; one summary table last (build/bench)
+bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier, analytics, the cost of a session under three context policies; one summary table last (build/bench)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.ingest_floor
 	@$(PY) -m benchmarks.compaction
@@ -57,6 +57,7 @@ bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, c
 	@$(PY) -m benchmarks.summary_fidelity
 	@$(PY) -m benchmarks.analytics
 	@$(PY) -m benchmarks.frontier
+	@$(PY) -m benchmarks.cost
 	@$(PY) -m benchmarks.summary
 
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)

@@ -17,6 +17,7 @@ from domain.compaction_gain import NO_GAIN
 from domain.policy import CompactionPolicy
 from domain.pricing import ModelPrices
 from domain.triggers import (
+    REBUILD_DUE,
     REBUILD_NOTE,
     REBUILD_STARTED,
     CompactionState,
@@ -236,7 +237,7 @@ def observation_effects(
         if kind == "deferred":
             # Remember the state so the same state never triggers a busy loop (R9.4).
             state["deferral_reason"] = decision.reason
-            state["last_attempt"] = _attempt_of(inp)
+            state["last_attempt"] = _attempt_of(inp, deferred_for=decision.reason)
     else:
         if start is None:
             raise ValueError("a job starts: its id and task version are needed")
@@ -278,15 +279,22 @@ def _no_job_kind(reason: str | None) -> str:
     return "deferred" if reason in ("nothing_compressible", NO_GAIN) else "suppressed"
 
 
-def _attempt_of(inp: ObservationInputs, starts: TriggerDecision | None = None) -> LastAttempt:
+def _attempt_of(
+    inp: ObservationInputs, starts: TriggerDecision | None = None, deferred_for: str | None = None
+) -> LastAttempt:
     """The anti-storm memory of this check. ``starts``: the decision that starts a job —
     marked when it is the one rebuild after a version conflict (issue 28); without one
-    (a deferral), a rebuild still due or under way stays so."""
+    (a deferral), a rebuild still due or under way stays so, and a deferral for no gain
+    is marked as one (no job ran: the hard budget may still force one, issue 27)."""
     obs, last = inp.observation, inp.state.last_attempt
-    if starts is None:
-        rebuild = last.rebuild if last else ""
-    else:
+    if starts is not None:
         rebuild = REBUILD_STARTED if REBUILD_NOTE in starts.notes else ""
+    elif last is not None and last.rebuild in (REBUILD_DUE, REBUILD_STARTED):
+        rebuild = last.rebuild
+    elif deferred_for == NO_GAIN:
+        rebuild = NO_GAIN
+    else:
+        rebuild = last.rebuild if last else ""
     return LastAttempt(
         obs.fingerprint,
         obs.compressible_tokens,

@@ -2,23 +2,26 @@
 
 Providers read an unchanged request prefix from their cache at about a tenth of the
 fresh-input price. A compaction replaces the old history with a summary: every later call
-reads fewer tokens, but the compaction costs the summarizer's call and re-reads, once and
-at the fresh (or cache-write) price, everything from the summary onwards — the cached
-prefix it invalidates. ``estimate_gain`` weighs the two over the calls until the next
-compaction would be due:
+reads fewer tokens, but the job has a fixed cost — the cached prefix it invalidates (the
+view after its fixed overhead is written to the cache again, once) and the summarizer's
+per-job overhead (its instruction). What the summarizer reads and writes for the covered
+groups is paid once per token whenever they are summarized, so it does not depend on
+when the job runs and is left out. ``estimate_gain`` weighs, for a job the ratio trigger
+started:
 
 - ``after`` — the view once the job committed: the estimate without the compressible
-  groups, plus a summary as large as its bound (``summary_max_ratio``; conservative: the
-  summary that replaces the parent one is never larger);
-- ``growth`` — tokens per model call: the compressible tokens over the model steps since
-  the last summary (rounded up);
-- ``calls`` — model calls until a trigger would fire again from ``after``: the ratio
-  threshold, the turn triggers, and the hard budget, whichever is first (at least 1);
-- ``saved = calls * (estimated - after) * cached`` — what the removed tokens would cost
-  read from the cache on each of those calls;
-- ``cost = compressible * input + summary * output + invalidated * (write - cached)`` —
-  the summarizer reads the groups fresh and writes the summary; ``invalidated`` is the
-  view after its fixed overhead (tools, system): cached before, written again once.
+  groups, plus their summary (a sixth of them, ``SUMMARY_SHARE``, within the bound
+  ``summary_max_ratio``);
+- ``calls`` — the model calls since the last summary (at least 1): at the same growth the
+  next cycle lasts as long, so it is the horizon of the saving;
+- ``saved = calls * (estimated - after) * cached`` — the removed tokens, not read from
+  the cache on each of those calls;
+- ``cost = invalidated * (write - cached) + overhead * input`` — ``invalidated`` is the
+  view after its fixed overhead (tools, system), ``overhead`` the summarizer's tokens per
+  job besides the groups (0 for the built-in extractive summarizer, which calls no model).
+
+Deferring a job that does not pay lets the view grow: ``saved`` grows with it (more
+calls, more removable tokens) until the job pays or the hard budget forces it.
 
 Rates are integer nano-units per token (a price per million tokens * 1,000), so the
 boundary is exact: ``saved == cost`` pays (the job runs: breaking even still frees room).
@@ -26,7 +29,9 @@ Without a price table, tokens are priced input 1, cached 0.1, cache write 1, out
 
 A job is ``forced`` — it runs whatever the gain — when the estimate is over the hard
 budget, or when fewer than ``HEADROOM_CALLS`` calls of growth are left below it (the job
-must commit before a call would be refused).
+must commit before a call would be refused). ``growth`` overestimates the tokens per call
+(safe for the guard): the view after the fixed overhead over the calls since the last
+summary. ``benchmarks.cost`` replays a 1,000-question session with and without the check.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ HEADROOM_CALLS = 2  # calls of growth a deferred session keeps below the hard bu
 NANO = 1000  # rate units per (price per million tokens): nano-units per token
 CALLS_PER_TURN = 2  # the projection's model calls per user turn
 NO_GAIN = "no_gain"
+SUMMARY_SHARE = 6  # a summary adds about a sixth of what it covers (within its bound)
 
 
 @dataclass(frozen=True)
@@ -86,7 +92,6 @@ class GainInputs:
     input_budget: int
     fixed_overhead: int
     compressible_tokens: int
-    user_turns: int  # since the last summary
     model_steps: int  # since the last summary
 
 
@@ -104,33 +109,20 @@ class GainEstimate:
         return self.forced or self.saved >= self.cost
 
 
-def calls_until_due(policy: CompactionPolicy, g: GainInputs, after: int, growth: int) -> int:
-    """Model calls from ``after`` until a trigger fires again (at least 1)."""
-    horizons = [(g.input_budget - after) // growth]
-    if policy.context_ratio is not None:
-        horizons.append((ceil_ratio(policy.context_ratio, g.input_budget) - after) // growth)
-    if policy.model_steps is not None:
-        horizons.append(policy.model_steps)
-    if policy.user_turns is not None:
-        per_turn = max(1, g.model_steps // max(1, g.user_turns))
-        horizons.append(policy.user_turns * per_turn)
-    return max(1, min(horizons))
-
-
 def estimate_gain(
-    policy: CompactionPolicy, g: GainInputs, prices: ModelPrices | None
+    policy: CompactionPolicy, g: GainInputs, prices: ModelPrices | None, overhead: int = 0
 ) -> GainEstimate:
     r = rates_of(prices)
     compressible = max(0, g.compressible_tokens)
-    summary = min(compressible, ceil_ratio(policy.summary_max_ratio, g.input_budget))
+    bound = ceil_ratio(policy.summary_max_ratio, g.input_budget)
+    summary = min(bound, -(-compressible // SUMMARY_SHARE))
     after = min(g.estimated_input, g.estimated_input - compressible + summary)
-    growth = max(1, -(-compressible // max(1, g.model_steps)))
-    calls = calls_until_due(policy, g, after, growth)
+    calls = max(1, g.model_steps)
     saved = calls * (g.estimated_input - after) * r.cached
     invalidated = max(0, after - g.fixed_overhead)
-    cost = compressible * r.input + summary * r.output + invalidated * max(0, r.write - r.cached)
-    headroom = g.input_budget - g.estimated_input
-    forced = headroom < HEADROOM_CALLS * growth
+    cost = invalidated * max(0, r.write - r.cached) + overhead * r.input
+    growth = max(1, -(-(g.estimated_input - g.fixed_overhead) // calls))
+    forced = g.input_budget - g.estimated_input < HEADROOM_CALLS * growth
     return GainEstimate(saved, cost, after, growth, calls, forced)
 
 
@@ -155,7 +147,10 @@ def project(
     """One compaction cycle of a session growing ``growth`` tokens per call (default 2%
     of the budget) over ``fixed_overhead`` (default 10%): after a commit the view is the
     fixed part, a summary at its bound and the kept recent groups (two calls each); it
-    grows until the triggers fire and the compaction pays (or is forced)."""
+    grows until a turn trigger fires, or the ratio trigger fires and the job pays, or the
+    job is forced. Each call reads the previous request from the cache and writes the
+    rest; the job is billed as a model summarizer reading the covered tokens and writing
+    the summary (the built-in extractive one costs nothing)."""
     budget = profile.input_budget()
     c = policy.compaction
     g = max(1, budget // 50 if growth is None else growth)
@@ -163,32 +158,20 @@ def project(
     summary = ceil_ratio(c.summary_max_ratio, budget)
     after = fixed + summary + policy.recent_complete_groups * CALLS_PER_TURN * g
     r = rates_of(prices)
-    cached = fresh = 0
-    size, calls = after, 0
-    while True:
-        cached += fixed if calls == 0 else size - g
-        fresh += g if calls > 0 else size - fixed
-        calls += 1
-        size += g
-        est = estimate_gain(
-            c,
-            GainInputs(size, budget, fixed, size - after, calls // CALLS_PER_TURN, calls),
-            prices,
-        )
-        if size + g > budget or (_due(c, size, budget, calls) and est.pays):
+    cached, fresh, size, calls = fixed, after - fixed, after, 1
+    while size + g <= budget:
+        gain = estimate_gain(c, GainInputs(size, budget, fixed, size - after, calls), prices)
+        ratio = c.context_ratio is not None and size >= ceil_ratio(c.context_ratio, budget)
+        if _turn_due(c, calls) or (ratio and gain.pays):
             break
-    compaction = (size - after) * r.input + summary * r.output
-    total = cached * r.cached + fresh * r.input + compaction
-    return Projection(
-        cache_share=cached / (cached + fresh),
-        cost_per_call=total / calls / NANO / 1_000_000 if prices else total / calls / NANO,
-        calls_per_compaction=calls,
-    )
+        cached, fresh, size, calls = cached + size, fresh + g, size + g, calls + 1
+    job = (size - after) * r.input + summary * r.output
+    total = cached * r.cached + fresh * r.write + job
+    unit = NANO * (1_000_000 if prices else 1)
+    return Projection(cached / (cached + fresh), total / calls / unit, calls)
 
 
-def _due(c: CompactionPolicy, size: int, budget: int, calls: int) -> bool:
-    if c.context_ratio is not None and size >= ceil_ratio(c.context_ratio, budget):
-        return True
+def _turn_due(c: CompactionPolicy, calls: int) -> bool:
     if c.model_steps is not None and calls >= c.model_steps:
         return True
     return c.user_turns is not None and calls >= c.user_turns * CALLS_PER_TURN

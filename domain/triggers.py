@@ -55,6 +55,7 @@ class LastAttempt:
     # After a job was refused for a version conflict (issue 28): "due" — one job rebuilt
     # on a new state may start past the retry gate; "started" — this attempt is that job,
     # so a second conflict waits for a real change (R9.4, R9.5): never a loop.
+    # "no_gain" — the check was deferred for no gain (issue 27): no job ran.
     rebuild: str = ""
 
 
@@ -98,11 +99,15 @@ class GainCheck:
 
     fixed_overhead: int
     prices: ModelPrices | None = None
+    summarizer_overhead: int = 0  # tokens a job's summarizer reads besides the groups
 
 
 REBUILD_DUE = "due"  # LastAttempt.rebuild: one rebuilt job may start
 REBUILD_STARTED = "started"  # the attempt is the rebuilt job
 REBUILD_NOTE = "rebuild_after_conflict"
+# LastAttempt.rebuild of a check deferred for no gain (no job ran); a job it lets start
+# past the retry gate when the hard budget forces one carries the note FORCED.
+FORCED = "hard_budget_after_no_gain"
 
 
 def ratio_threshold(ratio: float, input_budget: int) -> int:
@@ -123,7 +128,13 @@ def evaluate_triggers(
     gain: GainCheck | None = None,
 ) -> TriggerDecision:
     decision = _evaluate(state, policy, obs)
-    if gain is None or not decision.start_job or set(decision.fired) != {"context_ratio"}:
+    last = state.last_attempt
+    after_no_gain = last is not None and last.rebuild == NO_GAIN
+    if gain is None or set(decision.fired) != {"context_ratio"}:
+        return decision
+    if not decision.start_job and not (
+        after_no_gain and decision.reason == "below_retry_growth_gate"
+    ):
         return decision
     since = state.since_success
     est = estimate_gain(
@@ -133,14 +144,20 @@ def evaluate_triggers(
             obs.input_budget,
             gain.fixed_overhead,
             obs.compressible_tokens,
-            since.user_turns,
             since.model_steps,
         ),
         gain.prices,
+        gain.summarizer_overhead,
     )
     # values >= thresholds reads as elsewhere: what it saves against what it costs.
     values = {**decision.values, "gain_saved": float(est.saved)}
     thresholds = {**decision.thresholds, "gain_saved": float(est.cost)}
+    if not decision.start_job:
+        # The last check deferred for no gain, so no job ran since: the retry gate (a
+        # guard against repeating jobs) does not hold back one the hard budget forces.
+        if est.forced:
+            return TriggerDecision(True, decision.fired, values, thresholds, notes=(FORCED,))
+        return TriggerDecision(False, decision.fired, values, thresholds, decision.reason)
     if est.pays:
         return TriggerDecision(True, decision.fired, values, thresholds, notes=decision.notes)
     return TriggerDecision(False, decision.fired, values, thresholds, NO_GAIN)

@@ -1,0 +1,315 @@
+"""``python -m benchmarks.cost``: what a 1,000-question session costs under three
+context policies, on the same events and token counts (issue 27).
+
+One deterministic session (seed 27): each question is a user message (30-120 tokens),
+1-3 tool calls (the call 20-40 tokens, its result 125-750) and an answer (80-250); every
+assistant message is one model call, whose request is the context before it. The model
+profile is the 16k one of ``benchmarks.long_session`` (InputBudget 13,824); tools and
+system take 1,500 tokens. Replayed, as a pure simulation, under:
+
+- **ours** — the platform default policy (``context_ratio`` 0.8, ``recent_complete_groups``
+  2, ``summary_max_ratio`` 0.15), triggers and the gain check of ``domain.triggers`` /
+  ``domain.compaction_gain`` with the price table below; a job covers every complete
+  question but the last two (``domain.selection.select_prefix``) and commits before the
+  next call. The built-in summarizer is extractive (no model call, ``summarizer =
+  "extractive"``); the row "ours, model summarizer" bills one model call per job: the
+  covered tokens plus a 400-token instruction in, the summary out. The "no gain" rows
+  are the same without the gain check (``GainCheck``);
+- **truncate** — never compacts; when a request would not fit, the oldest questions
+  are dropped until it does;
+- **langchain** — SummarizationMiddleware-style: at 80% of the budget, everything but
+  the last 20 messages (a tool result stays with its call) is summarized by one model
+  call (its input trimmed to 4,000 tokens, ``trim_tokens_to_summarize``) into a summary
+  message that replaces it.
+
+Every summary is a sixth of what it summarizes (ours: with the parent summary, within its
+bound). Prices (USD per million tokens, Anthropic-style): input 3.00, cached input 0.30,
+cache write 3.75, output 15.00. A request's longest prefix in common with the previous
+request is read from the cache (its "cacheable share"); the rest is written to it. A
+summarizer call is billed uncached. Cost per question: the model calls' input and output
+and the compaction calls. Steady state: questions 101-1,000.
+
+Targets: ours' steady-state cacheable share >= 90% and its cost per question below both
+references. Prints the table and writes ``build/bench/cost.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from domain.compaction_gain import NO_GAIN, rates_of
+from domain.policy import CompactionPolicy, effective_policy
+from domain.pricing import ModelPrices
+from domain.triggers import (
+    CompactionState,
+    Counters,
+    GainCheck,
+    LastAttempt,
+    Observation,
+    evaluate_triggers,
+)
+
+OUT = Path(__file__).resolve().parents[1] / "build" / "bench"
+SEED = 27
+QUESTIONS = 1_000
+STEADY_FROM = 100  # questions before the steady state
+BUDGET = 16_384 - 2_048 - 512
+FIXED = 1_500
+PRICES = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
+SUMMARY_RATIO = 6  # a summary is a sixth of what it summarizes
+INSTRUCTION = 400  # a model summarizer's instruction tokens
+LC_KEEP = 20
+LC_TRIM = 4_000
+
+Msg = tuple[str, int]  # (key, tokens): equal keys are equal content
+
+
+@dataclass
+class Question:
+    messages: list[tuple[Msg, bool]]  # (message, is it a model call's output)
+
+
+def session(seed: int = SEED, questions: int = QUESTIONS) -> list[Question]:
+    rng = random.Random(seed)
+    out = []
+    for q in range(questions):
+        msgs: list[tuple[Msg, bool]] = [((f"u{q}", rng.randint(30, 120)), False)]
+        for t in range(rng.randint(1, 3)):
+            msgs.append(((f"c{q}.{t}", rng.randint(20, 40)), True))
+            msgs.append(((f"r{q}.{t}", rng.randint(125, 750)), False))
+        msgs.append(((f"a{q}", rng.randint(80, 250)), True))
+        out.append(Question(msgs))
+    return out
+
+
+@dataclass
+class Meter:
+    """Tokens and cost of one policy's replay (cost in nano-USD, exact integers)."""
+
+    name: str
+    input_tokens: int = 0
+    cached_tokens: int = 0
+    steady_input: int = 0
+    steady_cached: int = 0
+    output_tokens: int = 0
+    compactions: int = 0
+    compaction_input: int = 0
+    compaction_output: int = 0
+    cost: int = 0
+    compaction_cost: int = 0
+    max_request: int = 0
+    prev: list[Msg] = field(default_factory=list)
+
+    def call(self, request: list[Msg], output: int, steady: bool) -> None:
+        r = rates_of(PRICES)
+        common = 0
+        for a, b in zip(request, self.prev, strict=False):
+            if a != b:
+                break
+            common += a[1]
+        total = sum(t for _, t in request)
+        self.prev = list(request)
+        self.input_tokens += total
+        self.cached_tokens += common
+        if steady:
+            self.steady_input += total
+            self.steady_cached += common
+        self.output_tokens += output
+        self.max_request = max(self.max_request, total)
+        self.cost += common * r.cached + (total - common) * r.write + output * r.output
+
+    def summarize(self, tokens_in: int, tokens_out: int) -> None:
+        r = rates_of(PRICES)
+        self.compactions += 1
+        self.compaction_input += tokens_in
+        self.compaction_output += tokens_out
+        c = tokens_in * r.input + tokens_out * r.output
+        self.compaction_cost += c
+        self.cost += c
+
+    def report(self, questions: int) -> dict[str, Any]:
+        d = {k: v for k, v in asdict(self).items() if k != "prev"}
+        d["cacheable_share"] = self.cached_tokens / self.input_tokens
+        d["steady_cacheable_share"] = self.steady_cached / self.steady_input
+        d["cost_per_question_usd"] = self.cost / questions / 1e9
+        d["compaction_cost_usd"] = self.compaction_cost / 1e9
+        d["cost_usd"] = self.cost / 1e9
+        del d["cost"], d["compaction_cost"]
+        return d
+
+
+def tokens(msgs: list[Msg]) -> int:
+    return sum(t for _, t in msgs)
+
+
+@dataclass
+class Ours:
+    """Our processor's decisions on each observation (one per model call)."""
+
+    policy: CompactionPolicy
+    keep_recent: int
+    gain: bool
+    model_summarizer: bool
+    summary: int = 0
+    revision: int = 0
+    done: list[list[Msg]] = field(default_factory=list)  # complete questions in the view
+    state: CompactionState = field(default_factory=CompactionState)
+
+    def request(self, current: list[Msg]) -> list[Msg]:
+        head: list[Msg] = [("fixed", FIXED)]
+        if self.summary:
+            head.append((f"summary{self.revision}", self.summary))
+        return head + [m for q in self.done for m in q] + current
+
+    def observe(self, current: list[Msg], meter: Meter, calls: int) -> None:
+        """Check the view before this call; a started job commits before it."""
+        st = self.state
+        st = CompactionState(Counters(st.totals.user_turns, calls), st.baseline, st.last_attempt)
+        covered = self.done[: max(0, len(self.done) - self.keep_recent)]
+        compressible = sum(tokens(q) for q in covered)
+        est = tokens(self.request(current))
+        obs = Observation(est, BUDGET, FIXED, compressible, f"v{calls}")
+        overhead = INSTRUCTION if self.model_summarizer else 0
+        check = GainCheck(FIXED, PRICES, overhead) if self.gain else None
+        d = evaluate_triggers(st, self.policy, obs, check)
+        since = st.since_success
+        if not d.start_job:
+            if d.reason in ("nothing_compressible", NO_GAIN):  # deferred: remembered
+                mark = NO_GAIN if d.reason == NO_GAIN else ""  # as domain.compaction_control
+                attempt = LastAttempt(obs.fingerprint, compressible, since, BUDGET, FIXED, mark)
+                st = CompactionState(st.totals, st.baseline, attempt)
+            self.state = st
+            return
+        bound = math.ceil(self.policy.summary_max_ratio * BUDGET)
+        new = min(bound, math.ceil((self.summary + compressible) / SUMMARY_RATIO))
+        if self.model_summarizer:
+            meter.summarize(INSTRUCTION + self.summary + compressible, new)
+        else:
+            meter.compactions += 1
+        self.summary, self.revision = new, self.revision + 1
+        self.done = self.done[len(covered) :]
+        self.state = CompactionState(st.totals, st.totals, None)
+
+
+def run_ours(qs: list[Question], name: str, gain: bool, model: bool) -> Meter:
+    policy = effective_policy({})[0]
+    ours = Ours(policy.compaction, policy.recent_complete_groups, gain, model)
+    meter, calls = Meter(name), 0
+    for i, q in enumerate(qs):
+        ours.state = CompactionState(
+            Counters(ours.state.totals.user_turns + 1, calls),
+            ours.state.baseline,
+            ours.state.last_attempt,
+        )
+        current: list[Msg] = []
+        for msg, is_call in q.messages:
+            if is_call:
+                calls += 1
+                ours.observe(current, meter, calls)
+                meter.call(ours.request(current), msg[1], i >= STEADY_FROM)
+            current.append(msg)
+        ours.done.append(current)
+    return meter
+
+
+def run_truncate(qs: list[Question]) -> Meter:
+    meter = Meter("truncate")
+    done: list[list[Msg]] = []
+    for i, q in enumerate(qs):
+        current: list[Msg] = []
+        for msg, is_call in q.messages:
+            if is_call:
+                while done and FIXED + sum(map(tokens, done)) + tokens(current) > BUDGET:
+                    done.pop(0)
+                request = [("fixed", FIXED), *(m for d in done for m in d), *current]
+                meter.call(request, msg[1], i >= STEADY_FROM)
+            current.append(msg)
+        done.append(current)
+    return meter
+
+
+def run_langchain(qs: list[Question]) -> Meter:
+    meter = Meter("langchain")
+    msgs: list[Msg] = []  # the summary message (if any) first, then the messages
+    trigger = math.ceil(0.8 * BUDGET)
+    for i, q in enumerate(qs):
+        for msg, is_call in q.messages:
+            if is_call and FIXED + tokens(msgs) >= trigger and len(msgs) > LC_KEEP:
+                cut = len(msgs) - LC_KEEP
+                while cut > 0 and msgs[cut][0].startswith("r"):
+                    cut -= 1  # a tool result stays with its call
+                old = tokens(msgs[:cut])
+                source = min(LC_TRIM, old)
+                out = math.ceil(source / SUMMARY_RATIO)
+                meter.summarize(INSTRUCTION + source, out)
+                msgs = [(f"summary{meter.compactions}", out), *msgs[cut:]]
+            if is_call:
+                meter.call([("fixed", FIXED), *msgs], msg[1], i >= STEADY_FROM)
+            msgs.append(msg)
+    return meter
+
+
+def measure(questions: int = QUESTIONS) -> dict[str, Any]:
+    qs = session(questions=questions)
+    meters = [
+        run_ours(qs, "ours", gain=True, model=False),
+        run_ours(qs, "ours, no gain check", gain=False, model=False),
+        run_ours(qs, "ours, model summarizer", gain=True, model=True),
+        run_ours(qs, "ours, model, no gain", gain=False, model=True),
+        run_truncate(qs),
+        run_langchain(qs),
+    ]
+    rows = {m.name: m.report(questions) for m in meters}
+    ours, refs = rows["ours"], (rows["truncate"], rows["langchain"])
+    model = rows["ours, model summarizer"]
+    return {
+        "questions": questions,
+        "input_budget": BUDGET,
+        "prices": PRICES.to_dict(),
+        "policies": rows,
+        "verdict": {
+            "steady_cacheable_share_ge_0_9": ours["steady_cacheable_share"] >= 0.9,
+            "cheaper_than_both": all(
+                ours["cost_per_question_usd"] < r["cost_per_question_usd"] for r in refs
+            ),
+            "model_summarizer_cheaper_than_both": all(
+                model["cost_per_question_usd"] < r["cost_per_question_usd"] for r in refs
+            ),
+            "gain_check_cheaper": ours["cost_per_question_usd"]
+            < rows["ours, no gain check"]["cost_per_question_usd"],
+            "within_budget": ours["max_request"] <= BUDGET,
+        },
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    head = (
+        f"{'policy':<24}{'input tokens':>14}{'cacheable':>11}{'steady':>9}"
+        f"{'$/question':>12}{'compactions':>13}{'compaction $':>14}{'max request':>13}"
+    )
+    lines = [head, "-" * len(head)]
+    for name, r in result["policies"].items():
+        lines.append(
+            f"{name:<24}{r['input_tokens']:>14,}{r['cacheable_share']:>11.1%}"
+            f"{r['steady_cacheable_share']:>9.1%}{r['cost_per_question_usd']:>12.5f}"
+            f"{r['compactions']:>13}{r['compaction_cost_usd']:>14.4f}{r['max_request']:>13,}"
+        )
+    lines.append("verdict: " + ", ".join(f"{k}={v}" for k, v in result["verdict"].items()))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    result = measure()
+    print(f"cost of a {QUESTIONS:,}-question session (InputBudget {BUDGET:,})")
+    print(table(result))
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "cost.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
