@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.pricing import ModelPrices
 from schemas.errors import ContextBudgetExceeded, InvalidPolicy
 from schemas.limits import MAX_ID_LEN, MAX_INT32, MAX_KEY_LEN
 
@@ -39,6 +40,13 @@ class ModelProfile:
     counting: str = "cl100k_base"  # a tiktoken encoding, or "estimate"
     message_overhead: int = 4  # envelope tokens per message (role, separators)
     provider_format: str = "openai_chat"
+    prices: ModelPrices | None = None  # per million tokens; None: calls are not priced
+
+    def __post_init__(self) -> None:
+        # A profile read back from JSON (a prepared context's cache entry) has its prices
+        # as the object they were written as.
+        if isinstance(self.prices, Mapping):
+            object.__setattr__(self, "prices", ModelPrices.from_dict(self.prices))
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> ModelProfile:
@@ -50,13 +58,21 @@ class ModelProfile:
         unknown = set(d) - allowed
         if unknown:
             raise InvalidPolicy(f"unknown model profile fields: {sorted(unknown)}")
-        wrong = sorted(k for k, v in d.items() if not _profile_value_ok(k, v))
+        prices = d.get("prices")
+        if prices is not None and not isinstance(prices, Mapping):
+            raise InvalidPolicy(
+                "model_profile.prices must be an object", field="prices", value=prices
+            )
+        wrong = sorted(k for k, v in d.items() if k != "prices" and not _profile_value_ok(k, v))
         if wrong:
             raise InvalidPolicy(
                 f"model profile fields of the wrong type or out of range: {wrong}", fields=wrong
             )
         try:
-            prof = ModelProfile(**{k: v for k, v in d.items() if k in allowed})
+            prof = ModelProfile(
+                **{k: v for k, v in d.items() if k in allowed and k != "prices"},
+                prices=None if prices is None else ModelPrices.from_dict(prices),
+            )
         except TypeError as exc:
             raise InvalidPolicy(f"invalid model profile: {exc}") from exc
         prof.input_budget()  # validates the arithmetic

@@ -12,12 +12,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from decimal import Decimal
+from typing import Any, NoReturn
 
-from schemas.errors import InvalidPolicy
+from schemas.errors import InvalidPolicy, InvalidRequest
 
 PER = 1_000_000  # prices are per million tokens
 PRICE_FIELDS = ("input", "cached_input", "cache_write", "output")
+# Costs are exact integers of a pico-unit (1e-12) of the currency: a price per million
+# tokens with at most six decimals times a token count is a whole number of them, so
+# sums over any number of calls, in any order, never drift.
+PICO = 10**12
+PRICE_DECIMALS = 6
 
 
 @dataclass(frozen=True)
@@ -47,9 +53,10 @@ class ModelPrices:
             v = d.get(name)
             if v is None:
                 continue
-            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e6:
+            if not _price_ok(v):
                 raise InvalidPolicy(
-                    f"{at}.{name} must be a non-negative number per million tokens",
+                    f"{at}.{name} must be a non-negative number per million tokens"
+                    f" with at most {PRICE_DECIMALS} decimals",
                     field=name,
                     json_path=f"{at}.{name}",
                     value=v,
@@ -83,6 +90,18 @@ class ModelPrices:
         return self.input if self.cache_write is None else self.cache_write
 
 
+def _price_ok(v: Any) -> bool:
+    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e6:
+        return False
+    exponent = _decimal(v).as_tuple().exponent
+    return isinstance(exponent, int) and exponent >= -PRICE_DECIMALS
+
+
+def _decimal(v: float) -> Decimal:
+    """A price as written: the shortest decimal that reads back as the same float."""
+    return Decimal(repr(float(v)))
+
+
 @dataclass(frozen=True)
 class Usage:
     """One call's tokens by kind; the input kinds are disjoint."""
@@ -103,6 +122,17 @@ class Usage:
         """The share of input read from the cache; None for a call without input."""
         total = self.input_tokens
         return None if total == 0 else self.cached_input_tokens / total
+
+    def to_dict(self) -> dict[str, int]:
+        """The neutral shape (``input_tokens`` is all input: what calibration compares)."""
+        return {
+            "input_tokens": self.input_tokens,
+            "fresh_input_tokens": self.fresh_input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
 
     @staticmethod
     def openai(
@@ -142,3 +172,127 @@ def cost(usage: Usage, prices: ModelPrices) -> float:
         + usage.output_tokens * prices.output
     )
     return total / PER
+
+
+def cost_picos(usage: Usage, prices: ModelPrices) -> int:
+    """The call's exact price in pico-units of ``prices.currency`` (see ``PICO``)."""
+    total = (
+        usage.fresh_input_tokens * _decimal(prices.input)
+        + usage.cached_input_tokens * _decimal(prices.cached_rate)
+        + usage.cache_write_tokens * _decimal(prices.write_rate)
+        + usage.output_tokens * _decimal(prices.output)
+    )
+    return int((total * (PICO // PER)).to_integral_value())
+
+
+def format_cost(picos: int) -> str:
+    """Pico-units as a plain decimal amount of the currency ("0.00183")."""
+    amount = (Decimal(picos) / PICO).normalize()
+    return f"{amount:f}"
+
+
+def cost_dict(usage: Usage, prices: ModelPrices) -> dict[str, Any]:
+    """What a priced call records beside its tokens."""
+    picos = cost_picos(usage, prices)
+    return {"cost": format_cost(picos), "cost_picos": picos, "currency": prices.currency}
+
+
+# Provider usage shapes (issue 27): the keys that tell them apart.
+_OPENAI_CHAT = ("prompt_tokens", "completion_tokens")
+_ANTHROPIC = ("cache_read_input_tokens", "cache_creation_input_tokens")
+_NEUTRAL = ("fresh_input_tokens", "cached_input_tokens", "cache_write_tokens")
+
+
+def parse_usage(raw: Mapping[str, Any]) -> Usage | None:
+    """A provider's usage as the runtime reports it, normalized once: OpenAI Chat
+    Completions (``prompt_tokens`` including ``prompt_tokens_details.cached_tokens``),
+    the OpenAI Responses API (``input_tokens`` including
+    ``input_tokens_details.cached_tokens``), Anthropic (``input_tokens`` beside
+    ``cache_read_input_tokens`` and ``cache_creation_input_tokens``) or the neutral shape
+    of ``Usage.to_dict`` (``input_tokens`` is all input). None when nothing is reported;
+    keys of no shape (``total_tokens``, ``service_tier``, …) are ignored. Negative or
+    non-integer counts, or a mix of shapes, raise InvalidRequest ``invalid_usage``."""
+    if not raw:
+        return None
+    if any(k in raw for k in _OPENAI_CHAT):
+        _only(raw, "openai_chat", (*_ANTHROPIC, *_NEUTRAL, "input_tokens"))
+        return _openai(raw, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
+    if any(k in raw for k in _ANTHROPIC):
+        _only(raw, "anthropic", (*_NEUTRAL, "input_tokens_details"))
+        return Usage.anthropic(
+            _count(raw, "input_tokens"),
+            _count(raw, "output_tokens"),
+            _count(raw, "cache_read_input_tokens"),
+            _count(raw, "cache_creation_input_tokens"),
+        )
+    if any(k in raw for k in _NEUTRAL):
+        _only(raw, "neutral", ("input_tokens_details",))
+        return _neutral(raw)
+    return _openai(raw, "input_tokens", "output_tokens", "input_tokens_details")
+
+
+def _openai(raw: Mapping[str, Any], inp: str, out: str, details: str) -> Usage:
+    """OpenAI's usage (Chat Completions or Responses); without details also the plain
+    ``input_tokens`` / ``output_tokens`` of any provider that caches nothing."""
+    prompt = _count(raw, inp)
+    cached = _count(_details(raw, details), "cached_tokens", f"{details}.")
+    out_details = "completion_tokens_details" if inp == "prompt_tokens" else "output_tokens_details"
+    reasoning = _count(_details(raw, out_details), "reasoning_tokens", f"{out_details}.")
+    completion = _count(raw, out)
+    if cached > prompt:
+        _bad(f"{details}.cached_tokens", cached, f"more cached tokens than {inp}")
+    if reasoning > completion:
+        _bad(f"{out_details}.reasoning_tokens", reasoning, f"more reasoning tokens than {out}")
+    return Usage.openai(prompt, completion, cached, reasoning)
+
+
+def _neutral(raw: Mapping[str, Any]) -> Usage:
+    cached = _count(raw, "cached_input_tokens")
+    write = _count(raw, "cache_write_tokens")
+    if "fresh_input_tokens" in raw:
+        fresh = _count(raw, "fresh_input_tokens")
+        if "input_tokens" in raw and _count(raw, "input_tokens") != fresh + cached + write:
+            _bad("input_tokens", raw["input_tokens"], "is not fresh + cached + cache write")
+    else:
+        fresh = _count(raw, "input_tokens") - cached - write
+        if fresh < 0:
+            _bad("input_tokens", raw.get("input_tokens"), "is less than cached + cache write")
+    reasoning = _count(raw, "reasoning_tokens")
+    output = _count(raw, "output_tokens")
+    if reasoning > output:
+        _bad("reasoning_tokens", reasoning, "more reasoning tokens than output_tokens")
+    return Usage(fresh, cached, write, output, reasoning)
+
+
+def _only(raw: Mapping[str, Any], shape: str, foreign: tuple[str, ...]) -> None:
+    mixed = sorted(k for k in foreign if k in raw)
+    if mixed:
+        raise InvalidRequest(
+            f"usage mixes the {shape} shape with {mixed}",
+            reason="invalid_usage",
+            field=f"usage.{mixed[0]}",
+        )
+
+
+def _details(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    d = raw.get(key)
+    if d is None:
+        return {}
+    if not isinstance(d, Mapping):
+        _bad(key, d, "must be an object")
+    return d
+
+
+def _count(raw: Mapping[str, Any], key: str, prefix: str = "") -> int:
+    v = raw.get(key, 0)
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**53:
+        _bad(prefix + key, v, "must be a non-negative integer")
+    return int(v)
+
+
+def _bad(field: str, value: Any, why: str) -> NoReturn:
+    raise InvalidRequest(
+        f"usage.{field} {why}", reason="invalid_usage", field=f"usage.{field}", value=value
+    )

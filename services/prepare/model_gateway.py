@@ -12,6 +12,7 @@ from typing import Any
 from domain.budget import Calibration, calibrate
 from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
 from domain.policy_sections import HookBinding
+from domain.pricing import ModelPrices, cost_dict, parse_usage
 from domain.providers import prompt_cache_key
 from domain.providers import render as render_provider
 from schemas.errors import NotFound
@@ -120,6 +121,9 @@ class Gateway:
             "hook_tokens": decision.hook_tokens,
             "soft_limit": decision.soft_limit,
         }
+        if p.profile.prices is not None:
+            # The prices the call is charged at, fixed when it is checked.
+            budget["prices"] = p.profile.prices.to_dict()
         model_config = dict(body.model_config_) | {
             "model": p.profile.name,
             "provider_format": p.profile.provider_format,
@@ -190,7 +194,9 @@ class Gateway:
         response = body.response
         space_id = await self.space_of(sid)
         blob = await self.content.put(space_id, _json_bytes(response), "application/json")
-        usage = dict(body.usage)
+        # Normalized once (domain.pricing): tokens by kind, all input as input_tokens
+        # (what calibration compares with the estimate), the cost when prices are known.
+        usage = _usage_record(body.usage, _prices(call))
         # Claim the call first: of concurrent reports (on any instance) exactly one
         # calibrates and runs the after-hooks; the others read what it stored.
         sample = _sample(space_id, call, usage)
@@ -229,6 +235,24 @@ class Gateway:
                 replayed[key] = calibrate(cal, u.estimated, _bounded(u.reported, u.estimated))
         for (space_id, model), cal in replayed.items():
             await self.calibration.stored.seed(space_id, model, cal)
+
+
+def _usage_record(raw: dict[str, Any], prices: ModelPrices | None) -> dict[str, Any]:
+    """The usage stored and published: the neutral shape (domain.pricing), its cache
+    share and, with prices, its exact cost; an empty report stays empty."""
+    usage = parse_usage(raw)
+    if usage is None:
+        return {}
+    out: dict[str, Any] = dict(usage.to_dict())
+    share = usage.cache_share
+    out["cache_share"] = None if share is None else round(share, 6)
+    return out | (cost_dict(usage, prices) if prices is not None else {})
+
+
+def _prices(call: StoredCall) -> ModelPrices | None:
+    """The prices of the call's model profile, as the prepare recorded them in its budget."""
+    raw = call.budget.get("prices")
+    return ModelPrices.from_dict(raw) if isinstance(raw, dict) else None
 
 
 def _sample(space_id: str, call: StoredCall, usage: dict[str, Any]) -> Sample | None:
