@@ -177,7 +177,15 @@ async def test_model_call_record_keeps_final_input_and_usage_and_calibrates_drif
     )
     assert row["model_config"]["temperature"] == 0.2
     assert row["model_config"]["model"] == model
-    assert row["usage"] == {"input_tokens": reported, "output_tokens": 4}
+    assert row["usage"] == {
+        "input_tokens": reported,
+        "fresh_input_tokens": reported,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "output_tokens": 4,
+        "reasoning_tokens": 0,
+        "cache_share": 0.0,
+    }
     assert row["response_sha256"] is not None
     assert (
         row["dependency_versions"]["policy_revision"]
@@ -348,4 +356,12 @@ async def test_a_usage_past_64_bits_is_refused_and_the_call_can_still_be_reporte
         )
         assert out["status"] == "completed"
     row = (await _calls(db, run.session_id))[0]
-    assert row["usage"] == {"input_tokens": 10, "output_tokens": 1}
+    assert row["usage"] == {
+        "input_tokens": 10,
+        "fresh_input_tokens": 10,
+        "cached_input_tokens": 0,
+        "cache_write_tokens": 0,
+        "output_tokens": 1,
+        "reasoning_tokens": 0,
+        "cache_share": 0.0,
+    }
