@@ -4,6 +4,7 @@ rollbacks) raise our errors (``storage.errors.pg_error``), the driver's as their
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn
 
 import asyncpg
@@ -43,49 +44,33 @@ class _Connection(asyncpg.Connection):  # type: ignore[misc]
         # connection), so skip the RESET ALL round trip on every release.
         return ""
 
-    # The query methods storage calls; Transaction commits and rolls back through
-    # ``execute``, so a serialization failure at COMMIT is translated too.
-    async def execute(self, *args: Any, **kw: Any) -> Any:
+
+def _translating(name: str) -> Callable[..., Awaitable[Any]]:
+    """The connection's ``name`` query method, raising our errors."""
+    query = getattr(asyncpg.Connection, name)
+
+    async def method(self: asyncpg.Connection, *args: Any, **kw: Any) -> Any:
         try:
-            return await super().execute(*args, **kw)
+            return await query(self, *args, **kw)
         except _TRANSLATED as exc:
             _raise_ours(exc)
 
-    async def executemany(self, *args: Any, **kw: Any) -> Any:
-        try:
-            return await super().executemany(*args, **kw)
-        except _TRANSLATED as exc:
-            _raise_ours(exc)
+    method.__name__ = method.__qualname__ = name
+    return method
 
-    async def fetch(self, *args: Any, **kw: Any) -> Any:
-        try:
-            return await super().fetch(*args, **kw)
-        except _TRANSLATED as exc:
-            _raise_ours(exc)
 
-    async def fetchrow(self, *args: Any, **kw: Any) -> Any:
-        try:
-            return await super().fetchrow(*args, **kw)
-        except _TRANSLATED as exc:
-            _raise_ours(exc)
-
-    async def fetchval(self, *args: Any, **kw: Any) -> Any:
-        try:
-            return await super().fetchval(*args, **kw)
-        except _TRANSLATED as exc:
-            _raise_ours(exc)
-
-    async def fetchmany(self, *args: Any, **kw: Any) -> Any:
-        try:
-            return await super().fetchmany(*args, **kw)
-        except _TRANSLATED as exc:
-            _raise_ours(exc)
-
-    async def copy_records_to_table(self, *args: Any, **kw: Any) -> Any:
-        try:
-            return await super().copy_records_to_table(*args, **kw)
-        except _TRANSLATED as exc:
-            _raise_ours(exc)
+# The query methods storage calls; Transaction commits and rolls back through ``execute``,
+# so a serialization failure at COMMIT is translated too.
+for _name in (
+    "execute",
+    "executemany",
+    "fetch",
+    "fetchrow",
+    "fetchval",
+    "fetchmany",
+    "copy_records_to_table",
+):
+    setattr(_Connection, _name, _translating(_name))
 
 
 async def create_pool(dsn: str, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
