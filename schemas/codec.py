@@ -65,6 +65,7 @@ ALL_SCHEMAS = (
 # the plan and constraint versions (read with their defaults, 0).
 EARLIER_WRITERS = (
     "observability_event.v3.avsc",
+    "observability_event.v4.avsc",
     "context_event.v1.avsc",
     "context_event.v2.avsc",
     "compaction_request.v1.avsc",

@@ -271,6 +271,8 @@ class ObservabilityEvent:
     record_id: str | None = None  # readback
     read_offset: int | None = None
     read_size: int | None = None
+    cost_picos: int | None = None  # model_call: exact cost, 1e-12 of the currency unit
+    currency: str | None = None  # model_call: of cost_picos
 
 
 def encode_observability(ev: ObservabilityEvent) -> bytes:
