@@ -155,11 +155,28 @@ def _trigger(ev: ObservabilityEvent) -> list[Increment]:
     return out
 
 
+# A model call's reported usage by kind (domain.pricing.Usage): the input kinds fresh,
+# cached and cache write are disjoint and add up to input_tokens; output_tokens includes
+# reasoning_tokens. Each is summed as usage_<kind>; a group's cache-hit share is
+# usage_cached_input_tokens / usage_input_tokens of the same rows.
+USAGE_KINDS = (
+    "input_tokens",
+    "fresh_input_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
+COST_METRIC = "cost_picos"  # label: the currency, so amounts of two currencies never add
+
+
 def _model_call(ev: ObservabilityEvent) -> list[Increment]:
     out = _inc("model_calls", 1)
     out += _inc("estimated_input_tokens_called", ev.estimated_input)
-    for item in ("input_tokens", "output_tokens"):
+    for item in USAGE_KINDS:
         out += _inc(f"usage_{item}", ev.budget_items.get(item))
+    if ev.cost_picos is not None:
+        out += _inc(COST_METRIC, ev.cost_picos, ev.currency or "")
     return out
 
 

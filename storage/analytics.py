@@ -11,7 +11,8 @@ from typing import Any
 
 import asyncpg
 
-from schemas.rollup import Dims, Fact, RollupKey, distributions, rollup
+from domain.pricing import format_cost
+from schemas.rollup import COST_METRIC, Dims, Fact, RollupKey, distributions, rollup
 
 __all__ = ["Consumed", "apply", "distributions", "query", "session_dims"]
 
@@ -162,6 +163,14 @@ async def _add(conn: asyncpg.Connection, sums: Mapping[RollupKey, int]) -> None:
     )
 
 
+# Window function over the rows of one group (window start and dimensions): a group's
+# input total beside its cached-input row, computed before LIMIT so that a truncated
+# answer still gives the right share for every row it holds.
+_GROUP = "PARTITION BY bucket_start, agent_id, release_id, model, purpose"
+CACHED_METRIC = "usage_cached_input_tokens"
+INPUT_METRIC = "usage_input_tokens"
+
+
 async def query(
     pool: asyncpg.Pool,
     window: str,
@@ -172,9 +181,15 @@ async def query(
     purpose: str | None,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """Rollup rows of one space, oldest window first, ``[start, end)`` on the window start."""
+    """Rollup rows of one space, oldest window first, ``[start, end)`` on the window start.
+    Derived values ride on the row they are read from: a ``usage_cached_input_tokens``
+    row carries ``cache_share`` (its group's cached / all input tokens, None without
+    input), a ``cost_picos`` row carries ``cost``, the exact amount as a decimal string
+    of the currency in its label."""
     rows = await pool.fetch(
-        "SELECT bucket_start, agent_id, release_id, model, purpose, metric, label, value"
+        "SELECT bucket_start, agent_id, release_id, model, purpose, metric, label, value,"
+        " CASE WHEN metric = $8 THEN sum(value) FILTER"
+        f" (WHERE metric = $9 AND label = '') OVER ({_GROUP}) END AS group_input"
         " FROM analytics_rollups WHERE window_name=$1 AND space_id=$2"
         " AND ($3::timestamptz IS NULL OR bucket_start >= $3)"
         " AND ($4::timestamptz IS NULL OR bucket_start < $4)"
@@ -188,18 +203,27 @@ async def query(
         agent_id,
         purpose,
         limit,
+        CACHED_METRIC,
+        INPUT_METRIC,
     )
-    return [
-        {
-            "bucket_start": r["bucket_start"].isoformat(),
-            "space_id": space_id,
-            "agent_id": r["agent_id"],
-            "release_id": r["release_id"],
-            "model": r["model"],
-            "purpose": r["purpose"],
-            "metric": r["metric"],
-            "label": r["label"],
-            "value": r["value"],
-        }
-        for r in rows
-    ]
+    return [_row(space_id, r) for r in rows]
+
+
+def _row(space_id: str, r: Mapping[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "bucket_start": r["bucket_start"].isoformat(),
+        "space_id": space_id,
+        "agent_id": r["agent_id"],
+        "release_id": r["release_id"],
+        "model": r["model"],
+        "purpose": r["purpose"],
+        "metric": r["metric"],
+        "label": r["label"],
+        "value": r["value"],
+    }
+    if r["metric"] == CACHED_METRIC:
+        total = r["group_input"]
+        row["cache_share"] = round(r["value"] / total, 6) if total else None
+    elif r["metric"] == COST_METRIC:
+        row["cost"] = format_cost(r["value"])
+    return row

@@ -58,7 +58,8 @@ class Notes:
         self._publish(sid, ev)
 
     def usage(self, call: StoredCall, usage: dict[str, Any]) -> None:
-        """A model call's reported usage beside its estimate."""
+        """A model call's reported usage beside its estimate: its tokens by kind and, for
+        a priced call, its exact cost (pico-units of ``currency``)."""
         if not self.topic:
             return
         ev = ObservabilityEvent(
@@ -75,6 +76,8 @@ class Notes:
             budget_items={
                 k: int(v) for k, v in usage.items() if isinstance(v, int) and k.endswith("tokens")
             },
+            cost_picos=_int_or_none(usage.get("cost_picos")),
+            currency=usage.get("currency") if isinstance(usage.get("currency"), str) else None,
         )
         self._publish(call.session_id, ev)
 
@@ -105,3 +108,7 @@ class Notes:
         )
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+
+def _int_or_none(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
