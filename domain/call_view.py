@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from domain.authority import DERIVED_ROLE
+from domain.pricing import format_cost
 from domain.rendering import KEPT_BECAUSE, RETENTION, RecordView
 
 ROLE = {
@@ -74,6 +75,49 @@ class CallFacts:
     chain: tuple[SummaryLink, ...]
     inline_max_tokens: int  # the release's large-result rule (R10.3)
     frontier: Mapping[str, Any] | None = None  # the plan and constraints it saw (issue 24)
+    usage: Mapping[str, Any] | None = None  # the stored, normalized usage of its result
+    priced: bool = False  # the call's model profile had prices
+
+
+NO_RESULT = "no result yet"
+NO_USAGE = "no usage reported"
+NOT_PRICED = "not priced"
+NO_SHARE = "—"
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """A call's reported tokens by kind (the input kinds are disjoint), the share of its
+    input read from the provider's cache and its cost; ``cost_label`` says why there is
+    no cost (``NO_RESULT``, ``NO_USAGE``, ``NOT_PRICED``) when there is none."""
+
+    reported: bool
+    priced: bool = False  # the call's model profile had prices when it was prepared
+    fresh_input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_share_percent: float | None = None
+    cache_share_label: str = NO_SHARE
+    cost: str | None = None  # a decimal amount of ``currency``
+    cost_picos: int | None = None
+    currency: str | None = None
+    cost_label: str = NO_RESULT
+
+    @property
+    def input_tokens(self) -> int:
+        return self.fresh_input_tokens + self.cached_input_tokens + self.cache_write_tokens
+
+
+@dataclass(frozen=True)
+class CostTotal:
+    """The exact sum of the priced calls' costs in one currency."""
+
+    currency: str
+    cost_picos: int
+    cost: str
+    calls: int
 
 
 @dataclass(frozen=True)
@@ -133,6 +177,7 @@ class CallView:
     request_sha256: str | None = None
     summary_id: str | None = None
     summary_version: int | None = None
+    cost: CallCost = CallCost(reported=False)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -168,6 +213,7 @@ def call_view(f: CallFacts) -> CallView:
         chain=f.chain,
         frontier=f.frontier,
         summary_id=f.chain[0].summary_id if f.chain else None,
+        cost=call_cost(f.status, f.usage, f.priced),
     )
 
 
@@ -280,4 +326,60 @@ def stored_view(
         request_sha256=stored.get("request_sha256"),
         summary_id=stored.get("summary_id"),
         summary_version=stored.get("summary_version"),
+    )
+
+
+def call_cost(status: str, usage: Mapping[str, Any] | None, priced: bool) -> CallCost:
+    """The call's cost as stored with its result (``usage``: the normalized shape of
+    ``domain.pricing.Usage.to_dict`` with ``cache_share`` and, when priced, ``cost_picos``
+    and ``currency``). A usage stored with ``input_tokens`` only counts it as fresh."""
+    if not usage:
+        reported = status == "completed"
+        label = NO_USAGE if reported else NO_RESULT
+        return CallCost(reported=reported, priced=priced, cost_label=label)
+    cached = _count(usage, "cached_input_tokens")
+    write = _count(usage, "cache_write_tokens")
+    if "fresh_input_tokens" in usage:
+        fresh = _count(usage, "fresh_input_tokens")
+    else:
+        fresh = max(0, _count(usage, "input_tokens") - cached - write)
+    total = fresh + cached + write
+    share = None if total == 0 else round(100 * cached / total, 1)
+    raw = usage.get("cost_picos")
+    picos = raw if isinstance(raw, int) and not isinstance(raw, bool) else None
+    currency = None if picos is None else str(usage.get("currency") or "")
+    amount = None if picos is None else format_cost(picos)
+    return CallCost(
+        reported=True,
+        priced=priced or picos is not None,
+        fresh_input_tokens=fresh,
+        cached_input_tokens=cached,
+        cache_write_tokens=write,
+        output_tokens=_count(usage, "output_tokens"),
+        reasoning_tokens=_count(usage, "reasoning_tokens"),
+        cache_share_percent=share,
+        cache_share_label=NO_SHARE if share is None else f"{share:.1f}%",
+        cost=amount,
+        cost_picos=picos,
+        currency=currency,
+        cost_label=NOT_PRICED if amount is None else f"{amount} {currency}",
+    )
+
+
+def _count(usage: Mapping[str, Any], key: str) -> int:
+    v = usage.get(key)
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else 0
+
+
+def session_cost(costs: Iterable[CallCost]) -> tuple[CostTotal, ...]:
+    """Per currency, in its name's order: the exact sum of the calls' pico-unit costs
+    (calls without a cost are not in any total)."""
+    sums: dict[str, tuple[int, int]] = {}
+    for c in costs:
+        if c.cost_picos is not None and c.currency is not None:
+            picos, n = sums.get(c.currency, (0, 0))
+            sums[c.currency] = (picos + c.cost_picos, n + 1)
+    return tuple(
+        CostTotal(currency=k, cost_picos=p, cost=format_cost(p), calls=n)
+        for k, (p, n) in sorted(sums.items())
     )

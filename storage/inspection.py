@@ -18,7 +18,7 @@ from typing import Any
 
 import asyncpg
 
-from domain.call_view import CallFacts, SummaryLink
+from domain.call_view import CallCost, CallFacts, SummaryLink, call_cost
 from domain.policy import LargeResultSettings, validate_policy
 from domain.rendering import RecordView
 from schemas.auth import Credential, SessionScope
@@ -44,6 +44,7 @@ class CallSummary:
     estimated_input: int | None
     summary_id: str | None
     created_at: datetime
+    cost: CallCost  # tokens by kind, cache share and cost of its reported result
 
 
 @dataclass(frozen=True)
@@ -118,11 +119,17 @@ async def calls(pool: asyncpg.Pool, session_id: str) -> list[CallSummary]:
         "SELECT call_id, run_id, instance_id, purpose, model, status, created_at,"
         " (budget->>'input_budget')::bigint AS input_budget,"
         " (budget->>'final_estimated_input')::bigint AS estimated_input,"
-        " dependency_versions->>'summary_id' AS summary_id"
+        " dependency_versions->>'summary_id' AS summary_id, usage,"
+        " coalesce(jsonb_typeof(budget->'prices') = 'object', false) AS priced"
         " FROM model_calls WHERE session_id=$1 ORDER BY created_at, call_id",
         session_id,
     )
-    return [CallSummary(**dict(r)) for r in rows]
+    out = []
+    for r in rows:
+        row = dict(r)
+        usage, priced = _json(row.pop("usage")), bool(row.pop("priced"))
+        out.append(CallSummary(**row, cost=call_cost(row["status"], usage, priced)))
+    return out
 
 
 async def call_of(pool: asyncpg.Pool, ident: str) -> tuple[str, str] | None:
@@ -141,7 +148,7 @@ async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallF
     such call."""
     r = await pool.fetchrow(
         "SELECT call_id, run_id, instance_id, purpose, status, model, manifest, budget,"
-        " dependency_versions, hook_versions FROM model_calls"
+        " dependency_versions, hook_versions, usage FROM model_calls"
         " WHERE session_id=$1 AND call_id=$2",
         session_id,
         call_id,
@@ -149,6 +156,7 @@ async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallF
     if r is None:
         return None
     deps = dict(_json(r["dependency_versions"]) or {})
+    budget = dict(_json(r["budget"]) or {})
     records = await call_records(pool, session_id, r["run_id"], r["instance_id"], deps)
     async with pool.acquire() as conn:
         frontier = await frontier_at(conn, session_id, r["run_id"], r["instance_id"], deps)
@@ -159,7 +167,7 @@ async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallF
         purpose=r["purpose"],
         model=r["model"],
         status=r["status"],
-        budget=dict(_json(r["budget"]) or {}),
+        budget=budget,
         manifest=tuple(_json(r["manifest"]) or ()),
         dependency_versions=deps,
         hook_versions=tuple(r["hook_versions"] or ()),
@@ -167,6 +175,8 @@ async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallF
         chain=await summary_chain(pool, session_id, deps.get("summary_id")),
         inline_max_tokens=await inline_max_tokens(pool, deps.get("release_id")),
         frontier=frontier.to_dict(),
+        usage=_json(r["usage"]),
+        priced=isinstance(budget.get("prices"), dict),
     )
 
 

@@ -1,8 +1,9 @@
 """``agentloom session inspect ID [--call N]``: a session's model calls and, for one call,
 the same view as the web inspector (``domain.call_view`` over ``storage.inspection``):
 the budget items as a bar against the InputBudget, the blocks in order with role,
-category, retention, tokens, decision and reason, and the summary chain with each
-summary's covered ranges (R18)."""
+category, retention, tokens, decision and reason, the summary chain with each
+summary's covered ranges, and the result's tokens by kind, cache share and cost (R18).
+The list gives each call's cache share and cost and the session's total per currency."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from domain.call_view import session_cost
 from schemas.errors import ContextError, NotFound
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
@@ -30,7 +32,11 @@ async def _load(session_id: str, which: str | None) -> dict[str, Any]:
         if await inspection.session_scope(pool, session_id) is None:
             raise NotFound(f"session {session_id} not found")
         listed = await inspection.calls(pool, session_id)
-        data: dict[str, Any] = {"session_id": session_id, "calls": [asdict(c) for c in listed]}
+        data: dict[str, Any] = {
+            "session_id": session_id,
+            "calls": [asdict(c) for c in listed],
+            "totals": [asdict(t) for t in session_cost(c.cost for c in listed)],
+        }
         if which is not None:
             ids = [c.call_id for c in listed]
             number = int(which) if which.isdigit() else 0
@@ -62,7 +68,8 @@ def inspect(
 
 def _render(data: dict[str, Any]) -> None:
     t = Table(title=f"session {data['session_id']}: model calls")
-    for c in ("#", "call_id", "run_id", "purpose", "model", "status", "estimated", "budget"):
+    cols = ("#", "call_id", "run_id", "purpose", "model", "status", "estimated", "budget")
+    for c in (*cols, "cache", "cost"):
         t.add_column(c)
     for i, c in enumerate(data["calls"], 1):
         t.add_row(
@@ -74,8 +81,12 @@ def _render(data: dict[str, Any]) -> None:
             c["status"],
             str(c["estimated_input"]),
             str(c["input_budget"]),
+            c["cost"]["cache_share_label"],
+            c["cost"]["cost_label"],
         )
     out.print(t)
+    totals = [f"{x['cost']} {x['currency']} ({x['calls']} priced)" for x in data["totals"]]
+    out.print(escape(f"session cost: {'; '.join(totals) or 'none priced'}"))
     if "call" in data:
         _render_call(data["call"])
 
@@ -102,6 +113,7 @@ def _render_call(v: dict[str, Any]) -> None:
             cells[0] += f" ({', '.join(since)} since)"
         t.add_row(str(i), *cells)
     out.print(t)
+    _render_cost(v["cost"])
     if v.get("rebuilt"):
         out.print("  rebuilt from today's records (no view was stored with this call)")
     else:
@@ -109,6 +121,15 @@ def _render_call(v: dict[str, Any]) -> None:
     _render_frontier(v.get("frontier") or {})
     _render_chain(v["chain"])
     out.print(f"  hooks: {', '.join(v['hook_versions']) or 'none'}")
+
+
+def _render_cost(k: dict[str, Any]) -> None:
+    """The result's tokens by kind, the cache share of its input and its cost."""
+    if k["reported"]:
+        kinds = ("fresh_input", "cached_input", "cache_write", "output", "reasoning")
+        counts = ", ".join(f"{n.replace('_', ' ')} {k[f'{n}_tokens']}" for n in kinds)
+        out.print(f"  tokens: {counts}")
+    out.print(escape(f"  cache share: {k['cache_share_label']}; cost: {k['cost_label']}"))
 
 
 def _render_frontier(f: dict[str, Any]) -> None:

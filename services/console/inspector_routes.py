@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
+from domain.call_view import session_cost
 from services.console.context import Refused, Viewer, console_of, page, require_session, viewer
 from services.console.fields import RESPONSES, Offset, PathId
 from services.console.prepare_client import PrepareError
@@ -33,6 +34,7 @@ async def session(
 ) -> Response:
     c = console_of(request)
     info = await require_session(c, v, session_id)
+    listed = await inspection.calls(c.pool, session_id)
     return page(
         request,
         "session.html",
@@ -40,7 +42,8 @@ async def session(
         session=info,
         session_id=session_id,
         runs=await inspection.runs(c.pool, session_id),
-        calls=await inspection.calls(c.pool, session_id),
+        calls=listed,
+        totals=session_cost(x.cost for x in listed),
     )
 
 
