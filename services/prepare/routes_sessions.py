@@ -6,6 +6,14 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from schemas.answers.sessions import (
+    EventOutcome,
+    Release,
+    ReleasePublished,
+    RunLifecycle,
+    RunStarted,
+    Session,
+)
 from schemas.auth import Action, Principal, authorize_release, session_owner
 from services.prepare.fields import PathId, PathKey
 from services.prepare.http_errors import CONFLICT
@@ -17,61 +25,63 @@ def release_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     """Publish a release and read it back."""
 
     @app.post("/v1/releases", status_code=201, responses=CONFLICT)
-    async def register_release(body: ReleaseIn, who: Principal = auth) -> dict[str, Any]:
+    async def register_release(body: ReleaseIn, who: Principal = auth) -> ReleasePublished:
         """Publish a release in the key's space (host keys only); ids are global."""
         authorize_release(who, body.release_id or "", None, Action.RELEASE_PUBLISH).enforce()
-        return await svc.register_release(body, who.space_id)
+        return ReleasePublished.model_validate(await svc.register_release(body, who.space_id))
 
     @app.get("/v1/releases/{release_id}")
-    async def get_release(release_id: PathId, who: Principal = auth) -> dict[str, Any]:
-        return await svc.authorized_release(release_id, who)
+    async def get_release(release_id: PathId, who: Principal = auth) -> Release:
+        return Release.model_validate(await svc.authorized_release(release_id, who))
 
 
 def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     """Open and read sessions; start, resume and finish runs; event outcomes."""
 
     @app.post("/v1/sessions", status_code=201, responses=CONFLICT)
-    async def open_session(body: SessionIn, who: Principal = auth) -> dict[str, Any]:
+    async def open_session(body: SessionIn, who: Principal = auth) -> Session:
         """Open a session in the key's space for its owner: a user key's own actor, or any
         actor of the space for a host key."""
         owner = session_owner(who, body.space_id, body.actor_id)
         if not isinstance(owner, str):
             owner.enforce()  # a refusal: raises
             raise AssertionError("session_owner refused without a reason")
-        return await svc.open_session(body, who.space_id, owner)
+        return Session.model_validate(await svc.open_session(body, who.space_id, owner))
 
     @app.get("/v1/sessions/{session_id}")
-    async def get_session(session_id: PathId, who: Principal = auth) -> dict[str, Any]:
+    async def get_session(session_id: PathId, who: Principal = auth) -> Session:
         sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
-        return await svc.session(sid)
+        return Session.model_validate(await svc.session(sid))
 
     @app.post("/v1/sessions/{session_id}/runs", status_code=201, responses=CONFLICT)
-    async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> dict[str, Any]:
+    async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> RunStarted:
         sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return await svc.start_run(sid, body)
+        return RunStarted.model_validate(await svc.start_run(sid, body))
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume", responses=CONFLICT)
     async def resume_run(
         session_id: PathId, run_id: PathId, body: RunLifecycleIn, who: Principal = auth
-    ) -> dict[str, Any]:
+    ) -> RunLifecycle:
         """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
         processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
         sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return await svc.resume_run(sid, run_id, body)
+        return RunLifecycle.model_validate(await svc.resume_run(sid, run_id, body))
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish", responses=CONFLICT)
     async def finish_run(
         session_id: PathId, run_id: PathId, body: FinishIn, who: Principal = auth
-    ) -> dict[str, Any]:
+    ) -> RunLifecycle:
         """Finish (or cancel) the run once the processor accepted it; 409
         ``run_not_active`` when it already ended otherwise. Appends to an ended run are
         dead-lettered (``run_not_active``) until it is resumed."""
         sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return await svc.finish_run(sid, run_id, body)
+        return RunLifecycle.model_validate(await svc.finish_run(sid, run_id, body))
 
-    @app.get("/v1/sessions/{session_id}/events/{event_key}")
+    # Only the fields the outcome has: a committed event carries no refusal, a refused one
+    # no record.
+    @app.get("/v1/sessions/{session_id}/events/{event_key}", response_model_exclude_unset=True)
     async def event_outcome(
         session_id: PathId, event_key: PathKey, who: Principal = auth
-    ) -> dict[str, Any]:
+    ) -> EventOutcome:
         sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
-        return await svc.outcome(sid, event_key)
+        return EventOutcome.model_validate(await svc.outcome(sid, event_key))
