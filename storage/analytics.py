@@ -222,8 +222,8 @@ def _row(space_id: str, r: Mapping[str, Any]) -> dict[str, Any]:
         "value": r["value"],
     }
     if r["metric"] == CACHED_METRIC:
-        total = r["group_input"]
-        row["cache_share"] = round(r["value"] / total, 6) if total else None
+        total = int(r["group_input"] or 0)  # sum(bigint) is numeric: a Decimal
+        row["cache_share"] = round(int(r["value"]) / total, 6) if total else None
     elif r["metric"] == COST_METRIC:
         row["cost"] = format_cost(r["value"])
     return row
