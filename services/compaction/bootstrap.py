@@ -20,6 +20,7 @@ from schemas.settings import Settings
 from services import metrics
 from services.compaction.compact_hooks import HookChain
 from services.compaction.consume import HandOver
+from services.compaction.costs import CostNotes, ReleasePrices, catalog_profiles
 from services.compaction.dispatch import Dispatcher
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.gateway import SummaryGateway
@@ -86,9 +87,10 @@ def build_worker(
     counter: CachedCounter,
     hooks: HookChain | None = None,
     crash_after_save: bool = False,
+    costs: CostNotes | None = None,
 ) -> CompactionWorker:
     config = worker_config(settings, crash_after_save)
-    return CompactionWorker(jobs, publisher, gateway, counter, config, hooks)
+    return CompactionWorker(jobs, publisher, gateway, counter, config, hooks, costs)
 
 
 def compose(
@@ -99,9 +101,12 @@ def compose(
     counter: CachedCounter,
     hooks: HookChain | None = None,
     crash_after_save: bool = False,
+    costs: CostNotes | None = None,
 ) -> RequestLoop:
     """The request loop over its worker, wired to the given adapters."""
-    worker = build_worker(settings, jobs, publisher, gateway, counter, hooks, crash_after_save)
+    worker = build_worker(
+        settings, jobs, publisher, gateway, counter, hooks, crash_after_save, costs
+    )
     return RequestLoop(worker, jobs, publisher, loop_config(settings))
 
 
@@ -164,6 +169,12 @@ async def start(settings: Settings) -> Running:
         CachedCounter(make_counter("cl100k_base", settings.tiktoken_file)),
         load_hooks(settings.compaction_hooks),
         crash_after_save=os.environ.get("ALC_FAULT_CRASH_AFTER_SAVE") == "1",
+        # R18: the summarizer calls' usage and cost, under purpose "compaction".
+        costs=CostNotes(
+            publisher,
+            settings.topic_observability,
+            ReleasePrices(pool, catalog_profiles(settings.model_profiles_file)),
+        ),
     )
     jobs = Dispatcher(requests.consume, settings.compaction_concurrency)
     consumer = _consumer(settings, HandOver(jobs, settings.compaction_group))

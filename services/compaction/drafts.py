@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.frontier import Plan
+from domain.pricing import Usage
 from services.compaction.errors import InvalidSummary
 
 COMPACTION_PURPOSE = "compaction"
@@ -189,3 +190,6 @@ class SummaryResult:
     output_tokens: int
     elapsed_ms: float
     adapter: str
+    # The provider's usage, cached input and reasoning kept (domain.pricing); None: the
+    # summarizer reports none (no model ran) and the caller counts what it read and wrote.
+    usage: Usage | None = None

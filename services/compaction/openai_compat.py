@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from domain.pricing import Usage, parse_usage
+from schemas.errors import InvalidRequest
 from services.compaction.drafts import SummaryDraft, SummaryRequest, SummaryResult
 from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 
@@ -135,15 +137,15 @@ class OpenAICompatibleSummarizer:
             async with httpx.AsyncClient() as client:
                 payload = await self._post_with_retries(client, body, req)
         draft = parse_completion(payload)
-        usage = payload.get("usage")
-        usage = usage if isinstance(usage, dict) else {}
+        usage = completion_usage(payload)
         return SummaryResult(
             draft=draft,
             model_operation_id=req.model_operation_id,
-            input_tokens=_count(usage.get("prompt_tokens")),
-            output_tokens=_count(usage.get("completion_tokens")),
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
             adapter=self.name,
+            usage=usage,
         )
 
     async def _post_with_retries(
@@ -196,8 +198,22 @@ class OpenAICompatibleSummarizer:
         return text.replace(self._api_key, "***") if self._api_key else text
 
 
+def completion_usage(payload: dict[str, Any]) -> Usage | None:
+    """The completion's ``usage``, normalized (``domain.pricing.parse_usage``: cached
+    prompt tokens and reasoning tokens kept); None when the provider reports none. Usage
+    is accounting (R18): a provider that garbles it must not fail the call, so nonsense
+    keeps only the plain prompt and completion counts that make sense."""
+    raw = payload.get("usage")
+    if not isinstance(raw, dict):
+        return None
+    try:
+        return parse_usage(raw)
+    except InvalidRequest as exc:
+        log.warning("summarizer usage not understood (%s): plain counts kept", exc.message)
+        return Usage.openai(_count(raw.get("prompt_tokens")), _count(raw.get("completion_tokens")))
+
+
 def _count(value: Any) -> int:
-    # Usage is diagnostics (R18): a provider that omits or garbles it must not fail the call.
     return value if isinstance(value, int) and value >= 0 else 0
 
 

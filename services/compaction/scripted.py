@@ -55,4 +55,5 @@ class ScriptedSummarizer:
             output_tokens=result.output_tokens,
             elapsed_ms=result.elapsed_ms,
             adapter=self.name,
+            usage=result.usage,
         )

@@ -9,12 +9,15 @@ import dataclasses
 import logging
 
 from domain.frontier import Plan
+from domain.pricing import Usage
 from domain.tokens import CachedCounter
 from services import metrics
 from services.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
+from services.compaction.costs import Spent
 from services.compaction.drafts import SummaryDraft, SummaryRequest
 from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from services.compaction.gateway import SummaryGateway
+from services.compaction.openai_compat import render_segment
 from services.compaction.validate import validate_draft
 
 log = logging.getLogger("agentloom.compaction")
@@ -41,11 +44,14 @@ class BoundedSummarizer:
         self.segment_tokens = segment_tokens
         self.call_timeout_s = call_timeout_s
 
-    async def summarize(self, req: SummaryRequest) -> SummaryDraft:
+    async def summarize(self, req: SummaryRequest, spent: Spent | None = None) -> SummaryDraft:
         """One bounded summarizer call (R11.3), its draft validated against the request's
-        own records (R11.4). Raises InvalidSummary, SummarizerFailed or TimeoutError."""
+        own records (R11.4). Raises InvalidSummary, SummarizerFailed or TimeoutError.
+        An answered call's usage goes to ``spent``, whether its draft is valid or not."""
         try:
             result = await asyncio.wait_for(self.gateway.summarize(req), self.call_timeout_s)
+            if spent is not None:
+                spent.add(result.usage or self.counted(req, result.draft), result.elapsed_ms)
             validate_draft(
                 result.draft,
                 req.source_ids,
@@ -60,6 +66,14 @@ class BoundedSummarizer:
         metrics.SUMMARIZER_TOKENS.labels("output").inc(result.output_tokens)
         return result.draft
 
+    def counted(self, req: SummaryRequest, draft: SummaryDraft) -> Usage:
+        """The usage of a summarizer that reports none (the built-in extractive one): the
+        segment as a model would read it, and the draft it wrote, by our counter."""
+        return Usage(
+            fresh_input_tokens=self.counter.count(render_segment(req)),
+            output_tokens=self.counter.count(draft.text()),
+        )
+
     async def roll_up(
         self,
         draft: SummaryDraft,
@@ -67,6 +81,7 @@ class BoundedSummarizer:
         op_id: str,
         parent_id: str | None,
         plan: Plan | None = None,
+        spent: Spent | None = None,
     ) -> tuple[SummaryDraft, int, dict[str, object]]:
         """Hierarchical re-summarization (R11.8): the parent's entries and the new drafts
         become one summary within ``bound``. Each request holds at most one segment's
@@ -86,7 +101,8 @@ class BoundedSummarizer:
                     await self.summarize(
                         SummaryRequest(
                             part, None, per_chunk, f"{op_id}:rollup:{k}", plan=plan or Plan()
-                        )
+                        ),
+                        spent,
                     )
                 )
             except (InvalidSummary, SummarizerFailed, TimeoutError) as exc:

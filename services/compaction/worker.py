@@ -42,6 +42,7 @@ from services.compaction.compact_hooks import (
     BeforeCompact,
     HookChain,
 )
+from services.compaction.costs import CostNotes, Spent
 from services.compaction.drafts import SummaryDraft, SummaryRequest
 from services.compaction.errors import InvalidSummary, SummarizerFailed
 from services.compaction.gateway import SummaryGateway
@@ -88,6 +89,7 @@ class _Job:
     hooks: tuple[HookBinding, ...] = ()  # R14: what the session's release binds (issue 28)
     # R10.1: records the release's retention rules keep verbatim (required/active).
     retained: frozenset[str] = frozenset()
+    spent: Spent = field(default_factory=Spent)  # R18: what the summarizer calls used
     calls: int = 0
     op_id: str = field(init=False)
 
@@ -128,8 +130,9 @@ class CompactionWorker:
         counter: CachedCounter,
         config: WorkerConfig,
         hooks: HookChain | None = None,
+        costs: CostNotes | None = None,
     ) -> None:
-        self.jobs = jobs
+        self.jobs, self.costs = jobs, costs
         self.publisher = publisher
         self.counter = counter
         self.config = config
@@ -147,9 +150,11 @@ class CompactionWorker:
             await self._publish(req, saved)
             metrics.COMPACTION_JOBS.labels("republished").inc()
             return outcome_of(saved)
-        t0 = time.perf_counter()
-        outcome = await self._run(req)
+        t0, spent = time.perf_counter(), Spent()
+        outcome = await self._run(req, spent)
         outcome = dataclasses.replace(outcome, elapsed_ms=(time.perf_counter() - t0) * 1000)
+        if self.costs is not None:  # before the save: a redelivery then calls no model
+            await self.costs.publish(req, spent)
         data, outcome = await self._save(req, outcome)
         if self.config.crash_after_save:
             log.critical("fault injection: exiting after saving the candidate of %s", req.job_id)
@@ -198,8 +203,8 @@ class CompactionWorker:
         without the inherited records ``covered`` already."""
         return await self.views.view(req, covered)
 
-    async def _run(self, req: CompactionRequest) -> CompactionOutcome:
-        job = await self._load(req)
+    async def _run(self, req: CompactionRequest, spent: Spent) -> CompactionOutcome:
+        job = await self._load(req, spent)
         try:
             segments = await self._select(job)
             drafts = await self._summarize_segments(job, segments)
@@ -216,7 +221,7 @@ class CompactionWorker:
             return job.stopped(stop)
         return self._succeeded(job, merged, covered, ranges, rollup)
 
-    async def _load(self, req: CompactionRequest) -> _Job:
+    async def _load(self, req: CompactionRequest, spent: Spent) -> _Job:
         parent = await self.jobs.parent_summary(req.parent_summary_id)
         before = parent.covered_record_ids if parent else frozenset()
         records = await self._records(req, before)
@@ -233,6 +238,7 @@ class CompactionWorker:
             await self.jobs.current_frontier(req.session_id, req.run_id, req.instance_id),
             policy.hook_bindings,
             retained_record_ids(records, req.run_id, policy.retention_rules),
+            spent,
         )
 
     async def _select(self, job: _Job) -> list[Segment]:
@@ -292,7 +298,7 @@ class CompactionWorker:
                 constraints=job.frontier.declared,
             )
             try:
-                drafts.append(await self.summarizer.summarize(request))
+                drafts.append(await self.summarizer.summarize(request, job.spent))
             except InvalidSummary as exc:
                 raise _invalid("validate", exc) from exc
             except (SummarizerFailed, TimeoutError) as exc:
@@ -306,9 +312,8 @@ class CompactionWorker:
         if over it, patched by ``context.compact.after`` hooks, then fitted."""
         rollup: dict[str, object] | None = None
         if self.counter.count(merged.text()) > job.bound:
-            merged, calls, rollup = await self.summarizer.roll_up(
-                merged, job.bound, job.op_id, job.req.parent_summary_id, job.frontier.plan
-            )
+            args = (job.bound, job.op_id, job.req.parent_summary_id, job.frontier.plan)
+            merged, calls, rollup = await self.summarizer.roll_up(merged, *args, job.spent)
             job.calls += calls
         if any(b.point == AFTER for b in job.hooks):
             merged = await self._after_hooks(job, merged)

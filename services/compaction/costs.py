@@ -1,0 +1,144 @@
+"""What a compaction job's summarizer calls cost (R18): their usage summed over the job,
+priced on the profile of the release's ``compaction`` purpose, published as one
+``model_call`` observability event with purpose ``compaction`` per job attempt that got
+an answer from the summarizer.
+
+The event is published before the job's candidate is saved: a redelivery that finds the
+saved candidate republishes it without a model call, and so without a second event.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import asyncpg
+
+from domain.budget import ModelProfile
+from domain.model_catalog import for_purpose
+from domain.policy import ContextPolicy, validate_policy
+from domain.pricing import ModelPrices, Usage, cost_picos
+from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
+from services.compaction.drafts import COMPACTION_PURPOSE
+from streams.publish import Publisher
+
+log = logging.getLogger("agentloom.compaction")
+
+
+def add_usage(a: Usage, b: Usage) -> Usage:
+    return Usage(
+        a.fresh_input_tokens + b.fresh_input_tokens,
+        a.cached_input_tokens + b.cached_input_tokens,
+        a.cache_write_tokens + b.cache_write_tokens,
+        a.output_tokens + b.output_tokens,
+        a.reasoning_tokens + b.reasoning_tokens,
+    )
+
+
+@dataclass
+class Spent:
+    """One job attempt's summarizer usage: the calls that got an answer, valid or not."""
+
+    usage: Usage = field(default_factory=Usage)
+    answered: int = 0
+    elapsed_ms: float = 0.0
+
+    def add(self, usage: Usage, elapsed_ms: float = 0.0) -> None:
+        self.usage = add_usage(self.usage, usage)
+        self.answered += 1
+        self.elapsed_ms += elapsed_ms
+
+
+def compaction_prices(
+    policy: ContextPolicy,
+    release_profile: Mapping[str, Any] | None,
+    catalog: Mapping[str, ModelProfile],
+) -> ModelPrices | None:
+    """The prices of the profile a ``compaction`` call is budgeted on: the release's, or
+    the one ``purpose_profiles.compaction.model_profile_ref`` names. None: unpriced."""
+    if release_profile is None:
+        return None
+    default = ModelProfile.from_dict(release_profile)
+    return for_purpose(policy, COMPACTION_PURPOSE, default, catalog).prices
+
+
+def model_call_event(
+    req: CompactionRequest, spent: Spent, prices: ModelPrices | None, now_ms: int
+) -> ObservabilityEvent:
+    """The job's ``model_call`` event: tokens by kind (``Usage.to_dict``) and, priced,
+    the exact cost in pico-units of the currency."""
+    return ObservabilityEvent(
+        "model_call",
+        req.session_id,
+        req.run_id,
+        req.instance_id,
+        now_ms,
+        req.policy_revision,
+        purpose=COMPACTION_PURPOSE,
+        job_id=req.job_id,
+        budget_items=spent.usage.to_dict(),
+        model_calls=spent.answered,
+        elapsed_ms=spent.elapsed_ms,
+        cost_picos=None if prices is None else cost_picos(spent.usage, prices),
+        currency=None if prices is None else prices.currency,
+    )
+
+
+class PriceSource(Protocol):
+    async def prices(self, session_id: str) -> ModelPrices | None:
+        """The prices of the session's ``compaction`` calls; None: unpriced."""
+
+
+@dataclass(frozen=True)
+class ReleasePrices:
+    """``PriceSource`` over the session's release (its policy and model profile, frozen
+    at publish) and the deployment's named profiles (``ALC_MODEL_PROFILES_FILE``)."""
+
+    pool: asyncpg.Pool
+    catalog: Mapping[str, ModelProfile] = field(default_factory=dict)
+
+    async def prices(self, session_id: str) -> ModelPrices | None:
+        row = await self.pool.fetchrow(
+            "SELECT r.context_policy, r.model_profile FROM sessions s"
+            " JOIN releases r USING (release_id) WHERE s.session_id=$1",
+            session_id,
+        )
+        if row is None:
+            return None
+        return compaction_prices(
+            validate_policy(row["context_policy"]), row["model_profile"], self.catalog
+        )
+
+
+def catalog_profiles(path: str | None) -> dict[str, ModelProfile]:
+    """The deployment's named model profiles (Prepare refuses a malformed file at start)."""
+    if not path:
+        return {}
+    raw = json.loads(Path(path).read_text("utf-8"))
+    return {name: ModelProfile.from_dict(spec) for name, spec in raw.items()}
+
+
+@dataclass(frozen=True)
+class CostNotes:
+    publisher: Publisher
+    topic: str
+    source: PriceSource
+
+    async def publish(self, req: CompactionRequest, spent: Spent) -> None:
+        """The job attempt's ``model_call`` event, if a summarizer call was answered.
+        Advisory: a failure to price or publish it never fails the job."""
+        if not spent.answered:
+            return
+        try:
+            prices = await self.source.prices(req.session_id)
+            ev = model_call_event(req, spent, prices, int(time.time() * 1000))
+            await self.publisher.send_advisory(
+                self.topic, req.session_id.encode(), encode_observability(ev)
+            )
+        except Exception as exc:  # observability is advisory (R18)
+            log.warning("job %s: model_call event not published: %s", req.job_id, exc)
