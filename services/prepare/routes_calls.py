@@ -12,6 +12,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import ORJSONResponse
 
+from schemas.answers.prepared import ModelCall, ModelResult, PreparedContext
 from schemas.auth import Action, Principal
 from schemas.errors import ContextError
 from services.metrics import PREPARE_SECONDS
@@ -28,6 +29,7 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/prepare",
         response_class=ORJSONResponse,
+        response_model=PreparedContext,
         responses={
             200: {
                 "description": "PreparedContext: messages, tools, budget report, "
@@ -40,7 +42,8 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         session_id: PathId, run_id: PathId, body: PrepareIn, request: Request, who: Principal = auth
     ) -> ORJSONResponse:
         # Returned as a ready response: FastAPI's generic pydantic serialization of a
-        # 10k-message dict cost ~3x the assembly itself.
+        # 10k-message dict cost ~3x the assembly itself. ``response_model`` publishes its
+        # schema; tests/unit/test_openapi_answers.py validates real answers against it.
         with tracing.server_span(tracing.PREPARE_SPAN, request.scope["headers"]) as span:
             sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
             started, outcome = time.perf_counter(), "error"
@@ -58,7 +61,11 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         return ORJSONResponse(out)
 
     @app.post(
-        "/v1/sessions/{session_id}/runs/{run_id}/model-calls", status_code=201, responses=HOOKS
+        "/v1/sessions/{session_id}/runs/{run_id}/model-calls",
+        status_code=201,
+        response_class=ORJSONResponse,
+        response_model=ModelCall,
+        responses=HOOKS,
     )
     async def model_call(
         session_id: PathId, run_id: PathId, body: ModelCallIn, who: Principal = auth
@@ -69,13 +76,16 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
         sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
         out = await svc.model_call(sid, run_id, body)
+        # The envelope is checked; the provider request (as large as the prompt) is sent
+        # as rendered, not walked again by a generic serializer.
+        ModelCall.model_validate(out)
         return ORJSONResponse(out, status_code=201)
 
     @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result", responses=HOOKS)
     async def model_result(
         session_id: PathId, call_id: PathId, body: ModelResultIn, who: Principal = auth
-    ) -> dict[str, Any]:
+    ) -> ModelResult:
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
         usage calibrates later estimates and the drift is returned (R6.4)."""
         sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return await svc.model_result(sid, call_id, body)
+        return ModelResult.model_validate(await svc.model_result(sid, call_id, body))
