@@ -171,7 +171,9 @@ COST_METRIC = "cost_picos"  # label: the currency, so amounts of two currencies 
 
 
 def _model_call(ev: ObservabilityEvent) -> list[Increment]:
-    out = _inc("model_calls", 1)
+    # One event is one reported call, or a compaction job attempt's summarizer calls
+    # (``model_calls`` of them, their usage summed).
+    out = _inc("model_calls", 1 if ev.model_calls is None else ev.model_calls)
     out += _inc("estimated_input_tokens_called", ev.estimated_input)
     for item in USAGE_KINDS:
         out += _inc(f"usage_{item}", ev.budget_items.get(item))

@@ -136,3 +136,21 @@ def test_rollups_of_priced_calls_do_not_depend_on_the_replay_order() -> None:
     total = sum(v for k, v in forward.items() if k.window == "1h" and k.metric == "cost_picos")
     exact = sum(i.value for f in facts for i in f.increments if i.metric == "cost_picos")
     assert total == exact > 0
+
+
+@pytest.mark.spec("R18")
+def test_a_compaction_attempt_counts_its_summarizer_calls_and_their_cost() -> None:
+    usage = parse_usage({"fresh_input_tokens": 4000, "cached_input_tokens": 6000,
+                         "output_tokens": 300})  # fmt: skip
+    assert usage is not None
+    ev = ObservabilityEvent(
+        "model_call", "s", "r", "i", 5, "p", purpose="compaction", job_id="j",
+        budget_items=usage.to_dict(), model_calls=3, cost_picos=cost_dict(usage, PRICES)[
+            "cost_picos"], currency="USD",
+    )  # fmt: skip
+    incs = _incs(ev)
+    assert incs[("model_calls", "")] == 3
+    assert ("estimated_input_tokens_called", "") not in incs
+    assert incs[("usage_cached_input_tokens", "")] == 6000
+    # 4000*3 + 6000*0.3 + 300*15 = 18300 per million tokens
+    assert incs[("cost_picos", "USD")] == 18_300 * 10**6
