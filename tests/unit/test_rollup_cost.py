@@ -4,13 +4,17 @@ one for its exact cost under its currency."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
 
 from domain.pricing import ModelPrices, cost_dict, format_cost, parse_usage
 from schemas.rollup import Dims, Fact, observability_increments, rollup
-from schemas.wire import ObservabilityEvent
+from schemas.wire import ObservabilityEvent, decode_observability
+from services.prepare.notes import Notes
+from storage.model_calls import StoredCall
+from tests.unit.fakes.publisher import FakePublisher
 
 PRICES = ModelPrices(input=3, output=15, cached_input=0.3, cache_write=3.75)
 DIMS = Dims("space", "agent", "rel", "model", "completion")
@@ -154,3 +158,24 @@ def test_a_compaction_attempt_counts_its_summarizer_calls_and_their_cost() -> No
     assert incs[("usage_cached_input_tokens", "")] == 6000
     # 4000*3 + 6000*0.3 + 300*15 = 18300 per million tokens
     assert incs[("cost_picos", "USD")] == 18_300 * 10**6
+
+
+def _call() -> StoredCall:
+    budget = {"input_budget": 14500, "final_estimated_input": 990, "counting_method": "x"}
+    return StoredCall("c", "pc", "s", "r", "i", "completion", "m", "completed", "sha",
+                      budget, [], {"policy_revision": "p"}, None)  # fmt: skip
+
+
+@pytest.mark.spec("R18", "R6.4")
+async def test_notes_publish_the_stored_usage_with_its_exact_cost() -> None:
+    publisher = FakePublisher()
+    notes = Notes(publisher, "obs")
+    notes.usage(_call(), _stored(ANTHROPIC) | {"cache_share": 0.8})
+    notes.usage(_call(), _stored(ANTHROPIC, prices=None) | {"cache_share": 0.8})
+    await asyncio.sleep(0)  # the advisory sends run as tasks
+    priced, unpriced = (decode_observability(m.value) for m in publisher.on("obs"))
+    assert (priced.cost_picos, priced.currency) == (1_665_000_000, "USD")
+    assert priced.budget_items["cached_input_tokens"] == 800
+    assert "cache_share" not in priced.budget_items and "cost" not in priced.budget_items
+    assert (unpriced.cost_picos, unpriced.currency) == (None, None)
+    assert _incs(priced) == _incs(_event(_stored(ANTHROPIC)))
