@@ -13,6 +13,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from domain.call_view import CallView
+from schemas.answers.diagnostics import Diagnostics
 from schemas.auth import Action, Principal
 from schemas.errors import NotFound
 from services.prepare.fields import PathId
@@ -45,9 +46,7 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     """Diagnostics of a model call, scope- and grant-checked like the session's reads."""
 
     @app.get("/v1/diagnostics/{call_or_prepared_id}")
-    async def call_diagnostics(
-        call_or_prepared_id: PathId, who: Principal = auth
-    ) -> dict[str, Any]:
+    async def call_diagnostics(call_or_prepared_id: PathId, who: Principal = auth) -> Diagnostics:
         """R18: for a model call id, or the id of the prepared context the gateway checked
         it for: every block in order (role, category, retention, tokens, ``decision`` kept
         / summarized / externalized and its ``reason``), each source record's
@@ -68,4 +67,4 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         view = await call_views.view_of(svc.pool, session_id, call_id)
         if view is None:  # never expected: the row was just found
             raise unknown
-        return diagnostics(session_id, view)
+        return Diagnostics.model_validate(diagnostics(session_id, view))

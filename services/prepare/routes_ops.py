@@ -9,6 +9,7 @@ from fastapi import FastAPI, Query
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from schemas.answers.ops import Health, Rollups
 from schemas.auth import KeyKind, Principal
 from schemas.errors import InvalidRequest, NotFound, NotGranted
 from services.prepare.fields import QueryId
@@ -30,15 +31,16 @@ def ops_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     """Health check and metrics (no key), analytics rollups (host keys)."""
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> Health:
+        return Health(status="ok")
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics() -> Response:
         """Prometheus exposition; like the health check, no key (scrapers have none)."""
         return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/v1/analytics/rollups")
+    # Only the fields a row has: ``cache_share`` and ``cost`` belong to their metrics' rows.
+    @app.get("/v1/analytics/rollups", response_model_exclude_unset=True)
     async def analytics_rollups(
         window: Literal["1m", "1h"] = "1m",
         start: Annotated[
@@ -52,7 +54,7 @@ def ops_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         purpose: QueryId = None,
         limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
         who: Principal = auth,
-    ) -> dict[str, Any]:
+    ) -> Rollups:
         """R18 rollups of the key's tenant space (host keys only: they span every actor),
         per tumbling window (event time) and agent / release / model / purpose: prepares,
         estimated input tokens, refusals by reason, trigger checks by decision,
@@ -66,10 +68,12 @@ def ops_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         rows = await analytics.query(
             svc.pool, window, who.space_id, _utc(start), _utc(end), agent, purpose, limit + 1
         )
-        return {
-            "window": window,
-            "space_id": who.space_id,
-            "rows": rows[:limit],
-            "distributions": analytics.distributions(rows[:limit]),
-            "truncated": len(rows) > limit,
-        }
+        return Rollups.model_validate(
+            {
+                "window": window,
+                "space_id": who.space_id,
+                "rows": rows[:limit],
+                "distributions": analytics.distributions(rows[:limit]),
+                "truncated": len(rows) > limit,
+            }
+        )
