@@ -25,6 +25,12 @@ from streams import tracing
 
 def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     """Prepare, model calls and their results."""
+    prepare_route(app, svc, auth)
+    gateway_routes(app, svc, auth)
+
+
+def prepare_route(app: FastAPI, svc: PrepareService, auth: Any) -> None:
+    """Prepare: the PreparedContext of one model call."""
 
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/prepare",
@@ -59,6 +65,10 @@ def call_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
                 span.set_attribute("agentloom.outcome", outcome)
             span.set_attribute("agentloom.prepared_id", str(out.get("prepared_id", "")))
         return ORJSONResponse(out)
+
+
+def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
+    """The gateway's final check of a model call and the report of its result."""
 
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/model-calls",
