@@ -90,7 +90,7 @@ def to_state(row: StateRow, totals: Counters) -> CompactionState:
 
 async def session_context(conn: asyncpg.Connection, session_id: str) -> asyncpg.Record:
     r = await conn.fetchrow(
-        "SELECT s.user_turns, s.model_steps, r.policy_revision, r.context_policy"
+        "SELECT s.user_turns, s.model_steps, r.policy_revision, r.context_policy, r.model_profile"
         " FROM sessions s JOIN releases r USING (release_id) WHERE s.session_id=$1",
         session_id,
     )

@@ -9,6 +9,7 @@ when the effects are written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -22,6 +23,7 @@ from domain.compaction_control import (
 from domain.compaction_outcome import OutcomeInputs
 from domain.frontier import Frontier
 from domain.policy import validate_compaction
+from domain.pricing import ModelPrices
 from domain.triggers import Counters, LastAttempt
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction as repo
@@ -92,7 +94,15 @@ async def observation_inputs(
         view.counters.as_seen(later, view.baseline),
         view.baseline,
         view.summary_id,
+        _prices(ctx["model_profile"]),
     )
+
+
+def _prices(profile: Mapping[str, Any] | None) -> ModelPrices | None:
+    """The prices of the release's model profile (validated at publish), which the gain
+    check of a ratio-started compaction weighs (``domain.compaction_gain``)."""
+    raw = None if profile is None else profile.get("prices")
+    return ModelPrices.from_dict(raw) if isinstance(raw, Mapping) else None
 
 
 async def task_version(
