@@ -42,7 +42,10 @@ typecheck: setup ## mypy (strict) on our packages
 unit: setup ## Unit tests only (no services)
 	@$(PY) -m pytest tests/unit -q
 
-test: lint typecheck ## ruff + mypy + all tests against the real stack; JUnit XML in build/
+client-check: setup ## A client generated from docs/openapi.json type-checks tests/client_check/program.py
+	@bash tests/client_check/run.sh
+
+test: lint typecheck client-check ## ruff + mypy + the generated-client check + all tests against the real stack; JUnit XML in build/
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
