@@ -151,6 +151,18 @@ class PgCompactionJobs:
         )
         return validate_policy(raw)
 
+    async def release_pricing(self, session_id: str) -> tuple[ContextPolicy, dict[str, Any]] | None:
+        """The session's release policy and model profile (what a compaction is priced
+        on), or None for an unknown session."""
+        row = await self.pool.fetchrow(
+            "SELECT r.context_policy, r.model_profile FROM sessions s"
+            " JOIN releases r USING (release_id) WHERE s.session_id=$1",
+            session_id,
+        )
+        if row is None:
+            return None
+        return validate_policy(row["context_policy"]), dict(row["model_profile"])
+
     async def revocation_epoch(self, session_id: str) -> str:
         async with self.pool.acquire() as conn:
             return await summaries.revocation_epoch(conn, session_id)

@@ -161,9 +161,10 @@ async def start(settings: Settings) -> Running:
         signer=ServiceSigner.of("compaction", service_root(settings)),
         linger_ms=0,
     )
+    store = PgCompactionJobs(pool)
     requests = compose(
         settings,
-        PgCompactionJobs(pool),
+        store,
         publisher,
         make_gateway(settings),
         CachedCounter(make_counter("cl100k_base", settings.tiktoken_file)),
@@ -173,7 +174,7 @@ async def start(settings: Settings) -> Running:
         costs=CostNotes(
             publisher,
             settings.topic_observability,
-            ReleasePrices(pool, catalog_profiles(settings.model_profiles_file)),
+            ReleasePrices(store, catalog_profiles(settings.model_profiles_file)),
         ),
     )
     jobs = Dispatcher(requests.consume, settings.compaction_concurrency)

@@ -9,22 +9,19 @@ saved candidate republishes it without a model call, and so without a second eve
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
-
-import asyncpg
 
 from domain.budget import ModelProfile
 from domain.model_catalog import for_purpose
-from domain.policy import ContextPolicy, validate_policy
+from domain.policy import ContextPolicy
 from domain.pricing import ModelPrices, Usage, cost_picos
 from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
 from services.compaction.drafts import COMPACTION_PURPOSE
+from services.model_profiles import load_catalog
 from streams.publish import Publisher
 
 log = logging.getLogger("agentloom.compaction")
@@ -94,33 +91,32 @@ class PriceSource(Protocol):
         """The prices of the session's ``compaction`` calls; None: unpriced."""
 
 
+class ReleaseReads(Protocol):
+    async def release_pricing(
+        self, session_id: str
+    ) -> tuple[ContextPolicy, dict[str, Any]] | None: ...
+
+
 @dataclass(frozen=True)
 class ReleasePrices:
     """``PriceSource`` over the session's release (its policy and model profile, frozen
     at publish) and the deployment's named profiles (``ALC_MODEL_PROFILES_FILE``)."""
 
-    pool: asyncpg.Pool
+    reads: ReleaseReads
     catalog: Mapping[str, ModelProfile] = field(default_factory=dict)
 
     async def prices(self, session_id: str) -> ModelPrices | None:
-        row = await self.pool.fetchrow(
-            "SELECT r.context_policy, r.model_profile FROM sessions s"
-            " JOIN releases r USING (release_id) WHERE s.session_id=$1",
-            session_id,
-        )
-        if row is None:
+        found = await self.reads.release_pricing(session_id)
+        if found is None:
             return None
-        return compaction_prices(
-            validate_policy(row["context_policy"]), row["model_profile"], self.catalog
-        )
+        policy, profile = found
+        return compaction_prices(policy, profile, self.catalog)
 
 
 def catalog_profiles(path: str | None) -> dict[str, ModelProfile]:
-    """The deployment's named model profiles (Prepare refuses a malformed file at start)."""
-    if not path:
-        return {}
-    raw = json.loads(Path(path).read_text("utf-8"))
-    return {name: ModelProfile.from_dict(spec) for name, spec in raw.items()}
+    """The deployment's named model profiles, read and checked as Prepare reads them (a
+    malformed file stops the service at start, naming the entry)."""
+    return dict(load_catalog(path, "", None).profiles)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from domain.policy_sections import COMPACT_POINTS, at_point
 from domain.tokens import CachedCounter, make_counter
 from schemas.errors import NotFound
 from schemas.settings import Settings
+from services.model_profiles import load_catalog
 from services.prepare.access import Access, KeyLookup
 from services.prepare.calibration import CalibrationCache
 from services.prepare.compaction_check import CompactionCheck
@@ -35,7 +36,6 @@ from services.prepare.prepare_hooks import (
 from services.prepare.prepared import PreparedStore
 from services.prepare.publishing import ReleaseBook
 from services.prepare.readback import ReadBack
-from services.prepare.release_spec import load_catalog
 from services.prepare.retention import Prunable, pruning
 from services.prepare.run_lifecycle import Runs
 from services.prepare.service import PrepareService

@@ -19,6 +19,7 @@ from domain.providers import prompt_cache_key
 from domain.providers import render as render_provider
 from domain.rendering import ThreadRenderer
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
+from services.model_profiles import model_profile
 from services.prepare.calibration import CalibrationCache
 from services.prepare.compaction_check import CompactionCheck, Lineage
 from services.prepare.content import ContentStore
@@ -26,7 +27,6 @@ from services.prepare.notes import Notes
 from services.prepare.prepare_hooks import HookRegistry, PrepareRequest
 from services.prepare.prepared import PreparedEntry, PreparedStore
 from services.prepare.publishing import ReleaseBook
-from services.prepare.release_spec import model_profile
 from services.prepare.requests import PrepareIn
 from services.prepare.run_lifecycle import offsets_of
 from services.prepare.views import Snapshot, ThreadViews

@@ -16,7 +16,8 @@ from typing import Any
 from domain.model_catalog import ModelCatalog, check_refs
 from domain.policy import ContextPolicy, validate_policy
 from schemas.errors import InvalidPolicy, NotFound, ReleaseConflict
-from services.prepare.release_spec import ReleaseView, model_profile, view_of
+from services.model_profiles import model_profile
+from services.prepare.release_spec import ReleaseView, view_of
 from services.prepare.requests import ReleaseIn
 from storage.releases import RELEASE_CONTENT, Release, Releases
 

@@ -11,19 +11,15 @@ field of these models, so publish refuses exactly what a prepare could not use.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from domain.budget import ModelProfile, counting_label
-from domain.model_catalog import ModelCatalog
+from domain.budget import ModelProfile
 from domain.policy_sections import HOOK_POINTS
-from domain.providers import FORMATS
 from schemas.errors import InvalidPolicy
+from services.model_profiles import model_profile
 from services.prepare.fields import Id, json_path
 from storage.releases import Release
 
@@ -124,33 +120,6 @@ class ReleaseView:
     profile: ModelProfile
 
 
-def model_profile(
-    raw: Mapping[str, Any], counting_method: str | None, at: str = "model_profile"
-) -> ModelProfile:
-    """R6.1/R6.5 and what a model call needs of a profile: a provider format this
-    deployment renders, and (given ``counting_method``) a counting method it counts with
-    (R6.4). Refusals name the field's JSON path (``details.json_path``)."""
-    try:
-        profile = ModelProfile.from_dict(raw)
-        if counting_method is not None:
-            counting_label(profile.counting, counting_method)
-    except InvalidPolicy as exc:
-        field = exc.details.get("field") or (exc.details.get("fields") or [None])[0]
-        exc.details.setdefault("json_path", f"{at}.{field}" if field else at)
-        raise
-    if profile.provider_format not in FORMATS:
-        raise InvalidPolicy(
-            f"{at}.provider_format must be one of {list(FORMATS)}",
-            field="provider_format",
-            path=f"{at}.provider_format",
-            json_path=f"{at}.provider_format",
-            rule="not_an_option",
-            value=profile.provider_format,
-            options=list(FORMATS),
-        )
-    return profile
-
-
 def view_of(rel: Release, counting_method: str | None = None) -> ReleaseView:
     """A stored release parsed as at publish. A release stored before publishing checked
     its parts (issue 25) and holding one a prepare cannot use is refused with the path of
@@ -172,30 +141,3 @@ def view_of(rel: Release, counting_method: str | None = None) -> ReleaseView:
         ) from exc
     profile = model_profile(rel.model_profile, counting_method)
     return ReleaseView(rel, tuple(parts.tool_catalog), tuple(parts.skill_bindings), profile)
-
-
-def load_catalog(
-    profiles_file: str | None, limits: str, counting_method: str | None
-) -> ModelCatalog:
-    """The deployment's model catalog from its settings (``ALC_MODEL_PROFILES_FILE``,
-    ``ALC_MODEL_LIMITS``); a malformed entry stops the process at start, naming it."""
-    named: dict[str, ModelProfile] = {}
-    if profiles_file:
-        try:
-            raw = json.loads(Path(profiles_file).read_text("utf-8"))
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"ALC_MODEL_PROFILES_FILE {profiles_file}: {exc}") from exc
-        if not isinstance(raw, dict):
-            raise SystemExit(f"ALC_MODEL_PROFILES_FILE {profiles_file}: not a JSON object")
-        for name, spec in raw.items():
-            try:
-                named[name] = model_profile(spec, counting_method, at=f"model_profiles.{name}")
-            except InvalidPolicy as exc:
-                raise SystemExit(f"ALC_MODEL_PROFILES_FILE {name}: {exc.message}") from exc
-    caps: dict[str, int] = {}
-    for entry in filter(None, (e.strip() for e in limits.split(","))):
-        name, _, tokens = entry.partition("=")
-        if not (name.strip() and tokens.strip().isdigit() and int(tokens) > 0):
-            raise SystemExit(f"ALC_MODEL_LIMITS entry {entry!r} is not name=positive tokens")
-        caps[name.strip()] = int(tokens)
-    return ModelCatalog(named, caps)

@@ -22,6 +22,7 @@ from storage.migrate import apply_dsn
 from streams.provision import provision
 from tests.support.flows import client
 from tests.support.kafka import auth
+from tests.support.services import Services
 from tests.support.stack import Stack
 from tests.support.summarized import summarized_call
 
@@ -177,7 +178,8 @@ async def test_dlq_list_show_and_replay(stack: Stack, pg_dsn: str) -> None:
     assert [(m.key, m.value, list(m.headers)) for m in got] == [(b"ses-1", original, envelope)] * 2
 
 
-def test_session_inspect_of_an_unknown_session_fails(pg_dsn: str) -> None:
+def test_session_inspect_of_an_unknown_session_fails(services: Services, pg_dsn: str) -> None:
+    # ``services`` migrates the fresh database: an unknown session, not a missing table.
     p = run("session", "inspect", "ses-none", "--json", ALC_PG_DSN=pg_dsn)
     assert p.returncode == 1
     assert as_json(p)["error"]["code"] == "not_found"

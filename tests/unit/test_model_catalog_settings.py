@@ -12,7 +12,7 @@ from domain.budget import ModelProfile
 from domain.model_catalog import check_refs, for_purpose
 from domain.policy import effective_policy
 from schemas.errors import InvalidPolicy
-from services.prepare.release_spec import load_catalog
+from services.model_profiles import load_catalog
 
 OWN = ModelProfile("own", 8000, 1000, 200)
 
