@@ -11,10 +11,14 @@ system take 1,500 tokens. Replayed, as a pure simulation, under:
   2, ``summary_max_ratio`` 0.15), triggers and the gain check of ``domain.triggers`` /
   ``domain.compaction_gain`` with the price table below; a job covers every complete
   question but the last two (``domain.selection.select_prefix``) and commits before the
-  next call. The built-in summarizer is extractive (no model call, ``summarizer =
-  "extractive"``); the row "ours, model summarizer" bills one model call per job: the
-  covered tokens plus a 400-token instruction in, the summary out. The "no gain" rows
-  are the same without the gain check (``GainCheck``);
+  next call. As ``services.compaction`` does, a job summarizes the newly covered
+  questions and carries the parent summary's entries forward; past the summary bound it
+  rolls the whole up into half its size (``ROLLUP_RATIO``). The built-in summarizer is
+  extractive (no model call, ``summarizer = "extractive"``); the row "ours, model
+  summarizer" bills each job's model calls: the covered tokens plus a 400-token
+  instruction in, their summary out, and a roll-up's call (the summary and the new
+  entries in, the rolled-up summary out). The "no gain" rows are the same without the
+  gain check (``GainCheck``);
 - **truncate** — never compacts; when a request would not fit, the oldest questions
   are dropped until it does;
 - **langchain** — SummarizationMiddleware-style: at 80% of the budget, everything but
@@ -22,8 +26,9 @@ system take 1,500 tokens. Replayed, as a pure simulation, under:
   call (its input trimmed to 4,000 tokens, ``trim_tokens_to_summarize``) into a summary
   message that replaces it.
 
-Every summary is a sixth of what it summarizes (ours: with the parent summary, within its
-bound). Prices (USD per million tokens, Anthropic-style): input 3.00, cached input 0.30,
+Every summary is a sixth of what it summarizes. "langchain, untrimmed" is the same
+policy with a summarizer that reads everything it replaces (no ``trim_tokens_to_summarize``).
+Prices (USD per million tokens, Anthropic-style): input 3.00, cached input 0.30,
 cache write 3.75, output 15.00. A request's longest prefix in common with the previous
 request is read from the cache (its "cacheable share"); the rest is written to it. A
 summarizer call is billed uncached. Cost per question: the model calls' input and output
@@ -63,6 +68,7 @@ FIXED = 1_500
 PRICES = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
 SUMMARY_RATIO = 6  # a summary is a sixth of what it summarizes
 INSTRUCTION = 400  # a model summarizer's instruction tokens
+ROLLUP_RATIO = 2  # a roll-up condenses a summary and its new entries to half
 LC_KEEP = 20
 LC_TRIM = 4_000
 
@@ -123,9 +129,10 @@ class Meter:
         self.max_request = max(self.max_request, total)
         self.cost += common * r.cached + (total - common) * r.write + output * r.output
 
-    def summarize(self, tokens_in: int, tokens_out: int) -> None:
+    def summarize(self, tokens_in: int, tokens_out: int, count: bool = True) -> None:
+        """A summarizer call, billed uncached (``count``: it is a compaction of its own)."""
         r = rates_of(PRICES)
-        self.compactions += 1
+        self.compactions += count
         self.compaction_input += tokens_in
         self.compaction_output += tokens_out
         c = tokens_in * r.input + tokens_out * r.output
@@ -185,15 +192,26 @@ class Ours:
                 st = CompactionState(st.totals, st.baseline, attempt)
             self.state = st
             return
-        bound = math.ceil(self.policy.summary_max_ratio * BUDGET)
-        new = min(bound, math.ceil((self.summary + compressible) / SUMMARY_RATIO))
-        if self.model_summarizer:
-            meter.summarize(INSTRUCTION + self.summary + compressible, new)
-        else:
-            meter.compactions += 1
-        self.summary, self.revision = new, self.revision + 1
+        self.summary = self.compact(compressible, meter)
+        self.revision += 1
         self.done = self.done[len(covered) :]
         self.state = CompactionState(st.totals, st.totals, None)
+
+    def compact(self, compressible: int, meter: Meter) -> int:
+        """One job as ``services.compaction`` runs it: the new segments are summarized
+        and the parent's entries carried forward (R11.8); past the summary bound the
+        whole is rolled up into a summary of at most the bound. The summary's size."""
+        bound = math.ceil(self.policy.summary_max_ratio * BUDGET)
+        delta = math.ceil(compressible / SUMMARY_RATIO)
+        meter.compactions += 1
+        if self.model_summarizer:
+            meter.summarize(INSTRUCTION + compressible, delta, count=False)
+        if self.summary + delta <= bound:
+            return self.summary + delta
+        rolled = min(bound, math.ceil((self.summary + delta) / ROLLUP_RATIO))
+        if self.model_summarizer:
+            meter.summarize(INSTRUCTION + self.summary + delta, rolled, count=False)
+        return rolled
 
 
 def run_ours(qs: list[Question], name: str, gain: bool, model: bool) -> Meter:
@@ -233,8 +251,9 @@ def run_truncate(qs: list[Question]) -> Meter:
     return meter
 
 
-def run_langchain(qs: list[Question]) -> Meter:
-    meter = Meter("langchain")
+def run_langchain(qs: list[Question], trim: int | None = LC_TRIM) -> Meter:
+    """``trim``: ``trim_tokens_to_summarize`` (None: the summarizer reads all it drops)."""
+    meter = Meter("langchain" if trim == LC_TRIM else "langchain, untrimmed")
     msgs: list[Msg] = []  # the summary message (if any) first, then the messages
     trigger = math.ceil(0.8 * BUDGET)
     for i, q in enumerate(qs):
@@ -244,7 +263,7 @@ def run_langchain(qs: list[Question]) -> Meter:
                 while cut > 0 and msgs[cut][0].startswith("r"):
                     cut -= 1  # a tool result stays with its call
                 old = tokens(msgs[:cut])
-                source = min(LC_TRIM, old)
+                source = old if trim is None else min(trim, old)
                 out = math.ceil(source / SUMMARY_RATIO)
                 meter.summarize(INSTRUCTION + source, out)
                 msgs = [(f"summary{meter.compactions}", out), *msgs[cut:]]
@@ -263,6 +282,7 @@ def measure(questions: int = QUESTIONS) -> dict[str, Any]:
         run_ours(qs, "ours, model, no gain", gain=False, model=True),
         run_truncate(qs),
         run_langchain(qs),
+        run_langchain(qs, trim=None),
     ]
     rows = {m.name: m.report(questions) for m in meters}
     ours, refs = rows["ours"], (rows["truncate"], rows["langchain"])
@@ -280,6 +300,8 @@ def measure(questions: int = QUESTIONS) -> dict[str, Any]:
             "model_summarizer_cheaper_than_both": all(
                 model["cost_per_question_usd"] < r["cost_per_question_usd"] for r in refs
             ),
+            "model_summarizer_cheaper_than_untrimmed_langchain": model["cost_per_question_usd"]
+            < rows["langchain, untrimmed"]["cost_per_question_usd"],
             "gain_check_cheaper": ours["cost_per_question_usd"]
             < rows["ours, no gain check"]["cost_per_question_usd"],
             "within_budget": ours["max_request"] <= BUDGET,

@@ -27,6 +27,7 @@ SOURCES = {
     "long_session": "long_session.json",
     "fidelity": "summary_fidelity.json",
     "floor": "ingest_floor.json",
+    "cost": "cost.json",
 }
 # Issue 13's targets for a cold prepare's p99 (as in benchmarks.prepare_cold.TARGET_MS;
 # repeated so that this reader does not depend on that module importing cleanly).
@@ -320,6 +321,24 @@ def fidelity_rows(f: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def cost_rows(c: dict[str, Any]) -> list[Row]:
+    """Issue 27: cost per question and steady cacheable share, ours vs the references."""
+    ours = num(c, "policies.ours.cost_per_question_usd")
+    rows = [
+        Row("cost: steady cacheable share, ours", num(c, "policies.ours.steady_cacheable_share"),
+            "", "≥ 0.90"),
+    ]  # fmt: skip
+    model = num(c, "policies.ours, model summarizer.cost_per_question_usd")
+    for name, value in (("ours", ours), ("ours with a model summarizer", model)):
+        for other in ("truncate", "langchain"):
+            theirs = num(c, f"policies.{other}.cost_per_question_usd")
+            rows.append(
+                Row(f"cost per question, {name} vs {other}", value, "USD",
+                    f"{other} {fmt(theirs)}", ratio(value, theirs))
+            )  # fmt: skip
+    return rows
+
+
 # ── output ────────────────────────────────────────────────────────────────────────────
 
 
@@ -335,6 +354,7 @@ def build(data: dict[str, Any]) -> list[Row]:
         *analytics_rows(data["analytics"]),
         *long_session_rows(data["long_session"]),
         *fidelity_rows(data["fidelity"]),
+        *cost_rows(data["cost"]),
     ]
 
 

@@ -15,6 +15,7 @@ from fractions import Fraction
 from typing import Any
 
 from domain.budget import ModelProfile
+from domain.compaction_gain import project
 from domain.model_catalog import for_purpose
 from domain.policy import ContextPolicy, effective_policy
 from domain.policy_defaults import defaults_version, normalize
@@ -82,6 +83,14 @@ class PurposePreview:
     inline_max_tokens: int | None = None  # R10.3: larger results are externalized
     user_turns: int | None = None  # R7.2: turn triggers, not tokens
     model_steps: int | None = None  # R7.3
+    # A steady session projected under the draft (``domain.compaction_gain.project``):
+    # the share of request tokens read from the provider's cache, the cost per model
+    # call with compaction (in ``cost_unit``: the profile's currency, or input-token
+    # equivalents when it has no prices) and the model calls between compactions.
+    projected_cache_share: float | None = None
+    projected_cost_per_call: float | None = None
+    cost_unit: str | None = None
+    calls_per_compaction: int | None = None
     error: dict[str, Any] | None = None
 
 
@@ -131,9 +140,14 @@ def _one(policy: ContextPolicy, purpose: str, p: ModelProfile) -> PurposePreview
         budget = p.input_budget()
     except InvalidPolicy as exc:
         return replace(row, error=exc.to_dict())
+    projected = project(policy, p, p.prices)
     return replace(
         row,
         input_budget=budget,
+        projected_cache_share=round(projected.cache_share, 4),
+        projected_cost_per_call=round(projected.cost_per_call, 6),
+        cost_unit=p.prices.currency if p.prices else "input_tokens",
+        calls_per_compaction=projected.calls_per_compaction,
         context_trigger_tokens=(
             None if c.context_ratio is None else ratio_threshold(c.context_ratio, budget)
         ),

@@ -146,6 +146,19 @@ def _render_preview(data: dict[str, Any]) -> None:
             *(str(row[c]) for c in cols), str(row["user_turns"]), str(row["model_steps"]), error
         )
     out.print(b)
+    proj = Table(title="projected steady session (cache share, cost per model call)")
+    for c in ("purpose", "model_profile", "cache share", "cost per call", "calls per compaction"):
+        proj.add_column(c)
+    for row in data["budgets"]:
+        if row["error"] is None:
+            proj.add_row(
+                row["purpose"],
+                row["model_profile"],
+                f"{row['projected_cache_share']:.1%}",
+                f"{row['projected_cost_per_call']:.6f} {row['cost_unit']}",
+                str(row["calls_per_compaction"]),
+            )
+    out.print(proj)
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
