@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from domain.policy import CompactionPolicy
+from domain.policy import CompactionPolicy, ContextPolicy
 from domain.rendering import RecordView
 from domain.selection import build_groups, select_prefix
 from domain.triggers import CompactionState, Counters, Observation, evaluate_triggers
@@ -27,7 +26,7 @@ class PreemptCandidate:
 
     session_id: str
     run_id: str
-    context_policy: Any  # the release's raw policy (parsed by the caller)
+    policy: ContextPolicy  # the release's, parsed once per revision
     release_policy: str  # the release's policy revision
     fixed_overhead: int
     view_tokens: int

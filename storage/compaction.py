@@ -6,7 +6,6 @@ these rows), and read by Prepare and the compaction service.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -233,11 +232,6 @@ async def current_summary(
     if summary_id is None:
         return None
     return await conn.fetchrow("SELECT * FROM summary_revisions WHERE summary_id=$1", summary_id)
-
-
-def policy_compaction(context_policy: Any) -> dict[str, Any]:
-    policy = json.loads(context_policy) if isinstance(context_policy, str) else context_policy
-    return dict((policy or {}).get("compaction") or {})
 
 
 async def view_counters(

@@ -20,6 +20,7 @@ from domain.policy import ContextPolicy, validate_policy
 from domain.rendering import RecordView
 from storage import compaction as summaries
 from storage.frontier import thread_frontier
+from storage.policies import policy_of
 from storage.threads import snapshot_boundary, thread_records, uncovered_records
 
 
@@ -144,24 +145,27 @@ class PgCompactionJobs:
         return None if row is None else _parent(row)
 
     async def session_policy(self, session_id: str) -> ContextPolicy:
-        raw = await self.pool.fetchval(
-            "SELECT r.context_policy FROM sessions s JOIN releases r USING (release_id)"
-            " WHERE s.session_id=$1",
+        row = await self.pool.fetchrow(
+            "SELECT r.policy_revision, r.context_policy FROM sessions s"
+            " JOIN releases r USING (release_id) WHERE s.session_id=$1",
             session_id,
         )
-        return validate_policy(raw)
+        if row is None:  # as before: an unknown session has the platform defaults
+            return validate_policy(None)
+        return policy_of(row["policy_revision"], row["context_policy"])
 
     async def release_pricing(self, session_id: str) -> tuple[ContextPolicy, dict[str, Any]] | None:
         """The session's release policy and model profile (what a compaction is priced
         on), or None for an unknown session."""
         row = await self.pool.fetchrow(
-            "SELECT r.context_policy, r.model_profile FROM sessions s"
+            "SELECT r.policy_revision, r.context_policy, r.model_profile FROM sessions s"
             " JOIN releases r USING (release_id) WHERE s.session_id=$1",
             session_id,
         )
         if row is None:
             return None
-        return validate_policy(row["context_policy"]), dict(row["model_profile"])
+        policy = policy_of(row["policy_revision"], row["context_policy"])
+        return policy, dict(row["model_profile"])
 
     async def revocation_epoch(self, session_id: str) -> str:
         async with self.pool.acquire() as conn:

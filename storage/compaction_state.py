@@ -11,6 +11,7 @@ import asyncpg
 
 from domain.preemption import PreemptCandidate
 from domain.triggers import REBUILD_DUE
+from storage.policies import policy_of
 
 
 async def replace_view_tokens(
@@ -65,7 +66,7 @@ async def preempt_candidates(
         PreemptCandidate(
             r["session_id"],
             r["active_run_id"],
-            r["context_policy"],
+            policy_of(r["release_policy"], r["context_policy"]),
             r["release_policy"],
             int(r["fixed_overhead"]),
             int(r["view_tokens"]),

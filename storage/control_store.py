@@ -22,13 +22,13 @@ from domain.compaction_control import (
 )
 from domain.compaction_outcome import OutcomeInputs
 from domain.frontier import Frontier
-from domain.policy import validate_compaction
 from domain.pricing import ModelPrices
 from domain.triggers import Counters, LastAttempt
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction as repo
 from storage import compaction_state, processing
 from storage.frontier import read_frontier, thread_frontier
+from storage.policies import policy_of
 from storage.view_state import ViewState, counted_after, load_view_state
 
 
@@ -72,7 +72,7 @@ async def observation_inputs(
     does not depend on the state columns the decision writes, so reading it first is
     the same as reading it after them.)"""
     ctx = await repo.session_context(conn, ev.session_id)
-    policy = validate_compaction(repo.policy_compaction(ctx["context_policy"]))
+    policy = policy_of(ctx["policy_revision"], ctx["context_policy"]).compaction
     lineage = await lineage_of(conn, ev)
     row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
     job = None if row.active_job_id is None else await job_row(conn, row.active_job_id)

@@ -8,7 +8,8 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.policy import ContextPolicy, validate_policy
+from domain.policy import ContextPolicy
+from storage.policies import policy_of
 
 # Every field a release freezes (R1.4, R17): one differing field is another release.
 RELEASE_CONTENT = (
@@ -72,7 +73,7 @@ def release_from_row(row: Any) -> Release:
         content_hash=row["content_hash"],
         space_id=row["space_id"],
         frozen_at=row["frozen_at"].isoformat(),
-        policy=validate_policy(row["context_policy"]),
+        policy=policy_of(row["policy_revision"], row["context_policy"]),
         policy_overrides=row["policy_overrides"],
     )
 

@@ -24,7 +24,6 @@ from domain.compaction_control import (
     redelivered,
 )
 from domain.compaction_outcome import decide_outcome
-from domain.policy import validate_compaction, validate_policy
 from domain.preemption import preemptive_event, probe_fires
 from schemas.wire import (
     BudgetObservation,
@@ -33,7 +32,6 @@ from schemas.wire import (
     ControlEvent,
     ObservabilityEvent,
 )
-from storage.compaction import policy_compaction
 from storage.processing_store import ProcessingStore
 from streams.faults import describe_failure, is_transient
 
@@ -137,7 +135,7 @@ async def preempt(store: ProcessingStore, session_ids: list[str]) -> list[Contro
     behalf, checked like any other."""
     done: list[ControlEffects] = []
     for c in await store.preempt_candidates(session_ids):
-        policy = validate_compaction(policy_compaction(c.context_policy))
+        policy = c.policy.compaction
         view = await store.main_view(c.session_id, c.run_id)
         if not probe_fires(c, policy, view.counters, view.baseline):
             continue
@@ -152,7 +150,7 @@ async def preempt(store: ProcessingStore, session_ids: list[str]) -> list[Contro
             covered,
             view.through,
             view.summary_id,
-            validate_policy(c.context_policy).recent_complete_groups,
+            c.policy.recent_complete_groups,
             _now_ms(),
         )
         assert isinstance(ev.body, BudgetObservation)
