@@ -28,7 +28,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.run import _events_for, first_prepare, pct
 from devstack.launcher import ServiceSet, service_set
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.settings import Settings
 from schemas.wire import ObservabilityEvent, encode_observability
 from services.sdk.client import ContextClient, RunHandle

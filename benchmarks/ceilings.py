@@ -14,8 +14,8 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaProducer
 
+from domain.record_rows import RECORD_COLUMNS
 from schemas.settings import Settings
-from storage.record_rows import RECORD_COLUMNS
 from streams.kafka_auth import kafka_auth
 from streams.kafka_batches import send_in_batches
 from streams.partitioning import cached_partitioner

@@ -12,8 +12,8 @@ import math
 import random
 from typing import Any
 
-from domain.rendering import RecordView
-from domain.tokens import TokenCounter
+from domain.context.rendering import RecordView
+from domain.context.tokens import TokenCounter
 
 _WORD_TEXT = (
     "the a file function returns value error request response user model tool result "

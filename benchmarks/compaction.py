@@ -39,22 +39,22 @@ from typing import Any, cast
 import asyncpg
 
 from devstack.launcher import COMPACTION_READY, PROCESSOR_READY, Proc
-from domain.policy import ContextPolicy
-from domain.rendering import RecordView
-from domain.tokens import CachedCounter, TiktokenCounter
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
+from domain.compaction.drafts import Fact, SummaryDraft, SummaryRequest, SummaryResult
+from domain.compaction.gateway import SummaryGateway
+from domain.context.rendering import RecordView
+from domain.context.tokens import CachedCounter, TiktokenCounter
+from domain.policy.context_policy import ContextPolicy
+from domain.record_rows import RECORD_COLUMNS
 from schemas.settings import Settings
 from schemas.wire import CompactionRequest
-from services.compaction.drafts import Fact, SummaryDraft, SummaryRequest, SummaryResult
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.gateway import SummaryGateway
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.compaction_jobs import PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.record_rows import RECORD_COLUMNS
 from streams.provision import ensure_bus
 from streams.publish import Publisher
 

@@ -38,7 +38,7 @@ import asyncpg
 
 from benchmarks.run import first_prepare, wait_offsets
 from devstack.launcher import Proc, service_set
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.contracts import ContextEvent
 from schemas.settings import Settings
 from services.sdk.client import ContextClient, RunHandle

@@ -8,9 +8,9 @@ profile is the 16k one of ``benchmarks.long_session`` (InputBudget 13,824); tool
 system take 1,500 tokens. Replayed, as a pure simulation, under:
 
 - **ours** — the platform default policy (``context_ratio`` 0.8, ``recent_complete_groups``
-  2, ``summary_max_ratio`` 0.15), triggers and the gain check of ``domain.triggers`` /
-  ``domain.compaction_gain`` with the price table below; a job covers every complete
-  question but the last two (``domain.selection.select_prefix``) and commits before the
+  2, ``summary_max_ratio`` 0.15), triggers and the gain check of ``domain.compaction.triggers`` /
+  ``domain.compaction.gain`` with the price table below; a job covers every complete
+  question but the last two (``domain.context.selection.select_prefix``) and commits before the
   next call. As ``services.compaction`` does, a job summarizes the newly covered
   questions and carries the parent summary's entries forward; past the summary bound it
   rolls the whole up into half its size (``ROLLUP_RATIO``). The built-in summarizer is
@@ -47,10 +47,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from domain.compaction_gain import NO_GAIN, rates_of
-from domain.policy import CompactionPolicy, effective_policy
-from domain.pricing import ModelPrices
-from domain.triggers import (
+from domain.compaction.gain import NO_GAIN, rates_of
+from domain.compaction.triggers import (
     CompactionState,
     Counters,
     GainCheck,
@@ -58,6 +56,8 @@ from domain.triggers import (
     Observation,
     evaluate_triggers,
 )
+from domain.policy.context_policy import CompactionPolicy, effective_policy
+from domain.pricing import ModelPrices
 
 OUT = Path(__file__).resolve().parents[1] / "build" / "bench"
 SEED = 27
@@ -187,7 +187,7 @@ class Ours:
         since = st.since_success
         if not d.start_job:
             if d.reason in ("nothing_compressible", NO_GAIN):  # deferred: remembered
-                mark = NO_GAIN if d.reason == NO_GAIN else ""  # as domain.compaction_control
+                mark = NO_GAIN if d.reason == NO_GAIN else ""  # as domain.compaction.control
                 attempt = LastAttempt(obs.fingerprint, compressible, since, BUDGET, FIXED, mark)
                 st = CompactionState(st.totals, st.baseline, attempt)
             self.state = st

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.rendering import RecordView
+from domain.context.rendering import RecordView
 
 
 def _words(text: str) -> tuple[str, ...]:

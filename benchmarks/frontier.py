@@ -61,7 +61,16 @@ from benchmarks.summary_fidelity import (
     norm,
     trim_last,
 )
-from domain.budget import ModelProfile
+from domain.compaction.bound import fit_draft, summary_bound
+from domain.compaction.drafts import SummaryRequest
+from domain.compaction.errors import InvalidSummary
+from domain.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
+from domain.compaction.validate import as_history, check_coverage, check_plan
+from domain.context.budget import ModelProfile
+from domain.context.frontier_blocks import frontier_messages
+from domain.context.rendering import RecordView
+from domain.context.selection import build_groups, current_task_ids, segment, select_prefix
+from domain.context.tokens import CachedCounter
 from domain.frontier import (
     CONSTRAINT_RETIRED,
     CONSTRAINT_SET,
@@ -75,17 +84,8 @@ from domain.frontier import (
     plan_of,
     plan_text,
 )
-from domain.frontier_blocks import frontier_messages
-from domain.rendering import RecordView
-from domain.selection import build_groups, current_task_ids, segment, select_prefix
-from domain.tokens import CachedCounter
-from services.compaction.bound import fit_draft, summary_bound
-from services.compaction.drafts import SummaryRequest
-from services.compaction.errors import InvalidSummary
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
-from services.compaction.validate import as_history, check_coverage, check_plan
 
 PROFILE = ModelProfile("m-16k", 16_384, 2_048, 512)
 BOUND = summary_bound(0.15, PROFILE.input_budget())

@@ -32,7 +32,8 @@ from aiokafka import AIOKafkaProducer
 
 from benchmarks.ceilings import bench_row
 from benchmarks.run import OUT
-from domain.tokens import make_counter
+from domain.context.tokens import make_counter
+from domain.record_rows import RECORD_COLUMNS
 from schemas import codec
 from schemas.contracts import ToolStatus
 from schemas.settings import Settings
@@ -40,7 +41,6 @@ from schemas.wire import CommittedRecord, encode_committed, encode_event
 from services.sdk.appends import RunHandle
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.record_rows import RECORD_COLUMNS
 
 N = 20_000
 

@@ -35,7 +35,7 @@ from typing import Any
 import asyncpg
 
 from devstack.launcher import service_set
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue

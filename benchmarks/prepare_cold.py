@@ -5,7 +5,7 @@ revocation. Two cold paths are timed on the benchmark's synthetic session:
 
 - **full**: no stored state (a new summary or revocation epoch changes the fingerprint):
   every record rendered again, then assembled — what every cold prepare did before;
-- **restart**: the view's stored render state (``domain.render_state``, compressed as
+- **restart**: the view's stored render state (``domain.context.render_state``, compressed as
   stored) read back and loaded, the records committed since it was stored fed, then
   assembled — what ``ThreadViews`` does
   after a restart. The state lags the view by the most the refresh rule allows
@@ -42,11 +42,11 @@ from typing import Any
 import asyncpg
 
 from benchmarks import cold_session
-from domain.assemble import assemble
-from domain.budget import ModelProfile, enforce
-from domain.render_state import dump, load, pack
-from domain.rendering import RecordView, ThreadRenderer
-from domain.tokens import CachedCounter, TokenCounter, make_counter
+from domain.context.assemble import assemble
+from domain.context.budget import ModelProfile, enforce
+from domain.context.render_state import dump, load, pack
+from domain.context.rendering import RecordView, ThreadRenderer
+from domain.context.tokens import CachedCounter, TokenCounter, make_counter
 from schemas.settings import Settings
 from services.prepare.views import SAVE_MIN, SAVE_SHARE
 

@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import prepare_cold
-from domain.assemble import assemble
-from domain.budget import ModelProfile, enforce
-from domain.policy import LargeResultSettings
-from domain.rendering import Message, RecordView, ThreadRenderer
-from domain.tokens import CachedCounter, TokenCounter, make_counter
+from domain.context.assemble import assemble
+from domain.context.budget import ModelProfile, enforce
+from domain.context.rendering import Message, RecordView, ThreadRenderer
+from domain.context.tokens import CachedCounter, TokenCounter, make_counter
+from domain.policy.context_policy import LargeResultSettings
 from schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from benchmarks.ceilings import copy_ceiling, noop_faust_rate, producer_ceiling
 from devstack.launcher import Proc, service_set
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.contracts import ToolStatus
 from schemas.settings import Settings
 from schemas.wire import encode_event

@@ -44,7 +44,7 @@ from benchmarks.soak_check import check_compaction, check_records, next_summary_
 from benchmarks.soak_db import compaction_log_lines, fetch, wait_caught_up
 from benchmarks.soak_load import Ledger, LoadConfig, run_load
 from devstack.launcher import ServiceSet, service_set
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import issue
 from storage.migrate import apply_dsn

@@ -48,25 +48,25 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.fidelity_sessions import Planted, Session, make_session
-from domain.budget import ModelProfile
-from domain.rendering import RecordView
-from domain.selection import (
+from domain.compaction.bound import fit_draft, summary_bound
+from domain.compaction.drafts import SummaryDraft, SummaryRequest
+from domain.compaction.errors import InvalidSummary, SummarizerFailed
+from domain.compaction.gateway import SummaryGateway
+from domain.compaction.sources import merge_drafts, merge_ranges, source_items
+from domain.compaction.validate import check_coverage
+from domain.context.budget import ModelProfile
+from domain.context.rendering import RecordView
+from domain.context.selection import (
     build_groups,
     current_task_ids,
     segment,
     select_prefix,
 )
-from domain.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
-from services.compaction.bound import fit_draft, summary_bound
-from services.compaction.drafts import SummaryDraft, SummaryRequest
-from services.compaction.errors import InvalidSummary, SummarizerFailed
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.gateway import SummaryGateway
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
-from services.compaction.sources import merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
-from services.compaction.validate import check_coverage
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

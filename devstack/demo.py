@@ -21,8 +21,8 @@ import asyncpg
 
 from devstack.demo_analytics import print_summary
 from devstack.launcher import service_set
-from domain.tokens import make_counter
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
+from domain.context.tokens import make_counter
 from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
 from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle

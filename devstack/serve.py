@@ -32,7 +32,7 @@ import asyncpg
 import typer
 
 from devstack.launcher import Proc, ServiceSet, service_set
-from schemas.auth import KeyKind, key_id_of, verify
+from domain.auth import KeyKind, key_id_of, verify
 from schemas.settings import Settings
 from services.console.settings import ConsoleSettings
 from storage import api_keys

@@ -3,7 +3,7 @@
 Least privilege, by role:
 
 - ``runtime``: writes the records topic, nothing else (its events are signed with its
-  space's API key, which the processor checks: domain.envelope);
+  space's API key, which the processor checks: domain.context.envelope);
 - ``processor``: reads the records topic in its group; writes committed records, dead
   letters, compaction requests and observability; owns faust's internal topics and its
   group (both named after the processor id);

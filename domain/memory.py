@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from domain.assemble import Material
+from domain.context.assemble import Material
 
 
 @dataclass(frozen=True)

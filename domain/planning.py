@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # RETRACTABLE and RetractionTarget are re-exported: storage and tests import them here.
-from domain.retraction_rules import RETRACTABLE as RETRACTABLE
-from domain.retraction_rules import (
+from domain.policy.retraction_rules import RETRACTABLE as RETRACTABLE
+from domain.policy.retraction_rules import (
     CallKey,
     Retractor,
     Thread,
@@ -23,7 +23,7 @@ from domain.retraction_rules import (
     refusal,
     target_of,
 )
-from domain.retraction_rules import RetractionTarget as RetractionTarget
+from domain.policy.retraction_rules import RetractionTarget as RetractionTarget
 from schemas.contracts import (
     AssistantMessagePayload,
     ConstraintPayload,
@@ -76,7 +76,7 @@ class SessionState:
     # Targets of the batch's retractions (record_id -> facts), and the batch's own records.
     retraction_targets: dict[str, RetractionTarget] = field(default_factory=dict)
     # Issue 25: the live records making each call the batch's retractions may concern
-    # (domain.retraction_rules), and the snapshot boundary of each run (R2.1) they need.
+    # (domain.policy.retraction_rules), and the snapshot boundary of each run (R2.1) they need.
     live_calls: dict[CallKey, set[str]] = field(default_factory=dict)
     run_boundaries: dict[str, int] = field(default_factory=dict)
     # Issue 24: constraint ids ever set in the session, loaded when the batch retires one
@@ -265,7 +265,7 @@ def constraint_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
 def retraction_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
     """Issue 15: why a retraction is refused (None: it is recorded). Its target must be a
     record of this session (``retraction_target_unknown``, dead-lettered like an unknown
-    run); ``domain.retraction_rules.refusal`` says what else: in the thread's scope, not a
+    run); ``domain.policy.retraction_rules.refusal`` says what else: in the thread's scope, not a
     lifecycle marker or a retraction, not summarized (the summary would still restate it:
     un-summarizing is a compaction decision, not a side effect of an undo), and not a
     result that a call still waits for."""

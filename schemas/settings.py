@@ -32,7 +32,7 @@ class Settings(BaseSettings):
     kafka_ssl_cafile: str | None = None
     # The deployment's service secret: Prepare and the compaction service derive their
     # signing secrets from it, the processor checks their envelopes with it
-    # (domain/envelope.py). Unset: read from bus_service_secret_file, by default
+    # (domain/context/envelope.py). Unset: read from bus_service_secret_file, by default
     # <state_dir>/secrets/bus-service.key (deploy/kafka.sh writes it).
     bus_service_secret: SecretStr | None = None
     bus_service_secret_file: str | None = None

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaProducer
 
-from domain.envelope import KeySigner
-from schemas.auth import key_digest, key_id_of
+from domain.auth import key_digest, key_id_of
+from domain.context.envelope import KeySigner
 from schemas.contracts import ContextEvent
 from schemas.settings import Settings
 from schemas.wire import ControlEvent, encode_control, encode_event
@@ -43,7 +43,7 @@ class EventBus:
     runtime hands to prepare as ``after``.
 
     ``api_key``: the runtime's host key of its space; every event is signed with it
-    (domain.envelope), and the processor refuses an event whose space is not the key's.
+    (domain.context.envelope), and the processor refuses an event whose space is not the key's.
     ``auth``: the broker credentials; by default the ``runtime`` principal of the
     settings read from the environment (streams.kafka_auth)."""
 

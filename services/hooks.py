@@ -21,7 +21,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from domain.policy_sections import HookBinding
+from domain.policy.sections import HookBinding
 from schemas.errors import ContextError, HookFailed
 
 log = logging.getLogger("agentloom.hooks")

@@ -18,7 +18,7 @@ from typing import Annotated
 import asyncpg
 import typer
 
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage import api_keys
 from storage.migrate import apply_dsn

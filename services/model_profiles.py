@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from domain.budget import ModelProfile, counting_label
-from domain.model_catalog import ModelCatalog
-from domain.providers import FORMATS
+from domain.context.budget import ModelProfile, counting_label
+from domain.context.providers import FORMATS
+from domain.policy.model_catalog import ModelCatalog
 from schemas.errors import InvalidPolicy
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from domain.pricing import format_cost
-from schemas.rollup import COST_METRIC, Dims, Fact, RollupKey, distributions, rollup
+from domain.rollup import COST_METRIC, Dims, Fact, RollupKey, distributions, rollup
 
 __all__ = ["Consumed", "apply", "distributions", "query", "session_dims"]
 

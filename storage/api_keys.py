@@ -5,14 +5,20 @@ Only a key's sha256 is stored; ``create_key`` returns the key itself once.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import asyncpg
 
-from domain.envelope import BusKey
-from schemas.auth import Credential, KeyKind, new_key
+from domain.auth import Credential, KeyKind, NewKey, key_of
+from domain.context.envelope import BusKey
+
+
+def new_key() -> NewKey:
+    """A fresh key: 16 hex id (for lookup) and 256 random bits (the secret)."""
+    return key_of(secrets.token_hex(8), secrets.token_hex(32))
 
 
 class _Executor(Protocol):

@@ -17,8 +17,8 @@ from typing import Any
 import asyncpg
 import orjson
 
-from domain.call_view import CallView, SummaryLink, call_view, stored_view
-from domain.sent_view import Source, pack, sent_view, unpack
+from domain.context.call_view import CallView, SummaryLink, call_view, stored_view
+from domain.context.sent_view import Source, pack, sent_view, unpack
 from storage.batches import delete_in_batches
 from storage.inspection import call_facts, summary_chain
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from domain.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
+from domain.compaction.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
 from storage.compaction_withdrawals import revocation_epoch as revocation_epoch
 from storage.compaction_withdrawals import revoked_records as revoked_records
 from storage.view_state import MAIN_VIEW, counted_view, reusable, summary_ref

@@ -15,12 +15,12 @@ from typing import Any, Protocol
 
 import asyncpg
 
+from domain.context.rendering import RecordView
 from domain.frontier import Frontier
-from domain.policy import ContextPolicy, validate_policy
-from domain.rendering import RecordView
+from domain.policy.context_policy import ContextPolicy, validate_policy
+from domain.policy.parsed import policy_of
 from storage import compaction as summaries
 from storage.frontier import thread_frontier
-from storage.policies import policy_of
 from storage.threads import snapshot_boundary, thread_records, uncovered_records
 
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import asyncpg
 
-from domain.preemption import PreemptCandidate
-from domain.triggers import REBUILD_DUE
-from storage.policies import policy_of
+from domain.compaction.preemption import PreemptCandidate
+from domain.compaction.triggers import REBUILD_DUE
+from domain.policy.parsed import policy_of
 
 
 async def replace_view_tokens(

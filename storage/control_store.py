@@ -1,6 +1,6 @@
 """Reads and the one writer of the processor's control decisions: the facts a
-budget observation or a compaction outcome is decided on (``domain.compaction_control``,
-``domain.compaction_outcome``), and ``apply_control`` that writes the decided effects.
+budget observation or a compaction outcome is decided on (``domain.compaction.control``,
+``domain.compaction.outcome``), and ``apply_control`` that writes the decided effects.
 
 Called inside the processor's batch transaction: the reads lock the lineage's
 ``compaction_state`` row (the processor is its only writer), so the facts still hold
@@ -14,21 +14,21 @@ from typing import Any
 
 import asyncpg
 
-from domain.compaction_control import (
+from domain.compaction.control import (
     ControlEffects,
     JobRow,
     LockedState,
     ObservationInputs,
 )
-from domain.compaction_outcome import OutcomeInputs
+from domain.compaction.outcome import OutcomeInputs
+from domain.compaction.triggers import Counters, LastAttempt
 from domain.frontier import Frontier
+from domain.policy.parsed import policy_of
 from domain.pricing import ModelPrices
-from domain.triggers import Counters, LastAttempt
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction as repo
 from storage import compaction_state, processing
 from storage.frontier import read_frontier, thread_frontier
-from storage.policies import policy_of
 from storage.view_state import ViewState, counted_after, load_view_state
 
 
@@ -100,7 +100,7 @@ async def observation_inputs(
 
 def _prices(profile: Mapping[str, Any] | None) -> ModelPrices | None:
     """The prices of the release's model profile (validated at publish), which the gain
-    check of a ratio-started compaction weighs (``domain.compaction_gain``)."""
+    check of a ratio-started compaction weighs (``domain.compaction.gain``)."""
     raw = None if profile is None else profile.get("prices")
     return ModelPrices.from_dict(raw) if isinstance(raw, Mapping) else None
 

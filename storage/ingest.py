@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import asyncpg
 
 from domain.planning import BatchPlan, RunState, SessionState
+from domain.record_rows import RECORD_COLUMNS, record_rows
 from storage import frontier, retraction
-from storage.record_rows import RECORD_COLUMNS, record_rows
 
 NOTIFY_CHANNEL = "ctx_committed"
 UNSCOPED_REFUSALS = frozenset({"unknown_session", "scope_mismatch"})

@@ -1,9 +1,9 @@
 """The read model of inspection (R18, R15.1, R15.4): which sessions a principal may see,
 their runs and model calls, what one call saw (its record, source records and summary
-chain, for ``domain.call_view``) and, for the settings page's dry run, the latest main
+chain, for ``domain.context.call_view``) and, for the settings page's dry run, the latest main
 view of a session. Used by the web console and ``agentloom session inspect`` alike.
 
-Nothing here writes. Access is decided by the caller with ``schemas.auth`` over what
+Nothing here writes. Access is decided by the caller with ``domain.auth`` over what
 ``session_scope`` and ``has_grant`` return (and, for every console page, by Prepare
 itself); the listing query already filters by space and by ownership or grant, so a
 viewer is never shown a session id it may not open.
@@ -18,10 +18,10 @@ from typing import Any
 
 import asyncpg
 
-from domain.call_view import CallCost, CallFacts, SummaryLink, call_cost
-from domain.policy import LargeResultSettings, validate_policy
-from domain.rendering import RecordView
-from schemas.auth import Credential, SessionScope
+from domain.auth import Credential, SessionScope
+from domain.context.call_view import CallCost, CallFacts, SummaryLink, call_cost
+from domain.context.rendering import RecordView
+from domain.policy.context_policy import LargeResultSettings, validate_policy
 from schemas.errors import InvalidPolicy
 from storage.api_keys import find_key
 from storage.frontier import frontier_at
@@ -144,7 +144,7 @@ async def call_of(pool: asyncpg.Pool, ident: str) -> tuple[str, str] | None:
 
 
 async def call_facts(pool: asyncpg.Pool, session_id: str, call_id: str) -> CallFacts | None:
-    """Everything ``domain.call_view`` needs for one call, or None if the session has no
+    """Everything ``domain.context.call_view`` needs for one call, or None if the session has no
     such call."""
     r = await pool.fetchrow(
         "SELECT call_id, run_id, instance_id, purpose, status, model, manifest, budget,"

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.budget import Calibration
+from domain.context.budget import Calibration
 from storage import call_views
 from storage.calibration import Step, fold
 

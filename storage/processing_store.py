@@ -10,11 +10,11 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.compaction_control import ControlEffects, ObservationInputs
-from domain.compaction_outcome import OutcomeInputs
+from domain.compaction.control import ControlEffects, ObservationInputs
+from domain.compaction.outcome import OutcomeInputs
+from domain.compaction.preemption import PreemptCandidate
+from domain.context.rendering import RecordView
 from domain.planning import BatchPlan, SessionState
-from domain.preemption import PreemptCandidate
-from domain.rendering import RecordView
 from schemas.contracts import ResourceActivationPayload
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction, compaction_state, control_store, ingest, processing, threads

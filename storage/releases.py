@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.policy import ContextPolicy
-from storage.policies import policy_of
+from domain.policy.context_policy import ContextPolicy
+from domain.policy.parsed import policy_of
 
 # Every field a release freezes (R1.4, R17): one differing field is another release.
 RELEASE_CONTENT = (

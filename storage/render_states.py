@@ -1,5 +1,5 @@
 """Stored thread render states (cold prepare): bytes from
-``domain.render_state``, one row per thread, so any Prepare instance continues a view
+``domain.context.render_state``, one row per thread, so any Prepare instance continues a view
 from where the last one stored it instead of rendering the whole history again."""
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncpg
 
 from domain.planning import SessionState
-from domain.retraction_rules import RetractionTarget
+from domain.policy.retraction_rules import RetractionTarget
 
 RETRACTED = "record_retracted"
 
@@ -56,7 +56,7 @@ async def load_targets(
     """Facts about the targets of the batch's retractions (their operations), read under
     the sessions' locks: each target's kind, whether a committed summary covers it, its
     thread and the calls it makes or answers; the retracting runs' snapshot boundaries
-    and the live calls the rules ask about (``domain.retraction_rules``)."""
+    and the live calls the rules ask about (``domain.policy.retraction_rules``)."""
     sids, rids = [], []
     for sid in states:
         for op, kind in operations.get(sid, ()):

@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from domain.triggers import Counters
+from domain.compaction.triggers import Counters
 from storage import retraction
 from storage.threads import snapshot_boundary
 

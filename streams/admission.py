@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.accounting import text_key, token_text
-from domain.envelope import UNAUTHENTICATED, Headers
+from domain.context.envelope import UNAUTHENTICATED, Headers
+from domain.context.tokens import CachedCounter
 from domain.planning import Incoming
-from domain.tokens import CachedCounter
 from schemas import codec
 from schemas.contracts import ContextEvent
 from schemas.errors import InvalidEvent
@@ -35,7 +35,7 @@ class RawMessage:
     value: bytes | None
     partition: int
     offset: int
-    # The envelope headers (domain.envelope); the driver keeps only those.
+    # The envelope headers (domain.context.envelope); the driver keeps only those.
     headers: Headers | None = None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import faust
 
-from domain.envelope import envelope_headers
+from domain.context.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
 from streams.kafka_auth import kafka_auth

@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import faust
 
-from domain.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from storage.api_keys import PgBusKeys
 from storage.migrate import apply_dsn

@@ -1,8 +1,8 @@
 """The session processor's handling of control events: budget observations (trigger
 checks, R9), compaction outcomes (commit by the owner, R8.4, R11.6) and pre-emptive
 checks. Each one is read → decide → write: the facts are read through the
-``ProcessingStore`` port, the decision is a pure function (``domain.compaction_control``,
-``domain.compaction_outcome``, ``domain.preemption``) returning ``ControlEffects``, and
+``ProcessingStore`` port, the decision is a pure function (``domain.compaction.control``,
+``domain.compaction.outcome``, ``domain.compaction.preemption``) returning ``ControlEffects``, and
 the store's one writer applies them.
 
 Runs inside the batch transaction, after the batch's records, so counters and sequences
@@ -16,15 +16,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from domain.compaction_control import (
+from domain.compaction.control import (
     ControlEffects,
     JobStart,
     judge_observation,
     observation_effects,
     redelivered,
 )
-from domain.compaction_outcome import decide_outcome
-from domain.preemption import preemptive_event, probe_fires
+from domain.compaction.outcome import decide_outcome
+from domain.compaction.preemption import preemptive_event, probe_fires
 from schemas.wire import (
     BudgetObservation,
     CompactionOutcome,
@@ -130,9 +130,9 @@ async def settle(
 
 
 async def preempt(store: ProcessingStore, session_ids: list[str]) -> list[ControlEffects]:
-    """Pre-emptive checks of the sessions a batch touched (``domain.preemption``): a probe
-    on the cached estimate, and where it fires an observation made on the runtime's
-    behalf, checked like any other."""
+    """Pre-emptive checks of the sessions a batch touched
+    (``domain.compaction.preemption``): a probe on the cached estimate, and where it
+    fires an observation made on the runtime's behalf, checked like any other."""
     done: list[ControlEffects] = []
     for c in await store.preempt_candidates(session_ids):
         policy = c.policy.compaction

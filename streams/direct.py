@@ -19,7 +19,7 @@ import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from domain.envelope import envelope_headers
+from domain.context.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
 from streams.kafka_auth import kafka_auth

@@ -1,4 +1,4 @@
-"""The processor's check of signed envelopes (``domain.envelope``): who signed each
+"""The processor's check of signed envelopes (``domain.context.envelope``): who signed each
 message of a batch, before anything is decoded.
 
 A runtime's key is looked up in PostgreSQL (its space, kind and digest) and remembered
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from domain.envelope import (
+from domain.context.envelope import (
     CONTROL_SIGNERS,
     EVENT_SERVICES,
     BusKey,

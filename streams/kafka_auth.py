@@ -120,7 +120,7 @@ def _default_ca(settings: Settings, protocol: str) -> str | None:
 
 
 def service_root(settings: Settings) -> bytes:
-    """The deployment's service secret (domain.envelope.service_secret derives from it)."""
+    """The deployment's service secret (domain.context.envelope.service_secret derives from it)."""
     if settings.bus_service_secret is not None:
         value = settings.bus_service_secret.get_secret_value()
     else:

@@ -28,8 +28,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NoReturn
 
+from domain.context.tokens import CachedCounter
 from domain.planning import BatchPlan, Incoming, plan_batch
-from domain.tokens import CachedCounter
 from schemas.contracts import ConstraintPayload, RecordKind
 from schemas.wire import (
     CompactionRequest,

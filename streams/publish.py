@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaProducer
 
-from domain.envelope import Signer
+from domain.context.envelope import Signer
 from streams.kafka_auth import KafkaAuth
 from streams.kafka_batches import send_in_batches
 from streams.partitioning import cached_partitioner
@@ -93,7 +93,7 @@ class _Tracked:
     signer: Signer | None = None
 
     def _signed(self, key: bytes | None, value: bytes, headers: KafkaHeaders | None) -> Any:
-        """``headers`` with this process's envelope (domain.envelope) added, if it signs."""
+        """``headers`` with this process's envelope (domain.context.envelope) added, if it signs."""
         if self.signer is None:
             return headers
         return [*(headers or ()), *self.signer.headers(key, value)]

@@ -1,6 +1,6 @@
 """The diagnostics answer of one model call (R18): its blocks with their decisions and
 read-back references, the summary chain, the budget bar and the call's cost
-(``domain.call_view``)."""
+(``domain.context.call_view``)."""
 
 from __future__ import annotations
 

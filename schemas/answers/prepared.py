@@ -2,7 +2,7 @@
 gateway's final check and the report of the result.
 
 Messages, tools and the provider request stay free-form objects: their shape is the
-provider format's (``domain.providers``), not ours. Everything around them is typed.
+provider format's (``domain.context.providers``), not ours. Everything around them is typed.
 """
 
 from __future__ import annotations

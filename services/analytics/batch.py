@@ -1,6 +1,6 @@
 """What the analytics group gathers before one transaction: the consumed messages, in
 order, decoded fetch by fetch while the previous transaction is being written, and their
-increments summed once per transaction (``schemas.rollup.rollup``).
+increments summed once per transaction (``domain.rollup.rollup``).
 
 A transaction that covers several fetches writes each rollup row once instead of once
 per fetch (a 1m window's histogram rows recur in every fetch), and sums each key once.
@@ -18,8 +18,8 @@ from typing import TypeAlias
 import asyncpg
 from aiokafka.structs import ConsumerRecord
 
-from schemas.rollup import Dims, Fact, RollupKey, dead_letter_increments, rollup
-from schemas.rollup import observability_increments as increments_of
+from domain.rollup import Dims, Fact, RollupKey, dead_letter_increments, rollup
+from domain.rollup import observability_increments as increments_of
 from schemas.wire import decode_dead_letter, decode_observability
 from services import metrics
 from storage import analytics as store

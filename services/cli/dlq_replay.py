@@ -15,7 +15,7 @@ space's session, or onto any topic it named. So a replay:
   there (retention, a partition or offset that does not exist) cannot be checked, so
   the letter is not replayed (``original_unavailable``);
 - republishes the original as the records topic holds it — key, value and Kafka headers
-  (its writer's envelope, ``domain.envelope``), on its own partition (the session's
+  (its writer's envelope, ``domain.context.envelope``), on its own partition (the session's
   single writer) — never the letter's copy. The processor then validates it like any
   event, signature included: a replay is its writer's own message sent again;
 - goes on past a bad letter: each is reported (``Result``), none aborts the rest.

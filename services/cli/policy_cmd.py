@@ -16,9 +16,9 @@ import httpx
 import typer
 from rich.table import Table
 
-from domain.budget import ModelProfile
-from domain.policy import effective_policy
-from domain.policy_draft import policy_issues, preview_dict
+from domain.context.budget import ModelProfile
+from domain.policy.context_policy import effective_policy
+from domain.policy.draft import policy_issues, preview_dict
 from schemas.errors import ContextError, InvalidPolicy
 from schemas.settings import Settings
 from services.cli.output import INVALID, JsonOption, dump, err, fail, out, show

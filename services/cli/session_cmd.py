@@ -1,5 +1,5 @@
 """``agentloom session inspect ID [--call N]``: a session's model calls and, for one call,
-the same view as the web inspector (``domain.call_view`` over ``storage.inspection``):
+the same view as the web inspector (``domain.context.call_view`` over ``storage.inspection``):
 the budget items as a bar against the InputBudget, the blocks in order with role,
 category, retention, tokens, decision and reason, the summary chain with each
 summary's covered ranges, and the result's tokens by kind, cache share and cost (R18).
@@ -15,7 +15,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from domain.call_view import session_cost
+from domain.context.call_view import session_cost
 from schemas.errors import ContextError, NotFound
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show

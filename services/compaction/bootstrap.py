@@ -14,8 +14,9 @@ from pathlib import Path
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
-from domain.envelope import ServiceSigner
-from domain.tokens import CachedCounter, make_counter
+from domain.compaction.gateway import SummaryGateway
+from domain.context.envelope import ServiceSigner
+from domain.context.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from services import metrics
 from services.compaction.compact_hooks import HookChain
@@ -23,7 +24,6 @@ from services.compaction.consume import HandOver
 from services.compaction.costs import CostNotes, ReleasePrices, catalog_profiles
 from services.compaction.dispatch import Dispatcher
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.gateway import SummaryGateway
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.requests import LoopConfig, RequestLoop
 from services.compaction.worker import CompactionWorker, WorkerConfig

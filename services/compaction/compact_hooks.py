@@ -18,9 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from domain.policy_sections import HookBinding
-from services.compaction.drafts import SummaryDraft
-from services.compaction.errors import InvalidSummary
+from domain.compaction.drafts import SummaryDraft
+from domain.compaction.errors import InvalidSummary
+from domain.policy.sections import HookBinding
 from services.hooks import bound, call
 
 BEFORE, AFTER = "context.compact.before", "context.compact.after"

@@ -15,12 +15,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from domain.budget import ModelProfile
-from domain.model_catalog import for_purpose
-from domain.policy import ContextPolicy
+from domain.compaction.drafts import COMPACTION_PURPOSE
+from domain.context.budget import ModelProfile
+from domain.policy.context_policy import ContextPolicy
+from domain.policy.model_catalog import for_purpose
 from domain.pricing import ModelPrices, Usage, cost_picos
 from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
-from services.compaction.drafts import COMPACTION_PURPOSE
 from services.model_profiles import load_catalog
 from streams.publish import Publisher
 

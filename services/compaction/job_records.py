@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from domain.rendering import RecordView
+from domain.context.rendering import RecordView
 from schemas.wire import CompactionRequest
 from storage.compaction_jobs import CompactionJobs
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import httpx
 
+from domain.compaction.drafts import SummaryDraft, SummaryRequest, SummaryResult
+from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from domain.pricing import Usage, parse_usage
 from schemas.errors import InvalidRequest
-from services.compaction.drafts import SummaryDraft, SummaryRequest, SummaryResult
-from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 
 log = logging.getLogger(__name__)
 

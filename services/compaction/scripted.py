@@ -9,8 +9,8 @@ script repeats its last step, so "fail forever" is simply ``["fail"]``.
 
 from __future__ import annotations
 
-from services.compaction.drafts import Fact, SummaryDraft, SummaryRequest, SummaryResult
-from services.compaction.errors import SummarizerFailed, SummarizerTimeout
+from domain.compaction.drafts import Fact, SummaryDraft, SummaryRequest, SummaryResult
+from domain.compaction.errors import SummarizerFailed, SummarizerTimeout
 from services.compaction.extractive import ExtractiveSummarizer
 
 STEPS = frozenset({"ok", "fail", "timeout", "empty", "invalid"})

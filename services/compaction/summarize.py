@@ -8,17 +8,17 @@ import asyncio
 import dataclasses
 import logging
 
+from domain.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
+from domain.compaction.drafts import SummaryDraft, SummaryRequest
+from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
+from domain.compaction.gateway import SummaryGateway
+from domain.compaction.validate import validate_draft
+from domain.context.tokens import CachedCounter
 from domain.frontier import Plan
 from domain.pricing import Usage
-from domain.tokens import CachedCounter
 from services import metrics
-from services.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
 from services.compaction.costs import Spent
-from services.compaction.drafts import SummaryDraft, SummaryRequest
-from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
-from services.compaction.gateway import SummaryGateway
 from services.compaction.openai_compat import render_segment
-from services.compaction.validate import validate_draft
 
 log = logging.getLogger("agentloom.compaction")
 MAX_CHARS_PER_TOKEN = 6  # a draft far over its output cap is refused

@@ -17,11 +17,14 @@ import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from domain.frontier import Frontier
-from domain.policy_sections import HookBinding
-from domain.rendering import RecordView
-from domain.retention import retained_record_ids
-from domain.selection import (
+from domain.compaction.bound import fit_draft, summary_bound
+from domain.compaction.drafts import SummaryDraft, SummaryRequest
+from domain.compaction.errors import InvalidSummary, SummarizerFailed
+from domain.compaction.gateway import SummaryGateway
+from domain.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
+from domain.compaction.validate import as_history, check_coverage, check_plan
+from domain.context.rendering import RecordView
+from domain.context.selection import (
     Group,
     Segment,
     Selection,
@@ -30,11 +33,13 @@ from domain.selection import (
     segment,
     select_prefix,
 )
-from domain.tokens import CachedCounter
+from domain.context.tokens import CachedCounter
+from domain.frontier import Frontier
+from domain.policy.retention import retained_record_ids
+from domain.policy.sections import HookBinding
 from schemas.errors import HookFailed
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services import metrics
-from services.compaction.bound import fit_draft, summary_bound
 from services.compaction.compact_hooks import (
     AFTER,
     BEFORE,
@@ -43,14 +48,9 @@ from services.compaction.compact_hooks import (
     HookChain,
 )
 from services.compaction.costs import CostNotes, Spent
-from services.compaction.drafts import SummaryDraft, SummaryRequest
-from services.compaction.errors import InvalidSummary, SummarizerFailed
-from services.compaction.gateway import SummaryGateway
 from services.compaction.job_records import JobRecords
 from services.compaction.outcomes import outcome_event, outcome_of
-from services.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
 from services.compaction.summarize import BoundedSummarizer
-from services.compaction.validate import as_history, check_coverage, check_plan
 from storage.compaction_jobs import CompactionJobs, ParentSummary, SavedOperation
 from streams.publish import Publisher
 

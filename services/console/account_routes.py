@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Form, Request
 from fastapi.responses import RedirectResponse, Response
 
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from services.console import sealing
 from services.console.context import (
     PRE_SESSION,

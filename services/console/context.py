@@ -12,7 +12,7 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from schemas.auth import Action, Principal, acting, authorize, grant_to_check, key_id_of, verify
+from domain.auth import Action, Principal, acting, authorize, grant_to_check, key_id_of, verify
 from services.console import sealing
 from services.console.prepare_client import PrepareClient, PrepareError
 from services.console.session_store import SessionStore

@@ -7,7 +7,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from domain.call_view import session_cost
+from domain.context.call_view import session_cost
 from services.console.context import Refused, Viewer, console_of, page, require_session, viewer
 from services.console.fields import RESPONSES, Offset, PathId
 from services.console.prepare_client import PrepareError

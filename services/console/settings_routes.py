@@ -9,8 +9,11 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
+from domain.policy import form as policy_form
+from domain.policy.dry_run import DryRun, dry_run
+from domain.policy.form import Draft
 from schemas.errors import InvalidRequest
-from services.console import fields, policy_form
+from services.console import fields
 from services.console.context import (
     Console,
     Refused,
@@ -21,9 +24,7 @@ from services.console.context import (
     viewer,
 )
 from services.console.csrf import checked_viewer
-from services.console.dry_run import DryRun, dry_run
 from services.console.fields import RESPONSES, FormId
-from services.console.policy_form import Draft
 from services.console.prepare_client import PrepareError
 from services.prepare.http_errors import ApiRoute
 from storage import inspection

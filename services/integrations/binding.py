@@ -14,11 +14,11 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from domain.plan_tool import PLAN_TOOL_NAME, plan_from_tool_arguments, plan_items
 from schemas.contracts import PlanItem
 from schemas.errors import InvalidEvent, InvalidRequest
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle
-from services.sdk.plan import PLAN_TOOL_NAME, plan_from_tool_arguments, plan_items
 
 WRITE_TODOS = "write_todos"  # LangChain's TodoListMiddleware tool
 PLAN_TOOLS = frozenset({PLAN_TOOL_NAME, WRITE_TODOS})

@@ -15,7 +15,7 @@ Around every model call (``wrap_model_call`` / ``awrap_model_call``):
 3. the model's answer is recorded and reported with its usage (``usage_metadata``).
 
 The plan (issue 24, R4.4): an AI message calling LangChain's ``write_todos``
-(``TodoListMiddleware``) or our ``update_plan`` (``services.sdk.plan.PLAN_TOOL``) is also
+(``TodoListMiddleware``) or our ``update_plan`` (``domain.plan_tool.PLAN_TOOL``) is also
 published as the thread's plan (key ``plan:<tool_call_id>``: a retry is no second
 version; todo ids from a hash of their text, see ``binding.plan_of_call``), so the plan
 renders as its own block in every prepared context without code of the agent's.
@@ -30,10 +30,10 @@ from typing import Any
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage
 
-from domain.providers import render
+from domain import responses_items as ri
+from domain.context.providers import render
 from schemas.contracts import ToolStatus
 from services.integrations import langchain_messages as lm
-from services.integrations import responses_items as ri
 from services.integrations.binding import ConversationBinding, publish_plans
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle

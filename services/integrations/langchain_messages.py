@@ -28,7 +28,7 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from services.integrations.responses_items import ModelOp, Op, ToolOp, UserOp, text_of
+from domain.responses_items import ModelOp, Op, ToolOp, UserOp, text_of
 
 
 def to_op(message: BaseMessage) -> Op | None:

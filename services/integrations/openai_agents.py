@@ -38,14 +38,14 @@ from agents.memory.session import SessionABC
 from agents.memory.session_settings import SessionSettings, resolve_session_limit
 from agents.tool_context import ToolContext
 
-from domain.providers import render
+from domain import responses_items as ri
+from domain.context.providers import render
+from domain.plan_tool import PLAN_TOOL, plan_from_tool_arguments
 from schemas.contracts import Authority, Content, RecordKind, RetractionPayload, ToolStatus
 from schemas.errors import InvalidRequest
-from services.integrations import responses_items as ri
 from services.integrations.binding import ConversationBinding, publish_plans
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle
-from services.sdk.plan import PLAN_TOOL, plan_from_tool_arguments
 
 DEFAULT_RELEASE: dict[str, Any] = {
     "agent_id": "openai-agents",
@@ -229,7 +229,7 @@ class AgentLoomSession(SessionABC, ConversationBinding):
 
 
 def plan_tool() -> FunctionTool:
-    """The ``update_plan`` tool (``services.sdk.plan.PLAN_TOOL``) for an Agent whose
+    """The ``update_plan`` tool (``domain.plan_tool.PLAN_TOOL``) for an Agent whose
     session is an ``AgentLoomSession``: the session publishes the plan when it stores the
     call; the tool answers the model with a short confirmation (or what is wrong)."""
 

@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.auth import (
+from domain.auth import (
     Action,
     Principal,
     SessionScope,

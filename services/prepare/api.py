@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, ORJSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from schemas.auth import Principal
+from domain.auth import Principal
 from schemas.errors import Unauthenticated
 from schemas.settings import Settings
 from services.prepare.http_errors import ApiRoute, install_error_handlers

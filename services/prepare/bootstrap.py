@@ -12,10 +12,10 @@ from functools import partial
 
 import asyncpg
 
-from domain.envelope import ServiceSigner
-from domain.model_catalog import ModelCatalog
-from domain.policy_sections import COMPACT_POINTS, at_point
-from domain.tokens import CachedCounter, make_counter
+from domain.context.envelope import ServiceSigner
+from domain.context.tokens import CachedCounter, make_counter
+from domain.policy.model_catalog import ModelCatalog
+from domain.policy.sections import COMPACT_POINTS, at_point
 from schemas.errors import NotFound
 from schemas.settings import Settings
 from services.model_profiles import load_catalog

@@ -11,12 +11,12 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from domain.budget import BudgetReport
-from domain.policy import ContextPolicy
-from domain.rendering import ThreadRenderer
-from domain.retention import retained_record_ids
-from domain.selection import build_groups, select_prefix
-from domain.triggers import CompactionState, Observation, evaluate_triggers
+from domain.compaction.triggers import CompactionState, Observation, evaluate_triggers
+from domain.context.budget import BudgetReport
+from domain.context.rendering import ThreadRenderer
+from domain.context.selection import build_groups, select_prefix
+from domain.policy.context_policy import ContextPolicy
+from domain.policy.retention import retained_record_ids
 from schemas.wire import BudgetObservation, ControlEvent
 from services.bus import send_control
 from services.prepare.views import SummaryView, ThreadViews

@@ -6,7 +6,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from domain.tokens import CachedCounter
+from domain.context.tokens import CachedCounter
 from storage.blobs import Blobs
 
 

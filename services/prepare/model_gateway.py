@@ -9,12 +9,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from domain.budget import Calibration, calibrate
+from domain.context.budget import Calibration, calibrate
+from domain.context.providers import prompt_cache_key
+from domain.context.providers import render as render_provider
 from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
-from domain.policy_sections import HookBinding
+from domain.policy.sections import HookBinding
 from domain.pricing import ModelPrices, cost_dict, parse_usage
-from domain.providers import prompt_cache_key
-from domain.providers import render as render_provider
 from schemas.errors import NotFound
 from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.budget import BudgetReport
+from domain.context.budget import BudgetReport
 from schemas.wire import ObservabilityEvent, encode_observability
 from storage.model_calls import StoredCall
 from streams.publish import Publisher

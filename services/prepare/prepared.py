@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
-from domain.assemble import ProtectedBlock
-from domain.budget import BudgetReport, Calibration, ModelProfile
+from domain.context.assemble import ProtectedBlock
+from domain.context.budget import BudgetReport, Calibration, ModelProfile
 from storage.prepared_contexts import PreparedContexts
 
 log = logging.getLogger(__name__)

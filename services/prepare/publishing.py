@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.model_catalog import ModelCatalog, check_refs
-from domain.policy import ContextPolicy, validate_policy
+from domain.policy.context_policy import ContextPolicy, validate_policy
+from domain.policy.model_catalog import ModelCatalog, check_refs
 from schemas.errors import InvalidPolicy, NotFound, ReleaseConflict
 from services.model_profiles import model_profile
 from services.prepare.release_spec import ReleaseView, view_of

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.auth import Action, Principal, granted_by
+from domain.auth import Action, Principal, granted_by
 from schemas.errors import InvalidRequest, NotFound, NotGranted
 from services.prepare.access import Access
 from services.prepare.notes import Notes

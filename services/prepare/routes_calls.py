@@ -12,8 +12,8 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import ORJSONResponse
 
+from domain.auth import Action, Principal
 from schemas.answers.prepared import ModelCall, ModelResult, PreparedContext
-from schemas.auth import Action, Principal
 from schemas.errors import ContextError
 from services.metrics import PREPARE_SECONDS
 from services.prepare.fields import PathId

@@ -6,8 +6,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
+from domain.auth import Action, Principal
 from schemas.answers.content import Blob, Grant, GrantRevoked, RecordPage
-from schemas.auth import Action, Principal
 from services.prepare.fields import Limit, Offset, PathId, QueryId
 from services.prepare.requests import GrantIn
 from services.prepare.service import PrepareService

@@ -1,7 +1,7 @@
 """The diagnostics view of one model call (R18, issue 12): what its context kept,
 summarized (with the summary id), externalized, and why, with the readable source refs
 and the budget items — the one view the console and ``agentloom session inspect`` show
-(``domain.call_view`` over ``storage.inspection``), found by a call or prepared id. The
+(``domain.context.call_view`` over ``storage.inspection``), found by a call or prepared id. The
 blocks are those stored when the call was made (issue 28 item 4), with the role each was
 sent with; ``rebuilt: true`` marks a call recorded before views were stored."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from domain.call_view import CallView
+from domain.auth import Action, Principal
+from domain.context.call_view import CallView
 from schemas.answers.diagnostics import Diagnostics
-from schemas.auth import Action, Principal
 from schemas.errors import NotFound
 from services.prepare.fields import PathId
 from services.prepare.service import PrepareService

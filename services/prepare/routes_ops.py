@@ -9,8 +9,8 @@ from fastapi import FastAPI, Query
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from domain.auth import KeyKind, Principal
 from schemas.answers.ops import Health, Rollups
-from schemas.auth import KeyKind, Principal
 from schemas.errors import InvalidRequest, NotFound, NotGranted
 from services.prepare.fields import QueryId
 from services.prepare.service import PrepareService

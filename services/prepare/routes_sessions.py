@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from domain.auth import Action, Principal, authorize_release, session_owner
 from schemas.answers.sessions import (
     EventOutcome,
     Release,
@@ -14,7 +15,6 @@ from schemas.answers.sessions import (
     RunStarted,
     Session,
 )
-from schemas.auth import Action, Principal, authorize_release, session_owner
 from services.prepare.fields import PathId, PathKey
 from services.prepare.http_errors import CONFLICT
 from services.prepare.requests import FinishIn, ReleaseIn, RunIn, RunLifecycleIn, SessionIn

@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 
-from schemas.auth import Action, Principal, SessionScope
+from domain.auth import Action, Principal, SessionScope
 from services.prepare.access import Access
 from services.prepare.content import ContentStore
 from services.prepare.model_gateway import Gateway

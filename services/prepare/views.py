@@ -16,10 +16,10 @@ import asyncio
 import logging
 from collections import OrderedDict
 
-from domain import render_state
-from domain.policy import LargeResultSettings
-from domain.policy_sections import ChildTransferPolicy
-from domain.rendering import CountFn, ThreadRenderer
+from domain.context import render_state
+from domain.context.rendering import CountFn, ThreadRenderer
+from domain.policy.context_policy import LargeResultSettings
+from domain.policy.sections import ChildTransferPolicy
 from schemas.errors import NotFound
 from storage.render_states import RenderStates, StoredState
 from storage.threads import Snapshot, SummaryView, Threads

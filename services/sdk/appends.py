@@ -21,6 +21,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from domain.frontier import constraint_id_for
+from domain.plan_tool import PlanItemLike, plan_items
 from domain.planning import record_id_for
 from schemas.contracts import (
     AssistantMessagePayload,
@@ -42,7 +43,6 @@ from schemas.contracts import (
     UserInputPayload,
 )
 from services.bus import EventBus
-from services.sdk.plan import PlanItemLike, plan_items
 from streams import tracing
 
 INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)

@@ -27,9 +27,9 @@ from schemas.contracts import (
     RecordKind,
     ResourceActivationPayload,
 )
+from schemas.errors import ApiError
 from services.bus import EventBus
 from services.sdk.appends import INLINE_LIMIT, EventAppends, RunHandle
-from services.sdk.errors import ApiError
 from streams import tracing
 from streams.kafka_auth import KafkaAuth
 

@@ -18,7 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.ui import WebDriverWait
 
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from tests.browser.conftest import shot
 from tests.support.flows import client, new_session
 from tests.support.services import TEST_SPACE, Services

@@ -20,8 +20,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from devstack.launcher import Proc
-from schemas.contracts import ToolStatus
-from schemas.rollup import (
+from domain.rollup import (
     Dims,
     Fact,
     RollupKey,
@@ -30,6 +29,7 @@ from schemas.rollup import (
     observability_increments,
     rollup,
 )
+from schemas.contracts import ToolStatus
 from schemas.wire import (
     ObservabilityEvent,
     decode_dead_letter,

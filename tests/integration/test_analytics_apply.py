@@ -11,7 +11,7 @@ from datetime import UTC
 import asyncpg
 import pytest
 
-from schemas.rollup import Dims, Fact, Increment, RollupKey, rollup
+from domain.rollup import Dims, Fact, Increment, RollupKey, rollup
 from storage import analytics as store
 from storage.migrate import apply_dsn
 from storage.pool import create_pool

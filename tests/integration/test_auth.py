@@ -19,7 +19,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from services.sdk.client import ApiError, ContextClient
 from storage.api_keys import revoke_key
 from tests.support.flows import PROFILE, client

@@ -1,7 +1,7 @@
 """The diagnostics view of one model call, through the real stack (SPEC R18, issue 12):
 ``GET /v1/diagnostics/{call or prepared id}`` on Prepare names the summary in effect,
 the externalized result with its read-back reference, the kept blocks and the budget
-items — the view of ``domain.call_view`` — and refuses a key that may not read the
+items — the view of ``domain.context.call_view`` — and refuses a key that may not read the
 session."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from services.sdk.client import ContextClient, RunHandle
 from storage import call_views, inspection
 from tests.support.flows import client

@@ -194,7 +194,7 @@ async def test_replay_sends_only_verified_originals_and_audits_each_letter(
     # The original went back through the processor, which validated and committed it.
     assert await committed(db, sid, "ek-fr")
     # Nothing reached the other space's session; the original was sent again with its
-    # writer's envelope (the processor checks the signature, domain.envelope).
+    # writer's envelope (the processor checks the signature, domain.context.envelope).
     assert not await db.fetchval("SELECT 1 FROM records WHERE event_key='forged'")
     assert not await db.fetchval(
         "SELECT 1 FROM records WHERE session_id=$1 AND kind='constraint_set'", vsid

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from domain.rendering import RecordView, ThreadRenderer
-from domain.tokens import make_counter
+from domain.context.rendering import RecordView, ThreadRenderer
+from domain.context.tokens import make_counter
 from storage.threads import inherited_records, inherited_view, run_snapshot, uncovered_records
 from storage.view_state import load_view_state
 from tests.integration.test_compaction import settled

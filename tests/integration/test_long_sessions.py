@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from domain.providers import FORMATS
+from domain.context.providers import FORMATS
 from services.sdk.client import ContextClient, RunHandle
 from tests.integration.test_compaction import round_, settled
 from tests.support.flows import client, new_session

@@ -27,7 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.envelope import Headers
+from domain.context.envelope import Headers
 from schemas import codec
 from schemas.contracts import Authority, Content, ContextEvent
 from schemas.wire import (

@@ -1,7 +1,7 @@
 """Issue 25 findings 6 and 7 on the real stack: a thread retracts only records of its own
 view (a child not its parent's, nor a sibling's; a parent not a child's), and a tool
 result that its call still waits for is not retracted — so the run is never stranded
-behind ``tool_results_pending`` (domain/retraction_rules.py)."""
+behind ``tool_results_pending`` (domain/policy/retraction_rules.py)."""
 
 from __future__ import annotations
 

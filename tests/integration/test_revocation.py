@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from devstack.launcher import Proc
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from services.prepare.bootstrap import Options
 from storage.api_keys import revoke_key
 from tests.support.flows import client, new_session

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.settings import Settings
 from services.prepare.api import create_api
 from services.prepare.bootstrap import running_service

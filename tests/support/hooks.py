@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from domain.compaction.drafts import Fact, SummaryDraft
 from services.compaction.compact_hooks import AfterCompact, BeforeCompact, BeforeDecision
-from services.compaction.drafts import Fact, SummaryDraft
 
 
 class TagAndKeep:

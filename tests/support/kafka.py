@@ -1,12 +1,12 @@
 """Raw Kafka clients for tests that inject or read messages themselves: the broker's
 credentials for a role (streams.kafka_auth), and the envelope a message needs for the
-processor to look at it at all (domain.envelope)."""
+processor to look at it at all (domain.context.envelope)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from domain.envelope import Headers, ServiceSigner
+from domain.context.envelope import Headers, ServiceSigner
 from schemas.settings import Settings
 from services.bus import signer_for
 from streams.kafka_auth import Role, kafka_auth, service_root

@@ -7,8 +7,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from domain.policy_sections import HOOK_POINTS
-from domain.providers import FORMATS
+from domain.context.providers import FORMATS
+from domain.policy.sections import HOOK_POINTS
 from tests.support.flows import PROFILE
 
 _id = st.from_regex(r"[A-Za-z0-9_.:-]{1,12}", fullmatch=True)

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 
 from devstack.launcher import Proc, service_set
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
 from streams.provision import provision

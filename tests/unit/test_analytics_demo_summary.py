@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from devstack.demo_analytics import summary
-from schemas.rollup import Dims, Fact, hist_index, hist_value, observability_increments, rollup
+from domain.rollup import Dims, Fact, hist_index, hist_value, observability_increments, rollup
 from schemas.wire import ObservabilityEvent
 
 pytestmark = pytest.mark.spec("R18")

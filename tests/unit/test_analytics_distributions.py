@@ -1,5 +1,5 @@
 """Analytics distributions and the rollups added in issue 12 (SPEC R18), recounted from
-the raw events by code written apart from schemas.rollup's increments."""
+the raw events by code written apart from domain.rollup's increments."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas import codec
-from schemas.rollup import (
+from domain.rollup import (
     REL_ERROR,
     WINDOWS_MS,
     Dims,
@@ -27,6 +26,7 @@ from schemas.rollup import (
     quantile,
     rollup,
 )
+from schemas import codec
 from schemas.wire import ObservabilityEvent, decode_observability, encode_observability
 from tests.unit.test_analytics_rollup import events
 

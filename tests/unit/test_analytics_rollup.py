@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.rollup import (
+from domain.rollup import (
     STORM_REASONS,
     WINDOWS_MS,
     Dims,

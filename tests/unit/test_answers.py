@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from services.compaction.answers import answered, close_answered
-from services.compaction.bound import rollup_items
-from services.compaction.drafts import Fact, SummaryDraft, SummaryRequest
+from domain.compaction.answers import answered, close_answered
+from domain.compaction.bound import rollup_items
+from domain.compaction.drafts import Fact, SummaryDraft, SummaryRequest
+from domain.compaction.sources import merge_drafts
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.sources import merge_drafts
 
 QUESTIONS = (
     "Open question: which timeout does the billing client use in production?",

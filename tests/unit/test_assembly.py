@@ -1,4 +1,4 @@
-"""domain/rendering.py ``ThreadRenderer``: message groups, inheritance, ordering."""
+"""domain/context/rendering.py ``ThreadRenderer``: message groups, inheritance, ordering."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.rendering import (
+from domain.context.rendering import (
     RecordView,
     ThreadRenderer,
     skills_catalog_text,
@@ -492,7 +492,7 @@ def test_every_visible_record_is_rendered_once_the_thread_moves_on(sc: Scenario)
 
 @pytest.mark.spec("R2.3")
 def test_feeding_a_record_twice_renders_it_once() -> None:
-    from domain.rendering import RecordView, ThreadRenderer
+    from domain.context.rendering import RecordView, ThreadRenderer
 
     r = ThreadRenderer(lambda t: len(t.split()))
     rec = RecordView("r1", 5, "run", "main", "user_input", "user", "hello there", {}, 2)

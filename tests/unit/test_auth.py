@@ -1,10 +1,10 @@
-"""schemas/auth.py: keys, principals and access decisions (R3.3, R15.4) — pure."""
+"""domain/auth.py: keys, principals and access decisions (R3.3, R15.4) — pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from schemas.auth import (
+from domain.auth import (
     Action,
     Credential,
     Decision,
@@ -18,11 +18,11 @@ from schemas.auth import (
     granted_by,
     key_digest,
     key_id_of,
-    new_key,
     session_owner,
     verify,
 )
 from schemas.errors import InvalidRequest, NotFound, NotGranted, Unauthenticated
+from storage.api_keys import new_key
 
 HOST = Credential("h" * 16, "acme", KeyKind.HOST)
 ALICE = Credential("a" * 16, "acme", KeyKind.USER, "alice")

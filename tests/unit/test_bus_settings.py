@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from domain.envelope import ServiceSigner
+from domain.context.envelope import ServiceSigner
 from schemas.settings import Settings
 from services.prepare.bootstrap import Options
 from streams.kafka_auth import BusConfigError, kafka_auth, service_root

@@ -1,5 +1,5 @@
 """The one view of a model call that the web inspector and ``agentloom session inspect``
-both show (domain/call_view.py): blocks in order with role, category, retention, tokens,
+both show (domain/context/call_view.py): blocks in order with role, category, retention, tokens,
 decision and reason; the budget bar; the summary chain."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from domain.call_view import CallFacts, SummaryLink, budget_bar, call_view
-from domain.rendering import RecordView
+from domain.context.call_view import CallFacts, SummaryLink, budget_bar, call_view
+from domain.context.rendering import RecordView
 
 
 def rec(seq: int, kind: str, tokens: int = 10, text: str = "", length: int = -1) -> RecordView:

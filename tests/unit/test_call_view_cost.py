@@ -1,5 +1,5 @@
 """A model call's tokens by kind, cache share and cost in the one view the web inspector and
-``agentloom session inspect`` show (domain/call_view.py), and a session's total cost per
+``agentloom session inspect`` show (domain/context/call_view.py), and a session's total cost per
 currency, summed exactly in pico-units."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from domain.call_view import (
+from domain.context.call_view import (
     NO_RESULT,
     NO_USAGE,
     NOT_PRICED,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from domain.rendering import RecordView
+from domain.context.rendering import RecordView
 from services.prepare.views import ThreadViews
 from storage.render_states import MemoryRenderStates, StoredState
 from storage.threads import Inherited, Snapshot, SummaryView

@@ -7,7 +7,9 @@ import dataclasses
 
 import pytest
 
-from domain.policy_sections import HookBinding
+from domain.compaction.drafts import Fact, SummaryDraft
+from domain.compaction.errors import InvalidSummary
+from domain.policy.sections import HookBinding
 from schemas.errors import HookFailed
 from services.compaction.compact_hooks import (
     AFTER,
@@ -18,8 +20,6 @@ from services.compaction.compact_hooks import (
     HookChain,
     check_text_only,
 )
-from services.compaction.drafts import Fact, SummaryDraft
-from services.compaction.errors import InvalidSummary
 
 DRAFT = SummaryDraft(
     (Fact("a happened", ("r1",)),), (), (Fact("b failed", ("r2",)),), (), ("src/x.py",), ()

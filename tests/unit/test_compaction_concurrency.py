@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from domain.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from schemas.wire import CompactionRequest, encode_compaction_request
 from services.compaction import bootstrap

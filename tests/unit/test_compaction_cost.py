@@ -11,13 +11,13 @@ from typing import Any
 import httpx
 import pytest
 
-from domain.budget import ModelProfile
-from domain.policy import ContextPolicy, effective_policy
+from domain.compaction.drafts import SourceItem, SummaryRequest
+from domain.context.budget import ModelProfile
+from domain.policy.context_policy import ContextPolicy, effective_policy
 from domain.pricing import ModelPrices, Usage
 from schemas.wire import decode_observability
 from services.compaction import bootstrap
 from services.compaction.costs import CostNotes, Spent, compaction_prices, model_call_event
-from services.compaction.drafts import SourceItem, SummaryRequest
 from services.compaction.openai_compat import OpenAICompatibleSummarizer, completion_usage
 from services.compaction.scripted import ScriptedSummarizer
 from tests.unit.fakes.compaction import FakeCompactionJobs, history

@@ -1,4 +1,4 @@
-"""A ratio-triggered compaction must pay for itself (issue 27, ``domain.compaction_gain``):
+"""A ratio-triggered compaction must pay for itself (issue 27, ``domain.compaction.gain``):
 the exact boundary, the hard budget never blocked, the stable ``no_gain`` deferral."""
 
 from __future__ import annotations
@@ -7,15 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from domain.budget import ModelProfile
-from domain.compaction_control import (
+from domain.compaction.control import (
     JobStart,
     LockedState,
     ObservationInputs,
     judge_observation,
     observation_effects,
 )
-from domain.compaction_gain import (
+from domain.compaction.gain import (
     NO_GAIN,
     TOKEN_RATES,
     GainInputs,
@@ -24,9 +23,7 @@ from domain.compaction_gain import (
     project,
     rates_of,
 )
-from domain.policy import CompactionPolicy, ContextPolicy, effective_policy
-from domain.pricing import ModelPrices
-from domain.triggers import (
+from domain.compaction.triggers import (
     FORCED,
     CompactionState,
     Counters,
@@ -35,6 +32,9 @@ from domain.triggers import (
     Observation,
     evaluate_triggers,
 )
+from domain.context.budget import ModelProfile
+from domain.policy.context_policy import CompactionPolicy, ContextPolicy, effective_policy
+from domain.pricing import ModelPrices
 from schemas.wire import BudgetObservation, ControlEvent
 
 BUDGET = 10_000

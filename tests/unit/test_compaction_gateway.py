@@ -13,19 +13,19 @@ from typing import Any
 import httpx
 import pytest
 
-from services.compaction.drafts import (
+from domain.compaction.drafts import (
     FACT_FIELDS,
     Fact,
     SourceItem,
     SummaryDraft,
     SummaryRequest,
 )
-from services.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
-from services.compaction.extractive import ExtractiveSummarizer, extract_draft
+from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
+from domain.compaction.extractive import extract_draft
+from domain.compaction.validate import coverage, validate_draft
+from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.scripted import ScriptedSummarizer
-from services.compaction.validate import coverage, validate_draft
-from tests.unit.test_purity import FORBIDDEN, _closure
 
 API_KEY = "sk-test-secret-123"
 
@@ -178,16 +178,6 @@ def test_extractive_handles_thousands_of_records() -> None:
     validate_draft(d, req.source_ids, 16_000)
     assert len(d.failures) == 3 and not d.unresolved_questions
     assert len(d.work_artifact_refs) <= 50
-
-
-@pytest.mark.parametrize(
-    "module",
-    ["drafts", "errors", "validate", "extractive", "scripted"],
-)
-def test_summary_logic_stays_pure(module: str) -> None:
-    # Only the HTTP adapter may reach for I/O; the rest runs inside pure jobs and tests.
-    closure = _closure(f"services/compaction/{module}.py")
-    assert {n for names in closure.values() for n in names if n.split(".")[0] in FORBIDDEN} == set()
 
 
 # --- validation ----------------------------------------------------------------------

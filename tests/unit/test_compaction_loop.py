@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 from aiokafka import ConsumerRecord
 
-from domain.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from schemas.wire import (
     CompactionOutcome,

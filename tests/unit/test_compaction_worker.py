@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from domain.policy import ContextPolicy
-from domain.policy_sections import HookBinding
-from domain.tokens import CachedCounter, make_counter
+from domain.compaction.drafts import SummaryDraft
+from domain.context.tokens import CachedCounter, make_counter
+from domain.policy.context_policy import ContextPolicy
+from domain.policy.sections import HookBinding
 from schemas.settings import Settings
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services.compaction import bootstrap
@@ -24,7 +25,6 @@ from services.compaction.compact_hooks import (
     BeforeDecision,
     HookChain,
 )
-from services.compaction.drafts import SummaryDraft
 from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.scripted import ScriptedSummarizer
 from services.compaction.worker import CompactionWorker

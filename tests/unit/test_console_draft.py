@@ -1,17 +1,17 @@
-"""The settings page's draft and dry run (services/console/policy_form.py, dry_run.py):
+"""The settings page's draft and dry run (domain/policy/form.py, dry_run.py):
 the whole ContextPolicy as form fields, every issue beside its field, the effective policy
-with provenance and the budgets from ``domain.policy_draft``, and what the next prepare
+with provenance and the budgets from ``domain.policy.draft``, and what the next prepare
 would do under a draft."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.policy import effective_policy
-from domain.policy_defaults import platform_defaults
-from domain.rendering import RecordView
-from services.console.dry_run import dry_run
-from services.console.policy_form import (
+from domain.context.rendering import RecordView
+from domain.policy.context_policy import effective_policy
+from domain.policy.defaults import platform_defaults
+from domain.policy.dry_run import dry_run
+from domain.policy.form import (
     FIELDS,
     GENERAL,
     PATHS,

@@ -1,4 +1,4 @@
-"""domain/assemble.py ``assemble``: block order, itemized budget, required content,
+"""domain/context/assemble.py ``assemble``: block order, itemized budget, required content,
 tool groups, large-result views, verified skills (R12.2/R12.3), RAG material (R12.4)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from domain.assemble import Assembled, Material, assemble
-from domain.budget import Calibration, ModelProfile, enforce
+from domain.context.assemble import Assembled, Material, assemble
+from domain.context.budget import Calibration, ModelProfile, enforce
+from domain.context.rendering import RecordView, ThreadRenderer, tool_schema_text
+from domain.context.tokens import make_counter
 from domain.gate import check_manifest
-from domain.policy import LargeResultSettings
-from domain.rendering import RecordView, ThreadRenderer, tool_schema_text
-from domain.tokens import make_counter
+from domain.policy.context_policy import LargeResultSettings
 from schemas.errors import ContextBudgetExceeded
 
 CountFn = Callable[[str], int]

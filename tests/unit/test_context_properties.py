@@ -12,15 +12,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from domain.assemble import Assembled, Material
 from domain.authority import INSTRUCTION_BLOCKS
-from domain.budget import Calibration, enforce
+from domain.context.assemble import Assembled, Material
+from domain.context.budget import Calibration, enforce
+from domain.context.providers import FORMATS
+from domain.context.providers import render as render_provider
+from domain.context.rendering import RecordView, ThreadRenderer, tool_schema_text
+from domain.context.tokens import make_counter
 from domain.gate import check_manifest
-from domain.policy import LargeResultSettings
-from domain.providers import FORMATS
-from domain.providers import render as render_provider
-from domain.rendering import RecordView, ThreadRenderer, tool_schema_text
-from domain.tokens import make_counter
+from domain.policy.context_policy import LargeResultSettings
 from schemas.errors import ContextBudgetExceeded
 from tests.unit.test_context import (
     OV,

@@ -1,6 +1,6 @@
 """The processor's control decisions as pure functions (issue 11): no database, no Kafka —
-facts in, ``ControlEffects`` out (``domain.compaction_control``,
-``domain.compaction_outcome``)."""
+facts in, ``ControlEffects`` out (``domain.compaction.control``,
+``domain.compaction.outcome``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.compaction_control import (
+from domain.compaction.control import (
     ControlEffects,
     JobRow,
     JobStart,
@@ -21,9 +21,9 @@ from domain.compaction_control import (
     observation_effects,
     redelivered,
 )
-from domain.compaction_outcome import OutcomeInputs, decide_outcome
-from domain.policy import validate_compaction
-from domain.triggers import Counters, LastAttempt, ratio_threshold
+from domain.compaction.outcome import OutcomeInputs, decide_outcome
+from domain.compaction.triggers import Counters, LastAttempt, ratio_threshold
+from domain.policy.context_policy import validate_compaction
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 
 NOW = 1_700_000_000_000

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from domain.policy import effective_policy
-from services.console.dry_run import dry_run
+from domain.policy.context_policy import effective_policy
+from domain.policy.dry_run import dry_run
 from tests.unit.test_console_draft import COUNTERS, RECORDS
 
 

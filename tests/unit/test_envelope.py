@@ -1,4 +1,4 @@
-"""Signed envelopes (domain.envelope, streams.envelopes) and the ACL plan
+"""Signed envelopes (domain.context.envelope, streams.envelopes) and the ACL plan
 (domain.bus_access): who may write what on the bus (issue 25)."""
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from domain.auth import key_digest
 from domain.bus_access import BusNames, Op, Pattern, Resource, acl_plan
-from domain.envelope import (
+from domain.context.envelope import (
     SIGNATURE_HEADER,
     SIGNER_HEADER,
     BusKey,
@@ -21,7 +22,6 @@ from domain.envelope import (
     envelope_headers,
     envelope_of,
 )
-from schemas.auth import key_digest
 from streams.envelopes import Authenticator
 
 KEY_A = f"alc_{'a' * 16}_{'1' * 64}"

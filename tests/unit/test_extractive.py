@@ -8,17 +8,16 @@ import json
 
 import pytest
 
-from domain.rendering import RecordView
-from domain.selection import Group, Segment
-from domain.tokens import make_counter
-from services.compaction import salience as sal
-from services.compaction.bound import rollup_items
-from services.compaction.drafts import Fact, SourceItem, SummaryDraft, SummaryRequest
-from services.compaction.extractive import MAX_ARTIFACT_REFS, extract_draft
+from domain.compaction import salience as sal
+from domain.compaction.bound import rollup_items
+from domain.compaction.drafts import Fact, SourceItem, SummaryDraft, SummaryRequest
+from domain.compaction.extractive import MAX_ARTIFACT_REFS, extract_draft
+from domain.compaction.sources import source_items
+from domain.compaction.validate import validate_draft
+from domain.context.rendering import RecordView
+from domain.context.selection import Group, Segment
+from domain.context.tokens import make_counter
 from services.compaction.openai_compat import SYSTEM_PROMPT, render_segment
-from services.compaction.sources import source_items
-from services.compaction.validate import validate_draft
-from tests.unit.test_purity import FORBIDDEN, _closure
 
 COUNT = make_counter("cl100k_base").count
 
@@ -312,12 +311,6 @@ def test_a_roll_up_keeps_sections_and_citations_and_drops_the_least_salient() ->
 def test_same_segment_same_draft() -> None:
     a, b = draft_of(busy_segment(), 400), draft_of(busy_segment(), 400)
     assert a.text().encode() == b.text().encode()
-
-
-@pytest.mark.parametrize("module", ["salience", "fill"])
-def test_selection_logic_stays_pure(module: str) -> None:
-    closure = _closure(f"services/compaction/{module}.py")
-    assert {n for names in closure.values() for n in names if n.split(".")[0] in FORBIDDEN} == set()
 
 
 # --- the OpenAI-compatible summarizer asks for the same ------------------------------------

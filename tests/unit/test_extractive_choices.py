@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from services.compaction import salience as sal
-from services.compaction.bound import concat, rollup_items
-from services.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
-from services.compaction.extractive import extract_draft
-from services.compaction.validate import validate_draft
+from domain.compaction import salience as sal
+from domain.compaction.bound import concat, rollup_items
+from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
+from domain.compaction.extractive import extract_draft
+from domain.compaction.validate import validate_draft
 from tests.unit.test_extractive import Seg, line_with
 
 

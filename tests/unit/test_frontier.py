@@ -11,10 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.assemble import assemble
-from domain.budget import ModelProfile
 from domain.commit import Candidate, Dependencies, decide_commit
-from domain.compaction_outcome import _contradicts
+from domain.compaction.drafts import Fact, SummaryDraft
+from domain.compaction.errors import InvalidSummary
+from domain.compaction.outcome import _contradicts
+from domain.compaction.validate import check_plan, past_framed, validate_draft
+from domain.context.assemble import assemble
+from domain.context.budget import ModelProfile
+from domain.context.rendering import ThreadRenderer
 from domain.frontier import (
     Frontier,
     FrontierRecord,
@@ -25,14 +29,10 @@ from domain.frontier import (
     plan_contradiction,
     plan_of,
 )
-from domain.rendering import ThreadRenderer
+from domain.plan_tool import plan_from_tool_arguments, plan_items
 from schemas.contracts import PlanItem, PlanPayload, RecordKind
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_event
-from services.compaction.drafts import Fact, SummaryDraft
-from services.compaction.errors import InvalidSummary
-from services.compaction.validate import check_plan, past_framed, validate_draft
-from services.sdk.plan import plan_from_tool_arguments, plan_items
 
 from .factories import make_event
 
@@ -262,8 +262,8 @@ def test_the_plan_tool_and_langchain_todos_map_to_plan_items() -> None:
 
 @pytest.mark.spec("R11.5")
 def test_a_summary_never_restates_a_declared_constraint_in_force_or_retired() -> None:
+    from domain.compaction.validate import as_history
     from domain.frontier import CONSTRAINT_MARK, without_constraints
-    from services.compaction.validate import as_history
 
     said = "Q: Never use tabs for indentation. → A: noted; the parser reads src/a.py"
     out = without_constraints(said, ["never use tabs for indentation"])

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.assemble import Assembled, Material, sha256
+from domain.context.assemble import Assembled, Material, sha256
 from domain.gate import GateDecision, apply_hook, check_manifest, gate
 from schemas.errors import ContextBudgetExceeded, ContextReprepareRequired, ProtectedBlockViolation
 from tests.unit.test_context import (

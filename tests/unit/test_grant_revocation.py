@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.auth import Action, KeyKind, Principal
+from domain.auth import Action, KeyKind, Principal
 from schemas.errors import NotFound, NotGranted, Unauthenticated
 from services.prepare.requests import ReleaseIn, SessionIn
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from domain.policy_sections import HookBinding
+from domain.policy.sections import HookBinding
 from schemas.errors import HookFailed
 from services.compaction.bootstrap import load_hooks as load_compaction_hooks
 from services.hooks import HookSpecInvalid, bound, call, load

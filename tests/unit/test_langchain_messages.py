@@ -14,9 +14,9 @@ from langchain_core.messages import (
     ToolMessage,
 )
 
-from domain.providers import render
+from domain.context.providers import render
+from domain.responses_items import ModelOp, ToolOp, UserOp
 from services.integrations import langchain_messages as lm
-from services.integrations.responses_items import ModelOp, ToolOp, UserOp
 
 CALL = {"name": "lookup", "args": {"table": "t1"}, "id": "call_1", "type": "tool_call"}
 

@@ -9,22 +9,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.policy import validate_compaction
-from domain.rendering import RecordView
-from domain.selection import build_groups, current_task_ids, select_prefix
-from domain.tokens import make_counter
-from schemas.errors import InvalidPolicy
-from services.compaction.bound import (
+from domain.compaction.bound import (
     MIN_BOUND,
     chunk,
     fit_draft,
     rollup_items,
     summary_bound,
 )
-from services.compaction.drafts import FACT_FIELDS, Fact, SummaryDraft, SummaryRequest
-from services.compaction.errors import InvalidSummary
-from services.compaction.extractive import extract_draft
-from services.compaction.validate import check_coverage, validate_draft
+from domain.compaction.drafts import FACT_FIELDS, Fact, SummaryDraft, SummaryRequest
+from domain.compaction.errors import InvalidSummary
+from domain.compaction.extractive import extract_draft
+from domain.compaction.validate import check_coverage, validate_draft
+from domain.context.rendering import RecordView
+from domain.context.selection import build_groups, current_task_ids, select_prefix
+from domain.context.tokens import make_counter
+from domain.policy.context_policy import validate_compaction
+from schemas.errors import InvalidPolicy
 
 COUNT = make_counter("cl100k_base").count
 

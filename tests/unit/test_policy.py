@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.policy import (
+from domain.policy.context_policy import (
     PLATFORM_MAX_COMPACTION_CALLS,
     CompactionPolicy,
     validate_compaction,

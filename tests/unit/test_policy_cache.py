@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from domain.policy import validate_policy
-from storage import policies
+from domain.policy import parsed as policies
+from domain.policy.context_policy import validate_policy
 
 
 @pytest.fixture(autouse=True)

@@ -18,19 +18,15 @@ from typing import Any
 
 import pytest
 
-from domain.budget import ModelProfile
-from domain.compaction_control import (
+from domain.compaction.bound import summary_bound
+from domain.compaction.control import (
     JobStart,
     LockedState,
     ObservationInputs,
     judge_observation,
     observation_effects,
 )
-from domain.model_catalog import ModelCatalog, for_purpose
-from domain.policy import ContextPolicy, LargeResultSettings, effective_policy
-from domain.rendering import RecordView, ThreadRenderer
-from domain.selection import build_groups, select_prefix
-from domain.triggers import (
+from domain.compaction.triggers import (
     CompactionState,
     Counters,
     LastAttempt,
@@ -38,9 +34,13 @@ from domain.triggers import (
     evaluate_triggers,
     job_expired,
 )
+from domain.context.budget import ModelProfile
+from domain.context.rendering import RecordView, ThreadRenderer
+from domain.context.selection import build_groups, select_prefix
+from domain.policy.context_policy import ContextPolicy, LargeResultSettings, effective_policy
+from domain.policy.model_catalog import ModelCatalog, for_purpose
 from schemas.errors import InvalidPolicy
 from schemas.wire import BudgetObservation, ControlEvent
-from services.compaction.bound import summary_bound
 from tests.unit.test_skill_and_child_limits import active_skills_probe, child_transfer_probe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +153,7 @@ _CATALOG = ModelCatalog({"small": ModelProfile("small", 3000, 300, 50)}, {"cap":
 
 
 def _budget(purpose: str) -> Probe:
-    """The input budget a call of ``purpose`` gets (``domain.model_catalog.for_purpose``,
+    """The input budget a call of ``purpose`` gets (``domain.policy.model_catalog.for_purpose``,
     as Prepare and the preview call it)."""
 
     def probe(policy: ContextPolicy) -> int:

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from domain.budget import ModelProfile
-from domain.compaction_gain import project
-from domain.policy import effective_policy
-from domain.policy_draft import preview, preview_dict
+from domain.compaction.gain import project
+from domain.context.budget import ModelProfile
+from domain.policy.context_policy import effective_policy
+from domain.policy.draft import preview, preview_dict
 
 PRICES = {"input": 3, "output": 15, "cached_input": 0.3, "cache_write": 3.75}
 PRICED = ModelProfile("priced", 16_384, 2_048, 512, prices=PRICES)

@@ -14,10 +14,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.budget import ModelProfile
-from domain.policy import ContextPolicy, effective_policy, platform_defaults, validate_policy
-from domain.policy_draft import policy_issues, preview, preview_dict
-from domain.rendering import RETENTION
+from domain.context.budget import ModelProfile
+from domain.context.rendering import RETENTION
+from domain.policy.context_policy import (
+    ContextPolicy,
+    effective_policy,
+    platform_defaults,
+    validate_policy,
+)
+from domain.policy.draft import policy_issues, preview, preview_dict
 from schemas.errors import InvalidPolicy
 
 PROFILE = ModelProfile("m-128k", 128_000, 4_000, 1_000)

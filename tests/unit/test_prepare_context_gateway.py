@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.triggers import Counters
+from domain.compaction.triggers import Counters
 from schemas.errors import ContextBudgetExceeded, NotFound, NotGranted
 from schemas.wire import BudgetObservation, decode_control
 from services.prepare.requests import (

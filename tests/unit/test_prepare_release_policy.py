@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from domain.policy import validate_policy
-from schemas.auth import KeyKind
+from domain.auth import KeyKind
+from domain.policy.context_policy import validate_policy
 from schemas.errors import InvalidPolicy, ReleaseConflict
 from services.prepare.bootstrap import Options
 from services.prepare.prepare_hooks import HookRegistry

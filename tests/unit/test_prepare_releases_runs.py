@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.auth import Action, KeyKind
+from domain.auth import Action, KeyKind
 from schemas.errors import (
     Conflict,
     NotFound,

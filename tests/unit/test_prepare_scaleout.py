@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.budget import Calibration
+from domain.context.budget import Calibration
 from schemas.errors import NotFound
 from services.prepare.prepared import PreparedEntry
 from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 
 import pytest
 
-from domain.compaction_control import LockedState, ObservationInputs
-from domain.envelope import BusKey, KeySigner, ServiceSigner
+from domain.auth import key_digest
+from domain.compaction.control import LockedState, ObservationInputs
+from domain.compaction.triggers import Counters
+from domain.context.envelope import BusKey, KeySigner, ServiceSigner
+from domain.context.tokens import ByteEstimateCounter, CachedCounter
 from domain.planning import RunState, SessionState
-from domain.policy import validate_compaction
-from domain.tokens import ByteEstimateCounter, CachedCounter
-from domain.triggers import Counters
+from domain.policy.context_policy import validate_compaction
 from schemas import codec
-from schemas.auth import key_digest
 from schemas.contracts import ContextEvent, RecordKind
 from schemas.wire import (
     BudgetObservation,
@@ -98,7 +98,7 @@ def user(key: str) -> ContextEvent:
 
 
 def batch(*values: bytes | None) -> list[RawMessage]:
-    """Messages as the space's runtime signs them (domain.envelope)."""
+    """Messages as the space's runtime signs them (domain.context.envelope)."""
     key = SESSION.encode()
     return [
         RawMessage(key, v, 0, i, _signer(v).headers(key, v or b"")) for i, v in enumerate(values)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from domain.providers import FORMATS, prompt_cache_key, render
+from domain.context.providers import FORMATS, prompt_cache_key, render
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "providers"
 KEY = prompt_cache_key("space_1", "s1", "r1", "r1.main")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from domain.compaction_control import (
+from domain.compaction.control import (
     JobRow,
     JobStart,
     LockedState,
@@ -18,9 +18,9 @@ from domain.compaction_control import (
     judge_observation,
     observation_effects,
 )
-from domain.compaction_outcome import OutcomeInputs, after_conflict, decide_outcome
-from domain.policy import validate_compaction
-from domain.triggers import Counters, LastAttempt
+from domain.compaction.outcome import OutcomeInputs, after_conflict, decide_outcome
+from domain.compaction.triggers import Counters, LastAttempt
+from domain.policy.context_policy import validate_compaction
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 
 NOW = 1_700_000_000_000

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.redaction import redact
+from domain.context.redaction import redact
 
 
 @pytest.mark.spec("R15.4")

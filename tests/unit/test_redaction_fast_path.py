@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.redaction import _CHECKS, _PATTERNS, _clean, redact
+from domain.context.redaction import _CHECKS, _PATTERNS, _clean, redact
 
 
 def _previous(text: str) -> tuple[str, int]:

@@ -1,4 +1,4 @@
-"""The substring pre-check in ``domain.redaction`` only skips regex scans that cannot
+"""The substring pre-check in ``domain.context.redaction`` only skips regex scans that cannot
 match: the result equals scanning with every pattern (R15.4; cold render cost, issue 13)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.redaction import _PATTERNS, redact
+from domain.context.redaction import _PATTERNS, redact
 
 
 def _reference(text: str) -> tuple[str, int]:

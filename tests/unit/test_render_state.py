@@ -11,12 +11,12 @@ from typing import Any
 import orjson
 import pytest
 
-from domain.assemble import Assembled, assemble
-from domain.budget import ModelProfile
-from domain.policy import LargeResultSettings
-from domain.render_state import Unreadable, dump, fingerprint, load, pack, unpack
-from domain.rendering import RecordView, ThreadRenderer
-from domain.tokens import make_counter
+from domain.context.assemble import Assembled, assemble
+from domain.context.budget import ModelProfile
+from domain.context.render_state import Unreadable, dump, fingerprint, load, pack, unpack
+from domain.context.rendering import RecordView, ThreadRenderer
+from domain.context.tokens import make_counter
+from domain.policy.context_policy import LargeResultSettings
 
 COUNT = make_counter("estimate").count
 PROFILE = ModelProfile(

@@ -1,8 +1,8 @@
-"""Responses items ⇄ our events, without I/O (services/integrations/responses_items.py)."""
+"""Responses items ⇄ our events, without I/O (domain/responses_items.py)."""
 
 from __future__ import annotations
 
-from services.integrations import responses_items as ri
+from domain import responses_items as ri
 
 
 def test_items_group_into_question_model_result_and_tool_outcomes() -> None:

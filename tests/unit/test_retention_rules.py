@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from domain.assemble import Assembled, Material, assemble
-from domain.budget import ModelProfile, enforce
-from domain.policy import ContextPolicy
-from domain.policy_sections import RetentionRules
-from domain.rendering import RecordView, ThreadRenderer
-from domain.retention import retained_record_ids
+from domain.context.assemble import Assembled, Material, assemble
+from domain.context.budget import ModelProfile, enforce
+from domain.context.rendering import RecordView, ThreadRenderer
+from domain.policy.context_policy import ContextPolicy
+from domain.policy.retention import retained_record_ids
+from domain.policy.sections import RetentionRules
 from schemas.errors import ContextBudgetExceeded
 
 CATEGORIES = ("state", "summary", "history", "interactions", "tool_results", "material")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from domain.context.rendering import RecordView, ThreadRenderer
 from domain.planning import (
     RETRACTABLE,
     RetractionTarget,
@@ -16,7 +17,6 @@ from domain.planning import (
     plan_batch,
     record_id_for,
 )
-from domain.rendering import RecordView, ThreadRenderer
 from schemas.contracts import Authority, ContextEvent, RecordKind, RetractionPayload
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_event

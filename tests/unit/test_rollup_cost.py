@@ -10,7 +10,7 @@ import random
 import pytest
 
 from domain.pricing import ModelPrices, cost_dict, format_cost, parse_usage
-from schemas.rollup import Dims, Fact, observability_increments, rollup
+from domain.rollup import Dims, Fact, observability_increments, rollup
 from schemas.wire import ObservabilityEvent, decode_observability
 from services.prepare.notes import Notes
 from storage.model_calls import StoredCall

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.rendering import RecordView
-from domain.selection import build_groups, segment, select_prefix
+from domain.context.rendering import RecordView
+from domain.context.selection import build_groups, segment, select_prefix
 
 
 def rec(seq: int, kind: str, tokens: int = 10, **payload: object) -> RecordView:

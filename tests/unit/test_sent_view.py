@@ -1,12 +1,13 @@
 """The stored view of a call (issue 28 item 4): each block with the role it was sent
-with, in every provider format (``domain.sent_view`` against ``domain.providers``)."""
+with, in every provider format (``domain.context.sent_view`` against
+``domain.context.providers``)."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.providers import render
-from domain.sent_view import Source, pack, sent_roles, sent_view, unpack
+from domain.context.providers import render
+from domain.context.sent_view import Source, pack, sent_roles, sent_view, unpack
 
 pytestmark = pytest.mark.spec("R18", "R4.2")
 
@@ -66,7 +67,7 @@ def test_the_document_lists_covered_records_after_the_summary_and_packs_small() 
 
 
 def test_a_stored_view_notes_what_changed_since_and_is_not_rebuilt() -> None:
-    from domain.call_view import call_view, stored_view
+    from domain.context.call_view import call_view, stored_view
     from tests.unit.test_call_view import facts
 
     rebuilt = call_view(facts())

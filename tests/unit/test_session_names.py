@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.auth import Action, Credential, KeyKind, Principal
+from domain.auth import Action, Credential, KeyKind, Principal
 from schemas.errors import Conflict, NotFound
 from services.prepare.requests import ReleaseIn, SessionIn
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld

@@ -1,4 +1,4 @@
-"""domain/tokens.py: the real tokenizer offline, a labelled upper-bound estimate."""
+"""domain/context/tokens.py: the real tokenizer offline, a labelled upper-bound estimate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.tokens import (
+from domain.context.tokens import (
     ESTIMATE_METHOD,
     ByteEstimateCounter,
     CachedCounter,

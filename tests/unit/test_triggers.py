@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.policy import CompactionPolicy, validate_compaction
-from domain.triggers import (
+from domain.compaction.triggers import (
     CompactionState,
     Counters,
     LastAttempt,
@@ -18,6 +17,7 @@ from domain.triggers import (
     job_expired,
     ratio_threshold,
 )
+from domain.policy.context_policy import CompactionPolicy, validate_compaction
 from schemas.errors import InvalidPolicy
 
 RATIO_ONLY = CompactionPolicy()  # context_ratio 0.80, turn triggers off

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.budget import ModelProfile
+from domain.context.budget import ModelProfile
 from domain.pricing import ModelPrices, Usage, cost_dict, parse_usage
 from schemas.errors import InvalidPolicy, InvalidRequest
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 
 from aiokafka import ConsumerRecord, TopicPartition
 
+from domain.compaction.drafts import SummaryRequest, SummaryResult
+from domain.compaction.gateway import SummaryGateway
+from domain.context.rendering import RecordView
 from domain.frontier import Frontier, Plan
-from domain.policy import ContextPolicy
-from domain.rendering import RecordView
-from services.compaction.drafts import SummaryRequest, SummaryResult
-from services.compaction.gateway import SummaryGateway
+from domain.policy.context_policy import ContextPolicy
 from storage.compaction_jobs import ParentSummary, SavedOperation
 from tests.unit.fakes.publisher import FakePublisher
 

@@ -13,17 +13,17 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from domain.budget import Calibration
+from domain.auth import Credential, KeyKind
+from domain.compaction.triggers import Counters
+from domain.context.budget import Calibration
+from domain.context.rendering import RecordView
+from domain.context.tokens import ByteEstimateCounter, CachedCounter
 from domain.planning import RunState
-from domain.policy import validate_policy
-from domain.rendering import RecordView
-from domain.tokens import ByteEstimateCounter, CachedCounter
-from domain.triggers import Counters
-from schemas.auth import Credential, KeyKind, new_key
+from domain.policy.context_policy import validate_policy
 from services.prepare.bootstrap import Adapters, Options, build_service
 from services.prepare.prepare_hooks import HookRegistry
 from services.prepare.service import PrepareService
-from storage.api_keys import StoredKey
+from storage.api_keys import StoredKey, new_key
 from storage.blobs import RecordScope, StoredRecord
 from storage.model_calls import Completion, NewCall, Sample, StoredCall, Usage
 from storage.prepared_contexts import StoredPrepared

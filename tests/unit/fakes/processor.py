@@ -18,11 +18,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from domain.compaction_control import ControlEffects, ObservationInputs
-from domain.compaction_outcome import OutcomeInputs
+from domain.compaction.control import ControlEffects, ObservationInputs
+from domain.compaction.outcome import OutcomeInputs
+from domain.compaction.preemption import PreemptCandidate
+from domain.context.rendering import RecordView
 from domain.planning import BatchPlan, SessionState
-from domain.preemption import PreemptCandidate
-from domain.rendering import RecordView
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction_state import Checked
 from storage.ingest import UNSCOPED_REFUSALS, ExistingRecord

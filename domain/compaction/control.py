@@ -1,0 +1,357 @@
+"""The session processor's control decisions, pure (issue 11): what a budget observation
+does (R7, R9: trigger checks, R7.4 one job at a time, R15.3 expiry of a job in flight).
+
+The processor reads the facts (``ObservationInputs``), calls these functions and hands
+the resulting ``ControlEffects`` to one writer (``storage.control_writer``); the
+compaction request in the effects is published only after the transaction committed.
+The outcome of a job is decided in ``domain.compaction.outcome``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from domain.compaction.gain import NO_GAIN
+from domain.compaction.triggers import (
+    REBUILD_DUE,
+    REBUILD_NOTE,
+    REBUILD_STARTED,
+    CompactionState,
+    Counters,
+    GainCheck,
+    LastAttempt,
+    Observation,
+    TriggerDecision,
+    evaluate_triggers,
+    job_expired,
+)
+from domain.compaction.triggers import ratio_threshold as threshold
+from domain.policy.context_policy import CompactionPolicy
+from domain.pricing import ModelPrices
+from schemas.wire import BudgetObservation, CompactionRequest, ControlEvent, ObservabilityEvent
+
+
+@dataclass(frozen=True)
+class LockedState:
+    """What the decisions need of a lineage's ``compaction_state`` row (locked)."""
+
+    last_attempt: LastAttempt | None  # R9.4 anti-storm memory
+    active_job_id: str | None  # R7.4 the job in flight
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A compaction job as it was requested (``compaction_jobs``)."""
+
+    job_id: str
+    status: str  # requested | committed | rejected | failed | expired
+    lineage: str
+    run_id: str
+    instance_id: str
+    request: Mapping[str, Any]  # the CompactionRequest's fields
+    observed: Counters  # the counters of the check that started it (R8.4)
+
+
+@dataclass(frozen=True)
+class ObservationInputs:
+    """Everything one budget observation is decided on, read in one place."""
+
+    event: ControlEvent
+    observation: BudgetObservation
+    lineage: str  # "main" or the child instance id (R13.1)
+    policy: CompactionPolicy
+    policy_revision: str  # the session's release now
+    state: LockedState
+    active_job: JobRow | None  # the row's job in flight, if it is known
+    counters: Counters  # R2.6: counters of this run's view
+    baseline: Counters  # R2.7: the baseline of the summary this view may reuse
+    summary_id: str | None  # that summary
+    # Issue 27: with the model profile's prices, a job the ratio trigger alone started
+    # must pay for itself (``domain.compaction.gain``); without, the thresholds decide.
+    prices: ModelPrices | None = None
+
+
+@dataclass(frozen=True)
+class JobFinish:
+    job_id: str
+    status: str
+    stage: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class TriggerReport:
+    """A trigger check's report row (R9.2): what fired and what was done about it."""
+
+    run_id: str
+    event_key: str
+    decision: TriggerDecision
+    kind: str  # none | deferred | suppressed | job_started
+    reason: str | None
+    job_id: str | None
+    policy_revision: str
+    view_watermark: int
+    totals: Counters
+    baseline: Counters
+
+
+@dataclass(frozen=True)
+class NewJob:
+    request: CompactionRequest
+    observed: Counters
+
+
+@dataclass(frozen=True)
+class ControlEffects:
+    """What one control event changes, written in one transaction by one writer, and
+    what is published once it committed (``request``, ``notes``)."""
+
+    session_id: str
+    lineage: str
+    state: Mapping[str, Any] = field(default_factory=dict)  # columns of the locked row
+    finished: tuple[JobFinish, ...] = ()
+    report: TriggerReport | None = None
+    new_job: NewJob | None = None
+    summary: Mapping[str, Any] | None = None  # a summary revision row (an outcome)
+    view_tokens: tuple[int, int] | None = None  # (covered, summary) tokens replaced
+    notes: tuple[ObservabilityEvent, ...] = ()
+    request: CompactionRequest | None = None
+    committed: bool | None = None  # for an outcome: whether its summary committed
+
+
+@dataclass(frozen=True)
+class ObservationVerdict:
+    decision: TriggerDecision
+    active_job_id: str | None  # after expiry
+    expiry: ControlEffects  # the expiry's own effects (empty when nothing expired)
+
+    @property
+    def starts_job(self) -> bool:
+        return self.decision.start_job and self.active_job_id is None
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """What starting a job needs beyond the inputs: a fresh id and the task version the
+    job depends on (R11.6), read only when a job starts."""
+
+    job_id: str
+    task_version: int
+    plan_version: int = 0  # issue 24: the thread's plan and constraint versions (R11.6)
+    constraints_version: int = 0
+
+
+def redelivered(job_status: str | None, job_request: Mapping[str, Any] | None) -> ControlEffects:
+    """An observation already checked changes nothing. If it started a job that is still
+    waiting, its request may have been lost between our commit and its publish: it is
+    published again (the worker and the commit both dedupe by job id)."""
+    if job_status == "requested" and job_request is not None:
+        return ControlEffects("", "", request=request_of(job_request))
+    return ControlEffects("", "")
+
+
+def judge_observation(inp: ObservationInputs, now_ms: int) -> ObservationVerdict:
+    """Expire an overdue job (R15.3), then evaluate the triggers (R7, R9) on the view's
+    counters since the reusable summary and the anti-storm memory that is left."""
+    expiry = _expiry(inp, now_ms)
+    cleared = "active_job_id" in expiry.state
+    obs = inp.observation
+    decision = evaluate_triggers(
+        CompactionState(inp.counters, inp.baseline, None if cleared else inp.state.last_attempt),
+        inp.policy,
+        Observation(
+            obs.estimated_input,
+            obs.input_budget,
+            obs.required_tokens,
+            obs.compressible_tokens,
+            obs.fingerprint,
+        ),
+        None if inp.prices is None else GainCheck(obs.fixed_overhead, inp.prices),
+    )
+    return ObservationVerdict(decision, None if cleared else inp.state.active_job_id, expiry)
+
+
+def _expiry(inp: ObservationInputs, now_ms: int) -> ControlEffects:
+    """R15.3: a job in flight past its deadline (its request lost or unreadable, its
+    worker dead) is recorded ``expired`` and let go, so that this very check may start
+    another. The baseline does not move; a late outcome of the job is ignored."""
+    row, job, ev = inp.state, inp.active_job, inp.event
+    if row.active_job_id is None:
+        return ControlEffects(ev.session_id, inp.lineage)
+    finished: tuple[JobFinish, ...] = ()
+    notes: tuple[ObservabilityEvent, ...] = ()
+    if job is not None and job.status == "requested":
+        requested_at = int(job.request["requested_at_ms"])
+        if not job_expired(requested_at, inp.policy.job_timeout_s, now_ms):
+            return ControlEffects(ev.session_id, inp.lineage)
+        reason = f"no outcome within {inp.policy.job_timeout_s:g}s"
+        finished = (JobFinish(row.active_job_id, "expired", "deadline", reason),)
+        notes = (
+            ObservabilityEvent(
+                "compaction_finished",
+                ev.session_id,
+                job.run_id,
+                job.instance_id,
+                now_ms,
+                job.request["policy_revision"],
+                purpose="compaction",
+                decision="expired",
+                reason=reason,
+                job_id=row.active_job_id,
+                stage="deadline",
+                budget_before=job.request["budget_before"],
+                elapsed_ms=float(now_ms - requested_at),
+            ),
+        )
+    # (A pointer to a job that is unknown or already finished is cleared the same way.)
+    # The anti-storm memory of the lost attempt goes too: it never produced a result, so
+    # the same state may be tried again (R9.4 forbids repeating a finished attempt).
+    state = {"active_job_id": None, "last_attempt": None}
+    return ControlEffects(ev.session_id, inp.lineage, state, finished, notes=notes)
+
+
+def observation_effects(
+    inp: ObservationInputs, verdict: ObservationVerdict, start: JobStart | None, now_ms: int
+) -> ControlEffects:
+    """The writes and publishes of one checked observation. ``start`` is required exactly
+    when ``verdict.starts_job``."""
+    obs, decision = inp.observation, verdict.decision
+    # Resync the pre-emptive estimate with what Prepare really measured (drift fix).
+    state: dict[str, Any] = {
+        **verdict.expiry.state,
+        "fixed_overhead": obs.fixed_overhead,
+        "input_budget": obs.input_budget,
+        "view_tokens": obs.estimated_input - obs.fixed_overhead,
+        "required_tokens": obs.required_tokens,
+    }
+    new_job: NewJob | None = None
+    job_id: str | None = None
+    reason: str | None
+    if decision.start_job and verdict.active_job_id is not None:
+        kind, reason, job_id = "suppressed", "job_in_flight", verdict.active_job_id  # R7.4
+    elif not decision.start_job:
+        kind, reason = _no_job_kind(decision.reason), decision.reason
+        if kind == "deferred":
+            # Remember the state so the same state never triggers a busy loop (R9.4).
+            state["deferral_reason"] = decision.reason
+            state["last_attempt"] = _attempt_of(inp, deferred_for=decision.reason)
+    else:
+        if start is None:
+            raise ValueError("a job starts: its id and task version are needed")
+        kind, reason, job_id = "job_started", None, start.job_id
+        new_job = NewJob(_request(inp, decision, start, now_ms), inp.counters)
+        state.update(
+            active_job_id=start.job_id,
+            deferral_reason=None,
+            attempts=inp.state.attempts + 1,
+            last_attempt=_attempt_of(inp, decision),
+        )
+    report = TriggerReport(
+        inp.event.run_id,
+        inp.event.event_key,
+        decision,
+        kind,
+        reason,
+        job_id,
+        inp.policy_revision,
+        obs.view_watermark,
+        inp.counters,
+        inp.baseline,
+    )
+    return ControlEffects(
+        inp.event.session_id,
+        inp.lineage,
+        state,
+        verdict.expiry.finished,
+        report,
+        new_job,
+        notes=(*verdict.expiry.notes, _trigger_note(inp, report, now_ms)),
+        request=None if new_job is None else new_job.request,
+    )
+
+
+def _no_job_kind(reason: str | None) -> str:
+    if reason == "below_thresholds":
+        return "none"
+    return "deferred" if reason in ("nothing_compressible", NO_GAIN) else "suppressed"
+
+
+def _attempt_of(
+    inp: ObservationInputs, starts: TriggerDecision | None = None, deferred_for: str | None = None
+) -> LastAttempt:
+    """The anti-storm memory of this check. ``starts``: the decision that starts a job —
+    marked when it is the one rebuild after a version conflict (issue 28); without one
+    (a deferral), a rebuild still due or under way stays so, and a deferral for no gain
+    is marked as one (no job ran: the hard budget may still force one, issue 27)."""
+    obs, last = inp.observation, inp.state.last_attempt
+    if starts is not None:
+        rebuild = REBUILD_STARTED if REBUILD_NOTE in starts.notes else ""
+    elif last is not None and last.rebuild in (REBUILD_DUE, REBUILD_STARTED):
+        rebuild = last.rebuild
+    elif deferred_for == NO_GAIN:
+        rebuild = NO_GAIN
+    else:
+        rebuild = last.rebuild if last else ""
+    return LastAttempt(
+        obs.fingerprint,
+        obs.compressible_tokens,
+        inp.counters.minus(inp.baseline),
+        obs.input_budget,
+        obs.required_tokens,
+        rebuild,
+    )
+
+
+def _request(
+    inp: ObservationInputs, decision: TriggerDecision, start: JobStart, now_ms: int
+) -> CompactionRequest:
+    ev, obs = inp.event, inp.observation
+    return CompactionRequest(
+        job_id=start.job_id,
+        session_id=ev.session_id,
+        run_id=ev.run_id,
+        instance_id=ev.instance_id,
+        view_watermark=obs.view_watermark,
+        parent_summary_id=inp.summary_id,
+        policy_revision=inp.policy_revision,
+        task_version=start.task_version,
+        plan_version=start.plan_version,
+        constraints_version=start.constraints_version,
+        trigger_reasons=decision.fired,
+        budget_before=obs.estimated_input,
+        input_budget=obs.input_budget,
+        target_tokens=threshold(inp.policy.target_context_ratio, obs.input_budget),
+        max_calls=inp.policy.max_compaction_calls,
+        requested_at_ms=now_ms,
+    )
+
+
+def _trigger_note(inp: ObservationInputs, report: TriggerReport, now_ms: int) -> ObservabilityEvent:
+    ev, obs, decision = inp.event, inp.observation, report.decision
+    return ObservabilityEvent(
+        "trigger_check",
+        ev.session_id,
+        ev.run_id,
+        ev.instance_id,
+        now_ms,
+        inp.policy_revision,
+        purpose="action",
+        decision=report.kind,
+        reason=report.reason,
+        fired=decision.fired,
+        values=decision.values,
+        thresholds=decision.thresholds,
+        job_id=report.job_id,
+        input_budget=obs.input_budget,
+        estimated_input=obs.estimated_input,
+    )
+
+
+def request_of(raw: Mapping[str, Any]) -> CompactionRequest:
+    """A stored request (``compaction_jobs.request``) as the message it was."""
+    values = dict(raw)
+    values["trigger_reasons"] = tuple(values["trigger_reasons"])
+    return CompactionRequest(**values)

@@ -1,0 +1,288 @@
+"""Filling a summary's output budget with the most valuable fragments (issue 16). Pure.
+
+A draft is made of *lines* (one statement each, citing its records); a line has *parts*
+(one per source record, e.g. the question and the answer of a ``Q: … → A: …`` line)
+and a part has *fragments* (a sentence, a tool call, a line of tool output). Choosing
+what to keep is a budgeted coverage problem: a fragment is worth its own cues plus the
+salient things (``salience.features``) no kept fragment has yet, and costs its
+characters plus, for the first fragment of a part, the record id it makes the line cite
+(ids are long and tokenize densely, so a new line is expensive) and the line's frame.
+
+``Fill`` is the lazy greedy for it: over and over it keeps the fragment with the most
+new worth per character. Two layers: the first (user and assistant text, tool calls,
+errors) within its share of the budget, then everything in what is left.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from domain.compaction.drafts import SECTION_TITLES, Fact
+from domain.compaction.salience import PATH, Feature
+from domain.compaction.validate import claims_plan_state
+
+# The output cap is in tokens; costs are in characters. Paths, numbers and code
+# tokenize densely (~3.3 characters per token), hex record ids about twice as densely.
+CHARS_PER_TOKEN = 3.3
+ID_CHARS_PER_TOKEN = 1.85
+# Tool output worth less than this is never kept, budget or not ("[64%]", "collected 243
+# items"); a result's first line is exempt, as the trace that the call happened.
+MIN_GAIN = 0.5
+MOVES_LINE = ("decisions", "unresolved_questions")  # a kept fragment's section hint
+
+
+@dataclass
+class Frag:
+    text: str
+    part: int
+    index: int  # order within its part
+    sep: str  # rendered before it when it directly follows the previous kept fragment
+    feats: Mapping[Feature, float]
+    base: float  # worth of its own: prior and cues
+    decay: float  # its worth is multiplied by this per fragment of its part kept before
+    # 1: user and assistant text, tool calls, error lines, roll-up entries (what
+    # observation masking keeps, plus errors) — chosen first; 2: other tool output.
+    layer: int = 1
+    section: str | None = None  # the section it takes its line to, if kept
+    # a decision or an open question: drawn first from that section's own share of the
+    # budget (``Fill.reserve``), so tool output never crowds it out
+    share: str | None = None
+    kept: bool = False
+
+
+@dataclass
+class Part:
+    line: int
+    source_id: str
+    prefix: str  # rendered before its fragments when another part precedes it
+    first_prefix: str  # … when it is the line's first rendered part
+    suffix: str = ""
+    frags: list[int] = field(default_factory=list)
+    kept: int = 0
+    rank: int | None = None  # its place in time when not its record's (a rolled-up entry)
+
+
+@dataclass
+class Line:
+    section: str
+    head: str
+    bonus: float  # worth of having the line at all (a failure, an open question)
+    parts: list[int] = field(default_factory=list)
+    opened: bool = False
+    core: int = -1  # the part whose first fragment earns the bonus (-1: any)
+
+
+class Candidates:
+    """Candidate lines, parts and fragments of one request, in record order."""
+
+    def __init__(self) -> None:
+        self.lines: list[Line] = []
+        self.parts: list[Part] = []
+        self.frags: list[Frag] = []
+        self.order: dict[str, int] = {}  # record id -> its place in the request
+
+    def line(self, section: str, head: str = "", bonus: float = 0.0) -> int:
+        self.lines.append(Line(section, head, bonus))
+        return len(self.lines) - 1
+
+    def part(
+        self,
+        line: int,
+        source_id: str,
+        prefix: str = "",
+        first: str | None = None,
+        rank: int | None = None,
+    ) -> int:
+        self.parts.append(
+            Part(line, source_id, prefix, prefix if first is None else first, rank=rank)
+        )
+        self.lines[line].parts.append(len(self.parts) - 1)
+        return len(self.parts) - 1
+
+    def frag(self, part: int, frag: Frag) -> None:
+        p = self.parts[part]
+        frag.part, frag.index = part, len(p.frags)
+        self.frags.append(frag)
+        p.frags.append(len(self.frags) - 1)
+
+
+def id_cost(source_id: str) -> int:
+    return math.ceil(len(source_id) * CHARS_PER_TOKEN / ID_CHARS_PER_TOKEN) + 2
+
+
+class Fill:
+    """The lazy greedy over ``Candidates`` within ``budget`` characters."""
+
+    def __init__(self, c: Candidates, budget: int) -> None:
+        self.c = c
+        self.budget = budget
+        self.seen: dict[Feature, float] = {}  # what kept fragments already say
+        self.texts: set[str] = set()
+        self.sections: set[str] = set()
+        self.line_ids: dict[int, set[str]] = {}  # the records each opened line cites
+
+    def cost(self, f: Frag) -> int:
+        part = self.c.parts[f.part]
+        line = self.c.lines[part.line]
+        c = len(f.text) + (len(f.sep) if part.kept else 0)
+        if not part.kept:
+            c += max(len(part.prefix), len(part.first_prefix)) + len(part.suffix)
+            if part.source_id not in self.line_ids.get(part.line, ()):
+                c += id_cost(part.source_id)
+        if not line.opened:
+            c += len(line.head) + 6  # "- ", " []" and the newline
+            if line.section not in self.sections:
+                c += len(SECTION_TITLES.get(line.section, line.section)) + 4
+        return c
+
+    def gain(self, f: Frag) -> float:
+        if f.text in self.texts:  # said already, word for word
+            return 0.0
+        part = self.c.parts[f.part]
+        line = self.c.lines[part.line]
+        seen = self.seen
+        new = sum(w - seen.get(k, 0.0) for k, w in f.feats.items() if w > seen.get(k, 0.0))
+        value = (f.base + new) * f.decay**part.kept
+        if line.bonus and not part.kept and f.layer == 1 and line.core in (-1, f.part):
+            value += line.bonus  # for what the line is about: the error, the question
+        return value
+
+    def eligible(self, f: Frag, gain: float) -> bool:
+        return gain > 0 and not (f.layer == 2 and f.index and gain < MIN_GAIN)
+
+    def keep(self, f: Frag) -> None:
+        part = self.c.parts[f.part]
+        line = self.c.lines[part.line]
+        self.budget -= self.cost(f)
+        f.kept = True
+        self.texts.add(f.text)
+        part.kept += 1
+        self.line_ids.setdefault(part.line, set()).add(part.source_id)
+        line.opened = True
+        self.sections.add(line.section)
+        for k, w in f.feats.items():
+            self.seen[k] = max(self.seen.get(k, 0.0), w)
+
+    def reserve(self, share: str, chars: int, newest_first: bool = False) -> None:
+        """Keep the fragments of ``share`` within ``chars`` of the budget, each that
+        fits, in record order or newest first (a recent decision outranks one made long
+        ago). What they leave of the share goes back to the rest."""
+        rank, parts = self.c.order, self.c.parts
+        order = [f for f in self.c.frags if f.share == share]
+        # by the record each cites (a user's lines are made when the answer comes), or by
+        # an entry's own place: entries of one record may sit in several sections
+        order.sort(key=lambda f: _rank(parts[f.part], rank), reverse=newest_first)
+        left = min(chars, self.budget)
+        for f in order:
+            cost = self.cost(f)
+            if not f.kept and cost <= left and self.gain(f) > 0:
+                left -= cost
+                self.keep(f)
+
+    def run(self, layer1_share: float, shares: Sequence[tuple[str, float, bool]] = ()) -> None:
+        """Each guaranteed share first (``reserve``: section, share of the budget,
+        newest first), then the first layer within its share of what is left, then
+        everything: text, calls and errors come ahead of tool output, which gets the
+        rest."""
+        whole = self.budget
+        for share, part, newest_first in shares:
+            self.reserve(share, int(whole * part), newest_first)
+        total = self.budget
+        self.budget = int(total * layer1_share)
+        self._greedy(1)
+        self.budget += total - int(total * layer1_share)
+        self._greedy(2)
+
+    def left_out(self) -> tuple[int, int]:
+        """(fragments, lines) that were worth keeping but did not fit."""
+        frags = [f for f in self.c.frags if not f.kept and self.eligible(f, self.gain(f))]
+        lines = {self.c.parts[f.part].line for f in frags}
+        return len(frags), sum(1 for n in lines if not self.c.lines[n].opened)
+
+    def _push(self, heap: list[tuple[float, int, int]], n: int, max_layer: int) -> None:
+        f = self.c.frags[n]
+        if not f.kept and f.layer <= max_layer and (g := self.gain(f)) > 0:
+            heapq.heappush(heap, (-g / self.cost(f), -n, n))  # newer first on a tie
+
+    def _greedy(self, max_layer: int) -> None:
+        frags = self.c.frags
+        heap: list[tuple[float, int, int]] = []
+        for n in range(len(frags)):
+            self._push(heap, n, max_layer)
+        while heap and self.budget > 0:
+            neg, _, n = heapq.heappop(heap)
+            f = frags[n]
+            if f.kept:
+                continue
+            g = self.gain(f)
+            density = g / self.cost(f)
+            if g > 0 and density < -neg - 1e-9:  # stale: worth less now, rank again
+                heapq.heappush(heap, (-density, -n, n))
+                continue
+            if not self.eligible(f, g) or self.cost(f) > self.budget:
+                continue
+            line = self.c.parts[f.part].line
+            opened = not self.c.lines[line].opened
+            self.keep(f)
+            if opened:  # the rest of this line got cheaper: rank it again
+                for p in self.c.lines[line].parts:
+                    for m in self.c.parts[p].frags:
+                        self._push(heap, m, max_layer)
+
+
+def render(c: Candidates) -> dict[str, list[Fact]]:
+    """Kept fragments as statements, by section, in record order. Adjacent fragments
+    join as in the source; a gap shows as "…". A line lands in Decisions or Open
+    questions when a kept fragment says so (``Frag.section``)."""
+    sections: dict[str, list[Fact]] = {name: [] for name in SECTION_TITLES}
+    for line in c.lines:
+        text = line.head
+        ids: list[str] = []
+        hints: set[str | None] = set()
+        for p in line.parts:
+            part = c.parts[p]
+            kept = [c.frags[m] for m in part.frags if c.frags[m].kept]
+            if not kept:
+                continue
+            body = ""
+            for k, f in enumerate(kept):
+                if k:
+                    body += f.sep if f.index == kept[k - 1].index + 1 else " … "
+                body += f.text
+                hints.add(f.section)
+            text += (part.prefix if ids else part.first_prefix) + body + part.suffix
+            ids.append(part.source_id)
+        if ids:
+            section = next((h for h in MOVES_LINE if h in hints), line.section)
+            sections[section].append(fact(text, *ids))
+    return sections
+
+
+def fact(statement: str, *ids: str) -> Fact:
+    statement = statement.strip()
+    if claims_plan_state(statement):  # quoted history, not a directive (R11.5)
+        statement = f"said: {statement}"
+    return Fact(statement or "(empty)", tuple(dict.fromkeys(ids)))
+
+
+def path_list(touched: list[str], facts: list[Fact], allowance: int, limit: int) -> list[str]:
+    """A short ranked path list within ``allowance`` characters: touched files first,
+    then paths the kept lines name; at most ``limit``."""
+    ranked = dict.fromkeys(touched)
+    for f in facts:
+        for m in PATH.finditer(f.statement):
+            ranked.setdefault(m.group(0).rstrip("."), None)
+    out: list[str] = []
+    for path in ranked:
+        if len(out) >= limit or allowance < len(path) + 3:
+            break
+        out.append(path)
+        allowance -= len(path) + 3
+    return out
+
+
+def _rank(part: Part, order: dict[str, int]) -> int:
+    return part.rank if part.rank is not None else order.get(part.source_id, -1)

@@ -1,0 +1,392 @@
+"""Thread view assembly (R2, R4, R5): source records → provider-neutral messages. Pure.
+
+``ThreadRenderer`` is incremental: records are fed in ``session_sequence`` order and
+closed message groups are rendered once, so a prepare on a long thread re-renders only
+what is new. Rules:
+- an assistant message and the results of all its calls form one group, never split
+  (R5.1); records arriving while a group is open (e.g. a user supplement) are placed
+  after it closes, in receive order (R5.3);
+- an inherited group whose results never came is shown as a state block saying
+  "result unknown" — never re-executed and never given a made-up result (R2.4);
+- every message keeps the ids of the source records it came from (block → source map);
+- a retraction (issue 15) renders nothing and is no compaction candidate; the records it
+  retracted never reach a renderer (``storage.threads`` leaves them out, and a change of
+  the view epoch rebuilds a warm renderer that had shown one).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
+from domain.context.blocks import (
+    KEPT_BECAUSE,
+    RETENTION,
+    block_id,
+    skills_catalog_text,
+    tool_schema_text,
+)
+from domain.context.record_view import (
+    CountFn,
+    DeferredRecords,
+    Message,
+    OpenGroup,
+    RecordView,
+    SkillActivation,
+    SkillLoad,
+)
+from domain.context.redaction import redact
+from domain.policy.active_skills import track as track_skill
+from domain.policy.child_transfer import capped_result, choose_background
+from domain.policy.context_policy import LargeResultSettings
+from domain.policy.sections import ChildTransferPolicy
+
+__all__ = [
+    "KEPT_BECAUSE",
+    "RETENTION",
+    "RETRACTION",
+    "CountFn",
+    "Message",
+    "RecordView",
+    "SkillActivation",
+    "SkillLoad",
+    "ThreadRenderer",
+    "skills_catalog_text",
+    "tool_schema_text",
+]
+
+RETRACTION = "record_retracted"  # withdraws another record from views; shows nothing
+
+
+class ThreadRenderer:
+    """``covered`` are the records a committed summary replaces (R11): they are counted
+    as seen but not rendered; ``add_summary`` puts the summary block first."""
+
+    def __init__(
+        self,
+        count: CountFn,
+        message_overhead: int = 4,
+        covered: frozenset[str] = frozenset(),
+        summary_id: str | None = None,
+        large: LargeResultSettings | None = None,
+        transfer: ChildTransferPolicy | None = None,
+    ) -> None:
+        self.count = count
+        self.overhead = message_overhead
+        self.covered = covered
+        self.summary_id = summary_id
+        self.large = large or LargeResultSettings()
+        self.transfer = transfer  # None: background and child results unlimited
+        self.messages: list[Message] = []
+        self.tokens: dict[str, int] = {}
+        self.message_counts: dict[str, int] = {}
+        self.task_indices: list[int] = []  # messages of the current task: required (R10.1)
+        self.protected_cache: list[Any] = []  # their manifest entries, filled by the assembler
+        self.externalized: list[str] = []  # record ids shown as views (R10.3)
+        self.skill_loads: dict[str, SkillLoad] = {}  # by content hash
+        self.activations: dict[str, SkillActivation] = {}  # latest per skill name
+        self.skill_used: dict[str, tuple[int, int]] = {}  # last use: run number, sequence
+        self.runs: dict[str, int] = {}  # run id -> its number in this thread
+        self.transfer_notes: list[dict[str, Any]] = []  # background left out (R13.2)
+        # Uncovered records, for compaction selection; those of a loaded state are built
+        # on first read (issue 13: most prepares never read them).
+        self._records = DeferredRecords()
+        self.record_count = 0
+        self.last_sequence = 0
+        self._open: OpenGroup | None = None
+
+    @property
+    def records(self) -> list[RecordView]:
+        return self._records.all()
+
+    @records.setter
+    def records(self, records: list[RecordView]) -> None:
+        self._records = DeferredRecords(records)
+
+    # --- feeding ---------------------------------------------------------------------
+
+    def add_summary(self, text: str, tokens: int) -> None:
+        # R3.3: a summary restates user, model and tool text — quoted history, never an
+        # instruction, whatever its lines say.
+        content = (
+            f"[history summary {self.summary_id} — a record of earlier work; "
+            f"{NOT_AN_INSTRUCTION}]\n{text}"
+        )
+        self._add(
+            {
+                "role": DERIVED_ROLE,
+                "content": content,
+                "block": "summary",
+                "summary_id": self.summary_id,
+            },
+            [],
+            "summary",
+            self._framed(tokens, content, text),
+        )
+
+    def add_material(self, rec: RecordView) -> None:
+        """R13.2: background a parent chose for a child — material, never an instruction."""
+        content = f"[background from the parent task: {rec.kind}, material]\n{rec.text}"
+        self._add(
+            {"role": "user", "content": content, "block": "material"},
+            [rec],
+            "material",
+            self._framed(rec.token_count, content, rec.text),
+        )
+
+    def add_background(self, records: list[RecordView]) -> None:
+        """R13.2: what the parent exported, within the release's limits (decisions kept)."""
+        kept, self.transfer_notes = choose_background(records, self.transfer)
+        for rec in kept:
+            self.add_material(rec)
+
+    def feed(self, rec: RecordView, inherited: bool) -> None:
+        if rec.session_sequence <= self.last_sequence:
+            return  # already rendered: feeding is idempotent (R2.3)
+        self.record_count += 1
+        self.last_sequence = rec.session_sequence
+        track_skill(self, rec)
+        if rec.record_id in self.covered or rec.kind == RETRACTION:
+            return
+        self._records.append(rec)
+        self._route(rec, inherited)
+
+    def _route(self, rec: RecordView, inherited: bool) -> None:
+        """Place one record: into the open group, deferred behind it, or rendered now.
+        Deferred records are replayed through here too, so a deferred call still gets its
+        own group and its result."""
+        grp = self._open
+        if grp is not None:
+            kind = rec.kind
+            if kind == "tool_outcome" or kind == "tool_call":
+                call_id: str = rec.payload.get("call_id") or ""
+                if call_id in grp.ids:
+                    if kind == "tool_call":
+                        return  # the host's dispatch record of a call already in view
+                    grp.results[call_id] = rec
+                    if grp.complete():
+                        self._close(grp)
+                    return
+            if kind == "assistant_message" or (inherited != grp.inherited):
+                self._close(grp)  # a new model turn or a run boundary: missing results stay unknown
+                self._route(rec, inherited)
+            else:
+                grp.deferred.append(rec)
+            return
+        self._emit_record(rec, inherited)
+
+    def seal_inherited(self) -> None:
+        """End of the inherited history: an inherited open group closes as unknown."""
+        if self._open is not None and self._open.inherited:
+            self._close(self._open)
+
+    def pending_calls(self) -> list[str]:
+        """Call ids of the current thread still waiting for results."""
+        if self._open is None or self._open.inherited:
+            return []
+        return [c["call_id"] for c in self._open.calls if c["call_id"] not in self._open.results]
+
+    # --- rendering -------------------------------------------------------------------
+
+    def _emit_record(self, rec: RecordView, inherited: bool) -> None:
+        k = rec.kind
+        if k in ("user_input", "supplement"):
+            self._add(
+                {"role": "user", "content": rec.text, "block": "interaction"},
+                [rec],
+                "history" if inherited else "task",
+                rec.token_count,
+            )
+        elif k == "assistant_message":
+            calls = list(rec.payload.get("tool_calls") or [])
+            if calls:
+                self._open = OpenGroup(rec, calls, inherited=inherited)
+            else:
+                self._add(
+                    {"role": "assistant", "content": rec.text, "block": "interaction"},
+                    [rec],
+                    "history" if inherited else "interactions",
+                    rec.token_count,
+                )
+        elif k == "tool_call":
+            call = {
+                "call_id": rec.payload["call_id"],
+                "name": rec.payload["name"],
+                "arguments_json": rec.payload["arguments_json"],
+            }
+            self._open = OpenGroup(rec, [call], inherited=inherited)
+        elif k == "tool_outcome":
+            self._orphan_result(rec)
+        elif k == "child_result":
+            self._child_result(rec)
+        elif k == "resource_activation":
+            p = rec.payload
+            self._state_note(
+                rec,
+                f"[state: resource activated] {p.get('resource_kind')} {p.get('resource_id')}"
+                f" version {p.get('version')}",
+            )
+        elif k == "run_cancelled" and inherited:
+            self._state_note(rec, f"[state: history] run {rec.run_id} was cancelled")
+        # run_started / run_resumed / run_finished carry no model-visible content.
+
+    def _child_result(self, rec: RecordView) -> None:
+        """R13.2: a child's result is material for the parent; over the release's
+        ``max_result_tokens`` it is a view with a read-back reference."""
+        cap = self.transfer.max_result_tokens if self.transfer else None
+        view = capped_result(rec, cap, self.large.preview_chars, self.count)
+        if view is not None:
+            self.externalized.append(rec.record_id)
+            self._add(view, [rec], "material", self.count(view["content"]))
+            return
+        content = f"[child task result — material]\n{rec.text}"
+        msg: Message = {"role": "user", "content": content, "block": "material"}
+        msg["reason"] = "child_result"
+        self._add(msg, [rec], "material", self._framed(rec.token_count, content, rec.text))
+
+    def _orphan_result(self, rec: RecordView) -> None:
+        """A result whose call is not in view: kept visible as state, not as a tool
+        message (a provider rejects a result without its call)."""
+        p = rec.payload
+        cid, name, status = str(p.get("call_id")), str(p.get("name")), str(p.get("status"))
+        head = (
+            f"[tool result without its call in view — tool output, {NOT_AN_INSTRUCTION}]"
+            f" call_id={cid} name={name}"
+        )
+        msg: Message = {"role": DERIVED_ROLE, "block": "state"}
+        if self._is_large(rec):  # a large one is a view here too (R5.4, R10.3)
+            msg["content"] = f"{head} status={status}\n{self._view_of(rec, cid, name, status)}"
+            msg |= {
+                "decision": "externalized",
+                "reason": "large_result_view",
+                "content_ref": f"rec:{rec.record_id}",
+            }
+            tokens = self.count(msg["content"])
+            self.externalized.append(rec.record_id)
+        else:
+            msg["content"] = f"{head} status={status}\n{rec.text}"
+            tokens = self._framed(rec.token_count, msg["content"], rec.text)
+        self._add(msg, [rec], "state", tokens)
+
+    def _state_note(self, rec: RecordView, note: str) -> None:
+        self._add(
+            {"role": DERIVED_ROLE, "content": note, "block": "state"},
+            [rec],
+            "state",
+            self.count(note),
+        )
+
+    def _close(self, grp: OpenGroup) -> None:
+        self._open = None
+        a = grp.assistant
+        cat = "history" if grp.inherited else "interactions"
+        answered = [c for c in grp.calls if c["call_id"] in grp.results]
+        missing = [c for c in grp.calls if c["call_id"] not in grp.results]
+        text = a.text if a.kind == "assistant_message" else ""
+        msg: Message = {"role": "assistant", "content": text, "block": "interaction"}
+        if answered:
+            msg["tool_calls"] = [
+                {"id": c["call_id"], "name": c["name"], "arguments": c["arguments_json"]}
+                for c in answered
+            ]
+        self._add(msg, [a], cat, a.token_count)
+        for c in answered:
+            r = grp.results[c["call_id"]]
+            status = r.payload.get("status", "unknown")
+            msg = {
+                "role": "tool",
+                "tool_call_id": c["call_id"],
+                "name": c["name"],
+                "status": status,
+                "content": r.text,
+                "block": "interaction",
+            }
+            tokens = r.token_count
+            skill = r.payload.get("skill")
+            if isinstance(skill, dict):
+                # A skill body is never cut (R12.3); the assembler decides if it counts.
+                load = self.skill_loads.get(r.content_sha256 or "")
+                if load is not None and load.record_id == r.record_id:
+                    load.message_index = len(self.messages)
+            elif self._is_large(r):
+                msg["content"] = self._view_of(r, c["call_id"], c["name"], status)
+                msg["decision"] = "externalized"
+                msg["reason"] = "large_result_view"
+                msg["content_ref"] = f"rec:{r.record_id}"
+                tokens = self.count(msg["content"])
+                self.externalized.append(r.record_id)
+            self._add(msg, [r], "history" if grp.inherited else "tool_results", tokens)
+        for c in missing:
+            note = (
+                f"[state — {NOT_AN_INSTRUCTION}] tool call {c['call_id']} ({c['name']},"
+                f" arguments {c['arguments_json']}) has result unknown: it was interrupted"
+                " and is not re-executed."
+            )
+            self._add(
+                {
+                    "role": DERIVED_ROLE,
+                    "content": note,
+                    "block": "state",
+                    "block_id": f"unknown:{a.record_id}:{c['call_id']}",
+                },
+                [a],
+                "state",
+                self.count(note),
+            )
+        for d in grp.deferred:
+            self._route(d, grp.inherited)
+
+    def _is_large(self, r: RecordView) -> bool:
+        # Metadata only: the stored count and length decide, not the content (R10.3).
+        return r.token_count > self.large.inline_max_tokens or (
+            r.full_length > len(r.text)  # only a prefix was loaded: never inline
+        )
+
+    def _view_of(self, r: RecordView, call_id: str, name: str, status: str) -> str:
+        """R5.4/R10.3: call id, real status, a truncation note, a real reference, the
+        length, the readable range and how to read the rest."""
+        shown = r.text[: self.large.preview_chars]
+        total = r.full_length
+        unit = "bytes" if r.content_length >= 0 else "characters"  # blob: bytes known
+        return (
+            f"[result truncated: call_id={call_id} name={name} status={status}; "
+            f"{total} {unit}, {r.token_count} tokens; showing characters 0-{len(shown)}."
+            f' Read the rest with read_content(ref="rec:{r.record_id}", offset={len(shown)},'
+            f" limit=8000); readable range 0-{total} {unit}.]\n{shown}"
+        )
+
+    def _framed(self, tokens: int, shown: str, text: str) -> int:
+        """The stored count of ``text`` plus what the header around it adds (R6.2): the
+        model sees the header too."""
+        return tokens + self.count(shown) - self.count(text)
+
+    def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
+        # R15.4: credentials never enter context. A placeholder can be longer than the
+        # secret it replaces ("pwd=x" → "pwd=[credential redacted]"): the growth is
+        # counted, so the estimate never falls below what is sent (R6.2).
+        original = msg.get("content") or ""
+        content, redacted = redact(original)
+        if redacted:
+            msg["content"] = content
+            msg["redactions"] = redacted
+            tokens += max(0, self.count(content) - self.count(original))
+        # The keys are set in this order (the stored state and the prepared context keep
+        # it); a key the caller set keeps its place and value.
+        msg["record_ids"] = [s.record_id for s in sources]
+        msg["category"] = category
+        msg["tokens"] = tokens + self.overhead
+        if "block_id" not in msg:
+            msg["block_id"] = block_id(msg, sources[0].record_id if sources else None)
+        if "retention" not in msg:
+            msg["retention"] = RETENTION.get(category, "compressible")
+        if "decision" not in msg:
+            msg["decision"] = "kept"  # R4.2: every block says why it is there
+        if "reason" not in msg:
+            msg["reason"] = KEPT_BECAUSE.get(category, "in_thread")
+        if category == "task":
+            self.task_indices.append(len(self.messages))
+        self.messages.append(msg)
+        counts = self.tokens
+        counts[category] = counts.get(category, 0) + tokens
+        self.message_counts[category] = self.message_counts.get(category, 0) + 1
+        counts["envelope"] = counts.get("envelope", 0) + self.overhead

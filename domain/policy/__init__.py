@@ -1,0 +1,1 @@
+"""domain.policy.context_policy."""
