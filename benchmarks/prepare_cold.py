@@ -9,7 +9,7 @@ revocation. Two cold paths are timed on the benchmark's synthetic session:
   stored) read back and loaded, the records committed since it was stored fed, then
   assembled — what ``ThreadViews`` does
   after a restart. The state lags the view by the most the refresh rule allows
-  (``services.prepare.views``: a tenth of its records, at least ``SAVE_MIN``; here at
+  (``services.prepare.assembly.views``: a tenth of its records, at least ``SAVE_MIN``; here at
   most the current run's records, since a state is stored once the inherited history is
   rendered), so this is the worst case of that rule. When PostgreSQL is reachable the
   state's row is read from a table like ``render_states`` each time; otherwise the bytes
@@ -48,7 +48,7 @@ from domain.context.render_state import dump, load, pack
 from domain.context.rendering import RecordView, ThreadRenderer
 from domain.context.tokens import CachedCounter, TokenCounter, make_counter
 from schemas.settings import Settings
-from services.prepare.views import SAVE_MIN, SAVE_SHARE
+from services.prepare.assembly.views import SAVE_MIN, SAVE_SHARE
 
 TARGET_MS = {10_000: 100.0, 100_000: 1000.0}  # issue 13: p99 of a cold prepare
 

@@ -1,5 +1,5 @@
 """The hook contract both hook runners share (R14): Prepare's ``context.prepare.*`` and
-``model.chat.*`` points (services/prepare/prepare_hooks.py) and the compaction service's
+``model.chat.*`` points (services/prepare/assembly/prepare_hooks.py) and the compaction service's
 ``context.compact.*`` points (services/compaction/compact_hooks.py).
 
 - A deployment loads hooks from a ``module:factory,...`` spec (``ALC_PREPARE_HOOKS``,

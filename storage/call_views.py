@@ -3,7 +3,7 @@ saw, written in the transaction that records the call (storage/model_calls.py), 
 prepared context it was checked for and the provider request that was sent.
 
 Both inputs are immutable, so a view not written then (the prepared context was still
-being written behind its answer, services/prepare/prepared.py) is written at the first
+being written behind its answer, services/prepare/assembly/prepared.py) is written at the first
 read while the prepared context is kept; a call whose prepared context is gone has no
 stored view and is shown rebuilt (``rebuilt: true``). Views go with their call (cascade)
 and are pruned after the prepared-context retention (``prune``).
@@ -62,7 +62,7 @@ async def record(
     )
     if body is None:
         return False
-    # The prepared context's stored form is services/prepare/prepared.py's: only its
+    # The prepared context's stored form is services/prepare/assembly/prepared.py's: only its
     # annotated messages, provider format and dependency versions are read here.
     prepared = orjson.loads(bytes(body))
     text = await conn.fetchval(
@@ -157,7 +157,7 @@ async def changed_since(
 
 
 class PgCallViews:
-    """The retention of stored call views (services/prepare/retention.py)."""
+    """The retention of stored call views (services/prepare/assembly/retention.py)."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool

@@ -1,7 +1,7 @@
 """Prepared contexts held for the gateway's final check (R10.5): stored so that
 any Prepare instance can check a call for a context another instance prepared.
 
-The body is opaque here (the service owns its wire mapping, services/prepare/prepared.py).
+The body is opaque here (the service owns its wire mapping, services/prepare/assembly/prepared.py).
 Retention is bounded: ``prune`` deletes rows older than a given age (migration 012).
 """
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from services.prepare.openapi import DOC, render
+from services.prepare.http.openapi import DOC, render
 
 
 def test_published_openapi_document_is_current() -> None:
     assert DOC.read_text() == render(), (
-        "docs/openapi.json is stale: run `python -m services.prepare.openapi`"
+        "docs/openapi.json is stale: run `python -m services.prepare.http.openapi`"
     )
 
 

@@ -24,8 +24,8 @@ from services.compaction.consume import HandOver
 from services.compaction.costs import CostNotes, ReleasePrices, catalog_profiles
 from services.compaction.dispatch import Dispatcher
 from services.compaction.extractive import ExtractiveSummarizer
+from services.compaction.job_loop import LoopConfig, RequestLoop
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
-from services.compaction.requests import LoopConfig, RequestLoop
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.hooks import load
 from storage.compaction_jobs import CompactionJobs, PgCompactionJobs

@@ -22,7 +22,7 @@ from services.console.context import (
 from services.console.csrf import CsrfRefused, checked_viewer
 from services.console.fields import RESPONSES
 from services.console.prepare_client import PrepareError
-from services.prepare.http_errors import ApiRoute
+from services.prepare.http.errors import ApiRoute
 
 router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
 NEXT = "/inspector"

@@ -26,8 +26,8 @@ from services.console.guards import OriginCheck, SecurityHeaders
 from services.console.prepare_client import PrepareClient
 from services.console.session_store import SessionStore
 from services.console.settings import ConsoleSettings
-from services.prepare.http_errors import install_error_handlers
-from services.prepare.middleware import BodyLimit, ErrorShield
+from services.prepare.http.errors import install_error_handlers
+from services.prepare.http.middleware import BodyLimit, ErrorShield
 from storage.pool import create_pool
 
 

@@ -13,7 +13,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.errors import ContextError
-from services.prepare.middleware import send_error
+from services.prepare.http.middleware import send_error
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # The pages use only their own script and stylesheet (no inline script, style or

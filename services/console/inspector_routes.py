@@ -11,7 +11,7 @@ from domain.context.call_view import session_cost
 from services.console.context import Refused, Viewer, console_of, page, require_session, viewer
 from services.console.fields import RESPONSES, Offset, PathId
 from services.console.prepare_client import PrepareError
-from services.prepare.http_errors import ApiRoute
+from services.prepare.http.errors import ApiRoute
 from storage import call_views, inspection
 
 router = APIRouter(route_class=ApiRoute, responses=RESPONSES)

@@ -26,7 +26,7 @@ from services.console.context import (
 from services.console.csrf import checked_viewer
 from services.console.fields import RESPONSES, FormId
 from services.console.prepare_client import PrepareError
-from services.prepare.http_errors import ApiRoute
+from services.prepare.http.errors import ApiRoute
 from storage import inspection
 
 router = APIRouter(route_class=ApiRoute, responses=RESPONSES)

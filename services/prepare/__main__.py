@@ -11,8 +11,8 @@ import uvicorn
 from fastapi import FastAPI
 
 from schemas.settings import Settings
-from services.prepare.api import create_api
 from services.prepare.bootstrap import running_service
+from services.prepare.http.api import create_api
 from services.prepare.service import PrepareService
 from streams.topics import require_topics
 

@@ -20,27 +20,27 @@ from schemas.errors import NotFound
 from schemas.settings import Settings
 from services.model_profiles import load_catalog
 from services.prepare.access import Access, KeyLookup
-from services.prepare.calibration import CalibrationCache
-from services.prepare.compaction_check import CompactionCheck
-from services.prepare.content import ContentStore
-from services.prepare.model_gateway import Gateway
-from services.prepare.notes import Notes
-from services.prepare.prepare_context import Preparer
-from services.prepare.prepare_hooks import (
+from services.prepare.assembly.compaction_check import CompactionCheck
+from services.prepare.assembly.prepare_context import Preparer
+from services.prepare.assembly.prepare_hooks import (
     METHODS,
     HookRegistry,
     hook_ids,
     hook_source,
     load_hooks,
 )
-from services.prepare.prepared import PreparedStore
+from services.prepare.assembly.prepared import PreparedStore
+from services.prepare.assembly.retention import Prunable, pruning
+from services.prepare.assembly.views import ThreadViews
+from services.prepare.assembly.waiter import CommitWaiter, Waiter
+from services.prepare.calibration import CalibrationCache
+from services.prepare.content import ContentStore
+from services.prepare.model_gateway import Gateway
+from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
 from services.prepare.readback import ReadBack
-from services.prepare.retention import Prunable, pruning
 from services.prepare.run_lifecycle import Runs
 from services.prepare.service import PrepareService
-from services.prepare.views import ThreadViews
-from services.prepare.waiter import CommitWaiter, Waiter
 from storage.api_keys import find_key
 from storage.blobs import Blobs, PgBlobs, PgRecords, Records
 from storage.calibration import Calibrations, PgCalibrations

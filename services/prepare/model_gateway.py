@@ -16,13 +16,13 @@ from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
 from domain.policy.sections import HookBinding
 from domain.pricing import ModelPrices, cost_dict, parse_usage
 from schemas.errors import NotFound
+from services.prepare.assembly.prepare_hooks import HookRegistry, ModelCall
+from services.prepare.assembly.prepared import PreparedEntry, PreparedStore
+from services.prepare.bodies import ModelCallIn, ModelResultIn
 from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
-from services.prepare.prepare_hooks import HookRegistry, ModelCall
-from services.prepare.prepared import PreparedEntry, PreparedStore
 from services.prepare.publishing import ReleaseBook
-from services.prepare.requests import ModelCallIn, ModelResultIn
 from storage.model_calls import ModelCalls, NewCall, Sample, StoredCall
 
 CALIBRATION_WINDOW = 20  # reported calls per model replayed into an empty calibration

@@ -17,8 +17,8 @@ from domain.policy.context_policy import ContextPolicy, validate_policy
 from domain.policy.model_catalog import ModelCatalog, check_refs
 from schemas.errors import InvalidPolicy, NotFound, ReleaseConflict
 from services.model_profiles import model_profile
+from services.prepare.bodies import ReleaseIn
 from services.prepare.release_spec import ReleaseView, view_of
-from services.prepare.requests import ReleaseIn
 from storage.releases import RELEASE_CONTENT, Release, Releases
 
 

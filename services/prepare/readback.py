@@ -12,8 +12,8 @@ from typing import Any
 from domain.auth import Action, Principal, granted_by
 from schemas.errors import InvalidRequest, NotFound, NotGranted
 from services.prepare.access import Access
+from services.prepare.assembly.views import ThreadViews
 from services.prepare.notes import Notes
-from services.prepare.views import ThreadViews
 from storage.blobs import Records, StoredRecord
 from storage.sessions import Sessions
 

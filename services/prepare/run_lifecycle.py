@@ -25,10 +25,10 @@ from schemas.contracts import (
 from schemas.errors import Conflict, InvalidRequest, NotFound, RunActive, RunNotActive
 from schemas.validation import run_start_problem, validate_event
 from services.bus import send_event
+from services.prepare.assembly.views import ThreadViews
+from services.prepare.assembly.waiter import Waiter
+from services.prepare.bodies import FinishIn, RunIn, RunLifecycleIn, SessionIn
 from services.prepare.publishing import ReleaseBook
-from services.prepare.requests import FinishIn, RunIn, RunLifecycleIn, SessionIn
-from services.prepare.views import ThreadViews
-from services.prepare.waiter import Waiter
 from storage.sessions import SessionRow, Sessions
 from streams.publish import Publisher
 

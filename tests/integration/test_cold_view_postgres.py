@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from services.prepare.views import ThreadViews
+from services.prepare.assembly.views import ThreadViews
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.render_states import PgRenderStates, StoredState

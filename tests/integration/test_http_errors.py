@@ -23,8 +23,8 @@ import httpx
 import pytest
 import uvicorn
 
-from services.prepare.api import create_api
-from services.prepare.openapi import DOC
+from services.prepare.http.api import create_api
+from services.prepare.http.openapi import DOC
 from services.sdk.client import ApiError, ContextClient
 from tests.support.flows import client, new_session
 from tests.support.services import Services, free_port

@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from services.prepare.openapi import DOC
+from services.prepare.http.openapi import DOC
 from tests.support.flows import client, new_session
 from tests.support.services import Services
 

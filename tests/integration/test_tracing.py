@@ -21,8 +21,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from domain.auth import KeyKind
 from schemas.settings import Settings
-from services.prepare.api import create_api
 from services.prepare.bootstrap import running_service
+from services.prepare.http.api import create_api
 from services.sdk.client import ContextClient
 from storage.api_keys import issue
 from storage.pool import create_pool

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from services.prepare.prepare_hooks import ModelCall, PrepareAdjust, PrepareRequest
+from services.prepare.assembly.prepare_hooks import ModelCall, PrepareAdjust, PrepareRequest
 
 SEEN: list[dict[str, Any]] = []
 

@@ -11,8 +11,8 @@ import pytest
 
 from schemas.errors import ContextBudgetExceeded
 from schemas.wire import decode_observability, encode_event
+from services.prepare.bodies import PrepareIn, ReleaseIn, SessionIn
 from services.prepare.bootstrap import Options
-from services.prepare.requests import PrepareIn, ReleaseIn, SessionIn
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 from tests.unit.fakes.publisher import FakePublisher
 from tests.unit.test_processor_orchestration import SESSION, batch, events, make, user
@@ -55,17 +55,17 @@ async def test_every_dead_letter_is_reported_by_reason() -> None:
 async def test_a_refused_prepare_is_reported_with_its_reason_not_as_a_prepare() -> None:
     w = PrepareWorld(options=Options(compaction_wait_s=5.0, topic_observability="obs"))
     body = {"release_id": "rel", "agent_id": "a", "instructions": "Answer."}
-    await w.svc.register_release(ReleaseIn.model_validate(body | {"model_profile": PROFILE}), "x")
-    await w.svc.open_session(SessionIn(session_id="s1", release_id="rel"), "x", "alice")
+    await w.svc.releases.register(ReleaseIn.model_validate(body | {"model_profile": PROFILE}), "x")
+    await w.svc.runs.open_session(SessionIn(session_id="s1", release_id="rel"), "x", "alice")
     w.run("s1", "r1")
     w.say("s1", "r1", "user_input", "short question")
-    sent = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    sent = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     for i in range(3):  # as history(w, 3, 900) in test_prepare_context_gateway
         w.say("s1", "r1", "user_input", f"q{i} " + "x" * 900)
         w.say("s1", "r1", "assistant_message", f"a{i} " + "y" * 900, purpose="action")
     w.say("s1", "r1", "user_input", "And now?")
     with pytest.raises(ContextBudgetExceeded):
-        sent = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+        sent = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     await asyncio.sleep(0)  # the notes are published from tasks
     notes = [decode_observability(m.value) for m in w.publisher.on("obs")]
     assert [(n.kind, n.decision, n.reason) for n in notes] == [

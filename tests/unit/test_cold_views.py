@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pytest
 
 from domain.context.rendering import RecordView
-from services.prepare.views import ThreadViews
+from services.prepare.assembly.views import ThreadViews
 from storage.render_states import MemoryRenderStates, StoredState
 from storage.threads import Inherited, Snapshot, SummaryView
 from tests.unit.fakes.prepare import FakeThreads

@@ -18,7 +18,7 @@ from schemas.wire import (
     encode_compaction_request,
 )
 from services.compaction import bootstrap
-from services.compaction.requests import RequestLoop
+from services.compaction.job_loop import RequestLoop
 from services.compaction.scripted import ScriptedSummarizer
 from streams.faults import is_transient
 from tests.unit.fakes.compaction import FakeCompactionJobs, history

@@ -29,7 +29,7 @@ from schemas.errors import (
     TransientError,
 )
 from schemas.wire import encode_compaction_request
-from services.prepare.api import create_api
+from services.prepare.http.api import create_api
 from streams.faults import (
     DRIVER_ERRORS,
     classify,
@@ -240,16 +240,16 @@ async def test_the_compaction_loop_retries_a_deadlock_without_counting_it(
 
 
 class _Broken:
-    """A Prepare service whose every call raises ``exc``."""
+    """A Prepare service whose every use case raises ``exc`` on every call."""
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
 
     def __getattr__(self, name: str) -> Any:
-        async def call(*_: Any, **__: Any) -> Any:
-            raise self.exc
+        return self
 
-        return call
+    async def __call__(self, *_: Any, **__: Any) -> Any:
+        raise self.exc
 
 
 def _answer(exc: BaseException) -> tuple[int, dict[str, Any]]:

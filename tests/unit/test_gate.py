@@ -53,7 +53,9 @@ def prepared(reserve_tokens: int = 0, capacity: int = 100_000) -> Assembled:
 
 
 def copy(messages: list[Message]) -> list[Message]:
-    return [dict(m) for m in messages]  # what a hook receives (services/prepare/prepare_hooks.py)
+    return [
+        dict(m) for m in messages
+    ]  # what a hook receives (services/prepare/assembly/prepare_hooks.py)
 
 
 def find(messages: list[Message], **kw: Any) -> int:

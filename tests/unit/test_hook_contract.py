@@ -13,7 +13,7 @@ from domain.policy.sections import HookBinding
 from schemas.errors import HookFailed
 from services.compaction.bootstrap import load_hooks as load_compaction_hooks
 from services.hooks import HookSpecInvalid, bound, call, load
-from services.prepare.prepare_hooks import load_hooks as load_prepare_hooks
+from services.prepare.assembly.prepare_hooks import load_hooks as load_prepare_hooks
 
 
 class _Hook:

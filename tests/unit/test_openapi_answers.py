@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from schemas.answers.prepared import ModelCall, ModelResult, PreparedContext
-from services.prepare.openapi import DOC
-from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn
+from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn
+from services.prepare.http.openapi import DOC
 from tests.unit.test_prepare_context_gateway import history, world
 
 METHODS = ("get", "put", "post", "delete", "patch")
@@ -83,18 +83,20 @@ def test_the_walk_fails_on_a_free_form_answer() -> None:
 async def test_prepare_gateway_and_result_answers_fit_their_models() -> None:
     w = await world()
     history(w, 1, 10)
-    first = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion", render=True))
+    first = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion", render=True))
     assert PreparedContext.model_validate(first).provider is not None
-    call = await w.svc.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
+    call = await w.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
     checked = ModelCall.model_validate(call)
     assert checked.budget.final_estimated_input_raw is not None
-    replay = await w.svc.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
+    replay = await w.svc.gateway.model_call(
+        "s1", "r1", ModelCallIn(prepared_id=first["prepared_id"])
+    )
     assert ModelCall.model_validate(replay).idempotent_replay
     usage = {"input_tokens": 2 * int(call["budget"]["final_estimated_input_raw"])}
-    result = await w.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
+    result = await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     assert ModelResult.model_validate(result).drift is not None
     # Calibrated now: the budget carries the calibration and the calibrated input.
-    second = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    second = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     assert PreparedContext.model_validate(second).budget.calibration is not None
 
 

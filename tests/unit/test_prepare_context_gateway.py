@@ -9,7 +9,7 @@ import pytest
 from domain.compaction.triggers import Counters
 from schemas.errors import ContextBudgetExceeded, NotFound, NotGranted
 from schemas.wire import BudgetObservation, decode_control
-from services.prepare.requests import (
+from services.prepare.bodies import (
     ModelCallIn,
     ModelResultIn,
     PrepareIn,
@@ -30,10 +30,10 @@ async def world(policy: dict[str, object] | None = None) -> PrepareWorld:
         "instructions": "Answer.",
         "model_profile": PROFILE,
     }
-    await w.svc.register_release(
+    await w.svc.releases.register(
         ReleaseIn.model_validate(body | {"context_policy": policy or {}}), "space"
     )
-    await w.svc.open_session(SessionIn(session_id="s1", release_id="rel"), "space", "alice")
+    await w.svc.runs.open_session(SessionIn(session_id="s1", release_id="rel"), "space", "alice")
     w.run("s1", "r1")
     return w
 
@@ -56,7 +56,7 @@ def history(w: PrepareWorld, turns: int, size: int) -> list[str]:
 async def test_a_prepare_assembles_the_thread_within_the_budget_and_holds_it() -> None:
     w = await world()
     history(w, 1, 10)
-    out = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    out = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     texts = [m["content"] for m in out["messages"]]
     assert texts[-1] == "And now?" and "Answer." in texts[0]
     assert out["budget"]["input_budget"] == 3400
@@ -71,7 +71,7 @@ async def test_over_the_budget_a_completion_is_refused_and_nothing_is_held() -> 
     w = await world()
     history(w, 3, 900)
     with pytest.raises(ContextBudgetExceeded):
-        await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+        await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     assert w.publisher.sent == []  # a completion sends no observation
 
 
@@ -81,7 +81,7 @@ async def test_an_action_over_the_budget_waits_for_the_job_and_is_refused_when_i
     history(w, 3, 900)
     w.compaction.outcomes = [None, {"status": "failed", "stage": "summarize", "reason": "x"}]
     with pytest.raises(ContextBudgetExceeded) as exc:
-        await w.svc.prepare("s1", "r1", PrepareIn())
+        await w.svc.preparer.prepare("s1", "r1", PrepareIn())
     assert exc.value.details["reason"] == "compaction_failed"
     [obs] = w.publisher.on("ctx.records")
     assert obs.how == "advisory" and obs.key == b"s1"
@@ -97,7 +97,7 @@ async def test_an_action_over_the_budget_is_prepared_on_the_summary_the_job_comm
     w.compaction.summaries["sum1"] = SummaryView("sum1", "They talked.", 12, frozenset(covered))
     w.compaction.outcomes = [{"status": "committed", "stage": "done", "reason": None}]
     w.compaction.after_job = (Counters(4, 3), summary)
-    out = await w.svc.prepare("s1", "r1", PrepareIn())
+    out = await w.svc.preparer.prepare("s1", "r1", PrepareIn())
     assert out["dependency_versions"]["summary_id"] == "sum1"
     assert out["budget"]["estimated_input"] <= out["budget"]["input_budget"]
     assert not any("xxxx" in str(m["content"]) for m in out["messages"])
@@ -107,18 +107,18 @@ async def test_an_action_over_the_budget_is_prepared_on_the_summary_the_job_comm
 async def test_the_gateway_records_a_call_once_and_its_usage_calibrates() -> None:
     w = await world()
     history(w, 1, 10)
-    prepared = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    prepared = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     body = ModelCallIn(prepared_id=prepared["prepared_id"])
-    call = await w.svc.model_call("s1", "r1", body)
-    again = await w.svc.model_call("s1", "r1", body)
+    call = await w.svc.gateway.model_call("s1", "r1", body)
+    again = await w.svc.gateway.model_call("s1", "r1", body)
     assert (call["idempotent_replay"], again["idempotent_replay"]) == (False, True)
     assert again["request"] == call["request"] and len(w.model_calls.inserted) == 1
     estimated = call["budget"]["final_estimated_input_raw"]
     usage = {"input_tokens": estimated * 3}  # far off: moves the factor, bounded (x2)
-    result = await w.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
+    result = await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     assert result["drift"]["reported_input"] == estimated * 3
     assert w.calibrations.rows[("space", "m")].factor > 1.0
-    repeat = await w.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
+    repeat = await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     assert repeat["drift"] == result["drift"]  # claimed once: not calibrated twice
 
 
@@ -126,7 +126,7 @@ async def test_the_gateway_records_a_call_once_and_its_usage_calibrates() -> Non
 async def test_a_call_for_a_context_not_held_here_must_prepare_again() -> None:
     w = await world()
     with pytest.raises(NotFound) as exc:
-        await w.svc.model_call("s1", "r1", ModelCallIn(prepared_id="prep_gone"))
+        await w.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id="prep_gone"))
     assert exc.value.details["reason"] == "prepared_not_found"
 
 
@@ -141,21 +141,21 @@ async def test_a_thread_reads_its_own_and_shared_records_and_a_child_its_transfe
     w = await world()
     w.records.rows[("s1", "shared")] = record("shared", "session", text="0123456789")
     w.records.rows[("s1", "private")] = record("private", "instance", instance="r1.c1")
-    page = await w.svc.read_record(
+    page = await w.svc.readback.read_record(
         "s1", "shared", offset=2, limit=3, run_id="r1", instance_id="r1.main"
     )
     assert (page["content"], page["next_offset"], page["total_chars"]) == ("234", 5, 10)
     with pytest.raises(NotGranted):
-        await w.svc.read_record("s1", "private", run_id="r1", instance_id="r1.main")
+        await w.svc.readback.read_record("s1", "private", run_id="r1", instance_id="r1.main")
     with pytest.raises(NotGranted):
-        await w.svc.read_record("s1", "private")  # on behalf of no thread
-    assert (await w.svc.read_record("s1", "private", run_id="r1", instance_id="r1.c1"))[
+        await w.svc.readback.read_record("s1", "private")  # on behalf of no thread
+    assert (await w.svc.readback.read_record("s1", "private", run_id="r1", instance_id="r1.c1"))[
         "content"
     ] == ""
     with pytest.raises(NotGranted):
-        await w.svc.read_record("s1", "shared", run_id="r1", instance_id="r1.c1")
+        await w.svc.readback.read_record("s1", "shared", run_id="r1", instance_id="r1.c1")
     w.records.transfers[("s1", "r1", "r1.c1")] = ["shared"]
-    await w.svc.read_record("s1", "shared", run_id="r1", instance_id="r1.c1")
+    await w.svc.readback.read_record("s1", "shared", run_id="r1", instance_id="r1.c1")
 
 
 @pytest.mark.spec("R15.3")
@@ -175,5 +175,5 @@ async def test_a_revoked_resource_is_withdrawn_from_read_back() -> None:
         "res",
         True,
     )
-    page = await w.svc.read_record("s1", "gone")
+    page = await w.svc.readback.read_record("s1", "gone")
     assert "secret" not in page["content"] and "withdrawn" in page["content"]

@@ -12,10 +12,10 @@ import pytest
 from domain.auth import KeyKind
 from domain.policy.context_policy import validate_policy
 from schemas.errors import InvalidPolicy, ReleaseConflict
+from services.prepare.assembly.prepare_hooks import HookRegistry
+from services.prepare.bodies import ReleaseIn
 from services.prepare.bootstrap import Options
-from services.prepare.prepare_hooks import HookRegistry
 from services.prepare.publishing import policy_revision, release_content_hash
-from services.prepare.requests import ReleaseIn
 from storage.releases import Release
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
@@ -69,11 +69,13 @@ async def test_a_release_frozen_with_four_policy_sections_republished_alike_is_t
 ) -> None:
     w = PrepareWorld()
     old = stored_before_r17(w, release(), content_hash=hashed)
-    again = await w.svc.register_release(release(), "space")
+    again = await w.svc.releases.register(release(), "space")
     assert again["policy_revision"] == old.policy_revision  # the sessions' one, unchanged
     assert w.releases.rows["rel_a"].context_policy == four_sections()
     with pytest.raises(ReleaseConflict) as exc:
-        await w.svc.register_release(release(context_policy={"recent_complete_groups": 5}), "space")
+        await w.svc.releases.register(
+            release(context_policy={"recent_complete_groups": 5}), "space"
+        )
     assert exc.value.details["fields"] == ["context_policy"]
 
 
@@ -90,14 +92,14 @@ async def test_a_policy_binding_a_hook_this_deployment_does_not_load_is_refused(
         {"point": "model.chat.before", "hook": "marker", "version": "3"},
         {"point": "context.compact.after", "hook": "tag-and-keep"},
     ]
-    await w.svc.register_release(release(context_policy={"hook_bindings": bind}), "space")
+    await w.svc.releases.register(release(context_policy={"hook_bindings": bind}), "space")
     assert [b.hook for b in w.releases.rows["rel_a"].policy.hook_bindings] == [
         "marker",
         "tag-and-keep",
     ]
     unknown = [*bind, {"point": "model.chat.after", "hook": "marker", "version": "4"}]
     with pytest.raises(InvalidPolicy) as exc:
-        await w.svc.register_release(
+        await w.svc.releases.register(
             release(release_id="rel_b", context_policy={"hook_bindings": unknown}), "space"
         )
     details = exc.value.details
@@ -110,16 +112,18 @@ async def test_a_policy_binding_a_hook_this_deployment_does_not_load_is_refused(
     # A deployment that loads no hooks refuses every binding.
     bare = PrepareWorld(options=Options())
     with pytest.raises(InvalidPolicy):
-        await bare.svc.register_release(release(context_policy={"hook_bindings": bind[:1]}))
+        await bare.svc.releases.register(release(context_policy={"hook_bindings": bind[:1]}))
 
 
 @pytest.mark.spec("R17")
 async def test_a_release_keeps_the_overrides_as_given_beside_the_effective_policy() -> None:
     w = PrepareWorld()
     overrides = {"compaction": {"user_turns": 3}, "large_result": {"preview_chars": 300}}
-    await w.svc.register_release(release(context_policy=overrides), "space")
+    await w.svc.releases.register(release(context_policy=overrides), "space")
     key = w.keys.issue("space", KeyKind.HOST)
-    shown = await w.svc.authorized_release("rel_a", await w.svc.authenticate(key, None))
+    shown = await w.svc.access.authorized_release(
+        "rel_a", await w.svc.access.authenticate(key, None)
+    )
     assert shown["policy_overrides"] == overrides
     assert shown["context_policy"]["compaction"]["user_turns"] == 3
     assert shown["context_policy"]["large_result_policy"]["preview_chars"] == 300
@@ -128,7 +132,7 @@ async def test_a_release_keeps_the_overrides_as_given_beside_the_effective_polic
     # publish's overrides stay.
     spelled = overrides | {"large_result_policy": {"preview_chars": 300}}
     del spelled["large_result"]
-    await w.svc.register_release(release(context_policy=spelled), "space")
+    await w.svc.releases.register(release(context_policy=spelled), "space")
     assert w.releases.rows["rel_a"].policy_overrides == overrides
 
 
@@ -152,7 +156,7 @@ async def test_a_hook_bound_at_a_point_it_does_not_serve_is_refused_at_publish()
     ):
         with pytest.raises(InvalidPolicy) as exc:
             policy = {"hook_bindings": [wrong]}
-            await w.svc.register_release(
+            await w.svc.releases.register(
                 release(release_id=f"rel_w{i}", context_policy=policy), "space"
             )
         assert exc.value.details["rule"] == "unknown_hook"

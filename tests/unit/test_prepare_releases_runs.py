@@ -15,7 +15,7 @@ from schemas.errors import (
     Unauthenticated,
 )
 from schemas.wire import decode_event as decode
-from services.prepare.requests import FinishIn, ReleaseIn, RunIn, RunLifecycleIn, SessionIn
+from services.prepare.bodies import FinishIn, ReleaseIn, RunIn, RunLifecycleIn, SessionIn
 from storage.sessions import Refusal
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
@@ -28,11 +28,11 @@ def release(**changes: object) -> ReleaseIn:
 @pytest.mark.spec("R1.4", "R17")
 async def test_a_release_is_frozen_its_retry_answered_alike_other_content_refused() -> None:
     w = PrepareWorld()
-    first = await w.svc.register_release(release(), "space")
-    again = await w.svc.register_release(release(), "space")
+    first = await w.svc.releases.register(release(), "space")
+    again = await w.svc.releases.register(release(), "space")
     assert again == first
     with pytest.raises(ReleaseConflict) as exc:
-        await w.svc.register_release(release(instructions="Be verbose."), "space")
+        await w.svc.releases.register(release(instructions="Be verbose."), "space")
     assert exc.value.details["fields"] == ["instructions"]
     stored = w.releases.rows["rel_a"]
     assert stored.instructions == "Be brief."
@@ -43,35 +43,39 @@ async def test_a_release_is_frozen_its_retry_answered_alike_other_content_refuse
 @pytest.mark.spec("R15.4")
 async def test_a_release_id_of_another_space_is_taken_and_its_release_not_found() -> None:
     w = PrepareWorld()
-    await w.svc.register_release(release(), "space-a")
+    await w.svc.releases.register(release(), "space-a")
     with pytest.raises(ReleaseConflict, match="taken"):
-        await w.svc.register_release(release(), "space-b")
+        await w.svc.releases.register(release(), "space-b")
     key = w.keys.issue("space-b", KeyKind.HOST)
-    who = await w.svc.authenticate(key, None)
+    who = await w.svc.access.authenticate(key, None)
     with pytest.raises(NotFound):
-        await w.svc.authorized_release("rel_a", who)
+        await w.svc.access.authorized_release("rel_a", who)
 
 
 @pytest.mark.spec("R1.4")
 async def test_a_session_id_reused_with_another_release_is_a_conflict() -> None:
     w = PrepareWorld()
-    await w.svc.register_release(release(), "space")
-    await w.svc.register_release(release(release_id="rel_b"), "space")
-    opened = await w.svc.open_session(
+    await w.svc.releases.register(release(), "space")
+    await w.svc.releases.register(release(release_id="rel_b"), "space")
+    opened = await w.svc.runs.open_session(
         SessionIn(session_id="s1", release_id="rel_a"), "space", "alice"
     )
     assert opened["release_id"] == "rel_a"
     assert (
-        await w.svc.open_session(SessionIn(session_id="s1", release_id="rel_a"), "space", "alice")
+        await w.svc.runs.open_session(
+            SessionIn(session_id="s1", release_id="rel_a"), "space", "alice"
+        )
         == opened
     )
     with pytest.raises(Conflict):
-        await w.svc.open_session(SessionIn(session_id="s1", release_id="rel_b"), "space", "alice")
+        await w.svc.runs.open_session(
+            SessionIn(session_id="s1", release_id="rel_b"), "space", "alice"
+        )
 
 
 async def opened(w: PrepareWorld) -> None:
-    await w.svc.register_release(release(), "space")
-    await w.svc.open_session(SessionIn(session_id="s1", release_id="rel_a"), "space", "alice")
+    await w.svc.releases.register(release(), "space")
+    await w.svc.runs.open_session(SessionIn(session_id="s1", release_id="rel_a"), "space", "alice")
 
 
 @pytest.mark.spec("R1.1", "R1.3")
@@ -79,7 +83,7 @@ async def test_a_run_start_is_published_and_waited_for_then_reported() -> None:
     w = PrepareWorld()
     await opened(w)
     w.run("s1", "r1")  # what the processor leaves when it accepts the start
-    out = await w.svc.start_run("s1", RunIn(run_id="r1"))
+    out = await w.svc.runs.start_run("s1", RunIn(run_id="r1"))
     assert (out["run_id"], out["instance_id"], out["status"]) == ("r1", "r1.main", "active")
     [sent] = w.publisher.on("ctx.records")
     assert sent.how == "waited" and sent.key == b"s1"
@@ -94,7 +98,7 @@ async def test_a_start_the_processor_refused_is_run_active() -> None:
     await opened(w)
     w.sessions.refusals[("s1", "run_started:r2")] = Refusal("run_active", "r1 is active")
     with pytest.raises(RunActive):
-        await w.svc.start_run("s1", RunIn(run_id="r2"))
+        await w.svc.runs.start_run("s1", RunIn(run_id="r2"))
 
 
 @pytest.mark.spec("R1.2")
@@ -102,12 +106,12 @@ async def test_a_resume_key_derives_from_durable_counters_so_a_retry_is_the_same
     w = PrepareWorld()
     await opened(w)
     w.run("s1", "r1", status="finished")
-    first = await w.svc.resume_run("s1", "r1", RunLifecycleIn())
-    retry = await w.svc.resume_run("s1", "r1", RunLifecycleIn())
+    first = await w.svc.runs.resume_run("s1", "r1", RunLifecycleIn())
+    retry = await w.svc.runs.resume_run("s1", "r1", RunLifecycleIn())
     assert first["event_key"] == retry["event_key"]
     assert [decode(m.value).event_key for m in w.publisher.sent] == [first["event_key"]] * 2
     with pytest.raises(NotFound):
-        await w.svc.finish_run("s1", "nope", FinishIn())
+        await w.svc.runs.finish_run("s1", "nope", FinishIn())
 
 
 @pytest.mark.spec("R3.3", "R15.4")
@@ -115,13 +119,13 @@ async def test_keys_and_grants_decide_who_reads_a_session() -> None:
     w = PrepareWorld()
     await opened(w)
     with pytest.raises(Unauthenticated):
-        await w.svc.authenticate("alc_0000000000000000_" + "0" * 64, None)
-    bob = await w.svc.authenticate(w.keys.issue("space", KeyKind.USER, "bob"), None)
+        await w.svc.access.authenticate("alc_0000000000000000_" + "0" * 64, None)
+    bob = await w.svc.access.authenticate(w.keys.issue("space", KeyKind.USER, "bob"), None)
     with pytest.raises(NotGranted):
-        await w.svc.authorize("s1", bob, Action.SESSION_READ)
-    host = await w.svc.authenticate(w.keys.issue("space", KeyKind.HOST), "alice")
-    await w.svc.grant("s1", host, "bob")
+        await w.svc.access.authorize("s1", bob, Action.SESSION_READ)
+    host = await w.svc.access.authenticate(w.keys.issue("space", KeyKind.HOST), "alice")
+    await w.svc.readback.grant("s1", host, "bob")
     assert w.sessions.grants[("s1", "bob")][0] == "alice"
-    await w.svc.authorize("s1", bob, Action.SESSION_READ)
+    await w.svc.access.authorize("s1", bob, Action.SESSION_READ)
     with pytest.raises(NotGranted):
-        await w.svc.authorize("s1", bob, Action.SESSION_WRITE)  # a grant is to read only
+        await w.svc.access.authorize("s1", bob, Action.SESSION_WRITE)  # a grant is to read only

@@ -8,8 +8,8 @@ import pytest
 
 from domain.context.budget import Calibration
 from schemas.errors import NotFound
-from services.prepare.prepared import PreparedEntry
-from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn
+from services.prepare.assembly.prepared import PreparedEntry
+from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
 
@@ -21,8 +21,8 @@ async def instance_a() -> PrepareWorld:
         "instructions": "Answer.",
         "model_profile": PROFILE,
     }
-    await a.svc.register_release(ReleaseIn.model_validate(body), "space")
-    await a.svc.open_session(SessionIn(session_id="s1", release_id="rel"), "space", "alice")
+    await a.svc.releases.register(ReleaseIn.model_validate(body), "space")
+    await a.svc.runs.open_session(SessionIn(session_id="s1", release_id="rel"), "space", "alice")
     a.run("s1", "r1")
     a.say("s1", "r1", "user_input", "What is the weather?")
     return a
@@ -32,31 +32,35 @@ async def instance_a() -> PrepareWorld:
 async def test_a_context_prepared_on_one_instance_is_checked_and_reported_on_another() -> None:
     a = await instance_a()
     b = a.instance()
-    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    call = await b.svc.model_call("s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
+    prepared = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    call = await b.svc.gateway.model_call(
+        "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
+    )
     assert call["status"] == "ready" and not call["idempotent_replay"]
     # B had it in no memory: read from the store (waiting for A's write behind its answer)
     assert a.prepared.loads >= 1 and prepared["prepared_id"] in a.prepared.rows
     sent = [m["content"] for m in call["request"]["messages"]]
     assert sent == [m["content"] for m in prepared["messages"]]
     # The same call retried on A is the one B recorded.
-    again = await a.svc.model_call("s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
+    again = await a.svc.gateway.model_call(
+        "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
+    )
     assert again["idempotent_replay"] and again["call_id"] == call["call_id"]
-    done = await a.svc.model_result("s1", call["call_id"], ModelResultIn(usage={}))
+    done = await a.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage={}))
     assert done["status"] == "completed"
 
 
 @pytest.mark.spec("R10.5")
 async def test_a_context_of_another_run_or_pruned_is_not_found_on_any_instance() -> None:
     a = await instance_a()
-    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    prepared = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     b = a.instance()
     a.run("s1", "r2")
     with pytest.raises(NotFound):  # held for r1 only
-        await b.svc.model_call("s1", "r2", ModelCallIn(prepared_id=prepared["prepared_id"]))
+        await b.svc.gateway.model_call("s1", "r2", ModelCallIn(prepared_id=prepared["prepared_id"]))
     assert await a.prepared.prune(0.0) == 1
     with pytest.raises(NotFound) as exc:
-        await a.instance().svc.model_call(
+        await a.instance().svc.gateway.model_call(
             "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
         )
     assert exc.value.details["reason"] == "prepared_not_found"
@@ -66,23 +70,23 @@ async def test_a_context_of_another_run_or_pruned_is_not_found_on_any_instance()
 async def test_usage_reported_on_one_instance_calibrates_the_other_within_the_cache_ttl() -> None:
     a = await instance_a()
     b = a.instance()
-    first = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    first = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     assert "calibration" not in first["budget"]
-    call = await b.svc.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
+    call = await b.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
     estimated = call["budget"]["final_estimated_input_raw"]
     usage = {"input_tokens": estimated * 3 // 2}
-    await b.svc.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
+    await b.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
     factor = a.calibrations.rows[("space", "m")].factor
     assert factor == pytest.approx(1.5, rel=0.01)
     # B folded the report in: its own next prepare uses it at once.
-    on_b = await b.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    on_b = await b.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     assert on_b["budget"]["calibration"]["factor"] == round(factor, 6)
     # A read "no calibration yet" moments ago and keeps it for the cache's TTL, then
     # reads what B stored.
-    cached = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    cached = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     assert "calibration" not in cached["budget"]
     a.clock[0] += a.options.calibration_ttl_s
-    on_a = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    on_a = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     assert on_a["budget"]["calibration"] == on_b["budget"]["calibration"]
     assert on_a["budget"]["calibrated_input"] > on_a["budget"]["estimated_input"]
 
@@ -91,11 +95,13 @@ async def test_usage_reported_on_one_instance_calibrates_the_other_within_the_ca
 async def test_reports_of_one_call_on_two_instances_calibrate_once() -> None:
     a = await instance_a()
     b = a.instance()
-    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    call = await a.svc.model_call("s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
+    prepared = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    call = await a.svc.gateway.model_call(
+        "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
+    )
     usage = ModelResultIn(usage={"input_tokens": call["budget"]["final_estimated_input_raw"]})
-    first = await a.svc.model_result("s1", call["call_id"], usage)
-    second = await b.svc.model_result("s1", call["call_id"], usage)
+    first = await a.svc.gateway.model_result("s1", call["call_id"], usage)
+    second = await b.svc.gateway.model_result("s1", call["call_id"], usage)
     assert second["drift"] == first["drift"] and first["drift"] is not None
     assert a.calibrations.rows[("space", "m")].samples == 1
 
@@ -116,7 +122,7 @@ async def test_a_model_without_a_stored_calibration_is_seeded_from_its_last_repo
 async def test_the_stored_form_of_a_prepared_context_is_the_context() -> None:
     a = await instance_a()
     a.calibrations.rows[("space", "m")] = Calibration(1.123456789012, 3, 0.0987654321)
-    prepared = await a.svc.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    prepared = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
     held = await a.svc.gateway.prepared.get(prepared["prepared_id"])
     assert held is not None and held.report.calibration is not None
     back = PreparedEntry.from_json(held.to_json())

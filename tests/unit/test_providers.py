@@ -222,7 +222,7 @@ def test_the_same_inputs_render_the_same_bytes(fmt: str) -> None:
 @pytest.mark.spec("R4.3")
 @pytest.mark.parametrize("fmt", FORMATS)
 async def test_two_prepares_with_unchanged_inputs_render_byte_identical_requests(fmt: str) -> None:
-    from services.prepare.requests import PrepareIn, ReleaseIn, SessionIn
+    from services.prepare.bodies import PrepareIn, ReleaseIn, SessionIn
     from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
     w = PrepareWorld()
@@ -233,15 +233,15 @@ async def test_two_prepares_with_unchanged_inputs_render_byte_identical_requests
         "instructions": "Answer.",
         "model_profile": profile,
     }
-    await w.svc.register_release(ReleaseIn.model_validate(release), "space")
-    await w.svc.open_session(SessionIn(session_id="s1", release_id="rel"), "space", "alice")
+    await w.svc.releases.register(ReleaseIn.model_validate(release), "space")
+    await w.svc.runs.open_session(SessionIn(session_id="s1", release_id="rel"), "space", "alice")
     w.run("s1", "r1")
     w.say("s1", "r1", "user_input", "Why is CI red?")
     w.say("s1", "r1", "assistant_message", "Reading the log.", purpose="action")
     w.say("s1", "r1", "user_input", "And now?")
 
     async def request() -> bytes:
-        out = await w.svc.prepare("s1", "r1", PrepareIn(purpose="completion", render=True))
+        out = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion", render=True))
         assert out["provider"]["format"] == fmt
         return json.dumps(
             out["provider"]["request"], sort_keys=True, separators=(",", ":")

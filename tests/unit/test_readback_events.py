@@ -9,8 +9,8 @@ import pytest
 
 from schemas.errors import NotGranted
 from schemas.wire import decode_observability
+from services.prepare.bodies import ReleaseIn, SessionIn
 from services.prepare.bootstrap import Options
-from services.prepare.requests import ReleaseIn, SessionIn
 from storage.blobs import StoredRecord
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
@@ -22,8 +22,8 @@ SECRET = "the secret body 0123456789"
 async def world() -> PrepareWorld:
     w = PrepareWorld(options=Options(compaction_wait_s=5.0, topic_observability="obs"))
     body = {"release_id": "rel", "agent_id": "a", "instructions": "Answer."}
-    await w.svc.register_release(ReleaseIn.model_validate(body | {"model_profile": PROFILE}), "x")
-    await w.svc.open_session(SessionIn(session_id="s1", release_id="rel"), "x", "alice")
+    await w.svc.releases.register(ReleaseIn.model_validate(body | {"model_profile": PROFILE}), "x")
+    await w.svc.runs.open_session(SessionIn(session_id="s1", release_id="rel"), "x", "alice")
     w.run("s1", "r1")
     for rid, visibility in (("shared", "session"), ("private", "instance")):
         w.records.rows[("s1", rid)] = StoredRecord(
@@ -35,11 +35,11 @@ async def world() -> PrepareWorld:
 
 async def test_every_read_back_is_reported_with_record_offset_and_size_never_content() -> None:
     w = await world()
-    await w.svc.read_record("s1", "shared", offset=4, limit=6)
-    await w.svc.read_record(
+    await w.svc.readback.read_record("s1", "shared", offset=4, limit=6)
+    await w.svc.readback.read_record(
         "s1", "shared", offset=20, limit=100, run_id="r1", instance_id="r1.main"
     )
-    await w.svc.read_record("s1", "private", run_id="r1", instance_id="r1.c1")
+    await w.svc.readback.read_record("s1", "private", run_id="r1", instance_id="r1.c1")
     await asyncio.sleep(0)  # the notes are published from tasks
     sent = w.publisher.on("obs")
     notes = [decode_observability(m.value) for m in sent]
@@ -58,6 +58,6 @@ async def test_every_read_back_is_reported_with_record_offset_and_size_never_con
 async def test_a_refused_read_back_is_not_reported() -> None:
     w = await world()
     with pytest.raises(NotGranted):
-        await w.svc.read_record("s1", "private")  # on behalf of no thread
+        await w.svc.readback.read_record("s1", "private")  # on behalf of no thread
     await asyncio.sleep(0)
     assert w.publisher.on("obs") == []

@@ -10,8 +10,13 @@ from typing import Any
 import pytest
 
 from schemas.errors import HookFailed
-from services.prepare.prepare_hooks import HookRegistry, ModelCall, PrepareAdjust, PrepareRequest
-from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn
+from services.prepare.assembly.prepare_hooks import (
+    HookRegistry,
+    ModelCall,
+    PrepareAdjust,
+    PrepareRequest,
+)
+from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
 POINTS = ("context.prepare.before", "context.prepare.after", "model.chat.before")
@@ -56,16 +61,20 @@ async def _release(w: PrepareWorld, sid: str, bind: list[dict[str, Any]]) -> Non
         "model_profile": PROFILE,
         "context_policy": {"hook_bindings": bind},
     }
-    await w.svc.register_release(ReleaseIn.model_validate(body), "space")
-    await w.svc.open_session(SessionIn(session_id=sid, release_id=f"rel_{sid}"), "space", "al")
+    await w.svc.releases.register(ReleaseIn.model_validate(body), "space")
+    await w.svc.runs.open_session(SessionIn(session_id=sid, release_id=f"rel_{sid}"), "space", "al")
     w.run(sid, "r1")
     w.say(sid, "r1", "user_input", "What changed?")
 
 
 async def _call(w: PrepareWorld, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    prepared = await w.svc.prepare(sid, "r1", PrepareIn(purpose="action"))
-    call = await w.svc.model_call(sid, "r1", ModelCallIn(prepared_id=prepared["prepared_id"]))
-    await w.svc.model_result(sid, call["call_id"], ModelResultIn(usage={"input_tokens": 50}))
+    prepared = await w.svc.preparer.prepare(sid, "r1", PrepareIn(purpose="action"))
+    call = await w.svc.gateway.model_call(
+        sid, "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
+    )
+    await w.svc.gateway.model_result(
+        sid, call["call_id"], ModelResultIn(usage={"input_tokens": 50})
+    )
     return prepared, call
 
 
@@ -104,7 +113,7 @@ async def test_a_binding_no_loaded_hook_answers_fails_the_prepare_clearly() -> N
     w.svc.releases.known_hooks = ("spy@2", "spy@3")
     await _release(w, "a", [{"point": "model.chat.after", "hook": "spy", "version": "3"}])
     with pytest.raises(HookFailed) as err:
-        await w.svc.prepare("a", "r1", PrepareIn(purpose="action"))
+        await w.svc.preparer.prepare("a", "r1", PrepareIn(purpose="action"))
     assert err.value.details["reason"] == "hook_not_loaded"
     assert err.value.details["hook"] == "spy@3"
     assert err.value.details["point"] == "model.chat.after"

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from pydantic import ValidationError
 
 from schemas.errors import ContextBudgetExceeded, InvalidPolicy
+from services.prepare.bodies import ModelCallIn, PrepareIn, ReleaseIn, SessionIn
 from services.prepare.fields import json_path
-from services.prepare.requests import ModelCallIn, PrepareIn, ReleaseIn, SessionIn
 from tests.support.releases import releases
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
@@ -52,10 +52,10 @@ async def test_a_model_profile_no_model_call_can_render_is_refused_at_publish() 
     w = PrepareWorld()
     body = ReleaseIn.model_validate(BASE | {"model_profile": PROFILE | {"provider_format": "x"}})
     with pytest.raises(InvalidPolicy) as err:
-        await w.svc.register_release(body, "space")
+        await w.svc.releases.register(body, "space")
     assert err.value.details["json_path"] == "model_profile.provider_format"
     with pytest.raises(InvalidPolicy) as policy:
-        await w.svc.register_release(
+        await w.svc.releases.register(
             ReleaseIn.model_validate(BASE | {"context_policy": {"compaction": {"user_turns": 0}}})
         )
     assert policy.value.details["path"] == "compaction.user_turns"  # as the settings page
@@ -65,26 +65,26 @@ async def test_a_model_profile_no_model_call_can_render_is_refused_at_publish() 
 @pytest.mark.spec("R7.7", "R16")
 async def test_a_release_stored_before_the_check_is_refused_with_its_path_not_a_500() -> None:
     w = PrepareWorld()
-    await w.svc.register_release(ReleaseIn.model_validate(BASE | {"release_id": "rel"}), "space")
+    await w.svc.releases.register(ReleaseIn.model_validate(BASE | {"release_id": "rel"}), "space")
     bad = [{"skill_id": "review", "revision": "r1"}]
     w.releases.rows["rel"] = dataclasses.replace(w.releases.rows["rel"], skill_bindings=bad)
     await w.sessions.insert("s1", "space", "alice", "rel")  # opened before the check
     w.run("s1", "r1")
     w.say("s1", "r1", "user_input", "Go.")
     with pytest.raises(InvalidPolicy) as err:
-        await w.instance().svc.prepare("s1", "r1", PrepareIn())
+        await w.instance().svc.preparer.prepare("s1", "r1", PrepareIn())
     assert err.value.http_status == 422
     d = err.value.details
     assert (d["json_path"], d["rule"]) == ("skill_bindings[0].name", "stored_release_invalid")
     with pytest.raises(InvalidPolicy):  # no new session on it either
-        await w.instance().svc.open_session(SessionIn(release_id="rel"), "space", "bob")
+        await w.instance().svc.runs.open_session(SessionIn(release_id="rel"), "space", "bob")
 
 
 async def _publish_then_prepare(release: dict[str, Any]) -> None:
     w = PrepareWorld()
     try:
         body = ReleaseIn.model_validate(release | {"release_id": f"rel{next(_ids)}"})
-        await w.svc.register_release(body, "space")
+        await w.svc.releases.register(body, "space")
     except (ValidationError, InvalidPolicy) as exc:
         if isinstance(exc, InvalidPolicy):
             assert "json_path" in exc.details, exc.details
@@ -92,12 +92,14 @@ async def _publish_then_prepare(release: dict[str, Any]) -> None:
         return
     event("published")
     sid = f"s{next(_ids)}"
-    await w.svc.open_session(SessionIn(session_id=sid, release_id=body.release_id), "space", "al")
+    await w.svc.runs.open_session(
+        SessionIn(session_id=sid, release_id=body.release_id), "space", "al"
+    )
     w.run(sid, "r1")
     w.say(sid, "r1", "user_input", "Go on.")
     try:
-        out = await w.svc.prepare(sid, "r1", PrepareIn(render=True))
-        await w.svc.model_call(sid, "r1", ModelCallIn(prepared_id=out["prepared_id"]))
+        out = await w.svc.preparer.prepare(sid, "r1", PrepareIn(render=True))
+        await w.svc.gateway.model_call(sid, "r1", ModelCallIn(prepared_id=out["prepared_id"]))
     except ContextBudgetExceeded:
         pass  # its own tools and instructions over its budget (R6.3): a 422, not a 500
 

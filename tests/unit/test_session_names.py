@@ -8,7 +8,7 @@ import pytest
 
 from domain.auth import Action, Credential, KeyKind, Principal
 from schemas.errors import Conflict, NotFound
-from services.prepare.requests import ReleaseIn, SessionIn
+from services.prepare.bodies import ReleaseIn, SessionIn
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
 A = Principal(Credential("a" * 16, "space-a", KeyKind.HOST), None)
@@ -19,7 +19,7 @@ async def world() -> PrepareWorld:
     w = PrepareWorld()
     for space in ("space-a", "space-b"):
         body = {"release_id": f"rel-{space}", "agent_id": "a", "instructions": "Answer."}
-        await w.svc.register_release(
+        await w.svc.releases.register(
             ReleaseIn.model_validate(body | {"model_profile": PROFILE}), space
         )
     return w
@@ -27,7 +27,7 @@ async def world() -> PrepareWorld:
 
 async def open_in(w: PrepareWorld, space: str, name: str, actor: str = "alice") -> dict:
     body = SessionIn(session_id=name, release_id=f"rel-{space}")
-    return await w.svc.open_session(body, space, actor)
+    return await w.svc.runs.open_session(body, space, actor)
 
 
 @pytest.mark.spec("R1.4", "R16")
@@ -38,14 +38,16 @@ async def test_a_name_another_space_took_is_this_spaces_own_session() -> None:
     assert theirs["session_id"] == "conv-1"  # the first-comer keeps its id as it is
     assert mine["session_id"] != "conv-1" and mine["session_name"] == "conv-1"
     assert await open_in(w, "space-a", "conv-1") == mine  # idempotent
-    assert (await w.svc.authorize("conv-1", A, Action.SESSION_READ)).session_id == mine[
+    assert (await w.svc.access.authorize("conv-1", A, Action.SESSION_READ)).session_id == mine[
         "session_id"
     ]
-    assert (await w.svc.authorize("conv-1", B, Action.SESSION_READ)).session_id == "conv-1"
+    assert (await w.svc.access.authorize("conv-1", B, Action.SESSION_READ)).session_id == "conv-1"
     # The global id works too, in its own space only; elsewhere it is not found.
-    assert (await w.svc.authorize(mine["session_id"], A, Action.SESSION_READ)).space_id == "space-a"
+    assert (
+        await w.svc.access.authorize(mine["session_id"], A, Action.SESSION_READ)
+    ).space_id == "space-a"
     with pytest.raises(NotFound) as exc:
-        await w.svc.authorize(mine["session_id"], B, Action.SESSION_READ)
+        await w.svc.access.authorize(mine["session_id"], B, Action.SESSION_READ)
     assert "space-a" not in exc.value.message and "alice" not in exc.value.message
     with pytest.raises(Conflict):  # the name is the space's: another owner is refused
         await open_in(w, "space-a", "conv-1", actor="bob")
@@ -61,5 +63,5 @@ async def test_an_id_the_api_returned_always_means_its_own_session() -> None:
     assert await open_in(w, "space-a", other["session_id"]) == other
     with pytest.raises(Conflict):
         await open_in(w, "space-a", other["session_id"], actor="bob")
-    got = await w.svc.authorize(other["session_id"], A, Action.SESSION_READ)
+    got = await w.svc.access.authorize(other["session_id"], A, Action.SESSION_READ)
     assert got.session_id == other["session_id"]

@@ -20,8 +20,8 @@ from domain.context.rendering import RecordView
 from domain.context.tokens import ByteEstimateCounter, CachedCounter
 from domain.planning import RunState
 from domain.policy.context_policy import validate_policy
+from services.prepare.assembly.prepare_hooks import HookRegistry
 from services.prepare.bootstrap import Adapters, Options, build_service
-from services.prepare.prepare_hooks import HookRegistry
 from services.prepare.service import PrepareService
 from storage.api_keys import StoredKey, new_key
 from storage.blobs import RecordScope, StoredRecord

@@ -8,8 +8,8 @@ from fastapi import FastAPI, Request
 
 from domain.auth import Action, Principal
 from schemas.answers.content import Blob, Grant, GrantRevoked, RecordPage
+from services.prepare.bodies import GrantIn
 from services.prepare.fields import Limit, Offset, PathId, QueryId
-from services.prepare.requests import GrantIn
 from services.prepare.service import PrepareService
 
 
@@ -29,15 +29,15 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         """Read a source record back by id, paged. With ``run_id`` + ``instance_id`` the
         read is made on behalf of that thread and scope-checked (a child thread reads
         only its own records and its transfer: ``not_granted`` otherwise)."""
-        sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
-        page = await svc.read_record(sid, record_id, offset, limit, run_id, instance_id)
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_READ)).session_id
+        page = await svc.readback.read_record(sid, record_id, offset, limit, run_id, instance_id)
         return RecordPage.model_validate(page)
 
     @app.post("/v1/sessions/{session_id}/grants", status_code=201)
     async def grant(session_id: PathId, body: GrantIn, who: Principal = auth) -> Grant:
         """Let ``actor_id`` read the session (R3.3): only its owner, or the host key acting
         as itself or for the owner; ``granted_by`` is derived from the key."""
-        return Grant.model_validate(await svc.grant(session_id, who, body.actor_id))
+        return Grant.model_validate(await svc.readback.grant(session_id, who, body.actor_id))
 
     @app.delete("/v1/sessions/{session_id}/grants/{actor_id}")
     async def revoke_grant(
@@ -48,11 +48,11 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         grant (403; 404 from another space). Idempotent (``revoked``: there was one).
         Every Prepare instance refuses the actor's reads within 10 s (its key cache's
         TTL), the answering one at once."""
-        return GrantRevoked.model_validate(await svc.revoke_grant(session_id, who, actor_id))
+        return GrantRevoked.model_validate(await svc.readback.revoke(session_id, who, actor_id))
 
     @app.put("/v1/blobs")
     async def put_blob(request: Request, who: Principal = auth) -> Blob:
         """Content store (R3.4): any key; content-addressed in the key's space, readable
         only through the records of that space that reference it (issue 25)."""
         media = request.headers.get("content-type", "text/plain")
-        return Blob.model_validate(await svc.put_blob(who.space_id, await request.body(), media))
+        return Blob.model_validate(await svc.content.put(who.space_id, await request.body(), media))

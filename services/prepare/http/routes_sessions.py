@@ -15,9 +15,9 @@ from schemas.answers.sessions import (
     RunStarted,
     Session,
 )
+from services.prepare.bodies import FinishIn, ReleaseIn, RunIn, RunLifecycleIn, SessionIn
 from services.prepare.fields import PathId, PathKey
-from services.prepare.http_errors import CONFLICT
-from services.prepare.requests import FinishIn, ReleaseIn, RunIn, RunLifecycleIn, SessionIn
+from services.prepare.http.errors import CONFLICT
 from services.prepare.service import PrepareService
 
 
@@ -28,11 +28,11 @@ def release_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     async def register_release(body: ReleaseIn, who: Principal = auth) -> ReleasePublished:
         """Publish a release in the key's space (host keys only); ids are global."""
         authorize_release(who, body.release_id or "", None, Action.RELEASE_PUBLISH).enforce()
-        return ReleasePublished.model_validate(await svc.register_release(body, who.space_id))
+        return ReleasePublished.model_validate(await svc.releases.register(body, who.space_id))
 
     @app.get("/v1/releases/{release_id}")
     async def get_release(release_id: PathId, who: Principal = auth) -> Release:
-        return Release.model_validate(await svc.authorized_release(release_id, who))
+        return Release.model_validate(await svc.access.authorized_release(release_id, who))
 
 
 def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
@@ -46,17 +46,17 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         if not isinstance(owner, str):
             owner.enforce()  # a refusal: raises
             raise AssertionError("session_owner refused without a reason")
-        return Session.model_validate(await svc.open_session(body, who.space_id, owner))
+        return Session.model_validate(await svc.runs.open_session(body, who.space_id, owner))
 
     @app.get("/v1/sessions/{session_id}")
     async def get_session(session_id: PathId, who: Principal = auth) -> Session:
-        sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
-        return Session.model_validate(await svc.session(sid))
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_READ)).session_id
+        return Session.model_validate((await svc.runs.session(sid)).to_dict())
 
     @app.post("/v1/sessions/{session_id}/runs", status_code=201, responses=CONFLICT)
     async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> RunStarted:
-        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return RunStarted.model_validate(await svc.start_run(sid, body))
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return RunStarted.model_validate(await svc.runs.start_run(sid, body))
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume", responses=CONFLICT)
     async def resume_run(
@@ -64,8 +64,8 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     ) -> RunLifecycle:
         """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
         processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
-        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return RunLifecycle.model_validate(await svc.resume_run(sid, run_id, body))
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return RunLifecycle.model_validate(await svc.runs.resume_run(sid, run_id, body))
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish", responses=CONFLICT)
     async def finish_run(
@@ -74,8 +74,8 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         """Finish (or cancel) the run once the processor accepted it; 409
         ``run_not_active`` when it already ended otherwise. Appends to an ended run are
         dead-lettered (``run_not_active``) until it is resumed."""
-        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return RunLifecycle.model_validate(await svc.finish_run(sid, run_id, body))
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return RunLifecycle.model_validate(await svc.runs.finish_run(sid, run_id, body))
 
     # Only the fields the outcome has: a committed event carries no refusal, a refused one
     # no record.
@@ -83,5 +83,5 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     async def event_outcome(
         session_id: PathId, event_key: PathKey, who: Principal = auth
     ) -> EventOutcome:
-        sid = (await svc.authorize(session_id, who, Action.SESSION_READ)).session_id
-        return EventOutcome.model_validate(await svc.outcome(sid, event_key))
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_READ)).session_id
+        return EventOutcome.model_validate(await svc.runs.outcome(sid, event_key))

@@ -59,7 +59,7 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
             raise unknown
         session_id, call_id = found
         try:  # the call's session by its global id (not a name the caller's space uses)
-            await svc.authorize(session_id, who, Action.SESSION_READ, global_id=True)
+            await svc.access.authorize(session_id, who, Action.SESSION_READ, global_id=True)
         except NotFound:
             # Issue 25: another space's call is unknown, as one nobody made — the answer
             # names only what the caller sent, never the session it belongs to.

@@ -16,9 +16,9 @@ from domain.auth import Action, Principal
 from schemas.answers.prepared import ModelCall, ModelResult, PreparedContext
 from schemas.errors import ContextError
 from services.metrics import PREPARE_SECONDS
+from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn
 from services.prepare.fields import PathId
-from services.prepare.http_errors import HOOKS
-from services.prepare.requests import ModelCallIn, ModelResultIn, PrepareIn
+from services.prepare.http.errors import HOOKS
 from services.prepare.service import PrepareService
 from streams import tracing
 
@@ -51,10 +51,10 @@ def prepare_route(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         # 10k-message dict cost ~3x the assembly itself. ``response_model`` publishes its
         # schema; tests/unit/test_openapi_answers.py validates real answers against it.
         with tracing.server_span(tracing.PREPARE_SPAN, request.scope["headers"]) as span:
-            sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+            sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
             started, outcome = time.perf_counter(), "error"
             try:
-                out = await svc.prepare(sid, run_id, body)
+                out = await svc.preparer.prepare(sid, run_id, body)
                 outcome = "ok"
             except ContextError as exc:
                 outcome = exc.code
@@ -84,8 +84,8 @@ def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         protected block manifest, the same budget. 201 with the provider-ready
         ``request`` to send; 409 ``context_reprepare_required`` (once); 422
         ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
-        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        out = await svc.model_call(sid, run_id, body)
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        out = await svc.gateway.model_call(sid, run_id, body)
         # The envelope is checked; the provider request (as large as the prompt) is sent
         # as rendered, not walked again by a generic serializer.
         ModelCall.model_validate(out)
@@ -97,5 +97,5 @@ def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     ) -> ModelResult:
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
         usage calibrates later estimates and the drift is returned (R6.4)."""
-        sid = (await svc.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return ModelResult.model_validate(await svc.model_result(sid, call_id, body))
+        sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
+        return ModelResult.model_validate(await svc.gateway.model_result(sid, call_id, body))

@@ -19,8 +19,8 @@ from domain.policy.context_policy import ContextPolicy
 from domain.policy.retention import retained_record_ids
 from schemas.wire import BudgetObservation, ControlEvent
 from services.bus import send_control
-from services.prepare.views import SummaryView, ThreadViews
-from services.prepare.waiter import Waiter
+from services.prepare.assembly.views import SummaryView, ThreadViews
+from services.prepare.assembly.waiter import Waiter
 from storage.compaction_view import CompactionReads
 from storage.releases import Release
 from storage.view_state import ViewState

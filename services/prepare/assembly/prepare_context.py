@@ -20,17 +20,17 @@ from domain.frontier import Frontier
 from domain.policy.model_catalog import for_purpose
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
 from services.model_profiles import model_profile
+from services.prepare.assembly.compaction_check import CompactionCheck, Lineage
+from services.prepare.assembly.prepare_hooks import HookRegistry, PrepareRequest
+from services.prepare.assembly.prepared import PreparedEntry, PreparedStore
+from services.prepare.assembly.views import Snapshot, ThreadViews
+from services.prepare.assembly.waiter import Waiter
+from services.prepare.bodies import PrepareIn
 from services.prepare.calibration import CalibrationCache
-from services.prepare.compaction_check import CompactionCheck, Lineage
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
-from services.prepare.prepare_hooks import HookRegistry, PrepareRequest
-from services.prepare.prepared import PreparedEntry, PreparedStore
 from services.prepare.publishing import ReleaseBook
-from services.prepare.requests import PrepareIn
 from services.prepare.run_lifecycle import offsets_of
-from services.prepare.views import Snapshot, ThreadViews
-from services.prepare.waiter import Waiter
 from storage.frontier import FrontierReads
 from storage.releases import Release
 

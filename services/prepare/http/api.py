@@ -17,14 +17,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from domain.auth import Principal
 from schemas.errors import Unauthenticated
 from schemas.settings import Settings
-from services.prepare.http_errors import ApiRoute, install_error_handlers
-from services.prepare.metrics_mw import RequestMetrics
-from services.prepare.middleware import BodyLimit, ErrorShield
-from services.prepare.routes_calls import call_routes
-from services.prepare.routes_content import content_routes
-from services.prepare.routes_diagnostics import diagnostics_routes
-from services.prepare.routes_ops import ops_routes
-from services.prepare.routes_sessions import release_routes, session_routes
+from services.prepare.http.errors import ApiRoute, install_error_handlers
+from services.prepare.http.metrics import RequestMetrics
+from services.prepare.http.middleware import BodyLimit, ErrorShield
+from services.prepare.http.routes_calls import call_routes
+from services.prepare.http.routes_content import content_routes
+from services.prepare.http.routes_diagnostics import diagnostics_routes
+from services.prepare.http.routes_ops import ops_routes
+from services.prepare.http.routes_sessions import release_routes, session_routes
 from services.prepare.service import PrepareService
 
 ACTOR = Header(
@@ -67,7 +67,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
     ) -> Principal:
         """R15.4: every route but the health check authenticates; the actor comes from
         the key (a host key's header names it within the key's space)."""
-        return await svc.authenticate(bearer.credentials if bearer else None, actor)
+        return await svc.access.authenticate(bearer.credentials if bearer else None, actor)
 
     auth = Depends(principal)
 

@@ -13,7 +13,7 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from schemas.errors import ContextError
-from services.prepare.http_errors import InternalError, PayloadTooLarge
+from services.prepare.http.errors import InternalError, PayloadTooLarge
 
 log = logging.getLogger("prepare.http")
 

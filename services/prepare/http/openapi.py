@@ -1,4 +1,4 @@
-"""Write the Prepare service's OpenAPI document: ``python -m services.prepare.openapi``.
+"""Write the Prepare service's OpenAPI document: ``python -m services.prepare.http.openapi``.
 
 The committed copy (``docs/openapi.json``) is the published contract; a unit test fails
 when the code and the published document disagree.
@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from services.prepare.api import create_api
+from services.prepare.http.api import create_api
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "openapi.json"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "openapi.json"
 
 
 def document() -> dict[str, Any]:
