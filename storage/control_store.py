@@ -1,6 +1,7 @@
-"""Reads and the one writer of the processor's control decisions: the facts a
-budget observation or a compaction outcome is decided on (``domain.compaction.control``,
-``domain.compaction.outcome``), and ``apply_control`` that writes the decided effects.
+"""``PgControlStore``: the processor's control reads and their one writer over the
+batch's connection — the facts a budget observation or a compaction outcome is decided on
+(``domain.compaction.control``, ``domain.compaction.outcome``), and ``apply_control``
+that writes the decided effects.
 
 Called inside the processor's batch transaction: the reads lock the lineage's
 ``compaction_state`` row (the processor is its only writer), so the facts still hold
@@ -21,13 +22,16 @@ from domain.compaction.control import (
     ObservationInputs,
 )
 from domain.compaction.outcome import OutcomeInputs
-from domain.compaction.triggers import Counters, LastAttempt
+from domain.compaction.preemption import PreemptCandidate
+from domain.compaction.triggers import REBUILD_DUE, Counters, LastAttempt
+from domain.context.rendering import RecordView
 from domain.frontier import Frontier
 from domain.policy.parsed import policy_of
 from domain.pricing import ModelPrices
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage import compaction as repo
-from storage import compaction_state, processing
+from storage import compaction_state, processing, threads
+from storage.compaction_state import Checked
 from storage.frontier import read_frontier, thread_frontier
 from storage.view_state import ViewState, counted_after, load_view_state
 
@@ -65,96 +69,11 @@ async def job_row(conn: asyncpg.Connection, job_id: str) -> JobRow | None:
     )
 
 
-async def observation_inputs(
-    conn: asyncpg.Connection, ev: ControlEvent, obs: BudgetObservation
-) -> ObservationInputs:
-    """Lock the lineage's state and read what the observation is decided on. (The view
-    does not depend on the state columns the decision writes, so reading it first is
-    the same as reading it after them.)"""
-    ctx = await repo.session_context(conn, ev.session_id)
-    policy = policy_of(ctx["policy_revision"], ctx["context_policy"]).compaction
-    lineage = await lineage_of(conn, ev)
-    row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
-    job = None if row.active_job_id is None else await job_row(conn, row.active_job_id)
-    # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
-    # this view may reuse — not simply the newest summary of the session. (R13.1: a
-    # child has its own counters and its own summary chain.) The job in flight is the
-    # locked row's, not the view's: the decision may just let it go (R15.3).
-    view = await view_of(conn, ev.session_id, ev.run_id, lineage)
-    # Decided on the view the observer saw, not on records that overtook its observation.
-    later = await counted_after(conn, view, obs.view_watermark)
-    return ObservationInputs(
-        ev,
-        obs,
-        lineage,
-        policy,
-        ctx["policy_revision"],
-        LockedState(row.last_attempt, row.active_job_id, row.attempts),
-        job,
-        view.counters.as_seen(later, view.baseline),
-        view.baseline,
-        view.summary_id,
-        _prices(ctx["model_profile"]),
-    )
-
-
 def _prices(profile: Mapping[str, Any] | None) -> ModelPrices | None:
     """The prices of the release's model profile (validated at publish), which the gain
     check of a ratio-started compaction weighs (``domain.compaction.gain``)."""
     raw = None if profile is None else profile.get("prices")
     return ModelPrices.from_dict(raw) if isinstance(raw, Mapping) else None
-
-
-async def task_version(
-    conn: asyncpg.Connection,
-    session_id: str,
-    lineage: str,
-    run_id: str,
-    instance_id: str,
-    through: int,
-) -> int:
-    """R11.6: user inputs and supplements of the lineage up to ``through``."""
-    if lineage == "main":
-        return await repo.task_version(conn, session_id, through)
-    return await repo.thread_task_version(conn, session_id, run_id, instance_id, through)
-
-
-async def outcome_inputs(
-    conn: asyncpg.Connection, ev: ControlEvent, out: CompactionOutcome
-) -> OutcomeInputs:
-    job = await job_row(conn, out.job_id)
-    if job is None or job.status != "requested":
-        return OutcomeInputs(ev, out, job)
-    ctx = await repo.session_context(conn, ev.session_id)
-    row = await repo.lock_state(conn, ev.session_id, job.lineage, ctx["policy_revision"])
-    if out.status != "succeeded":
-        return OutcomeInputs(ev, out, job, ctx["policy_revision"])
-    view = await view_of(conn, ev.session_id, job.run_id, job.lineage)
-    covered = list(out.covered_record_ids)
-    frontier = await frontier_of(conn, ev.session_id, job.lineage, job.run_id, job.instance_id)
-    return OutcomeInputs(
-        ev,
-        out,
-        job,
-        ctx["policy_revision"],
-        view.summary_id,
-        await task_version(
-            conn,
-            ev.session_id,
-            job.lineage,
-            job.run_id,
-            job.instance_id,
-            int(job.request["view_watermark"]),
-        ),
-        await repo.missing_records(conn, ev.session_id, covered),
-        await repo.revoked_records(
-            conn, ev.session_id, covered, int(job.request["view_watermark"])
-        ),
-        view.through,
-        frontier.plan,
-        frontier.constraints_version,
-        row.last_attempt,
-    )
 
 
 async def frontier_of(
@@ -166,51 +85,205 @@ async def frontier_of(
     return await thread_frontier(conn, session_id, run_id, instance_id)
 
 
-async def apply_control(conn: asyncpg.Connection, effects: ControlEffects) -> None:
-    """The one writer of control decisions: summary, finished jobs, trigger report, new
-    job and the lineage's state (columns merged in decision order), in the caller's
-    transaction."""
-    sid, lineage = effects.session_id, effects.lineage
-    if effects.summary is not None:
-        await repo.insert_summary(conn, **effects.summary)
-    for done in effects.finished:
-        await repo.finish_job(conn, done.job_id, done.status, done.stage, done.reason)
-    if (r := effects.report) is not None:
-        await repo.insert_report(
-            conn,
-            sid,
-            lineage,
-            r.run_id,
-            r.event_key,
-            r.decision,
-            r.kind,
-            r.reason,
-            r.job_id,
-            r.policy_revision,
-            r.view_watermark,
-            r.totals,
-            r.baseline,
-        )
-    if (job := effects.new_job) is not None:
-        req = job.request
-        await repo.insert_job(
-            conn,
-            req.job_id,
-            sid,
-            lineage,
-            req.run_id,
-            req.instance_id,
-            {**req.__dict__, "trigger_reasons": list(req.trigger_reasons)},
-            job.observed,
-        )
-    if effects.state:
-        await repo.update_lineage(conn, sid, lineage, _columns(effects.state))
-    if effects.view_tokens is not None:
-        covered, summary = effects.view_tokens
-        await compaction_state.replace_view_tokens(conn, sid, lineage, covered, summary)
-
-
 def _columns(state: Any) -> dict[str, Any]:
     return {
         k: repo.last_attempt_json(v) if isinstance(v, LastAttempt) else v for k, v in state.items()
     }
+
+
+class PgControlStore:
+    """The control half of the processor's store (``streams.control``): the facts a
+    budget observation or a compaction outcome is decided on, and the one writer of the
+    decided effects, over the batch's connection."""
+
+    conn: asyncpg.Connection
+
+    async def checked(self, session_id: str, event_key: str) -> Checked | None:
+        conn = self.conn
+        r = await conn.fetchrow(
+            "SELECT t.job_id, j.status, j.request FROM trigger_reports t"
+            " LEFT JOIN compaction_jobs j ON j.job_id = t.job_id"
+            " WHERE t.session_id=$1 AND t.event_key=$2",
+            session_id,
+            event_key,
+        )
+        return None if r is None else Checked(r["job_id"], r["status"], r["request"])
+
+    async def observation_inputs(
+        self, ev: ControlEvent, obs: BudgetObservation
+    ) -> ObservationInputs:
+        """Lock the lineage's state and read what the observation is decided on. (The view
+        does not depend on the state columns the decision writes, so reading it first is
+        the same as reading it after them.)"""
+        conn = self.conn
+        ctx = await repo.session_context(conn, ev.session_id)
+        policy = policy_of(ctx["policy_revision"], ctx["context_policy"]).compaction
+        lineage = await lineage_of(conn, ev)
+        row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
+        job = None if row.active_job_id is None else await job_row(conn, row.active_job_id)
+        # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
+        # this view may reuse — not simply the newest summary of the session. (R13.1: a
+        # child has its own counters and its own summary chain.) The job in flight is the
+        # locked row's, not the view's: the decision may just let it go (R15.3).
+        view = await view_of(conn, ev.session_id, ev.run_id, lineage)
+        # Decided on the view the observer saw, not on records that overtook its observation.
+        later = await counted_after(conn, view, obs.view_watermark)
+        return ObservationInputs(
+            ev,
+            obs,
+            lineage,
+            policy,
+            ctx["policy_revision"],
+            LockedState(row.last_attempt, row.active_job_id, row.attempts),
+            job,
+            view.counters.as_seen(later, view.baseline),
+            view.baseline,
+            view.summary_id,
+            _prices(ctx["model_profile"]),
+        )
+
+    async def task_version(
+        self,
+        session_id: str,
+        lineage: str,
+        run_id: str,
+        instance_id: str,
+        through: int,
+    ) -> int:
+        """R11.6: user inputs and supplements of the lineage up to ``through``."""
+        conn = self.conn
+        if lineage == "main":
+            return await repo.task_version(conn, session_id, through)
+        return await repo.thread_task_version(conn, session_id, run_id, instance_id, through)
+
+    async def frontier_versions(
+        self, session_id: str, lineage: str, run_id: str, instance_id: str
+    ) -> tuple[int, int]:
+        f = await frontier_of(self.conn, session_id, lineage, run_id, instance_id)
+        return f.plan.version, f.constraints_version
+
+    async def outcome_inputs(self, ev: ControlEvent, out: CompactionOutcome) -> OutcomeInputs:
+        conn = self.conn
+        job = await job_row(conn, out.job_id)
+        if job is None or job.status != "requested":
+            return OutcomeInputs(ev, out, job)
+        ctx = await repo.session_context(conn, ev.session_id)
+        row = await repo.lock_state(conn, ev.session_id, job.lineage, ctx["policy_revision"])
+        if out.status != "succeeded":
+            return OutcomeInputs(ev, out, job, ctx["policy_revision"])
+        view = await view_of(conn, ev.session_id, job.run_id, job.lineage)
+        covered = list(out.covered_record_ids)
+        frontier = await frontier_of(conn, ev.session_id, job.lineage, job.run_id, job.instance_id)
+        return OutcomeInputs(
+            ev,
+            out,
+            job,
+            ctx["policy_revision"],
+            view.summary_id,
+            await self.task_version(
+                ev.session_id,
+                job.lineage,
+                job.run_id,
+                job.instance_id,
+                int(job.request["view_watermark"]),
+            ),
+            await repo.missing_records(conn, ev.session_id, covered),
+            await repo.revoked_records(
+                conn, ev.session_id, covered, int(job.request["view_watermark"])
+            ),
+            view.through,
+            frontier.plan,
+            frontier.constraints_version,
+            row.last_attempt,
+        )
+
+    async def apply_control(self, effects: ControlEffects) -> None:
+        """The one writer of control decisions: summary, finished jobs, trigger report, new
+        job and the lineage's state (columns merged in decision order), in the caller's
+        transaction."""
+        conn = self.conn
+        sid, lineage = effects.session_id, effects.lineage
+        if effects.summary is not None:
+            await repo.insert_summary(conn, **effects.summary)
+        for done in effects.finished:
+            await repo.finish_job(conn, done.job_id, done.status, done.stage, done.reason)
+        if (r := effects.report) is not None:
+            await repo.insert_report(
+                conn,
+                sid,
+                lineage,
+                r.run_id,
+                r.event_key,
+                r.decision,
+                r.kind,
+                r.reason,
+                r.job_id,
+                r.policy_revision,
+                r.view_watermark,
+                r.totals,
+                r.baseline,
+            )
+        if (job := effects.new_job) is not None:
+            req = job.request
+            await repo.insert_job(
+                conn,
+                req.job_id,
+                sid,
+                lineage,
+                req.run_id,
+                req.instance_id,
+                {**req.__dict__, "trigger_reasons": list(req.trigger_reasons)},
+                job.observed,
+            )
+        if effects.state:
+            await repo.update_lineage(conn, sid, lineage, _columns(effects.state))
+        if effects.view_tokens is not None:
+            covered, summary = effects.view_tokens
+            await compaction_state.replace_view_tokens(conn, sid, lineage, covered, summary)
+
+    async def preempt_candidates(self, session_ids: list[str]) -> list[PreemptCandidate]:
+        conn = self.conn
+        rows = await conn.fetch(
+            "SELECT c.session_id, s.active_run_id, r.context_policy,"
+            " r.policy_revision AS release_policy, c.fixed_overhead, c.view_tokens,"
+            " c.input_budget, c.required_tokens FROM compaction_state c"
+            " JOIN sessions s USING (session_id) JOIN releases r USING (release_id)"
+            " WHERE c.session_id = ANY($1::text[]) AND c.lineage = 'main'"
+            " AND c.input_budget > 0 AND c.active_job_id IS NULL AND (c.last_attempt IS NULL"
+            f" OR c.last_attempt->>'rebuild' = '{REBUILD_DUE}')"
+            " AND s.active_run_id IS NOT NULL",
+            session_ids,
+        )
+        return [
+            PreemptCandidate(
+                r["session_id"],
+                r["active_run_id"],
+                policy_of(r["release_policy"], r["context_policy"]),
+                r["release_policy"],
+                int(r["fixed_overhead"]),
+                int(r["view_tokens"]),
+                int(r["input_budget"]),
+                int(r["required_tokens"]),
+            )
+            for r in rows
+        ]
+
+    async def main_view(self, session_id: str, run_id: str) -> ViewState:
+        return await view_of(self.conn, session_id, run_id, "main")
+
+    async def main_instance_id(self, session_id: str, run_id: str) -> str | None:
+        return await processing.main_instance_id(self.conn, session_id, run_id)
+
+    async def view_records(
+        self,
+        session_id: str,
+        run_id: str,
+        main_instance_id: str,
+        through: int,
+        covered: frozenset[str] = frozenset(),
+    ) -> list[RecordView]:
+        # Selection ignores covered records: a long, summarized history is not read again
+        # (with its content) on every pre-emptive check.
+        inherited = await threads.uncovered_records(self.conn, session_id, through, covered)
+        own = await threads.thread_records(self.conn, session_id, run_id, main_instance_id, through)
+        return inherited + own

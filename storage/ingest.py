@@ -323,25 +323,6 @@ async def write_offsets(
     await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, topic)
 
 
-async def blob_tokens(
-    conn: asyncpg.Connection, refs: list[tuple[str, str]]
-) -> dict[tuple[str, str], tuple[int, str, int]]:
-    """(space_id, sha256) -> (token_count, token_method, length) of the blobs among
-    ``refs`` that their space stored (another space's hash is absent, found by
-    the same key lookup as a hash nobody stored)."""
-    rows = await conn.fetch(
-        "SELECT b.space_id, b.sha256, b.token_count, b.token_method, b.length FROM blobs b"
-        " JOIN unnest($1::text[], $2::text[]) AS q(space_id, sha256)"
-        " ON b.space_id = q.space_id AND b.sha256 = q.sha256",
-        [space for space, _ in refs],
-        [sha for _, sha in refs],
-    )
-    return {
-        (r["space_id"], r["sha256"]): (r["token_count"], r["token_method"], r["length"])
-        for r in rows
-    }
-
-
 # Records that render nothing in a view (lifecycle markers, retractions).
 _INVISIBLE = frozenset(
     {

@@ -1,6 +1,9 @@
-"""The session processor's port to PostgreSQL (``ProcessingStore``) and its
-adapter over asyncpg. The processor's orchestration depends only on the port, so unit
-tests run it on an in-memory fake (``tests/unit/fakes/processor.py``)."""
+"""The session processor's port to PostgreSQL, by caller: ``IngestStore`` (what a batch
+of records reads and writes) and ``ControlStore`` (what control decisions read and
+write, ``streams.control``); ``ProcessingStore`` is both, over one connection and one
+transaction per batch. The adapters: ``PgIngestStore`` here and
+``storage.control_store.PgControlStore``. The processor's orchestration depends only on
+the ports, so unit tests run it on an in-memory fake (``tests/unit/fakes/processor.py``)."""
 
 from __future__ import annotations
 
@@ -17,16 +20,16 @@ from domain.context.rendering import RecordView
 from domain.planning import BatchPlan, SessionState
 from schemas.contracts import ResourceActivationPayload
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
-from storage import compaction, compaction_state, control_store, ingest, processing, threads
+from storage import compaction, ingest
 from storage.compaction_state import Checked
+from storage.control_store import PgControlStore
 from storage.ingest import ExistingRecord
 from storage.view_state import ViewState
 
 
-class ProcessingStore(Protocol):
-    """The session processor's port to PostgreSQL, one connection: what a batch
-    reads and writes, in a transaction the processor opens. A nested ``transaction`` is
-    a savepoint: what fails in it is undone alone."""
+class IngestStore(Protocol):
+    """What a batch of records reads and writes, in a transaction the processor opens.
+    A nested ``transaction`` is a savepoint: what fails in it is undone alone."""
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         """A transaction, or a savepoint inside one."""
@@ -68,6 +71,14 @@ class ProcessingStore(Protocol):
         actor_id: str,
     ) -> None:
         """Remember that an isolated record was dead-lettered."""
+
+
+class ControlStore(Protocol):
+    """What the control decisions of a batch read and write (``streams.control``), each
+    in a savepoint of the batch's transaction."""
+
+    def transaction(self) -> AbstractAsyncContextManager[Any]:
+        """A savepoint inside the batch's transaction."""
 
     async def checked(self, session_id: str, event_key: str) -> Checked | None:
         """An observation already checked, and the job it started."""
@@ -114,23 +125,18 @@ class ProcessingStore(Protocol):
         inherited ones in ``covered`` (its summary's) may be left out."""
 
 
-class PgProcessingStore:
-    """``ProcessingStore`` over one asyncpg connection."""
+class ProcessingStore(IngestStore, ControlStore, Protocol):
+    """Both, over the batch's one connection."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
+
+class PgIngestStore:
+    """``IngestStore`` over one asyncpg connection."""
+
+    conn: asyncpg.Connection
 
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         tx: AbstractAsyncContextManager[Any] = self.conn.transaction()
         return tx
-
-    async def open_sessions(self, session_ids: list[str]) -> set[str]:
-        return await processing.open_sessions(self.conn, session_ids)
-
-    async def blob_tokens(
-        self, refs: list[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[int, str, int]]:
-        return await ingest.blob_tokens(self.conn, refs)
 
     async def load_states(
         self,
@@ -159,6 +165,33 @@ class PgProcessingStore:
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
         await ingest.write_offsets(self.conn, consumer, topic, offsets)
 
+    async def open_sessions(self, session_ids: list[str]) -> set[str]:
+        """The ids among ``session_ids`` that name an existing session."""
+        conn = self.conn
+        rows = await conn.fetch(
+            "SELECT session_id FROM sessions WHERE session_id = ANY($1::text[])", session_ids
+        )
+        return {r["session_id"] for r in rows}
+
+    async def blob_tokens(
+        self, refs: list[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[int, str, int]]:
+        """(space_id, sha256) -> (token_count, token_method, length) of the blobs among
+        ``refs`` that their space stored (another space's hash is absent, found by
+        the same key lookup as a hash nobody stored)."""
+        conn = self.conn
+        rows = await conn.fetch(
+            "SELECT b.space_id, b.sha256, b.token_count, b.token_method, b.length FROM blobs b"
+            " JOIN unnest($1::text[], $2::text[]) AS q(space_id, sha256)"
+            " ON b.space_id = q.space_id AND b.sha256 = q.sha256",
+            [space for space, _ in refs],
+            [sha for _, sha in refs],
+        )
+        return {
+            (r["space_id"], r["sha256"]): (r["token_count"], r["token_method"], r["length"])
+            for r in rows
+        }
+
     async def record_dead_letter(
         self,
         session_id: str,
@@ -168,59 +201,28 @@ class PgProcessingStore:
         space_id: str,
         actor_id: str,
     ) -> None:
-        await processing.record_dead_letter(
-            self.conn, session_id, event_key, code, message, space_id, actor_id
+        """Remember that ``event_key`` was dead-lettered — only for a session of the event's
+        own space and actor (a forged scope records nothing), and never twice."""
+        conn = self.conn
+        await conn.execute(
+            "INSERT INTO event_outcomes (session_id, event_key, outcome, code,"
+            " message) SELECT session_id, $2, 'dead_letter', $3, $4 FROM sessions"
+            " WHERE session_id=$1 AND space_id=$5 AND actor_id=$6"
+            " ON CONFLICT DO NOTHING",
+            session_id,
+            event_key,
+            code,
+            message,
+            space_id,
+            actor_id,
         )
 
-    async def checked(self, session_id: str, event_key: str) -> Checked | None:
-        return await compaction_state.checked(self.conn, session_id, event_key)
 
-    async def observation_inputs(
-        self, ev: ControlEvent, obs: BudgetObservation
-    ) -> ObservationInputs:
-        return await control_store.observation_inputs(self.conn, ev, obs)
+class PgProcessingStore(PgIngestStore, PgControlStore):
+    """``ProcessingStore`` over one asyncpg connection."""
 
-    async def task_version(
-        self, session_id: str, lineage: str, run_id: str, instance_id: str, through: int
-    ) -> int:
-        return await control_store.task_version(
-            self.conn, session_id, lineage, run_id, instance_id, through
-        )
-
-    async def frontier_versions(
-        self, session_id: str, lineage: str, run_id: str, instance_id: str
-    ) -> tuple[int, int]:
-        f = await control_store.frontier_of(self.conn, session_id, lineage, run_id, instance_id)
-        return f.plan.version, f.constraints_version
-
-    async def outcome_inputs(self, ev: ControlEvent, out: CompactionOutcome) -> OutcomeInputs:
-        return await control_store.outcome_inputs(self.conn, ev, out)
-
-    async def apply_control(self, effects: ControlEffects) -> None:
-        await control_store.apply_control(self.conn, effects)
-
-    async def preempt_candidates(self, session_ids: list[str]) -> list[PreemptCandidate]:
-        return await compaction_state.preempt_candidates(self.conn, session_ids)
-
-    async def main_view(self, session_id: str, run_id: str) -> ViewState:
-        return await control_store.view_of(self.conn, session_id, run_id, "main")
-
-    async def main_instance_id(self, session_id: str, run_id: str) -> str | None:
-        return await processing.main_instance_id(self.conn, session_id, run_id)
-
-    async def view_records(
-        self,
-        session_id: str,
-        run_id: str,
-        main_instance_id: str,
-        through: int,
-        covered: frozenset[str] = frozenset(),
-    ) -> list[RecordView]:
-        # Selection ignores covered records: a long, summarized history is not read again
-        # (with its content) on every pre-emptive check.
-        inherited = await threads.uncovered_records(self.conn, session_id, through, covered)
-        own = await threads.thread_records(self.conn, session_id, run_id, main_instance_id, through)
-        return inherited + own
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
 
 
 class PgProcessing:

@@ -17,7 +17,7 @@ from schemas.contracts import ContextEvent
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_control, validate_event
 from schemas.wire import ControlEvent, DeadLetter, decode_control, decode_event_and_payload
-from storage.processing_store import ProcessingStore
+from storage.processing_store import IngestStore
 from streams.envelopes import Authenticator
 from streams.faults import describe_failure
 from streams.outgoing import ProcessorConfig, dead_letter
@@ -71,7 +71,7 @@ class Admission:
         self.config = config
         self.auth = auth
 
-    async def admit(self, store: ProcessingStore, batch: list[RawMessage]) -> Admitted:
+    async def admit(self, store: IngestStore, batch: list[RawMessage]) -> Admitted:
         out = Admitted()
         decoded: list[tuple[RawMessage, ContextEvent, dict[str, Any]]] = []
         controls: list[Control] = []
@@ -108,7 +108,7 @@ class Admission:
         out.items.sort(key=lambda i: (i.partition, i.offset))
         return out
 
-    async def known(self, store: ProcessingStore, admitted: Admitted) -> Admitted:
+    async def known(self, store: IngestStore, admitted: Admitted) -> Admitted:
         """Keep the control events whose session is open; a control event naming a
         session that does not exist is bad input, not a reason to stop (validated ids:
         a safe query). Asked just before the transaction that applies them."""
@@ -129,7 +129,7 @@ class Admission:
 
     async def _count(
         self,
-        store: ProcessingStore,
+        store: IngestStore,
         decoded: list[tuple[RawMessage, ContextEvent, dict[str, Any]]],
         dead: list[DeadLetter],
     ) -> list[Incoming]:

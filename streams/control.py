@@ -1,7 +1,7 @@
 """The session processor's handling of control events: budget observations (trigger
 checks, R9), compaction outcomes (commit by the owner, R8.4, R11.6) and pre-emptive
 checks. Each one is read → decide → write: the facts are read through the
-``ProcessingStore`` port, the decision is a pure function (``domain.compaction.control``,
+``ControlStore`` port, the decision is a pure function (``domain.compaction.control``,
 ``domain.compaction.outcome``, ``domain.compaction.preemption``) returning ``ControlEffects``, and
 the store's one writer applies them.
 
@@ -32,7 +32,7 @@ from schemas.wire import (
     ControlEvent,
     ObservabilityEvent,
 )
-from storage.processing_store import ProcessingStore
+from storage.processing_store import ControlStore
 from streams.faults import describe_failure, is_transient
 
 
@@ -63,7 +63,7 @@ def _new_job_id() -> str:
     return f"cmp_{uuid.uuid4().hex[:16]}"
 
 
-async def apply_controls(store: ProcessingStore, events: list[ControlEvent]) -> ControlResult:
+async def apply_controls(store: ControlStore, events: list[ControlEvent]) -> ControlResult:
     """Apply ``events`` in order, each in a savepoint of the caller's transaction: one
     that raises (anything but a transient infrastructure error, which is re-raised so
     the batch is retried) is undone alone and returned in ``failures`` for the dead-letter
@@ -97,7 +97,7 @@ async def apply_controls(store: ProcessingStore, events: list[ControlEvent]) -> 
 
 
 async def observe(
-    store: ProcessingStore, ev: ControlEvent, obs: BudgetObservation
+    store: ControlStore, ev: ControlEvent, obs: BudgetObservation
 ) -> ControlEffects:
     """A budget observation: read → decide (R7, R9, R15.3) → write."""
     done = await store.checked(ev.session_id, ev.event_key)
@@ -121,7 +121,7 @@ async def observe(
 
 
 async def settle(
-    store: ProcessingStore, ev: ControlEvent, out: CompactionOutcome
+    store: ControlStore, ev: ControlEvent, out: CompactionOutcome
 ) -> ControlEffects:
     """A compaction outcome: read → decide (R8.4, R11.6, R15.3) → write."""
     effects = decide_outcome(await store.outcome_inputs(ev, out), _now_ms())
@@ -129,7 +129,7 @@ async def settle(
     return effects
 
 
-async def preempt(store: ProcessingStore, session_ids: list[str]) -> list[ControlEffects]:
+async def preempt(store: ControlStore, session_ids: list[str]) -> list[ControlEffects]:
     """Pre-emptive checks of the sessions a batch touched
     (``domain.compaction.preemption``): a probe on the cached estimate, and where it
     fires an observation made on the runtime's behalf, checked like any other."""
