@@ -1,12 +1,19 @@
 """A LangChain v1 ``create_agent`` agent with its context kept by AgentLoom Context.
 
-    make up                                 # Kafka + PostgreSQL
-    .venv/bin/python -m services.prepare &  # Prepare (applies the migrations) on :18080
-    .venv/bin/python -m streams &           # the session processor
-    .venv/bin/python -m services.compaction &
-    export ALC_API_KEY=$(.venv/bin/python -m services.keys_cli create --space default --kind host)
-    export OPENAI_API_KEY=sk-...            # the agent's own model (pip install langchain-openai)
+One terminal runs every service (``agentloom serve`` is the same command)::
+
+    make serve    # Kafka + PostgreSQL, Prepare, processor, compaction, analytics, console
+
+Once they are ready it prints the URLs, a dev host key and one ``export`` line:
+``ALC_PREPARE_URL``, ``ALC_API_KEY``, ``ALC_SPACE_ID``, ``ALC_KAFKA_BOOTSTRAP`` and
+``ALC_TOPIC_RECORDS``, exactly what ``AgentLoomMiddleware`` reads. The other terminal::
+
+    export ALC_PREPARE_URL=... ALC_API_KEY=...   # the export line serve printed, whole
+    export OPENAI_API_KEY=sk-...                 # the agent's own model
+    .venv/bin/pip install langchain-openai       # "openai:gpt-4o-mini" needs it
     .venv/bin/python examples/langchain_agent.py
+
+Ctrl-C in the first terminal stops the services; ``make down`` stops Kafka and PostgreSQL.
 
 The one-line switch: ``SummarizationMiddleware(...)`` → ``AgentLoomMiddleware("conv-1")``.
 With LangChain's ``TodoListMiddleware`` beside it, every ``write_todos`` call is also the

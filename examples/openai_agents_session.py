@@ -1,12 +1,18 @@
 """The OpenAI Agents SDK with its history kept by AgentLoom Context.
 
-    make up                                 # Kafka + PostgreSQL
-    .venv/bin/python -m services.prepare &  # Prepare (applies the migrations) on :18080
-    .venv/bin/python -m streams &           # the session processor
-    .venv/bin/python -m services.compaction &
-    export ALC_API_KEY=$(.venv/bin/python -m services.keys_cli create --space default --kind host)
-    export OPENAI_API_KEY=sk-...            # the agent's own model
+One terminal runs every service (``agentloom serve`` is the same command)::
+
+    make serve    # Kafka + PostgreSQL, Prepare, processor, compaction, analytics, console
+
+Once they are ready it prints the URLs, a dev host key and one ``export`` line:
+``ALC_PREPARE_URL``, ``ALC_API_KEY``, ``ALC_SPACE_ID``, ``ALC_KAFKA_BOOTSTRAP`` and
+``ALC_TOPIC_RECORDS``, exactly what ``AgentLoomSession`` reads. The other terminal::
+
+    export ALC_PREPARE_URL=... ALC_API_KEY=...   # the export line serve printed, whole
+    export OPENAI_API_KEY=sk-...                 # the agent's own model
     .venv/bin/python examples/openai_agents_session.py
+
+Ctrl-C in the first terminal stops the services; ``make down`` stops Kafka and PostgreSQL.
 
 The one-line switch: ``SQLiteSession("conv-1")`` → ``AgentLoomSession("conv-1")``.
 With ``plan_tool()`` among the agent's tools, the plan the model keeps with it is pinned
