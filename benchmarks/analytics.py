@@ -33,8 +33,8 @@ from services.analytics.__main__ import consumer_of
 from services.analytics.pipeline import Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.kafka_auth import kafka_auth
-from streams.provision import ensure_bus
+from streams.kafka.auth import kafka_auth
+from streams.kafka.provision import ensure_bus
 
 OUT = Path(__file__).resolve().parents[1] / "build" / "bench"
 ITEMS = ("instructions", "tools", "history", "summary", "material", "envelope")

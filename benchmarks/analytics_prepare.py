@@ -33,8 +33,8 @@ from schemas.settings import Settings
 from schemas.wire import ObservabilityEvent, encode_observability
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
-from streams.kafka_auth import kafka_auth
-from streams.provision import ensure_bus
+from streams.kafka.auth import kafka_auth
+from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 # Blocks per mode, alternating: a p99 needs many samples on a shared 2-core machine, and

@@ -16,10 +16,10 @@ from aiokafka import AIOKafkaProducer
 
 from domain.record_rows import RECORD_COLUMNS
 from schemas.settings import Settings
-from streams.kafka_auth import kafka_auth
-from streams.kafka_batches import send_in_batches
-from streams.partitioning import cached_partitioner
-from streams.provision import ensure_bus
+from streams.kafka.auth import kafka_auth
+from streams.kafka.batches import send_in_batches
+from streams.kafka.partitioning import cached_partitioner
+from streams.kafka.provision import ensure_bus
 
 
 async def producer_ceiling(
@@ -27,7 +27,7 @@ async def producer_ceiling(
 ) -> float:
     """The aiokafka producer alone on pre-encoded events (acks=all, idempotent): one
     ``send`` per message (the ceiling issue 13 names), or with ``batch_api`` the batch
-    API our SDK and processor now use (``streams.kafka_batches``)."""
+    API our SDK and processor now use (``streams.kafka.batches``)."""
     topic = f"bench.raw.{uuid.uuid4().hex[:6]}"
     await ensure_bus(s, [topic])  # the broker creates no topic on first use
     p = AIOKafkaProducer(

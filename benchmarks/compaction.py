@@ -52,11 +52,11 @@ from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
-from storage.compaction_jobs import PgCompactionJobs
+from storage.compaction.jobs import PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.provision import ensure_bus
-from streams.publish import Publisher
+from streams.kafka.provision import ensure_bus
+from streams.kafka.publish import Publisher
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

@@ -45,7 +45,7 @@ from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.provision import ensure_bus
+from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

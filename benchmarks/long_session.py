@@ -40,7 +40,7 @@ from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
-from streams.provision import ensure_bus
+from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

@@ -83,7 +83,7 @@ def _counter(raw: TokenCounter) -> Callable[[str], int]:
 
 
 class _Row:
-    """The stored state's row, read as ``storage.render_states`` reads it, or memory."""
+    """The stored state's row, read as ``storage.calls.render_states`` reads it, or memory."""
 
     def __init__(self, dsn: str | None) -> None:
         self.dsn = dsn

@@ -32,7 +32,7 @@ from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.provision import ensure_bus
+from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"
@@ -126,7 +126,7 @@ def infra_seconds() -> float:
 
 def cpu_seconds(proc: Proc) -> tuple[float, float]:
     """User + system CPU time used so far by the process, and by it and its live children
-    (the faust driver's offloaded processor, ``streams.worker``), from Linux ``/proc``."""
+    (the faust driver's offloaded processor, ``streams.drivers.worker``), from Linux ``/proc``."""
     assert proc.popen is not None
     root = proc.popen.pid
     own = children = 0

@@ -48,7 +48,7 @@ from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
-from streams.provision import ensure_bus
+from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "soak"

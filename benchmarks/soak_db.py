@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from schemas.settings import Settings
-from streams.kafka_auth import kafka_auth
+from streams.kafka.auth import kafka_auth
 
 
 async def wait_caught_up(

@@ -57,7 +57,7 @@ STAMP=$LIBS/.pom.sha256
 # brokers, PLAIN between controllers, the StandardAuthorizer with ACLs. One principal
 # per service and the runtime; passwords and the bus service secret are generated once
 # into $SECRETS (mode 700) and shared by the single broker and the cluster. Users other
-# than admin, and the ACLs, are provisioned by `python -m streams.provision` (stack.sh).
+# than admin, and the ACLs, are provisioned by `python -m streams.kafka.provision` (stack.sh).
 # ALC_KAFKA_TLS=1: the client listener is SASL_SSL with a self-signed certificate for
 # 127.0.0.1 ($SECRETS/tls/ca.pem is what clients trust).
 SECRETS=$STATE_DIR/secrets
@@ -306,7 +306,7 @@ num.partitions=4
 default.replication.factor=1
 min.insync.replicas=1
 # Topics are ours: every service creates or validates its topics at start
-# (streams/topics.py). A topic the broker would create on first use hides a missing
+# (streams/kafka/topics.py). A topic the broker would create on first use hides a missing
 # creation step and gets the broker's defaults instead of our partition count.
 auto.create.topics.enable=false
 group.initial.rebalance.delay.ms=0

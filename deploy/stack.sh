@@ -109,11 +109,11 @@ env_lines() {
   echo "ALC_BUS_SERVICE_SECRET_FILE=$ALC_STATE_DIR/secrets/bus-service.key"
 }
 
-# Users, topics and ACLs of the default names (streams/provision.py), as admin.
+# Users, topics and ACLs of the default names (streams/kafka/provision.py), as admin.
 provision() {
   local py=$REPO/.venv/bin/python
   [[ -x $py ]] || { log "no $py: run 'make setup' first" >&2; return 1; }
-  (set -a; eval "$(env_lines)"; cd "$REPO" && "$py" -m streams.provision)
+  (set -a; eval "$(env_lines)"; cd "$REPO" && "$py" -m streams.kafka.provision)
 }
 
 cmd_up() {

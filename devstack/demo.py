@@ -309,7 +309,7 @@ async def compaction_session(c: ContextClient, settings: Settings, out: Printer)
     )
     session = await c.open_session("demo-space", "demo-user", rel["release_id"])
     run = None
-    paths = ("storage/ingest.py", "domain/planning.py", "services/bus.py")
+    paths = ("storage/records/ingest.py", "domain/planning.py", "services/bus.py")
     for q, path in enumerate(paths):
         run = await c.start_run(session)
         await c.append_user(run, f"Review {path} for error handling.", f"k{q}-q")

@@ -130,7 +130,7 @@ class ServiceSet:
     """Our three processes, started in dependency order: Prepare applies migrations and
     creates the topics, so the processor and the compaction service join their groups
     with the partitions already there. Each still checks every topic it uses at start and
-    exits (``streams.topics.EXIT_TOPICS``) if one differs; ``Proc.start`` then raises
+    exits (``streams.kafka.topics.EXIT_TOPICS``) if one differs; ``Proc.start`` then raises
     with the log's tail."""
 
     prepare: Proc

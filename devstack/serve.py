@@ -1,7 +1,7 @@
 """``agentloom serve`` (``make serve``): the local stack and every service in the foreground.
 
 Starts Kafka + PostgreSQL (``deploy/stack.sh up``, idempotent), provisions the broker's
-users and ACLs for the configured names (``streams.provision``), then Prepare, the
+users and ACLs for the configured names (``streams.kafka.provision``), then Prepare, the
 session processor, the compaction and analytics services and the console as OS
 processes through their real entry points (``devstack.launcher``), each line of their
 output printed with the service's name in front. Once all are ready it prints, once,
@@ -36,7 +36,7 @@ from domain.auth import KeyKind, key_id_of, verify
 from schemas.settings import Settings
 from services.console.settings import ConsoleSettings
 from storage import api_keys
-from streams.provision import provision
+from streams.kafka.provision import provision
 
 REPO = Path(__file__).resolve().parents[1]
 # The local single-broker stack's partition count (the Makefile's ALC_TOPIC_PARTITIONS);

@@ -16,7 +16,7 @@ Least privilege, by role:
   original), writes the records topic (replay) and describes the groups.
 
 Every service may describe, and create if missing, our topics (the start-up check,
-``streams.topics``); a runtime may not. Only the operator's ``admin`` grants.
+``streams.kafka.topics``); a runtime may not. Only the operator's ``admin`` grants.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _group(user: str, name: str, pattern: Pattern = Pattern.LITERAL) -> list[Acl
 def acl_plan(n: BusNames, runtimes: tuple[str, ...] = ("runtime",)) -> list[Acl]:
     """Every ACL of the deployment, sorted; ``runtimes``: the runtime principals."""
     w, r = (Op.WRITE,), (Op.READ,)
-    d = (Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.CREATE)  # the start-up check (streams.topics)
+    d = (Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.CREATE)  # the start-up check (streams.kafka.topics)
     every = (n.records, n.committed, n.dead_letter, n.compaction_requests, n.observability)
     out: list[Acl] = []
     out += _topics("processor", r, n.records)

@@ -80,7 +80,7 @@ class SessionState:
     live_calls: dict[CallKey, set[str]] = field(default_factory=dict)
     run_boundaries: dict[str, int] = field(default_factory=dict)
     # Issue 24: constraint ids ever set in the session, loaded when the batch retires one
-    # (``storage.ingest``), and those the batch sets.
+    # (``storage.records.ingest``), and those the batch sets.
     constraint_ids: set[str] = field(default_factory=set)
 
 

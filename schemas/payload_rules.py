@@ -55,7 +55,7 @@ def count(where: str, value: object, minimum: int = 0) -> None:
 def validate_retraction(ev: ContextEvent, p: RetractionPayload) -> None:
     """A retraction names a well-formed record id, and its operation is that id: R3.1's
     scope + operation_id + kind then makes a second retraction of the same record a
-    duplicate, and the processor knows the target before planning (storage.retraction)."""
+    duplicate, and the processor knows the target before planning (storage.records.retraction)."""
     if not RECORD_ID.fullmatch(p.target_record_id):
         raise fail("bad_retraction_target", "target_record_id is not a record id (rec_ + 32 hex)")
     if ev.operation_id != p.target_record_id:

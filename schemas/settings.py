@@ -118,7 +118,7 @@ class Settings(BaseSettings):
     # "faust" (faust-streaming agent) or "aiokafka" (direct batch consumer, higher
     # throughput); both run the same BatchProcessor with the same guarantees.
     processor_driver: Literal["faust", "aiokafka"] = "faust"
-    # faust driver: the BatchProcessor runs in a child process (streams.worker) fed over a
+    # faust driver: the BatchProcessor runs in a child process (streams.drivers.worker) fed over a
     # pipe, so that faust's per-event stream machinery (~half of a core at full rate) and
     # our decode/plan/commit run on two cores instead of one (issue 13). Off: in process.
     processor_offload: bool = True

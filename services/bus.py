@@ -1,5 +1,5 @@
 """Context events on the records topic: our encoding over the one Kafka adapter
-(``streams.publish``). Keyed by session_id, so one session's events keep their order.
+(``streams.kafka.publish``). Keyed by session_id, so one session's events keep their order.
 
 ``send_event`` returns where the event landed once the broker acknowledged it; the
 caller passes that offset to prepare, which waits for exactly that append
@@ -19,9 +19,9 @@ from schemas.contracts import ContextEvent
 from schemas.settings import Settings
 from schemas.wire import ControlEvent, encode_control, encode_event
 from streams import tracing
-from streams.kafka_auth import KafkaAuth, kafka_auth
-from streams.kafka_batches import send_in_batches
-from streams.publish import AiokafkaPublisher, Delivery, Publisher
+from streams.kafka.auth import KafkaAuth, kafka_auth
+from streams.kafka.batches import send_in_batches
+from streams.kafka.publish import AiokafkaPublisher, Delivery, Publisher
 
 
 async def send_event(publisher: Publisher, topic: str, event: ContextEvent) -> Delivery:
@@ -45,7 +45,7 @@ class EventBus:
     ``api_key``: the runtime's host key of its space; every event is signed with it
     (domain.context.envelope), and the processor refuses an event whose space is not the key's.
     ``auth``: the broker credentials; by default the ``runtime`` principal of the
-    settings read from the environment (streams.kafka_auth)."""
+    settings read from the environment (streams.kafka.auth)."""
 
     def __init__(
         self, bootstrap: str, topic: str, api_key: str | None, auth: KafkaAuth | None = None
@@ -79,7 +79,7 @@ class EventBus:
         return md.partition, md.offset
 
     async def send_many(self, events: list[ContextEvent]) -> list[tuple[int, int]]:
-        """Pipelined through aiokafka's batch API (``streams.kafka_batches``): each event
+        """Pipelined through aiokafka's batch API (``streams.kafka.batches``): each event
         is encoded and queued (the first batches go out while the rest are encoded), then
         all are awaited. Order per session is kept: one key maps to one partition, and a
         partition's messages keep their order. Returns each event's (partition, offset).

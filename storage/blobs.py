@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from storage.threads import child_transfer
+from storage.records.threads import child_transfer
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ over estimated input tokens, one row per (space, model profile) in PostgreSQL so
 every Prepare instance reads the same factor, and one space's reports never move another's
 (a profile name is free text: two spaces may use the same). A report folds in under the
 row's lock (``fold``, called inside the transaction that claims the report,
-storage/model_calls.py), so concurrent reports on several instances are all counted, one
+storage/calls/model_calls.py), so concurrent reports on several instances are all counted, one
 after the other."""
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from domain.context.rendering import RecordView
 from domain.policy.context_policy import LargeResultSettings, validate_policy
 from schemas.errors import InvalidPolicy
 from storage.api_keys import find_key
-from storage.frontier import frontier_at
-from storage.threads import inherited_records, thread_records
+from storage.records.frontier import frontier_at
+from storage.records.threads import inherited_records, thread_records
 
 MAX_CHAIN = 100  # a summary chain longer than this is cut (a cycle would never end)
 

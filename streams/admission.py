@@ -17,7 +17,7 @@ from schemas.contracts import ContextEvent
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_control, validate_event
 from schemas.wire import ControlEvent, DeadLetter, decode_control, decode_event_and_payload
-from storage.processing_store import IngestStore
+from storage.records.store import IngestStore
 from streams.envelopes import Authenticator
 from streams.faults import describe_failure
 from streams.outgoing import ProcessorConfig, dead_letter

@@ -1,7 +1,7 @@
 """Composition root of the session processor process: settings, the PostgreSQL pool, the
 Kafka publisher and the ``BatchProcessor`` are built here and only here, for either
-driver (faust, the default, or aiokafka directly). The drivers (``streams.app``,
-``streams.direct``) only move batches; ``python -m streams`` calls ``main``.
+driver (faust, the default, or aiokafka directly). The drivers (``streams.drivers.app``,
+``streams.drivers.direct``) only move batches; ``python -m streams`` calls ``main``.
 """
 
 from __future__ import annotations
@@ -20,18 +20,19 @@ from schemas.settings import Settings
 from storage.api_keys import PgBusKeys
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.processing_store import PgProcessing
-from streams import direct, tracing
-from streams.app import BatchHandler, create_app
+from storage.records.store import PgProcessing
+from streams import tracing
+from streams.drivers import direct
+from streams.drivers.app import BatchHandler, create_app
+from streams.drivers.offload import OffloadedProcessor, handle_offloaded_or_exit
 from streams.envelopes import Authenticator
 from streams.instance import claim_instance_id
-from streams.kafka_auth import kafka_auth, service_root
+from streams.kafka.auth import kafka_auth, service_root
+from streams.kafka.publish import AiokafkaPublisher, FaustPublisher, Publisher
+from streams.kafka.topics import require_topics
 from streams.metrics import MeteredPublisher, serve
-from streams.offload import OffloadedProcessor, handle_offloaded_or_exit
 from streams.outgoing import ProcessorConfig
 from streams.processor import BatchProcessor, handle_or_exit
-from streams.publish import AiokafkaPublisher, FaustPublisher, Publisher
-from streams.topics import require_topics
 
 log = logging.getLogger("agentloom.processor")
 

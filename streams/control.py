@@ -32,7 +32,7 @@ from schemas.wire import (
     ControlEvent,
     ObservabilityEvent,
 )
-from storage.processing_store import ControlStore
+from storage.records.store import ControlStore
 from streams.faults import describe_failure, is_transient
 
 
@@ -96,9 +96,7 @@ async def apply_controls(store: ControlStore, events: list[ControlEvent]) -> Con
     return ControlResult(requests, notes, reports, commits, refusals, failures)
 
 
-async def observe(
-    store: ControlStore, ev: ControlEvent, obs: BudgetObservation
-) -> ControlEffects:
+async def observe(store: ControlStore, ev: ControlEvent, obs: BudgetObservation) -> ControlEffects:
     """A budget observation: read → decide (R7, R9, R15.3) → write."""
     done = await store.checked(ev.session_id, ev.event_key)
     if done is not None:
@@ -120,9 +118,7 @@ async def observe(
     return effects
 
 
-async def settle(
-    store: ControlStore, ev: ControlEvent, out: CompactionOutcome
-) -> ControlEffects:
+async def settle(store: ControlStore, ev: ControlEvent, out: CompactionOutcome) -> ControlEffects:
     """A compaction outcome: read → decide (R8.4, R11.6, R15.3) → write."""
     effects = decide_outcome(await store.outcome_inputs(ev, out), _now_ms())
     await store.apply_control(effects)

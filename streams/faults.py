@@ -12,7 +12,7 @@ Prepare's HTTP answers.
 
 The adapters translate at their boundary (``storage.pool``'s connections raise ours);
 a driver error that arrives untranslated is classified through the same tables
-(``storage.errors``, ``streams.kafka_errors``), and so is a raw socket error.
+(``storage.errors``, ``streams.kafka.errors``), and so is a raw socket error.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from schemas.errors import (
     TransientError,
 )
 from storage import errors as pg
-from streams import kafka_errors as kafka
+from streams.kafka import errors as kafka
 
 log = logging.getLogger("agentloom.faults")
 _T = TypeVar("_T")

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 from schemas.wire import decode_dead_letter
-from streams.publish import Delivery, Message, Publisher
+from streams.kafka.publish import Delivery, Message, Publisher
 
 PROCESSOR_BATCH_SIZE = Histogram(
     "agentloom_processor_batch_size",
@@ -81,7 +81,7 @@ class MeteredPublisher:
     def __init__(self, inner: Publisher, topic_dead_letter: str) -> None:
         self.inner = inner
         self.topic_dead_letter = topic_dead_letter
-        # Also tallied here, for a process whose /metrics another serves (streams.worker).
+        # Also tallied here, for a process whose /metrics another serves (streams.drivers.worker).
         self.tally: collections.Counter[str] = collections.Counter()
 
     def _count(self, topic: str, value: bytes) -> None:

@@ -18,8 +18,8 @@ from schemas.wire import (
     encode_compaction_request,
     encode_observability,
 )
-from storage.ingest import ExistingRecord
-from streams.publish import Message
+from storage.records.ingest import ExistingRecord
+from streams.kafka.publish import Message
 
 
 @dataclass(frozen=True)

@@ -39,15 +39,15 @@ from schemas.wire import (
     encode_observability,
     fit_dead_letter,
 )
-from storage.frontier import RETIRED
-from storage.ingest import ExistingRecord
-from storage.processing_store import ProcessingStore, ProcessingStores
+from storage.records.frontier import RETIRED
+from storage.records.ingest import ExistingRecord
+from storage.records.store import ProcessingStore, ProcessingStores
 from streams.admission import Admission, Admitted, Control, Item, RawMessage
 from streams.control import apply_controls, preempt
 from streams.envelopes import Authenticator
 from streams.faults import describe_failure, is_transient, retry_transient
+from streams.kafka.publish import Message, Publisher
 from streams.outgoing import Effects, ProcessorConfig, dead_letter_note, encode_applied
-from streams.publish import Message, Publisher
 
 __all__ = ["BatchProcessor", "BatchResult", "Control", "Item", "RawMessage", "handle_or_exit"]
 
@@ -83,7 +83,7 @@ class BatchProcessor:
 
     async def admit_ahead(self, batch: list[RawMessage]) -> Admitted:
         """The admission of ``batch``'s first chunk, before the batch ahead of it has been
-        applied (streams.worker reads one batch ahead). Safe: decoding, validation and
+        applied (streams.drivers.worker reads one batch ahead). Safe: decoding, validation and
         counting read no state an earlier batch writes — only content blobs, which are
         stored before any event refers to them (R3.4) — and sessions are checked when
         the chunk applies (``Admission.known``)."""

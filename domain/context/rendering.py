@@ -10,7 +10,7 @@ what is new. Rules:
   "result unknown" — never re-executed and never given a made-up result (R2.4);
 - every message keeps the ids of the source records it came from (block → source map);
 - a retraction (issue 15) renders nothing and is no compaction candidate; the records it
-  retracted never reach a renderer (``storage.threads`` leaves them out, and a change of
+  retracted never reach a renderer (``storage.records.threads`` leaves them out, and a change of
   the view epoch rebuilds a warm renderer that had shown one).
 """
 

@@ -3,7 +3,7 @@
 Built once, when the call is recorded, from the prepared context's annotated messages
 (each with block id, category, retention, tokens, decision and reason) and the provider
 request that was sent: each block carries the role it reached the model with. The
-document is stored compressed with the call (storage/call_views.py) and every later view
+document is stored compressed with the call (storage/calls/views.py) and every later view
 of the call — diagnostics, the inspector, ``agentloom session inspect`` — reads it, so
 later retractions, revocations and summaries never change what a past call shows.
 """

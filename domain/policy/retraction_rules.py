@@ -1,7 +1,7 @@
 """Whether a retraction may withdraw its target (issue 15, issue 25 findings 6 and 7). Pure.
 
 Planning (``domain.planning``) asks ``refusal`` for each ``record_retracted``; storage
-(``storage.retraction``) loads the facts it needs under the session's lock, and planning
+(``storage.records.retraction``) loads the facts it needs under the session's lock, and planning
 keeps them current across the batch (``note_record``, ``note_retraction``), so that the
 answer is the same whichever batch an event lands in.
 
@@ -41,7 +41,7 @@ from schemas.contracts import (
 
 Thread = tuple[str, str]  # (run_id, instance_id)
 CallKey = tuple[Thread, str]  # (thread, call_id)
-# What a later run inherits (storage.threads: the inherited history's visibility).
+# What a later run inherits (storage.records.threads: the inherited history's visibility).
 INHERITED_VISIBILITY = frozenset({Visibility.SESSION, Visibility.ACTOR})
 
 # What a retraction may withdraw: what was said or done. Lifecycle markers shape runs and
@@ -61,7 +61,7 @@ RETRACTABLE = frozenset(
 @dataclass(frozen=True)
 class RetractionTarget:
     """What planning a retraction needs to know of its target, loaded with the session
-    under its lock (``storage.retraction``) or noted when the batch records it."""
+    under its lock (``storage.records.retraction``) or noted when the batch records it."""
 
     kind: str
     summarized: bool  # covered by a committed summary revision

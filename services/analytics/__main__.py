@@ -3,7 +3,7 @@
 Its own consumer group on ``ctx.observability`` and the dead-letter topic. A plain
 aiokafka ``getmany`` loop rather than a faust agent: the work per batch is one PostgreSQL
 transaction (increments + tracking offsets), so faust's per-event stream machinery would
-only cost throughput (streams/direct.py, benchmarks/README.md) and its table/changelog
+only cost throughput (streams/drivers/direct.py, benchmarks/README.md) and its table/changelog
 state is not wanted — PostgreSQL holds the state. Offsets are committed to Kafka after
 the database commit; a crash in between redelivers messages the tracking rows skip.
 The loop itself (decode and sum the next batch while the previous one is written) is
@@ -24,8 +24,8 @@ from services import metrics
 from services.analytics.pipeline import Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from streams.kafka_auth import kafka_auth
-from streams.topics import require_topics
+from streams.kafka.auth import kafka_auth
+from streams.kafka.topics import require_topics
 
 log = logging.getLogger("agentloom.analytics")
 READY = "[analytics]: Ready"

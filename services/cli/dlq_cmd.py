@@ -22,7 +22,7 @@ from schemas.settings import Settings
 from schemas.wire import DeadLetter, decode_dead_letter, truncated_original
 from services.cli import dlq_replay
 from services.cli.output import ERROR, JsonOption, err, fail, out, show
-from streams.kafka_auth import kafka_auth
+from streams.kafka.auth import kafka_auth
 
 app = typer.Typer(no_args_is_help=True, help="Dead letters: list, show, replay.")
 
@@ -52,7 +52,7 @@ class Letter:
 
 
 def _auth() -> dict[str, Any]:
-    """The CLI's broker principal (``cli``: streams.kafka_auth)."""
+    """The CLI's broker principal (``cli``: streams.kafka.auth)."""
     return kafka_auth(Settings(), "cli").client_kwargs()
 
 
@@ -90,7 +90,7 @@ async def _partitions(c: AIOKafkaConsumer, topic: str) -> set[int]:
     await c._client.force_metadata_update()  # the topic may be unknown to a fresh client
     if topic in c._client.cluster.unauthorized_topics:
         raise NotGranted(
-            f"the broker does not let this principal read {topic} (ACLs: streams.provision)",
+            f"the broker does not let this principal read {topic} (ACLs: streams.kafka.provision)",
             topic=topic,
         )
     return c.partitions_for_topic(topic) or set()

@@ -45,7 +45,7 @@ from schemas.settings import Settings
 from schemas.wire import DeadLetter, truncated_original
 from storage import dlq_replays
 from storage.dlq_replays import LetterRow, Operator
-from streams.kafka_auth import kafka_auth
+from streams.kafka.auth import kafka_auth
 
 log = logging.getLogger("agentloom.dlq")
 FETCH_TRIES = 3  # a fresh consumer's first fetches may come back empty

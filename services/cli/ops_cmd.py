@@ -1,5 +1,5 @@
 """``agentloom topics check`` and ``agentloom migrate``: the broker's topics against the
-configuration (streams/topics.py), and the database's schema (storage/migrate.py)."""
+configuration (streams/kafka/topics.py), and the database's schema (storage/migrate.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import typer
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
 from storage.migrate import apply_dsn, available
-from streams.kafka_auth import kafka_auth
-from streams.topics import TopicSetupFailed, ensure_topics, topic_names
+from streams.kafka.auth import kafka_auth
+from streams.kafka.topics import TopicSetupFailed, ensure_topics, topic_names
 
 topics = typer.Typer(no_args_is_help=True, help="Kafka topics of AgentLoom Context.")
 

@@ -19,7 +19,8 @@ from domain.context.call_view import session_cost
 from schemas.errors import ContextError, NotFound
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
-from storage import call_views, inspection
+from storage import inspection
+from storage.calls import views as call_views
 from storage.pool import create_pool
 
 app = typer.Typer(no_args_is_help=True, help="What the model calls of a session saw.")

@@ -28,13 +28,13 @@ from services.compaction.job_loop import LoopConfig, RequestLoop
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.hooks import load
-from storage.compaction_jobs import CompactionJobs, PgCompactionJobs
+from storage.compaction.jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from streams.instance import claim_instance_id
-from streams.kafka_auth import kafka_auth, service_root
-from streams.publish import AiokafkaPublisher, Publisher
-from streams.topics import require_topics
+from streams.kafka.auth import kafka_auth, service_root
+from streams.kafka.publish import AiokafkaPublisher, Publisher
+from streams.kafka.topics import require_topics
 
 log = logging.getLogger("agentloom.compaction")
 

@@ -22,7 +22,7 @@ from domain.policy.model_catalog import for_purpose
 from domain.pricing import ModelPrices, Usage, cost_picos
 from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
 from services.model_profiles import load_catalog
-from streams.publish import Publisher
+from streams.kafka.publish import Publisher
 
 log = logging.getLogger("agentloom.compaction")
 

@@ -28,9 +28,9 @@ from schemas.wire import (
 )
 from services import metrics
 from services.compaction.outcomes import outcome_event
-from storage.compaction_jobs import CompactionJobs, SavedOperation
+from storage.compaction.jobs import CompactionJobs, SavedOperation
 from streams.faults import is_transient, retry_transient
-from streams.publish import Publisher
+from streams.kafka.publish import Publisher
 
 log = logging.getLogger("agentloom.compaction")
 _T = TypeVar("_T")

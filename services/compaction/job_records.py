@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from domain.context.rendering import RecordView
 from schemas.wire import CompactionRequest
-from storage.compaction_jobs import CompactionJobs
+from storage.compaction.jobs import CompactionJobs
 
 THREAD_CACHE = 64  # threads whose views stay cached between jobs
 

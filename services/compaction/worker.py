@@ -51,8 +51,8 @@ from services.compaction.costs import CostNotes, Spent
 from services.compaction.job_records import JobRecords
 from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.summarize import BoundedSummarizer
-from storage.compaction_jobs import CompactionJobs, ParentSummary, SavedOperation
-from streams.publish import Publisher
+from storage.compaction.jobs import CompactionJobs, ParentSummary, SavedOperation
+from streams.kafka.publish import Publisher
 
 log = logging.getLogger("agentloom.compaction")
 CHARS_PER_TOKEN = 4  # to clip an old, unbounded parent summary before it is sent

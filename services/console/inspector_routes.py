@@ -12,7 +12,8 @@ from services.console.context import Refused, Viewer, console_of, page, require_
 from services.console.fields import RESPONSES, Offset, PathId
 from services.console.prepare_client import PrepareError
 from services.prepare.http.errors import ApiRoute
-from storage import call_views, inspection
+from storage import inspection
+from storage.calls import views as call_views
 
 router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
 PAGE_CHARS = 2000  # one page of a read-back

@@ -14,7 +14,7 @@ from schemas.settings import Settings
 from services.prepare.bootstrap import running_service
 from services.prepare.http.api import create_api
 from services.prepare.service import PrepareService
-from streams.topics import require_topics
+from streams.kafka.topics import require_topics
 
 
 def build_app(settings: Settings) -> FastAPI:

@@ -44,21 +44,21 @@ from services.prepare.service import PrepareService
 from storage.api_keys import find_key
 from storage.blobs import Blobs, PgBlobs, PgRecords, Records
 from storage.calibration import Calibrations, PgCalibrations
-from storage.call_views import PgCallViews
-from storage.compaction_view import CompactionReads, PgCompactionReads
-from storage.frontier import FrontierReads, NoFrontier, PgFrontier
+from storage.calls.model_calls import ModelCalls, PgModelCalls
+from storage.calls.prepared_contexts import PgPreparedContexts, PreparedContexts
+from storage.calls.render_states import PgRenderStates, RenderStates
+from storage.calls.views import PgCallViews
+from storage.compaction.view import CompactionReads, PgCompactionReads
 from storage.migrate import apply_dsn
-from storage.model_calls import ModelCalls, PgModelCalls
 from storage.pool import create_pool
-from storage.prepared_contexts import PgPreparedContexts, PreparedContexts
+from storage.records.frontier import FrontierReads, NoFrontier, PgFrontier
+from storage.records.threads import PgThreads, Threads
 from storage.releases import PgReleases, Releases
-from storage.render_states import PgRenderStates, RenderStates
 from storage.sessions import PgSessions, Sessions
-from storage.threads import PgThreads, Threads
 from streams import tracing
-from streams.kafka_auth import kafka_auth, service_root
-from streams.publish import AiokafkaPublisher, Publisher
-from streams.topics import ensure_topics
+from streams.kafka.auth import kafka_auth, service_root
+from streams.kafka.publish import AiokafkaPublisher, Publisher
+from streams.kafka.topics import ensure_topics
 
 
 @dataclass(frozen=True)

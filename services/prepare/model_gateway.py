@@ -23,7 +23,7 @@ from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
-from storage.model_calls import ModelCalls, NewCall, Sample, StoredCall
+from storage.calls.model_calls import ModelCalls, NewCall, Sample, StoredCall
 
 CALIBRATION_WINDOW = 20  # reported calls per model replayed into an empty calibration
 

@@ -14,8 +14,8 @@ from typing import Any
 
 from domain.context.budget import BudgetReport
 from schemas.wire import ObservabilityEvent, encode_observability
-from storage.model_calls import StoredCall
-from streams.publish import Publisher
+from storage.calls.model_calls import StoredCall
+from streams.kafka.publish import Publisher
 
 
 @dataclass

@@ -30,7 +30,7 @@ from services.prepare.assembly.waiter import Waiter
 from services.prepare.bodies import FinishIn, RunIn, RunLifecycleIn, SessionIn
 from services.prepare.publishing import ReleaseBook
 from storage.sessions import SessionRow, Sessions
-from streams.publish import Publisher
+from streams.kafka.publish import Publisher
 
 
 def offsets_of(after: dict[str, int]) -> dict[int, int]:

@@ -31,7 +31,7 @@ from schemas.errors import ApiError
 from services.bus import EventBus
 from services.sdk.appends import INLINE_LIMIT, EventAppends, RunHandle
 from streams import tracing
-from streams.kafka_auth import KafkaAuth
+from streams.kafka.auth import KafkaAuth
 
 __all__ = ["INLINE_LIMIT", "ApiError", "ContextClient", "RunHandle"]
 

@@ -20,8 +20,8 @@ from schemas.wire import CompactionOutcome, ControlEvent, DeadLetter, encode_con
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import revoke_key
 from streams.envelopes import KEY_TTL_S
-from streams.kafka_auth import KafkaAuth
-from streams.provision import add_runtime
+from streams.kafka.auth import KafkaAuth
+from streams.kafka.provision import add_runtime
 from tests.integration.test_poison import dead_letters_at
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed

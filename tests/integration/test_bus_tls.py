@@ -14,8 +14,8 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError
 
 from schemas.settings import Settings
-from streams.kafka_auth import kafka_auth
-from streams.provision import ensure_bus
+from streams.kafka.auth import kafka_auth
+from streams.kafka.provision import ensure_bus
 from tests.support.services import free_port
 from tests.support.stack import REPO
 

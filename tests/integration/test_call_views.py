@@ -15,7 +15,7 @@ import pytest
 
 from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
 from services.sdk.client import ContextClient, RunHandle
-from storage.call_views import PgCallViews
+from storage.calls.views import PgCallViews
 from tests.integration.test_cli import as_json, run
 from tests.support.flows import client
 from tests.support.services import Services

@@ -17,9 +17,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas.settings import Settings
 from schemas.wire import DeadLetter, encode_dead_letter
-from storage import call_views
+from storage.calls import views as call_views
 from storage.migrate import apply_dsn
-from streams.provision import provision
+from streams.kafka.provision import provision
 from tests.support.flows import client
 from tests.support.kafka import auth
 from tests.support.services import Services
@@ -191,7 +191,7 @@ async def test_session_inspect_shows_the_same_view_as_the_inspector(
 ) -> None:
     """A session whose first question was summarized: the call's blocks with role,
     category, retention, tokens, decision and reason, and the summary chain with its
-    covered ranges — the view stored with the call (``storage.call_views``), as the
+    covered ranges — the view stored with the call (``storage.calls.views``), as the
     console shows it."""
     async with client(services) as c:
         sid, call_id, source = await summarized_call(c, db)

@@ -11,10 +11,10 @@ import uuid
 import pytest
 
 from services.prepare.assembly.views import ThreadViews
+from storage.calls.render_states import PgRenderStates, StoredState
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.render_states import PgRenderStates, StoredState
-from storage.threads import Snapshot
+from storage.records.threads import Snapshot
 from tests.unit.test_cold_views import CountingThreads
 from tests.unit.test_render_state import COUNT, LARGE, PROFILE, _prepared, _records
 

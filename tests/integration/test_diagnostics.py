@@ -15,7 +15,8 @@ import pytest
 
 from domain.auth import KeyKind
 from services.sdk.client import ContextClient, RunHandle
-from storage import call_views, inspection
+from storage import inspection
+from storage.calls import views as call_views
 from tests.support.flows import client
 from tests.support.services import TEST_SPACE, Services
 from tests.support.summarized import summarized_call
@@ -53,7 +54,7 @@ async def test_diagnostics_of_a_call_that_summarized_and_externalized(
         )
         assert by_prepared.status_code == 200 and by_prepared.json() == got
 
-        # The view stored with the call (storage.call_views: the console's, the CLI's).
+        # The view stored with the call (storage.calls.views: the console's, the CLI's).
         facts = await inspection.call_facts(db, sid, call_id)
         stored = await call_views.view_of(db, sid, call_id)
         assert facts is not None and stored is not None and not stored.rebuilt

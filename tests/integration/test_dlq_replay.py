@@ -33,7 +33,7 @@ from schemas.contracts import (
 from schemas.settings import Settings
 from schemas.wire import DeadLetter, decode_dead_letter, encode_dead_letter, encode_event
 from services.sdk.appends import SessionTarget
-from streams.kafka_auth import kafka_auth
+from streams.kafka.auth import kafka_auth
 from tests.support.flows import PROFILE, client
 from tests.support.kafka import auth
 from tests.support.services import TEST_SPACE, Services

@@ -10,8 +10,13 @@ import pytest
 
 from domain.context.rendering import RecordView, ThreadRenderer
 from domain.context.tokens import make_counter
-from storage.threads import inherited_records, inherited_view, run_snapshot, uncovered_records
-from storage.view_state import load_view_state
+from storage.compaction.view_state import load_view_state
+from storage.records.threads import (
+    inherited_records,
+    inherited_view,
+    run_snapshot,
+    uncovered_records,
+)
 from tests.integration.test_compaction import settled
 from tests.integration.test_long_sessions import step
 from tests.support.flows import client, new_session

@@ -1,4 +1,4 @@
-"""``streams.kafka_batches`` against the real broker: messages sent through aiokafka's
+"""``streams.kafka.batches`` against the real broker: messages sent through aiokafka's
 batch API land where ``send`` would put them, in order, at the offsets reported, with
 their headers — also when a partition's messages overflow one batch (issue 13)."""
 
@@ -11,11 +11,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import MessageSizeTooLargeError
 
 from schemas.settings import Settings
-from streams.kafka_auth import kafka_auth
-from streams.kafka_batches import LARGE_BYTES, OutMessage, send_in_batches
-from streams.partitioning import cached_partitioner
-from streams.publish import AiokafkaPublisher
-from streams.topics import ensure_topics
+from streams.kafka.auth import kafka_auth
+from streams.kafka.batches import LARGE_BYTES, OutMessage, send_in_batches
+from streams.kafka.partitioning import cached_partitioner
+from streams.kafka.publish import AiokafkaPublisher
+from streams.kafka.topics import ensure_topics
 from tests.support.kafka import auth
 from tests.support.stack import Stack
 

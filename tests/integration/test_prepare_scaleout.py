@@ -19,8 +19,8 @@ import pytest
 
 from devstack.launcher import Proc
 from services.sdk.client import ApiError, ContextClient, RunHandle
+from storage.calls.prepared_contexts import PgPreparedContexts
 from storage.pool import create_pool
-from storage.prepared_contexts import PgPreparedContexts
 from tests.support.flows import client, new_session
 from tests.support.services import LOG_DIR, Services, free_port, start_services
 from tests.support.stack import REPO, Stack

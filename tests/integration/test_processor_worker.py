@@ -1,4 +1,4 @@
-"""The faust driver's processor child (streams.worker, issue 13) on the real stack:
+"""The faust driver's processor child (streams.drivers.worker, issue 13) on the real stack:
 whichever of the two processes dies, nothing is lost or applied twice, and no child goes
 on writing for a parent that is gone (the single writer of a partition, R8.1)."""
 
@@ -26,7 +26,7 @@ ROUNDS = 50
 
 
 def _workers_of(pid: int) -> list[int]:
-    """Live ``streams.worker`` children of ``pid``."""
+    """Live ``streams.drivers.worker`` children of ``pid``."""
     out = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -36,7 +36,7 @@ def _workers_of(pid: int) -> list[int]:
             cmd = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if ppid == pid and b"streams.worker" in cmd:
+        if ppid == pid and b"streams.drivers.worker" in cmd:
             out.append(int(entry.name))
     return out
 

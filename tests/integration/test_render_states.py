@@ -10,9 +10,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from storage.calls.render_states import (
+    MemoryRenderStates,
+    PgRenderStates,
+    RenderStates,
+    StoredState,
+)
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.render_states import MemoryRenderStates, PgRenderStates, RenderStates, StoredState
 
 
 @pytest.fixture(params=["postgres", "memory"])

@@ -173,7 +173,7 @@ async def same_partition_session(
     c: ContextClient, services: Services, sid: str, release_id: str
 ) -> dict[str, Any]:
     """Another session whose compaction requests share ``sid``'s partition."""
-    # Every topic has the same partitions (streams.topics); a runtime may describe records.
+    # Every topic has the same partitions (streams.kafka.topics); a runtime may describe records.
     topic = services.env("ALC_TOPIC_RECORDS")
     parts = sorted(await c.producer._producer.partitions_for(topic))
     part = DefaultPartitioner()

@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from schemas.settings import Settings
-from streams.topics import EXIT_TOPICS, TopicMismatch, _cleanup_policies, ensure_topics
+from streams.kafka.topics import EXIT_TOPICS, TopicMismatch, _cleanup_policies, ensure_topics
 from tests.support.kafka import auth
 from tests.support.services import free_port, provision_for
 from tests.support.stack import REPO, Stack

@@ -26,11 +26,12 @@ from services.prepare.http.api import create_api
 from services.sdk.client import ContextClient
 from storage.api_keys import issue
 from storage.pool import create_pool
-from streams import direct, tracing
+from streams import tracing
 from streams.bootstrap import build_processor
-from streams.kafka_auth import kafka_auth
-from streams.provision import provision
-from streams.publish import AiokafkaPublisher
+from streams.drivers import direct
+from streams.kafka.auth import kafka_auth
+from streams.kafka.provision import provision
+from streams.kafka.publish import AiokafkaPublisher
 from tests.support.flows import new_session
 from tests.support.services import TEST_SPACE, services_env, settings_of
 from tests.support.stack import Stack

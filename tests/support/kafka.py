@@ -1,5 +1,5 @@
 """Raw Kafka clients for tests that inject or read messages themselves: the broker's
-credentials for a role (streams.kafka_auth), and the envelope a message needs for the
+credentials for a role (streams.kafka.auth), and the envelope a message needs for the
 processor to look at it at all (domain.context.envelope)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from domain.context.envelope import Headers, ServiceSigner
 from schemas.settings import Settings
 from services.bus import signer_for
-from streams.kafka_auth import Role, kafka_auth, service_root
+from streams.kafka.auth import Role, kafka_auth, service_root
 
 
 def auth(role: Role = "admin") -> dict[str, Any]:

@@ -15,7 +15,7 @@ from devstack.launcher import Proc, service_set
 from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
-from streams.provision import provision
+from streams.kafka.provision import provision
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
@@ -82,7 +82,7 @@ def settings_of(env: dict[str, str]) -> Settings:
 
 
 def provision_for(env: dict[str, str]) -> None:
-    """The broker's users and ACLs for ``env``'s topic and group names (streams.provision),
+    """The broker's users and ACLs for ``env``'s topic and group names (streams.kafka.provision),
     in a private loop: this runs in sync fixtures, beside pytest-asyncio's own loop."""
     loop = asyncio.new_event_loop()
     try:

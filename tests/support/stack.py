@@ -65,7 +65,7 @@ def _testcontainers() -> Iterator[Stack]:
         kafka = stack.enter_context(
             KafkaContainer("apache/kafka:4.1.1")
             .with_kraft()
-            # Like deploy/kafka.sh: no topic is created on first use (streams/topics.py).
+            # Like deploy/kafka.sh: no topic is created on first use (streams/kafka/topics.py).
             .with_env("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
         )
         pg = stack.enter_context(PostgresContainer("postgres:15", driver=None))

@@ -5,7 +5,7 @@ the Kubernetes OpenAPI schemas that ``kubernetes-validate`` ships, in strict mod
 unknown or misspelled field fails). The operators' kinds (Strimzi, CloudNativePG, KEDA)
 have no schema here, so they are checked structurally and cross-referenced with each
 other, with the workloads and with our own code: topic names and settings from
-``schemas.settings`` / ``streams.topics``, entry points that exist. ``problems`` returns
+``schemas.settings`` / ``streams.kafka.topics``, entry points that exist. ``problems`` returns
 every broken reference as a sentence; the negative tests break one thing each and expect
 it to be named.
 """
@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from schemas.settings import Settings
-from streams.topics import topic_names
+from streams.kafka.topics import topic_names
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30.0"  # the oldest version we support: its schemas are the strictest

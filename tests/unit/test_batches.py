@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage.batches import delete_in_batches
+from storage.calls.batches import delete_in_batches
 
 
 class _Pool:

@@ -12,7 +12,7 @@ import pytest
 from domain.context.envelope import ServiceSigner
 from schemas.settings import Settings
 from services.prepare.bootstrap import Options
-from streams.kafka_auth import BusConfigError, kafka_auth, service_root
+from streams.kafka.auth import BusConfigError, kafka_auth, service_root
 
 SECRET = "s" * 40
 

@@ -11,8 +11,8 @@ import pytest
 
 from domain.context.rendering import RecordView
 from services.prepare.assembly.views import ThreadViews
-from storage.render_states import MemoryRenderStates, StoredState
-from storage.threads import Inherited, Snapshot, SummaryView
+from storage.calls.render_states import MemoryRenderStates, StoredState
+from storage.records.threads import Inherited, Snapshot, SummaryView
 from tests.unit.fakes.prepare import FakeThreads
 from tests.unit.test_render_state import COUNT, LARGE, PROFILE, _prepared, _records
 

@@ -28,7 +28,7 @@ from services.compaction.compact_hooks import (
 from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.scripted import ScriptedSummarizer
 from services.compaction.worker import CompactionWorker
-from storage.compaction_jobs import ParentSummary, SavedOperation
+from storage.compaction.jobs import ParentSummary, SavedOperation
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher
 

@@ -14,7 +14,7 @@ import pytest
 
 from domain.bus_access import ROLES, Acl, Op, Pattern, Resource, acl_plan
 from schemas.settings import Settings
-from streams.provision import bus_names
+from streams.kafka.provision import bus_names
 from tests.unit.k8s_checks import K8S, Doc, load_yaml, manifests, named, settings_of
 
 pytestmark = pytest.mark.spec("R3.3")
@@ -23,7 +23,7 @@ USERS_API = "kafka.strimzi.io/v1beta2"
 CLUSTER = "agentloom"
 CA_SECRET = f"{CLUSTER}-cluster-ca-cert"
 BUS_SECRET, BUS_KEY = "agentloom-bus", "service-secret"
-# Deployment -> the principal its process logs in as (streams.kafka_auth.kafka_auth's role).
+# Deployment -> the principal its process logs in as (streams.kafka.auth.kafka_auth's role).
 PRINCIPALS = {
     "agentloom-processor": "processor",
     "agentloom-prepare": "prepare",

@@ -1,4 +1,4 @@
-"""The pipe between the faust driver and its processor child (streams.offload, issue 13):
+"""The pipe between the faust driver and its processor child (streams.drivers.offload, issue 13):
 frames round-trip, and anything that is not a whole reply is a lost worker — never a
 reply that could let a batch be acked."""
 
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from schemas.settings import Settings
 from streams.admission import RawMessage
-from streams.offload import (
+from streams.drivers.offload import (
     MAX_FRAME,
     Reply,
     WorkerLost,

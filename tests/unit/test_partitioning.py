@@ -7,7 +7,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.partitioning import cached_partitioner
+from streams.kafka.partitioning import cached_partitioner
 
 
 @given(key=st.binary(min_size=0, max_size=64), count=st.integers(min_value=1, max_value=64))

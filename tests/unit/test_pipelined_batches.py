@@ -1,4 +1,4 @@
-"""The faust driver's pipelined batches (streams.pipelined, issue 13): reading goes on
+"""The faust driver's pipelined batches (streams.drivers.pipelined, issue 13): reading goes on
 while batches are applied, yet they go to ``apply`` in offset order, at most ``depth`` at
 a time, and an event is acked only after the batch holding it — and every batch before
 it — was applied (offsets after commit, R8.1)."""
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import processor
-from streams.pipelined import PipelinedBatches, ticking
+from streams.drivers.pipelined import PipelinedBatches, ticking
 
 
 class Log:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from storage import compaction_view
-from storage.compaction_view import PgCompactionReads
-from storage.view_state import ViewStateCache
+from storage.compaction import view as compaction_view
+from storage.compaction.view import PgCompactionReads
+from storage.compaction.view_state import ViewStateCache
 
 
 class _Pool:

@@ -17,8 +17,8 @@ from services.prepare.bodies import (
     SessionIn,
 )
 from storage.blobs import StoredRecord
-from storage.threads import SummaryView
-from storage.view_state import SummaryRef
+from storage.compaction.view_state import SummaryRef
+from storage.records.threads import SummaryView
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
 

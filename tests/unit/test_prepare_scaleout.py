@@ -108,7 +108,7 @@ async def test_reports_of_one_call_on_two_instances_calibrate_once() -> None:
 
 @pytest.mark.spec("R6.4")
 async def test_a_model_without_a_stored_calibration_is_seeded_from_its_last_reports() -> None:
-    from storage.model_calls import Usage
+    from storage.calls.model_calls import Usage
 
     a = await instance_a()
     a.model_calls.reported = [Usage("space", "m", 100, 120), Usage("space", "other", 100, 90)]

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from streams.kafka_auth import KafkaAuth
-from streams.publish import AiokafkaPublisher, Publisher
+from streams.kafka.auth import KafkaAuth
+from streams.kafka.publish import AiokafkaPublisher, Publisher
 from tests.unit.fakes.publisher import FakePublisher
 
 

@@ -110,7 +110,7 @@ def test_the_pure_folder_is_found() -> None:
 
 def test_import_scanner_sees_io_modules() -> None:
     # The scanner must be able to fail: the processor's store adapter imports asyncpg.
-    names = _imports(ROOT / "storage" / "processing_store.py")
+    names = _imports(ROOT / "storage" / "records" / "store.py")
     assert "asyncpg" in names
     assert "domain.planning" in names
 

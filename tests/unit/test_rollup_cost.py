@@ -13,7 +13,7 @@ from domain.pricing import ModelPrices, cost_dict, format_cost, parse_usage
 from domain.rollup import Dims, Fact, observability_increments, rollup
 from schemas.wire import ObservabilityEvent, decode_observability
 from services.prepare.notes import Notes
-from storage.model_calls import StoredCall
+from storage.calls.model_calls import StoredCall
 from tests.unit.fakes.publisher import FakePublisher
 
 PRICES = ModelPrices(input=3, output=15, cached_input=0.3, cache_write=3.75)

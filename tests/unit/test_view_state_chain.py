@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from storage.view_state import CHAIN_DEPTH, load_view_state
+from storage.compaction.view_state import CHAIN_DEPTH, load_view_state
 
 RUN = "run_now"
 

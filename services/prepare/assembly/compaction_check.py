@@ -21,10 +21,10 @@ from schemas.wire import BudgetObservation, ControlEvent
 from services.bus import send_control
 from services.prepare.assembly.views import SummaryView, ThreadViews
 from services.prepare.assembly.waiter import Waiter
-from storage.compaction_view import CompactionReads
+from storage.compaction.view import CompactionReads
+from storage.compaction.view_state import ViewState
 from storage.releases import Release
-from storage.view_state import ViewState
-from streams.publish import Publisher
+from streams.kafka.publish import Publisher
 
 
 @dataclass(frozen=True)

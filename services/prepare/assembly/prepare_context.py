@@ -31,7 +31,7 @@ from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
 from services.prepare.run_lifecycle import offsets_of
-from storage.frontier import FrontierReads
+from storage.records.frontier import FrontierReads
 from storage.releases import Release
 
 # R10.3: offered to the model when something was externalized; the runtime executes it with

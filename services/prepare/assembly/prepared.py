@@ -1,7 +1,7 @@
 """Prepared contexts held for the gateway's final check (R10.5).
 
 Prepare is stateless between calls (issue 13): a prepared context is written to
-PostgreSQL (storage/prepared_contexts.py) before the prepare answers, so the model call
+PostgreSQL (storage/calls/prepared_contexts.py) before the prepare answers, so the model call
 may reach any instance. The latest ones stay in process memory as a read-through cache:
 the usual call, on the instance that prepared, costs no query.
 """
@@ -19,7 +19,7 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_expo
 
 from domain.context.assemble import ProtectedBlock
 from domain.context.budget import BudgetReport, Calibration, ModelProfile
-from storage.prepared_contexts import PreparedContexts
+from storage.calls.prepared_contexts import PreparedContexts
 
 log = logging.getLogger(__name__)
 

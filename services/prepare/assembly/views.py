@@ -21,8 +21,8 @@ from domain.context.rendering import CountFn, ThreadRenderer
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
 from schemas.errors import NotFound
-from storage.render_states import RenderStates, StoredState
-from storage.threads import Snapshot, SummaryView, Threads
+from storage.calls.render_states import RenderStates, StoredState
+from storage.records.threads import Snapshot, SummaryView, Threads
 
 log = logging.getLogger(__name__)
 # A stored state is refreshed once the view grew by this share of its records (and at

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import asyncpg
 
 from schemas.errors import NotCommittedYet
-from storage.ingest import NOTIFY_CHANNEL
-from storage.offsets import committed_offsets
+from storage.records.ingest import NOTIFY_CHANNEL
+from storage.records.offsets import committed_offsets
 
 
 class Waiter(Protocol):

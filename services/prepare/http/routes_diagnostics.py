@@ -18,7 +18,8 @@ from schemas.answers.diagnostics import Diagnostics
 from schemas.errors import NotFound
 from services.prepare.fields import PathId
 from services.prepare.service import PrepareService
-from storage import call_views, inspection
+from storage import inspection
+from storage.calls import views as call_views
 
 
 def diagnostics(session_id: str, view: CallView) -> dict[str, Any]:

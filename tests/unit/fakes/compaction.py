@@ -1,4 +1,4 @@
-"""An in-memory ``storage.compaction_jobs.CompactionJobs``, a history builder, a request
+"""An in-memory ``storage.compaction.jobs.CompactionJobs``, a history builder, a request
 consumer and a summarizer that can be held mid-call, for unit tests of the compaction
 worker, its request loop and its concurrent consumer loop."""
 
@@ -14,7 +14,7 @@ from domain.compaction.gateway import SummaryGateway
 from domain.context.rendering import RecordView
 from domain.frontier import Frontier, Plan
 from domain.policy.context_policy import ContextPolicy
-from storage.compaction_jobs import ParentSummary, SavedOperation
+from storage.compaction.jobs import ParentSummary, SavedOperation
 from tests.unit.fakes.publisher import FakePublisher
 
 SESSION = "ses_1"

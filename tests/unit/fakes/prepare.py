@@ -25,12 +25,12 @@ from services.prepare.bootstrap import Adapters, Options, build_service
 from services.prepare.service import PrepareService
 from storage.api_keys import StoredKey, new_key
 from storage.blobs import RecordScope, StoredRecord
-from storage.model_calls import Completion, NewCall, Sample, StoredCall, Usage
-from storage.prepared_contexts import StoredPrepared
+from storage.calls.model_calls import Completion, NewCall, Sample, StoredCall, Usage
+from storage.calls.prepared_contexts import StoredPrepared
+from storage.compaction.view_state import SummaryRef, ViewState
+from storage.records.threads import Inherited, Snapshot, SummaryView
 from storage.releases import RELEASE_CONTENT, Release
 from storage.sessions import Refusal, SessionRow
-from storage.threads import Inherited, Snapshot, SummaryView
-from storage.view_state import SummaryRef, ViewState
 from tests.unit.fakes.publisher import FakePublisher
 
 

@@ -1,4 +1,4 @@
-"""An in-memory ``storage.processing_store.ProcessingStore`` for unit tests of the session
+"""An in-memory ``storage.records.store.ProcessingStore`` for unit tests of the session
 processor's orchestration (issue 11).
 
 The records side is a small database: sessions (``SessionState``), committed records,
@@ -24,10 +24,10 @@ from domain.compaction.preemption import PreemptCandidate
 from domain.context.rendering import RecordView
 from domain.planning import BatchPlan, SessionState
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
-from storage.compaction_state import Checked
-from storage.ingest import UNSCOPED_REFUSALS, ExistingRecord
-from storage.processing_store import ProcessingStore
-from storage.view_state import ViewState
+from storage.compaction.state import Checked
+from storage.compaction.view_state import ViewState
+from storage.records.ingest import UNSCOPED_REFUSALS, ExistingRecord
+from storage.records.store import ProcessingStore
 
 
 class InjectedFailure(Exception):
@@ -115,7 +115,7 @@ class FakeProcessingStore:
             for op, kind in operations.get(sid, ()):
                 if (sid, op, kind) in self.data.operations:
                     st.known_operations.add((op, kind))
-            # Issue 24: as storage.frontier loads them, only when the batch retires one.
+            # Issue 24: as storage.records.frontier loads them, only when the batch retires one.
             if not any(k == "constraint_retired" for _, k in operations.get(sid, ())):
                 st.constraint_ids = set()
             states[sid] = st

@@ -1,11 +1,11 @@
-"""A ``streams.publish.Publisher`` that keeps messages in memory."""
+"""A ``streams.kafka.publish.Publisher`` that keeps messages in memory."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from streams.publish import Delivery, Message
+from streams.kafka.publish import Delivery, Message
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,8 @@ import faust
 from domain.context.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
-from streams.kafka_auth import kafka_auth
-from streams.pipelined import PipelinedBatches, ticking
+from streams.drivers.pipelined import PipelinedBatches, ticking
+from streams.kafka.auth import kafka_auth
 from streams.processor import RawMessage
 
 # Batches in flight to the offloaded processor: one applying, one whose first chunk the

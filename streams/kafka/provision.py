@@ -2,10 +2,10 @@
 SCRAM users of the credentials file and each principal's ACLs (``domain.bus_access``).
 Idempotent; ``deploy/stack.sh up`` runs it, and so does every test or benchmark that
 configures its own topic or group names. Topics are created by the services themselves
-at start (``streams.topics``: each may create only its own).
+at start (``streams.kafka.topics``: each may create only its own).
 
-    python -m streams.provision                 # the users and ACLs of ALC_*
-    python -m streams.provision --runtime NAME  # also a runtime principal; prints its password
+    python -m streams.kafka.provision                 # the users and ACLs of ALC_*
+    python -m streams.kafka.provision --runtime NAME  # also a runtime principal (its password)
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from domain.bus_access import ROLES, BusNames, acl_plan
 from schemas.settings import Settings
-from streams.bus_admin import create_acls, upsert_scram_users
-from streams.kafka_auth import credentials_path, kafka_auth, read_credentials
-from streams.topics import ensure_topics
+from streams.kafka.admin import create_acls, upsert_scram_users
+from streams.kafka.auth import credentials_path, kafka_auth, read_credentials
+from streams.kafka.topics import ensure_topics
 
 log = logging.getLogger("agentloom.provision")
 
@@ -71,7 +71,7 @@ async def add_runtime(settings: Settings, name: str) -> str:
 
 
 async def ensure_bus(settings: Settings, names: list[str] | None = None) -> None:
-    """``provision`` and then ``streams.topics.ensure_topics`` as admin: what a
+    """``provision`` and then ``streams.kafka.topics.ensure_topics`` as admin: what a
     benchmark or load tool with its own topic and group names needs before it starts
     our services."""
     await provision(settings)
@@ -79,7 +79,7 @@ async def ensure_bus(settings: Settings, names: list[str] | None = None) -> None
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m streams.provision")
+    parser = argparse.ArgumentParser(prog="python -m streams.kafka.provision")
     parser.add_argument("--runtime", help="also create this runtime principal")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -1,5 +1,5 @@
 """Stored views of model calls (R18, R4.2, migration 024): what a call
-saw, written in the transaction that records the call (storage/model_calls.py), from the
+saw, written in the transaction that records the call (storage/calls/model_calls.py), from the
 prepared context it was checked for and the provider request that was sent.
 
 Both inputs are immutable, so a view not written then (the prepared context was still
@@ -19,7 +19,7 @@ import orjson
 
 from domain.context.call_view import CallView, SummaryLink, call_view, stored_view
 from domain.context.sent_view import Source, pack, sent_view, unpack
-from storage.batches import delete_in_batches
+from storage.calls.batches import delete_in_batches
 from storage.inspection import call_facts, summary_chain
 
 

@@ -2,7 +2,7 @@
 of records reads and writes) and ``ControlStore`` (what control decisions read and
 write, ``streams.control``); ``ProcessingStore`` is both, over one connection and one
 transaction per batch. The adapters: ``PgIngestStore`` here and
-``storage.control_store.PgControlStore``. The processor's orchestration depends only on
+``storage.compaction.control.PgControlStore``. The processor's orchestration depends only on
 the ports, so unit tests run it on an in-memory fake (``tests/unit/fakes/processor.py``)."""
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from domain.context.rendering import RecordView
 from domain.planning import BatchPlan, SessionState
 from schemas.contracts import ResourceActivationPayload
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
-from storage import compaction, ingest
-from storage.compaction_state import Checked
-from storage.control_store import PgControlStore
-from storage.ingest import ExistingRecord
-from storage.view_state import ViewState
+from storage.compaction import summaries as compaction
+from storage.compaction.control import PgControlStore
+from storage.compaction.state import Checked
+from storage.compaction.view_state import ViewState
+from storage.records import ingest
+from storage.records.ingest import ExistingRecord
 
 
 class IngestStore(Protocol):

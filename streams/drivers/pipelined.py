@@ -1,7 +1,7 @@
 """Batches of a faust stream that keep being read while the previous one is applied.
 
 faust's ``take_events`` stops filling its buffer while its loop body runs, so with the
-processor in a child process (``streams.offload``) the two would only take turns: faust
+processor in a child process (``streams.drivers.offload``) the two would only take turns: faust
 reads, the child applies, faust reads. Here the agent iterates a ``noack`` stream and
 this class cuts batches (``max_`` events, or whatever came within ``within`` seconds) and
 hands them to ``apply`` in offset order, at most ``depth`` at a time, while the agent goes
@@ -41,7 +41,7 @@ class PipelinedBatches:
         self.max_ = max_
         self.within = within
         # Batches applying at once. ``apply`` of a later batch may be called before an
-        # earlier one returned (the child reads the next batch ahead, streams.worker), so
+        # earlier one returned (the child reads the next batch ahead, streams.drivers.worker), so
         # it must apply them in call order; they are settled and acked in that order.
         self.depth = depth
         self._buffer: list[Any] = []

@@ -1,6 +1,6 @@
 """The operator's broker calls that aiokafka's admin client does not have: SCRAM users
 (AlterUserScramCredentials, KIP-554) and ACLs (CreateAcls), sent as Kafka protocol
-requests through its connection. Used by ``streams.provision`` as ``admin``."""
+requests through its connection. Used by ``streams.kafka.provision`` as ``admin``."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Protocol
 
 import asyncpg
 
-from storage.batches import delete_in_batches
+from storage.calls.batches import delete_in_batches
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import Any
 import asyncpg
 
 from domain.compaction.triggers import Counters
-from storage import retraction
-from storage.threads import snapshot_boundary
+from storage.records import retraction
+from storage.records.threads import snapshot_boundary
 
 # The main threads of a session's records: the part of a run's view that compacts.
 MAIN_VIEW = (

@@ -13,9 +13,9 @@ from typing import Any
 import asyncpg
 
 from domain.compaction.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
-from storage.compaction_withdrawals import revocation_epoch as revocation_epoch
-from storage.compaction_withdrawals import revoked_records as revoked_records
-from storage.view_state import MAIN_VIEW, counted_view, reusable, summary_ref
+from storage.compaction.view_state import MAIN_VIEW, counted_view, reusable, summary_ref
+from storage.compaction.withdrawals import revocation_epoch as revocation_epoch
+from storage.compaction.withdrawals import revoked_records as revoked_records
 
 
 @dataclass(frozen=True)
@@ -258,7 +258,7 @@ async def view_counters(
 async def compatible(
     conn: asyncpg.Connection, summary: asyncpg.Record, session_id: str, run_id: str, through: int
 ) -> bool:
-    """R2.7 reuse of a summary row by a run's view: ``storage.view_state.reusable``."""
+    """R2.7 reuse of a summary row by a run's view: ``storage.compaction.view_state.reusable``."""
     return await reusable(conn, summary_ref(summary), session_id, run_id, through)
 
 

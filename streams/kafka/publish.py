@@ -13,7 +13,7 @@ Three ways to send, because callers need three different promises:
 
 - ``send`` queues and is tracked: ``flush`` waits until everything queued so far is
   acknowledged (the processor commits offsets only after that). ``send_many`` is ``send``
-  for each of several messages, through aiokafka's batch API (``streams.kafka_batches``).
+  for each of several messages, through aiokafka's batch API (``streams.kafka.batches``).
 - ``send_and_wait`` waits for this one message and returns where it landed (Prepare
   hands the offset to the caller for read-your-writes; a compaction outcome must be
   written before its request's offset is committed).
@@ -36,9 +36,9 @@ from typing import Any, Protocol
 from aiokafka import AIOKafkaProducer
 
 from domain.context.envelope import Signer
-from streams.kafka_auth import KafkaAuth
-from streams.kafka_batches import send_in_batches
-from streams.partitioning import cached_partitioner
+from streams.kafka.auth import KafkaAuth
+from streams.kafka.batches import send_in_batches
+from streams.kafka.partitioning import cached_partitioner
 from streams.tracing import KafkaHeaders
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from domain.context.rendering import RecordView
 from domain.frontier import Frontier
 from domain.policy.context_policy import ContextPolicy, validate_policy
 from domain.policy.parsed import policy_of
-from storage import compaction as summaries
-from storage.frontier import thread_frontier
-from storage.threads import snapshot_boundary, thread_records, uncovered_records
+from storage.compaction import summaries
+from storage.records.frontier import thread_frontier
+from storage.records.threads import snapshot_boundary, thread_records, uncovered_records
 
 
 @dataclass(frozen=True)

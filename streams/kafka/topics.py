@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaError
 
 from schemas.errors import ContextError
 from schemas.settings import Settings
-from streams.kafka_auth import Role, kafka_auth
+from streams.kafka.auth import Role, kafka_auth
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ async def ensure_topics(
     """Create the missing topics and check the existing ones; raise ``TopicMismatch``
     naming every difference, or ``TopicSetupFailed`` if the broker cannot be asked.
     ``role``: whose principal asks; a service's may only describe its topics (the
-    operator creates them: ``streams.provision``), so a missing topic stops it here."""
+    operator creates them: ``streams.kafka.provision``), so a missing topic stops it here."""
     specs = topic_specs(settings, names)
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka_bootstrap,

@@ -11,8 +11,8 @@ from typing import Any, Protocol
 import asyncpg
 
 from domain.context.budget import Calibration
-from storage import call_views
 from storage.calibration import Step, fold
+from storage.calls import views as call_views
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class PgModelCalls:
 
     async def insert(self, call: NewCall) -> bool:
         # Issue 28 item 4: what the call saw is stored with it, in the same transaction
-        # (storage/call_views.py), so no later change of the session rewrites it.
+        # (storage/calls/views.py), so no later change of the session rewrites it.
         async with self.pool.acquire() as conn, conn.transaction():
             inserted = await self._insert(conn, call)
             if inserted:

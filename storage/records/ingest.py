@@ -10,7 +10,7 @@ import asyncpg
 
 from domain.planning import BatchPlan, RunState, SessionState
 from domain.record_rows import RECORD_COLUMNS, record_rows
-from storage import frontier, retraction
+from storage.records import frontier, retraction
 
 NOTIFY_CHANNEL = "ctx_committed"
 UNSCOPED_REFUSALS = frozenset({"unknown_session", "scope_mismatch"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from storage import retraction
+from storage.records import retraction
 
 
 async def revoked_records(

@@ -7,7 +7,7 @@ Appending to a ``BatchBuilder`` is one call into aiokafka's C record builder: me
 ~6 µs a message, beside ~35 µs for ``send``, against the same broker.
 
 The guarantees are the producer's own, unchanged:
-- each message goes to the partition ``send`` would pick (``streams.partitioning``: Kafka's
+- each message goes to the partition ``send`` would pick (``streams.kafka.partitioning``: Kafka's
   mapping of the key), so one session's messages stay on one partition;
 - within a partition the messages keep the order given: a partition's batch is submitted
   before the next one for it is started, and the accumulator keeps one queue per partition;
@@ -31,7 +31,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from streams.partitioning import partition_for
+from streams.kafka.partitioning import partition_for
 from streams.tracing import KafkaHeaders
 
 # (topic, key, value, headers)

@@ -1,5 +1,5 @@
-"""``python -m streams.worker PARENT_PID``: the faust driver's offloaded processor (see
-``streams.offload``). Reads the settings, then batches, from stdin; answers each batch on
+"""``python -m streams.drivers.worker PARENT_PID``: the faust driver's offloaded processor (see
+``streams.drivers.offload``). Reads the settings, then batches, from stdin; answers each batch on
 stdout once it is committed and published; exits at the end of its input, with its
 parent (``PR_SET_PDEATHSIG``), or — like any processor — with ``CRASH_EXIT_CODE`` when
 the infrastructure stays lost (``handle_or_exit``).
@@ -18,7 +18,14 @@ import signal
 import sys
 
 from streams.admission import Admitted, RawMessage
-from streams.offload import Reply, decode_batch, encode_reply, frame, read_frame, settings_from
+from streams.drivers.offload import (
+    Reply,
+    decode_batch,
+    encode_reply,
+    frame,
+    read_frame,
+    settings_from,
+)
 from streams.processor import BatchProcessor, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")
@@ -40,9 +47,9 @@ def die_with_parent(parent_pid: int) -> None:
 async def serve(reader: asyncio.StreamReader) -> None:
     # Imported here: the composition root imports this package's faust side too.
     from streams.bootstrap import build_processor, open_pool
-    from streams.kafka_auth import kafka_auth
+    from streams.kafka.auth import kafka_auth
+    from streams.kafka.publish import AiokafkaPublisher
     from streams.metrics import MeteredPublisher
-    from streams.publish import AiokafkaPublisher
 
     first = await read_frame(reader)
     if first is None:

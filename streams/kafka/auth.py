@@ -3,7 +3,7 @@ signs with (docs/security.md).
 
 One principal per role: ``processor``, ``compaction``, ``prepare``, ``analytics``,
 ``cli``, ``runtime`` (and ``admin``, the operator's super user that provisions users,
-topics and ACLs: ``streams.provision``). A deployment names the principal
+topics and ACLs: ``streams.kafka.provision``). A deployment names the principal
 (``ALC_KAFKA_USERNAME`` / ``ALC_KAFKA_PASSWORD``); the local stack leaves it unset, and
 each process takes the principal of its role from ``<state_dir>/secrets/kafka-users.env``
 (written by ``deploy/kafka.sh``).

@@ -4,15 +4,15 @@ Why: faust's per-event stream machinery costs about as much CPU as everything ou
 processor does per event, and both ran on one event loop, so one core bounded the faust
 driver at about half of what faust alone reads. Here the faust process only reads,
 acknowledges and commits offsets; the ``BatchProcessor`` (decode, plan, PostgreSQL
-transaction, publishes) runs in ``streams.worker`` on the other core, while faust keeps
-reading (``streams.pipelined``).
+transaction, publishes) runs in ``streams.drivers.worker`` on the other core, while faust keeps
+reading (``streams.drivers.pipelined``).
 
 Every guarantee stays where it was:
 - offset order: batches reach the child in the order ``handle`` is called, and it
   applies them one after another (it only admits the next one's first chunk ahead);
 - offsets after commit and publish: the child replies only after ``handle`` returned
   (the PostgreSQL commit and the acknowledged publishes), and the parent acks a batch's
-  events only after its reply (``streams.pipelined``);
+  events only after its reply (``streams.drivers.pipelined``);
 - crash-only: a child that dies or answers garbage makes this process exit at once
   (``exit_for_redelivery``) before anything more is acked, so the batch is redelivered
   on restart and redelivery is a no-op; a parent that dies takes the child with it
@@ -141,7 +141,7 @@ class OffloadedProcessor:
         self._child = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "streams.worker",
+            "streams.drivers.worker",
             str(os.getpid()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,

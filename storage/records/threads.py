@@ -10,7 +10,7 @@ from typing import NamedTuple, Protocol
 import asyncpg
 
 from domain.context.rendering import RecordView
-from storage.retraction import live_sql
+from storage.records.retraction import live_sql
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class SummaryView:
 # Issue 15: a retracted record leaves every view (Prepare's and what compaction summarizes)
 # and a retraction renders nothing; both stay readable by id (storage.blobs).
 # Issue 24: plan and constraint records are state of record, rendered as blocks of their own
-# (storage.frontier): never in a thread's history, never summarized.
+# (storage.records.frontier): never in a thread's history, never summarized.
 _LIVE = (
     f" AND {live_sql('r')}"
     " AND r.kind NOT IN ('plan_updated', 'constraint_set', 'constraint_retired')"

@@ -1,5 +1,5 @@
 """Prepare's reads of compaction state (R2.7, R8, R9): a view's state through
-``storage.view_state.load_view_state`` (the one place its rules live), the text of the
+``storage.compaction.view_state.load_view_state`` (the one place its rules live), the text of the
 summary it shows, and what the processor decided about an observation.
 
 Summary rows and "may run R reuse summary S" are immutable facts: cached (summaries in
@@ -14,8 +14,8 @@ from typing import Any, Protocol
 import asyncpg
 
 from schemas.errors import NotFound
-from storage.threads import SummaryView
-from storage.view_state import ViewState, ViewStateCache, load_view_state
+from storage.compaction.view_state import ViewState, ViewStateCache, load_view_state
+from storage.records.threads import SummaryView
 
 SUMMARY_CACHE = 1024  # summaries (with their covered ids) kept per Prepare process
 
@@ -26,7 +26,7 @@ class CompactionReads(Protocol):
     async def state(
         self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
     ) -> ViewState:
-        """The view's compaction state (``storage.view_state``: R2.6, R2.7, R13.1)."""
+        """The view's compaction state (``storage.compaction.view_state``: R2.6, R2.7, R13.1)."""
 
     async def summary(self, summary_id: str) -> SummaryView | None: ...
 

@@ -22,7 +22,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from domain.context.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
-from streams.kafka_auth import kafka_auth
+from streams.kafka.auth import kafka_auth
 from streams.processor import BatchProcessor, RawMessage, handle_or_exit
 
 log = logging.getLogger("agentloom.processor")

@@ -29,11 +29,12 @@ from domain.frontier import Frontier
 from domain.policy.parsed import policy_of
 from domain.pricing import ModelPrices
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
-from storage import compaction as repo
-from storage import compaction_state, processing, threads
-from storage.compaction_state import Checked
-from storage.frontier import read_frontier, thread_frontier
-from storage.view_state import ViewState, counted_after, load_view_state
+from storage.compaction import state as compaction_state
+from storage.compaction import summaries as repo
+from storage.compaction.state import Checked
+from storage.compaction.view_state import ViewState, counted_after, load_view_state
+from storage.records import processing, threads
+from storage.records.frontier import read_frontier, thread_frontier
 
 
 async def lineage_of(conn: asyncpg.Connection, ev: ControlEvent) -> str:

@@ -1,5 +1,5 @@
 """The processor's writes and scans of ``compaction_state`` beyond lock/update
-(``storage.compaction``): the view-token estimate, an observation already checked and the
+(``storage.compaction.summaries``): the view-token estimate, an observation already checked and the
 sessions due a pre-emptive check."""
 
 from __future__ import annotations
