@@ -73,3 +73,86 @@ def test_function_measure_sees_a_long_function(tmp_path: Path) -> None:
     body = "\n".join(f"        x{i} = {i}" for i in range(70))
     (tmp_path / "m.py").write_text(f"class C:\n    def f(self):\n{body}\n")
     assert _functions(tmp_path / "m.py")["C.f"] > MAX_FUNCTION_LINES
+
+
+# --- folders a reader can hold, classes that do something (issue 26) -------------------
+
+MAX_FOLDER_MODULES = 15
+SHAPED = (*PRODUCT, "devstack")
+
+
+def _folders() -> dict[str, int]:
+    """Product folder -> its modules (``__init__`` not counted)."""
+    counts: dict[str, int] = {}
+    for pkg in SHAPED:
+        for p in (ROOT / pkg).rglob("*.py"):
+            if p.name != "__init__.py":
+                key = str(p.parent.relative_to(ROOT))
+                counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def test_no_folder_holds_more_than_15_modules() -> None:
+    crowded = {f: n for f, n in _folders().items() if n > MAX_FOLDER_MODULES}
+    assert crowded == {}
+
+
+def _is_forward(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """One statement that only calls another module's function with the method's own
+    arguments (``return await pkg.fn(self.conn, a, b)``)."""
+    doc = (ast.Expr, ast.Constant)
+    body = [s for s in fn.body if not (isinstance(s, doc[0]) and isinstance(s.value, doc[1]))]
+    if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Expr)):
+        return False
+    call = body[0].value
+    if isinstance(call, ast.Await):
+        call = call.value
+    if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+        return False
+    target = call.func.value
+    # self.x.method(...) or module.fn(...): not a computation of its own
+    plain = all(isinstance(a, (ast.Name, ast.Attribute)) for a in call.args)
+    return plain and isinstance(target, (ast.Name, ast.Attribute))
+
+
+def _forwarding_classes(path: Path) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        if any(isinstance(b, ast.Name) and b.id == "Protocol" for b in node.bases):
+            continue
+        methods = [
+            m
+            for m in node.body
+            if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not m.name.startswith("_")
+            and not m.decorator_list
+        ]
+        forwards = sum(_is_forward(m) for m in methods)
+        if len(methods) >= 2 and forwards * 2 > len(methods):
+            out[f"{path.relative_to(ROOT)}::{node.name}"] = (forwards, len(methods))
+    return out
+
+
+def test_no_class_forwards_more_than_half_its_methods() -> None:
+    found: dict[str, tuple[int, int]] = {}
+    for path in _product_files():
+        found |= _forwarding_classes(path)
+    assert found == {}
+
+
+def test_the_forwarding_check_can_fail(tmp_path: Path) -> None:
+    src = tmp_path / "facade.py"
+    src.write_text(
+        "class Facade:\n"
+        "    async def a(self, x):\n        return await self.inner.a(x)\n"
+        "    async def b(self, x):\n        return await store.b(self.conn, x)\n"
+        "    def c(self, x):\n        y = x + 1\n        return y\n"
+    )
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert _forwarding_classes(src) == {"facade.py::Facade": (2, 3)}
+    finally:
+        ROOT = saved
