@@ -114,7 +114,7 @@ class Printer:
             if m.get("decision") == "externalized":
                 extra += f" [externalized view of {m.get('content_ref')}]"
             print(f"     {m['role']:<9} {m.get('category', ''):<12} {text!r}{extra}")
-            if m.get("block") in ("plan", "constraints"):  # issue 24: the frontier, whole
+            if m.get("block") in ("plan", "constraints"):  # the frontier, whole
                 for line in str(m["content"]).splitlines():
                     print(f"       | {line}")
 
@@ -190,7 +190,7 @@ async def run_session(settings: Settings, prepare_url: str, api_key: str) -> Non
         answer = "test_copy fails on the jsonb encoder; run_tests could not reach the database."
 
         async def send(request: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-            # The runtime's own provider client goes here; the demo answers from a script
+            # the runtime's own provider client goes here; the demo answers from a script
             # and reports a usage figure: the gateway records it and reports the drift.
             # Its "provider" counts like OpenAI's cookbook: content + 4 per message, the tool
             # definitions, and 3 tokens priming the reply.
@@ -313,9 +313,9 @@ async def compaction_session(c: ContextClient, settings: Settings, out: Printer)
     for q, path in enumerate(paths):
         run = await c.start_run(session)
         await c.append_user(run, f"Review {path} for error handling.", f"k{q}-q")
-        if q == 0:  # issue 24: a user constraint, pinned until retired
+        if q == 0:  # a user constraint, pinned until retired
             await c.set_constraint(run, "Never change a public function's signature.")
-        # The model keeps its plan through the plan tool: one step per file (R4.4).
+        # the model keeps its plan through the plan tool: one step per file (R4.4).
         steps = [
             {"id": f"s{i}", "step": f"review {p}", "status": _step_status(i, q)}
             for i, p in enumerate(paths)

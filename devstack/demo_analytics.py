@@ -1,4 +1,4 @@
-"""The end of ``make demo`` (issue 12): what the analytics group rolled up from the demo's
+"""The end of ``make demo``: what the analytics group rolled up from the demo's
 own observability events, read back from the rollups through the API — counters grouped
 by what they describe, distributions as p50 / p95 from the stored histograms (the same
 ``distributions`` the API answers with, over the whole run instead of per window)."""

@@ -16,7 +16,7 @@ class Dependencies:
     summary_id: str | None  # the thread's current summary (the new one's parent)
     policy_revision: str
     task_version: int  # user inputs + supplements in the lineage, up to the job's watermark
-    plan_version: int = 0  # issue 24: the thread's plan updates
+    plan_version: int = 0  # the thread's plan updates
     constraints_version: int = 0  # the constraint records of the thread's view
 
 
@@ -30,7 +30,7 @@ class Candidate:
     summary_empty: bool
     covered_records_missing: int
     covered_records_revoked: int = 0  # derived from a resource revoked since the job began
-    plan_version: int = 0  # the versions the job started on (issue 24)
+    plan_version: int = 0  # the versions the job started on
     constraints_version: int = 0
     contradicts_current_plan: bool = False  # a statement restates the plan as it is not now
 
@@ -54,7 +54,7 @@ def decide_commit(current: Dependencies, cand: Candidate) -> CommitDecision:
     if current.policy_revision != cand.policy_revision:
         return CommitDecision(False, "version_conflict:policy")
     if current.task_version != cand.task_version:
-        # The task the job saw (input up to its watermark) changed. Input after the
+        # the task the job saw (input up to its watermark) changed. Input after the
         # watermark is not a conflict: it is never covered and renders after the summary.
         return CommitDecision(False, "version_conflict:task")
     if current.constraints_version != cand.constraints_version:
@@ -62,7 +62,7 @@ def decide_commit(current: Dependencies, cand: Candidate) -> CommitDecision:
         # the summary beside changed (R11.5, R11.6).
         return CommitDecision(False, "version_conflict:constraints")
     if current.plan_version != cand.plan_version and cand.contradicts_current_plan:
-        # The plan moved while the job ran, and the summary states one of its items as it
+        # the plan moved while the job ran, and the summary states one of its items as it
         # no longer is (R11.4). A summary that agrees with the new plan still commits: the
         # plan renders from its own record, so a plan update never wastes a finished job.
         return CommitDecision(False, "version_conflict:plan")

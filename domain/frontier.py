@@ -1,4 +1,4 @@
-"""The execution frontier (issue 24; R4.4, R11.4-R11.6, R13.1): a thread's current plan and
+"""The execution frontier (R4.4, R11.4-R11.6, R13.1): a thread's current plan and
 the session's user constraints, folded from their own records. Pure.
 
 They are state of record, never history to be summarized: ``plan_updated`` carries the
@@ -42,7 +42,7 @@ class FrontierRecord:
     run_id: str | None
     text: str
     payload: Mapping[str, Any]
-    withdrawn: bool = False  # a constraint whose source input was retracted (issue 15)
+    withdrawn: bool = False  # a constraint whose source input was retracted
 
 
 Item = PlanItem  # a plan's item is the event's (schemas.contracts)

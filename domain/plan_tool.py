@@ -1,4 +1,4 @@
-"""The plan tool (issue 24, R4.4): the function schema a release may offer the model so it
+"""The plan tool (R4.4): the function schema a release may offer the model so it
 keeps its plan as state of record, in the spirit of Codex's ``update_plan`` and
 LangChain's ``write_todos``, and the parsing of its arguments into plan items.
 

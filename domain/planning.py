@@ -75,11 +75,11 @@ class SessionState:
     known_operations: set[tuple[str, str]] = field(default_factory=set)
     # Targets of the batch's retractions (record_id -> facts), and the batch's own records.
     retraction_targets: dict[str, RetractionTarget] = field(default_factory=dict)
-    # Issue 25: the live records making each call the batch's retractions may concern
+    # the live records making each call the batch's retractions may concern
     # (domain.policy.retraction_rules), and the snapshot boundary of each run (R2.1) they need.
     live_calls: dict[CallKey, set[str]] = field(default_factory=dict)
     run_boundaries: dict[str, int] = field(default_factory=dict)
-    # Issue 24: constraint ids ever set in the session, loaded when the batch retires one
+    # Constraint ids ever set in the session, loaded when the batch retires one
     # (``storage.records.ingest``), and those the batch sets.
     constraint_ids: set[str] = field(default_factory=set)
 
@@ -246,7 +246,7 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
 
 
 def constraint_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
-    """Issue 24: retiring a constraint the session never set is refused
+    """Retiring a constraint the session never set is refused
     (``constraint_unknown``, dead-lettered like a retraction of an unknown record): a
     typo'd id must not look like a rule that was lifted."""
     ev = inc.event
@@ -263,7 +263,7 @@ def constraint_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
 
 
 def retraction_refusal(inc: Incoming, st: SessionState) -> Rejection | None:
-    """Issue 15: why a retraction is refused (None: it is recorded). Its target must be a
+    """Why a retraction is refused (None: it is recorded). Its target must be a
     record of this session (``retraction_target_unknown``, dead-lettered like an unknown
     run); ``domain.policy.retraction_rules.refusal`` says what else: in the thread's scope, not a
     lifecycle marker or a retraction, not summarized (the summary would still restate it:

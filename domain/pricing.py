@@ -197,7 +197,7 @@ def cost_dict(usage: Usage, prices: ModelPrices) -> dict[str, Any]:
     return {"cost": format_cost(picos), "cost_picos": picos, "currency": prices.currency}
 
 
-# Provider usage shapes (issue 27): the keys that tell them apart.
+# Provider usage shapes: the keys that tell them apart.
 _OPENAI_CHAT = ("prompt_tokens", "completion_tokens")
 _ANTHROPIC = ("cache_read_input_tokens", "cache_creation_input_tokens")
 _NEUTRAL = ("fresh_input_tokens", "cached_input_tokens", "cache_write_tokens")

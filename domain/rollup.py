@@ -36,7 +36,7 @@ class Dims:
 
 class Increment(NamedTuple):
     # A tuple, not a frozen dataclass: ~25 are built per prepare event, and the frozen
-    # __init__ was an eighth of the analytics consumer's CPU (issue 12 profile).
+    # __init__ was an eighth of the analytics consumer's CPU (profiled).
     metric: str
     label: str
     value: int

@@ -30,10 +30,10 @@ class RecordKind(StrEnum):
     SUPPLEMENT = "supplement"
     RUN_CANCELLED = "run_cancelled"
     RUN_FINISHED = "run_finished"
-    # Issue 15: withdraws an earlier record from every view (the record stays readable
+    # Withdraws an earlier record from every view (the record stays readable
     # by id). Last, like its Avro symbol, so earlier encodings keep their bytes.
     RECORD_RETRACTED = "record_retracted"
-    # Issue 24: the execution frontier (R4.4, R11.5): a thread's whole current plan, and
+    # the execution frontier (R4.4, R11.5): a thread's whole current plan, and
     # a user constraint declared or retired. State of record, rendered as blocks of their
     # own; in the thread's history they show nothing.
     PLAN_UPDATED = "plan_updated"
@@ -191,7 +191,7 @@ class RunLifecyclePayload:
 
 @dataclass(frozen=True)
 class RetractionPayload:
-    """Issue 15: ``target_record_id`` leaves every view from now on; its source stays
+    """``target_record_id`` leaves every view from now on; its source stays
     readable by id, marked retracted. The event's ``operation_id`` is the target id, so
     a record is retracted at most once (R3.1: scope + operation_id + kind)."""
 
@@ -218,7 +218,7 @@ class PlanItem:
 
 @dataclass(frozen=True)
 class PlanPayload:
-    """Issue 24: the whole current plan of a thread, in order (R4.4). Each accepted update
+    """The whole current plan of a thread, in order (R4.4). Each accepted update
     is its thread's next plan version; a child thread has a plan of its own (R13.1)."""
 
     AVRO_NAME: ClassVar[str] = "PlanPayload"
@@ -228,7 +228,7 @@ class PlanPayload:
 
 @dataclass(frozen=True)
 class ConstraintPayload:
-    """Issue 24: a user constraint (``constraint_set``: its text is the event's content) or
+    """A user constraint (``constraint_set``: its text is the event's content) or
     its retirement (``constraint_retired``). ``constraint_id`` is its identity: setting it
     again is a new version of the same constraint, never a second one."""
 

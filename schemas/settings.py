@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     kafka_credentials_file: str | None = None
     # CA certificate (PEM) that signed the broker's TLS certificate (SASL_SSL).
     kafka_ssl_cafile: str | None = None
-    # The deployment's service secret: Prepare and the compaction service derive their
+    # the deployment's service secret: Prepare and the compaction service derive their
     # signing secrets from it, the processor checks their envelopes with it
     # (domain/context/envelope.py). Unset: read from bus_service_secret_file, by default
     # <state_dir>/secrets/bus-service.key (deploy/kafka.sh writes it).
@@ -46,7 +46,7 @@ class Settings(BaseSettings):
     topic_compaction_requests: str = "ctx.compaction.requests"
     topic_observability: str = "ctx.observability"
     compaction_group: str = "agentloom-compaction"
-    # The analytics consumer group (ctx.observability + dead letters → rollups).
+    # the analytics consumer group (ctx.observability + dead letters → rollups).
     analytics_group: str = "agentloom-analytics"
     analytics_batch_max: int = 2000
     # Analytics is never on the latency path (R18): on a host it shares with the processor
@@ -57,7 +57,7 @@ class Settings(BaseSettings):
     # Prometheus /metrics of the processes without an HTTP API (processor, compaction,
     # analytics): a port to serve it on, or None (off). Prepare serves it on its own port.
     metrics_port: int | None = None
-    # The summarizer behind the model gateway: "extractive" (built in, no model) or
+    # the summarizer behind the model gateway: "extractive" (built in, no model) or
     # "openai" (an OpenAI-compatible Chat Completions endpoint).
     summarizer: str = "extractive"
     summarizer_base_url: str | None = None
@@ -73,7 +73,7 @@ class Settings(BaseSettings):
     # context.prepare.* and model.chat.* hooks (R14), "module:factory" callables, loaded by
     # the Prepare service at start-up.
     prepare_hooks: str = ""
-    # The deployment's model catalog (R17), which policies name: a JSON file of named model
+    # the deployment's model catalog (R17), which policies name: a JSON file of named model
     # profiles ({"name": {profile}}, each checked as a release's model_profile is) for
     # purpose_profiles.<p>.model_profile_ref, and named platform limits on context
     # capacity ("name=tokens,name=tokens") for model_limit_ref. Publish refuses others.
@@ -85,10 +85,10 @@ class Settings(BaseSettings):
     # Transient infrastructure errors (database or broker connection loss) are retried
     # with backoff for this long before the service exits and the request is redelivered.
     compaction_transient_retry_s: float = 300.0
-    # Jobs one compaction process runs at once (issue 13); the requests of one session
+    # Jobs one compaction process runs at once; the requests of one session
     # still run one after the other, in offset order.
     compaction_concurrency: int = 4
-    # The compaction process's static group membership id. Default: <host>-compaction-<n>,
+    # the compaction process's static group membership id. Default: <host>-compaction-<n>,
     # unique per live process and stable across restarts (a slot lock in state_dir).
     compaction_instance_id: str | None = None
     # Local process state (instance slot locks): ALC_STATE_DIR, as deploy/stack.sh uses it.
@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     processor_driver: Literal["faust", "aiokafka"] = "faust"
     # faust driver: the BatchProcessor runs in a child process (streams.drivers.worker) fed over a
     # pipe, so that faust's per-event stream machinery (~half of a core at full rate) and
-    # our decode/plan/commit run on two cores instead of one (issue 13). Off: in process.
+    # our decode/plan/commit run on two cores instead of one. Off: in process.
     processor_offload: bool = True
 
     prepare_host: str = "127.0.0.1"
@@ -128,7 +128,7 @@ class Settings(BaseSettings):
     # Read-your-writes: how long prepare waits for the runtime's last append.
     prepare_commit_wait_s: float = 5.0
     # Prepared contexts are kept in PostgreSQL for any Prepare instance's gateway check
-    # (issue 13); every instance deletes those older than this.
+    # ; every instance deletes those older than this.
     prepared_retention_h: float = 24.0
     # What each model call saw (its stored view: diagnostics, the inspector, `agentloom
     # session inspect`; zstd, ~1 KB a call) is kept this long; then the call's view is
@@ -151,7 +151,7 @@ class Settings(BaseSettings):
     max_request_bytes: int = 8 * 1024 * 1024
     max_blob_bytes: int = 16 * 1024 * 1024
 
-    # Traces (issue 12, R18; streams/tracing.py): "none" (default: no exporter, no trace
+    # Traces (R18; streams/tracing.py): "none" (default: no exporter, no trace
     # headers read), "console" (spans printed on stdout) or "otlp" (OTLP over HTTP).
     trace_exporter: Literal["none", "console", "otlp"] = "none"
     # The OTLP/HTTP traces URL, path included (http://collector:4318/v1/traces); None: the

@@ -221,7 +221,7 @@ class CompactionRequest:
     target_tokens: int
     max_calls: int
     requested_at_ms: int
-    plan_version: int = 0  # issue 24 (R11.6): the thread's plan when the job started
+    plan_version: int = 0  # the thread's plan when the job started
     constraints_version: int = 0  # and its constraint records
 
 

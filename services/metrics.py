@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Histogram
 
-# Shared with the session processor: defined once, below us (issue 12).
+# Shared with the session processor: defined once, below us.
 from streams.metrics import CONSUMER_LAG, DEAD_LETTERS, PROCESSOR_BATCH_SIZE, serve
 
 __all__ = [

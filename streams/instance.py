@@ -1,4 +1,4 @@
-"""Unique, stable instance ids for static group membership (issue 13; DESIGN.md).
+"""Unique, stable instance ids for static group membership (DESIGN.md).
 
 Kafka's ``group.instance.id`` must be unique among the live members of a group: two
 processes with the same id fence each other off, and the group flaps. It should also be

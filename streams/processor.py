@@ -1,5 +1,5 @@
 """The session processor's batch handler, independent of faust so that it can be driven
-and tested directly. Three steps (issue 11):
+and tested directly. Three steps:
 
 1. *decode* (``streams.admission``): bytes → validated, token-counted items; what fails
    is dead-lettered before any SQL.
@@ -12,7 +12,7 @@ Offsets are committed by the caller only after ``handle`` returns, i.e. after bo
 database commit and the publishes were acknowledged. A crash anywhere before that means
 redelivery, and redelivery is a no-op (unique keys + tracking rows).
 
-No record stops the partition (issue 10.1): whatever fails the transaction is isolated
+No record stops the partition: whatever fails the transaction is isolated
 by bisecting the batch and dead-lettered, and the rest commits once. Only infrastructure
 loss (``streams.faults.is_transient``) is retried, and past its bound ends the process.
 """
@@ -111,7 +111,7 @@ class BatchProcessor:
             )
             admitted = ahead if ahead is not None else await self.admission.admit(reads, chunks[0])
             for i, chunk in enumerate(chunks):
-                # Pipelined (issue 13): chunk i's transaction and publishes run while
+                # Pipelined: chunk i's transaction and publishes run while
                 # chunk i+1 is decoded — PostgreSQL and the broker work on the other core
                 # while this one decodes. Chunks apply one after another, in offset order.
                 applying = asyncio.create_task(self._apply(store, chunk, admitted))
@@ -317,7 +317,7 @@ class BatchProcessor:
                 ops[scope.session_id].add((inc.event.operation_id, str(inc.event.kind)))
             elif inc.event.kind is RecordKind.CONSTRAINT_RETIRED and isinstance(
                 inc.event.payload, ConstraintPayload
-            ):  # issue 24: the id it retires must have been set
+            ):  # the id it retires must have been set
                 ops[scope.session_id].add((inc.event.payload.constraint_id, RETIRED))
             if scope.run_id is not None:  # the runs and threads planning will look up
                 scopes[scope.session_id].add((scope.run_id, scope.instance_id))

@@ -1,4 +1,4 @@
-"""The session processor's control decisions, pure (issue 11): what a budget observation
+"""The session processor's control decisions, pure: what a budget observation
 does (R7, R9: trigger checks, R7.4 one job at a time, R15.3 expiry of a job in flight).
 
 The processor reads the facts (``ObservationInputs``), calls these functions and hands
@@ -69,7 +69,7 @@ class ObservationInputs:
     counters: Counters  # R2.6: counters of this run's view
     baseline: Counters  # R2.7: the baseline of the summary this view may reuse
     summary_id: str | None  # that summary
-    # Issue 27: with the model profile's prices, a job the ratio trigger alone started
+    # With the model profile's prices, a job the ratio trigger alone started
     # must pay for itself (``domain.compaction.gain``); without, the thresholds decide.
     prices: ModelPrices | None = None
 
@@ -140,7 +140,7 @@ class JobStart:
 
     job_id: str
     task_version: int
-    plan_version: int = 0  # issue 24: the thread's plan and constraint versions (R11.6)
+    plan_version: int = 0  # the thread's plan and constraint versions (R11.6)
     constraints_version: int = 0
 
 
@@ -207,7 +207,7 @@ def _expiry(inp: ObservationInputs, now_ms: int) -> ControlEffects:
             ),
         )
     # (A pointer to a job that is unknown or already finished is cleared the same way.)
-    # The anti-storm memory of the lost attempt goes too: it never produced a result, so
+    # the anti-storm memory of the lost attempt goes too: it never produced a result, so
     # the same state may be tried again (R9.4 forbids repeating a finished attempt).
     state = {"active_job_id": None, "last_attempt": None}
     return ControlEffects(ev.session_id, inp.lineage, state, finished, notes=notes)
@@ -283,9 +283,9 @@ def _attempt_of(
     inp: ObservationInputs, starts: TriggerDecision | None = None, deferred_for: str | None = None
 ) -> LastAttempt:
     """The anti-storm memory of this check. ``starts``: the decision that starts a job —
-    marked when it is the one rebuild after a version conflict (issue 28); without one
+    marked when it is the one rebuild after a version conflict; without one
     (a deferral), a rebuild still due or under way stays so, and a deferral for no gain
-    is marked as one (no job ran: the hard budget may still force one, issue 27)."""
+    is marked as one (no job ran: the hard budget may still force one)."""
     obs, last = inp.observation, inp.state.last_attempt
     if starts is not None:
         rebuild = REBUILD_STARTED if REBUILD_NOTE in starts.notes else ""

@@ -55,7 +55,7 @@ class SummaryRequest:
     max_output_tokens: int
     model_operation_id: str
     purpose: str = COMPACTION_PURPOSE
-    # Issue 24: the thread's current plan. A summary is history: it never states one of
+    # the thread's current plan. A summary is history: it never states one of
     # these items' status otherwise (R11.4); the plan renders from its own record.
     plan: Plan = field(default_factory=Plan)
     # Every constraint text set in the session: rendered from its own records, never
@@ -190,6 +190,6 @@ class SummaryResult:
     output_tokens: int
     elapsed_ms: float
     adapter: str
-    # The provider's usage, cached input and reasoning kept (domain.pricing); None: the
+    # the provider's usage, cached input and reasoning kept (domain.pricing); None: the
     # summarizer reports none (no model ran) and the caller counts what it read and wrote.
     usage: Usage | None = None

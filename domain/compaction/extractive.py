@@ -1,7 +1,7 @@
 """Extractive summarizer: deterministic, no model (R11.3 default adapter and test double).
 
 It keeps what a segment already states, spending the output budget where the facts
-are (issue 16). Every record becomes candidate lines of fragments (``fill``):
+are. Every record becomes candidate lines of fragments (``fill``):
 
 - each decision ("we decided to use X instead of Y", "let's…", "Decision: …", a user's
   "do X, not Y") and each open question ("which …?", "TODO: find out …", "still unclear
@@ -371,7 +371,7 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
         observations=tuple(notes),
     )
     while len(draft.text()) > cap and (draft.observations or draft.work_artifact_refs):
-        # The estimate over-counts (ids count double); this only guards odd input.
+        # the estimate over-counts (ids count double); this only guards odd input.
         if draft.observations:
             draft = dataclasses.replace(draft, observations=draft.observations[:-1])
         else:

@@ -1,4 +1,4 @@
-"""Filling a summary's output budget with the most valuable fragments (issue 16). Pure.
+"""Filling a summary's output budget with the most valuable fragments. Pure.
 
 A draft is made of *lines* (one statement each, citing its records); a line has *parts*
 (one per source record, e.g. the question and the answer of a ``Q: … → A: …`` line)

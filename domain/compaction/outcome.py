@@ -1,4 +1,4 @@
-"""What a compaction outcome does, pure (issue 11): commit by the owner (R8.4, R11.6), the
+"""What a compaction outcome does, pure: commit by the owner (R8.4, R11.6), the
 late outcome of an expired job ignored (R15.3). The processor reads ``OutcomeInputs``,
 calls ``decide_outcome`` and hands the ``ControlEffects`` to the one writer."""
 
@@ -29,7 +29,7 @@ class OutcomeInputs:
     missing: int = 0  # covered records that do not exist
     revoked: int = 0  # covered records derived from a revoked resource
     view_through: int = 0  # the job's run's snapshot boundary
-    plan: Plan = field(default_factory=Plan)  # issue 24: the job's thread's plan now
+    plan: Plan = field(default_factory=Plan)  # the job's thread's plan now
     constraints_version: int = 0  # and its constraint records now
     last_attempt: LastAttempt | None = None  # the lineage's anti-storm memory now
 
@@ -70,7 +70,7 @@ def decide_outcome(inp: OutcomeInputs, now_ms: int) -> ControlEffects:
 
 
 def after_conflict(last: LastAttempt | None) -> LastAttempt:
-    """The anti-storm memory after a job was refused for a version conflict (issue 28).
+    """The anti-storm memory after a job was refused for a version conflict.
 
     The view the job summarized changed under it: the next check summarizes a different
     state, so the growth gate (R9.5) must not hold back one job rebuilt on it — over the

@@ -1,4 +1,4 @@
-"""Pre-emptive compaction checks, pure (issue 11; DESIGN.md "pre-emptive checks").
+"""Pre-emptive compaction checks, pure (DESIGN.md "pre-emptive checks").
 
 From cached per-record counts and the last observed fixed overhead, the processor starts
 compaction before the runtime asks — so that it is usually done by the next prepare. Only

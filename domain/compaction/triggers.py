@@ -7,7 +7,7 @@ of an InputBudget of 100,000 fires at 80,000 and not at 79,999 (R7.8). An estima
 the hard budget always fires (``hard_budget``), whichever triggers are enabled (R9.7).
 ``job_expired`` decides when a job in flight is given up (R15.3).
 
-With a ``GainCheck`` (issue 27), a job started by the ratio trigger alone that is not
+With a ``GainCheck``, a job started by the ratio trigger alone that is not
 forced by the hard budget must pay for itself (``domain.compaction.gain``): otherwise no
 job, reason ``no_gain`` (a deferral). The turn triggers are a cadence the policy asks
 for and run as configured; a job forced by the hard budget always runs.
@@ -52,10 +52,10 @@ class LastAttempt:
     counters: Counters
     input_budget: int
     required_tokens: int
-    # After a job was refused for a version conflict (issue 28): "due" — one job rebuilt
+    # After a job was refused for a version conflict: "due" — one job rebuilt
     # on a new state may start past the retry gate; "started" — this attempt is that job,
     # so a second conflict waits for a real change (R9.4, R9.5): never a loop.
-    # "no_gain" — the check was deferred for no gain (issue 27): no job ran.
+    # "no_gain" — the check was deferred for no gain: no job ran.
     rebuild: str = ""
 
 
@@ -153,7 +153,7 @@ def evaluate_triggers(
     values = {**decision.values, "gain_saved": float(est.saved)}
     thresholds = {**decision.thresholds, "gain_saved": float(est.cost)}
     if not decision.start_job:
-        # The last check deferred for no gain, so no job ran since: the retry gate (a
+        # the last check deferred for no gain, so no job ran since: the retry gate (a
         # guard against repeating jobs) does not hold back one the hard budget forces.
         if est.forced:
             return TriggerDecision(True, decision.fired, values, thresholds, notes=(FORCED,))
@@ -204,7 +204,7 @@ def _evaluate(
     if last.fingerprint == obs.fingerprint:
         return no("same_state_as_last_attempt")  # R9.4: never repeat on the same state
     if last.rebuild == REBUILD_DUE:
-        # The view the refused job summarized changed under it: rebuild once on this one.
+        # the view the refused job summarized changed under it: rebuild once on this one.
         return TriggerDecision(True, tuple(fired), values, thresholds, notes=(REBUILD_NOTE,))
     # R9.5: persistently over the soft threshold — retry only when something really
     # changed since the last attempt.

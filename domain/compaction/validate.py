@@ -25,7 +25,7 @@ def claims_plan_state(text: str) -> bool:
 
 
 def check_plan(draft: SummaryDraft, plan: Plan) -> None:
-    """R11.4 (issue 24): refuse a draft that states a current plan item's status otherwise
+    """R11.4: refuse a draft that states a current plan item's status otherwise
     than the plan does (``plan_status_contradicted``): the plan is state of record, the
     summary history, which may report an earlier plan only as a past event."""
     for field, facts in draft.sections():

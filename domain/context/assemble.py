@@ -3,7 +3,7 @@ Pure: no I/O, no clock, no randomness — the same inputs give the same messages
 
 Order of the messages: agent instructions, skill catalog, active skill instructions
 (R12.3), the thread (summary, inherited history, this task, its tool groups), the
-execution frontier (the user constraints in force, the current plan: R4.4, issue 24),
+execution frontier (the user constraints in force, the current plan: R4.4),
 then the material retrieved for this call (R12.4). The frontier follows the thread so
 that a plan update changes only the end of a request: the prefix a provider's prompt
 cache serves breaks only when a new summary commits. Every message carries ``block_id``,

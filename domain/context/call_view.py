@@ -3,7 +3,7 @@ role, category, retention, tokens, decision and reason; the budget items as shar
 InputBudget; the summary chain with each summary's covered ranges. Pure.
 
 The web inspector, diagnostics and ``agentloom session inspect`` show this one view. Its
-blocks are those stored when the call was made (``domain.context.sent_view``, issue 28 item 4):
+blocks are those stored when the call was made (``domain.context.sent_view``):
 each with the role it was sent with; later retractions and revocations are only noted
 beside a block (``retracted_since`` / ``revoked_since``), never change it. A call recorded
 before views were stored (or whose prepared context was gone) is ``rebuilt``: its blocks
@@ -74,7 +74,7 @@ class CallFacts:
     records: tuple[RecordView, ...]
     chain: tuple[SummaryLink, ...]
     inline_max_tokens: int  # the release's large-result rule (R10.3)
-    frontier: Mapping[str, Any] | None = None  # the plan and constraints it saw (issue 24)
+    frontier: Mapping[str, Any] | None = None  # the plan and constraints it saw
     usage: Mapping[str, Any] | None = None  # the stored, normalized usage of its result
     priced: bool = False  # the call's model profile had prices
 
@@ -169,10 +169,10 @@ class CallView:
     blocks: tuple[Block, ...]
     bar: BudgetBar
     chain: tuple[SummaryLink, ...]
-    # Issue 24: the plan and the constraints in force the call saw, with their versions
+    # the plan and the constraints in force the call saw, with their versions
     # and the records that set them (kept, required: R4.4).
     frontier: Mapping[str, Any] | None = None
-    # Issue 28 item 4: False when the blocks are the ones stored with the call.
+    # False when the blocks are the ones stored with the call.
     rebuilt: bool = True
     request_sha256: str | None = None
     summary_id: str | None = None
@@ -191,7 +191,7 @@ def externalized(r: RecordView, inline_max_tokens: int) -> bool:
     )
 
 
-# Issue 24: why the frontier's blocks are there (as the assembler says it).
+# Why the frontier's blocks are there (as the assembler says it).
 FRONTIER_REASONS = {"plan": "current_plan", "constraints": "user_constraints_in_force"}
 
 

@@ -1,4 +1,4 @@
-"""The execution frontier's blocks in an action context (R4.4, R11.5; issue 24). Pure."""
+"""The execution frontier's blocks in an action context (R4.4, R11.5). Pure."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from domain.frontier import Frontier, constraints_text, plan_text
 
 
 def frontier_messages(frontier: Frontier, count: CountFn, overhead: int) -> list[Message]:
-    """R4.4, R11.5 (issue 24): the constraints in force and the current plan, verbatim,
+    """R4.4, R11.5: the constraints in force and the current plan, verbatim,
     each a required block of its own with its version and the records that set it. A
     thread with neither gets no block (and pays for none)."""
     out: list[Message] = []

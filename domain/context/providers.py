@@ -1,4 +1,4 @@
-"""Provider-ready rendering of a PreparedContext (issue 4): OpenAI Chat Completions,
+"""Provider-ready rendering of a PreparedContext: OpenAI Chat Completions,
 OpenAI Responses input items and Anthropic Messages. Pure and deterministic — golden
 files pin the exact JSON (tests/golden/providers/).
 
@@ -7,7 +7,7 @@ its result; state and summary blocks become text in the position they hold. Role
 authority by origin (``domain.authority``): only release-owned blocks are sent as
 system/developer, whatever role a message was given upstream (R3.3, R12.4).
 
-Prompt-cache hints (issue 27, docs/prompt-caching.md): Anthropic requests carry
+Prompt-cache hints (docs/prompt-caching.md): Anthropic requests carry
 ``cache_control`` breakpoints at the end of tools+system, the summary and the stable
 history; OpenAI requests carry the ``prompt_cache_key`` the caller derives with
 ``prompt_cache_key``. Both are functions of the inputs only, so the bytes stay the same
@@ -192,7 +192,7 @@ def _anthropic(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> 
         if may_instruct(m) and str(m.get("content", "")).strip()
     ]
     turns: list[dict[str, Any]] = []
-    # The block each neutral message ended with, by index into ``messages``.
+    # the block each neutral message ended with, by index into ``messages``.
     last_block: dict[int, dict[str, Any]] = {}
 
     def push(i: int, role: str, block: dict[str, Any]) -> None:

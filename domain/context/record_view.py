@@ -63,8 +63,8 @@ class OpenGroup:
     results: dict[str, RecordView] = field(default_factory=dict)
     deferred: list[RecordView] = field(default_factory=list)
     inherited: bool = False
-    # The group's call ids, built once: every record routed while it is open is looked
-    # up here (issue 13: a cold render routes every record of the thread).
+    # the group's call ids, built once: every record routed while it is open is looked
+    # up here (a cold render routes every record of the thread).
     ids: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,7 +77,7 @@ class OpenGroup:
 
 class DeferredRecords:
     """Records in feed order, of which the oldest may come from a loaded state: built by
-    ``load`` on the first read, since a prepare rarely reads them (issue 13)."""
+    ``load`` on the first read, since a prepare rarely reads them."""
 
     def __init__(self, items: list[RecordView] | None = None) -> None:
         self._items = items if items is not None else []

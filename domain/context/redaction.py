@@ -32,7 +32,7 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 # Literals of which every match of the pattern contains one. Most text holds none, and
 # a substring test is far cheaper than a regex scan whose leading ``\b`` defeats the
-# engine's literal search: a cold render redacts every message once (issue 13). The
+# engine's literal search: a cold render redacts every message once. The
 # case-insensitive patterns' hints are looked up in the lowered text, and only for ASCII
 # text (Unicode case folding has equivalences ``str.lower`` does not reproduce).
 _HINTS: dict[str, tuple[str, ...]] = {
@@ -52,7 +52,7 @@ _CHECKS = tuple(
 )
 
 
-# The fast path (issue 13): one expression that proves a text holds nothing any pattern
+# The fast path: one expression that proves a text holds nothing any pattern
 # could match, so most messages cost a few substring scans in C and no regex at all. Each
 # test is a necessary condition of a pattern's match: a literal every match contains
 # ("passw" for both password forms), or for the ``[:=]`` of ``password`` and the ``-``

@@ -1,4 +1,4 @@
-"""A ``ThreadRenderer``'s state as bytes, and back (issue 13: cold prepare). Pure.
+"""A ``ThreadRenderer``'s state as bytes, and back (cold prepare). Pure.
 
 A thread view only grows, so what a warm Prepare keeps in memory can be stored and a
 cold one (after a restart, on another instance) continues from it, feeding only the
@@ -105,7 +105,7 @@ _new = object.__new__
 
 
 def _unrec(v: list[Any], texts: list[str], contents: list[Any]) -> RecordView:
-    # The frozen dataclass's __init__ sets each field through object.__setattr__: filling
+    # the frozen dataclass's __init__ sets each field through object.__setattr__: filling
     # the instance dict directly gives the same object at a third of the cost, which is
     # most of a records load (one view per record).
     t = v[6]
@@ -178,7 +178,7 @@ def dump(rend: ThreadRenderer) -> bytes:
     head = orjson.dumps(state)
     # Pickled, not JSON: the pickle stores each repeated string (roles, categories,
     # reasons, tool names) once and a load shares it, where JSON builds a string per
-    # use; building the message dicts is most of a cold load (issue 13).
+    # use; building the message dicts is most of a cold load.
     messages = pickle.dumps(rend.messages, protocol=5)
     recs = orjson.dumps(records)
     body = "".join(texts.items).encode("utf-8", "surrogatepass")

@@ -9,7 +9,7 @@ what is new. Rules:
 - an inherited group whose results never came is shown as a state block saying
   "result unknown" — never re-executed and never given a made-up result (R2.4);
 - every message keeps the ids of the source records it came from (block → source map);
-- a retraction (issue 15) renders nothing and is no compaction candidate; the records it
+- a retraction renders nothing and is no compaction candidate; the records it
   retracted never reach a renderer (``storage.records.threads`` leaves them out, and a change of
   the view epoch rebuilds a warm renderer that had shown one).
 """
@@ -89,7 +89,7 @@ class ThreadRenderer:
         self.runs: dict[str, int] = {}  # run id -> its number in this thread
         self.transfer_notes: list[dict[str, Any]] = []  # background left out (R13.2)
         # Uncovered records, for compaction selection; those of a loaded state are built
-        # on first read (issue 13: most prepares never read them).
+        # on first read (most prepares never read them).
         self._records = DeferredRecords()
         self.record_count = 0
         self.last_sequence = 0
@@ -370,7 +370,7 @@ class ThreadRenderer:
             msg["content"] = content
             msg["redactions"] = redacted
             tokens += max(0, self.count(content) - self.count(original))
-        # The keys are set in this order (the stored state and the prepared context keep
+        # the keys are set in this order (the stored state and the prepared context keep
         # it); a key the caller set keeps its place and value.
         msg["record_ids"] = [s.record_id for s in sources]
         msg["category"] = category

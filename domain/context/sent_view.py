@@ -1,4 +1,4 @@
-"""What a model call saw, as it was sent (issue 28 item 4, R18, R4.2). Pure.
+"""What a model call saw, as it was sent (R18, R4.2). Pure.
 
 Built once, when the call is recorded, from the prepared context's annotated messages
 (each with block id, category, retention, tokens, decision and reason) and the provider

@@ -49,7 +49,7 @@ def dry_run(
     """``records``: the latest main view; ``covered``: the ids the session's summary
     chain already covers; ``counters``: user_turns, model_steps and their baselines."""
     visible = [r for r in records if r.record_id not in covered]
-    # R10.1 (issue 28): what the draft's retention rules keep verbatim, the compaction
+    # R10.1: what the draft's retention rules keep verbatim, the compaction
     # worker never summarizes — the same rule (domain/policy/retention.py), the latest run's view.
     run_id = (visible[-1].run_id or "") if visible else ""
     keep = retained_record_ids(visible, run_id, policy.retention_rules)

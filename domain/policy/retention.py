@@ -1,4 +1,4 @@
-"""Retention rules take effect (R10.1, R10.2, R17; issue 28). Pure.
+"""Retention rules take effect (R10.1, R10.2, R17). Pure.
 
 The release's ``context_policy.retention_rules`` give each block category a class; the
 assembler applies them to the thread's blocks and the retrieved material of every call:

@@ -1,4 +1,4 @@
-"""Whether a retraction may withdraw its target (issue 15, issue 25 findings 6 and 7). Pure.
+"""Whether a retraction may withdraw its target. Pure.
 
 Planning (``domain.planning``) asks ``refusal`` for each ``record_retracted``; storage
 (``storage.records.retraction``) loads the facts it needs under the session's lock, and planning
@@ -69,7 +69,7 @@ class RetractionTarget:
     # On its run's main thread and visible to the session: later runs inherit it (R2.2).
     inheritable: bool = False
     session_sequence: int = 0
-    # The calls it makes (assistant message, tool_call) or answers (tool_outcome).
+    # the calls it makes (assistant message, tool_call) or answers (tool_outcome).
     call_ids: tuple[str, ...] = ()
 
 

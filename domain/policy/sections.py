@@ -104,7 +104,7 @@ class ChildTransferPolicy:
     max_background_refs: int
     max_background_tokens: int | None
     max_result_tokens: int | None
-    # Issue 24: the user constraints in force in the parent's session render in the
+    # the user constraints in force in the parent's session render in the
     # child's action contexts too (a constraint is the user's, whoever works for them).
     inherit_constraints: bool = True
 
@@ -213,7 +213,7 @@ def build_hook_bindings(
 def at_point(point: str, hook_id: str) -> str:
     """A known hook as served at one point (``point=name@version``): a deployment that
     says where each loaded hook answers has a binding at any other point refused at
-    publish, where a prepare or a compaction job would only fail later (issue 25)."""
+    publish, where a prepare or a compaction job would only fail later."""
     return f"{point}={hook_id}"
 
 

@@ -73,7 +73,7 @@ async def run(settings: Settings) -> None:
 
 
 def yield_cpu(policy: str) -> None:
-    """Rollups may lag a little; a prepare must not wait for them (issue 12: the core's
+    """Rollups may lag a little; a prepare must not wait for them (the core's
     prepare p99 with the analytics group running within 1.1 of without, on shared cores;
     nice 10 alone left it at 1.2-1.3, the SCHED_IDLE policy at ~1.05)."""
     try:

@@ -1,1 +1,1 @@
-"""``agentloom``: the operator CLI (issue 14). One module per command group."""
+"""``agentloom``: the operator CLI. One module per command group."""

@@ -1,5 +1,4 @@
-"""``agentloom dlq replay``: send back only what the records topic really held (issue 25,
-finding 8).
+"""``agentloom dlq replay``: send back only what the records topic really held.
 
 A letter on the dead-letter topic is a claim: its source topic, offset and bytes are
 whatever its writer put there, and a forged one once replayed an event into another

@@ -134,7 +134,7 @@ def _render_cost(k: dict[str, Any]) -> None:
 
 
 def _render_frontier(f: dict[str, Any]) -> None:
-    """Issue 24: the plan and the constraints in force the call saw (kept, required)."""
+    """The plan and the constraints in force the call saw (kept, required)."""
     plan = f.get("plan") or {}
     if plan.get("version"):
         out.print(f"  plan v{plan['version']} (set by {plan['record_id']}):")

@@ -112,7 +112,7 @@ def compose(
 
 def instance_id(settings: Settings) -> str:
     """The group instance id: explicit (``ALC_COMPACTION_INSTANCE_ID``), or a slot on
-    this host unique among the live compaction processes (issue 13)."""
+    this host unique among the live compaction processes."""
     return claim_instance_id(
         "compaction", Path(settings.state_dir), settings.compaction_instance_id
     )

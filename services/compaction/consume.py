@@ -1,4 +1,4 @@
-"""The compaction service's consumer loop (issue 13): fetch requests while there is room,
+"""The compaction service's consumer loop: fetch requests while there is room,
 run them concurrently (``dispatch.Dispatcher``), commit each partition's offset up to its
 first unfinished request, and hand partitions over cleanly on a rebalance.
 

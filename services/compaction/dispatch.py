@@ -1,4 +1,4 @@
-"""Concurrent compaction jobs (issue 13): up to ``concurrency`` at once, the requests of
+"""Concurrent compaction jobs: up to ``concurrency`` at once, the requests of
 one session one after the other in offset order, and offsets that never pass a request
 whose outcome is not yet published.
 
@@ -79,7 +79,7 @@ class Dispatcher:
         tp = TopicPartition(m.topic, m.partition)
         offsets = self.offsets.setdefault(tp, PartitionOffsets())
         offsets.add(m.offset)
-        # The message key is the session id (streams.outgoing): one chain per session.
+        # the message key is the session id (streams.outgoing): one chain per session.
         key = (tp, m.key)
         task = asyncio.create_task(self._run(m, offsets, self._tails.get(key)))
         self._tails[key] = task
@@ -93,7 +93,7 @@ class Dispatcher:
         before: asyncio.Task[None] | None,
     ) -> None:
         if before is not None:
-            # The session's previous request first; its failure is reported on its own.
+            # the session's previous request first; its failure is reported on its own.
             await asyncio.wait({before})
         async with self._slots:
             self.running += 1

@@ -63,7 +63,7 @@ def render_segment(req: SummaryRequest) -> str:
     lines: list[str] = []
     if req.previous_summary_text:
         lines += ["Previous summary (context only):", req.previous_summary_text, ""]
-    if req.plan.items:  # issue 24: state of record, shown beside the summary (R11.4, R11.5)
+    if req.plan.items:  # State of record, shown beside the summary (R11.4, R11.5)
         lines += [
             f"Current plan (v{req.plan.version}), shown to the agent on its own: never state"
             " an item's status otherwise; report an earlier plan only as the past"

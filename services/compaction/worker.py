@@ -85,8 +85,8 @@ class _Job:
     bound: int  # R11.2/R11.8: the effective summary's token bound
     keep_recent: int
     output_tokens: int  # per summarizer call; a segment's draft never needs the whole bound
-    frontier: Frontier  # the thread's plan and constraints (issue 24): never restated (R11.4)
-    hooks: tuple[HookBinding, ...] = ()  # R14: what the session's release binds (issue 28)
+    frontier: Frontier  # the thread's plan and constraints: never restated (R11.4)
+    hooks: tuple[HookBinding, ...] = ()  # R14: what the session's release binds
     # R10.1: records the release's retention rules keep verbatim (required/active).
     retained: frozenset[str] = frozenset()
     spent: Spent = field(default_factory=Spent)  # R18: what the summarizer calls used
@@ -282,7 +282,7 @@ class CompactionWorker:
         return select_prefix(groups, keep_recent=job.keep_recent, pinned=keep)
 
     async def _summarize_segments(self, job: _Job, segments: list[Segment]) -> list[SummaryDraft]:
-        # The previous summary is context for the summarizer; it is bounded like every
+        # the previous summary is context for the summarizer; it is bounded like every
         # summary (R11.2), and an old unbounded one is clipped, never sent whole.
         previous = job.parent.summary_text[: job.bound * CHARS_PER_TOKEN] if job.parent else None
         drafts: list[SummaryDraft] = []
@@ -317,7 +317,7 @@ class CompactionWorker:
             job.calls += calls
         if any(b.point == AFTER for b in job.hooks):
             merged = await self._after_hooks(job, merged)
-        # The bound holds whatever a model or a hook answered (R11.2).
+        # the bound holds whatever a model or a hook answered (R11.2).
         merged, fitted = fit_draft(merged, job.bound, self.counter.count)
         if fitted:
             rollup = {**(rollup or {}), "fitted_out": fitted}

@@ -1,6 +1,6 @@
 """The console's FastAPI app: sign-in, the pages' routers, analytics, static files, the
 two answers every page may give instead of itself (sign in, refused), and the guards
-around every answer (issue 25): security headers, the Origin check, Prepare's body limit
+around every answer: security headers, the Origin check, Prepare's body limit
 and error shape."""
 
 from __future__ import annotations

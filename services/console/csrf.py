@@ -1,4 +1,4 @@
-"""The CSRF token every state-changing request carries (issue 25), beside the Origin
+"""The CSRF token every state-changing request carries, beside the Origin
 check of ``guards.py``: a same-site page (another port, a subdomain) gets the user's
 SameSite cookie sent along, but cannot read a page of ours to learn the token.
 

@@ -1,4 +1,4 @@
-"""Bounded path and query values of the console (issue 25: 4xx, never 5xx).
+"""Bounded path and query values of the console (4xx, never 5xx).
 
 Ids keep Prepare's rule (``schemas.limits``) and are one path segment: no ``/`` or
 ``\\``, never ``.`` or ``..``. The console puts them in Prepare's URLs (quoted as well,

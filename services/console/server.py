@@ -1,4 +1,4 @@
-"""The console's HTTP server: uvicorn with h11, bounded in time and size (issue 25).
+"""The console's HTTP server: uvicorn with h11, bounded in time and size.
 
 uvicorn's ``timeout_keep_alive`` only closes a connection idle *between* requests, and
 every byte received disarms it: a client that sends half a request line, or trickles

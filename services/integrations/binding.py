@@ -3,7 +3,7 @@ ours on an ``AgentLoomConnection`` — the release registered once per connectio
 session opened lazily under one lock on the connection's loop, the active run resumed
 after a restart, a run finished without failing when it already ended; a plan tool call
 the model makes (our ``update_plan`` or LangChain's ``write_todos``) published as the
-thread's plan (issue 24, R4.4)."""
+thread's plan (R4.4)."""
 
 from __future__ import annotations
 

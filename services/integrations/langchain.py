@@ -14,7 +14,7 @@ Around every model call (``wrap_model_call`` / ``awrap_model_call``):
    construction. The release's instructions are left out: the agent sends its own;
 3. the model's answer is recorded and reported with its usage (``usage_metadata``).
 
-The plan (issue 24, R4.4): an AI message calling LangChain's ``write_todos``
+The plan (R4.4): an AI message calling LangChain's ``write_todos``
 (``TodoListMiddleware``) or our ``update_plan`` (``domain.plan_tool.PLAN_TOOL``) is also
 published as the thread's plan (key ``plan:<tool_call_id>``: a retry is no second
 version; todo ids from a hash of their text, see ``binding.plan_of_call``), so the plan

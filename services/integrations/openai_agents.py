@@ -10,7 +10,7 @@
   summary plus the uncovered items, within the release's budget — as Responses input
   items (``prepare(render=True)`` in ``openai_responses``). The release's instructions
   are left out: the Agent sends its own.
-- ``pop_item`` records a retraction (``record_retracted``, issue 15) of the newest item of
+- ``pop_item`` records a retraction (``record_retracted``) of the newest item of
   the view — the last conversation record of the current generation — waits until the
   processor committed it and returns that item; None when there is none. The record
   leaves every view (and what compaction summarizes) and stays readable by id, marked
@@ -21,7 +21,7 @@
   ours (``<id>.<n>``); the old one stays readable by id. That is recorded too (the run's
   finish, the new session), and it is not a retraction of everything: a summary cannot
   un-summarize, while a new generation starts an empty view whatever was compacted.
-- the plan tool (issue 24, R4.4): give the agent ``plan_tool()``; when ``add_items``
+- the plan tool (R4.4): give the agent ``plan_tool()``; when ``add_items``
   stores a ``function_call`` of ``update_plan`` (or LangChain's ``write_todos``), the
   session publishes it as the thread's plan (``ContextClient.update_plan``, key
   ``plan:<call_id>``: a retried batch is no second version) and the plan renders as its
@@ -218,7 +218,7 @@ class AgentLoomSession(SessionABC, ConversationBinding):
     async def _clear(self, c: ContextClient) -> None:
         await self._finish_run(c)
         assert self._session is not None and self._release_id is not None
-        # The generation is in the session's name (ids are per space, issue 25: the
+        # the generation is in the session's name (ids are per space: the
         # global ``session_id`` is server-assigned when another space has the name).
         sid = str(self._session.get("session_name") or self._session["session_id"])
         gen = int(sid.rsplit(".", 1)[1]) + 1 if sid != self.session_id else 1

@@ -34,7 +34,7 @@ class Access:
     sessions: Sessions
     releases: ReleaseBook
     # Verified keys and found grants are looked up again after this long: a revoked key
-    # or grant stops working within it on every instance (issue 25: a grant was cached
+    # or grant stops working within it on every instance (a grant was cached
     # for the process's life), and a prepare does not pay a query for either.
     key_cache_s: float = 10.0
     clock: Callable[[], float] = time.monotonic
@@ -72,7 +72,7 @@ class Access:
         self, sid: str, who: Principal, action: Action, *, global_id: bool = False
     ) -> SessionScope:
         """R3.3/R15.4: tenant, then ownership or a grant (``auth.authorize``). ``sid`` is
-        the id the caller knows, resolved in its own space (issue 25: a session's name is
+        the id the caller knows, resolved in its own space (a session's name is
         its space's; ``scope.session_id`` is the global id to act on). A session of
         another space answers exactly like an unknown one: it is not even looked at.
         ``global_id``: ``sid`` is a global id found on a row (a model call's session)."""
@@ -106,8 +106,8 @@ class Access:
         return scope
 
     async def space_of(self, sid: str) -> str:
-        """The session's space: whose content store and calibration its calls use
-        (issue 25). From the scope ``authorize`` cached for the request (no query)."""
+        """The session's space: whose content store and calibration its calls use. From
+        the scope ``authorize`` cached for the request (no query)."""
         scope = self._scopes.get(sid)
         if scope is not None:
             return scope.space_id

@@ -15,7 +15,7 @@ class ReleaseIn(Body):
     release_id: Id | None = None
     agent_id: Id
     instructions: str
-    # Issue 25: the same types a prepare reads the stored release with
+    # the same types a prepare reads the stored release with
     # (services/prepare/release_spec.py): what publishes here, a prepare can use.
     tool_catalog: Tools = Field(default_factory=list)
     skill_bindings: Skills = Field(default_factory=list)

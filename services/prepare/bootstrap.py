@@ -75,11 +75,11 @@ class Adapters:
     find_key: KeyLookup
     publisher: Publisher
     waiter: Waiter
-    prepared: PreparedContexts  # every instance's prepared contexts (issue 13)
+    prepared: PreparedContexts  # every instance's prepared contexts
     calibrations: Calibrations  # every instance's usage reports, per model (R6.4)
     pool: asyncpg.Pool | None = None  # the analytics query's
-    render_states: RenderStates | None = None  # thread render states (issue 13: cold prepare)
-    frontier: FrontierReads | None = None  # plan, constraints (issue 24); None: none
+    render_states: RenderStates | None = None  # thread render states (cold prepare)
+    frontier: FrontierReads | None = None  # plan, constraints; None: none
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     try:
         targets: dict[str, tuple[Prunable, float]] = {
             "prepared contexts": (adapters.prepared, options.prepared_retention_s),
-            # Issue 28: the stored views of calls, kept as long as their prepared contexts.
+            # the stored views of calls, kept as long as their prepared contexts.
             "call views": (PgCallViews(pool), options.call_view_retention_s),
         }
         if adapters.render_states is not None:

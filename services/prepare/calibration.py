@@ -21,7 +21,7 @@ class CalibrationCache:
     ttl_s: float = DEFAULT_TTL_S
     clock: Callable[[], float] = time.monotonic
     # (space_id, model) -> (read at, calibration): a space's reports never reach another's
-    # estimates (issue 25), not even through this cache.
+    # estimates, not even through this cache.
     _entries: dict[tuple[str, str], tuple[float, Calibration | None]] = field(default_factory=dict)
 
     async def get(self, space_id: str, model: str) -> Calibration | None:

@@ -1,4 +1,4 @@
-"""Typed, bounded request fields of the Prepare API (issue 10.3: 4xx, never 5xx).
+"""Typed, bounded request fields of the Prepare API (4xx, never 5xx).
 
 Every id, key and number a caller sends is bounded in the OpenAPI schema itself, so that
 FastAPI refuses it with 422 ``invalid_request`` before any handler, database or producer

@@ -47,7 +47,7 @@ class Gateway:
     hooks: HookRegistry
     calibration: CalibrationCache
     # A session's space (``Access.space_of``): whose content store holds its calls'
-    # inputs and responses, and whose calibration its usage reports move (issue 25).
+    # inputs and responses, and whose calibration its usage reports move.
     space_of: Callable[[str], Awaitable[str]]
     # R14/R1.4: a session's release (and so the hooks it binds) never changes.
     releases: ReleaseBook
@@ -64,7 +64,7 @@ class Gateway:
         existing = await self.calls.for_prepared(prepared_id, sid, run_id)
         if existing is not None:
             return await self._replay(await self.space_of(sid), existing)
-        # Any instance's context (issue 13): from this process's cache or PostgreSQL.
+        # Any instance's context: from this process's cache or PostgreSQL.
         p = await self.prepared.get(prepared_id)
         if p is None or p.session_id != sid or p.run_id != run_id:
             raise NotFound(
@@ -122,7 +122,7 @@ class Gateway:
             "soft_limit": decision.soft_limit,
         }
         if p.profile.prices is not None:
-            # The prices the call is charged at, fixed when it is checked.
+            # the prices the call is charged at, fixed when it is checked.
             budget["prices"] = p.profile.prices.to_dict()
         model_config = dict(body.model_config_) | {
             "model": p.profile.name,

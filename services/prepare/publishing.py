@@ -39,7 +39,7 @@ def release_content_hash(content: dict[str, Any]) -> str:
 @dataclass
 class ReleaseBook:
     releases: Releases
-    # The release id of a session (sessions never change release): from the session store.
+    # the release id of a session (sessions never change release): from the session store.
     release_of_session: Callable[[str], Awaitable[str]]
     counting_method: str  # the tokenizer's, for R6.4's check at publish
     # R14/R17: the hook ids (name@version) this deployment loads, Prepare's and the
@@ -63,7 +63,7 @@ class ReleaseBook:
         policy = parsed.to_dict()
         rev = policy_revision({"policy": policy, "model_profile": body.model_profile})
         # Tools, skills and hooks were parsed by the request model, with the types a
-        # prepare reads them with (issue 25); stored as given.
+        # prepare reads them with; stored as given.
         content = {
             "agent_id": body.agent_id,
             "instructions": body.instructions,
@@ -79,7 +79,7 @@ class ReleaseBook:
         release_id = body.release_id or f"rel_{uuid.uuid4().hex[:12]}"
         overrides = body.context_policy
         if not await self.releases.insert(release_id, content, rev, digest, space_id, overrides):
-            # The id exists: the same content is the same release (a retry, answered
+            # the id exists: the same content is the same release (a retry, answered
             # alike); any other content is refused, never applied to sessions in flight.
             existing = await self.get(release_id)
             await self._check_same(existing, content, digest, space_id)

@@ -92,13 +92,13 @@ class ReadBack:
         """Let another actor read this session (R3.3): only its owner, or the host acting
         for it, grants; who granted is derived from the credential (idempotent)."""
         scope = await self.access.authorize(sid, who, Action.SESSION_GRANT)
-        sid, by = scope.session_id, granted_by(who, scope)  # the global id (issue 25)
+        sid, by = scope.session_id, granted_by(who, scope)  # the global id
         await self.sessions.add_grant(sid, actor_id, by, who.key_id)
         self.access.granted(sid, actor_id)
         return {"session_id": sid, "actor_id": actor_id, "granted": True, "granted_by": by}
 
     async def revoke(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
-        """Take a grant back (issue 25): whoever may grant — the owner, or the host acting
+        """Take a grant back: whoever may grant — the owner, or the host acting
         as itself or for it — revokes; anyone else is refused before any grant is looked
         up (403, or 404 from another space), so a refusal tells nothing about grants.
         Idempotent: ``revoked`` says whether there was one. Every instance stops honouring
@@ -126,7 +126,7 @@ def _page(r: StoredRecord, offset: int, limit: int) -> dict[str, Any]:
         "offset": offset,
         "total_chars": len(text),
         "next_offset": offset + limit if offset + limit < len(text) else None,
-        # Issue 15: a retracted record is out of every view but stays readable by id.
+        # A retracted record is out of every view but stays readable by id.
         "retracted": r.retracted_by is not None,
         "retracted_by": r.retracted_by,
     }

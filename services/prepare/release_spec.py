@@ -1,4 +1,4 @@
-"""What a release holds, typed (issue 25): the one model that publishing validates and
+"""What a release holds, typed: the one model that publishing validates and
 that every prepare reads, so that a release which publishes can be prepared for.
 
 A prepare reads a release's tools (their names, for the catalog and the provider
@@ -122,7 +122,7 @@ class ReleaseView:
 
 def view_of(rel: Release, counting_method: str | None = None) -> ReleaseView:
     """A stored release parsed as at publish. A release stored before publishing checked
-    its parts (issue 25) and holding one a prepare cannot use is refused with the path of
+    its parts and holding one a prepare cannot use is refused with the path of
     the offending field (422), not a 500 on every prepare."""
     try:
         parts = ReleaseParts.model_validate(

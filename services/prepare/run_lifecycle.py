@@ -56,7 +56,7 @@ class Runs:
         rel = await self.releases.get(body.release_id)
         if rel.space_id not in (None, space_id):
             raise NotFound(f"release {body.release_id} not found")
-        await self.releases.view(body.release_id)  # issue 25: one a prepare can use
+        await self.releases.view(body.release_id)  # One a prepare can use
         s, created = await self._open(name, space_id, actor_id, body.release_id)
         if not created and (s.release_id, s.space_id, s.actor_id) != (
             body.release_id,
@@ -70,7 +70,7 @@ class Runs:
         self, name: str, space_id: str, actor_id: str, release_id: str
     ) -> tuple[SessionRow, bool]:
         """The space's session ``name`` means (its global id, else its name) and whether
-        this call created it. Ids are per space (issue 25): a name is its session's
+        this call created it. Ids are per space: a name is its session's
         global id unless another space has that id — whose session is never touched or
         named in the answer — then the session gets a server-assigned one."""
         for sid in (name, f"ses_{uuid.uuid4().hex[:16]}"):
@@ -129,7 +129,7 @@ class Runs:
     async def _lifecycle(
         self, sid: str, run_id: str, kind: RecordKind, body: RunLifecycleIn
     ) -> dict[str, Any]:
-        # The caller's earlier appends first: the key derives from the counters they leave
+        # the caller's earlier appends first: the key derives from the counters they leave
         # (a resume the caller appended itself, say).
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
         s = await self.session(sid)

@@ -4,7 +4,7 @@ Every append takes an ``event_key`` (idempotency: retrying the same append never
 second record) and returns the (partition, offset) it was written at. Content over
 ``INLINE_LIMIT`` goes to the content store first (R3.4), over HTTP.
 
-Each append is an ``sdk.append`` span (issue 12, R18) whose context travels in the
+Each append is an ``sdk.append`` span (R18) whose context travels in the
 message's headers, so the processor's commit of the event joins the runtime's trace.
 """
 
@@ -63,8 +63,8 @@ class RunHandle:
 
 @dataclass(frozen=True)
 class SessionTarget:
-    """A session outside any run: where a session constraint may be declared between runs
-    (issue 24). ``ContextClient.set_constraint`` takes one, or a session as returned by
+    """A session outside any run: where a session constraint may be declared between
+    runs. ``ContextClient.set_constraint`` takes one, or a session as returned by
     ``open_session``."""
 
     space_id: str
@@ -153,7 +153,7 @@ class EventAppends:
         supplement: bool = False,
         constraint: bool | str = False,
     ) -> tuple[int, int]:
-        """``constraint``: the input is also a user constraint (issue 24) — ``True`` for
+        """``constraint``: the input is also a user constraint — ``True`` for
         one identified by its text, or the constraint's id; it holds for the session."""
         kind = RecordKind.SUPPLEMENT if supplement else RecordKind.USER_INPUT
         payload = UserInputPayload("supplement" if supplement else "question")
@@ -179,7 +179,7 @@ class EventAppends:
         explanation: str | None = None,
         authority: Authority = Authority.MODEL,
     ) -> tuple[int, int]:
-        """Issue 24: the whole current plan of ``run``'s thread (R4.4; a child's is its
+        """The whole current plan of ``run``'s thread (R4.4; a child's is its
         own). Pass ``event_key`` (e.g. the plan tool call's id) to make retries no-ops;
         each accepted update is the thread's next plan version."""
         parsed = plan_items(items)
@@ -205,7 +205,7 @@ class EventAppends:
         event_key: str | None = None,
         authority: Authority = Authority.USER,
     ) -> tuple[int, int]:
-        """Issue 24: a user constraint, rendered verbatim in every action context until
+        """A user constraint, rendered verbatim in every action context until
         retired (``scope`` ``run``: until the run ends). Without ``constraint_id`` its
         identity is its normalized text: setting it again is its next version, shown once.
         ``run`` may be a session (``open_session``'s answer): declared between runs."""
@@ -227,7 +227,7 @@ class EventAppends:
         constraint_id: str,
         event_key: str | None = None,
     ) -> tuple[int, int]:
-        """Issue 24: the constraint never renders again (until it is set anew)."""
+        """The constraint never renders again (until it is set anew)."""
         return await self.append(
             self._event(
                 _target(run),

@@ -6,7 +6,7 @@ second record) and returns the (partition, offset) it was written at; ``prepare`
 the latest of these so the answer includes every append made before it.
 
 HTTP calls carry the current trace context (``traceparent``); ``prepare`` is an
-``sdk.prepare`` span, so Prepare's answer joins the runtime's trace (issue 12, R18).
+``sdk.prepare`` span, so Prepare's answer joins the runtime's trace (R18).
 """
 
 from __future__ import annotations

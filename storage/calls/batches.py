@@ -1,4 +1,4 @@
-"""Deleting old rows in batches (prepared contexts, render states: issue 13)."""
+"""Deleting old rows in batches (prepared contexts, render states)."""
 
 from __future__ import annotations
 

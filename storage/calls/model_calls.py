@@ -139,7 +139,7 @@ class PgModelCalls:
         )
 
     async def insert(self, call: NewCall) -> bool:
-        # Issue 28 item 4: what the call saw is stored with it, in the same transaction
+        # What the call saw is stored with it, in the same transaction
         # (storage/calls/views.py), so no later change of the session rewrites it.
         async with self.pool.acquire() as conn, conn.transaction():
             inserted = await self._insert(conn, call)

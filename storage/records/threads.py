@@ -36,9 +36,9 @@ class SummaryView:
     covered: frozenset[str]
 
 
-# Issue 15: a retracted record leaves every view (Prepare's and what compaction summarizes)
+# A retracted record leaves every view (Prepare's and what compaction summarizes)
 # and a retraction renders nothing; both stay readable by id (storage.blobs).
-# Issue 24: plan and constraint records are state of record, rendered as blocks of their own
+# Plan and constraint records are state of record, rendered as blocks of their own
 # (storage.records.frontier): never in a thread's history, never summarized.
 _LIVE = (
     f" AND {live_sql('r')}"

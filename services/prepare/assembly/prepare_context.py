@@ -148,7 +148,7 @@ class Preparer:
             "commit_wait_ms": round(waited * 1000, 3),
             "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
         }
-        # R14: the hooks this call's release binds, never every loaded one (issue 28).
+        # R14: the hooks this call's release binds, never every loaded one.
         if target.release.policy.hook_bindings:
             await self.hooks.prepare_after(
                 {k: out[k] for k in ("prepared_id", "purpose", "budget", "decisions")},
@@ -160,7 +160,7 @@ class Preparer:
         self, sid: str, run_id: str, body: PrepareIn, material: tuple[Material, ...]
     ) -> Target:
         purpose = _purpose(body)
-        # The release's parts as publishing parsed them (release_spec); an
+        # the release's parts as publishing parsed them (release_spec); an
         # override is parsed by the same rules (the request model, model_profile()).
         view = await self.releases.of_session(sid)
         rel = view.release
@@ -215,7 +215,7 @@ class Preparer:
         if not (fired and (over or reprepare_of) and report.required <= report.input_budget):
             return built, lineage, None
         job_status = await self.compaction.wait_for_job(target.session_id, obs_key)
-        # The job's lineage is the main one: a child thread's prepare rebuilds on it too.
+        # the job's lineage is the main one: a child thread's prepare rebuilds on it too.
         lineage = await self.compaction.lineage(
             target.session_id, target.run_id, target.instance_id, False
         )
@@ -327,7 +327,7 @@ class Preparer:
             "read_content_tool": READ_CONTENT_TOOL if rend.externalized else None,
             "reprepare_of": body.reprepare_of,
             "dependency_versions": deps,
-            # Issue 24: the plan and constraints the frontier's blocks show, with the
+            # the plan and constraints the frontier's blocks show, with the
             # records that set them (R4.4, R18).
             "frontier": built.frontier.to_dict(),
             "inherited": {"through_session_sequence": snap.through_session_sequence},
@@ -337,7 +337,7 @@ class Preparer:
 
 def _dependencies(target: Target, built: Built, lineage: Lineage) -> dict[str, Any]:
     """What this context was built from (R11.6): the view's watermarks, the release and
-    its policy, the summary, and the task, plan and constraint versions (issue 24)."""
+    its policy, the summary, and the task, plan and constraint versions."""
     summary = lineage.summary
     return {
         "through_session_sequence": built.snap.through_session_sequence,

@@ -1,6 +1,6 @@
 """Prepared contexts held for the gateway's final check (R10.5).
 
-Prepare is stateless between calls (issue 13): a prepared context is written to
+Prepare is stateless between calls: a prepared context is written to
 PostgreSQL (storage/calls/prepared_contexts.py) before the prepare answers, so the model call
 may reach any instance. The latest ones stay in process memory as a read-through cache:
 the usual call, on the instance that prepared, costs no query.
@@ -142,7 +142,7 @@ class PreparedStore:
             retry_error_callback=lambda _state: None,
         ):
             with attempt:
-                # The preparing instance may still be writing it (``remember``).
+                # the preparing instance may still be writing it (``remember``).
                 row = await self.stored.load(prepared_id)
             outcome = attempt.retry_state.outcome
             if outcome is not None and not outcome.failed:

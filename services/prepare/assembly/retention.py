@@ -1,4 +1,4 @@
-"""Bounded retention (issue 13): every Prepare instance now and then deletes prepared
+"""Bounded retention: every Prepare instance now and then deletes prepared
 contexts older than ``ALC_PREPARED_RETENTION_H`` and render states not saved for
 ``ALC_RENDER_STATE_RETENTION_H``. Several instances pruning at once only delete the same
 old rows. A call for a pruned context is ``prepared_not_found`` (prepare again), one
@@ -31,7 +31,7 @@ async def prune_forever(what: str, stored: Prunable, retention_s: float, every_s
             if deleted:
                 log.info("pruned %d %s older than %.0f s", deleted, what, retention_s)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, ContextError) as exc:
-            # The next round tries again: retention is a bound, not a deadline.
+            # the next round tries again: retention is a bound, not a deadline.
             log.warning("pruning %s failed: %s", what, exc)
         await asyncio.sleep(every_s)
 

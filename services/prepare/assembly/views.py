@@ -5,7 +5,7 @@ the run's immutable snapshot), so each cached ``ThreadRenderer`` is fed only the
 committed since it last looked: one indexed query per prepare, no full re-render.
 
 A view not in memory (after a restart, a new summary or revocation, on another instance)
-continues from its stored render state when there is one (issue 13: cold prepare), and
+continues from its stored render state when there is one (cold prepare), and
 the state is stored again after a full render and whenever the view has grown by a tenth
 since it was last stored — so a cold prepare reads one row and renders only what is new.
 """

@@ -51,7 +51,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
     app = FastAPI(
         title="AgentLoom Context — Prepare", version="0.1.0", default_response_class=ORJSONResponse
     )
-    # 4xx never 5xx (issue 10.3): every status documented with one error shape, a JSON
+    # 4xx never 5xx: every status documented with one error shape, a JSON
     # body or 415, a size limit or 413, and a last answer that keeps the connection.
     app.router.route_class = ApiRoute
     install_error_handlers(app)
@@ -79,7 +79,7 @@ def create_api(svc: PrepareService, settings: Settings | None = None) -> FastAPI
             headers={"WWW-Authenticate": "Bearer"},
         )
 
-    # The routes, per concern, on the app itself (an included APIRouter's routes are not
+    # the routes, per concern, on the app itself (an included APIRouter's routes are not
     # in app.routes for the documentation pass below).
     for routes in (ops_routes, release_routes, session_routes, call_routes, content_routes):
         routes(app, svc, auth)

@@ -2,7 +2,7 @@
 final check and the report of the result.
 
 A prepare is the ``prepare.answer`` span, joined to the runtime's trace by the request's
-``traceparent`` when tracing is on (issue 12, R18; ``streams.tracing``)."""
+``traceparent`` when tracing is on (R18; ``streams.tracing``)."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
         out = await svc.gateway.model_call(sid, run_id, body)
-        # The envelope is checked; the provider request (as large as the prompt) is sent
+        # the envelope is checked; the provider request (as large as the prompt) is sent
         # as rendered, not walked again by a generic serializer.
         ModelCall.model_validate(out)
         return ORJSONResponse(out, status_code=201)

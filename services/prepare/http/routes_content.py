@@ -43,7 +43,7 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     async def revoke_grant(
         session_id: PathId, actor_id: PathId, who: Principal = auth
     ) -> GrantRevoked:
-        """Take ``actor_id``'s grant back (issue 25): who may grant may revoke (the owner,
+        """Take ``actor_id``'s grant back: who may grant may revoke (the owner,
         or the host key acting as itself or for the owner); others are refused as for a
         grant (403; 404 from another space). Idempotent (``revoked``: there was one).
         Every Prepare instance refuses the actor's reads within 10 s (its key cache's
@@ -53,6 +53,6 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     @app.put("/v1/blobs")
     async def put_blob(request: Request, who: Principal = auth) -> Blob:
         """Content store (R3.4): any key; content-addressed in the key's space, readable
-        only through the records of that space that reference it (issue 25)."""
+        only through the records of that space that reference it."""
         media = request.headers.get("content-type", "text/plain")
         return Blob.model_validate(await svc.content.put(who.space_id, await request.body(), media))

@@ -1,8 +1,8 @@
-"""The diagnostics view of one model call (R18, issue 12): what its context kept,
+"""The diagnostics view of one model call (R18): what its context kept,
 summarized (with the summary id), externalized, and why, with the readable source refs
 and the budget items — the one view the console and ``agentloom session inspect`` show
 (``domain.context.call_view`` over ``storage.inspection``), found by a call or prepared id. The
-blocks are those stored when the call was made (issue 28 item 4), with the role each was
+blocks are those stored when the call was made, with the role each was
 sent with; ``rebuilt: true`` marks a call recorded before views were stored."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         try:  # the call's session by its global id (not a name the caller's space uses)
             await svc.access.authorize(session_id, who, Action.SESSION_READ, global_id=True)
         except NotFound:
-            # Issue 25: another space's call is unknown, as one nobody made — the answer
+            # Another space's call is unknown, as one nobody made — the answer
             # names only what the caller sent, never the session it belongs to.
             raise unknown from None
         view = await call_views.view_of(svc.pool, session_id, call_id)
