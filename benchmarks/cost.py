@@ -182,7 +182,7 @@ class Ours:
         est = tokens(self.request(current))
         obs = Observation(est, BUDGET, FIXED, compressible, f"v{calls}")
         overhead = INSTRUCTION if self.model_summarizer else 0
-        check = GainCheck(FIXED, PRICES, overhead) if self.gain else None
+        check = GainCheck(FIXED, PRICES, overhead, self.model_summarizer) if self.gain else None
         d = evaluate_triggers(st, self.policy, obs, check)
         since = st.since_success
         if not d.start_job:

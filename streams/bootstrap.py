@@ -46,7 +46,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
     metered = MeteredPublisher(publisher, settings.topic_dead_letter)
     auth = Authenticator(PgBusKeys(pool), service_root(settings))
     return BatchProcessor(
-        PgProcessing(pool),
+        PgProcessing(pool, model_summarizer=settings.summarizer != "extractive"),
         metered,
         counter,
         ProcessorConfig(

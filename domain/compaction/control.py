@@ -72,6 +72,7 @@ class ObservationInputs:
     # With the model profile's prices, a job the ratio trigger alone started
     # must pay for itself (``domain.compaction.gain``); without, the thresholds decide.
     prices: ModelPrices | None = None
+    model_summarizer: bool = False  # the summarizer call is billed too (a model)
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,9 @@ def judge_observation(inp: ObservationInputs, now_ms: int) -> ObservationVerdict
             obs.compressible_tokens,
             obs.fingerprint,
         ),
-        None if inp.prices is None else GainCheck(obs.fixed_overhead, inp.prices),
+        None
+        if inp.prices is None
+        else GainCheck(obs.fixed_overhead, inp.prices, model_summarizer=inp.model_summarizer),
     )
     return ObservationVerdict(decision, None if cleared else inp.state.active_job_id, expiry)
 

@@ -110,8 +110,16 @@ class GainEstimate:
 
 
 def estimate_gain(
-    policy: CompactionPolicy, g: GainInputs, prices: ModelPrices | None, overhead: int = 0
+    policy: CompactionPolicy,
+    g: GainInputs,
+    prices: ModelPrices | None,
+    overhead: int = 0,
+    model_summarizer: bool = False,
 ) -> GainEstimate:
+    """What a job saves over the calls until the next one against what it costs: the
+    cached prefix it invalidates (re-written after the summary) and, with a billed
+    ``model_summarizer``, the summarizer call (the covered tokens and ``overhead`` in,
+    the summary out; the built-in extractive summarizer costs nothing)."""
     r = rates_of(prices)
     compressible = max(0, g.compressible_tokens)
     bound = ceil_ratio(policy.summary_max_ratio, g.input_budget)
@@ -121,6 +129,8 @@ def estimate_gain(
     saved = calls * (g.estimated_input - after) * r.cached
     invalidated = max(0, after - g.fixed_overhead)
     cost = invalidated * max(0, r.write - r.cached) + overhead * r.input
+    if model_summarizer:
+        cost += compressible * r.input + summary * r.output
     growth = max(1, -(-(g.estimated_input - g.fixed_overhead) // calls))
     forced = g.input_budget - g.estimated_input < HEADROOM_CALLS * growth
     return GainEstimate(saved, cost, after, growth, calls, forced)

@@ -100,6 +100,7 @@ class GainCheck:
     fixed_overhead: int
     prices: ModelPrices | None = None
     summarizer_overhead: int = 0  # tokens a job's summarizer reads besides the groups
+    model_summarizer: bool = False  # the deployment's summarizer is a billed model
 
 
 REBUILD_DUE = "due"  # LastAttempt.rebuild: one rebuilt job may start
@@ -148,6 +149,7 @@ def evaluate_triggers(
         ),
         gain.prices,
         gain.summarizer_overhead,
+        gain.model_summarizer,
     )
     # values >= thresholds reads as elsewhere: what it saves against what it costs.
     values = {**decision.values, "gain_saved": float(est.saved)}

@@ -98,6 +98,7 @@ class PgControlStore:
     decided effects, over the batch's connection."""
 
     conn: asyncpg.Connection
+    model_summarizer: bool = False
 
     async def checked(self, session_id: str, event_key: str) -> Checked | None:
         conn = self.conn
@@ -141,6 +142,7 @@ class PgControlStore:
             view.baseline,
             view.summary_id,
             _prices(ctx["model_profile"]),
+            self.model_summarizer,
         )
 
     async def task_version(

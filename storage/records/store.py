@@ -222,20 +222,24 @@ class PgIngestStore:
 class PgProcessingStore(PgIngestStore, PgControlStore):
     """``ProcessingStore`` over one asyncpg connection."""
 
-    def __init__(self, conn: asyncpg.Connection) -> None:
+    def __init__(self, conn: asyncpg.Connection, model_summarizer: bool = False) -> None:
         self.conn = conn
+        self.model_summarizer = model_summarizer
 
 
 class PgProcessing:
-    """Connections of a pool as ``ProcessingStore``s (what the processor is given)."""
+    """Connections of a pool as ``ProcessingStore``s (what the processor is given).
+    ``model_summarizer``: the deployment's compaction calls a billed model, which the
+    gain check of a ratio-started job weighs (``domain.compaction.gain``)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, model_summarizer: bool = False) -> None:
         self.pool = pool
+        self.model_summarizer = model_summarizer
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[ProcessingStore]:
         async with self.pool.acquire() as conn:
-            yield PgProcessingStore(conn)
+            yield PgProcessingStore(conn, self.model_summarizer)
 
 
 class ProcessingStores(Protocol):

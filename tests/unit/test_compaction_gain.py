@@ -212,3 +212,23 @@ def test_the_cost_replay_meets_its_targets() -> None:
     assert ours["steady_cacheable_share"] >= 0.9
     assert r["verdict"]["cheaper_than_both"] and r["verdict"]["within_budget"]
     assert r["verdict"]["gain_check_cheaper"]
+
+
+@pytest.mark.spec("R9.4")
+def test_a_billed_summarizer_call_is_part_of_the_cost() -> None:
+    # The boundary above, with a model summarizer: it reads the 3,000 covered tokens
+    # (1,000 each) and writes the 500-token summary (1,000 each) — 3,500,000 more.
+    at = estimate_gain(RATIO, gain(BOUNDARY_FIXED), None)
+    billed = estimate_gain(RATIO, gain(BOUNDARY_FIXED), None, model_summarizer=True)
+    assert billed.cost - at.cost == 3_000 * 1_000 + 500 * 1_000
+    assert at.pays and not billed.pays
+    d = evaluate_triggers(
+        CompactionState(totals=Counters(3, STEPS)),
+        RATIO,
+        Observation(8_000, BUDGET, 500, COMPRESSIBLE, "fp"),
+        GainCheck(BOUNDARY_FIXED, model_summarizer=True),
+    )
+    assert (d.start_job, d.reason) == (False, NO_GAIN)
+    # ... but never in front of the hard budget.
+    near = estimate_gain(RATIO, gain(BOUNDARY_FIXED, estimated=9_990), None, model_summarizer=True)
+    assert near.forced and near.pays
