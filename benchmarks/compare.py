@@ -1,0 +1,265 @@
+"""Benchmarks of two commits in one table: ``python -m benchmarks.compare BEFORE AFTER``.
+
+Each commit is checked out into its own git worktree (``/tmp/bench-<sha>``, detached) and
+measured there with this checkout's Python (``.venv``): every benchmark runs with cwd and
+``PYTHONPATH`` set to the worktree, so the worktree's modules are the ones imported (the
+editable install's finder comes after ``sys.path``). The runs alternate, before, after,
+before, after (``--rounds``, at least 2), so that the machine's noise shows in each
+side's spread. Measured, each with the quicker options below (``--full``: the benchmarks'
+own defaults):
+
+- ``benchmarks.prepare_scale``: in-process prepare p50/p99 at 1k and 10k records
+  (cached renderer fed 2 new records, assemble, enforce);
+- ``benchmarks.run``, once per processor driver: the processor's CPU µs per event while
+  draining a backlog (faust, the default driver, and aiokafka), and with the aiokafka
+  driver the HTTP prepare's server-side p50/p99 at 1k and 10k records;
+- ``benchmarks.prepare_cold``: cold prepare at 100k records (restart from the stored
+  render state, and a full render).
+
+Prints a markdown table (median of the rounds, min..max, after/before ratio) and writes
+``build/bench/compare.json``. Needs the stack (``make up``), as ``make bench`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "build" / "bench" / "compare.json"
+
+QUICK: dict[str, list[str]] = {
+    "prepare_scale": [
+        "--sizes",
+        "1000,10000",
+        "--calls",
+        "200,100",
+        "--naive-calls",
+        "20,8",
+        "--restarts",
+        "0",
+    ],
+    "run_faust": ["--drivers", "faust", "--events", "10000", "--prepare-sizes", "1000"],
+    "run_aiokafka": [
+        *("--drivers", "aiokafka", "--events", "10000"),
+        *("--prepare-sizes", "1000,10000", "--prepare-calls", "100"),
+    ],
+    "prepare_cold": ["--sizes", "100000", "--restarts", "5", "--calls", "30"],
+}
+FULL: dict[str, list[str]] = {
+    "prepare_scale": [
+        "--sizes",
+        "1000,10000",
+        "--calls",
+        "200,100",
+        "--naive-calls",
+        "200,40",
+        "--restarts",
+        "0",
+    ],
+    "run_faust": ["--drivers", "faust", "--prepare-sizes", "1000"],
+    "run_aiokafka": ["--drivers", "aiokafka", "--prepare-sizes", "1000,10000"],
+    "prepare_cold": ["--sizes", "100000"],
+}
+
+Metrics = dict[str, float]
+
+
+def log(msg: str) -> None:
+    print(f"[bench-compare] {msg}", file=sys.stderr, flush=True)
+
+
+def git(*args: str) -> str:
+    out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"git {' '.join(args)}: {out.stderr.strip()}")
+    return out.stdout.strip()
+
+
+def worktree(sha: str) -> Path:
+    """The detached worktree of ``sha`` under /tmp (reused when it is already there)."""
+    path = Path(f"/tmp/bench-{sha[:12]}")
+    if not (path / ".git").exists():
+        git("worktree", "add", "--detach", str(path), sha)
+    return path
+
+
+def _by_records(rows: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    return next(r for r in rows if r["records"] == n)
+
+
+def _scale(data: dict[str, Any]) -> Metrics:
+    m: Metrics = {}
+    for n, label in ((1000, "1k"), (10000, "10k")):
+        r = _by_records(data["sizes"], n)
+        m[f"prepare {label} p50 ms (in-process)"] = r["ours_p50_ms"]
+        m[f"prepare {label} p99 ms (in-process)"] = r["ours_p99_ms"]
+    return m
+
+
+def _faust(log_text: str) -> Metrics:
+    cpu = re.search(r"([\d,]+) events/s; processor CPU ([\d,]+) µs per event", log_text)
+    if cpu is None:
+        raise ValueError("no 'processor CPU' line in the log")
+    return {
+        "processor CPU µs/event (faust, drain)": float(cpu[2].replace(",", "")),
+        "processor drain events/s (faust)": float(cpu[1].replace(",", "")),
+    }
+
+
+def _aiokafka(data: dict[str, Any]) -> Metrics:
+    m: Metrics = {
+        "processor CPU µs/event (aiokafka, drain)": data["ingest"]["processor_cpu_us_per_event"],
+        "processor drain events/s (aiokafka)": data["ingest"]["processor_drain_events_per_s"],
+    }
+    for n, label in ((1000, "1k"), (10000, "10k")):
+        r = _by_records(data["prepare"], n)
+        m[f"prepare {label} p50 ms (HTTP, server)"] = r["server_p50_ms"]
+        m[f"prepare {label} p99 ms (HTTP, server)"] = r["server_p99_ms"]
+    return m
+
+
+def _cold(data: dict[str, Any]) -> Metrics:
+    r = _by_records(data["sizes"], 100_000)
+    return {
+        "cold prepare 100k p50 ms (restart)": r["cold_restart_p50_ms"],
+        "cold prepare 100k p99 ms (restart)": r["cold_restart_p99_ms"],
+        "cold prepare 100k p99 ms (full render)": r["cold_full_p99_ms"],
+    }
+
+
+# Where each benchmark's numbers are read: its JSON report, or (the faust driver's run)
+# its log: benchmarks.run prints the processor's CPU per event while draining, before its
+# no-op faust ceiling, which does not authenticate to a SASL broker and then fails the run.
+READERS: dict[str, tuple[str, Callable[[Any], Metrics]]] = {
+    "prepare_scale": ("prepare_scale.json", _scale),
+    "run_faust": ("", _faust),
+    "run_aiokafka": ("results.json", _aiokafka),
+    "prepare_cold": ("prepare_cold.json", _cold),
+}
+
+
+def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, list[str]]:
+    """One round of every benchmark in the worktree ``wt``; what failed is named, not fatal."""
+    env = {**os.environ, "PYTHONPATH": str(wt), "PYTHONUNBUFFERED": "1"}
+    env.setdefault("ALC_TOPIC_PARTITIONS", "4")  # as the Makefile exports for make bench
+    # The stack's secrets live in this checkout's state dir (deploy/kafka.sh wrote them);
+    # the worktree keeps its own state dir for the services' slot locks.
+    secrets = REPO / ".state" / "secrets"
+    env.setdefault("ALC_KAFKA_CREDENTIALS_FILE", str(secrets / "kafka-users.env"))
+    env.setdefault("ALC_BUS_SERVICE_SECRET_FILE", str(secrets / "bus-service.key"))
+    metrics: Metrics = {}
+    failed: list[str] = []
+    logs = REPO / "build" / "bench" / "compare-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    for name, args in opts.items():
+        out_file, reader = READERS[name]
+        log_file = logs / f"{tag}-{name}.log"
+        result = wt / "build" / "bench" / out_file if out_file else log_file
+        result.unlink(missing_ok=True)
+        t0 = time.monotonic()
+        with log_file.open("w") as fh:
+            rc = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    f"benchmarks.{'run' if name.startswith('run_') else name}",
+                    *args,
+                ],
+                cwd=wt,
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+            ).returncode
+        log(f"{tag} {name}: rc {rc} in {time.monotonic() - t0:.0f} s")
+        try:
+            text = result.read_text()
+            metrics.update(reader(json.loads(text) if out_file else text))
+        except (OSError, KeyError, StopIteration, ValueError) as e:
+            failed.append(f"{name} (rc {rc}: {type(e).__name__} {e})")
+    return metrics, failed
+
+
+def summarize(runs: list[Metrics]) -> dict[str, Any]:
+    keys = dict.fromkeys(k for r in runs for k in r)
+    out: dict[str, Any] = {}
+    for k in keys:
+        vals = [r[k] for r in runs if k in r]
+        out[k] = {"median": statistics.median(vals), "min": min(vals), "max": max(vals)}
+        out[k]["values"] = vals
+    return out
+
+
+def _cell(s: dict[str, Any] | None) -> str:
+    if s is None:
+        return "n/a"
+    return f"{s['median']:,.2f} ({s['min']:,.2f}..{s['max']:,.2f})"
+
+
+def table(before: dict[str, Any], after: dict[str, Any], b: str, a: str) -> str:
+    lines = [
+        f"| measure | before `{b[:8]}` median (min..max) | after `{a[:8]}` median (min..max)"
+        " | after / before |",
+        "|---|---|---|---|",
+    ]
+    for k in dict.fromkeys([*before, *after]):
+        sb, sa = before.get(k), after.get(k)
+        ratio = f"{sa['median'] / sb['median']:.2f}" if sb and sa and sb["median"] else "n/a"
+        lines.append(f"| {k} | {_cell(sb)} | {_cell(sa)} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("before")
+    ap.add_argument("after")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (at least 2)")
+    ap.add_argument("--full", action="store_true", help="the benchmarks' larger defaults")
+    ap.add_argument("--keep-worktrees", action="store_true")
+    args = ap.parse_args()
+    shas = {"before": git("rev-parse", args.before), "after": git("rev-parse", args.after)}
+    opts = FULL if args.full else QUICK
+    trees = {side: worktree(sha) for side, sha in shas.items()}
+    runs: dict[str, list[Metrics]] = {"before": [], "after": []}
+    failures: dict[str, list[str]] = {"before": [], "after": []}
+    t0 = time.monotonic()
+    try:
+        for i in range(max(2, args.rounds)):
+            for side in ("before", "after"):
+                m, failed = measure(trees[side], opts, f"r{i + 1}-{side}")
+                runs[side].append(m)
+                failures[side] += [f"round {i + 1}: {f}" for f in failed]
+    finally:
+        if not args.keep_worktrees:
+            for wt in trees.values():
+                git("worktree", "remove", "--force", str(wt))
+    stats = {side: summarize(r) for side, r in runs.items()}
+    result = {
+        "commits": shas,
+        "options": opts,
+        "rounds": max(2, args.rounds),
+        "minutes": round((time.monotonic() - t0) / 60, 1),
+        "runs": runs,
+        "stats": stats,
+        "failures": failures,
+    }
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    print(table(stats["before"], stats["after"], shas["before"], shas["after"]))
+    for side, f in failures.items():
+        for line in f:
+            print(f"- {side} failed: {line}")
+    log(f"wrote {OUT} ({result['minutes']} min)")
+
+
+if __name__ == "__main__":
+    main()
