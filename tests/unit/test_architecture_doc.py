@@ -2,7 +2,8 @@
 draws moves:
 
 - every ``path/like/this.py`` it mentions is a file of the repository;
-- in the packages table, every file a row lists (``store.py``) is in that row's folder;
+- in the packages table, every file a row lists (``store.py``) is in that row's folder,
+  and every module of every product folder is listed in its folder's row;
 - every backticked code name (``BatchProcessor.handle``, ``plan_batch``) is defined —
   each dotted part a class, a function, a method or an assignment — in one of the
   modules its section names (a path names a module once, later steps refer back to it).
@@ -25,6 +26,7 @@ FILE_SUFFIXES = ("py", "json", "md", "avsc", "sql")
 # A packages-table row: its folder, then what the row says.
 ROW = re.compile(r"^\| `([\w/]+/)` \|(.*)$", re.MULTILINE)
 ROW_FILE = re.compile(r"`(\w+\.(?:py|json))`")
+PRODUCT = ("schemas", "domain", "storage", "streams", "services", "devstack")
 # Names of the frameworks the paths pass through, not of our code.
 EXTERNAL = {"take_events", "pg_notify", "ORJSONResponse", "response_model"}
 
@@ -44,6 +46,21 @@ def missing_table_files(text: str) -> list[str]:
         for name in ROW_FILE.findall(row)
         if not (ROOT / folder / name).is_file()
     ]
+
+
+def unlisted_modules(text: str, root: Path = ROOT) -> list[str]:
+    """The product modules (``__init__.py`` aside) that no table row lists under their
+    folder, a folder without a row included."""
+    rows: dict[str, set[str]] = {}
+    for folder, row in ROW.findall(text):
+        rows.setdefault(folder, set()).update(ROW_FILE.findall(row))
+    return sorted(
+        str(p.relative_to(root))
+        for package in PRODUCT
+        for p in (root / package).rglob("*.py")
+        if p.name != "__init__.py"
+        and p.name not in rows.get(str(p.parent.relative_to(root)) + "/", set())
+    )
 
 
 def defined(path: Path) -> set[str]:
@@ -104,6 +121,10 @@ def test_every_file_of_the_packages_table_exists() -> None:
     assert missing_table_files(text) == []
 
 
+def test_the_packages_table_lists_every_module() -> None:
+    assert unlisted_modules(DOC.read_text("utf-8")) == []
+
+
 def test_every_code_name_is_defined_where_its_section_says() -> None:
     text = DOC.read_text("utf-8")
     assert len(NAME.findall(text)) >= 150
@@ -133,6 +154,11 @@ def test_the_checks_can_fail() -> None:
     assert missing_paths(text) == ["streams/nowhere.py"]
     assert missing_table_files(text) == ["streams/kafka/vanished.py"]
     assert undefined_names(text) == ["gone", "BatchProcessor.nothing", "is_transient"]
+    table = "| `streams/kafka/` | `publish.py` |\n"
+    unlisted = unlisted_modules(table)
+    assert "streams/kafka/topics.py" in unlisted  # a module the row leaves out
+    assert "streams/processor.py" in unlisted  # a folder without a row
+    assert "streams/kafka/publish.py" not in unlisted
     # A table row's modules define names for its own section only.
     assert undefined_names("## T\n| `streams/kafka/` | `publish.py`: `send_in_batches` |") == [
         "send_in_batches"
