@@ -256,16 +256,17 @@ def _read_response(sock: socket.socket) -> bytes:
 
 
 class _Broken:
-    """Every service call raises what ``fail`` makes."""
+    """Every use case's every call raises what ``fail`` makes."""
 
-    def __init__(self, fail: type[BaseException]) -> None:
+    def __init__(self, fail: type[BaseException], name: str = "service") -> None:
         self.fail = fail
+        self.name = name
 
     def __getattr__(self, name: str) -> Any:
-        async def call(*_: Any, **__: Any) -> Any:
-            raise self.fail(f"{name} failed")
+        return _Broken(self.fail, name)
 
-        return call
+    async def __call__(self, *_: Any, **__: Any) -> Any:
+        raise self.fail(f"{self.name} failed")
 
 
 @contextmanager
