@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -14,7 +15,9 @@ import pytest
 
 from services.sdk.client import ContextClient, RunHandle
 from tests.support.flows import client, new_session
-from tests.support.services import Services
+from tests.support.model_server import model_server
+from tests.support.services import Services, start_services
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +28,26 @@ PAYS = {"input": 3, "cached_input": 0.3, "cache_write": 3.75, "output": 15}
 # Cache reads nearly free and writes a hundred times the input price: the re-written
 # prefix costs more than the summary saves over the calls since the last one.
 DOES_NOT_PAY = {"input": 1, "cached_input": 0.001, "cache_write": 100, "output": 1}
+# Cache priced like PAYS, output dear: the summary pays for the cache it re-writes, but
+# not for a billed summarizer writing it.
+DEAR_OUTPUT = {"input": 3, "cached_input": 0.3, "cache_write": 3.75, "output": 300}
+
+
+@pytest.fixture(scope="module")
+def model_summarized(stack: Stack, pg_dsn: str) -> Iterator[Services]:
+    """The stack with a model summarizer (an OpenAI-compatible server) instead of the
+    built-in extractive one."""
+    with model_server() as (url, _script):
+        svc = start_services(
+            stack,
+            pg_dsn,
+            ALC_SUMMARIZER="openai",
+            ALC_SUMMARIZER_BASE_URL=url,
+            ALC_SUMMARIZER_MODEL="scripted",
+            ALC_SUMMARIZER_TIMEOUT_S="5",
+        )
+        yield svc
+        svc.stop()
 
 
 def profile(prices: dict[str, float] | None) -> dict[str, Any]:
@@ -180,3 +203,16 @@ async def test_no_gain_never_blocks_the_hard_budget(services: Services, db: asyn
         view = await c.prepare(run)
     assert view["dependency_versions"]["summary_id"] is not None
     assert view["budget"]["estimated_input"] <= view["budget"]["input_budget"]
+
+
+@pytest.mark.spec("R7.1", "R9.4")
+async def test_a_billed_summarizer_is_part_of_what_a_compaction_costs(
+    services: Services, model_summarized: Services, db: asyncpg.Pool
+) -> None:
+    async with client(services) as c:
+        extractive, _ = await drive(c, DEAR_OUTPUT)
+    async with client(model_summarized) as c:
+        billed, _ = await drive(c, DEAR_OUTPUT)
+    assert (await first_ratio_report(db, extractive))["decision"] == "job_started"
+    rep = await first_ratio_report(db, billed)
+    assert (rep["decision"], rep["reason"]) == ("deferred", "no_gain"), dict(rep)
