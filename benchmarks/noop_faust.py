@@ -21,6 +21,7 @@ from typing import Any
 import faust
 
 from schemas.settings import Settings
+from streams.kafka.auth import kafka_auth
 
 
 def main() -> None:
@@ -32,6 +33,8 @@ def main() -> None:
     app = faust.App(
         f"bench-noop-{uuid.uuid4().hex[:6]}",
         broker=f"kafka://{s.kafka_bootstrap}",
+        # The local broker is SASL: a tool with its own group name connects as admin.
+        broker_credentials=kafka_auth(s, "admin").faust_credentials(),
         store="memory://",
         value_serializer="raw",
         key_serializer="raw",
