@@ -24,8 +24,8 @@ import pytest
 from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
 from services.sdk.client import ContextClient, RunHandle
 from tests.support.flows import client, new_session
-from tests.support.model_server import Script, model_server
-from tests.support.services import Services, start_services
+from tests.support.model_server import Script
+from tests.support.services import Services, scripted_services
 from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -42,18 +42,8 @@ Step = Callable[[RunHandle], Awaitable[None]]
 
 @pytest.fixture(scope="module")
 def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
-    with model_server() as (url, script):
-        svc = start_services(
-            stack,
-            pg_dsn,
-            ALC_SUMMARIZER="openai",
-            ALC_SUMMARIZER_BASE_URL=url,
-            ALC_SUMMARIZER_MODEL="scripted",
-            ALC_SUMMARIZER_TIMEOUT_S="5",
-            ALC_COMPACTION_WAIT_S="20",
-        )
+    with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
         yield svc, script
-        svc.stop()
 
 
 @pytest.fixture

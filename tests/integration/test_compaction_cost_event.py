@@ -16,8 +16,8 @@ from schemas.wire import ObservabilityEvent, decode_observability
 from services.sdk.client import ContextClient
 from tests.integration.test_compaction import question, settled
 from tests.support.flows import PROFILE, client, new_session, read_topic
-from tests.support.model_server import Script, model_server
-from tests.support.services import Services, start_services
+from tests.support.model_server import Script
+from tests.support.services import Services, scripted_services
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -26,18 +26,8 @@ PRICES = {"input": 2.5, "output": 10, "currency": "USD"}
 
 @pytest.fixture(scope="module")
 def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
-    with model_server() as (url, script):
-        svc = start_services(
-            stack,
-            pg_dsn,
-            ALC_SUMMARIZER="openai",
-            ALC_SUMMARIZER_BASE_URL=url,
-            ALC_SUMMARIZER_MODEL="scripted",
-            ALC_SUMMARIZER_TIMEOUT_S="5",
-            ALC_COMPACTION_WAIT_S="20",
-        )
+    with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
         yield svc, script
-        svc.stop()
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ import pytest
 
 from services.sdk.client import ContextClient, RunHandle
 from tests.support.flows import client, new_session
-from tests.support.model_server import model_server
-from tests.support.services import Services, start_services
+from tests.support.services import Services, scripted_services
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -37,17 +36,8 @@ DEAR_OUTPUT = {"input": 3, "cached_input": 0.3, "cache_write": 3.75, "output": 3
 def model_summarized(stack: Stack, pg_dsn: str) -> Iterator[Services]:
     """The stack with a model summarizer (an OpenAI-compatible server) instead of the
     built-in extractive one."""
-    with model_server() as (url, _script):
-        svc = start_services(
-            stack,
-            pg_dsn,
-            ALC_SUMMARIZER="openai",
-            ALC_SUMMARIZER_BASE_URL=url,
-            ALC_SUMMARIZER_MODEL="scripted",
-            ALC_SUMMARIZER_TIMEOUT_S="5",
-        )
+    with scripted_services(stack, pg_dsn) as (svc, _script):
         yield svc
-        svc.stop()
 
 
 def profile(prices: dict[str, float] | None) -> dict[str, Any]:

@@ -18,8 +18,7 @@ from devstack.launcher import COMPACTION_READY, Proc
 from tests.integration.test_compaction import question, settled
 from tests.support.flows import client, new_session
 from tests.support.kafka import auth
-from tests.support.model_server import model_server
-from tests.support.services import LOG_DIR, Services, free_port, start_services
+from tests.support.services import LOG_DIR, Services, free_port, scripted_services
 from tests.support.stack import REPO, Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.spec("R18")]
@@ -29,15 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spec("R18")]
 def metered(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, str]]:
     """Our services with a scripted model behind the summarizer; their compaction
     process replaced by one that serves /metrics (the port is for it alone)."""
-    with model_server() as (url, _script):
-        svc = start_services(
-            stack,
-            pg_dsn,
-            ALC_SUMMARIZER="openai",
-            ALC_SUMMARIZER_BASE_URL=url,
-            ALC_SUMMARIZER_MODEL="scripted",
-            ALC_SUMMARIZER_TIMEOUT_S="5",
-        )
+    with scripted_services(stack, pg_dsn) as (svc, _script):
         svc.compaction.stop()
         port = str(free_port())
         env = {**os.environ, **svc.settings_env, "ALC_METRICS_PORT": port}
@@ -50,7 +41,6 @@ def metered(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, str]]:
             yield svc, f"http://127.0.0.1:{port}/metrics"
         finally:
             proc.stop()
-            svc.stop()
 
 
 def _sample(text: str, name: str, **labels: str) -> float:

@@ -31,8 +31,8 @@ from schemas.wire import (
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from tests.support.flows import client, new_session, read_topic, wait_committed
 from tests.support.kafka import auth, service_signed
-from tests.support.model_server import Script, model_server
-from tests.support.services import Services, start_services
+from tests.support.model_server import Script
+from tests.support.services import Services, scripted_services
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -42,18 +42,11 @@ TURNS_2 = {"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
 
 @pytest.fixture(scope="module")
 def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
-    with model_server() as (url, script):
-        svc = start_services(
-            stack,
-            pg_dsn,
-            ALC_SUMMARIZER="openai",
-            ALC_SUMMARIZER_BASE_URL=url,
-            ALC_SUMMARIZER_MODEL="scripted",
-            ALC_SUMMARIZER_TIMEOUT_S="30",
-            ALC_COMPACTION_WAIT_S="20",
-        )
+    with scripted_services(stack, pg_dsn, timeout_s="30", ALC_COMPACTION_WAIT_S="20") as (
+        svc,
+        script,
+    ):
         yield svc, script
-        svc.stop()
 
 
 @pytest.fixture

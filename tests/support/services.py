@@ -9,6 +9,8 @@ import os
 import socket
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from devstack.launcher import Proc, service_set
@@ -16,6 +18,7 @@ from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
 from streams.kafka.provision import provision
+from tests.support.model_server import Script, model_server
 from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
@@ -108,3 +111,25 @@ def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
     finally:
         loop.close()
     return Services(stack, settings_env, procs.processor, procs.prepare, procs.compaction, key.key)
+
+
+@contextmanager
+def scripted_services(
+    stack: Stack, pg_dsn: str, timeout_s: str = "5", **overrides: str
+) -> Iterator[tuple[Services, Script]]:
+    """Our services with the OpenAI-compatible summarizer pointed at a scripted model
+    server (``tests.support.model_server``); stopped at the end."""
+    with model_server() as (url, script):
+        svc = start_services(
+            stack,
+            pg_dsn,
+            ALC_SUMMARIZER="openai",
+            ALC_SUMMARIZER_BASE_URL=url,
+            ALC_SUMMARIZER_MODEL="scripted",
+            ALC_SUMMARIZER_TIMEOUT_S=timeout_s,
+            **overrides,
+        )
+        try:
+            yield svc, script
+        finally:
+            svc.stop()
