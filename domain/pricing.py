@@ -112,6 +112,15 @@ class Usage:
     output_tokens: int = 0
     reasoning_tokens: int = 0
 
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.fresh_input_tokens + other.fresh_input_tokens,
+            self.cached_input_tokens + other.cached_input_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.output_tokens + other.output_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
     @property
     def input_tokens(self) -> int:
         """All input the provider read, cached or not."""

@@ -27,16 +27,6 @@ from streams.kafka.publish import Publisher
 log = logging.getLogger("agentloom.compaction")
 
 
-def add_usage(a: Usage, b: Usage) -> Usage:
-    return Usage(
-        a.fresh_input_tokens + b.fresh_input_tokens,
-        a.cached_input_tokens + b.cached_input_tokens,
-        a.cache_write_tokens + b.cache_write_tokens,
-        a.output_tokens + b.output_tokens,
-        a.reasoning_tokens + b.reasoning_tokens,
-    )
-
-
 @dataclass
 class Spent:
     """One job attempt's summarizer usage: the calls that got an answer, valid or not."""
@@ -46,7 +36,7 @@ class Spent:
     elapsed_ms: float = 0.0
 
     def add(self, usage: Usage, elapsed_ms: float = 0.0) -> None:
-        self.usage = add_usage(self.usage, usage)
+        self.usage = self.usage + usage
         self.answered += 1
         self.elapsed_ms += elapsed_ms
 

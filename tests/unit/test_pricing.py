@@ -50,3 +50,10 @@ def test_bad_prices_are_refused_with_their_path(raw: dict[str, object]) -> None:
     with pytest.raises(InvalidPolicy) as exc:
         ModelPrices.from_dict(raw)
     assert exc.value.details["json_path"].startswith("model_profile.prices.")
+
+
+def test_usages_add_up_by_kind() -> None:
+    a = Usage(fresh_input_tokens=10, cached_input_tokens=90, output_tokens=5)
+    b = Usage(fresh_input_tokens=1, cache_write_tokens=7, output_tokens=2, reasoning_tokens=3)
+    assert a + b == Usage(11, 90, 7, 7, 3)
+    assert (a + b).input_tokens == a.input_tokens + b.input_tokens
