@@ -61,13 +61,15 @@ ALL_SCHEMAS = (
 
 # Earlier versions of a schema whose payloads may still be in Kafka (readable, never written).
 # context_event.v1: before record_retracted; v2: before the plan and constraint
-# kinds — the same bytes, another fingerprint. compaction_request.v1: before
-# the plan and constraint versions (read with their defaults, 0).
+# kinds; v3: before the decision and question kinds — the same bytes, another
+# fingerprint. compaction_request.v1: before the plan and constraint versions (read with
+# their defaults, 0).
 EARLIER_WRITERS = (
     "observability_event.v3.avsc",
     "observability_event.v4.avsc",
     "context_event.v1.avsc",
     "context_event.v2.avsc",
+    "context_event.v3.avsc",
     "compaction_request.v1.avsc",
 )
 

@@ -39,6 +39,12 @@ class RecordKind(StrEnum):
     PLAN_UPDATED = "plan_updated"
     CONSTRAINT_SET = "constraint_set"
     CONSTRAINT_RETIRED = "constraint_retired"
+    # Authored records: a decision and an open question (and its closing), recorded
+    # explicitly by the model (tools) or the host (SDK). Unlike the frontier they stay in
+    # the thread's history, and every summary keeps them verbatim, cited.
+    DECISION_RECORDED = "decision_recorded"
+    QUESTION_OPENED = "question_opened"
+    QUESTION_CLOSED = "question_closed"
 
 
 class Authority(StrEnum):
@@ -238,6 +244,25 @@ class ConstraintPayload:
     source_record_id: str | None = None
 
 
+@dataclass(frozen=True)
+class DecisionPayload:
+    """A decision (``decision_recorded``: its text is the event's content) and why."""
+
+    AVRO_NAME: ClassVar[str] = "DecisionPayload"
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class QuestionPayload:
+    """An open question (``question_opened``: its text is the content, ``question_key``
+    the event's own key) or its closing (``question_closed``: ``question_key`` names the
+    opened question's event key, with the answer if there is one)."""
+
+    AVRO_NAME: ClassVar[str] = "QuestionPayload"
+    question_key: str
+    answer: str | None = None
+
+
 Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     UserInputPayload,
     AssistantMessagePayload,
@@ -249,6 +274,8 @@ Payload = Union[  # noqa: UP007 - a runtime object used for the union's branches
     RetractionPayload,
     PlanPayload,
     ConstraintPayload,
+    DecisionPayload,
+    QuestionPayload,
 ]
 PAYLOAD_TYPES: tuple[type, ...] = typing.get_args(Payload)
 _PAYLOAD_BY_NAME: dict[str, type] = {
@@ -272,6 +299,9 @@ PAYLOAD_FOR_KIND: dict[RecordKind, type] = {
     RecordKind.PLAN_UPDATED: PlanPayload,
     RecordKind.CONSTRAINT_SET: ConstraintPayload,
     RecordKind.CONSTRAINT_RETIRED: ConstraintPayload,
+    RecordKind.DECISION_RECORDED: DecisionPayload,
+    RecordKind.QUESTION_OPENED: QuestionPayload,
+    RecordKind.QUESTION_CLOSED: QuestionPayload,
 }
 
 
@@ -333,10 +363,12 @@ __all__ = [
     "ConstraintPayload",
     "Content",
     "ContextEvent",
+    "DecisionPayload",
     "Payload",
     "PlanItem",
     "PlanPayload",
     "PlanStatus",
+    "QuestionPayload",
     "RecordKind",
     "ResourceActivationPayload",
     "RetractionPayload",

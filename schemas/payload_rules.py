@@ -1,5 +1,6 @@
 """Rules for the payloads of particular kinds (assistant messages, retractions, plans,
-constraints): pure, used by ``schemas.validation``. Each rejection has a ``reason_code``."""
+constraints, decisions and questions): pure, used by ``schemas.validation``. Each
+rejection has a ``reason_code``."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from schemas.contracts import (
     AssistantMessagePayload,
     ConstraintPayload,
     ContextEvent,
+    DecisionPayload,
     PlanPayload,
     PlanStatus,
+    QuestionPayload,
     RecordKind,
     RetractionPayload,
 )
@@ -28,6 +31,9 @@ MAX_PLAN_ITEM_CHARS = 500  # an item's text, and its note
 MAX_PLAN_CHARS = 12_000  # the texts and notes of a whole plan
 MAX_PLAN_EXPLANATION_CHARS = 2000
 MAX_CONSTRAINT_BYTES = 4096
+# Authored records are kept verbatim in every summary: bounded like a constraint.
+MAX_DECISION_BYTES = 4096  # the decision's text, and its reason
+MAX_QUESTION_BYTES = 4096  # the question's text, and a closing's answer
 # One line each: a line break in an item could forge a block of its own in the render
 # (a model writes its plan; a "constraints" block inside it would be an injection).
 _BREAK = re.compile(r"[\r\n\u2028\u2029\x0b\x0c\x85]")
@@ -128,3 +134,36 @@ def validate_constraint(ev: ContextEvent, p: ConstraintPayload) -> None:
     if text is None or not text.strip():
         raise fail("bad_constraint", "a constraint's text is its inline content, not empty")
     within("constraint text", text, MAX_CONSTRAINT_BYTES, "bad_constraint")
+
+
+def validate_decision(ev: ContextEvent, p: DecisionPayload) -> None:
+    """A decision carries its text inline (every summary keeps it verbatim), not empty,
+    with its reason, each within MAX_DECISION_BYTES."""
+    text = ev.content.inline
+    if text is None or not text.strip():
+        raise fail("bad_decision", "a decision's text is its inline content, not empty")
+    within("decision text", text, MAX_DECISION_BYTES, "bad_decision")
+    if p.reason is not None:
+        within("decision reason", p.reason, MAX_DECISION_BYTES, "bad_decision")
+
+
+def validate_question(ev: ContextEvent, p: QuestionPayload) -> None:
+    """An opened question carries its text inline and names itself (``question_key`` is
+    its own event key, so a closing can name it); a closing names another event's key
+    and may carry an answer. Texts within MAX_QUESTION_BYTES."""
+    if not p.question_key:
+        raise fail("bad_question", "question_key is empty")
+    if ev.kind is RecordKind.QUESTION_OPENED:
+        if p.question_key != ev.event_key:
+            raise fail("bad_question", "an opened question's question_key is its own event_key")
+        if p.answer is not None:
+            raise fail("bad_question", "an opened question has no answer yet")
+        text = ev.content.inline
+        if text is None or not text.strip():
+            raise fail("bad_question", "a question's text is its inline content, not empty")
+        within("question text", text, MAX_QUESTION_BYTES, "bad_question")
+        return
+    if p.question_key == ev.event_key:
+        raise fail("bad_question", "a closing names the opened question's key, not its own")
+    if p.answer is not None:
+        within("answer", p.answer, MAX_QUESTION_BYTES, "bad_question")

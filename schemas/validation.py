@@ -28,7 +28,9 @@ from schemas.contracts import (
     ChildResultPayload,
     ConstraintPayload,
     ContextEvent,
+    DecisionPayload,
     PlanPayload,
+    QuestionPayload,
     RecordKind,
     RetractionPayload,
     ToolCallPayload,
@@ -45,7 +47,9 @@ from schemas.payload_rules import (
     MAX_COUNT,
     validate_assistant,
     validate_constraint,
+    validate_decision,
     validate_plan,
+    validate_question,
     validate_retraction,
 )
 from schemas.payload_rules import count as _count
@@ -76,6 +80,7 @@ FREE_TEXT = frozenset(
         "text",  # a plan item's
         "note",
         "explanation",
+        "answer",  # a closed question's
     }
 )
 LONG_LABELS = frozenset(
@@ -91,6 +96,7 @@ LONG_LABELS = frozenset(
         "artifact_refs",
         "exported_context_refs",
         "constraint_id",
+        "question_key",  # an event key
     }
 )
 
@@ -111,6 +117,7 @@ _REQUIRED = frozenset({"space_id", "actor_id", "session_id", "run_id", "instance
 # Never part of an id: C0, DEL, C1, lone surrogates.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
 
+_AUTHORS = frozenset({Authority.MODEL, Authority.HOST, Authority.USER})
 ALLOWED_AUTHORITY: dict[RecordKind, frozenset[Authority]] = {
     RecordKind.USER_INPUT: frozenset({Authority.USER}),
     RecordKind.SUPPLEMENT: frozenset({Authority.USER}),
@@ -131,6 +138,11 @@ ALLOWED_AUTHORITY: dict[RecordKind, frozenset[Authority]] = {
     RecordKind.PLAN_UPDATED: frozenset({Authority.MODEL, Authority.HOST}),
     RecordKind.CONSTRAINT_SET: frozenset({Authority.USER, Authority.HOST}),
     RecordKind.CONSTRAINT_RETIRED: frozenset({Authority.USER, Authority.HOST}),
+    # Authored records: the model through its tools (published by the host as MODEL),
+    # the host, or the user (a decision the user took, a question the user asked).
+    RecordKind.DECISION_RECORDED: _AUTHORS,
+    RecordKind.QUESTION_OPENED: _AUTHORS,
+    RecordKind.QUESTION_CLOSED: _AUTHORS,
 }
 
 
@@ -291,6 +303,10 @@ def validate_event(ev: ContextEvent) -> None:
         validate_plan(ev.payload)
     elif isinstance(ev.payload, ConstraintPayload):
         validate_constraint(ev, ev.payload)
+    elif isinstance(ev.payload, DecisionPayload):
+        validate_decision(ev, ev.payload)
+    elif isinstance(ev.payload, QuestionPayload):
+        validate_question(ev, ev.payload)
 
 
 def _validate_fields(ev: ContextEvent) -> None:

@@ -14,8 +14,10 @@ from schemas.contracts import (
     ConstraintPayload,
     Content,
     ContextEvent,
+    DecisionPayload,
     PlanItem,
     PlanPayload,
+    QuestionPayload,
     RecordKind,
     ResourceActivationPayload,
     RetractionPayload,
@@ -102,6 +104,8 @@ PAYLOAD_STRATEGIES: dict[type, st.SearchStrategy[Any]] = {
     ConstraintPayload: st.builds(
         ConstraintPayload, constraint_id=TEXT, scope=TEXT, source_record_id=OPT_TEXT
     ),
+    DecisionPayload: st.builds(DecisionPayload, reason=OPT_TEXT),
+    QuestionPayload: st.builds(QuestionPayload, question_key=TEXT, answer=OPT_TEXT),
 }
 
 scopes = st.builds(
@@ -154,6 +158,9 @@ DEFAULT_AUTHORITY: dict[RecordKind, Authority] = {
     RecordKind.PLAN_UPDATED: Authority.MODEL,
     RecordKind.CONSTRAINT_SET: Authority.USER,
     RecordKind.CONSTRAINT_RETIRED: Authority.HOST,
+    RecordKind.DECISION_RECORDED: Authority.MODEL,
+    RecordKind.QUESTION_OPENED: Authority.MODEL,
+    RecordKind.QUESTION_CLOSED: Authority.MODEL,
 }
 
 
@@ -174,6 +181,9 @@ def default_payload(kind: RecordKind) -> Any:
         RecordKind.PLAN_UPDATED: PlanPayload((PlanItem("p1", "read the spec", "in_progress"),)),
         RecordKind.CONSTRAINT_SET: ConstraintPayload("c1"),
         RecordKind.CONSTRAINT_RETIRED: ConstraintPayload("c1"),
+        RecordKind.DECISION_RECORDED: DecisionPayload("it is simpler"),
+        RecordKind.QUESTION_OPENED: QuestionPayload("k1"),  # its own key (make_event's)
+        RecordKind.QUESTION_CLOSED: QuestionPayload("q-1", "yes"),
     }[kind]
 
 
@@ -196,6 +206,8 @@ def make_event(
     text: str = "hello",
 ) -> ContextEvent:
     pl = payload if payload is not None else default_payload(kind)
+    if payload is None and kind is RecordKind.QUESTION_OPENED:
+        pl = QuestionPayload(event_key)  # an opened question names itself
     if operation_id is None and isinstance(pl, RetractionPayload):
         operation_id = pl.target_record_id  # a retraction's operation is its target
     return ContextEvent(

@@ -41,6 +41,8 @@ _PY_RECORDS: dict[str, type] = {
     "PlanPayload": contracts.PlanPayload,
     "PlanItem": contracts.PlanItem,
     "ConstraintPayload": contracts.ConstraintPayload,
+    "DecisionPayload": contracts.DecisionPayload,
+    "QuestionPayload": contracts.QuestionPayload,
     "ToolCallSpec": contracts.ToolCallSpec,
     "SkillRef": contracts.SkillRef,
 }

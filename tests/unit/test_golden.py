@@ -21,8 +21,10 @@ from schemas.contracts import (
     ConstraintPayload,
     Content,
     ContextEvent,
+    DecisionPayload,
     PlanItem,
     PlanPayload,
+    QuestionPayload,
     RecordKind,
     ResourceActivationPayload,
     RetractionPayload,
@@ -185,6 +187,20 @@ GOLDEN_EVENTS: dict[str, ContextEvent] = {
         "Never use tabs for indentation.",
         ConstraintPayload("no-tabs", "session", "rec_0123456789abcdef0123456789abcdef"),
     ),
+    "decision_recorded": _event(
+        "decision:call-8",
+        RecordKind.DECISION_RECORDED,
+        Authority.MODEL,
+        "Use PostgreSQL, not SQLite.",
+        DecisionPayload("row locks across processes"),
+    ),
+    "question_closed": _event(
+        "close:question:call-9",
+        RecordKind.QUESTION_CLOSED,
+        Authority.HOST,
+        "",
+        QuestionPayload("question:call-9", "port 5432"),
+    ),
 }
 
 GOLDEN_COMMITTED = CommittedRecord(
@@ -254,26 +270,28 @@ def test_encoding_expected_gives_golden_bytes(file_name: str) -> None:
 GOLDEN_SHA256 = {
     "committed_record.bin": "22f0c4fdb68af6f057565cbabd57676018002d657bdfc862372e8472aee81e63",
     "dead_letter.bin": "aff81e72e259d198ad02f59e98299a54a1c6a1867f3e73e40e3f2c23855834ea",
-    # Regenerated for the plan and constraint kinds (issue 24): a new fingerprint in the
-    # header; the bodies of the earlier kinds are byte for byte those of context_event.v2.
+    # Regenerated for the decision and question kinds (issue 36): a new fingerprint in the
+    # header; the bodies of the earlier kinds are byte for byte those of context_event.v3.
     "event_assistant_message.bin": (
-        "deb12fc5232dfa885bde4183e89efadd34d7b16eb7eac0ce2ccd7bf1e1a7d806"
+        "25bb02346d83b667a4712cc8f3b9c05fbd0311006db71597b59b93f9c34fcaa3"
     ),
-    "event_child_result.bin": "aac0d25755a6094ec2caeaf0fc2626e142068fb642acd20b521c3486ad27b8af",
-    "event_constraint_set.bin": (
-        "ab6c1f1070fcb366aea11582952edbf74abe85027b34483a1516710e79c501b7"
+    "event_child_result.bin": "80fc7aca634758a0556b13fc13828c6878136ddc4b6726ea886f8892136c6ca5",
+    "event_constraint_set.bin": "ff37780b89d9c597bc68b64abb55c269dc48acb050bbcef49043189cb96da1c2",
+    "event_decision_recorded.bin": (
+        "4c7ebe52415a60a0f640d5085b31925083730ebc3fa74ad9ddcc4d27dd2f03c9"
     ),
-    "event_plan_updated.bin": "ef481ac8acd90def5bac9e41a197ce33a1bd97d55123ccb3f2bd85666e20af15",
+    "event_plan_updated.bin": "f0a1ea07f7745c9563f7289d70762a5b932d116998ed2c56bec4f41f63a059cc",
+    "event_question_closed.bin": "b2059f2e6911a11a96b5af38c1b72107f93dcee69429e5e30d9b41a61e84c5b8",
     "event_record_retracted.bin": (
-        "9e3e72c3768988e3d67773c996b52908b8fcbac6bf4ed96755af2d4a7b91c98f"
+        "7ac5f5e7daaabe6e98c683c3d00ca17f564eeaa17e196be51c2bb44a8dc13dff"
     ),
     "event_resource_activation.bin": (
-        "f31186ebaa283695bce9a7b6e5854602b140ab4ede09db9d3e6c20a1a46ec1a0"
+        "6ed057b237d93ea26f520800a90d28e59f5799d44485ba0f32426b44cb1932df"
     ),
-    "event_run_lifecycle.bin": "758df2dfadc29b49709f96053f9ec0ecdd5e775e22db2d2ecc6b315a2a39813c",
-    "event_tool_call.bin": "24654b84e41b3aff240e8d6805ee329c1a2067eeddeaa548d8c66ba569b0db71",
-    "event_tool_outcome.bin": "edb15553cab5591b62a881a23e6703eef184bd3830232bc5da915fc85a069b3c",
-    "event_user_input.bin": "a1a4b4b2b9e24239022b047803c28b2f01846664cc8604da6ec26caa7240ef74",
+    "event_run_lifecycle.bin": "1855d9b21075bf400b25e21725138e14a8ec6acd8b1c5e71ac2cbf1e2419f4d8",
+    "event_tool_call.bin": "8c88e9dc55c2b35bfc22d4462370e0b3e5c81e1c33502b7eac6f5fb329d79136",
+    "event_tool_outcome.bin": "c9d71be38ae64dc4e7cd293071cd251caa195d2a854df0ca84c826023db31d04",
+    "event_user_input.bin": "1288a53c9455470b1a433b95fa404f967db7e12e2af65d69aaa3329f6a0ebf4d",
 }
 
 
@@ -322,14 +340,38 @@ V2_SHA256 = {
     "event_tool_outcome.bin": "24f0b39d1f5b52986d80332f83e6bac1487f7ee5fde8604c4770e06c78206bdc",
     "event_user_input.bin": "ddd8181b3fcbd77ccacd32bb18073a7e3b45d3f0f7ae0c92c6be0eea37726e47",
 }
-_EARLIER_CASES = [("v1", n) for n in sorted(EARLIER_SHA256)] + [
-    ("v2", n) for n in sorted(V2_SHA256)
-]
+# Payloads of context_event.v3.avsc (before the decision and question kinds, issue 36):
+# the files that were pinned above until then, kept as they were committed.
+V3_DIR = GOLDEN_DIR / "context_event.v3"
+V3_SHA256 = {
+    "event_assistant_message.bin": (
+        "deb12fc5232dfa885bde4183e89efadd34d7b16eb7eac0ce2ccd7bf1e1a7d806"
+    ),
+    "event_child_result.bin": "aac0d25755a6094ec2caeaf0fc2626e142068fb642acd20b521c3486ad27b8af",
+    "event_constraint_set.bin": "ab6c1f1070fcb366aea11582952edbf74abe85027b34483a1516710e79c501b7",
+    "event_plan_updated.bin": "ef481ac8acd90def5bac9e41a197ce33a1bd97d55123ccb3f2bd85666e20af15",
+    "event_record_retracted.bin": (
+        "9e3e72c3768988e3d67773c996b52908b8fcbac6bf4ed96755af2d4a7b91c98f"
+    ),
+    "event_resource_activation.bin": (
+        "f31186ebaa283695bce9a7b6e5854602b140ab4ede09db9d3e6c20a1a46ec1a0"
+    ),
+    "event_run_lifecycle.bin": "758df2dfadc29b49709f96053f9ec0ecdd5e775e22db2d2ecc6b315a2a39813c",
+    "event_tool_call.bin": "24654b84e41b3aff240e8d6805ee329c1a2067eeddeaa548d8c66ba569b0db71",
+    "event_tool_outcome.bin": "edb15553cab5591b62a881a23e6703eef184bd3830232bc5da915fc85a069b3c",
+    "event_user_input.bin": "a1a4b4b2b9e24239022b047803c28b2f01846664cc8604da6ec26caa7240ef74",
+}
+_EARLIER = {
+    "v1": (EARLIER_DIR, EARLIER_SHA256),
+    "v2": (V2_DIR, V2_SHA256),
+    "v3": (V3_DIR, V3_SHA256),
+}
+_EARLIER_CASES = [(w, n) for w, (_, pins) in _EARLIER.items() for n in sorted(pins)]
 
 
 @pytest.mark.parametrize(("writer", "file_name"), _EARLIER_CASES)
 def test_earlier_writer_payload_still_decodes(writer: str, file_name: str) -> None:
-    folder, pins = (EARLIER_DIR, EARLIER_SHA256) if writer == "v1" else (V2_DIR, V2_SHA256)
+    folder, pins = _EARLIER[writer]
     data = (folder / file_name).read_bytes()
     assert hashlib.sha256(data).hexdigest() == pins[file_name]
     expected, encode, decode = GOLDEN_CASES[file_name]
@@ -341,5 +383,5 @@ def test_earlier_writer_payload_still_decodes(writer: str, file_name: str) -> No
 
 
 def test_earlier_files_present() -> None:
-    assert {p.name for p in EARLIER_DIR.glob("*.bin")} == set(EARLIER_SHA256)
-    assert {p.name for p in V2_DIR.glob("*.bin")} == set(V2_SHA256)
+    for folder, pins in _EARLIER.values():
+        assert {p.name for p in folder.glob("*.bin")} == set(pins)
