@@ -46,6 +46,11 @@ class SourceItem:
     tool_status: str | None = None
     call_id: str | None = None
     arguments: tuple[tuple[str, str], ...] = ()
+    # Authored records (``domain.compaction.authored``): a question's key (an opened
+    # question's own event key, or the one a closing names), and a decision's reason or a
+    # closing's answer.
+    question_key: str = ""
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -82,17 +87,36 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+RECORDED = "recorded"  # a Fact's origin: an authored record's entry, kept verbatim
+
+
 @dataclass(frozen=True)
 class Fact:
     statement: str
     source_ids: tuple[str, ...]
+    # Where the entry comes from: ``RECORDED`` for an authored record (a decision or a
+    # question recorded explicitly, ``domain.compaction.authored``), kept verbatim and
+    # never dropped before other entries; "" for what a summarizer derived.
+    origin: str = ""
+    # A recorded question's key (its event key): what a ``question_closed`` names.
+    key: str = ""
+
+    @property
+    def recorded(self) -> bool:
+        return self.origin == RECORDED
 
     def line(self) -> str:
         """The rendered markdown line; ``SummaryDraft.text`` is made of these."""
         return f"- {one_line(self.statement)} [{', '.join(self.source_ids)}]"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"statement": self.statement, "source_ids": list(self.source_ids)}
+        out: dict[str, Any] = {"statement": self.statement, "source_ids": list(self.source_ids)}
+        # Only when set: summaries stored before these fields keep their exact shape.
+        if self.origin:
+            out["origin"] = self.origin
+        if self.key:
+            out["key"] = self.key
+        return out
 
 
 @dataclass(frozen=True)
@@ -179,7 +203,10 @@ def _fact(item: Any, field: str) -> Fact:
     statement = item["statement"]
     if not isinstance(statement, str):
         raise InvalidSummary("a statement is not a string", reason="unparseable", field=field)
-    return Fact(statement, _strings(item["source_ids"], f"{field}.source_ids"))
+    origin, key = item.get("origin", ""), item.get("key", "")
+    if not isinstance(origin, str) or not isinstance(key, str):
+        raise InvalidSummary("an origin or key is not a string", reason="unparseable", field=field)
+    return Fact(statement, _strings(item["source_ids"], f"{field}.source_ids"), origin, key)
 
 
 @dataclass(frozen=True)
