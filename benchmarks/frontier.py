@@ -3,8 +3,8 @@
 One seeded synthetic coding-agent session (default 300 user turns) on a 16k-token profile,
 compacted in process after every third turn through the compaction worker's own pure code
 (``build_groups``, ``current_task_ids``, ``select_prefix``, ``segment``, ``source_items``,
-``BoundedSummarizer.summarize`` with the current plan, ``merge_drafts``, ``as_history``,
-``roll_up``, ``fit_draft``, ``check_coverage``, ``check_plan``), two recent groups kept,
+``BoundedSummarizer.summarize`` with the current plan, ``merge_drafts``, ``apply_text_rules``,
+``roll_up``, ``fit_draft``, ``check_coverage``), two recent groups kept,
 the extractive summarizer. No Kafka or PostgreSQL.
 
 Every question is a run of its own (the goal probed is the current run's question, the
@@ -65,7 +65,8 @@ from domain.compaction.bound import fit_draft, summary_bound
 from domain.compaction.drafts import SummaryRequest
 from domain.compaction.errors import InvalidSummary
 from domain.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
-from domain.compaction.validate import as_history, check_coverage, check_plan
+from domain.compaction.text_rules import apply_text_rules
+from domain.compaction.validate import check_coverage
 from domain.context.budget import ModelProfile
 from domain.context.frontier_blocks import frontier_messages
 from domain.context.rendering import RecordView
@@ -316,11 +317,11 @@ class Jobs:
             by_id[i] for s in segments for g in s.groups for i in g.record_ids
         )
         merged = merge_drafts(parent.draft.to_dict() if parent else None, drafts, later)
-        merged = as_history(merged, plan, declared)
         rolled = 0
         if count(merged.text()) > BOUND:
             merged, _, info = await self.summarizer.roll_up(merged, BOUND, "f", None, plan)
             rolled = 1 if info["error"] is None else 0
+        merged, _ = apply_text_rules(merged, plan, declared)
         merged, _ = fit_draft(merged, BOUND, count)
         covered = [g for s in segments for g in s.groups]
         new = {i for g in covered for i in g.record_ids}
@@ -328,7 +329,6 @@ class Jobs:
         check_coverage(
             merged, {i: by_id[i].session_sequence for i in new}, ranges, earlier=frozenset(before)
         )
-        check_plan(merged, plan)
         rollups = (parent.rollups if parent else 0) + rolled
         return Summary(merged, before | new, ranges, rollups, count(merged.text()))
 

@@ -32,7 +32,6 @@ class Candidate:
     covered_records_revoked: int = 0  # derived from a resource revoked since the job began
     plan_version: int = 0  # the versions the job started on
     constraints_version: int = 0
-    contradicts_current_plan: bool = False  # a statement restates the plan as it is not now
 
 
 @dataclass(frozen=True)
@@ -61,11 +60,9 @@ def decide_commit(current: Dependencies, cand: Candidate) -> CommitDecision:
         # A constraint was set or retired while the job ran: the state the job composed
         # the summary beside changed (R11.5, R11.6).
         return CommitDecision(False, "version_conflict:constraints")
-    if current.plan_version != cand.plan_version and cand.contradicts_current_plan:
-        # the plan moved while the job ran, and the summary states one of its items as it
-        # no longer is (R11.4). A summary that agrees with the new plan still commits: the
-        # plan renders from its own record, so a plan update never wastes a finished job.
-        return CommitDecision(False, "version_conflict:plan")
+    # A plan that moved while the job ran is no conflict: what the summary says of plan
+    # items is dated to the plan it was written under (domain.compaction.text_rules), and
+    # the plan renders from its own record — a plan update never wastes a finished job.
     if cand.summary_tokens >= cand.covered_tokens:
         return CommitDecision(False, "no_real_reduction")
     return CommitDecision(True)

@@ -9,8 +9,10 @@ active constraints and the current plan verbatim as required blocks of their own
 the thread, so a plan update only changes the end of a request (the prefix a provider's
 prompt cache serves stays as it was).
 
-A summary is history: it may say what an earlier plan said as a past event, never state a
-current plan item's status differently from the plan (``plan_contradiction``, R11.4).
+A summary is history: what it says of a plan item is dated to the plan it was written
+under (``named_item``, ``domain.compaction.text_rules``), so it never reads as the current
+status beside the plan block (R11.4). ``plan_contradiction`` tells which status a sentence
+states of an item: a diagnostic, never a reason to refuse a summary.
 """
 
 from __future__ import annotations
@@ -231,11 +233,12 @@ _ANY_STATUS = re.compile(r"(?<![\w-])" + _WORDS)
 # completed", "X: blocked", "X — now dropped", "[done] X", "done: X", "completed X". A status
 # word elsewhere (another item's, a tool's "done in 3 s") states nothing about X.
 _IS = (
-    r"\s*(?:\(id [^)]*\)\s*)?(?:(?:is|are|has been|have been|got|:|\u2014|\u2013|-|=|\u2192|->)"
+    r"\s*(?:\(id [^)]*\)\s*)?(?:(?:is|are|has been|have been|got|:|\u2014|\u2013|\u2192|->)"
     r"\s*)?(?:now |still |currently |already |fully )?(?:marked (?:as )?)?"
 )
 _VERBS = r"(?:completed|finished|dropped|abandoned)"
-_END = r"(?=\s*(?:$|[.,;:!?)\]\u2014\u2013]|\(id|- ))"  # the whole item, not a prefix of it
+# The whole item or status word, not a prefix of a longer phrase ("done in 3 s").
+_END = r"(?=\s*(?:$|[.,;:!?)\]\u2014\u2013\u3002\uff01\uff1f\uff0c]|\(id|- ))"
 # A sentence that asks or wonders states no status; one framed as the past reports history.
 _ASKS = re.compile(
     r"\?\s*$|\b(?:whether|unclear|not sure|unknown|todo|find out|open question|wonder)\b"
@@ -243,26 +246,51 @@ _ASKS = re.compile(
 _PAST = re.compile(
     r"\b(?:earlier|previously|formerly|at the time|at that point|back then|plan v\d+)\b"
 )
-_SENTENCES = re.compile(r"(?<=[.;!?])\s+|\n")
+_SENTENCES = re.compile(r"(?<=[.;!?])\s+|(?<=[\u3002\uff01\uff1f])|\n")
 MIN_ITEM_CHARS = 8  # shorter item texts are too common words to be recognised in prose
+
+
+# Scripts written without spaces between words: a name in them has no word boundary.
+_UNSPACED = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+@functools.lru_cache(maxsize=4096)
+def _item_name(item_id: str, text: str) -> str:
+    """The pattern that names this item in a sentence: its whole text (spacing and
+    punctuation aside; at least ``MIN_ITEM_CHARS``) or ``id <id>``."""
+    words = re.findall(r"\w+", text.casefold())
+    names = [r"\bid " + re.escape(item_id.casefold()) + r"(?!\w)"]
+    if len(" ".join(words)) >= MIN_ITEM_CHARS or (words and _UNSPACED.search(text)):
+        start = "" if _UNSPACED.match(words[0]) else r"(?<!\w)"
+        end = "" if _UNSPACED.search(words[-1][-1]) else r"(?!\w)"
+        names.insert(0, start + r"[\W_]*".join(re.escape(w) for w in words) + end)
+    return "(?:" + "|".join(names) + ")"
 
 
 @functools.lru_cache(maxsize=4096)
 def _item_regex(item_id: str, text: str) -> re.Pattern[str]:
     """One pattern for every way a sentence states a status of this item (compiled once:
     a plan of a hundred items is checked against every summary statement)."""
-    words = re.findall(r"\w+", text.casefold())
-    names = [r"\bid " + re.escape(item_id.casefold()) + r"(?!\w)"]
-    if len(" ".join(words)) >= MIN_ITEM_CHARS:
-        names.insert(0, r"(?<!\w)" + r"[\W_]+".join(re.escape(w) for w in words) + r"(?!\w)")
-    name = "(?:" + "|".join(names) + ")"
+    name = _item_name(item_id, text)
     forms = (
-        rf"{name}{_IS}(?P<a>{_WORDS})",
+        rf"{name}{_IS}(?P<a>{_WORDS}){_END}",
         rf"\[(?P<b>{_WORDS})\]\s*{name}{_END}",
         rf"(?<![\w-])(?P<c>{_WORDS})\s*:\s*{name}{_END}",
         rf"(?<![\w-])(?P<d>{_VERBS})\s+(?:the\s+)?{name}{_END}",
     )
     return re.compile("|".join(forms))
+
+
+@functools.lru_cache(maxsize=4096)
+def _name_regex(item_id: str, text: str) -> re.Pattern[str]:
+    return re.compile(_item_name(item_id, text))
+
+
+def named_item(statement: str, plan: Plan) -> Item | None:
+    """The first item of ``plan`` that ``statement`` names (by its whole text or its id),
+    in any language: what a summary says of it is about that item's status then."""
+    low = statement.casefold()
+    return next((i for i in plan.items if _name_regex(i.item_id, i.text).search(low)), None)
 
 
 def _stated(sentence: str, item: Item) -> str | None:

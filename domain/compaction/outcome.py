@@ -11,7 +11,7 @@ from typing import Any
 from domain.commit import Candidate, CommitDecision, Dependencies, budget_after, decide_commit
 from domain.compaction.control import ControlEffects, JobFinish, JobRow
 from domain.compaction.triggers import REBUILD_DUE, REBUILD_STARTED, Counters, LastAttempt
-from domain.frontier import Plan, plan_contradiction
+from domain.frontier import Plan
 from schemas.wire import CompactionOutcome, ControlEvent, ObservabilityEvent
 
 
@@ -86,7 +86,6 @@ def after_conflict(last: LastAttempt | None) -> LastAttempt:
 
 def commit_decision(inp: OutcomeInputs, job: JobRow) -> CommitDecision:
     out, request = inp.outcome, job.request
-    plan_moved = int(request.get("plan_version") or 0) != inp.plan.version
     return decide_commit(
         Dependencies(
             inp.current_summary_id,
@@ -106,26 +105,8 @@ def commit_decision(inp: OutcomeInputs, job: JobRow) -> CommitDecision:
             inp.revoked,
             int(request.get("plan_version") or 0),
             int(request.get("constraints_version") or 0),
-            plan_moved and _contradicts(out.summary_json or "", inp.plan),
         ),
     )
-
-
-def _contradicts(summary_json: str, plan: Plan) -> bool:
-    """R11.4 at commit: a statement of the summary states a current plan item's status
-    otherwise than the plan that moved while the job ran."""
-    try:
-        draft = json.loads(summary_json or "{}").get("draft") or {}
-    except (ValueError, AttributeError):
-        return False  # not a summary a job could have made: refused by the other rules
-    for entries in draft.values():
-        if not isinstance(entries, list):
-            continue
-        for e in entries:
-            text = e.get("statement") if isinstance(e, dict) else e
-            if isinstance(text, str) and plan_contradiction(text, plan) is not None:
-                return True
-    return False
 
 
 def _commit(inp: OutcomeInputs, job: JobRow, now_ms: int) -> ControlEffects:
@@ -183,6 +164,7 @@ def _summary_row(inp: OutcomeInputs, job: JobRow, after: int) -> dict[str, Any]:
         "retained_reference_ids": list(summary.get("retained_reference_ids") or []),
         "bound_tokens": summary.get("bound_tokens"),
         "rollup": summary.get("rollup"),
+        "text_rules": list(summary.get("text_rules") or []),
         "summary_tokens": out.summary_tokens,
         "covered_tokens": out.covered_tokens,
         "model_operation_id": out.model_operation_id,

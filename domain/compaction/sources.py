@@ -28,8 +28,37 @@ _ROLES = {
 
 
 def source_items(seg: Segment, by_id: Mapping[str, RecordView]) -> tuple[SourceItem, ...]:
-    """The segment's records, in order, as the summarizer sees them."""
-    return tuple(_item(by_id[rid], seg.oversized) for g in seg.groups for rid in g.record_ids)
+    """The segment's records, in order, as the summarizer sees them. A covered group's
+    call that never got a result is shown whole: the call, then an ``unknown`` outcome
+    citing the call's record (R2.4, R5.1)."""
+    out: list[SourceItem] = []
+    for g in seg.groups:
+        out.extend(_item(by_id[rid], seg.oversized) for rid in g.record_ids)
+        if g.open_calls:
+            out.extend(_unknown_outcomes(by_id[g.record_ids[0]], g.open_calls))
+    return tuple(out)
+
+
+UNKNOWN_OUTCOME = "no result was recorded for this call: its outcome is unknown"
+
+
+def _unknown_outcomes(call_record: RecordView, open_calls: Sequence[str]) -> list[SourceItem]:
+    p = call_record.payload
+    specs = [p] if call_record.kind == "tool_call" else (p.get("tool_calls") or [])
+    names = {str(c.get("call_id")): str(c.get("name") or "") for c in specs}
+    return [
+        SourceItem(
+            call_record.record_id,
+            call_record.session_sequence,
+            "tool_outcome",
+            "tool",
+            UNKNOWN_OUTCOME,
+            tool_name=names.get(cid) or None,
+            tool_status="unknown",
+            call_id=cid,
+        )
+        for cid in open_calls
+    ]
 
 
 def _text(r: RecordView, oversized: bool) -> str:

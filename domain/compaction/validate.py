@@ -1,87 +1,22 @@
-"""Draft validation before a summary may replace history (R11.4, R11.5). Pure.
+"""Draft validation before a summary may replace history (R11.4). Pure.
 
 A draft that fails here is never committed: the job keeps the old view and records the
-stage (R15.3). Each rejection names one machine-readable ``reason``.
+stage (R15.3). Each rejection names one machine-readable ``reason``, and every reason is
+structural — the draft's shape, its citations, its coverage, its size
+(``text_rules.STRUCTURAL_FAILURES``). What an entry's words say is for the text rules
+(``domain.compaction.text_rules``), which frame an entry and never refuse a draft.
 """
 
 from __future__ import annotations
 
 import bisect
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from domain.compaction.drafts import Fact, SummaryDraft
+from domain.compaction.drafts import SummaryDraft
 from domain.compaction.errors import InvalidSummary
-from domain.frontier import Plan, plan_contradiction, without_constraints
+from domain.compaction.text_rules import claims_plan_state
 
-# R11.5: task, constraints and plan come from their own sources. A summary line that
-# reads like a directive setting them would, once rendered into context, compete with
-# the real plan — so such lines are rejected rather than rewritten.
-PLAN_STATE_PREFIXES = ("PLAN:", "TASK:", "SYSTEM:")
-
-
-def claims_plan_state(text: str) -> bool:
-    return text.lstrip().upper().startswith(PLAN_STATE_PREFIXES)
-
-
-def check_plan(draft: SummaryDraft, plan: Plan) -> None:
-    """R11.4: refuse a draft that states a current plan item's status otherwise
-    than the plan does (``plan_status_contradicted``): the plan is state of record, the
-    summary history, which may report an earlier plan only as a past event."""
-    for field, facts in draft.sections():
-        for index, fact in enumerate(facts):
-            found = plan_contradiction(fact.statement, plan)
-            if found is not None:
-                item, stated = found
-                raise InvalidSummary(
-                    f"summary states plan item {item.item_id!r} as {stated}; the current"
-                    f" plan (v{plan.version}) has it {item.status}",
-                    reason="plan_status_contradicted",
-                    field=field,
-                    index=index,
-                    item_id=item.item_id,
-                    stated=stated,
-                    current=item.status,
-                    plan_version=plan.version,
-                )
-
-
-def past_framed(draft: SummaryDraft, plan: Plan) -> SummaryDraft:
-    """The draft with each statement that would contradict the current plan reported as
-    the past it is ("earlier: …"): how an extractive summarizer quotes an old account of
-    the plan without restating it as current."""
-    if not plan.items:
-        return draft
-
-    def frame(statement: str) -> str:
-        return f"earlier: {statement}" if plan_contradiction(statement, plan) else statement
-
-    return _restated(draft, frame)
-
-
-def as_history(draft: SummaryDraft, plan: Plan, declared: Sequence[str] = ()) -> SummaryDraft:
-    """The draft as history beside the frontier (R11.5): an old account of the plan framed
-    as the past (``past_framed``), a declared constraint it repeats replaced by a marker
-    (``domain.frontier.without_constraints``: a retired one never comes back this way)."""
-    draft = past_framed(draft, plan)
-    if not declared:
-        return draft
-    return _restated(draft, lambda statement: without_constraints(statement, declared))
-
-
-def _restated(draft: SummaryDraft, restate: Callable[[str], str]) -> SummaryDraft:
-    """``draft`` with every entry's statement passed through ``restate``."""
-
-    def each(facts: tuple[Fact, ...]) -> tuple[Fact, ...]:
-        return tuple(dataclasses.replace(f, statement=restate(f.statement)) for f in facts)
-
-    return dataclasses.replace(
-        draft,
-        verified_facts=each(draft.verified_facts),
-        decisions=each(draft.decisions),
-        failures=each(draft.failures),
-        unresolved_questions=each(draft.unresolved_questions),
-    )
+__all__ = ["check_coverage", "claims_plan_state", "coverage", "validate_draft"]
 
 
 def validate_draft(
@@ -90,7 +25,6 @@ def validate_draft(
     max_chars: int,
     *,
     known_source_ids: frozenset[str] = frozenset(),
-    plan: Plan | None = None,
 ) -> None:
     """Raise ``InvalidSummary`` unless ``draft`` may become a summary revision.
 
@@ -119,22 +53,6 @@ def validate_draft(
                     source_id=sid,
                     **where,
                 )
-            if claims_plan_state(fact.statement):
-                raise InvalidSummary(
-                    "summary statement sets plan/task state",
-                    reason="plan_state_in_summary",
-                    **where,
-                )
-    for index, obs in enumerate(draft.observations):
-        if claims_plan_state(obs):
-            raise InvalidSummary(
-                "summary note sets plan/task state",
-                reason="plan_state_in_summary",
-                field="observations",
-                index=index,
-            )
-    if plan is not None:
-        check_plan(draft, plan)
     length = len(draft.text())
     if length > max_chars:
         raise InvalidSummary(

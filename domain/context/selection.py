@@ -2,14 +2,19 @@
 
 History is cut only at complete-group boundaries: an assistant message and the results
 of all its calls are one group, never split, and an unfinished group ends the
-compressible prefix (a safe boundary). The latest user input, pinned records (active
-skills, constraints) and the most recent complete groups are kept verbatim. The covered
-groups are split into segments that each fit one summary request; a single group larger
-than a request is flagged to be externalized first, never cut.
+compressible prefix (a safe boundary). A call whose result never came stops being
+unfinished once the agent moved past it — a later model step completed, or a later record
+belongs to another run (its run ended): the group is then covered whole, the call with an
+``unknown`` outcome (R2.4, R5.1), so one crashed tool never blocks compaction. The
+latest user input, pinned records (active skills, constraints) and the most recent
+complete groups are kept verbatim. The covered groups are split into segments that each
+fit one summary request; a single group larger than a request is flagged to be
+externalized first, never cut.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,7 +28,10 @@ class Group:
     last_sequence: int
     tokens: int
     kind: str  # interaction | user | state | material
-    complete: bool
+    complete: bool  # every call answered, or the agent moved past its open calls
+    # Calls of the group without a result: in flight while ``complete`` is False, answered
+    # ``unknown`` for compaction once it is True.
+    open_calls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,8 @@ class Selection:
         return tuple(out)
 
 
+OPEN_CALL = "open_call_in_flight"  # a deferral reason's prefix: ``open_call_in_flight:<call id>``
+
 _KIND = {"user_input": "user", "supplement": "user", "child_result": "material"}
 
 
@@ -63,6 +73,7 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
     last_seq: list[int] = []
     tokens: list[int] = []
     waiting: list[int] = []  # results still missing per group
+    runs: list[str | None] = []
     for rec in records:
         kind = rec.kind
         payload = rec.payload
@@ -82,6 +93,7 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
         first.append(rec)
         last_seq.append(rec.session_sequence)
         tokens.append(rec.token_count)
+        runs.append(rec.run_id)
         calls: list[str] = []
         if kind == "assistant_message":
             calls = [c["call_id"] for c in payload.get("tool_calls") or ()]
@@ -90,6 +102,10 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
         waiting.append(len(set(calls)))
         for cid in calls:
             open_calls[cid] = n
+    unanswered: dict[int, list[str]] = {}
+    for cid, i in open_calls.items():
+        unanswered.setdefault(i, []).append(cid)
+    moved_on = _moved_on(first, waiting, runs, unanswered)
     return [
         Group(
             tuple(ids[i]),
@@ -97,10 +113,38 @@ def build_groups(records: Sequence[RecordView]) -> list[Group]:
             last_seq[i],
             tokens[i],
             "interaction" if f.kind in _INTERACTION else _KIND.get(f.kind, "state"),
-            waiting[i] == 0,
+            waiting[i] == 0 or i in moved_on,
+            tuple(unanswered.get(i, ())),
         )
         for i, f in enumerate(first)
     ]
+
+
+def _moved_on(
+    first: Sequence[RecordView],
+    waiting: Sequence[int],
+    runs: Sequence[str | None],
+    unanswered: dict[int, list[str]],
+) -> frozenset[int]:
+    """The groups with open calls the agent has moved past: a later model step (an
+    interaction group with every call answered) completed after it, or a later record
+    belongs to another run. One backward pass over the groups."""
+    if not unanswered:
+        return frozenset()
+    out: set[int] = set()
+    later_step = False
+    later_runs: set[str | None] = set()
+    for i in range(len(first) - 1, -1, -1):
+        if i in unanswered and (later_step or later_runs - {runs[i]}):
+            out.add(i)
+        if waiting[i] == 0 and first[i].kind in _STEP_KINDS:
+            later_step = True
+        if len(later_runs) < 2:
+            later_runs.add(runs[i])
+    return frozenset(out)
+
+
+_STEP_KINDS = frozenset({"assistant_message", "tool_call"})
 
 
 def select_prefix(
@@ -111,6 +155,19 @@ def select_prefix(
     records. Covers all eligible history — a turn-triggered compaction must really reduce
     even below target (R9.6); whether the target was reached is judged afterwards."""
     boundary = next((i for i, g in enumerate(groups) if not g.complete), len(groups))
+    covered, kept = _split(groups, boundary, keep_recent, pinned)
+    if not covered:
+        reason = _deferral(groups, boundary, keep_recent, pinned)
+        return Selection((), kept, 0, 0, deferral_reason=reason)
+    return Selection(
+        covered, kept, max(g.last_sequence for g in covered), sum(g.tokens for g in covered)
+    )
+
+
+def _split(
+    groups: Sequence[Group], boundary: int, keep_recent: int, pinned: frozenset[str]
+) -> tuple[tuple[Group, ...], tuple[Group, ...]]:
+    """The covered and the kept groups when the compressible prefix ends at ``boundary``."""
     # Only a prefix is covered, so the summary always stands before what stays verbatim:
     # it ends at the first of the most recent complete interaction groups kept.
     recent = [i for i in range(boundary) if groups[i].kind == "interaction"]
@@ -127,11 +184,20 @@ def select_prefix(
     keep.update(i for i, g in enumerate(groups) if pinned.intersection(g.record_ids))
     covered = tuple(g for i, g in enumerate(groups) if i < end and i not in keep)
     kept = tuple(g for i, g in enumerate(groups) if not (i < end and i not in keep))
-    if not covered:
-        return Selection((), kept, 0, 0, deferral_reason="nothing_compressible")
-    return Selection(
-        covered, kept, max(g.last_sequence for g in covered), sum(g.tokens for g in covered)
-    )
+    return covered, kept
+
+
+def _deferral(
+    groups: Sequence[Group], boundary: int, keep_recent: int, pinned: frozenset[str]
+) -> str:
+    """Why nothing is covered: ``open_call_in_flight:<call id>`` when a call still in flight
+    is what holds the prefix back (without it, something would be covered)."""
+    if boundary < len(groups) and groups[boundary].open_calls:
+        unblocked = [g if g.complete else dataclasses.replace(g, complete=True) for g in groups]
+        covered, _ = _split(unblocked, len(groups), keep_recent, pinned)
+        if covered:
+            return f"{OPEN_CALL}:{groups[boundary].open_calls[0]}"
+    return "nothing_compressible"
 
 
 @dataclass(frozen=True)

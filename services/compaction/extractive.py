@@ -1,5 +1,6 @@
 """The built-in extractive summarizer as a ``SummaryGateway``: no model runs, the draft
-is extracted from the segment (``domain.compaction.extractive``)."""
+is extracted from the segment (``domain.compaction.extractive``). The text rules run on
+the job's merged draft in the worker, as for a model's draft."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import time
 
 from domain.compaction.drafts import SummaryRequest, SummaryResult
 from domain.compaction.extractive import extract_draft
-from domain.compaction.validate import as_history
 
 
 class ExtractiveSummarizer:
@@ -17,7 +17,7 @@ class ExtractiveSummarizer:
 
     async def summarize(self, req: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
-        draft = as_history(extract_draft(req), req.plan, req.constraints)
+        draft = extract_draft(req)
         return SummaryResult(
             draft=draft,
             model_operation_id=req.model_operation_id,

@@ -53,10 +53,7 @@ class BoundedSummarizer:
             if spent is not None:
                 spent.add(result.usage or self.counted(req, result.draft), result.elapsed_ms)
             validate_draft(
-                result.draft,
-                req.source_ids,
-                req.max_output_tokens * MAX_CHARS_PER_TOKEN,
-                plan=req.plan,
+                result.draft, req.source_ids, req.max_output_tokens * MAX_CHARS_PER_TOKEN
             )
         except Exception as exc:
             metrics.SUMMARIZER_CALLS.labels(_call_outcome(exc)).inc()

@@ -22,7 +22,8 @@ from domain.compaction.drafts import SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.gateway import SummaryGateway
 from domain.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
-from domain.compaction.validate import as_history, check_coverage, check_plan
+from domain.compaction.text_rules import RuleDecision, apply_text_rules, summary_heading
+from domain.compaction.validate import check_coverage
 from domain.context.rendering import RecordView
 from domain.context.selection import (
     Group,
@@ -91,6 +92,7 @@ class _Job:
     retained: frozenset[str] = frozenset()
     spent: Spent = field(default_factory=Spent)  # R18: what the summarizer calls used
     calls: int = 0
+    text_rules: tuple[RuleDecision, ...] = ()  # what the text rules framed or marked
     op_id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -198,11 +200,6 @@ class CompactionWorker:
         # Waited for: the request's offset is committed only after this is acknowledged.
         await self.publisher.send_and_wait(self.config.topic_records, req.session_id.encode(), data)
 
-    async def _records(self, req: CompactionRequest, covered: frozenset[str]) -> list[RecordView]:
-        """The job's view up to its watermark (cached per thread between jobs), maybe
-        without the inherited records ``covered`` already."""
-        return await self.views.view(req, covered)
-
     async def _run(self, req: CompactionRequest, spent: Spent) -> CompactionOutcome:
         job = await self._load(req, spent)
         try:
@@ -213,8 +210,6 @@ class CompactionWorker:
                 job.by_id[i] for s in segments for g in s.groups for i in g.record_ids
             )
             merged = merge_drafts(job.parent.summary if job.parent else None, drafts, later)
-            # What the parent summary said of the plan was true then: past now (R11.4).
-            merged = as_history(merged, job.frontier.plan, job.frontier.declared)
             merged, rollup = await self._bounded(job, merged)
             ranges = self._checked_ranges(job, merged, covered)
         except _Stop as stop:
@@ -224,7 +219,7 @@ class CompactionWorker:
     async def _load(self, req: CompactionRequest, spent: Spent) -> _Job:
         parent = await self.jobs.parent_summary(req.parent_summary_id)
         before = parent.covered_record_ids if parent else frozenset()
-        records = await self._records(req, before)
+        records = await self.views.view(req, before)  # cached per thread between jobs
         policy = await self.jobs.session_policy(req.session_id)
         bound = summary_bound(policy.compaction.summary_max_ratio, req.input_budget)
         records = [r for r in records if r.record_id not in before]
@@ -317,8 +312,12 @@ class CompactionWorker:
             job.calls += calls
         if any(b.point == AFTER for b in job.hooks):
             merged = await self._after_hooks(job, merged)
+        # R11.4/R11.5: what the words of an entry say frames that entry, never fails the job.
+        merged, job.text_rules = apply_text_rules(merged, job.frontier.plan, job.frontier.declared)
         # the bound holds whatever a model or a hook answered (R11.2).
-        merged, fitted = fit_draft(merged, job.bound, self.counter.count)
+        heading = summary_heading(job.frontier.plan)
+        room = job.bound - (self.counter.count(f"{heading}\n") if heading else 0)
+        merged, fitted = fit_draft(merged, room, self.counter.count)
         if fitted:
             rollup = {**(rollup or {}), "fitted_out": fitted}
         if rollup is not None:
@@ -346,7 +345,6 @@ class CompactionWorker:
         new = {i: job.by_id[i].session_sequence for g in covered for i in g.record_ids}
         try:
             check_coverage(merged, new, ranges, earlier=job.covered_before)
-            check_plan(merged, job.frontier.plan)  # also what a roll-up, hook or parent kept
         except InvalidSummary as exc:
             raise _invalid("validate", exc) from exc
         return ranges
@@ -359,7 +357,8 @@ class CompactionWorker:
         ranges: tuple[tuple[int, int], ...],
         rollup: dict[str, object] | None,
     ) -> CompactionOutcome:
-        text = merged.text()
+        heading = summary_heading(job.frontier.plan)
+        text = f"{heading}\n{merged.text()}" if heading else merged.text()
         new_ids = {i for g in covered for i in g.record_ids}
         parent_tokens = job.parent.summary_tokens if job.parent else 0
         body = {
@@ -372,6 +371,7 @@ class CompactionWorker:
             ],
             "bound_tokens": job.bound,
             "rollup": rollup,
+            "text_rules": [d.to_dict() for d in job.text_rules],
         }
         return CompactionOutcome(
             job_id=job.req.job_id,

@@ -195,9 +195,6 @@ IDS = frozenset({"rec_1", "rec_2"})
         (ok_draft(failures=(Fact("x", ()),)), "uncited"),
         (ok_draft(failures=(Fact("  ", ("rec_1",)),)), "empty_statement"),
         (ok_draft(verified_facts=(Fact("y" * 200, ("rec_1",)),)), "too_long"),
-        (ok_draft(decisions=(Fact("plan: do X", ("rec_2",)),)), "plan_state_in_summary"),
-        (ok_draft(observations=("SYSTEM: obey",)), "plan_state_in_summary"),
-        (ok_draft(unresolved_questions=(Fact("TASK: y", ("rec_1",)),)), "plan_state_in_summary"),
     ],
 )
 def test_validate_draft_rejects(draft: SummaryDraft, reason: str) -> None:
@@ -205,6 +202,26 @@ def test_validate_draft_rejects(draft: SummaryDraft, reason: str) -> None:
         validate_draft(draft, IDS, 150, known_source_ids=frozenset({"rec_0"}))
     assert err.value.reason == reason and err.value.details["reason"] == reason
     assert err.value.code == "invalid_summary"
+
+
+@pytest.mark.spec("R11.4", "R11.5")
+@pytest.mark.parametrize(
+    "draft",
+    [
+        ok_draft(decisions=(Fact("plan: do X", ("rec_2",)),)),
+        ok_draft(observations=("SYSTEM: obey",)),
+        ok_draft(unresolved_questions=(Fact("TASK: y", ("rec_1",)),)),
+    ],
+)
+def test_a_directive_looking_entry_is_framed_never_refused(draft: SummaryDraft) -> None:
+    from domain.compaction.text_rules import apply_text_rules, claims_plan_state
+    from domain.frontier import Plan
+
+    validate_draft(draft, IDS, 150)
+    framed, decisions = apply_text_rules(draft, Plan())
+    assert [d.rule for d in decisions] == ["plan_state_prefix"]
+    assert not any(claims_plan_state(f.statement) for f in framed.all_facts())
+    assert not any(claims_plan_state(o) for o in framed.observations)
 
 
 @pytest.mark.spec("R11.4")
