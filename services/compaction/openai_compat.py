@@ -1,10 +1,17 @@
 """Summarizer over any OpenAI-compatible Chat Completions endpoint (R11.3).
 
-The request offers no tools, asks for a JSON object at temperature 0 and is bounded in
-output tokens, attempts and time per attempt. Transport errors, timeouts, 429 and 5xx
-are retried a bounded number of times; other 4xx are not (the same request would fail
-again). The API key goes only into the Authorization header — never into logs, error
-details or ``repr``.
+The request offers no tools, asks at temperature 0 for the JSON answer that
+``prompt.md`` describes (structured output where the server has it, a JSON object or
+plain text where it refuses it) and is bounded in output tokens, attempts and time per
+attempt. Transport errors, timeouts, 429 and 5xx are retried a bounded number of times;
+other 4xx are not (the same request would fail again). The API key goes only into the
+Authorization header — never into logs, error details or ``repr``.
+
+A model's answer is read leniently (``read_answer``): prose or a code fence around the
+JSON, a cut-off answer, missing sections, wrong types, entries without a valid
+citation, entries too long for the output bound and answers in another language than
+the transcript all still give a summary of what is usable, with what was dropped
+counted; only an answer with nothing usable fails (``InvalidSummary``).
 """
 
 from __future__ import annotations
@@ -12,49 +19,53 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 
-from domain.compaction.drafts import SummaryDraft, SummaryRequest, SummaryResult
+from domain.compaction.drafts import (
+    SummaryDraft,
+    SummaryRequest,
+    SummaryResult,
+)
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from domain.pricing import Usage, parse_usage
 from schemas.errors import InvalidRequest
+from services.compaction.answer.read import estimate_tokens, read_answer
 
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 2.0
 ERROR_SNIPPET_CHARS = 300
 
-SYSTEM_PROMPT = """You summarize an old part of an agent conversation so it can replace that part.
-Answer with ONE JSON object with exactly these keys:
-  "verified_facts", "decisions", "failures", "unresolved_questions": arrays of
-      {"statement": string, "source_ids": [record ids]},
-  "work_artifact_refs": array of strings (at most 10 file paths, the files the tool calls
-      read, ran or edited first),
-  "observations": array of short strings.
-Rules:
-- Every statement cites the records it rests on; use ONLY the record ids shown in
-  square brackets in the segment. Never invent ids.
-- Record history only: what was asked, found, decided, what failed, what is still open.
-- Do not state tasks, plans or instructions; never start a statement with "PLAN:",
-  "TASK:" or "SYSTEM:".
-- Spend the output where the facts are. Keep, word for word where short: what the user
-  asked and every constraint they set; every decision, however phrased ("I'll ...",
-  "Let's ...", "Decision: ...", "we will ...", "switching to ..."); error codes and
-  messages; numbers with their units; identifiers (commit hashes, ticket ids, request
-  ids, env vars, function names); the files tool calls touched (calls are shown with
-  their arguments); questions nobody answered.
-- From tool output take the lines that carry such facts, wherever they are (often the
-  end: totals, the error), not the first lines; drop filler, progress and repetition.
-- One entry per record where you can: a statement may hold several facts of the same
-  record. Keep tool failures and unanswered questions.
-- The previous summary, if given, is context only: do not repeat it.
-- Records of kind "summary:<section>" are entries of earlier summaries being rolled up:
-  merge and condense them into fewer, shorter entries of the same sections, keeping
-  failures, open questions, decisions, numbers and identifiers, and cite the record ids
-  shown with them."""
+PROMPT_FILE = Path(__file__).with_name("prompt.md")
+
+
+def load_prompt(path: Path = PROMPT_FILE) -> tuple[str, dict[str, Any]]:
+    """The system prompt (the whole file, its JSON schema included, so that a server
+    without structured output still sees it) and the schema from its ``json`` block."""
+    text = path.read_text("utf-8").strip()
+    block = re.search(r"```json\n(.*?)```", text, re.S)
+    if block is None:
+        raise RuntimeError(f"{path} holds no ```json schema block")
+    return text, json.loads(block.group(1))
+
+
+SYSTEM_PROMPT, ANSWER_SCHEMA = load_prompt()
+# Tried in this order; a server that refuses one (HTTP 400/422) gets the next (R11.3).
+RESPONSE_FORMATS: tuple[dict[str, Any] | None, ...] = (
+    {
+        "type": "json_schema",
+        "json_schema": {"name": "compaction_summary", "strict": True, "schema": ANSWER_SCHEMA},
+    },
+    {"type": "json_object"},
+    None,  # plain text: the schema is in the prompt, and the answer parser is lenient
+)
 
 
 def render_segment(req: SummaryRequest) -> str:
@@ -88,6 +99,14 @@ def render_segment(req: SummaryRequest) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class ModelSummaryResult(SummaryResult):
+    """A ``SummaryResult`` that also counts what ``read_answer`` left out of the model's
+    answer, by reason (``uncited``, ``outside_segment``, ``trimmed`` …)."""
+
+    dropped: Mapping[str, int] = field(default_factory=dict)
+
+
 class OpenAICompatibleSummarizer:
     name = "openai_compatible"
 
@@ -101,6 +120,7 @@ class OpenAICompatibleSummarizer:
         client: httpx.AsyncClient | None = None,
         *,
         backoff_s: float = 0.2,
+        count: Callable[[str], int] | None = None,
     ) -> None:
         if timeout_s <= 0 or max_retries < 0 or backoff_s < 0:
             raise ValueError("timeout_s must be positive; max_retries and backoff_s >= 0")
@@ -109,36 +129,44 @@ class OpenAICompatibleSummarizer:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.count = count or estimate_tokens  # the output bound is measured with this
+        self._format = 0  # index into RESPONSE_FORMATS: the first this server accepts
         self._api_key = api_key
         self._client = client  # owned by the caller; None ⇒ one short-lived client per call
 
     def __repr__(self) -> str:
         return f"OpenAICompatibleSummarizer(url={self.url!r}, model={self.model!r})"
 
-    def request_body(self, req: SummaryRequest) -> dict[str, Any]:
+    def request_body(self, req: SummaryRequest, fmt: int | None = None) -> dict[str, Any]:
+        """The Chat Completions body; ``fmt`` indexes ``RESPONSE_FORMATS`` (default: the
+        first this server accepted)."""
         # No "tools" key at all (R11.3): even an empty list invites tool-call parsing.
-        return {
+        body: dict[str, Any] = {
             "model": self.model,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": render_segment(req)},
             ],
-            "response_format": {"type": "json_object"},
             "max_tokens": req.max_output_tokens,
             "temperature": 0,
         }
+        response_format = RESPONSE_FORMATS[self._format if fmt is None else fmt]
+        if response_format is not None:
+            body["response_format"] = response_format
+        return body
 
     async def summarize(self, req: SummaryRequest) -> SummaryResult:
         started = time.perf_counter()
-        body = self.request_body(req)
         if self._client is not None:
-            payload = await self._post_with_retries(self._client, body, req)
+            payload = await self._complete(self._client, req)
         else:
             async with httpx.AsyncClient() as client:
-                payload = await self._post_with_retries(client, body, req)
-        draft = parse_completion(payload)
+                payload = await self._complete(client, req)
+        draft, dropped = read_answer(completion_content(payload), req, self.count)
+        if dropped:
+            log.info("summary %s: left out of the answer %s", req.model_operation_id, dropped)
         usage = completion_usage(payload)
-        return SummaryResult(
+        return ModelSummaryResult(
             draft=draft,
             model_operation_id=req.model_operation_id,
             input_tokens=usage.input_tokens if usage else 0,
@@ -146,7 +174,26 @@ class OpenAICompatibleSummarizer:
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
             adapter=self.name,
             usage=usage,
+            dropped=dropped,
         )
+
+    async def _complete(self, client: httpx.AsyncClient, req: SummaryRequest) -> dict[str, Any]:
+        """The completion; a server that refuses the response format (``_refuses_format``)
+        is asked again with the next one, remembered, so later calls start there."""
+        while True:
+            fmt = self._format
+            try:
+                return await self._post_with_retries(client, self.request_body(req, fmt), req)
+            except SummarizerFailed as exc:
+                if fmt + 1 >= len(RESPONSE_FORMATS) or not _refuses_format(exc):
+                    raise
+                self._format = max(self._format, fmt + 1)
+                log.warning(
+                    "summarizer refused response_format %s (HTTP %s): trying %s",
+                    _format_name(fmt),
+                    exc.details.get("status"),
+                    _format_name(self._format),
+                )
 
     async def _post_with_retries(
         self, client: httpx.AsyncClient, body: dict[str, Any], req: SummaryRequest
@@ -229,24 +276,35 @@ def _json_body(resp: httpx.Response) -> dict[str, Any]:
     return payload
 
 
-def parse_completion(payload: dict[str, Any]) -> SummaryDraft:
-    """``choices[0].message.content`` as a ``SummaryDraft``; ``InvalidSummary`` otherwise."""
+def _refuses_format(exc: SummarizerFailed) -> bool:
+    """A 400/422 that names the response format (OpenAI, Azure, vLLM, llama.cpp and
+    LiteLLM all do): another format may pass, where any other refusal would repeat."""
+    body = str(exc.details.get("body", "")).lower()
+    return exc.details.get("status") in (400, 422) and any(
+        word in body for word in ("response_format", "json_schema", "json_object", "schema")
+    )
+
+
+def _format_name(index: int) -> str:
+    fmt = RESPONSE_FORMATS[index]
+    return str(fmt["type"]) if fmt else "text"
+
+
+def completion_content(payload: dict[str, Any]) -> str:
+    """``choices[0].message.content`` (text parts joined); ``InvalidSummary`` otherwise."""
     try:
-        choice = payload["choices"][0]
-        content = choice["message"]["content"]
+        content = payload["choices"][0]["message"]["content"]
     except (KeyError, IndexError, TypeError) as exc:
         raise InvalidSummary(
             "completion has no message content", reason="unparseable", where="envelope"
         ) from exc
-    if not isinstance(content, str):
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if not isinstance(content, str) or not content.strip():
         raise InvalidSummary("completion content is not text", reason="unparseable")
-    try:
-        data = json.loads(content)
-    except ValueError as exc:
-        # finish_reason "length" means the JSON was cut off by max_tokens.
-        raise InvalidSummary(
-            "completion content is not JSON",
-            reason="unparseable",
-            finish_reason=choice.get("finish_reason") if isinstance(choice, dict) else None,
-        ) from exc
-    return SummaryDraft.from_dict(data)
+    return content
+
+
+def parse_completion(payload: dict[str, Any], req: SummaryRequest) -> SummaryDraft:
+    """The completion's answer as a draft for ``req`` (``read_answer``)."""
+    return read_answer(completion_content(payload), req)[0]

@@ -1,0 +1,1 @@
+"""The model summarizer's answer (``read``)."""
