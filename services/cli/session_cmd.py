@@ -3,7 +3,8 @@ the same view as the web inspector (``domain.context.call_view`` over ``storage.
 the budget items as a bar against the InputBudget, the blocks in order with role,
 category, retention, tokens, decision and reason, the summary chain with each
 summary's covered ranges, and the result's tokens by kind, cache share and cost (R18).
-The list gives each call's cache share and cost and the session's total per currency."""
+The list gives each call's cache share and cost and the session's total per currency, then
+the decisions and the questions (open or closed) recorded in the session."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from services.cli.output import JsonOption, fail, out, show
 from storage import inspection
 from storage.calls import views as call_views
 from storage.pool import create_pool
+from storage.records.authored import session_authored
 
 app = typer.Typer(no_args_is_help=True, help="What the model calls of a session saw.")
 BAR = 50
@@ -37,6 +39,7 @@ async def _load(session_id: str, which: str | None) -> dict[str, Any]:
             "session_id": session_id,
             "calls": [asdict(c) for c in listed],
             "totals": [asdict(t) for t in session_cost(c.cost for c in listed)],
+            "authored": (await session_authored(pool, session_id)).to_dict(),
         }
         if which is not None:
             ids = [c.call_id for c in listed]
@@ -88,8 +91,27 @@ def _render(data: dict[str, Any]) -> None:
     out.print(t)
     totals = [f"{x['cost']} {x['currency']} ({x['calls']} priced)" for x in data["totals"]]
     out.print(escape(f"session cost: {'; '.join(totals) or 'none priced'}"))
+    _render_authored(data["authored"])
     if "call" in data:
         _render_call(data["call"])
+
+
+def _render_authored(a: dict[str, Any]) -> None:
+    """The decisions and questions recorded in the session (texts are the authors')."""
+    out.print(f"decisions recorded: {len(a['decisions'])}")
+    for d in a["decisions"]:
+        why = f" (reason: {d['reason']})" if d["reason"] else ""
+        out.print(escape(f"  - {d['text']}{why} [{d['record_id']}, {d['authority']}]"))
+    still = sum(q["status"] == "open" for q in a["questions"])
+    out.print(f"questions: {still} open of {len(a['questions'])}")
+    for q in a["questions"]:
+        end = ""
+        if q["closed_by"]:
+            end = f" — answered: {q['answer']}" if q["answer"] else " — closed"
+            end += f" by {q['closed_by']}"
+        out.print(escape(f"  [{q['status']}] {q['text']} ({q['key']}, {q['record_id']}){end}"))
+    if a["unmatched_closings"]:
+        out.print(f"  closings naming no open question: {', '.join(a['unmatched_closings'])}")
 
 
 def _render_call(v: dict[str, Any]) -> None:

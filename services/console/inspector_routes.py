@@ -1,6 +1,7 @@
-"""Context inspector (R18, R4.2, R10.3): sessions → runs → model calls; for one call the
-blocks in order, the budget items against InputBudget, decisions and reasons, the summary
-chain with covered ranges, and source links read back, paged, through Prepare."""
+"""Context inspector (R18, R4.2, R10.3): sessions → runs → model calls, and the decisions
+and questions recorded in a session (open or closed); for one call the blocks in order,
+the budget items against InputBudget, decisions and reasons, the summary chain with
+covered ranges, and source links read back, paged, through Prepare."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from services.console.prepare_client import PrepareError
 from services.prepare.http.errors import ApiRoute
 from storage import inspection
 from storage.calls import views as call_views
+from storage.records.authored import session_authored
 
 router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
 PAGE_CHARS = 2000  # one page of a read-back
@@ -45,6 +47,7 @@ async def session(
         runs=await inspection.runs(c.pool, session_id),
         calls=listed,
         totals=session_cost(x.cost for x in listed),
+        authored=await session_authored(c.pool, session_id),
     )
 
 

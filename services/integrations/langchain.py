@@ -19,20 +19,28 @@ The plan (R4.4): an AI message calling LangChain's ``write_todos``
 published as the thread's plan (key ``plan:<tool_call_id>``: a retry is no second
 version; todo ids from a hash of their text, see ``binding.plan_of_call``), so the plan
 renders as its own block in every prepared context without code of the agent's.
+
+Decisions and open questions (issue 36): with ``record_tools=True`` the middleware offers
+the model ``record_decision``, ``open_question`` and ``close_question``
+(``authored_tools``); an AI message calling them is published as the model's decision or
+question (``authored_tools.publish_authored``), kept verbatim and cited in every summary.
 """
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Annotated, Any
 
 from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.tools import BaseTool, InjectedToolCallId, StructuredTool
 
 from domain import responses_items as ri
 from domain.context.providers import render
 from schemas.contracts import ToolStatus
+from services.integrations import authored_tools as at
 from services.integrations import langchain_messages as lm
 from services.integrations.binding import ConversationBinding, publish_plans
 from services.integrations.connection import AgentLoomConnection
@@ -72,8 +80,11 @@ class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any], ConversationBinding):
         release: dict[str, Any] | None = None,
         space_id: str | None = None,
         actor_id: str = "langchain-user",
+        record_tools: bool = False,
     ) -> None:
+        """``record_tools``: offer the model the decision and question tools."""
         super().__init__()
+        self.tools = authored_tools() if record_tools else []
         self._bind(
             session_id, connection, release_id, release or DEFAULT_RELEASE, space_id, actor_id
         )
@@ -176,6 +187,7 @@ class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any], ConversationBinding):
             op_id = lm.message_key("m:", self.session_id, message, op)
             await c.append_model_result(run, op.text, op_id, list(op.calls))
             await publish_plans(c, run, op.calls)
+            await at.publish_authored(c, run, op.calls)
             self._tool_names |= {call_id: name for call_id, name, _ in op.calls}
             self._answered = True
         else:
@@ -191,3 +203,36 @@ class AgentLoomMiddleware(AgentMiddleware[Any, Any, Any], ConversationBinding):
         self._run = await c.start_run(self._session)
         self._answered = self._asked = False
         return self._run
+
+
+def authored_tools() -> list[BaseTool]:
+    """``record_decision``, ``open_question`` and ``close_question`` as LangChain tools
+    (``authored_tools.TOOLS``): they answer the model; the middleware publishes the call."""
+
+    def record_decision(
+        decision: str, tool_call_id: Annotated[str, InjectedToolCallId], reason: str = ""
+    ) -> str:
+        args = {"decision": decision, "reason": reason or None}
+        return at.tool_answer(at.RECORD_DECISION, _json(args), tool_call_id)
+
+    def open_question(question: str, tool_call_id: Annotated[str, InjectedToolCallId]) -> str:
+        return at.tool_answer(at.OPEN_QUESTION, _json({"question": question}), tool_call_id)
+
+    def close_question(
+        question_key: str, tool_call_id: Annotated[str, InjectedToolCallId], answer: str = ""
+    ) -> str:
+        args = {"question_key": question_key, "answer": answer or None}
+        return at.tool_answer(at.CLOSE_QUESTION, _json(args), tool_call_id)
+
+    return [
+        StructuredTool.from_function(func=f, name=name, description=at.TOOLS[name]["description"])
+        for name, f in (
+            (at.RECORD_DECISION, record_decision),
+            (at.OPEN_QUESTION, open_question),
+            (at.CLOSE_QUESTION, close_question),
+        )
+    ]
+
+
+def _json(args: dict[str, Any]) -> str:
+    return json.dumps({k: v for k, v in args.items() if v is not None})

@@ -26,6 +26,10 @@
   session publishes it as the thread's plan (``ContextClient.update_plan``, key
   ``plan:<call_id>``: a retried batch is no second version) and the plan renders as its
   own block in every prepared context. The tool itself only confirms.
+- decisions and open questions (issue 36): give the agent ``authored_tools()``
+  (``record_decision``, ``open_question``, ``close_question``); the session publishes
+  their calls as the model's records (``authored_tools.publish_authored``), kept
+  verbatim and cited in every summary.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from domain.context.providers import render
 from domain.plan_tool import PLAN_TOOL, plan_from_tool_arguments
 from schemas.contracts import Authority, Content, RecordKind, RetractionPayload, ToolStatus
 from schemas.errors import InvalidRequest
+from services.integrations import authored_tools as at
 from services.integrations.binding import ConversationBinding, publish_plans
 from services.integrations.connection import AgentLoomConnection
 from services.sdk.client import ApiError, ContextClient, RunHandle
@@ -171,6 +176,7 @@ class AgentLoomSession(SessionABC, ConversationBinding):
             op_id = ri.op_key("m:", run.run_id, ordinal, op)
             await c.append_model_result(run, op.text, op_id, list(op.calls))
             await publish_plans(c, run, op.calls)
+            await at.publish_authored(c, run, op.calls)
             self._tool_names |= {call_id: name for call_id, name, _ in op.calls}
             self._answered = True
         else:
@@ -247,6 +253,27 @@ def plan_tool() -> FunctionTool:
         on_invoke_tool=invoke,
         strict_json_schema=False,  # id and note are optional
     )
+
+
+def authored_tools() -> list[FunctionTool]:
+    """``record_decision``, ``open_question`` and ``close_question``
+    (``authored_tools.TOOLS``) for an Agent whose session is an ``AgentLoomSession``: the
+    session publishes the records when it stores the calls; the tools answer the model."""
+
+    def tool(name: str) -> FunctionTool:
+        async def invoke(ctx: ToolContext[Any], arguments: str) -> str:
+            return at.tool_answer(name, arguments, ctx.tool_call_id)
+
+        spec = at.TOOLS[name]
+        return FunctionTool(
+            name=name,
+            description=str(spec["description"]),
+            params_json_schema=spec["parameters"],
+            on_invoke_tool=invoke,
+            strict_json_schema=False,  # reason and answer are optional
+        )
+
+    return [tool(at.RECORD_DECISION), tool(at.OPEN_QUESTION), tool(at.CLOSE_QUESTION)]
 
 
 def _newest_item(messages: list[dict[str, Any]]) -> tuple[dict[str, Any], str] | None:

@@ -29,14 +29,15 @@ from schemas.contracts import (
 )
 from schemas.errors import ApiError
 from services.bus import EventBus
-from services.sdk.appends import INLINE_LIMIT, EventAppends, RunHandle
+from services.sdk.appends import INLINE_LIMIT, RunHandle
+from services.sdk.authored import AuthoredAppends
 from streams import tracing
 from streams.kafka.auth import KafkaAuth
 
 __all__ = ["INLINE_LIMIT", "ApiError", "ContextClient", "RunHandle"]
 
 
-class ContextClient(EventAppends):
+class ContextClient(AuthoredAppends):
     def __init__(
         self,
         kafka_bootstrap: str,
