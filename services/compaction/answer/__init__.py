@@ -1,1 +1,0 @@
-"""The model summarizer's answer (``read``)."""
