@@ -1,15 +1,16 @@
 """A model summarizer's answer, read leniently (R11.3, R11.4). Pure.
 
-``prompt.md`` asks for one JSON object of cited entries by section: the user's requests,
-decisions with their reasons, findings, artifacts, errors with their fixes, open
-questions, the state and the next step. Models answer around it: prose or a code fence
-around the JSON, an answer cut off at the output limit, missing or extra sections, the
-old flat draft keys, wrong types, inline ``[id]`` citations, entries that cite nothing or
-records outside the segment, statements too long for the bound, another language than
-the transcript's. ``read_answer`` keeps what is usable and counts what it left out; only
-an answer with no cited entry of the segment fails (``InvalidSummary``) — language and
-phrasing are never a reason. What an entry says is for the text rules the worker applies
-to every draft (``domain.compaction.text_rules``).
+The OpenAI-compatible summarizer's prompt (``services/compaction/prompt.md``) asks for
+one JSON object of cited entries by section: the user's requests, decisions with their
+reasons, findings, artifacts, errors with their fixes, open questions, the state and the
+next step. Models answer around it: prose or a code fence around the JSON, an answer cut
+off at the output limit, missing or extra sections, the old flat draft keys, wrong
+types, inline ``[id]`` citations, entries that cite nothing or records outside the
+segment, statements too long for the bound, another language than the transcript's.
+``read_answer`` keeps what is usable and counts what it left out; only an answer with no
+cited entry of the segment fails (``InvalidSummary``) — language and phrasing are never
+a reason. What an entry says is for the text rules the worker applies to every draft
+(``domain.compaction.text_rules``).
 """
 
 from __future__ import annotations

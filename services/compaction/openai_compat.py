@@ -34,9 +34,9 @@ from domain.compaction.drafts import (
     SummaryResult,
 )
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
+from domain.compaction.model_answer import estimate_tokens, read_answer
 from domain.pricing import Usage, parse_usage
 from schemas.errors import InvalidRequest
-from services.compaction.answer.read import estimate_tokens, read_answer
 
 log = logging.getLogger(__name__)
 

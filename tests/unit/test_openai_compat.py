@@ -13,8 +13,8 @@ import pytest
 
 from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
+from domain.compaction.model_answer import SECTIONS, estimate_tokens, read_answer
 from domain.compaction.validate import validate_draft
-from services.compaction.answer.read import SECTIONS, estimate_tokens, read_answer
 from services.compaction.openai_compat import (
     ANSWER_SCHEMA,
     PROMPT_FILE,
