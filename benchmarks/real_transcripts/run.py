@@ -154,6 +154,7 @@ class Job:
     covered: frozenset[str]
     summary_id: str
     rolled: bool
+    draft: dict[str, Any] = field(default_factory=dict)  # as ``SummaryDraft.to_dict``
 
 
 class Compactor:
@@ -207,6 +208,7 @@ class Compactor:
             frozenset(out.covered_record_ids),
             out.summary_id,
             "calls" in rollup,
+            body["draft"],
         )
 
 
