@@ -49,6 +49,18 @@ def everything(prepared: dict[str, Any]) -> str:
     return "\n".join(str(m.get("content") or "") for m in prepared["messages"])
 
 
+def assert_no_old_status_as_current(prepared: dict[str, Any], items: list[dict[str, Any]]) -> None:
+    """R11.4: every summary line that names a current plan item is dated to the plan it was
+    written under, and the summary as a whole says when it was written."""
+    summary = block(prepared, "summary")
+    assert summary is not None
+    text = summary["content"]
+    assert "(written at plan v" in text
+    names = [str(i.get("step") or i.get("text")).casefold() for i in items]
+    naming = [ln for ln in text.splitlines() if any(n in ln.casefold() for n in names)]
+    assert all(ln.startswith("- earlier (plan v") for ln in naming), naming
+
+
 async def compacted(db: asyncpg.Pool, sid: str, n: int) -> None:
     jobs = await settled(db, sid, timeout=30, at_least=n)
     assert [j["status"] for j in jobs].count("committed") >= n, [dict(j) for j in jobs]
@@ -96,6 +108,7 @@ async def test_a_plan_update_after_a_compaction_shows_the_new_plan_never_the_sum
     assert all(k in ("plan", "constraints", "material") for k in kinds[kinds.index("plan") :])
     protected = {p["block_id"] for p in after["protected_block_manifest"]}
     assert "plan:v2" in protected
+    assert_no_old_status_as_current(after, PLAN_V2)
 
 
 @pytest.mark.spec("R4.4", "R11.5", "R19")
@@ -274,6 +287,9 @@ async def test_a_commit_whose_frontier_versions_moved_is_decided_as_r11_6_says(
     assert (job["status"], job["reason"]) == (status, reason), dict(job)
     request = job["request"]
     assert (request["plan_version"], request["constraints_version"]) == (1, 1)
+    if status == "committed":  # right after the plan update, the summary is dated
+        plan = await model_ctx.prepare(run)
+        assert_no_old_status_as_current(plan, plan["frontier"]["plan"]["items"])
 
 
 @pytest.mark.spec("R11.5", "R4.4", "R19")
