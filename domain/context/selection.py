@@ -3,8 +3,8 @@
 History is cut only at complete-group boundaries: an assistant message and the results
 of all its calls are one group, never split, and an unfinished group ends the
 compressible prefix (a safe boundary). A call whose result never came stops being
-unfinished once the agent moved past it — a later model step completed, or a later record
-belongs to another run (its run ended): the group is then covered whole, the call with an
+unfinished once the agent moved past it — a later model step completed, its run ended, or
+a later record belongs to another run: the group is then covered whole, the call with an
 ``unknown`` outcome (R2.4, R5.1), so one crashed tool never blocks compaction. The
 latest user input, pinned records (active skills, constraints) and the most recent
 complete groups are kept verbatim. The covered groups are split into segments that each
@@ -127,24 +127,29 @@ def _moved_on(
     unanswered: dict[int, list[str]],
 ) -> frozenset[int]:
     """The groups with open calls the agent has moved past: a later model step (an
-    interaction group with every call answered) completed after it, or a later record
-    belongs to another run. One backward pass over the groups."""
+    interaction group with every call answered) completed after it, its run's end is
+    recorded, or a later record belongs to another run. One backward pass."""
     if not unanswered:
         return frozenset()
     out: set[int] = set()
     later_step = False
     later_runs: set[str | None] = set()
+    ended: set[str | None] = set()  # runs whose end is recorded later
     for i in range(len(first) - 1, -1, -1):
-        if i in unanswered and (later_step or later_runs - {runs[i]}):
+        moved = later_step or runs[i] in ended or later_runs - {runs[i]}
+        if i in unanswered and moved:
             out.add(i)
         if waiting[i] == 0 and first[i].kind in _STEP_KINDS:
             later_step = True
+        if first[i].kind in _RUN_ENDS:
+            ended.add(runs[i])
         if len(later_runs) < 2:
             later_runs.add(runs[i])
     return frozenset(out)
 
 
 _STEP_KINDS = frozenset({"assistant_message", "tool_call"})
+_RUN_ENDS = frozenset({"run_finished", "run_cancelled"})
 
 
 def select_prefix(

@@ -51,6 +51,9 @@ def test_a_call_the_agent_moved_past_is_answered_unknown_and_its_group_is_whole(
 def test_a_call_whose_run_ended_is_answered_unknown() -> None:
     records = [rec(1, "user_input"), call(2, "lost"), rec(3, "user_input", run="run2")]
     assert build_groups(records)[1].complete
+    finished = [rec(1, "user_input"), call(2, "lost"), rec(3, "run_finished")]
+    assert build_groups(finished)[1].complete
+    assert not build_groups(finished[:2])[1].complete  # still running: in flight
 
 
 @pytest.mark.spec("R9.4", "R11.1")
