@@ -28,6 +28,8 @@ SOURCES = {
     "fidelity": "summary_fidelity.json",
     "floor": "ingest_floor.json",
     "cost": "cost.json",
+    "real_transcripts": "real_transcripts.json",
+    "frontier_blind": "frontier_blind.json",
 }
 # Issue 13's targets for a cold prepare's p99 (as in benchmarks.prepare_cold.TARGET_MS;
 # repeated so that this reader does not depend on that module importing cleanly).
@@ -339,6 +341,43 @@ def cost_rows(c: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def real_transcripts_rows(r: dict[str, Any]) -> list[Row]:
+    """Issue 36: facts of public agent transcripts kept by ours vs masking at our budget."""
+    one, late = "one_shot.rows", "after_10_rollups.rows"
+    ours, masked = num(r, f"{one}.all facts.ours"), num(r, f"{one}.all facts.masking@B")
+    same = num(r, "one_shot_same_transcripts.rows.all facts.ours")
+    rolled = num(r, f"{late}.all facts.ours")
+    return [
+        Row("real transcripts: facts kept one-shot, ours vs masking at our budget", ours, "",
+            f"≥ 0.80; masking {fmt(masked)}", ratio(ours, masked)),
+        Row("real transcripts: summary tokens, share of what it covers",
+            num(r, "one_shot.token_share.ours"), "", "≤ 0.15"),
+        Row("real transcripts: the user's requests kept one-shot",
+            num(r, f"{one}.kind: request.ours"), "", "≥ 0.90"),
+        Row("real transcripts: facts kept after >= 10 roll-ups vs one-shot", rolled, "",
+            f"one-shot {fmt(same)}", ratio(rolled, same)),
+    ]  # fmt: skip
+
+
+def frontier_blind_rows(f: dict[str, Any]) -> list[Row]:
+    """Issue 36: decisions and open questions worded with no cue word, per language."""
+    results = f.get("results") if isinstance(f.get("results"), list) else []
+    rows = []
+    for res in results or [{"language": "en"}, {"language": "zh"}]:
+        lang = res.get("language", "?")
+        for name, target in (
+            ("decisions kept", "≥ 0.90"),
+            ("open questions kept", "≥ 0.80"),
+            ("wrongly closed", "0"),
+            ("answered still open", "≤ 0.10"),
+        ):
+            rows.append(
+                Row(f"phrasing-blind frontier ({lang}): {name}",
+                    num(res, f"rows.{name}.ours"), "", target)
+            )  # fmt: skip
+    return rows
+
+
 # ── output ────────────────────────────────────────────────────────────────────────────
 
 
@@ -355,6 +394,8 @@ def build(data: dict[str, Any]) -> list[Row]:
         *long_session_rows(data["long_session"]),
         *fidelity_rows(data["fidelity"]),
         *cost_rows(data["cost"]),
+        *real_transcripts_rows(data["real_transcripts"]),
+        *frontier_blind_rows(data["frontier_blind"]),
     ]
 
 
