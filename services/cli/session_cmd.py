@@ -22,6 +22,7 @@ from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
 from storage import inspection
 from storage.calls import views as call_views
+from storage.compaction import diagnostics
 from storage.pool import create_pool
 from storage.records.authored import session_authored
 
@@ -40,6 +41,8 @@ async def _load(session_id: str, which: str | None) -> dict[str, Any]:
             "calls": [asdict(c) for c in listed],
             "totals": [asdict(t) for t in session_cost(c.cost for c in listed)],
             "authored": (await session_authored(pool, session_id)).to_dict(),
+            "open_calls": [c.to_dict() for c in await diagnostics.open_calls(pool, session_id)],
+            "jobs": [j.to_dict() for j in await diagnostics.recent_jobs(pool, session_id)],
         }
         if which is not None:
             ids = [c.call_id for c in listed]
@@ -92,8 +95,21 @@ def _render(data: dict[str, Any]) -> None:
     totals = [f"{x['cost']} {x['currency']} ({x['calls']} priced)" for x in data["totals"]]
     out.print(escape(f"session cost: {'; '.join(totals) or 'none priced'}"))
     _render_authored(data["authored"])
+    _render_compaction(data["open_calls"], data["jobs"])
     if "call" in data:
         _render_call(data["call"])
+
+
+def _render_compaction(calls: list[dict[str, Any]], jobs: list[dict[str, Any]]) -> None:
+    """Tool calls without a result, and the latest compaction jobs with their reasons and
+    what the text rules framed (never a reason to fail a job)."""
+    for c in calls:
+        state = "answered unknown for compaction" if c["state"] == "unknown" else "in flight"
+        out.print(escape(f"tool call without a result: {c['call_id']} ({c['tool']}) — {state}"))
+    for j in jobs:
+        why = f" ({j['reason']})" if j["reason"] else ""
+        rules = f", {len(j['text_rules'])} entries framed/marked" if j["text_rules"] else ""
+        out.print(escape(f"compaction {j['job_id']}: {j['status']} at {j['stage']}{why}{rules}"))
 
 
 def _render_authored(a: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ from services.console.prepare_client import PrepareError
 from services.prepare.http.errors import ApiRoute
 from storage import inspection
 from storage.calls import views as call_views
+from storage.compaction import diagnostics
 from storage.records.authored import session_authored
 
 router = APIRouter(route_class=ApiRoute, responses=RESPONSES)
@@ -48,6 +49,8 @@ async def session(
         calls=listed,
         totals=session_cost(x.cost for x in listed),
         authored=await session_authored(c.pool, session_id),
+        open_calls=await diagnostics.open_calls(c.pool, session_id),
+        jobs=await diagnostics.recent_jobs(c.pool, session_id),
     )
 
 

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from services.sdk.client import ContextClient
+from storage.compaction import diagnostics
 from tests.integration.test_compaction import round_
+from tests.integration.test_inspector_cost import _inspect
+from tests.support.console import running_console, sign_in
 from tests.support.flows import client, new_session
 from tests.support.services import Services
 
@@ -117,3 +121,36 @@ async def test_a_tool_that_crashes_mid_call_never_blocks_compaction(
     # summary stands for it and no prepared context shows the call as open.
     assert "crash-c" in json.dumps(seen[0]["messages"])
     assert "crash-c" not in json.dumps(seen[-1]["messages"])
+
+
+@pytest.fixture(scope="module")
+def console(services: Services) -> Iterator[str]:
+    with running_console(services) as url:
+        yield url
+
+
+@pytest.mark.spec("R2.4", "R18")
+async def test_the_inspector_shows_a_call_without_a_result_in_flight_then_answered_unknown(
+    ctx: ContextClient, services: Services, db: asyncpg.Pool, pg_dsn: str, console: str
+) -> None:
+    session = await new_session(ctx)
+    sid = session["session_id"]
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Build it.", "q0")
+    await ctx.append_model_result(run, "Building.", "m1", [("slow-c", "bash", '{"cmd": "make"}')])
+    await ctx.prepare(run)  # waits until the appends are committed
+    (call,) = await diagnostics.open_calls(db, sid)
+    assert (call.call_id, call.tool, call.state) == ("slow-c", "bash", "in_flight")
+    await ctx.append_model_result(run, "The build never answered; moving on.", "m2")
+    await ctx.finish_run(run)
+    await ctx.prepare(await ctx.start_run(session))
+    (call,) = await diagnostics.open_calls(db, sid)
+    assert call.state == "unknown"
+    async with httpx.AsyncClient(base_url=console, timeout=30) as http:
+        await sign_in(http, services.api_key)
+        page = await http.get(f"/inspector/sessions/{sid}")
+        assert page.status_code == 200, page.text
+        row = page.text.split('id="open-calls"')[1].split("</table>")[0]
+        assert "slow-c" in row and "answered unknown (the agent moved on)" in row
+    listed = _inspect(pg_dsn, sid)
+    assert "tool call without a result: slow-c (bash) — answered unknown for compaction" in listed
