@@ -19,7 +19,7 @@ from storage.compaction import diagnostics
 from tests.integration.test_compaction import round_
 from tests.integration.test_inspector_cost import _inspect
 from tests.support.console import running_console, sign_in
-from tests.support.flows import client, new_session
+from tests.support.flows import client, new_session, wait_committed
 from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
@@ -137,8 +137,10 @@ async def test_the_inspector_shows_a_call_without_a_result_in_flight_then_answer
     sid = session["session_id"]
     run = await ctx.start_run(session)
     await ctx.append_user(run, "Build it.", "q0")
-    await ctx.append_model_result(run, "Building.", "m1", [("slow-c", "bash", '{"cmd": "make"}')])
-    await ctx.prepare(run)  # waits until the appends are committed
+    p, o = await ctx.append_model_result(
+        run, "Building.", "m1", [("slow-c", "bash", '{"cmd": "make"}')]
+    )
+    await wait_committed(db, services, {p: o})  # (a prepare is refused while it waits)
     (call,) = await diagnostics.open_calls(db, sid)
     assert (call.call_id, call.tool, call.state) == ("slow-c", "bash", "in_flight")
     await ctx.append_model_result(run, "The build never answered; moving on.", "m2")
