@@ -71,24 +71,17 @@ EXTRAS = {
 }
 _FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n?(.*?)```", re.S)
 _BRACKETS = re.compile(r"\[([^\[\]\n]{1,400})\]")
-CHARS_PER_TOKEN = 4
 ENTRY_SHARE = 3  # one entry takes at most 1/3 of the output bound
 
 
-def estimate_tokens(text: str) -> int:
-    """Tokens ``text`` takes, estimated: about four ASCII characters a token, one a token
-    for the rest (CJK, Cyrillic …), so that no language gets a looser bound."""
-    wide = sum(1 for ch in text if ord(ch) > 127)
-    return -(-(len(text) - wide) // CHARS_PER_TOKEN) + wide
-
-
 def read_answer(
-    content: str, req: SummaryRequest, count: Callable[[str], int] = estimate_tokens
+    content: str, req: SummaryRequest, count: Callable[[str], int]
 ) -> tuple[SummaryDraft, dict[str, int]]:
     """The draft a model's answer gives for ``req``, and what was left out, by reason.
 
     Entries keep the answer's citations that name records of the segment; an entry with
-    none left is dropped. The draft is trimmed to ``req.max_output_tokens`` by ``count``:
+    none left is dropped. The draft is trimmed to ``req.max_output_tokens`` as ``count``
+    (the job's tokenizer) counts them:
     entries shortened from the middle, then the least needed dropped (``fit_draft``).
     Raises ``InvalidSummary`` only when no cited entry remains."""
     dropped: Counter[str] = Counter()

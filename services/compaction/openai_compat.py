@@ -29,12 +29,12 @@ from typing import Any
 import httpx
 
 from domain.compaction.drafts import (
-    SummaryDraft,
     SummaryRequest,
     SummaryResult,
 )
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
-from domain.compaction.model_answer import estimate_tokens, read_answer
+from domain.compaction.model_answer import read_answer
+from domain.context.tokens import make_counter
 from domain.pricing import Usage, parse_usage
 from schemas.errors import InvalidRequest
 
@@ -129,7 +129,9 @@ class OpenAICompatibleSummarizer:
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        self.count = count or estimate_tokens  # the output bound is measured with this
+        # The output bound is measured with this: the job's tokenizer (bootstrap passes
+        # it); cl100k (bundled, no download) by default, never a count of characters.
+        self.count = count or make_counter("cl100k_base").count
         self._format = 0  # index into RESPONSE_FORMATS: the first this server accepts
         self._api_key = api_key
         self._client = client  # owned by the caller; None ⇒ one short-lived client per call
@@ -303,8 +305,3 @@ def completion_content(payload: dict[str, Any]) -> str:
     if not isinstance(content, str) or not content.strip():
         raise InvalidSummary("completion content is not text", reason="unparseable")
     return content
-
-
-def parse_completion(payload: dict[str, Any], req: SummaryRequest) -> SummaryDraft:
-    """The completion's answer as a draft for ``req`` (``read_answer``)."""
-    return read_answer(completion_content(payload), req)[0]

@@ -13,8 +13,9 @@ import pytest
 
 from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
-from domain.compaction.model_answer import SECTIONS, estimate_tokens, read_answer
+from domain.compaction.model_answer import SECTIONS, read_answer
 from domain.compaction.validate import validate_draft
+from domain.context.tokens import make_counter
 from services.compaction.openai_compat import (
     ANSWER_SCHEMA,
     PROMPT_FILE,
@@ -27,6 +28,7 @@ from tests.support.model_server import Script, model_server
 
 Reply = tuple[int, dict[str, Any] | str]
 MAX_CHARS_PER_TOKEN = 6  # what the job's validation allows (services/compaction/summarize.py)
+COUNT = make_counter("cl100k_base").count  # the adapter's default: the jobs' tokenizer
 
 
 def rid(n: int) -> str:
@@ -300,7 +302,7 @@ async def test_nothing_usable_is_the_only_failure(
         await OpenAICompatibleSummarizer(url, "m").summarize(request())
     assert err.value.reason == reason and err.value.details["dropped"] == dropped
     with pytest.raises(InvalidSummary) as err:
-        read_answer('{"mood": ["fine"]}', request())
+        read_answer('{"mood": ["fine"]}', request(), COUNT)
     assert err.value.reason == "missing_field"
 
 
@@ -319,7 +321,7 @@ async def test_an_over_long_answer_is_trimmed_to_the_output_bound_not_refused(
     answer["requests"][0]["text"] = "Fix the login test. " + "context " * 4000 + "THE END"
     result = await summarize(server, json.dumps(answer), request(bound))
     d = result.draft
-    assert estimate_tokens(d.text()) <= bound
+    assert COUNT(d.text()) <= bound
     validate_draft(d, request().source_ids, bound * MAX_CHARS_PER_TOKEN)
     # failures, open questions and decisions are the last to go
     assert d.failures and d.unresolved_questions and d.decisions
@@ -329,10 +331,10 @@ async def test_an_over_long_answer_is_trimmed_to_the_output_bound_not_refused(
 @pytest.mark.spec("R11.2", "R11.4")
 def test_a_single_huge_entry_is_shortened_from_the_middle() -> None:
     answer = {"requests": [{"text": "START " + "word " * 5000 + " END", "source_ids": [rid(1)]}]}
-    d, dropped = read_answer(json.dumps(answer), request(120))
+    d, dropped = read_answer(json.dumps(answer), request(120), COUNT)
     (fact,) = d.verified_facts
     assert fact.statement.startswith("User asked: START") and fact.statement.endswith("END")
-    assert " … " in fact.statement and estimate_tokens(d.text()) <= 120
+    assert " … " in fact.statement and COUNT(d.text()) <= 120
     assert dropped == {"shortened": 1}
 
 
@@ -378,13 +380,6 @@ async def test_an_answer_in_another_language_than_the_transcript_is_kept_as_it_i
     assert statements(d) == [f"User asked: {request_text}", error, question]
     assert result.dropped == {}
     validate_draft(d, request().source_ids, 2000 * MAX_CHARS_PER_TOKEN)
-
-
-@pytest.mark.spec("R11.2")
-def test_the_token_estimate_gives_no_language_a_looser_bound() -> None:
-    assert estimate_tokens("abcd" * 10) == 10
-    assert estimate_tokens("登录测试超时") == 6  # about a token a character, not a quarter
-    assert estimate_tokens("") == 0
 
 
 # --- the response format, with a graceful fallback ----------------------------------------
