@@ -63,7 +63,8 @@ ALL_SCHEMAS = (
 # context_event.v1: before record_retracted; v2: before the plan and constraint
 # kinds; v3: before the decision and question kinds — the same bytes, another
 # fingerprint. compaction_request.v1: before the plan and constraint versions (read with
-# their defaults, 0).
+# their defaults, 0). control_event.v1: before an observation named the call in flight
+# that holds its compressible prefix back (read as none).
 EARLIER_WRITERS = (
     "observability_event.v3.avsc",
     "observability_event.v4.avsc",
@@ -71,6 +72,7 @@ EARLIER_WRITERS = (
     "context_event.v2.avsc",
     "context_event.v3.avsc",
     "compaction_request.v1.avsc",
+    "control_event.v1.avsc",
 )
 
 # Writer schemas we can read, by fingerprint. Older versions are registered here when a

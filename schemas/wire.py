@@ -145,6 +145,9 @@ class BudgetObservation:
     summary_id: str | None
     fingerprint: str
     policy_revision: str
+    # Nothing compressible because a tool call is still in flight (R9.4): its deferral
+    # names it, ``open_call_in_flight:<call id>`` (domain.context.selection).
+    held_by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from domain.compaction.triggers import (
     job_expired,
 )
 from domain.compaction.triggers import ratio_threshold as threshold
+from domain.context.selection import OPEN_CALL
 from domain.policy.context_policy import CompactionPolicy
 from domain.pricing import ModelPrices
 from schemas.wire import BudgetObservation, CompactionRequest, ControlEvent, ObservabilityEvent
@@ -169,6 +170,7 @@ def judge_observation(inp: ObservationInputs, now_ms: int) -> ObservationVerdict
             obs.required_tokens,
             obs.compressible_tokens,
             obs.fingerprint,
+            obs.held_by,
         ),
         None
         if inp.prices is None
@@ -279,7 +281,9 @@ def observation_effects(
 def _no_job_kind(reason: str | None) -> str:
     if reason == "below_thresholds":
         return "none"
-    return "deferred" if reason in ("nothing_compressible", NO_GAIN) else "suppressed"
+    if reason in ("nothing_compressible", NO_GAIN) or (reason or "").startswith(OPEN_CALL):
+        return "deferred"
+    return "suppressed"
 
 
 def _attempt_of(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from domain.compaction.triggers import CompactionState, Counters, Observation, evaluate_triggers
 from domain.context.rendering import RecordView
-from domain.context.selection import build_groups, select_prefix
+from domain.context.selection import OPEN_CALL, build_groups, select_prefix
 from domain.policy.context_policy import CompactionPolicy, ContextPolicy
 from schemas.wire import BudgetObservation, ControlEvent
 
@@ -64,7 +64,8 @@ def preemptive_event(
     """The observation the processor makes on the runtime's behalf: the view's records
     not covered by its summary, grouped, give the compressible tokens (R11.1)."""
     records = [x for x in records if x.record_id not in covered]
-    compressible = select_prefix(build_groups(records), keep_recent).compressible_tokens
+    sel = select_prefix(build_groups(records), keep_recent)
+    held = sel.deferral_reason if (sel.deferral_reason or "").startswith(OPEN_CALL) else None
     last_seq = records[-1].session_sequence if records else through
     fingerprint = hashlib.sha256(
         f"pre:{last_seq}:{summary_id}:{c.release_policy}:{c.input_budget}".encode()
@@ -76,11 +77,12 @@ def preemptive_event(
         # against, so a failed pre-emptive job does not look like "required changed".
         c.required_tokens or c.fixed_overhead,
         c.fixed_overhead,
-        compressible,
+        sel.compressible_tokens,
         last_seq,
         summary_id,
         fingerprint,
         c.release_policy,
+        held,
     )
     sid = c.session_id
     return ControlEvent(f"pre:{sid}:{last_seq}", sid, c.run_id, main_instance_id, now_ms, obs)

@@ -79,6 +79,7 @@ class Observation:
     required_tokens: int
     compressible_tokens: int  # complete groups eligible for compaction (R11.1)
     fingerprint: str  # source + effective view + policy + dependency versions (R9.4)
+    held_by: str | None = None  # open_call_in_flight:<call id> when that call holds it back
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,8 @@ def _evaluate(
     if not fired:
         return no("below_thresholds")
     if obs.compressible_tokens <= 0:
-        return no("nothing_compressible")  # R9.4: deferred, and no model call
+        # R9.4: deferred, and no model call; named when a call in flight is the cause.
+        return no(obs.held_by or "nothing_compressible")
     last = state.last_attempt
     if last is None:
         return TriggerDecision(True, tuple(fired), values, thresholds)

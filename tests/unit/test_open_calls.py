@@ -8,13 +8,19 @@ the call is still in flight it holds the prefix back, and the deferral names it.
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from domain.compaction.drafts import SummaryRequest
 from domain.compaction.extractive import extract_draft
 from domain.compaction.sources import UNKNOWN_OUTCOME, source_items
+from domain.compaction.triggers import CompactionState, Counters, Observation, evaluate_triggers
 from domain.context.rendering import RecordView
 from domain.context.selection import OPEN_CALL, build_groups, segment, select_prefix
+from domain.policy.context_policy import CompactionPolicy
+from schemas import codec
+from schemas.wire import BudgetObservation, ControlEvent, decode_control, encode_control
 
 
 def rec(seq: int, kind: str, run: str = "run1", **payload: object) -> RecordView:
@@ -84,3 +90,24 @@ def test_the_summarizer_sees_the_open_call_with_an_unknown_outcome_citing_the_ca
     ]
     draft = extract_draft(SummaryRequest(items, None, 400, "op"))
     assert "r2" in draft.cited_ids()
+
+
+@pytest.mark.spec("R9.4", "R11.1")
+def test_a_check_held_back_by_a_call_in_flight_is_deferred_naming_it() -> None:
+    state = CompactionState(Counters(user_turns=5))
+    policy = CompactionPolicy(context_ratio=None, user_turns=5)
+    held = Observation(900, 1000, 100, 0, "fp", f"{OPEN_CALL}:slow")
+    decision = evaluate_triggers(state, policy, held)
+    assert (decision.start_job, decision.reason) == (False, f"{OPEN_CALL}:slow")
+    plain = evaluate_triggers(state, policy, Observation(900, 1000, 100, 0, "fp"))
+    assert plain.reason == "nothing_compressible"
+
+
+def test_an_observation_names_the_call_in_flight_on_the_wire_and_older_writers_read() -> None:
+    obs = BudgetObservation(900, 1000, 100, 50, 0, 7, None, "fp", "pol", f"{OPEN_CALL}:slow")
+    ev = ControlEvent("k", "ses", "run", "main", 1, obs)
+    assert decode_control(encode_control(ev)) == ev
+    old = {**ev.__dict__, "body": ("agentloom.context.v1.BudgetObservation", obs.__dict__)}
+    old["body"] = (old["body"][0], {k: v for k, v in obs.__dict__.items() if k != "held_by"})
+    earlier = decode_control(codec.encode("control_event.v1.avsc", old))
+    assert earlier.body == dataclasses.replace(obs, held_by=None)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from domain.compaction.triggers import CompactionState, Observation, evaluate_triggers
 from domain.context.budget import BudgetReport
 from domain.context.rendering import ThreadRenderer
-from domain.context.selection import build_groups, select_prefix
+from domain.context.selection import OPEN_CALL, build_groups, select_prefix
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.retention import retained_record_ids
 from schemas.wire import BudgetObservation, ControlEvent
@@ -83,7 +83,7 @@ class CompactionCheck:
         )
         trigger_state = CompactionState(totals=state.counters, baseline=state.baseline)
         fired = bool(evaluate_triggers(trigger_state, rel.policy.compaction, probe).fired)
-        compressible = _compressible(rend, rel.policy, run_id) if fired else 0
+        compressible, held_by = _compressible(rend, rel.policy, run_id) if fired else (0, None)
         fixed = sum(report.items.get(k, 0) for k in ("instructions", "skills", "tool_schemas"))
         key = f"obs:{uuid.uuid4().hex}"
         observation = BudgetObservation(
@@ -96,6 +96,7 @@ class CompactionCheck:
             summary_id,
             fingerprint,
             rel.policy_revision,
+            held_by,
         )
         event = ControlEvent(key, sid, run_id, instance_id, int(time.time() * 1000), observation)
         await send_control(self.publisher, self.topic, event)
@@ -114,10 +115,14 @@ class CompactionCheck:
         return {"status": "timeout", "reason": f"no commit within {self.wait_s}s"}
 
 
-def _compressible(rend: ThreadRenderer, policy: ContextPolicy, run_id: str) -> int:
+def _compressible(
+    rend: ThreadRenderer, policy: ContextPolicy, run_id: str
+) -> tuple[int, str | None]:
     """What a compaction could remove (selection is O(history): only when it fired) —
-    never what the release's retention rules keep verbatim (R10.1, as the worker pins)."""
+    never what the release's retention rules keep verbatim (R10.1, as the worker pins) —
+    and, when nothing, the call in flight that holds it back if one does."""
     records = rend.records
     keep = retained_record_ids(records, run_id, policy.retention_rules)
-    groups = build_groups(records)
-    return select_prefix(groups, policy.recent_complete_groups, pinned=keep).compressible_tokens
+    sel = select_prefix(build_groups(records), policy.recent_complete_groups, pinned=keep)
+    held = sel.deferral_reason if (sel.deferral_reason or "").startswith(OPEN_CALL) else None
+    return sel.compressible_tokens, held
