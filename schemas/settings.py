@@ -64,7 +64,8 @@ class Settings(BaseSettings):
     summarizer_model: str | None = None
     summarizer_api_key: str | None = None
     summarizer_timeout_s: float = 30.0
-    # Per summary request: the segment budget and the output cap (R11.2).
+    # Per summary request: the segment budget, and a model summarizer's output cap per call
+    # (the built-in extractive summarizer's segments share the summary's bound instead).
     compaction_segment_tokens: int = 6000
     compaction_output_tokens: int = 800
     # context.compact.before/after hooks (R14): comma-separated "module:factory" callables

@@ -15,6 +15,7 @@ fit (``fit_draft``) guarantees the bound whatever a model answers.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
@@ -22,6 +23,10 @@ from domain.compaction.drafts import FACT_FIELDS, Fact, SourceItem, SummaryDraft
 
 CountFn = Callable[[str], int]
 ROLLUP_KIND = "summary:"  # + a SummaryDraft section: an entry of an earlier summary
+RECORDED_ROLE = "recorded"  # a roll-up item's role when its entry is the author's record
+# A line the built-in summarizer quotes from a user message starts so: the user's own
+# request, which the fit keeps before the other facts.
+USER_PREFIX = "user: "
 MIN_BOUND = 32
 ARTIFACTS_KEPT = 20  # artifact refs a rolled-up summary keeps (the most recent)
 
@@ -34,7 +39,8 @@ def summary_bound(ratio: float, input_budget: int) -> int:
 def rollup_items(draft: SummaryDraft, first_sequence: int = 0) -> tuple[SourceItem, ...]:
     """The entries of ``draft`` as summarizer input. Each keeps the first record id it
     cites (a real record: what a rolled-up entry cites stays real); the section travels
-    in the kind, so a summarizer can keep failures and open questions first."""
+    in the kind, so a summarizer can keep failures and open questions first, and an
+    entry the author recorded (``origin``) has the role ``recorded``."""
     out: list[SourceItem] = []
     for name in FACT_FIELDS:
         for fact in getattr(draft, name):
@@ -45,8 +51,9 @@ def rollup_items(draft: SummaryDraft, first_sequence: int = 0) -> tuple[SourceIt
                     fact.source_ids[0],
                     first_sequence + len(out),
                     f"{ROLLUP_KIND}{name}",
-                    "note",
+                    RECORDED_ROLE if fact.recorded else "note",
                     fact.statement,
+                    question_key=fact.key,
                 )
             )
     return tuple(out)
@@ -91,7 +98,8 @@ def concat(drafts: Sequence[SummaryDraft], notes: Sequence[str] = ()) -> Summary
 def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryDraft, int]:
     """``draft`` reduced until its text counts at most ``bound`` tokens, and how many
     entries were dropped. Drop order: notes and artifact refs, then plain facts,
-    decisions, failures and open questions last; oldest first within each. Deterministic;
+    decisions, failures, open questions, then the user's requests (``USER_PREFIX``), and
+    the author's recorded entries last of all; oldest first within each. Deterministic;
     keeps at least one fact (an empty summary is not a summary)."""
     if count(draft.text()) <= bound:
         return draft, 0
@@ -112,14 +120,17 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
     def cost(entry: Fact | str) -> int:
         return count(entry.line() if isinstance(entry, Fact) else f"- {entry}") + 1
 
-    queues: list[list[Fact] | list[str]] = [
-        notes,
-        refs,
-        facts["verified_facts"],
-        facts["decisions"],
-        facts["failures"],
-        facts["unresolved_questions"],
-    ]
+    # One queue per class, oldest first; an entry dropped from its queue leaves its
+    # section too, so each section keeps its order.
+    def plain(f: Fact) -> bool:
+        return not f.recorded and not f.statement.startswith(USER_PREFIX)
+
+    queues: list[list[Fact] | list[str]] = [notes, refs]
+    for name in FACT_FIELDS:
+        queues.append([f for f in facts[name] if plain(f)])
+    entries = [f for name in FACT_FIELDS for f in facts[name]]
+    queues.append([f for f in entries if f.statement.startswith(USER_PREFIX) and not f.recorded])
+    queues.append([f for f in entries if f.recorded])
     dropped = 0
     for queue in queues:
         is_fact = queue is not notes and queue is not refs
@@ -137,6 +148,9 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
                 k = min(k, sum(len(f) for f in facts.values()) - 1)
                 if k <= 0:
                     break
+                gone = {id(f) for f in queue[:k]}
+                for name in FACT_FIELDS:
+                    facts[name] = [f for f in facts[name] if id(f) not in gone]
             del queue[:k]
             dropped += k
     _clip_last(facts, build, bound, count)
@@ -158,10 +172,11 @@ def _clip_last(
                 if count(build().text()) <= bound:
                     return
                 statement = f.statement
-                facts[name][i] = Fact(statement, f.source_ids[:keep_ids])
+                ids = f.source_ids[:keep_ids]
+                facts[name][i] = dataclasses.replace(f, statement=statement, source_ids=ids)
                 while count(build().text()) > bound and len(statement) > floor:
                     statement = _clipped(statement)
-                    facts[name][i] = Fact(statement, f.source_ids[:keep_ids])
+                    facts[name][i] = dataclasses.replace(f, statement=statement, source_ids=ids)
 
 
 def _clipped(statement: str) -> str:

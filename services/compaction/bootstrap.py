@@ -63,7 +63,9 @@ def worker_config(settings: Settings, crash_after_save: bool = False) -> WorkerC
     return WorkerConfig(
         settings.topic_records,
         settings.compaction_segment_tokens,
-        settings.compaction_output_tokens,
+        # A model's output is capped per call; the built-in summarizer fills its share of
+        # the summary's bound instead (R11.2).
+        None if settings.summarizer == "extractive" else settings.compaction_output_tokens,
         # One call may take the summarizer's own timeout plus its retries.
         settings.summarizer_timeout_s * 3,
         crash_after_save=crash_after_save,

@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from domain.compaction.bound import fit_draft, summary_bound
+from domain.compaction.bound import MIN_BOUND, fit_draft, summary_bound
 from domain.compaction.drafts import SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.gateway import SummaryGateway
@@ -63,7 +63,7 @@ CHARS_PER_TOKEN = 4  # to clip an old, unbounded parent summary before it is sen
 class WorkerConfig:
     topic_records: str
     segment_tokens: int
-    output_tokens: int
+    output_tokens: int | None  # a summarizer call's cap; None: its share of the bound
     call_timeout_s: float
     crash_after_save: bool = False  # fault injection for the recovery tests only
 
@@ -85,7 +85,7 @@ class _Job:
     records: list[RecordView]  # the view minus what the parent summary covers
     bound: int  # R11.2/R11.8: the effective summary's token bound
     keep_recent: int
-    output_tokens: int  # per summarizer call; a segment's draft never needs the whole bound
+    output_tokens: int  # per summarizer call, at most; the segments share the bound
     frontier: Frontier  # the thread's plan and constraints: never restated (R11.4)
     hooks: tuple[HookBinding, ...] = ()  # R14: what the session's release binds
     # R10.1: records the release's retention rules keep verbatim (required/active).
@@ -229,7 +229,7 @@ class CompactionWorker:
             records,
             bound,
             policy.recent_complete_groups,
-            min(self.config.output_tokens, bound),
+            min(self.config.output_tokens or bound, bound),
             await self.jobs.current_frontier(req.session_id, req.run_id, req.instance_id),
             policy.hook_bindings,
             retained_record_ids(records, req.run_id, policy.retention_rules),
@@ -281,13 +281,14 @@ class CompactionWorker:
         # summary (R11.2), and an old unbounded one is clipped, never sent whole.
         previous = job.parent.summary_text[: job.bound * CHARS_PER_TOKEN] if job.parent else None
         drafts: list[SummaryDraft] = []
+        share = min(job.output_tokens, max(MIN_BOUND, job.bound // len(segments)))
         for i, seg in enumerate(segments):
             items = source_items(seg, job.by_id)
             job.calls += 1
             request = SummaryRequest(
                 items,
                 previous,
-                job.output_tokens,
+                share,
                 f"{job.op_id}:{i}",
                 plan=job.frontier.plan,
                 constraints=job.frontier.declared,

@@ -8,7 +8,6 @@ import json
 
 import pytest
 
-from domain.compaction import salience as sal
 from domain.compaction.bound import rollup_items
 from domain.compaction.drafts import Fact, SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.extractive import MAX_ARTIFACT_REFS, extract_draft
@@ -80,7 +79,7 @@ def line_with(d: SummaryDraft, needle: str) -> tuple[str, Fact]:
     raise AssertionError(f"{needle!r} not in\n{d.text()}")
 
 
-# --- decisions, however phrased --------------------------------------------------------
+# --- decisions, however phrased: kept as said, by structure ----------------------------
 
 PHRASINGS = [
     "I'll pin urllib3 to 1.26.18.",
@@ -91,50 +90,56 @@ PHRASINGS = [
     "We should split build_index() into two passes.",
     "Switching the queue to the priority lane for PAY-4821.",
     "We will keep the old code path behind EXPORT_V2.",
+    "Final call: orjson over json.",  # no cue word at all
+    "Settled: the export runs nightly.",
 ]
 
 
 @pytest.mark.spec("R11.4")
 @pytest.mark.parametrize("sentence", PHRASINGS)
-def test_a_decision_in_any_phrasing_is_a_decision_citing_its_record(sentence: str) -> None:
+def test_a_decision_in_any_phrasing_is_kept_verbatim_citing_its_record(sentence: str) -> None:
+    """Issue 36: a step's prose is on the floor whatever its wording; no cue word moves
+    it to a section of its own (only the author's records are decisions)."""
     s = Seg()
     s.user("Why is the ledger sync slow?")
     step, (call,) = s.step(f"Looking at the loader. {sentence}", ("read_file", {"path": "a/b.py"}))
     s.outcome(call, "read_file", "x = 1")
     s.answer("Done.")
-    section, line = line_with(draft_of(s), sentence.rstrip("."))
-    assert section == "decisions" and line.source_ids == (step,)
-    assert sal.is_decision(sentence)
+    section, line = line_with(draft_of(s), sentence)
+    assert section == "verified_facts" and line.source_ids == (step,)
+    assert "read_file(a/b.py)" in line.statement  # the step's call on its line
 
 
 @pytest.mark.spec("R11.4")
-def test_every_decision_sentence_of_an_answer_is_kept_not_only_the_first() -> None:
+def test_every_sentence_of_an_answer_is_kept_not_only_the_first() -> None:
     s = Seg()
     q = s.user("What do we do about the flaky export?")
     text = " ".join(["The export fails under load.", *PHRASINGS[:4]])
     answer = s.answer(text)
     d = draft_of(s)
-    for sentence in PHRASINGS[:4]:
-        section, line = line_with(d, sentence.rstrip("."))
-        assert section == "decisions" and line.source_ids == (answer,)
-    _, qa = line_with(d, "Q: What do we do")
-    assert qa.source_ids == (q, answer) and "The export fails under load." in qa.statement
+    _, line = line_with(d, text)
+    assert line.source_ids == (answer,)
+    _, asked = line_with(d, "user: What do we do")
+    assert asked.source_ids == (q,)
 
 
 @pytest.mark.spec("R11.4")
-def test_a_sentence_that_names_and_decides_nothing_yields_to_one_that_does() -> None:
+def test_when_the_bound_binds_calls_outlast_narration() -> None:
+    """Issue 36: "I will now use curl…" narration crowded out the commands that mattered;
+    the floor drops a step's prose before its calls."""
     s = Seg()
     s.user("Fix it.")
     for n in range(40):
         _, (call,) = s.step(
             f"Let me check how this is wired. The culprit is flush_batch_{n}() in worker {n}.",
-            ("bash", {"command": "make test"}),
+            ("bash", {"command": f"make test TARGET=flush_{n}"}),
         )
         s.outcome(call, "bash", "")
     d = draft_of(s, cap=400)
     text = d.text()
-    assert "Let me check how this is wired" not in text  # filler goes first
-    assert text.count("The culprit is flush_batch_") >= 5
+    assert text.count('bash("make test TARGET=flush_') >= 8
+    assert "TARGET=flush_39" in text  # the newest
+    assert text.count("Let me check how this is wired") < 8
 
 
 # --- salient lines of tool output --------------------------------------------------------

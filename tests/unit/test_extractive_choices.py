@@ -1,17 +1,17 @@
-"""Decisions and open questions are first-class entries of the built-in summary (issue
-24): a line of their own section, citing their record, from a guaranteed share of the
-output budget, one-shot and through roll-ups. Pure."""
+"""Decisions and open questions by structure (issue 36): the author's recorded entries are
+kept first, one-shot, through roll-ups and by the fit; an assistant's question is open
+only at the end of its segment; cue words only order. Pure."""
 
 from __future__ import annotations
 
 import pytest
 
-from domain.compaction import salience as sal
-from domain.compaction.bound import concat, rollup_items
-from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
+from domain.compaction.bound import concat, fit_draft, rollup_items
+from domain.compaction.drafts import RECORDED, Fact, SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.extractive import extract_draft
+from domain.compaction.extractive import salience as sal
 from domain.compaction.validate import validate_draft
-from tests.unit.test_extractive import Seg, line_with
+from tests.unit.test_extractive import COUNT, Seg, line_with
 
 
 def noisy_output(k: int) -> str:
@@ -22,118 +22,81 @@ def noisy_output(k: int) -> str:
     return "\n".join([*rows, f"ERROR worker_{k}: E{4000 + k} lock wait exceeded after {k}.5 s"])
 
 
-def busy_with_choices() -> tuple[Seg, dict[str, str]]:
-    """A segment of many tool outputs with a few decisions and open questions in the
-    user's and the assistant's words; their text -> the record that holds it."""
+def recorded_segment(n: int = 12) -> tuple[Seg, str, str]:
+    """Busy tool work with one recorded decision and one recorded open question."""
     s = Seg()
-    where: dict[str, str] = {}
-    where["Use httpx instead of requests in fetch_rates()"] = s.user(
-        "Why is the FX sync slow? Use httpx instead of requests in fetch_rates(). "
-        "TODO: find out whether the nightly job calls fetch_rates() too."
-    )
-    for k in range(12):
-        text = "Reading the next module."
-        if k == 3:
-            text = "We decided to batch the ledger writes in groups of 500 instead of a rewrite."
-            where["We decided to batch the ledger writes in groups of 500"] = ""
-        if k == 7:
-            text = "It is still unclear whether merge_ledger() runs before the backfill."
-        step, (call,) = s.step(text, ("read_file", {"path": f"src/ledger/step_{k}.py"}))
-        if k == 3:
-            where["We decided to batch the ledger writes in groups of 500"] = step
-        if k == 7:
-            where["It is still unclear whether merge_ledger() runs before the backfill"] = step
+    s.user("Why is the FX sync slow?")
+    decision = question = ""
+    for k in range(n):
+        _, (call,) = s.step(f"Reading part {k}.", ("read_file", {"path": f"src/l/s{k}.py"}))
         s.outcome(call, "grep", noisy_output(k))
-    answer = "Fetching is slow because of the pool. Which queue does reconcile_fx() use?"
-    where["Which queue does reconcile_fx() use?"] = s.answer(answer)
-    return s, where
-
-
-SECTION = {
-    "Use httpx instead of requests in fetch_rates()": "decisions",
-    "We decided to batch the ledger writes in groups of 500": "decisions",
-    "It is still unclear whether merge_ledger() runs before the backfill": "unresolved_questions",
-    "TODO: find out whether the nightly job calls fetch_rates() too": "unresolved_questions",
-    "Which queue does reconcile_fx() use?": "unresolved_questions",
-}
+        if k == 3:
+            decision = s._add(
+                "decision_recorded", "assistant", "Batch ledger writes by 500.", detail="locks"
+            )
+        if k == 7:
+            question = s._add(
+                "question_opened", "assistant", "Does merge run before backfill?", question_key="q7"
+            )
+    s.answer("Fetching is slow because of the pool.")
+    return s, decision, question
 
 
 @pytest.mark.spec("R11.4", "R11.7")
-@pytest.mark.parametrize(("cap", "kept"), [(400, 4), (800, 5)])
-def test_decisions_and_open_questions_among_many_tool_outputs_are_kept_and_cited(
-    cap: int, kept: int
-) -> None:
-    s, where = busy_with_choices()
-    where["TODO: find out whether the nightly job calls fetch_rates() too"] = s.items[0].record_id
+@pytest.mark.parametrize("cap", [150, 400, 1600])
+def test_recorded_entries_are_kept_verbatim_whatever_the_budget(cap: int) -> None:
+    s, decision, question = recorded_segment()
     req = s.request(cap)
     d = extract_draft(req)
     validate_draft(d, req.source_ids, 6 * cap)
-    found = 0
-    for text, section in SECTION.items():
-        lines = [(n, f) for n, fs in d.sections() for f in fs if text in f.statement]
-        if lines:
-            (name, line), *more = lines
-            assert not more and name == section and line.source_ids == (where[text],)
-            found += 1
-    assert found >= kept, d.text()  # 400 tokens: the shares hold four of the five
-    assert len(d.verified_facts) >= 3  # and the tool output still gets the rest
-
-
-@pytest.mark.spec("R11.4", "R11.7")
-def test_a_decision_sentence_is_not_repeated_among_the_facts() -> None:
-    s, _ = busy_with_choices()
-    d = extract_draft(s.request(1600))
-    for text in SECTION:
-        assert sum(text in f.statement for f in d.all_facts()) == 1, text
-        assert not any(text in f.statement for f in d.verified_facts), text
+    assert [(f.statement, f.source_ids, f.origin) for f in d.decisions] == [
+        ("Batch ledger writes by 500. (reason: locks)", (decision,), RECORDED)
+    ]
+    (q,) = d.unresolved_questions
+    assert (q.statement, q.source_ids, q.origin, q.key) == (
+        "Does merge run before backfill?", (question,), RECORDED, "q7",
+    )  # fmt: skip
 
 
 @pytest.mark.spec("R11.7")
-def test_a_users_side_question_is_open_unless_the_answer_speaks_to_it() -> None:
+def test_an_assistant_question_before_a_user_message_is_not_open() -> None:
     s = Seg()
-    s.user("Why do exports fail? Also, do we still need the legacy_export flag?")
-    s.answer("The exporter drops rows with an empty currency_code.")
-    s.user("Why is the sync slow? And is sync_batch_size still read anywhere?")
-    s.answer("sync_batch_size is read by the loader only; the sync waits on a lock.")
-    d = extract_draft(s.request(800))
-    name, _ = line_with(d, "do we still need the legacy_export flag?")
-    assert name == "unresolved_questions"
-    name, qa = line_with(d, "And is sync_batch_size still read anywhere?")
-    assert name == "verified_facts" and qa.statement.startswith("Q: Why is the sync slow?")
+    s.user("Rename the flag.")
+    asked = s.answer("Done. Should I also open a PR?")
+    s.user("Yes, go ahead")
+    s.answer("Opened #12.")
+    d = extract_draft(s.request())
+    assert not d.unresolved_questions
+    _, line = line_with(d, "Should I also open a PR?")
+    assert line.source_ids == (asked,)  # kept, as history
 
 
-@pytest.mark.parametrize(
-    ("sentence", "section"),
-    [
-        ("Do the migration in two steps, not one big batch.", "decisions"),
-        ("Use orjson instead of json for the export.", "decisions"),
-        ("We will switch the importer to the bulk queue.", "decisions"),
-        ("Decision: keep LEDGER_SYNC_TIMEOUT at 30 s.", "decisions"),
-        ("Let's use pydantic for the config.", "decisions"),
-        ("TODO: find out who owns the replay job.", "unresolved_questions"),
-        ("It is still unclear whether the cache is shared.", "unresolved_questions"),
-        ("Open question: is the nightly export idempotent.", "unresolved_questions"),
-        ("Which worker reads the priority queue?", "unresolved_questions"),
-        ("It works, not sure why yet.", "unresolved_questions"),
-        ("I found 3 stale rows, not 4.", None),
-        ("Let me check how this is wired.", None),
-    ],
-)
-def test_choices_are_told_by_their_wording(sentence: str, section: str | None) -> None:
-    assert sal.choice(sentence) == section
+@pytest.mark.spec("R11.7")
+def test_wording_never_opens_a_question_nor_makes_a_decision() -> None:
+    s = Seg()
+    s.user("TODO: find out who owns the replay job. Decision: use orjson.")
+    s.answer("It is still unclear whether the cache is shared. We decided to pin urllib3.")
+    s.user("Ok.")
+    d = extract_draft(s.request())
+    assert not d.decisions and not d.unresolved_questions
+    assert "TODO: find out who owns the replay job" in d.text()
+    assert "We decided to pin urllib3" in d.text()
+    assert sal.is_decision("We decided to pin urllib3.")  # the cue remains, to order
 
 
-# --- roll-ups ------------------------------------------------------------------------------
+# --- roll-ups and the fit --------------------------------------------------------------
 
 
-def step_segment(n: int, extra: str = "") -> tuple[SourceItem, ...]:
-    """Step ``n`` of a session: a question, noisy tool work, an answer; record ids and
+def step_segment(n: int) -> tuple[SourceItem, ...]:
+    """Step ``n`` of a session: a request, noisy tool work, an answer; record ids and
     sequences unique across steps."""
     s = Seg()
-    s.user(f"Why does job_{n} fail? {extra}".strip())
+    s.user(f"Why does job_{n} fail?")
     for k in range(4):
         _, (call,) = s.step(f"Checking part {k}.", ("read_file", {"path": f"src/j{n}/p{k}.py"}))
         s.outcome(call, "grep", noisy_output(100 * n + k))
+    if n == 1:
+        s._add("decision_recorded", "assistant", "Pin urllib3 to 1.26.18.")
     s.answer(f"job_{n} fails with E{5000 + n} after {n}.25 s under load.")
     base = 1000 * n
     return tuple(
@@ -153,32 +116,30 @@ def roll(parent: SummaryDraft | None, items: tuple[SourceItem, ...], cap: int) -
     return rolled
 
 
-@pytest.mark.spec("R11.4", "R11.7")
-def test_ten_roll_ups_keep_the_first_decision_and_the_second_steps_open_question() -> None:
-    decision = "Let's pin urllib3 to 1.26.18 instead of patching every caller"
-    question = "TODO: find out whether the replay job retries job_2"
+@pytest.mark.spec("R11.4", "R11.7", "R11.8")
+def test_ten_roll_ups_keep_the_recorded_decision_and_the_newest_requests() -> None:
     draft: SummaryDraft | None = None
     for n in range(1, 11):
-        extra = {1: f"{decision}.", 2: f"Also: {question}."}.get(n, "")
-        draft = roll(draft, step_segment(n, extra), 600)
+        draft = roll(draft, step_segment(n), 600)
     assert draft is not None
-    name, line = line_with(draft, decision)
-    assert name == "decisions" and line.source_ids == (f"rec_{1001:032x}",)
-    name, line = line_with(draft, question)
-    assert name == "unresolved_questions" and line.source_ids == (f"rec_{2001:032x}",)
-    assert len(draft.verified_facts) >= 1  # the facts still get the rest of the budget
+    (decision,) = draft.decisions
+    assert decision.statement == "Pin urllib3 to 1.26.18." and decision.origin == RECORDED
+    asked = [f.statement for f in draft.verified_facts if f.statement.startswith("user: ")]
+    assert "user: Why does job_10 fail?" in asked and len(asked) >= 5
+    assert draft.failures  # the errors the tools met
+    assert COUNT(draft.text()) <= 600 * 1.1
 
 
-@pytest.mark.spec("R11.7")
-def test_a_short_budget_keeps_the_newest_decisions() -> None:
-    s = Seg()
-    for n in range(30):
-        # the older decisions name more: by worth per character alone they would win
-        more = f"PAY-{n + 100}" if n < 25 else "the job"
-        s.answer(f"We decided to raise TIMEOUT_{n:02d} to {n + 10} s for {more}.")
-    first = extract_draft(s.request(4000))
-    assert len(first.decisions) == 30
-    rolled = extract_draft(SummaryRequest(rollup_items(first), None, 300, "op:rollup"))
-    kept = [f.statement for f in rolled.decisions]
-    assert 0 < len(kept) < 30
-    assert any("TIMEOUT_29" in t for t in kept)  # the newest, from the decisions share
+@pytest.mark.spec("R11.2", "R11.8")
+def test_the_fit_drops_recorded_entries_last_and_user_requests_after_other_facts() -> None:
+    facts = tuple(Fact(f"src/m{i}.py: read {i * 7} rows in {i} ms", (f"r{i}",)) for i in range(30))
+    asks = tuple(Fact(f"user: please fix job {i}", (f"u{i}",)) for i in range(5))
+    recorded = (Fact("Use orjson over json for the export.", ("d0",), RECORDED),)
+    questions = (Fact("Which queue does reconcile use?", ("q0",)),)
+    draft = SummaryDraft(facts + asks, recorded, (), questions, (), ())
+    fitted, dropped = fit_draft(draft, 60, COUNT)
+    assert COUNT(fitted.text()) <= 60 and dropped
+    assert fitted.decisions == recorded
+    kept = [f.statement for f in fitted.verified_facts]
+    assert kept and all(k.startswith("user: ") for k in kept)
+    assert kept == [f.statement for f in asks][len(asks) - len(kept) :]  # the newest

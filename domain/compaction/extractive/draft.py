@@ -1,183 +1,157 @@
 """Extractive summarizer: deterministic, no model (R11.3 default adapter and test double).
 
-It keeps what a segment already states, spending the output budget where the facts
-are. Every record becomes candidate lines of fragments (``fill``):
+First a *structural floor* (``floor``), before any heuristic: what observation masking
+keeps, compressed to the bound —
 
-- each decision ("we decided to use X instead of Y", "let's…", "Decision: …", a user's
-  "do X, not Y") and each open question ("which …?", "TODO: find out …", "still unclear
-  whether …") on a line of its own section, citing its record, paid from that section's
-  guaranteed share of the budget (``SHARES``; R11.4, R11.7);
-- the rest of user and assistant text — observation masking as the first layer: each
-  question with its answer (``Q: … → A: …``), each tool-calling step with the calls it
-  made (a file that was only read is still named); a sentence that names nothing goes last;
-- from tool output its salient lines — errors (and the frame just before one),
-  numbers with units, identifiers, paths — wherever they sit; lines of a shape repeated
-  through an output count as a few; failures are worth a line by themselves;
-- a short ranked path list: the files the tool calls touched first, at most ten.
+- every user message's words, verbatim up to a per-message cap (the newest last to go
+  when the bound binds);
+- each assistant message's prose and its tool calls (name and argument values; a long
+  call shortened from the middle, so the program and its target stay);
+- each tool result as a cited stub — the tool, its status, the record id to read it back
+  by (R10.3) — with the lines that carry an error signal by their shape (``signals``:
+  tracebacks, exception lines, test runners' failures, exit codes) and, for a failed
+  call, its first line; a failed result, or one with such lines, goes to Failures;
+- the author's explicit records (``decision_recorded``, ``question_opened``, entries of
+  an earlier summary marked ``origin == "recorded"``): their own sections, dropped last;
+- the questions (``?``, full-width or not) of the segment's last assistant message when no user
+  message follows it: open. Earlier ones were answered, or the user moved on.
 
-``fill.Fill`` keeps the fragments with the most new worth per character, record ids
-included, so a path or an error code is paid for once however often it recurs. Lines
-keep their record order and cite the records they quote (R11.4); the same segment always
-gives the same draft; 5,000 records take well under a second.
+What the floor leaves of the bound goes to the rest of each tool result (``fill.Fill``:
+the fragments with the most new salient things per character, paths, numbers, ids), and
+what that leaves is topped up: a summary uses the bound it is given. Cue words (decision
+wording, error words) only *order*: a fragment they rank up goes later when the floor
+must drop some, and weighs more in the greedy; no kind gets a share from them.
 
-Entries of earlier summaries (kind ``summary:<section>``, a roll-up, R11.8) go through
-the same selection: each keeps its section and its citation; decisions (newest first)
-and open questions keep their shares, failures weigh the most of the rest.
+Lines keep their record order and cite only the records of the request (R11.4); the same
+segment always gives the same draft; 5,000 records take well under a second.
+
+Entries of earlier summaries (kind ``summary:<section>``, a roll-up, R11.8) are floor
+lines of their own section; shortened, never reworded.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from collections import Counter
 
-from domain.compaction import salience as sal
-from domain.compaction.bound import ROLLUP_KIND
+import domain.compaction.extractive.salience as sal
+from domain.compaction.bound import RECORDED_ROLE, ROLLUP_KIND, USER_PREFIX
 from domain.compaction.drafts import (
+    RECORDED,
     SECTION_TITLES,
     SourceItem,
     SummaryDraft,
     SummaryRequest,
 )
-from domain.compaction.fill import (
+from domain.compaction.extractive.fill import (
     CHARS_PER_TOKEN,
     Candidates,
+    Cap,
     Fill,
     Frag,
     fact,
     path_list,
     render,
 )
+from domain.compaction.extractive.floor import keep_floor
+from domain.compaction.extractive.segmentation import (
+    is_question,
+    one_line,
+    sentences,
+    shorten,
+    width,
+)
+from domain.compaction.extractive.signals import signal_lines
 
-LAYER1_SHARE = 0.6  # of the budget, at most, for the first layer (``fill.Frag.layer``)
 MAX_ARTIFACT_REFS = 10
 ARTIFACT_SHARE = 0.08  # of the budget, at most, for the path list
 LISTED_CREDIT = 1.0  # a listed path is known already: a line that only names it adds less
 NOTES_RESERVE = 60  # characters kept for the note
+READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
 
 USER_KINDS = frozenset({"user_input", "supplement"})
-FAILED = {"error": "failed", "cancelled": "was cancelled", "unknown": "outcome unknown"}
+STATUS = {"ok": "ok", "error": "failed", "cancelled": "was cancelled", "unknown": "outcome unknown"}
+# Tiers of the floor (``fill.Frag.tier``): dropped highest first when the bound binds.
+T_RECORDED, T_USER, T_SIGNAL, T_TEXT = 0, 1, 2, 3
+# How each kind of floor fragment shortens: (weight, least, most) in characters.
+USER = Cap(2.0, 160, 2_400)
+CALL = Cap(1.5, 90, 600)
+PROSE = Cap(1.0, 60, 800)
+SIGNAL = Cap(1.0, 60, 300)
+QUESTION = Cap(1.0, 80, 400)
+ENTRY = Cap(1.0, 60)
+USER_ENTRY = Cap(2.0, 160)
+FIXED = Cap(0.0, 0)  # a stub: never shortened (its text is a few characters)
 
-# Worth of a fragment by where it comes from, before its features and cues.
-PRIOR_USER = 1.0
-PRIOR_ANSWER = 1.5  # a final answer's sentences: the conclusions of a run
-PRIOR_ASSISTANT = 0.4  # a step's sentences and calls
-PRIOR_PLAIN = 0.1  # share of the prior left to a sentence without features or cues
-PRIOR_OUTPUT_HEAD = 0.25  # a tool result's first line
+# Worth of a tool result's other lines in the greedy, by where they sit.
+PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
 PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
-PRIOR_BEFORE_ERROR = 0.5  # the line or two before an error: a traceback's frame
-BONUS_KEEP = 2.0  # a failure or an unanswered question is worth a line by itself
-# Repeated fragments of one part are worth less each time: the budget spreads over records.
-DECAY_OUTPUT = 0.75
-DECAY_PROSE = 0.9
-# A roll-up keeps sections; failures, open questions outlive facts (decisions: ``SHARES``).
-_ROLLUP_CLASS = {"verified_facts": 0.5, "decisions": 0.0, "failures": BONUS_KEEP,
-                 "unresolved_questions": BONUS_KEEP}  # fmt: skip
-_ROLLUP_SPLIT = re.compile(r"( \| | … | → |; )")
-_ROLLUP_CUE = {"decisions": sal.is_decision, "unresolved_questions": sal.is_open}
-# Guaranteed shares of the budget, kept first (``Fill.reserve``): (section, share, newest
-# first): questions in record order, decisions newest first; what is left goes to the rest.
-SHARES = (("unresolved_questions", 0.3, False), ("decisions", 0.25, True))
-# (cue, line bonus) of a choice's line: what it is worth past its share, as in roll-ups
-_CHOICE = {"decisions": (sal.W_DECISION, 1.0), "unresolved_questions": (sal.W_OPEN, BONUS_KEEP)}
+PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
+DECAY_OUTPUT = 0.75  # repeated fragments of one part are worth less each time
+REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
 
 
 class _Builder(Candidates):
-    """Fragments of text, as ``fill`` weighs them."""
+    """Floor and greedy fragments, as ``floor`` and ``fill`` keep them."""
 
-    def add(
+    def floor(
         self,
         part: int,
         text: str,
-        base: float,
+        tier: int,
+        cap: Cap,
         *,
         sep: str = " ",
-        output: bool = False,
-        path_weight: float = sal.W_PATH,
-        layer: int = 1,
-        scale: float = 1.0,
-        share: str | None = None,
+        cue: bool = False,
+        inner: int = 0,
     ) -> None:
-        code = sal.W_CODE if output else sal.W_IDENT  # a name in prose is a deliberate mention
-        found = sal.features(text, path_weight=path_weight, code_weight=code)
+        feats = sal.features(text[:4_000])
+        frag = Frag(text, part, 0, sep, feats, 0.0, 1.0, tier=tier, cap=cap, cue=cue, inner=inner)
+        self.frag(part, frag)
+
+    def extra(
+        self, part: int, text: str, base: float, *, sep: str, layer: int, scale: float
+    ) -> None:
+        found = sal.features(text, path_weight=sal.W_PATH_OUTPUT, code_weight=sal.W_CODE)
         feats = {k: w * scale for k, w in found.items()} if scale != 1.0 else found
-        decay = DECAY_OUTPUT if output else DECAY_PROSE
-        self.frag(part, Frag(text, part, 0, sep, feats, base, decay, layer, share=share))
+        self.frag(part, Frag(text, part, 0, sep, feats, base, DECAY_OUTPUT, layer))
 
-    def prose(
-        self, part: int, sentences: list[sal.Piece], prior: float, *, cue: float = 0.0,
-        share: str | None = None, user: bool = False,
-    ) -> None:  # fmt: skip
-        for piece in sentences:
-            s, text = piece.text, sal.clip(piece.text)
-            named = bool(sal.features(text))
-            # "I'll read the code first." decides less than "I'll pin urllib3 to 1.26".
-            base = (cue if named else cue / 2) + (sal.W_ERROR if sal.is_error(s) else 0.0)
-            if user and sal.is_constraint(s):
-                base += sal.W_CONSTRAINT
-            # A sentence that names nothing and decides nothing ("Let me check how this
-            # is wired.") is kept only when there is room to spare.
-            plain = not base and not named
-            worth = base + prior * (PRIOR_PLAIN if plain else 1.0)
-            self.add(part, text, worth, sep=piece.sep, share=share)
-
-    def choice(self, item: SourceItem, piece: sal.Piece, section: str, prefix: str = "") -> None:
-        """A decision or an open question: a line of its own in its section, citing its
-        record, paid from the section's guaranteed share of the budget (``SHARES``)."""
-        cue, bonus = _CHOICE[section]
-        part = self.part(self.line(section, "", bonus), item.record_id, prefix)
-        self.prose(part, [piece], PRIOR_ASSISTANT, cue=cue, share=section)
-
-    def calls(self, part: int, item: SourceItem, args_only: bool = False) -> None:
+    def calls(self, part: int, item: SourceItem, troubled: bool = False) -> None:
+        """The calls ``item`` made; ``troubled``: one of them failed or met an error."""
         for k, (name, args) in enumerate(_calls(item)):
-            call = sal.render_call("" if args_only else name, args)
-            sep = "; " if k else " → "  # after the step's words: what it did
-            self.add(part, call, PRIOR_ASSISTANT, sep=sep, path_weight=sal.W_PATH_TOUCHED)
+            call = sal.render_call(name, args)
+            self.floor(part, call, T_SIGNAL, CALL, sep="; " if k else " → ", cue=troubled)
 
-    def output(self, part: int, text: str, failure: bool = False) -> None:
-        """Salient lines of a tool result. Error lines belong to the first layer; so
-        does a failure's first line when it has no error line."""
-        ps = [p for p in sal.pieces(text) if not sal.is_noise(p.text)]
-        errors = [sal.is_error(p.text) for p in ps]
-        shapes = [sal.shape(p.text) for p in ps]
+    def output(self, part: int, lines: list[str], found: list[int], failed: bool) -> None:
+        """A tool result's lines: those with an error signal (``found``) on the floor,
+        ranked up, the last the last to go (a failed call's first line too when it has
+        none); the others for the greedy, with the shape of a line repeated n times
+        worth about sqrt(n) lines together."""
+        signal = {k: n for n, k in enumerate(found)}
+        if failed and not signal and lines:
+            signal = {0: 0}
+        shapes = [sal.shape(ln) for ln in lines]
         counts = Counter(shapes)
-        for k, p in enumerate(ps):
-            # Lines of a shape repeated n times (log lines, rows, hits, code) are worth
-            # about sqrt(n) lines together; the line unlike the others keeps its worth.
+        for k, ln in enumerate(lines):
+            sep = ": " if k == 0 else " | "
+            if k in signal:
+                text = sal.one_line(ln) or one_line(ln)
+                self.floor(part, text, T_SIGNAL, SIGNAL, sep=sep, cue=True, inner=signal[k])
+                continue
+            if sal.is_noise(ln):
+                continue
             scale = 1 / math.sqrt(counts[shapes[k]])
-            base = sal.W_ERROR * scale if errors[k] else 0.0
-            if not errors[k] and any(errors[k + 1 : k + 3]):
-                base += PRIOR_BEFORE_ERROR
-            base += PRIOR_OUTPUT_HEAD if k == 0 else PRIOR_OUTPUT_TAIL if k >= len(ps) - 2 else 0.0
-            first = errors[k] or (failure and k == 0 and not any(errors))
-            self.add(
-                part, sal.clip(p.text, 200), base, sep=" | " if p.line_start else " ",
-                output=True, path_weight=sal.W_PATH_OUTPUT, layer=1 if first else 2,
-                scale=scale,
-            )  # fmt: skip
-
-
-def _sentences(text: str) -> list[sal.Piece]:
-    return sal.pieces(text, prose=True, head=8_000, tail=2_000)
-
-
-def _dispatched(segment: tuple[SourceItem, ...]) -> list[bool]:
-    """Per item: an assistant message that made tool calls (not a final answer).
-
-    Tool records after an assistant message, up to the next one, belong to it; user
-    supplements may sit in between (R5.3), so only assistant messages reset the scan.
-    """
-    out = [False] * len(segment)
-    tools_after = False
-    for i in range(len(segment) - 1, -1, -1):
-        item = segment[i]
-        if item.kind in ("tool_call", "tool_outcome"):
-            tools_after = True
-        elif item.kind == "assistant_message":
-            out[i] = tools_after or item.call_id is not None or bool(item.arguments)
-            tools_after = False
-    return out
+            base = sal.W_ERROR * scale if sal.is_error(ln) else 0.0  # orders only
+            if k + 1 in signal or k + 2 in signal:
+                base += PRIOR_NEAR_SIGNAL
+            if k == 0:
+                base += PRIOR_OUTPUT_HEAD
+            elif k >= len(lines) - 2:
+                base += PRIOR_OUTPUT_TAIL
+            # a line whose shape repeats (progress, rows, hits) is never filler
+            layer = 1 if k == 0 else 2 if counts[shapes[k]] < REPEATED else 3
+            self.extra(part, sal.clip(ln, 200), base, sep=sep, layer=layer, scale=scale)
 
 
 def _calls(item: SourceItem) -> list[tuple[str, str]]:
@@ -188,127 +162,153 @@ def _calls(item: SourceItem) -> list[tuple[str, str]]:
     return []
 
 
+def _result_lines(item: SourceItem) -> tuple[list[str], list[int]]:
+    """A result's non-blank lines (a huge one's head and tail) and its signal lines."""
+    text = item.text
+    if len(text) > READ_HEAD + READ_TAIL:
+        text = text[:READ_HEAD] + "\n" + text[-READ_TAIL:]
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines, signal_lines(lines)
+
+
+def _troubled(
+    segment: tuple[SourceItem, ...], results: dict[int, tuple[list[str], list[int]]]
+) -> set[int]:
+    """Assistant messages (by index) whose calls' results failed or show error lines:
+    results after a message, up to the next one, answer its calls."""
+    out: set[int] = set()
+    trouble = False
+    for i in range(len(segment) - 1, -1, -1):
+        item = segment[i]
+        if item.kind == "tool_outcome":
+            trouble = trouble or (item.tool_status or "unknown") != "ok" or bool(results[i][1])
+        elif item.kind == "assistant_message":
+            if trouble:
+                out.add(i)
+            trouble = False
+    return out
+
+
+def _asks_last(segment: tuple[SourceItem, ...]) -> int:
+    """The index of the segment's last assistant message when no user message comes
+    after it (its questions are still open), else -1."""
+    for i in range(len(segment) - 1, -1, -1):
+        kind = segment[i].kind
+        if kind in USER_KINDS:
+            return -1
+        if kind == "assistant_message":
+            return i
+    return -1
+
+
 def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
     b = _Builder()
     b.order = {item.record_id: n for n, item in enumerate(segment)}
-    dispatched = _dispatched(segment)
     failed = {
         i.call_id
         for i in segment
         if i.kind == "tool_outcome" and (i.tool_status or "unknown") != "ok" and i.call_id
     }
     call_items = {i.call_id: i for i in segment if i.kind == "tool_call" and i.call_id}
-    pending: list[SourceItem] = []
-
-    def user(line: int, item: SourceItem, prefix: str = "", answer: str = "") -> None:
-        rest = _choices(b, item, _sentences(item.text), "user: ", answer)
-        b.prose(b.part(line, item.record_id, prefix), rest, PRIOR_USER, user=True)
-
+    asks = _asks_last(segment)
+    results = {
+        i: _result_lines(item)
+        for i, item in enumerate(segment)
+        if item.kind in ("tool_outcome", "child_result")
+    }
+    troubled = _troubled(segment, results)
     for i, item in enumerate(segment):
         kind = item.kind
         if kind.startswith(ROLLUP_KIND):
-            if kind[len(ROLLUP_KIND) :] in _ROLLUP_CLASS:
-                _rollup_entry(b, item, kind[len(ROLLUP_KIND) :])
+            _entry(b, item, kind[len(ROLLUP_KIND) :])
         elif kind in USER_KINDS:
-            pending.append(item)
-        elif kind == "assistant_message" and dispatched[i]:
-            _step(b, item)
+            part = b.part(b.line("verified_facts"), item.record_id, USER_PREFIX)
+            b.floor(part, one_line(item.text) or "(empty)", T_USER, USER)
         elif kind == "assistant_message":
-            for q in pending[:-1]:  # earlier inputs this answer also closes
-                user(b.line("verified_facts"), q, "user: ", item.text)
-            line = b.line("verified_facts")
-            if pending:
-                user(line, pending[-1], "Q: ", item.text)
-            pending.clear()
-            _answer(b, line, item)
+            _assistant(b, item, open_questions=i == asks, troubled=i in troubled)
         elif kind == "tool_call" and item.call_id not in failed:  # else on the failure
-            b.calls(b.part(b.line("verified_facts"), item.record_id, "call: "), item)
-        elif kind == "tool_outcome" and (item.tool_status or "unknown") == "ok":
-            if item.text.strip():
-                name = item.tool_name or "unnamed"
-                b.output(b.part(b.line("verified_facts"), item.record_id, f"{name}: "), item.text)
+            b.calls(b.part(b.line("verified_facts"), item.record_id), item)
         elif kind == "tool_outcome":
-            _failure(b, item, call_items.get(item.call_id or ""))
+            _outcome(b, item, results[i], call_items.get(item.call_id or ""))
         elif kind == "child_result":
-            b.output(b.part(b.line("verified_facts"), item.record_id, "child result: "), item.text)
+            named = dataclasses.replace(item, tool_name="child result")
+            _outcome(b, named, results[i], None)
         elif kind == "run_cancelled":
-            part = b.part(b.line("failures", "", BONUS_KEEP), item.record_id)
-            b.add(part, "run was cancelled", 0.0)
-    for q in pending:  # never answered within the segment
-        user(b.line("unresolved_questions", "", BONUS_KEEP), q)
+            part = b.part(b.line("failures"), item.record_id)
+            b.floor(part, "run was cancelled", T_SIGNAL, FIXED)
+        elif kind in _RECORDS:  # the worker puts the author's own entry in its place
+            text = f"{item.text} (reason: {item.detail})" if item.detail else item.text
+            line = b.line(_RECORDS[kind], origin=RECORDED, key=item.question_key)
+            b.floor(b.part(line, item.record_id), one_line(text), T_RECORDED, FIXED)
     return b
 
 
-def _choices(
-    b: _Builder, item: SourceItem, sentences: list[sal.Piece], prefix: str = "",
-    answer: str | None = None,
-) -> list[sal.Piece]:  # fmt: skip
-    """Each decision and open question of a record on a line of its own (``choice``),
-    never also on the record's other line; the other sentences, returned, stay there.
-    ``answer``: the record is a user's message, answered by that text (``sal.choice``)."""
-    heard = sal.features(answer) if answer is not None else None
-    rest: list[sal.Piece] = []
-    for k, piece in enumerate(sentences):
-        section = sal.choice(piece.text, ask=k == 0, heard=heard)
-        if section:
-            b.choice(item, piece, section, prefix)
-        else:
-            rest.append(piece)
-    return rest
+# The author's explicit records, by kind: their section (a closing moves its question,
+# ``domain.compaction.authored``, and makes no entry of its own).
+_RECORDS = {"decision_recorded": "decisions", "question_opened": "unresolved_questions"}
 
 
-def _step(b: _Builder, item: SourceItem) -> None:
-    """A tool-calling step: its decisions and open questions on lines of their own,
-    then one line (one record id to pay for) — its other sentences that name something,
-    in order, then its calls."""
-    rest = _choices(b, item, _sentences(item.text))
+def _assistant(b: _Builder, item: SourceItem, open_questions: bool, troubled: bool) -> None:
+    """Its prose and its calls on one line; with ``open_questions`` (the last message,
+    no user message after it) each question on a line of its own, open. ``troubled``:
+    a call of it failed or met an error, which ranks its calls up."""
+    text = item.text
+    asked: list[str] = []
+    if open_questions:
+        said: list[str] = []
+        for ln in text.splitlines():
+            for s in sentences(ln.strip()):
+                (asked if is_question(s) else said).append(s)
+        text = " ".join(said)
     part = b.part(b.line("verified_facts"), item.record_id)
-    for s in rest:
-        if sal.features(s.text) or sal.is_error(s.text):  # not "Let me check the code."
-            b.prose(part, [s], PRIOR_ASSISTANT)
-    b.calls(part, item)
+    prose = one_line(text)
+    if prose:
+        b.floor(part, prose, T_TEXT, PROSE, cue=sal.is_decision(prose))
+    b.calls(part, item, troubled)
+    for q in asked:
+        b.floor(b.part(b.line("unresolved_questions"), item.record_id), q, T_SIGNAL, QUESTION)
 
 
-def _answer(b: _Builder, line: int, item: SourceItem) -> None:
-    """A final answer: its findings on the question's line, each decision and open
-    question on a line of its own section."""
-    rest = _choices(b, item, _sentences(item.text))
-    b.prose(b.part(line, item.record_id, " → A: ", "A: "), rest, PRIOR_ANSWER)
-
-
-def _failure(b: _Builder, item: SourceItem, call: SourceItem | None) -> None:
-    """A failed, cancelled or unknown tool outcome: worth a line by itself, its error
-    first; the call's arguments when the call is a record of its own."""
+def _outcome(
+    b: _Builder, item: SourceItem, read: tuple[list[str], list[int]], call: SourceItem | None
+) -> None:
+    """A tool result: a cited stub (tool, status; the record id reads it back, R10.3)
+    and its lines (``_Builder.output``). Failures, or results with error lines, go to
+    Failures, with the call's arguments when the call is a record of its own."""
     status = item.tool_status or "unknown"
-    head = f"{item.tool_name or 'unnamed'} {FAILED.get(status, status)}"
-    line = b.line("failures", head, BONUS_KEEP)
-    if call is not None:
-        b.calls(b.part(line, call.record_id, " "), call, args_only=True)
-    out = b.part(line, item.record_id, ": ")
-    b.lines[line].core = out  # the error itself earns the line its place
-    b.output(out, item.text, failure=True)
-    if not b.parts[out].frags:
-        b.add(out, "(no output)", 0.0)
+    failed = status != "ok"
+    line = b.line("failures")
+    name = item.tool_name or "unnamed"
+    part = b.part(line, item.record_id, f" {name} ", f"{name} ")
+    lines, found = read
+    trouble = failed or bool(found)
+    tier = T_SIGNAL if trouble else T_TEXT
+    b.floor(part, STATUS.get(status, status), tier, FIXED, cue=trouble, inner=len(lines) + 1)
+    b.output(part, lines, found, failed)
+    if call is not None and failed:
+        b.calls(b.part(line, call.record_id, " | call: "), call, troubled=True)
+    if not trouble:
+        b.lines[line].section = "verified_facts"
 
 
-def _rollup_entry(b: _Builder, item: SourceItem, section: str) -> None:
-    """An entry of an earlier summary: its fragments (as it joined them) compete again."""
-    line = b.line(section, "", _ROLLUP_CLASS[section])
+def _entry(b: _Builder, item: SourceItem, section: str) -> None:
+    """An entry of an earlier summary: a floor line of its section, as it was written.
+    Recorded entries first, then the user's words, failures and open questions (their
+    section ranks them up), decisions, then the other facts."""
+    if section not in SECTION_TITLES:
+        return
+    recorded = item.role == RECORDED_ROLE
+    text = one_line(item.text) or "(empty)"
+    user = text.startswith(USER_PREFIX)
+    tier = T_RECORDED if recorded else T_USER if user else T_SIGNAL
+    if section == "verified_facts" and not (recorded or user):
+        tier = T_TEXT
+    line = b.line(section, origin=RECORDED if recorded else "", key=item.question_key)
     part = b.part(line, item.record_id, rank=item.session_sequence)  # entries in time order
-    bits = _ROLLUP_SPLIT.split(sal.one_line(item.text))
-    texts = bits[::2]
-    cue = _ROLLUP_CUE.get(section)
-    cued = [bool(cue and t and cue(t)) for t in texts]
-    for k, text in enumerate(texts):
-        if text:
-            base = PRIOR_ASSISTANT + (sal.W_ERROR if sal.is_error(text) else 0.0)
-            base += sal.W_DECISION if section == "decisions" and cued[k] else 0.0
-            # A decision's or a question's own words keep their share: the cued
-            # fragments, or the first when none is (an entry worded otherwise).
-            share = section if cue and (cued[k] or not (k or any(cued))) else None
-            b.add(part, sal.clip(text, 400), base, sep=bits[2 * k - 1] if k else " ", share=share)
-    if not b.parts[part].frags:
-        b.add(part, "(empty)", 0.0)
+    cue = section in ("failures", "unresolved_questions")
+    # a recorded entry is restored verbatim after a roll-up: it is never shortened here
+    cap = FIXED if recorded else USER_ENTRY if user else ENTRY
+    b.floor(part, text, tier, cap, cue=cue)
 
 
 def _touched(segment: tuple[SourceItem, ...]) -> list[str]:
@@ -341,25 +341,27 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
     fill = Fill(b, cap - NOTES_RESERVE - allowance)
     for path in path_list(touched, [], allowance, MAX_ARTIFACT_REFS):
         fill.seen[("path", path)] = LISTED_CREDIT
-    fill.run(LAYER1_SHARE, SHARES)
+    keep_floor(fill)
+    fill.run()
     if b.frags and not any(f.kept for f in b.frags):
-        # Too small a budget for any whole fragment: the most valuable one, clipped.
-        best = max(b.frags, key=lambda f: fill.gain(f))
-        best.text, best.kept = sal.clip(best.text, max(16, cap // 3)), True
-    left_frags, left_lines = fill.left_out()
+        # Too small a budget for any whole fragment: the newest floor one, shortened.
+        best = max(b.frags, key=lambda f: (f.tier is not None, -(f.tier or 0), f.part))
+        best.text, best.kept = shorten(best.full or best.text, max(16, cap // 3)), True
+    shortened = sum(1 for f in b.frags if f.kept and f.full and f.text != f.full)
+    left = sum(1 for f in b.frags if not f.kept)
     sections = render(b)
     facts = [f for name in SECTION_TITLES for f in sections[name]]
     if not facts:
         # Nothing to lift (e.g. only lifecycle records): still account for the range.
         first, last = segment[0].record_id, segment[-1].record_id
-        statement = f"{len(segment)} records without questions, answers or tool results"
+        statement = f"{len(segment)} records without messages or tool results"
         sections["verified_facts"].append(fact(statement, first, last))
         facts = sections["verified_facts"]
-    # One note: what was left out (the originals stay readable by record id), or else
-    # what the draft covers.
+    # One note: what was left out or shortened (the originals stay readable by record
+    # id), or else what the draft covers.
     notes = [_notes(segment)]
-    if left_frags:
-        notes = [f"omitted {left_frags} of {len(b.frags)} fragments ({left_lines} whole lines)"]
+    if left or shortened:
+        notes = [f"omitted {left} of {len(b.frags)} fragments, shortened {shortened}"]
     draft = SummaryDraft(
         verified_facts=tuple(sections["verified_facts"]),
         decisions=tuple(sections["decisions"]),
@@ -370,7 +372,7 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
         ),
         observations=tuple(notes),
     )
-    while len(draft.text()) > cap and (draft.observations or draft.work_artifact_refs):
+    while width(draft.text()) > cap and (draft.observations or draft.work_artifact_refs):
         # the estimate over-counts (ids count double); this only guards odd input.
         if draft.observations:
             draft = dataclasses.replace(draft, observations=draft.observations[:-1])

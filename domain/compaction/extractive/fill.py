@@ -1,27 +1,28 @@
-"""Filling a summary's output budget with the most valuable fragments. Pure.
+"""Filling a summary's output budget: the structural floor first, then the most
+valuable fragments. Pure.
 
 A draft is made of *lines* (one statement each, citing its records); a line has *parts*
-(one per source record, e.g. the question and the answer of a ``Q: … → A: …`` line)
-and a part has *fragments* (a sentence, a tool call, a line of tool output). Choosing
-what to keep is a budgeted coverage problem: a fragment is worth its own cues plus the
-salient things (``salience.features``) no kept fragment has yet, and costs its
-characters plus, for the first fragment of a part, the record id it makes the line cite
-(ids are long and tokenize densely, so a new line is expensive) and the line's frame.
-
-``Fill`` is the lazy greedy for it: over and over it keeps the fragment with the most
-new worth per character. Two layers: the first (user and assistant text, tool calls,
-errors) within its share of the budget, then everything in what is left.
+(one per source record) and a part has *fragments* (a message's words, a tool call, a
+line of tool output). Fragments of the *floor* (``Frag.tier`` set: what observation
+masking would keep, ``floor``) are kept first, shortened as far as the bound needs. The
+rest is a budgeted coverage problem: a fragment is worth its own prior plus the salient
+things (``salience.features``) no kept fragment has yet, and costs its width
+(``segmentation.width``) plus, for the first fragment of a part, the record id it makes
+the line cite and the line's frame. ``Fill`` is the lazy greedy for it: over and over it
+keeps the fragment with the most new worth per character; what is left of the bound is
+then topped up, so a summary uses the bound it was given.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from domain.compaction.drafts import SECTION_TITLES, Fact
-from domain.compaction.salience import PATH, Feature
+from domain.compaction.extractive.salience import PATH, Feature
+from domain.compaction.extractive.segmentation import width
 from domain.compaction.validate import claims_plan_state
 
 # The output cap is in tokens; costs are in characters. Paths, numbers and code
@@ -31,7 +32,6 @@ ID_CHARS_PER_TOKEN = 1.85
 # Tool output worth less than this is never kept, budget or not ("[64%]", "collected 243
 # items"); a result's first line is exempt, as the trace that the call happened.
 MIN_GAIN = 0.5
-MOVES_LINE = ("decisions", "unresolved_questions")  # a kept fragment's section hint
 
 
 @dataclass
@@ -43,14 +43,30 @@ class Frag:
     feats: Mapping[Feature, float]
     base: float  # worth of its own: prior and cues
     decay: float  # its worth is multiplied by this per fragment of its part kept before
-    # 1: user and assistant text, tool calls, error lines, roll-up entries (what
-    # observation masking keeps, plus errors) — chosen first; 2: other tool output.
+    # 1: a tool result's first line (kept even when worth little); 2: other output; 3:
+    # lines of a shape repeated through their output (never kept to fill up the bound)
     layer: int = 1
-    section: str | None = None  # the section it takes its line to, if kept
-    # a decision or an open question: drawn first from that section's own share of the
-    # budget (``Fill.reserve``), so tool output never crowds it out
-    share: str | None = None
+    # The floor (``floor.keep_floor``): its tier (0 recorded entries, 1 the user's words,
+    # 2 calls and errors, 3 prose and result stubs: dropped highest tier first when even
+    # shortened the floor does not fit), how it may be shortened (``Cap``) and whether it
+    # ranks above its tier's others (``cue``: a failed call by structure, or decision
+    # wording, a heuristic; either only orders).
+    tier: int | None = None
+    cap: Cap | None = None
+    cue: bool = False
+    inner: int = 0  # within its record, the higher the later it goes (a result's stub)
+    full: str = ""  # its whole text, before the floor shortened it
     kept: bool = False
+
+
+@dataclass(frozen=True)
+class Cap:
+    """How a floor fragment shortens (``segmentation.shorten``): to ``weight`` times the
+    floor's level, never below ``least`` nor above ``most`` (0: its whole text)."""
+
+    weight: float
+    least: int
+    most: int = 0
 
 
 @dataclass
@@ -73,6 +89,8 @@ class Line:
     parts: list[int] = field(default_factory=list)
     opened: bool = False
     core: int = -1  # the part whose first fragment earns the bonus (-1: any)
+    origin: str = ""  # "recorded": the author's own record (``Fact.origin``)
+    key: str = ""  # a recorded question's key (``Fact.key``)
 
 
 class Candidates:
@@ -84,8 +102,10 @@ class Candidates:
         self.frags: list[Frag] = []
         self.order: dict[str, int] = {}  # record id -> its place in the request
 
-    def line(self, section: str, head: str = "", bonus: float = 0.0) -> int:
-        self.lines.append(Line(section, head, bonus))
+    def line(
+        self, section: str, head: str = "", bonus: float = 0.0, origin: str = "", key: str = ""
+    ) -> int:
+        self.lines.append(Line(section, head, bonus, origin=origin, key=key))
         return len(self.lines) - 1
 
     def part(
@@ -127,7 +147,7 @@ class Fill:
     def cost(self, f: Frag) -> int:
         part = self.c.parts[f.part]
         line = self.c.lines[part.line]
-        c = len(f.text) + (len(f.sep) if part.kept else 0)
+        c = width(f.text) + (len(f.sep) if part.kept else 0)
         if not part.kept:
             c += max(len(part.prefix), len(part.first_prefix)) + len(part.suffix)
             if part.source_id not in self.line_ids.get(part.line, ()):
@@ -151,7 +171,7 @@ class Fill:
         return value
 
     def eligible(self, f: Frag, gain: float) -> bool:
-        return gain > 0 and not (f.layer == 2 and f.index and gain < MIN_GAIN)
+        return gain > 0 and not (f.layer >= 2 and f.index and gain < MIN_GAIN)
 
     def keep(self, f: Frag) -> None:
         part = self.c.parts[f.part]
@@ -166,35 +186,21 @@ class Fill:
         for k, w in f.feats.items():
             self.seen[k] = max(self.seen.get(k, 0.0), w)
 
-    def reserve(self, share: str, chars: int, newest_first: bool = False) -> None:
-        """Keep the fragments of ``share`` within ``chars`` of the budget, each that
-        fits, in record order or newest first (a recent decision outranks one made long
-        ago). What they leave of the share goes back to the rest."""
-        rank, parts = self.c.order, self.c.parts
-        order = [f for f in self.c.frags if f.share == share]
-        # by the record each cites (a user's lines are made when the answer comes), or by
-        # an entry's own place: entries of one record may sit in several sections
-        order.sort(key=lambda f: _rank(parts[f.part], rank), reverse=newest_first)
-        left = min(chars, self.budget)
-        for f in order:
-            cost = self.cost(f)
-            if not f.kept and cost <= left and self.gain(f) > 0:
-                left -= cost
-                self.keep(f)
+    def run(self) -> None:
+        """The greedy over what the floor left, then the top-up."""
+        self._greedy(3)
+        self.top_up()
 
-    def run(self, layer1_share: float, shares: Sequence[tuple[str, float, bool]] = ()) -> None:
-        """Each guaranteed share first (``reserve``: section, share of the budget,
-        newest first), then the first layer within its share of what is left, then
-        everything: text, calls and errors come ahead of tool output, which gets the
-        rest."""
-        whole = self.budget
-        for share, part, newest_first in shares:
-            self.reserve(share, int(whole * part), newest_first)
-        total = self.budget
-        self.budget = int(total * layer1_share)
-        self._greedy(1)
-        self.budget += total - int(total * layer1_share)
-        self._greedy(2)
+    def top_up(self) -> None:
+        """What is left of the bound, filled: fragments not kept yet that say anything
+        not said word for word, by worth per character (below ``MIN_GAIN`` too)."""
+        left = [f for f in self.c.frags if f.layer < 3 and not f.kept and f.text not in self.texts]
+        left.sort(key=lambda f: (-self.gain(f) / max(1, self.cost(f)), -f.part, f.index))
+        for f in left:
+            if self.budget <= 8:
+                break
+            if not f.kept and f.text not in self.texts and self.cost(f) <= self.budget:
+                self.keep(f)
 
     def left_out(self) -> tuple[int, int]:
         """(fragments, lines) that were worth keeping but did not fit."""
@@ -235,13 +241,11 @@ class Fill:
 
 def render(c: Candidates) -> dict[str, list[Fact]]:
     """Kept fragments as statements, by section, in record order. Adjacent fragments
-    join as in the source; a gap shows as "…". A line lands in Decisions or Open
-    questions when a kept fragment says so (``Frag.section``)."""
+    join as in the source; a gap shows as "…"."""
     sections: dict[str, list[Fact]] = {name: [] for name in SECTION_TITLES}
     for line in c.lines:
         text = line.head
         ids: list[str] = []
-        hints: set[str | None] = set()
         for p in line.parts:
             part = c.parts[p]
             kept = [c.frags[m] for m in part.frags if c.frags[m].kept]
@@ -252,20 +256,18 @@ def render(c: Candidates) -> dict[str, list[Fact]]:
                 if k:
                     body += f.sep if f.index == kept[k - 1].index + 1 else " … "
                 body += f.text
-                hints.add(f.section)
             text += (part.prefix if ids else part.first_prefix) + body + part.suffix
             ids.append(part.source_id)
         if ids:
-            section = next((h for h in MOVES_LINE if h in hints), line.section)
-            sections[section].append(fact(text, *ids))
+            sections[line.section].append(fact(text, *ids, origin=line.origin, key=line.key))
     return sections
 
 
-def fact(statement: str, *ids: str) -> Fact:
+def fact(statement: str, *ids: str, origin: str = "", key: str = "") -> Fact:
     statement = statement.strip()
     if claims_plan_state(statement):  # quoted history, not a directive (R11.5)
         statement = f"said: {statement}"
-    return Fact(statement or "(empty)", tuple(dict.fromkeys(ids)))
+    return Fact(statement or "(empty)", tuple(dict.fromkeys(ids)), origin, key)
 
 
 def path_list(touched: list[str], facts: list[Fact], allowance: int, limit: int) -> list[str]:

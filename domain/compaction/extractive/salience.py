@@ -8,12 +8,14 @@ character. This module finds those things:
   with units or decimals, identifiers (hashes, ticket-style ids, UPPER_SNAKE names, error
   codes, back-quoted names), code-style names (weighted low: source listings are full of
   them);
-- **cues**, which make a fragment worth keeping by itself: errors, decisions ("I'll…",
-  "Let's…", "Decision: …", "decided", "switching to", …), open questions and user
-  constraints ("must", "don't", "keep", …).
+- **cues** (heuristics, English only): error words and decision wording ("I'll…",
+  "Let's…", "decided", …). They only *order*: they rank one fragment above another of
+  the same kind; what a summary keeps at all, and which section an entry goes to, comes
+  from structure (who wrote it, a tool's status, a call's arguments, the shape of an
+  error line: ``signals``) or from the author's explicit records.
 
 Nothing here knows what a particular session or benchmark looks like: the rules are the
-general shapes facts take in coding-agent transcripts.
+general shapes facts take in agent transcripts, in any script (``\\w`` is Unicode).
 """
 
 from __future__ import annotations
@@ -21,14 +23,16 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from domain.compaction.extractive.segmentation import CLAUSE_END, SENTENCE_END
 
 # Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
 # lookbehind keeps URLs ("https://host/a.html") and ratios ("and/or") out.
 PATH = re.compile(
     r"(?<![\w:/.~-])(?:(?:~|\.{1,2})?/(?:[\w.-]+/)+[\w.-]+"
-    r"|(?:[\w-][\w.-]*/)+[\w-][\w-]*\.[A-Za-z0-9]{1,8}"
+    r"|(?:[\w-][\w.-]*/)+[\w-][\w-]*\.[^\W_]{1,8}"
     # a bare file name with a common source or config extension: setup.py, ci.yml
     r"|[\w-]+\.(?:py|pyi|md|rst|toml|ya?ml|json|ts|tsx|js|jsx|go|rs|java|kt|c|h|cc|cpp|hpp"
     r"|rb|php|sql|cfg|ini|txt|sh|lock|proto|tf|csv|log|html|css))(?![\w/.-])"
@@ -50,11 +54,14 @@ _IDENT = re.compile(
     r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b"  # a ticket or code: PAY-4821, ORA-00942
     r"|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"  # UPPER_SNAKE: LEDGER_SYNC_TIMEOUT
     r"|\b[A-Z]{1,5}\d{3,6}\b"  # an error code: E4127
-    r"|\b[a-z][a-z0-9]*[-_][a-z0-9]*\d[a-z0-9]*\b"  # a generated id: acct_81a2, req-77f
+    r"|\b[^\W\d_A-Z]\w*[-_][^\W_]*\d\w*\b"  # a generated id: acct_81a2, req-77f
 )
 _QUOTED = re.compile(r"`([^`\n]{2,80})`")
 _ERROR_NAMES = re.compile(r"'([^'\n]{2,60})'|\"([^\"\n]{2,60})\"|\b(\w+(?:Error|Exception))\b")
-_CODE_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]+)+\b")
+# snake_case and CamelCase names (any script: ``[^\W_A-Z]`` is a lower-case letter or digit)
+_CODE_NAME = re.compile(
+    r"\b[^\W\d_A-Z][^\W_A-Z]*(?:_[^\W_A-Z]+)+\b|\b[A-Z][^\W_A-Z]+(?:[A-Z][^\W_A-Z]+)+\b"
+)
 
 ERROR_CUE = re.compile(
     r"\b(?:error|errors|exception|traceback|fails|failed|failing|failure|fatal|panic|denied"
@@ -76,24 +83,6 @@ DECISION_CUE = re.compile(
     r"|^(?:please |so |ok,? )?(?:use|pick|adopt|switch to|stay on|keep using)\b",
     re.I,
 )
-# Open questions by their wording; a sentence ending in "?" is one only where nobody
-# answers it in turn (an assistant's question, a user's side question: ``extractive``).
-OPEN_WORDING = re.compile(
-    r"\b(?:open question|unclear|not sure|unsure|unknown whether|still (?:unknown|open"
-    r"|unclear)|tbd|todo|to be (?:decided|confirmed)|remains? to be|need to (?:confirm|check"
-    r"|verify|find out|ask|decide)|haven't (?:yet )?(?:confirmed|checked|verified|found)"
-    r"|not yet (?:confirmed|known|clear|verified)|find out|figure out|no idea (?:whether|if"
-    r"|why|how)|(?:don't|do not) know (?:yet )?(?:whether|if|why|how)|unanswered)\b",
-    re.I,
-)
-OPEN_CUE = re.compile(rf"\?\s*$|{OPEN_WORDING.pattern}", re.I)
-CONSTRAINT_CUE = re.compile(
-    r"\b(?:must|mustn't|don't|do not|never|always|only|keep|without|avoid|no new|at most"
-    r"|at least|no more than|under|below|within|required|requirement|should not"
-    r"|shouldn't|cannot|can't|please)\b",
-    re.I,
-)
-
 # Weights: what one distinct feature or cue adds to a fragment's worth.
 W_PATH = 1.0
 W_PATH_TOUCHED = 1.5  # a path a tool call was given: a file actually read, run or edited
@@ -104,14 +93,10 @@ W_IDENT = 1.0
 W_CODE = 0.3  # in tool output; in prose W_IDENT
 W_ERROR = 1.5
 W_DECISION = 2.0
-W_OPEN = 1.5
-W_CONSTRAINT = 1.0
 
 Feature = tuple[str, str]  # (kind, normalized value)
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[^\s.])")
-CLAUSE_END = re.compile(r"(?<=[.!?;])\s+(?=[^\s.])|\s+(?=—\s)")  # prose: clauses too
 FRAGMENT_CHARS = 240  # a fragment longer than this is clipped around what is salient
-ARG_CHARS = 80  # one argument value of a tool call
+ARG_READ = 2_000  # of an argument value, the head and the tail read (the floor shortens)
 
 
 @functools.lru_cache(maxsize=65_536)  # roll-ups see the same entries again and again
@@ -147,44 +132,13 @@ def features(
 
 
 def is_decision(sentence: str) -> bool:
+    """Decision wording (English; a heuristic that only orders, never classifies)."""
     return DECISION_CUE.search(sentence) is not None
 
 
-def is_open(sentence: str, *, worded: bool = False) -> bool:
-    """An open question; ``worded``: by its wording alone, not a bare "?"."""
-    return (OPEN_WORDING if worded else OPEN_CUE).search(sentence) is not None
-
-
-def choice(
-    sentence: str, *, ask: bool = False, heard: Mapping[Feature, float] | None = None
-) -> str | None:
-    """The section a decision or an open question goes to, or None. ``heard``: the
-    sentence is a user's and these are what the answer names. A user's ask (``ask``:
-    the message's first sentence) opens no question; a later sentence does when worded
-    so, or when it asks ("…?") about names the answer never mentions. An assistant's
-    question is open as asked."""
-    if is_decision(sentence):
-        return "decisions"
-    if heard is None:
-        return "unresolved_questions" if is_open(sentence) else None
-    if ask:
-        return None
-    if is_open(sentence, worded=True) or (sentence.endswith("?") and _unheard(sentence, heard)):
-        return "unresolved_questions"
-    return None
-
-
-def _unheard(question: str, heard: Mapping[Feature, float]) -> bool:
-    named = features(question)
-    return bool(named) and not any(k in heard for k in named)
-
-
 def is_error(line: str) -> bool:
+    """Error wording (English; a heuristic that only orders: ``signals`` tells errors)."""
     return ERROR_CUE.search(line) is not None
-
-
-def is_constraint(sentence: str) -> bool:
-    return CONSTRAINT_CUE.search(sentence) is not None
 
 
 _DECORATION = re.compile(r"([=\-_*#~+.])\1{3,}")
@@ -248,15 +202,20 @@ def pieces(text: str, *, prose: bool = False, head: int = 12_000, tail: int = 4_
 
 
 _SHAPE_NUM = re.compile(r"\b[0-9a-f]{7,}\b|\d+")
-_SHAPE_WORD = re.compile(r"[a-z]+")
+_SHAPE_WORD = re.compile(r"[^\W\d_]+")  # letters of any script
 _SHAPE_RUN = re.compile(r"(.)\1+")
 
 
+def _lower_word(m: re.Match[str]) -> str:
+    word = m.group(0)
+    return word if any(ch.isupper() for ch in word) else "a"
+
+
 def shape(line: str) -> str:
-    """A line with its numbers, hashes and lower-case words abstracted: log lines,
-    table rows, grep hits and code lines of one output share a few shapes, while the
-    error, the summary or the odd line out has its own."""
-    return _SHAPE_RUN.sub(r"\1", _SHAPE_WORD.sub("a", _SHAPE_NUM.sub("9", line)))
+    """A line with its numbers, hashes and lower-case (or caseless: CJK) words
+    abstracted: log lines, table rows, grep hits and code lines of one output share a
+    few shapes, while the error, the summary or the odd line out has its own."""
+    return _SHAPE_RUN.sub(r"\1", _SHAPE_WORD.sub(_lower_word, _SHAPE_NUM.sub("9", line)))
 
 
 def is_noise(line: str) -> bool:
@@ -266,12 +225,13 @@ def is_noise(line: str) -> bool:
 
 
 def render_call(name: str, arguments: str) -> str:
-    """``name(value, value…)``: argument values without their keys, long ones clipped
-    around what is salient (a path, a number, an id). Non-JSON arguments as they are."""
+    """``name(value, value…)``: argument values without their keys, whole — the floor
+    (``floor``) shortens a long call from the middle, keeping the program and its
+    target. Non-JSON arguments as they are."""
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except ValueError:
-        return f"{name}({clip(arguments, ARG_CHARS * 2)})"
+        return f"{name}({one_line(arguments)})"
     values = list(parsed.values()) if isinstance(parsed, dict) else [parsed]
     return f"{name}({', '.join(_arg(v) for v in _flat(values))})"
 
@@ -288,10 +248,12 @@ def _flat(values: object) -> Iterator[object]:
 
 def _arg(value: object) -> str:
     if isinstance(value, str):
-        text = clip(value, ARG_CHARS)
+        if len(value) > ARG_READ * 2:  # a file's whole content: its ends say which
+            value = f"{value[:ARG_READ]} … {value[-ARG_READ:]}"
+        text = " ".join(value.split())
         simple = text and not any(c in text for c in " ,()\"'")
         return text if simple else json.dumps(text, ensure_ascii=False)
-    return json.dumps(value)
+    return json.dumps(value, ensure_ascii=False)
 
 
 def call_paths(arguments: str) -> list[str]:

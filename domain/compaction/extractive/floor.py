@@ -1,0 +1,188 @@
+"""The structural floor of a summary: what observation masking keeps, compressed to fit
+the bound. Pure.
+
+Every floor fragment (``fill.Frag.tier`` set) is kept, each shortened from the middle to
+the same *level* times its weight (``fill.Cap``: a user's words weigh more than a step's
+prose), the level as high as the bound allows — water-filling: short texts stay whole,
+long ones share what is left. Only when even the shortest allowed forms do not fit are
+fragments dropped: the highest tier first (prose and result stubs before calls and
+errors, those before the user's words, the author's recorded entries last), within a
+tier the ones nothing ranks up (``Frag.cue``: a failed call's lines, by structure;
+decision wording, a heuristic that only orders) first, then the oldest. So when the
+bound binds, the newest user requests are the last to go — but the newest calls and
+errors keep a share of the budget (``SHARES``), by kind of record, never by words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from domain.compaction.drafts import SECTION_TITLES
+from domain.compaction.extractive.fill import Fill, Frag, _rank, id_cost
+from domain.compaction.extractive.segmentation import shorten, width
+
+# Of the budget, what the newest calls and errors (tier 2) and prose and result stubs
+# (tier 3) keep when the user's words alone would fill it: shares by structure (a kind
+# of record), never by words.
+SHARES = {2: 0.25, 3: 0.1}
+PROTECTED = 1  # their tier then: the user's words'
+
+
+class _Floor:
+    def __init__(self, fill: Fill, frags: Sequence[Frag]) -> None:
+        self.fill = fill
+        self.frags = list(frags)
+        self.full = [width(f.full or f.text) for f in self.frags]
+
+    def cap(self, k: int, level: float) -> int:
+        f, full = self.frags[k], self.full[k]
+        c = f.cap
+        if c is None or not c.weight:  # a stub: whole or not at all
+            return full
+        most = min(full, c.most) if c.most else full
+        return min(most, max(c.least, int(c.weight * level)))
+
+    def need(self, alive: Sequence[int], level: float) -> int:
+        """Characters the ``alive`` fragments take at ``level``, with their frames: a
+        part's prefix and citation, a line's frame, a section's title, once each."""
+        c = self.fill.c
+        parts: set[int] = set()
+        lines: set[int] = set()
+        sections: set[str] = set()
+        total = 0
+        cited: set[tuple[int, str]] = set()
+        for k in alive:
+            f = self.frags[k]
+            total += self.cap(k, level)
+            if f.part in parts:
+                total += len(f.sep)
+                continue
+            parts.add(f.part)
+            part = c.parts[f.part]
+            total += max(len(part.prefix), len(part.first_prefix)) + len(part.suffix)
+            if (part.line, part.source_id) not in cited:
+                cited.add((part.line, part.source_id))
+                total += id_cost(part.source_id)
+            if part.line not in lines:
+                lines.add(part.line)
+                line = c.lines[part.line]
+                total += len(line.head) + 6
+                if line.section not in sections:
+                    sections.add(line.section)
+                    total += len(SECTION_TITLES.get(line.section, line.section)) + 4
+        return total
+
+    def level(self, alive: Sequence[int], budget: int) -> float:
+        """The highest level at which ``alive`` fits ``budget`` (0 when none does)."""
+        lo, hi = 0.0, float(max(self.full, default=0) + 1)
+        if self.need(alive, hi) <= budget:
+            return hi
+        for _ in range(24):
+            mid = (lo + hi) / 2
+            if self.need(alive, mid) <= budget:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def least(self, k: int) -> int:
+        """About what fragment ``k`` takes at its least, with its part's frame."""
+        part = self.fill.c.parts[self.frags[k].part]
+        return self.cap(k, 0) + id_cost(part.source_id) + len(part.first_prefix) + 6
+
+    def order(self, budget: int) -> list[int]:
+        """The drop order: the highest tier first, within a tier what nothing ranks up
+        (``Frag.cue``), then the oldest. But the newest of tiers 2 and 3 (calls, errors,
+        prose), ranked-up first, up to their ``SHARES`` of the budget, go with the
+        user's words: a long session's requests never push every command out."""
+        frags = self.frags
+        tier = {k: frags[k].tier or 0 for k in range(len(frags))}
+        for t, share in SHARES.items():
+            members = sorted(
+                (k for k in tier if tier[k] == t), key=lambda k: (frags[k].cue, k), reverse=True
+            )
+            room = budget * share
+            for k in members:
+                room -= self.least(k)
+                if room < 0:
+                    break
+                tier[k] = PROTECTED
+        parts, order = self.fill.c.parts, self.fill.c.order
+        age = [_rank(parts[f.part], order) for f in frags]
+        return sorted(
+            range(len(frags)), key=lambda k: (-tier[k], frags[k].cue, age[k], frags[k].inner, k)
+        )
+
+    def alive(self, budget: int) -> list[int]:
+        """The fragments kept: all, or all but the fewest first in drop order that
+        make the least forms fit."""
+        every = list(range(len(self.frags)))
+        if self.need(every, 0) <= budget:
+            return every
+        order = self.order(budget)
+        lo, hi = 1, len(order)  # drop order[:n]: the smallest n that fits
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.need(sorted(order[mid:]), 0) <= budget:
+                hi = mid
+            else:
+                lo = mid + 1
+        return sorted(order[lo:])
+
+
+def keep_floor(fill: Fill) -> None:
+    """Keep every floor fragment of ``fill``'s candidates that fits, shortened to a
+    common level (see the module); what the floor leaves stays in ``fill.budget``."""
+    frags = [f for f in fill.c.frags if f.tier is not None and not f.kept]
+    if not frags:
+        return
+    for f in frags:
+        f.full = f.full or f.text
+    floor = _Floor(fill, frags)
+    alive = floor.alive(fill.budget)
+    level = floor.level(alive, fill.budget)
+    for k in alive:
+        f = frags[k]
+        f.text = shorten(f.full, floor.cap(k, level))
+        if f.text:
+            fill.keep(f)
+    _widen(fill, floor, alive, level)
+    # The drop was estimated in whole parts and lines: what still fits of the dropped,
+    # the last dropped first, at its least.
+    kept = set(alive)
+    for k in reversed(floor.order(fill.budget + 1)):
+        f = frags[k]
+        if k in kept or fill.budget <= 0:
+            continue
+        f.text = shorten(f.full, floor.cap(k, 0))
+        if f.text and fill.cost(f) <= fill.budget:
+            fill.keep(f)
+        else:
+            f.text = f.full
+
+
+def _widen(fill: Fill, floor: _Floor, alive: list[int], level: float) -> None:
+    """The estimate of the frames was an upper bound: what it left over widens the
+    shortened fragments again, up to the level that still fits."""
+    short = [k for k in alive if floor.frags[k].kept and floor.frags[k].text != floor.frags[k].full]
+    if not short or fill.budget <= 0:
+        return
+    now = {k: width(floor.frags[k].text) for k in short}
+
+    def extra(lv: float) -> int:
+        return sum(max(0, floor.cap(k, lv) - now[k]) for k in short)
+
+    lo, hi = level, float(max(floor.full) + 1)
+    for _ in range(24):
+        mid = (lo + hi) / 2
+        if extra(mid) <= fill.budget:
+            lo = mid
+        else:
+            hi = mid
+    for k in short:
+        f = floor.frags[k]
+        text = shorten(f.full, max(floor.cap(k, lo), now[k]))
+        fill.budget -= width(text) - width(f.text)
+        fill.texts.discard(f.text)
+        f.text = text
+        fill.texts.add(text)

@@ -1,0 +1,250 @@
+# ruff: noqa: RUF001  (CJK full-width punctuation is what these tests are about)
+"""The built-in summarizer's structural floor (issue 36): the user's words, the calls the
+agent made and the errors it met survive, in any language, told by structure — never
+by English cue words. Pure."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from domain.compaction.drafts import SummaryDraft
+from domain.compaction.extractive import extract_draft
+from domain.compaction.extractive import segmentation as seg
+from domain.compaction.extractive.signals import signal_lines
+from domain.compaction.validate import validate_draft
+from tests.unit.test_extractive import COUNT, Seg, line_with
+
+TRACEBACK = """Traceback (most recent call last):
+  File "/repo/app/main.py", line 12, in <module>
+    run()
+  File "/repo/app/core.py", line 40, in run
+    return load(cfg)
+ValueError: {message}"""
+
+# (user request, assistant prose, a long command, the error's message) per language
+SESSIONS = {
+    "zh": (
+        "请修复导入模块时的错误，并且不要修改 config/settings.yaml 文件。",
+        "我先运行测试看看错误。然后检查配置。",
+        "cd /repo && python -m pytest tests/test_import.py -k 导入 --maxfail=1 -q",
+        "无效的配置项",
+    ),
+    "ru": (
+        "Исправь ошибку импорта модуля, но не трогай файл config/settings.yaml.",
+        "Сначала запущу тесты, чтобы увидеть ошибку. Потом проверю конфигурацию.",
+        "cd /repo && python -m pytest tests/test_import.py -k импорт --maxfail=1 -q",
+        "неверный параметр конфигурации",
+    ),
+    "fr": (
+        "Corrige l'erreur d'importation du module, sans modifier config/settings.yaml.",
+        "Je lance d'abord les tests pour voir l'erreur. Ensuite je vérifie la configuration.",
+        "cd /repo && python -m pytest tests/test_import.py -k importation --maxfail=1 -q",
+        "paramètre de configuration invalide",
+    ),
+    "de": (
+        "Behebe den Importfehler des Moduls, aber ändere config/settings.yaml nicht.",
+        "Ich führe zuerst die Tests aus, um den Fehler zu sehen. Dann prüfe ich die Konfiguration.",
+        "cd /repo && python -m pytest tests/test_import.py -k Einfuhr --maxfail=1 -q",
+        "ungültiger Konfigurationswert",
+    ),
+}
+
+
+def session(lang: str, rounds: int = 1, filler: int = 0) -> tuple[Seg, dict[str, str]]:
+    """A coding session in ``lang``: a request, a step running a command whose output
+    ends in a traceback, source listings, an answer; ``filler`` extra steps of noise."""
+    request, prose, command, message = SESSIONS[lang]
+    s = Seg()
+    ids = {"request": s.user(request)}
+    for r in range(rounds):
+        ids["step"], (call,) = s.step(prose, ("bash", {"command": command}))
+        out = "\n".join(
+            [*(f"collected line {i}" for i in range(30)), TRACEBACK.format(message=message)]
+        )
+        ids["error"] = s.outcome(call, "bash", out)
+        for k in range(filler):
+            _, (c2,) = s.step(f"{prose} ({r}.{k})", ("read_file", {"path": f"src/m{k}.py"}))
+            listing = "\n".join(f"    value_{k}_{i} = compute({i})" for i in range(60))
+            s.outcome(c2, "read_file", "try:\n" + listing + "\nexcept AttributeError:\n    pass")
+    ids["answer"] = s.answer(prose.split("。")[0].split(". ")[0])
+    return s, ids
+
+
+def draft(s: Seg, cap: int) -> SummaryDraft:
+    req = s.request(cap)
+    d = extract_draft(req)
+    validate_draft(d, req.source_ids, 6 * cap)
+    assert d.cited_ids() <= req.source_ids  # only this segment's records
+    assert all("\n" not in f.statement for f in d.all_facts())  # one line each
+    return d
+
+
+@pytest.mark.spec("R11.4", "R11.7")
+@pytest.mark.parametrize("lang", sorted(SESSIONS))
+@pytest.mark.parametrize("cap", [300, 1200])
+def test_any_language_keeps_the_request_the_command_and_the_error(lang: str, cap: int) -> None:
+    request, _, command, message = SESSIONS[lang]
+    s, ids = session(lang, filler=6)
+    d = draft(s, cap)
+    _, line = line_with(d, request)  # the user's words, verbatim
+    assert line.source_ids == (ids["request"],) and line.statement == f"user: {request}"
+    head = command.split(" -k ")[0]
+    section, line = line_with(d, "bash(")
+    assert head[:20] in line.statement and line.source_ids == (ids["step"],)
+    section, line = line_with(d, f"ValueError: {message}")
+    assert section == "failures" and line.source_ids == (ids["error"],)
+    assert "bash ok" in line.statement  # the stub: the tool, its status, the record id
+    assert "AttributeError" not in " ".join(f.statement for f in d.failures)
+    assert COUNT(d.text()) <= cap * 1.1
+
+
+@pytest.mark.spec("R11.4")
+@pytest.mark.parametrize("lang", sorted(SESSIONS))
+def test_the_newest_requests_outlast_everything_else_when_the_bound_binds(lang: str) -> None:
+    request = SESSIONS[lang][0]
+    s = Seg()
+    asked = [s.user(f"{n}: {request}") for n in range(12)]
+    for n in range(12):
+        _, (call,) = s.step(SESSIONS[lang][1], ("bash", {"command": SESSIONS[lang][2]}))
+        s.outcome(call, "bash", "\n".join(f"row {i} of {n}" for i in range(50)))
+    d = draft(s, 700)
+    kept = [f.source_ids[0] for f in d.verified_facts if f.statement.startswith("user: ")]
+    assert kept and kept == asked[len(asked) - len(kept) :]  # newest, in order
+    assert len(kept) >= 6
+    assert any(f.statement.startswith("bash(") for f in d.verified_facts)  # calls keep a share
+    assert COUNT(d.text()) <= 700 * 1.1
+
+
+@pytest.mark.spec("R11.4")
+def test_a_long_command_is_shortened_from_the_middle_never_clipped_at_80() -> None:
+    s = Seg()
+    s.user("Run the exploit.")
+    payload = "A" * 300
+    command = (
+        f"curl -s -X POST http://10.0.0.5:8080/login -d 'user=admin&pw={payload}' | tee out.txt"
+    )
+    _, (call,) = s.step("", ("bash", {"command": command}))
+    s.outcome(call, "bash", "HTTP/1.1 200 OK")
+    whole = draft(s, 800)
+    _, line = line_with(whole, "curl -s -X POST http://10.0.0.5:8080/login")
+    assert command in line.statement  # room enough: whole
+    many = Seg()
+    for n in range(25):
+        many.user(f"Try number {n}.")
+        _, (c,) = many.step("", ("bash", {"command": command.replace("login", f"login{n}")}))
+        many.outcome(c, "bash", "HTTP/1.1 403 Forbidden")
+    d = draft(many, 600)
+    calls = [f.statement for f in d.verified_facts if f.statement.startswith("bash(")]
+    assert calls and all("curl -s -X POST" in c and c.endswith('tee out.txt")') for c in calls)
+    assert all("…" in c and len(c) < len(command) for c in calls)
+
+
+@pytest.mark.spec("R11.4")
+def test_errors_are_told_by_structure_not_by_words() -> None:
+    lines = [
+        "def load(cfg):",
+        "    try:",
+        "        return cfg.value",
+        "    except AttributeError:",
+        '        raise ValueError("no value")',
+        "# handle the error case: timeouts, failures",
+        "2024-05-07T10:41:07Z ERROR ledger.sync: LEDGER_E4127 currency mismatch",
+        "E       KeyError: 'currency_code'",
+        "FAILED tests/test_a.py::test_b - KeyError: 'currency_code'",
+        "=========== 1 failed, 119 passed in 41.27s ===========",
+        "Command exited with code 2",
+        "src/main.c:12:5: error: expected ';' before '}' token",
+        "Ошибка: файл не найден",  # words, no structure: a line like any other
+    ]
+    assert signal_lines(lines) == [6, 7, 8, 9, 10, 11]
+    tb = TRACEBACK.format(message="bad").splitlines()
+    assert signal_lines(tb) == list(range(len(tb)))
+
+
+@pytest.mark.spec("R11.7")
+def test_a_question_is_open_only_until_the_next_user_message() -> None:
+    s = Seg()
+    s.user("Add the retry.")
+    s.answer("I added it to src/retry.py. Add file to the chat? (Y)es/(N)o")
+    s.user("Yes.")
+    s.answer("Would you like me to run the tests as well?")
+    s.user("Ja, bitte.")
+    _, (call,) = s.step("Running them.", ("bash", {"command": "pytest -q"}))
+    s.outcome(call, "bash", "3 passed")
+    last = s.answer("All green. Soll ich einen PR öffnen? 要不要也更新文档？")
+    d = draft(s, 800)
+    assert [(f.statement, f.source_ids) for f in d.unresolved_questions] == [
+        ("Soll ich einen PR öffnen?", (last,)),
+        ("要不要也更新文档？", (last,)),
+    ]
+    _, line = line_with(d, "Add file to the chat? (Y)es/(N)o")  # kept, as history
+    assert line in d.verified_facts
+    assert "All green." in line_with(d, "All green.")[1].statement
+
+
+@pytest.mark.spec("R11.2")
+def test_the_draft_fills_its_bound() -> None:
+    s, _ = session("en" if "en" in SESSIONS else "fr", rounds=8, filler=8)
+    for cap in (400, 800, 1600):
+        used = COUNT(draft(s, cap).text())
+        assert 0.7 * cap <= used <= 1.1 * cap, (cap, used)
+
+
+@pytest.mark.spec("R11.3")
+def test_five_thousand_records_well_under_a_second() -> None:
+    s = Seg()
+    for k in range(1250):
+        s.user(f"Вопрос {k}: почему падает job_{k}?")
+        _, (call,) = s.step(
+            f"我来检查 job_{k}。", ("bash", {"command": f"pytest tests/job_{k}.py"})
+        )
+        s.outcome(call, "bash", TRACEBACK.format(message=f"job {k}") if k % 50 == 0 else "ok")
+    req = s.request(4000)
+    started = time.perf_counter()
+    d = extract_draft(req)
+    assert time.perf_counter() - started < 1.0
+    assert d.failures and d.verified_facts
+    assert extract_draft(req).text() == d.text()  # deterministic
+
+
+def test_segmentation_is_unicode() -> None:
+    assert seg.sentences("先运行测试。然后检查配置！好吗？") == [
+        "先运行测试。",
+        "然后检查配置！",
+        "好吗？",
+    ]
+    assert seg.sentences("Сначала тесты. Потом конфиг?") == ["Сначала тесты.", "Потом конфиг?"]
+    assert seg.words("Größe ändern, Ошибка_2 修复") == ["grösse", "ändern", "ошибка_2", "修复"]
+    assert seg.is_question("Souhaitez-vous continuer ?") and seg.is_question("好吗？」")
+    assert seg.width("修复") > seg.width("ab") and seg.width("abc") == 3
+    short = seg.shorten("cd /repo && " + "x" * 200 + " && make test", 40)
+    assert short.startswith("cd /repo") and short.endswith("make test") and "…" in short
+    assert seg.width(seg.shorten("修复" * 100, 50)) <= 50
+
+
+SUMMARIZER_MODULES = (
+    "answers.py", "bound.py", "extractive/draft.py", "extractive/fill.py", "extractive/floor.py",
+    "extractive/salience.py", "extractive/segmentation.py", "extractive/signals.py",
+)  # fmt: skip
+
+
+def test_no_ascii_only_word_pattern_in_the_built_in_summarizer() -> None:
+    root = Path(__file__).resolve().parents[2] / "domain" / "compaction"
+    ascii_word = re.compile(r"\[(?:a-z|A-Za-z|a-zA-Z)[^\]]*\][+*{]")
+    for name in SUMMARIZER_MODULES:
+        assert not ascii_word.search((root / name).read_text()), name
+
+
+def test_calls_render_their_values_whole_and_unescaped() -> None:
+    s = Seg()
+    s.user("写入文件")
+    _, (call,) = s.step("", ("write_file", {"path": "docs/说明.md", "content": "第一行"}))
+    s.outcome(call, "write_file", "ok")
+    _, line = line_with(draft(s, 400), "write_file(")
+    assert "docs/说明.md" in line.statement and "第一行" in line.statement
+    assert json.dumps("第一行") not in line.statement
