@@ -136,6 +136,14 @@ def validate_constraint(ev: ContextEvent, p: ConstraintPayload) -> None:
     within("constraint text", text, MAX_CONSTRAINT_BYTES, "bad_constraint")
 
 
+def validate_authored(ev: ContextEvent, p: DecisionPayload | QuestionPayload) -> None:
+    """A decision or a question (or its closing), by its payload."""
+    if isinstance(p, DecisionPayload):
+        validate_decision(ev, p)
+    else:
+        validate_question(ev, p)
+
+
 def validate_decision(ev: ContextEvent, p: DecisionPayload) -> None:
     """A decision carries its text inline (every summary keeps it verbatim), not empty,
     with its reason, each within MAX_DECISION_BYTES."""

@@ -46,10 +46,9 @@ from schemas.limits import (
 from schemas.payload_rules import (
     MAX_COUNT,
     validate_assistant,
+    validate_authored,
     validate_constraint,
-    validate_decision,
     validate_plan,
-    validate_question,
     validate_retraction,
 )
 from schemas.payload_rules import count as _count
@@ -138,8 +137,7 @@ ALLOWED_AUTHORITY: dict[RecordKind, frozenset[Authority]] = {
     RecordKind.PLAN_UPDATED: frozenset({Authority.MODEL, Authority.HOST}),
     RecordKind.CONSTRAINT_SET: frozenset({Authority.USER, Authority.HOST}),
     RecordKind.CONSTRAINT_RETIRED: frozenset({Authority.USER, Authority.HOST}),
-    # Authored records: the model through its tools (published by the host as MODEL),
-    # the host, or the user (a decision the user took, a question the user asked).
+    # Authored records: the model (through its tools), the host, or the user.
     RecordKind.DECISION_RECORDED: _AUTHORS,
     RecordKind.QUESTION_OPENED: _AUTHORS,
     RecordKind.QUESTION_CLOSED: _AUTHORS,
@@ -303,10 +301,8 @@ def validate_event(ev: ContextEvent) -> None:
         validate_plan(ev.payload)
     elif isinstance(ev.payload, ConstraintPayload):
         validate_constraint(ev, ev.payload)
-    elif isinstance(ev.payload, DecisionPayload):
-        validate_decision(ev, ev.payload)
-    elif isinstance(ev.payload, QuestionPayload):
-        validate_question(ev, ev.payload)
+    elif isinstance(ev.payload, DecisionPayload | QuestionPayload):
+        validate_authored(ev, ev.payload)
 
 
 def _validate_fields(ev: ContextEvent) -> None:
