@@ -45,7 +45,6 @@ from domain.compaction.drafts import (
     SummaryRequest,
 )
 from domain.compaction.extractive.fill import (
-    CHARS_PER_TOKEN,
     Candidates,
     Cap,
     Fill,
@@ -56,6 +55,7 @@ from domain.compaction.extractive.fill import (
 )
 from domain.compaction.extractive.floor import keep_floor
 from domain.compaction.extractive.segmentation import (
+    CHARS_PER_TOKEN,
     is_question,
     one_line,
     sentences,
@@ -336,7 +336,7 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
     b = _candidates(segment)
     touched = _touched(segment)
     listed = touched[:MAX_ARTIFACT_REFS]
-    allowance = min(int(cap * ARTIFACT_SHARE), sum(len(p) + 3 for p in listed))
+    allowance = min(int(cap * ARTIFACT_SHARE), sum(width(p) + 3 for p in listed))
     allowance += 14 if touched else 0  # the section header
     fill = Fill(b, cap - NOTES_RESERVE - allowance)
     for path in path_list(touched, [], allowance, MAX_ARTIFACT_REFS):

@@ -22,13 +22,11 @@ from dataclasses import dataclass, field
 
 from domain.compaction.drafts import SECTION_TITLES, Fact
 from domain.compaction.extractive.salience import PATH, Feature
-from domain.compaction.extractive.segmentation import width
+from domain.compaction.extractive.segmentation import CHARS_PER_TOKEN, width
 from domain.compaction.validate import claims_plan_state
 
-# The output cap is in tokens; costs are in characters. Paths, numbers and code
-# tokenize densely (~3.3 characters per token), hex record ids about twice as densely.
-CHARS_PER_TOKEN = 3.3
-ID_CHARS_PER_TOKEN = 1.85
+# The output cap is in tokens; costs are in ``segmentation.width`` units (about a
+# character of code each: ``CHARS_PER_TOKEN`` per token).
 # Tool output worth less than this is never kept, budget or not ("[64%]", "collected 243
 # items"); a result's first line is exempt, as the trace that the call happened.
 MIN_GAIN = 0.5
@@ -130,7 +128,8 @@ class Candidates:
 
 
 def id_cost(source_id: str) -> int:
-    return math.ceil(len(source_id) * CHARS_PER_TOKEN / ID_CHARS_PER_TOKEN) + 2
+    """A citation's cost: the id, its brackets or separator."""
+    return width(source_id) + math.ceil(CHARS_PER_TOKEN)
 
 
 class Fill:
