@@ -6,10 +6,16 @@ input is dead-lettered with its reason, and the inspector's read model lists the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 
 from domain.compaction.drafts import SummaryDraft
@@ -19,6 +25,7 @@ from services.sdk.client import ContextClient, RunHandle
 from storage.records.authored import session_authored
 from tests.integration.test_compaction import round_, settled
 from tests.integration.test_poison import dead_letters_at
+from tests.support.console import running_console, sign_in
 from tests.support.flows import client, new_session
 from tests.support.services import TEST_SPACE, Services
 
@@ -37,6 +44,7 @@ QUESTION_A = "Which port does the staging broker listen on?"
 QUESTION_B = "谁负责审查架构变更\uff1f"  # a CJK question mark
 ANSWER_A = "9093, TLS only"
 MIN_COMPACTIONS = 10
+AGENTLOOM = str(Path(sys.executable).with_name("agentloom"))
 
 
 @pytest.fixture
@@ -181,3 +189,69 @@ async def test_bad_decisions_and_questions_are_dead_lettered_with_their_reason(
         "SELECT kind FROM records WHERE session_id=$1 AND kind LIKE 'question%'", sid
     )
     assert [r["kind"] for r in kinds] == ["question_opened"]
+
+
+@pytest.fixture(scope="module")
+def console(services: Services) -> Iterator[str]:
+    with running_console(services) as url:
+        yield url
+
+
+def _inspect(pg_dsn: str, *args: str) -> str:
+    p = subprocess.run(
+        [AGENTLOOM, "session", "inspect", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"COLUMNS": "250", "ALC_PG_DSN": pg_dsn},
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
+
+
+@pytest.mark.spec("R18", "R11.7")
+async def test_the_inspector_and_session_inspect_list_decisions_and_questions(
+    ctx: ContextClient, db: asyncpg.Pool, pg_dsn: str, console: str, services: Services
+) -> None:
+    session = await new_session(ctx)
+    sid = session["session_id"]
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "Pick the store.", "q1")
+    await ctx.record_decision(run, DECISIONS[2], reason="热点少", event_key="d1")
+    await ctx.open_question(run, QUESTION_A, event_key="qa")
+    await ctx.open_question(run, QUESTION_B, event_key="qb")
+    await ctx.close_question(run, "qa", answer=ANSWER_A, event_key="close-qa")
+    await ctx.close_question(run, "q-never-opened", event_key="close-none")
+    await ctx.prepare(run)  # read-your-writes: all of them are committed
+
+    got = json.loads(_inspect(pg_dsn, sid, "--json"))["authored"]
+    assert [(d["text"], d["reason"]) for d in got["decisions"]] == [(DECISIONS[2], "热点少")]
+    assert [(q["key"], q["status"], q["answer"]) for q in got["questions"]] == [
+        ("qa", "closed", ANSWER_A),
+        ("qb", "open", None),
+    ]
+    rid = record_id_for(TEST_SPACE, sid, "close-none")
+    assert got["unmatched_closings"] == [rid]  # named apart, never dropped silently
+    table = _inspect(pg_dsn, sid)
+    for line in (
+        "decisions recorded: 1",
+        f"- {DECISIONS[2]} (reason: 热点少)",
+        "questions: 1 open of 2",
+        f"[closed] {QUESTION_A} (qa,",
+        f"— answered: {ANSWER_A} by {record_id_for(TEST_SPACE, sid, 'close-qa')}",
+        f"[open] {QUESTION_B} (qb,",
+        rid,
+    ):
+        assert line in table, (line, table)
+
+    async with httpx.AsyncClient(base_url=console, timeout=30) as http:
+        await sign_in(http, services.api_key)
+        page = await http.get(f"/inspector/sessions/{sid}")
+        assert page.status_code == 200, page.text
+    decisions = page.text.split('id="decisions"')[1].split("</table>")[0]
+    assert DECISIONS[2] in decisions and "热点少" in decisions
+    questions = page.text.split('id="questions"')[1].split("</table>")[0]
+    closed = questions.split('class="question-closed"')[1].split("</tr>")[0]
+    assert QUESTION_A in closed and ANSWER_A in closed
+    assert QUESTION_B in questions.split('class="question-open"')[1].split("</tr>")[0]
+    assert "1 open of 2." in page.text
