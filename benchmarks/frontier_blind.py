@@ -24,9 +24,18 @@ oldest dropped to ours's token count; **last-N** = whole newest messages in that
 - **decisions kept**: share of the last five decisions' key phrases present;
 - **open questions kept**: share of the questions open now whose key phrase is present;
 - **wrongly closed** (ours): questions open now, asked in a record the summary covers,
-  that the summary states but not in its open questions;
+  that the summary *presents as answered or closed* — an entry outside its open questions
+  naming the question with a closing marker (``CLOSED_MARKERS``: the recorded closing's
+  "— answered: …" / "— closed" of ``domain/compaction/authored.py``, the former
+  "answered later: …" of ``answers.py``);
 - **answered still open** (ours): questions answered by now, asked in a covered record,
-  that the summary still lists among its open questions.
+  that the summary still lists among its open questions;
+- **open, not listed** (ours, informational, no target): questions open now, asked in a
+  covered record, that the summary states but not under its open questions. The product
+  holds an assistant's question open only until the next user message (the issue's rule:
+  structure, not words), then keeps it among the facts as "asked earlier: …"
+  (``domain.compaction.answers.CLOSED_PREFIX``) — which says it was asked, not that it
+  was answered, so it is not a wrong closing; this row shows how often that happens.
 
 Prints the rows per language, the targets (decisions >= 90%, open questions >= 80%,
 wrongly closed 0, answered still open <= 10%) with ok/FAIL, and writes
@@ -39,6 +48,7 @@ import argparse
 import asyncio
 import json
 import random
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -327,13 +337,39 @@ def norm(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
-def open_list(draft: dict[str, Any]) -> str:
-    """The text of the summary's open questions (any section named for questions)."""
+def _text(entry: Any) -> str:
+    """An entry's words (``SummaryDraft.to_dict``: ``statement``; a plain string as is)."""
+    if isinstance(entry, dict):
+        return str(entry.get("statement", entry.get("text", "")))
+    return str(entry)
+
+
+def _entries(draft: dict[str, Any], questions: bool) -> list[str]:
+    """The texts of the summary's entries in its sections named for questions
+    (``questions``) or in every other section."""
     out: list[str] = []
     for name, entries in draft.items():
-        if "question" in name and isinstance(entries, list):
-            out.extend(str(e.get("text", "")) if isinstance(e, dict) else str(e) for e in entries)
-    return norm("\n".join(out))
+        if ("question" in name) == questions and isinstance(entries, list):
+            out.extend(_text(e) for e in entries)
+    return out
+
+
+def open_list(draft: dict[str, Any]) -> str:
+    """The text of the summary's open questions (any section named for questions)."""
+    return norm("\n".join(_entries(draft, True)))
+
+
+# How the product marks a question it presents as answered or closed: a recorded
+# closing ("<question> — answered: <answer>" / "<question> — closed", authored.py) and
+# the former structural prefix "answered later: " (answers.py before "asked earlier: ").
+# "asked earlier: " (answers.CLOSED_PREFIX) is not among them: it claims no answer.
+CLOSED_MARKERS = re.compile(r"(?:^|\s)(?:answered later:|— answered:|— closed\b)")
+
+
+def presented_closed(draft: dict[str, Any]) -> list[str]:
+    """The (normalised) entries outside the open questions that present a question as
+    answered or closed."""
+    return [norm(e) for e in _entries(draft, False) if CLOSED_MARKERS.search(norm(e))]
 
 
 def contexts(s: Session, upto: int, summary: Job, count: Callable[[str], int]) -> dict[str, str]:
@@ -361,7 +397,13 @@ class Tally:
         return round(self.held / self.of, 3) if self.of else None
 
 
-ROWS = ("decisions kept", "open questions kept", "wrongly closed", "answered still open")
+ROWS = (
+    "decisions kept",
+    "open questions kept",
+    "wrongly closed",
+    "answered still open",
+    "open, not listed (info)",
+)
 
 
 def probe(
@@ -379,7 +421,9 @@ def probe(
     listed = open_list(summary.draft)
     said = norm(summary.text)
     mine = [k for a, k in opened if a in covered]
-    t["ours"]["wrongly closed"].add(
+    closed = presented_closed(summary.draft)
+    t["ours"]["wrongly closed"].add(sum(any(norm(k) in e for e in closed) for k in mine), len(mine))
+    t["ours"]["open, not listed (info)"].add(
         sum(norm(k) in said and norm(k) not in listed for k in mine), len(mine)
     )
     done = [k for a, k in answered if a in covered]

@@ -12,6 +12,9 @@ from pathlib import Path
 
 from benchmarks import frontier_blind as bench
 from benchmarks.real_transcripts.run import MemoCounter
+from domain.compaction.answers import close_answered
+from domain.compaction.authored import QUESTION_CLOSED, close_questions
+from domain.compaction.drafts import RECORDED, Fact, SourceItem, SummaryDraft
 
 DOMAIN = Path(__file__).resolve().parents[2] / "domain"
 _RE_CALLS = {"compile", "search", "match", "fullmatch", "findall", "finditer", "sub", "split"}
@@ -151,6 +154,44 @@ async def test_a_small_session_in_each_language_measures_every_row() -> None:
             f"{lang}: questions wrongly closed 0",
             f"{lang}: answered questions still open <= 10%",
         }
+        assert rows["open, not listed (info)"]["ours"] is not None
+
+
+def _wrongly_closed(draft: SummaryDraft, key: str) -> bool:
+    return any(bench.norm(key) in e for e in bench.presented_closed(draft.to_dict()))
+
+
+def test_a_question_the_user_moved_on_from_is_not_wrongly_closed() -> None:
+    """The product's structural closing ("asked earlier: …", the next user message
+    after the question) presents nothing as answered: not wrongly closed, and counted
+    by the informational row instead (it is stated, not under the open questions)."""
+    key = "billing ledger concurrency"
+    draft = SummaryDraft((), (), (), (Fact(f"Who owns {key}?", ("rec_3",)),), (), ())
+    moved_on = close_answered(draft, [("rec_4", 4, "Round 2: port it.", "user_input")])
+    assert not moved_on.unresolved_questions
+    assert not _wrongly_closed(moved_on, key)
+    d = moved_on.to_dict()
+    assert bench.norm(key) not in bench.open_list(d)
+
+
+def test_a_question_presented_as_answered_is_wrongly_closed_while_still_open() -> None:
+    """A recorded closing ("— answered: …" / "— closed") and the former "answered
+    later: " prefix present the question as answered: wrongly closed if it is open."""
+    key = "billing ledger concurrency"
+    opened = Fact(f"Who owns {key}?", ("rec_3",), RECORDED, "q1")
+    draft = SummaryDraft((), (), (), (opened,), (), ())
+    for detail in ("infra team", ""):
+        closing = SourceItem(
+            "rec_9", 9, QUESTION_CLOSED, "assistant", "", question_key="q1", detail=detail
+        )
+        closed = close_questions(draft, [closing])
+        assert not closed.unresolved_questions
+        assert _wrongly_closed(closed, key)
+    legacy = SummaryDraft(
+        (Fact(f"answered later: Who owns {key}?", ("rec_3",)),), (), (), (), (), ()
+    )
+    assert _wrongly_closed(legacy, key)
+    assert not _wrongly_closed(draft, key)  # still listed as open
 
 
 def test_answers_follow_their_question_and_name_it() -> None:
