@@ -23,13 +23,15 @@ from domain.planning import record_id_for
 from schemas.contracts import Authority, Content, QuestionPayload, RecordKind
 from services.sdk.client import ContextClient, RunHandle
 from storage.records.authored import session_authored
-from tests.integration.test_compaction import round_, settled
+from tests.integration.test_compaction import round_, script, scripted, settled
 from tests.integration.test_poison import dead_letters_at
 from tests.support.console import running_console, sign_in
 from tests.support.flows import client, new_session
+from tests.support.model_server import Script
 from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
+__all__ = ["script", "scripted"]  # the scripted model's fixtures (test_compaction)
 
 # Phrased with no cue word a text rule could key on, in several languages.
 DECISIONS = [
@@ -75,7 +77,7 @@ async def _jobs_done(db: asyncpg.Pool, sid: str) -> None:
 
 async def _question(ctx: ContextClient, session: dict[str, Any], i: int) -> RunHandle:
     """One question with a decision, a tool round and an answer; the first opens two
-    questions, the fourth closes one of them."""
+    questions, the third closes one of them."""
     run = await ctx.start_run(session)
     await ctx.append_user(run, f"Question number {i}: continue the migration.", f"q{i}")
     text = DECISIONS[i % len(DECISIONS)] + f" (#{i})"
@@ -83,7 +85,7 @@ async def _question(ctx: ContextClient, session: dict[str, Any], i: int) -> RunH
     if i == 0:
         await ctx.open_question(run, QUESTION_A, event_key="qa")
         await ctx.open_question(run, QUESTION_B, event_key="qb", authority=Authority.USER)
-    if i == 3:
+    if i == 2:
         await ctx.close_question(run, "qa", answer=ANSWER_A, event_key="close-qa")
     await round_(ctx, run, f"r{i}")
     await ctx.append_model_result(run, f"Done with step {i}.", f"end{i}")
@@ -94,6 +96,23 @@ async def _question(ctx: ContextClient, session: dict[str, Any], i: int) -> RunH
 async def test_recorded_decisions_and_questions_stay_verbatim_and_cited_across_ten_compactions(
     ctx: ContextClient, db: asyncpg.Pool
 ) -> None:
+    await _kept_across(ctx, db, MIN_COMPACTIONS)
+
+
+@pytest.mark.spec("R11.3", "R11.7", "R11.8")
+async def test_a_model_summarizer_that_ignores_them_still_leaves_them_verbatim_and_cited(
+    scripted: tuple[Services, Script], script: Script, db: asyncpg.Pool
+) -> None:
+    """The scripted model answers one filler fact per segment, never a decision or a
+    question: the recorded entries are the worker's, not the model's."""
+    async with client(scripted[0]) as c:
+        await _kept_across(c, db, 4)
+    assert script.hits >= 4
+
+
+async def _kept_across(ctx: ContextClient, db: asyncpg.Pool, compactions: int) -> None:
+    """Questions with decisions (and two questions, one closed later) until the session
+    has ``compactions`` committed summaries; then every summary is checked."""
     session = await new_session(
         ctx,
         context_policy={
@@ -107,14 +126,14 @@ async def test_recorded_decisions_and_questions_stay_verbatim_and_cited_across_t
         return record_id_for(TEST_SPACE, sid, key)
 
     i = 0
-    while i < 40 and len(await _summaries(db, sid)) < MIN_COMPACTIONS:
+    while i < 40 and len(await _summaries(db, sid)) < compactions:
         run = await _question(ctx, session, i)
         await ctx.prepare(run)  # a new user turn: the trigger starts a job
         await _jobs_done(db, sid)
         await ctx.finish_run(run)
         i += 1
     summaries = await _summaries(db, sid)
-    assert len(summaries) >= MIN_COMPACTIONS, (i, len(summaries))
+    assert len(summaries) >= compactions, (i, len(summaries))
 
     decisions = {rid(f"d{n}"): DECISIONS[n % len(DECISIONS)] + f" (#{n})" for n in range(i)}
     closed_in: str | None = None
