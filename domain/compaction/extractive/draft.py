@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter
 
 import domain.compaction.extractive.salience as sal
@@ -76,7 +77,7 @@ STATUS = {"ok": "ok", "error": "failed", "cancelled": "was cancelled", "unknown"
 T_RECORDED, T_USER, T_SIGNAL, T_TEXT = 0, 1, 2, 3
 # How each kind of floor fragment shortens: (weight, least, most) in characters.
 USER = Cap(2.0, 160, 2_400)
-CALL = Cap(1.5, 90, 600)
+CALL = Cap(1.5, 110, 600)  # least: a command's first 70 characters or so
 PROSE = Cap(1.0, 60, 800)
 SIGNAL = Cap(1.0, 60, 300)
 QUESTION = Cap(1.0, 80, 400)
@@ -89,6 +90,7 @@ PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
 PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
 PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
 DECAY_OUTPUT = 0.75  # repeated fragments of one part are worth less each time
+PRIOR_ROLLED = 0.2  # a rolled-up result line beyond its stub
 REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
 
 
@@ -292,23 +294,44 @@ def _outcome(
 
 
 def _entry(b: _Builder, item: SourceItem, section: str) -> None:
-    """An entry of an earlier summary: a floor line of its section, as it was written.
-    Recorded entries first, then the user's words, failures and open questions (their
-    section ranks them up), decisions, then the other facts."""
+    """An entry of an earlier summary, as it was written: recorded entries whole and
+    first, the user's words whole, the rest in the pieces this summarizer joined
+    (``_JOINS``) so that a roll-up drops and shortens them as the floor did — a step's
+    calls (after " → ") as calls, its prose as prose, a failure's stub and its last
+    line (the exception) the last of it to go."""
     if section not in SECTION_TITLES:
         return
     recorded = item.role == RECORDED_ROLE
     text = one_line(item.text) or "(empty)"
     user = text.startswith(USER_PREFIX)
-    tier = T_RECORDED if recorded else T_USER if user else T_SIGNAL
-    if section == "verified_facts" and not (recorded or user):
-        tier = T_TEXT
     line = b.line(section, origin=RECORDED if recorded else "", key=item.question_key)
     part = b.part(line, item.record_id, rank=item.session_sequence)  # entries in time order
+    if recorded or user:
+        # a recorded entry is restored verbatim after a roll-up: never shortened here
+        b.floor(part, text, T_RECORDED if recorded else T_USER, FIXED if recorded else USER_ENTRY)
+        return
+    firm = section != "verified_facts"  # failures, open questions, decisions
     cue = section in ("failures", "unresolved_questions")
-    # a recorded entry is restored verbatim after a roll-up: it is never shortened here
-    cap = FIXED if recorded else USER_ENTRY if user else ENTRY
-    b.floor(part, text, tier, cap, cue=cue)
+    bits = _JOINS.split(text)
+    pieces, seps = bits[::2], [" ", *bits[1::2]]
+    calls = False
+    for k, piece in enumerate(pieces):
+        calls = calls or seps[k] == " → "
+        if not piece:
+            continue
+        if not (firm or calls) and k and seps[k] in (" | ", " … "):
+            # a result's further lines: as they were, worth their salient things only
+            b.extra(part, piece, PRIOR_ROLLED, sep=seps[k], layer=2, scale=1.0)
+            continue
+        tier = T_SIGNAL if firm or calls else T_TEXT
+        inner = len(pieces) if k in (0, len(pieces) - 1) else k
+        cap = CALL if calls else ENTRY
+        b.floor(part, piece, tier, cap, sep=seps[k], cue=cue, inner=inner)
+
+
+# How this summarizer joins the pieces of a line: a step's prose and its calls, calls,
+# a result's lines, a gap.
+_JOINS = re.compile(r"( → |; | \| | … )")
 
 
 def _touched(segment: tuple[SourceItem, ...]) -> list[str]:
