@@ -79,7 +79,7 @@ T_RECORDED, T_USER, T_SIGNAL, T_TEXT = 0, 1, 2, 3
 USER = Cap(2.0, 160, 2_400)
 CALL = Cap(1.5, 110, 600)  # least: a command's first 70 characters or so
 PROSE = Cap(1.0, 60, 800)
-SIGNAL = Cap(1.0, 60, 300)
+SIGNAL = Cap(1.0, 120, 300)  # least: an error line's first 80 characters or so
 QUESTION = Cap(1.0, 80, 400)
 ENTRY = Cap(1.0, 60)
 USER_ENTRY = Cap(2.0, 160)
@@ -127,9 +127,9 @@ class _Builder(Candidates):
 
     def output(self, part: int, lines: list[str], found: list[int], failed: bool) -> None:
         """A tool result's lines: those with an error signal (``found``) on the floor,
-        ranked up, the last the last to go (a failed call's first line too when it has
-        none); the others for the greedy, with the shape of a line repeated n times
-        worth about sqrt(n) lines together."""
+        the last ranked up (a failed call's first line too when it has none); the
+        others for the greedy, with the shape of a line repeated n times worth about
+        sqrt(n) lines together."""
         signal = {k: n for n, k in enumerate(found)}
         if failed and not signal and lines:
             signal = {0: 0}
@@ -138,8 +138,10 @@ class _Builder(Candidates):
         for k, ln in enumerate(lines):
             sep = ": " if k == 0 else " | "
             if k in signal:
+                # the last error line (an exception, a verdict) ranks up; frames do not
                 text = sal.one_line(ln) or one_line(ln)
-                self.floor(part, text, T_SIGNAL, SIGNAL, sep=sep, cue=True, inner=signal[k])
+                last = signal[k] == len(signal) - 1
+                self.floor(part, text, T_SIGNAL, SIGNAL, sep=sep, cue=last, inner=signal[k])
                 continue
             if sal.is_noise(ln):
                 continue
@@ -324,9 +326,10 @@ def _entry(b: _Builder, item: SourceItem, section: str) -> None:
             b.extra(part, piece, PRIOR_ROLLED, sep=seps[k], layer=2, scale=1.0)
             continue
         tier = T_SIGNAL if firm or calls else T_TEXT
-        inner = len(pieces) if k in (0, len(pieces) - 1) else k
-        cap = CALL if calls else ENTRY
-        b.floor(part, piece, tier, cap, sep=seps[k], cue=cue, inner=inner)
+        ends = k in (0, len(pieces) - 1)  # a failure's stub and its last line
+        inner = len(pieces) if ends else k
+        cap = CALL if calls else SIGNAL if section == "failures" else ENTRY
+        b.floor(part, piece, tier, cap, sep=seps[k], cue=cue and ends, inner=inner)
 
 
 # How this summarizer joins the pieces of a line: a step's prose and its calls, calls,
