@@ -55,7 +55,7 @@ SWE_TRAJS = {
 }
 TAU = ("sierra-research/tau-bench", "59a200c", "MIT", "historical_trajectories/gpt-4o-airline.json")
 TAU_TASKS = (196, 159, 133, 109, 52, 33, 13, 173)
-AIDER_EXAMPLES = ("zyh320888/aider", "HEAD", "Apache-2.0")
+AIDER_EXAMPLES = ("zyh320888/aider", "c98deaf5", "Apache-2.0")
 ZH_GROUPS = {
     "aider-zh-examples-1": ("hello-world-flask", "2048-game", "add-test", "update-docs"),
     "aider-zh-examples-2": ("complex-change", "no-color", "semantic-search-replace"),
@@ -65,14 +65,23 @@ EN_GROUPS = {
     "aider-en-examples-1": ("hello-world-flask", "2048-game", "add-test", "update-docs"),
     "aider-en-examples-2": ("complex-change", "no-color", "census", "pong"),
 }
-# (repo, commit that holds the history, licence, language, transcripts to cut)
+# (repo, commit that holds the history, licence, language, transcripts to cut). Only
+# repositories whose own licence file grants an open licence (README: the table).
 AIDER_LOGS = {
     "aider-ru-mozgoslav": ("AlexShchuka/mozgoslav", "b21c5d9^", "MIT", "ru", 3),
-    "aider-ru-burabay": ("Adilveis81/burabay-website", "574e4ac", "none stated", "ru", 2),
-    "aider-cs-brejlator": ("7onc3k/brejlator", "e840247", "none stated", "cs", 3),
-    "aider-fr-expert-local": ("AntoBel4/expert-local-v2", "0c743f5", "none stated", "fr", 3),
-    "aider-en-laura": ("AspireOne/laura-backend", "8b807c9^", "none stated", "en", 1),
-    "aider-en-tradepirates": ("BartoshMaxim/TradePirates", "HEAD", "none stated", "en", 2),
+}
+# (repo, commit, licence, language, transcripts: each the ``# aider chat started at``
+# sessions it joins, by their 0-based place in the log) — chosen where the user writes
+# French; the repositories are aider forks whose LICENSE.txt is aider's Apache-2.0.
+AIDER_SESSIONS: dict[str, tuple[str, str, str, str, tuple[tuple[int, ...], ...]]] = {
+    "aider-fr-kinchercheur": (
+        "DigitalKin-ai/aider_kinchercheur",
+        "840e41e^",
+        "Apache-2.0",
+        "fr",
+        ((11, 12, 13, 14), (49,), (51,)),
+    ),
+    "aider-fr-nova": ("Lesterpaintstheworld/aider", "61082ffd", "Apache-2.0", "fr", ((72,),)),
 }
 
 _SECRETS = (
@@ -88,7 +97,8 @@ _SECRETS = (
         ),
         r"\1\2[REDACTED]",
     ),
-    (re.compile(r"(?i)(C:\\Users\\|/Users/|/home/)[^\\/\s]+"), r"\1user"),
+    (re.compile(r"(?i)(csrf-token\\?\"\s+content=\\?\")[^\"\\]+"), r"\1[REDACTED]"),
+    (re.compile(r"(?i)(C:\\{1,2}Users\\{1,2}|/Users/|/home/)[^\\/\s]+"), r"\1user"),
 )
 
 
@@ -433,6 +443,23 @@ def build(mirrors: Path) -> list[dict[str, Any]]:
         sessions = aider(git_show(mirrors, repo, commit, path))
         for k, msgs in enumerate(_cut(sessions, n), 1):
             add(f"{tid}-{k}", "aider-log", repo, commit, path, lic, lang, msgs)
+    for tid, (repo, commit, lic, lang, picks) in AIDER_SESSIONS.items():
+        path = ".aider.chat.history.md"
+        parts = re.split(
+            r"(?m)^(?=# aider chat started at )", git_show(mirrors, repo, commit, path)
+        )
+        for k, group in enumerate(picks, 1):
+            msgs = [m for s in aider("".join(parts[i] for i in group)) for m in s]
+            add(
+                f"{tid}-{k}",
+                "aider-log",
+                repo,
+                commit,
+                f"{path}#sessions={','.join(map(str, group))}",
+                lic,
+                lang,
+                msgs,
+            )
     return out
 
 
