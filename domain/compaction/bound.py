@@ -27,6 +27,7 @@ RECORDED_ROLE = "recorded"  # a roll-up item's role when its entry is the author
 # A line the built-in summarizer quotes from a user message starts so: the user's own
 # request, which the fit keeps before the other facts.
 USER_PREFIX = "user: "
+ANSWER_PREFIX = "assistant: "  # … and one from an answer (an assistant message without calls)
 MIN_BOUND = 32
 ARTIFACTS_KEPT = 20  # artifact refs a rolled-up summary keeps (the most recent)
 

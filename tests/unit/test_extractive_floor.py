@@ -248,3 +248,36 @@ def test_calls_render_their_values_whole_and_unescaped() -> None:
     _, line = line_with(draft(s, 400), "write_file(")
     assert "docs/说明.md" in line.statement and "第一行" in line.statement
     assert json.dumps("第一行") not in line.statement
+
+
+@pytest.mark.spec("R11.4", "R11.7")
+@pytest.mark.parametrize(
+    ("ask", "narration", "verdict"),
+    [
+        (
+            "Round {n}: port the billing parser.",
+            "Loading the module.",
+            "Verdict: lib{n} over old{n}.",
+        ),
+        ("第{n}轮：迁移账单解析器。", "正在加载模块。", "结论：选用库{n}而不是旧库{n}。"),
+    ],
+)
+def test_answers_outlast_step_narration_and_the_newest_stay_whole(
+    ask: str, narration: str, verdict: str
+) -> None:
+    """An answer (an assistant message without calls) is what a run concluded: when the
+    bound binds it goes after the steps' narration, the newest first — whatever words
+    it uses (no cue word in ``verdict``)."""
+    s = Seg()
+    for n in range(60):
+        s.user(ask.format(n=n))
+        for k in range(2):
+            _, (call,) = s.step(narration, ("read_file", {"path": f"src/m{n}/f{k}.py"}))
+            s.outcome(call, "read_file", "\n".join(f"x_{i} = f({i})" for i in range(12)))
+        s.answer(f"Round {n} done. " + verdict.format(n=n))
+    d = draft(s, 1200)
+    text = d.text()
+    for n in range(56, 60):  # the answers' share of the bound holds the newest four
+        _, line = line_with(d, verdict.format(n=n))
+        assert line.statement.startswith("assistant: ")
+    assert text.count(narration) < text.count("assistant: ")

@@ -37,7 +37,7 @@ import re
 from collections import Counter
 
 import domain.compaction.extractive.salience as sal
-from domain.compaction.bound import RECORDED_ROLE, ROLLUP_KIND, USER_PREFIX
+from domain.compaction.bound import ANSWER_PREFIX, RECORDED_ROLE, ROLLUP_KIND, USER_PREFIX
 from domain.compaction.drafts import (
     RECORDED,
     SECTION_TITLES,
@@ -54,7 +54,7 @@ from domain.compaction.extractive.fill import (
     path_list,
     render,
 )
-from domain.compaction.extractive.floor import keep_floor
+from domain.compaction.extractive.floor import ANSWERS, keep_floor
 from domain.compaction.extractive.segmentation import (
     CHARS_PER_TOKEN,
     is_question,
@@ -76,13 +76,15 @@ STATUS = {"ok": "ok", "error": "failed", "cancelled": "was cancelled", "unknown"
 # Tiers of the floor (``fill.Frag.tier``): dropped highest first when the bound binds.
 T_RECORDED, T_USER, T_SIGNAL, T_TEXT = 0, 1, 2, 3
 # How each kind of floor fragment shortens: (weight, least, most) in characters.
-USER = Cap(2.0, 160, 2_400)
+USER = Cap(2.0, 120, 2_400)
 CALL = Cap(1.5, 110, 600)  # least: a command's first 70 characters or so
 PROSE = Cap(1.0, 60, 800)
+ANSWER = Cap(1.5, 160, 1_600)
 SIGNAL = Cap(1.0, 120, 300)  # least: an error line's first 80 characters or so
 QUESTION = Cap(1.0, 80, 400)
 ENTRY = Cap(1.0, 60)
-USER_ENTRY = Cap(2.0, 160)
+USER_ENTRY = Cap(2.0, 120)
+ANSWER_ENTRY = Cap(1.5, 160)
 FIXED = Cap(0.0, 0)  # a stub: never shortened (its text is a few characters)
 
 # Worth of a tool result's other lines in the greedy, by where they sit.
@@ -107,9 +109,11 @@ class _Builder(Candidates):
         sep: str = " ",
         cue: bool = False,
         inner: int = 0,
+        group: str = "",
     ) -> None:
         feats = sal.features(text[:4_000])
         frag = Frag(text, part, 0, sep, feats, 0.0, 1.0, tier=tier, cap=cap, cue=cue, inner=inner)
+        frag.group = group
         self.frag(part, frag)
 
     def extra(
@@ -193,6 +197,22 @@ def _troubled(
     return out
 
 
+def _steps(segment: tuple[SourceItem, ...]) -> set[int]:
+    """Assistant messages (by index) that made tool calls: their own, or tool records
+    after them up to the next assistant message (user supplements may sit between)."""
+    out: set[int] = set()
+    tools_after = False
+    for i in range(len(segment) - 1, -1, -1):
+        item = segment[i]
+        if item.kind in ("tool_call", "tool_outcome"):
+            tools_after = True
+        elif item.kind == "assistant_message":
+            if tools_after or item.call_id is not None or item.arguments:
+                out.add(i)
+            tools_after = False
+    return out
+
+
 def _asks_last(segment: tuple[SourceItem, ...]) -> int:
     """The index of the segment's last assistant message when no user message comes
     after it (its questions are still open), else -1."""
@@ -221,6 +241,7 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
         if item.kind in ("tool_outcome", "child_result")
     }
     troubled = _troubled(segment, results)
+    steps = _steps(segment)
     for i, item in enumerate(segment):
         kind = item.kind
         if kind.startswith(ROLLUP_KIND):
@@ -229,7 +250,8 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
             part = b.part(b.line("verified_facts"), item.record_id, USER_PREFIX)
             b.floor(part, one_line(item.text) or "(empty)", T_USER, USER)
         elif kind == "assistant_message":
-            _assistant(b, item, open_questions=i == asks, troubled=i in troubled)
+            step = i in steps
+            _assistant(b, item, open_questions=i == asks, troubled=i in troubled, step=step)
         elif kind == "tool_call" and item.call_id not in failed:  # else on the failure
             b.calls(b.part(b.line("verified_facts"), item.record_id), item)
         elif kind == "tool_outcome":
@@ -252,10 +274,14 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
 _RECORDS = {"decision_recorded": "decisions", "question_opened": "unresolved_questions"}
 
 
-def _assistant(b: _Builder, item: SourceItem, open_questions: bool, troubled: bool) -> None:
+def _assistant(
+    b: _Builder, item: SourceItem, open_questions: bool, troubled: bool, step: bool
+) -> None:
     """Its prose and its calls on one line; with ``open_questions`` (the last message,
     no user message after it) each question on a line of its own, open. ``troubled``:
-    a call of it failed or met an error, which ranks its calls up."""
+    a call of it failed or met an error, which ranks its calls up. A message that made
+    no call (not a ``step``) is an answer — what a run concluded: marked
+    ``ANSWER_PREFIX`` and as firm as the calls, where a step's narration goes first."""
     text = item.text
     asked: list[str] = []
     if open_questions:
@@ -264,10 +290,12 @@ def _assistant(b: _Builder, item: SourceItem, open_questions: bool, troubled: bo
             for s in sentences(ln.strip()):
                 (asked if is_question(s) else said).append(s)
         text = " ".join(said)
-    part = b.part(b.line("verified_facts"), item.record_id)
+    part = b.part(b.line("verified_facts"), item.record_id, "" if step else ANSWER_PREFIX)
     prose = one_line(text)
     if prose:
-        b.floor(part, prose, T_TEXT, PROSE, cue=sal.is_decision(prose))
+        tier, cap = (T_TEXT, PROSE) if step else (T_SIGNAL, ANSWER)
+        group = "" if step else ANSWERS
+        b.floor(part, prose, tier, cap, cue=sal.is_decision(prose), group=group)
     b.calls(part, item, troubled)
     for q in asked:
         b.floor(b.part(b.line("unresolved_questions"), item.record_id), q, T_SIGNAL, QUESTION)
@@ -311,6 +339,9 @@ def _entry(b: _Builder, item: SourceItem, section: str) -> None:
     if recorded or user:
         # a recorded entry is restored verbatim after a roll-up: never shortened here
         b.floor(part, text, T_RECORDED if recorded else T_USER, FIXED if recorded else USER_ENTRY)
+        return
+    if text.startswith(ANSWER_PREFIX):  # what a run concluded: as firm as the calls
+        b.floor(part, text, T_SIGNAL, ANSWER_ENTRY, cue=sal.is_decision(text), group=ANSWERS)
         return
     firm = section != "verified_facts"  # failures, open questions, decisions
     cue = section in ("failures", "unresolved_questions")

@@ -53,6 +53,7 @@ class Frag:
     cap: Cap | None = None
     cue: bool = False
     inner: int = 0  # within its record, the higher the later it goes (a result's stub)
+    group: str = ""  # its share of the floor (``floor.SHARES``) when not its tier's
     full: str = ""  # its whole text, before the floor shortened it
     kept: bool = False
 

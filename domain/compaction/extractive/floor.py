@@ -21,10 +21,11 @@ from domain.compaction.drafts import SECTION_TITLES
 from domain.compaction.extractive.fill import Fill, Frag, _rank, id_cost
 from domain.compaction.extractive.segmentation import shorten, width
 
-# Of the budget, what the newest calls and errors (tier 2) and prose and result stubs
-# (tier 3) keep when the user's words alone would fill it: shares by structure (a kind
-# of record), never by words.
-SHARES = {2: 0.25, 3: 0.1}
+# Of the budget, what the newest calls and errors (tier 2), answers (``Frag.group``) and
+# step prose and result stubs (tier 3) keep when the user's words alone would fill it:
+# shares by structure (a kind of record), never by words.
+ANSWERS = "answers"
+SHARES = {"2": 0.2, ANSWERS: 0.15, "3": 0.1}
 PROTECTED = 1  # their tier then: the user's words'
 
 
@@ -92,14 +93,15 @@ class _Floor:
 
     def order(self, budget: int) -> list[int]:
         """The drop order: the highest tier first, within a tier what nothing ranks up
-        (``Frag.cue``), then the oldest. But the newest of tiers 2 and 3 (calls, errors,
-        prose), ranked-up first, up to their ``SHARES`` of the budget, go with the
-        user's words: a long session's requests never push every command out."""
+        (``Frag.cue``), then the oldest. But the newest of each group (calls and errors,
+        answers, prose), ranked-up first, up to their ``SHARES`` of the budget, go with
+        the user's words: a long session's requests never push every command out."""
         frags = self.frags
         tier = {k: frags[k].tier or 0 for k in range(len(frags))}
-        for t, share in SHARES.items():
+        group = {k: frags[k].group or str(tier[k]) for k in tier}
+        for g, share in SHARES.items():
             members = sorted(
-                (k for k in tier if tier[k] == t), key=lambda k: (frags[k].cue, k), reverse=True
+                (k for k in tier if group[k] == g), key=lambda k: (frags[k].cue, k), reverse=True
             )
             room = budget * share
             for k in members:
