@@ -39,7 +39,8 @@ from streams.kafka.topics import require_topics
 log = logging.getLogger("agentloom.compaction")
 
 
-def make_gateway(settings: Settings) -> SummaryGateway:
+def make_gateway(settings: Settings, count: Callable[[str], int] | None = None) -> SummaryGateway:
+    """The deployment's summarizer; ``count``: the tokenizer a model's answer is trimmed by."""
     if settings.summarizer == "openai":
         if not (settings.summarizer_base_url and settings.summarizer_model):
             raise SystemExit(
@@ -50,6 +51,7 @@ def make_gateway(settings: Settings) -> SummaryGateway:
             settings.summarizer_model,
             settings.summarizer_api_key,
             settings.summarizer_timeout_s,
+            count=count,
         )
     return ExtractiveSummarizer()
 
@@ -164,12 +166,13 @@ async def start(settings: Settings) -> Running:
         linger_ms=0,
     )
     store = PgCompactionJobs(pool)
+    counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
     requests = compose(
         settings,
         store,
         publisher,
-        make_gateway(settings),
-        CachedCounter(make_counter("cl100k_base", settings.tiktoken_file)),
+        make_gateway(settings, counter.count),
+        counter,
         load_hooks(settings.compaction_hooks),
         crash_after_save=os.environ.get("ALC_FAULT_CRASH_AFTER_SAVE") == "1",
         # R18: the summarizer calls' usage and cost, under purpose "compaction".

@@ -384,7 +384,7 @@ async def test_openai_adapter_sends_a_tool_free_json_request_and_parses_the_draf
     assert hit["headers"]["Authorization"] == f"Bearer {API_KEY}"
     body = hit["json"]
     assert "tools" not in body and "tool_choice" not in body
-    assert body["response_format"] == {"type": "json_object"}
+    assert body["response_format"]["type"] == "json_schema"
     assert body["temperature"] == 0 and body["max_tokens"] == 512 and body["model"] == "summ-1"
     assert [m["role"] for m in body["messages"]] == ["system", "user"]
     user = body["messages"][1]["content"]
