@@ -8,6 +8,7 @@ a question stays open in the summaries until a ``close_question`` names its key.
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 from schemas.contracts import (
@@ -17,6 +18,7 @@ from schemas.contracts import (
     QuestionPayload,
     RecordKind,
 )
+from schemas.limits import MAX_KEY_LEN
 from services.sdk.appends import EventAppends, RunHandle
 
 
@@ -82,6 +84,14 @@ class AuthoredAppends(EventAppends):
                 authority,
                 Content.text(answer or ""),
                 QuestionPayload(question_key, answer),
-                event_key or f"close:{question_key}",
+                event_key or _closing_key(question_key),
             )
         )
+
+
+def _closing_key(question_key: str) -> str:
+    """``close:<question key>``; a digest of it when that would be over the key limit."""
+    key = f"close:{question_key}"
+    if len(key) <= MAX_KEY_LEN:
+        return key
+    return f"close:sha256:{hashlib.sha256(question_key.encode()).hexdigest()}"
