@@ -26,18 +26,16 @@ Lines keep their record order and cite only the records of the request (R11.4); 
 segment always gives the same draft; 5,000 records take well under a second.
 
 Entries of earlier summaries (kind ``summary:<section>``, a roll-up, R11.8) are floor
-lines of their own section; shortened, never reworded.
+lines of their own section, in the pieces they were joined from (``entries``); shortened,
+never reworded.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import re
-from collections import Counter
 
 import domain.compaction.extractive.salience as sal
-from domain.compaction.bound import ANSWER_PREFIX, RECORDED_ROLE, ROLLUP_KIND, USER_PREFIX
+from domain.compaction.bound import ANSWER_PREFIX, ROLLUP_KIND, USER_PREFIX
 from domain.compaction.drafts import (
     RECORDED,
     SECTION_TITLES,
@@ -45,15 +43,22 @@ from domain.compaction.drafts import (
     SummaryDraft,
     SummaryRequest,
 )
-from domain.compaction.extractive.fill import (
-    Candidates,
-    Cap,
-    Fill,
-    Frag,
-    fact,
-    path_list,
-    render,
+from domain.compaction.extractive.builder import (
+    ANSWER,
+    FIXED,
+    PROSE,
+    QUESTION,
+    T_RECORDED,
+    T_SIGNAL,
+    T_TEXT,
+    T_USER,
+    USER,
+    Builder,
+    calls_of,
+    result_lines,
 )
+from domain.compaction.extractive.entries import add_entry
+from domain.compaction.extractive.fill import Fill, fact, path_list, render
 from domain.compaction.extractive.floor import ANSWERS, keep_floor
 from domain.compaction.extractive.segmentation import (
     CHARS_PER_TOKEN,
@@ -63,120 +68,14 @@ from domain.compaction.extractive.segmentation import (
     shorten,
     width,
 )
-from domain.compaction.extractive.signals import signal_lines
 
 MAX_ARTIFACT_REFS = 10
 ARTIFACT_SHARE = 0.08  # of the budget, at most, for the path list
 LISTED_CREDIT = 1.0  # a listed path is known already: a line that only names it adds less
 NOTES_RESERVE = 60  # characters kept for the note
-READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
 
 USER_KINDS = frozenset({"user_input", "supplement"})
 STATUS = {"ok": "ok", "error": "failed", "cancelled": "was cancelled", "unknown": "outcome unknown"}
-# Tiers of the floor (``fill.Frag.tier``): dropped highest first when the bound binds.
-T_RECORDED, T_USER, T_SIGNAL, T_TEXT = 0, 1, 2, 3
-# How each kind of floor fragment shortens: (weight, least, most) in characters.
-USER = Cap(2.0, 120, 2_400)
-CALL = Cap(1.5, 110, 600)  # least: a command's first 70 characters or so
-PROSE = Cap(1.0, 60, 800)
-ANSWER = Cap(1.5, 160, 1_600)
-SIGNAL = Cap(1.0, 120, 300)  # least: an error line's first 80 characters or so
-QUESTION = Cap(1.0, 80, 400)
-ENTRY = Cap(1.0, 60)
-USER_ENTRY = Cap(2.0, 120)
-ANSWER_ENTRY = Cap(1.5, 160)
-FIXED = Cap(0.0, 0)  # a stub: never shortened (its text is a few characters)
-
-# Worth of a tool result's other lines in the greedy, by where they sit.
-PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
-PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
-PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
-DECAY_OUTPUT = 0.75  # repeated fragments of one part are worth less each time
-PRIOR_ROLLED = 0.2  # a rolled-up result line beyond its stub
-REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
-
-
-class _Builder(Candidates):
-    """Floor and greedy fragments, as ``floor`` and ``fill`` keep them."""
-
-    def floor(
-        self,
-        part: int,
-        text: str,
-        tier: int,
-        cap: Cap,
-        *,
-        sep: str = " ",
-        cue: bool = False,
-        inner: int = 0,
-        group: str = "",
-    ) -> None:
-        feats = sal.features(text[:4_000])
-        frag = Frag(text, part, 0, sep, feats, 0.0, 1.0, tier=tier, cap=cap, cue=cue, inner=inner)
-        frag.group = group
-        self.frag(part, frag)
-
-    def extra(
-        self, part: int, text: str, base: float, *, sep: str, layer: int, scale: float
-    ) -> None:
-        found = sal.features(text, path_weight=sal.W_PATH_OUTPUT, code_weight=sal.W_CODE)
-        feats = {k: w * scale for k, w in found.items()} if scale != 1.0 else found
-        self.frag(part, Frag(text, part, 0, sep, feats, base, DECAY_OUTPUT, layer))
-
-    def calls(self, part: int, item: SourceItem, troubled: bool = False) -> None:
-        """The calls ``item`` made; ``troubled``: one of them failed or met an error."""
-        for k, (name, args) in enumerate(_calls(item)):
-            call = sal.render_call(name, args)
-            self.floor(part, call, T_SIGNAL, CALL, sep="; " if k else " → ", cue=troubled)
-
-    def output(self, part: int, lines: list[str], found: list[int], failed: bool) -> None:
-        """A tool result's lines: those with an error signal (``found``) on the floor,
-        the last ranked up (a failed call's first line too when it has none); the
-        others for the greedy, with the shape of a line repeated n times worth about
-        sqrt(n) lines together."""
-        signal = {k: n for n, k in enumerate(found)}
-        if failed and not signal and lines:
-            signal = {0: 0}
-        shapes = [sal.shape(ln) for ln in lines]
-        counts = Counter(shapes)
-        for k, ln in enumerate(lines):
-            sep = ": " if k == 0 else " | "
-            if k in signal:
-                # the last error line (an exception, a verdict) ranks up; frames do not
-                text = sal.one_line(ln) or one_line(ln)
-                last = signal[k] == len(signal) - 1
-                self.floor(part, text, T_SIGNAL, SIGNAL, sep=sep, cue=last, inner=signal[k])
-                continue
-            if sal.is_noise(ln):
-                continue
-            scale = 1 / math.sqrt(counts[shapes[k]])
-            base = sal.W_ERROR * scale if sal.is_error(ln) else 0.0  # orders only
-            if k + 1 in signal or k + 2 in signal:
-                base += PRIOR_NEAR_SIGNAL
-            if k == 0:
-                base += PRIOR_OUTPUT_HEAD
-            elif k >= len(lines) - 2:
-                base += PRIOR_OUTPUT_TAIL
-            # a line whose shape repeats (progress, rows, hits) is never filler
-            layer = 1 if k == 0 else 2 if counts[shapes[k]] < REPEATED else 3
-            self.extra(part, sal.clip(ln, 200), base, sep=sep, layer=layer, scale=scale)
-
-
-def _calls(item: SourceItem) -> list[tuple[str, str]]:
-    if item.arguments:
-        return list(item.arguments)
-    if item.kind == "tool_call":  # an item built without ``arguments``: its text is them
-        return [(item.tool_name or "call", item.text)]
-    return []
-
-
-def _result_lines(item: SourceItem) -> tuple[list[str], list[int]]:
-    """A result's non-blank lines (a huge one's head and tail) and its signal lines."""
-    text = item.text
-    if len(text) > READ_HEAD + READ_TAIL:
-        text = text[:READ_HEAD] + "\n" + text[-READ_TAIL:]
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines, signal_lines(lines)
 
 
 def _troubled(
@@ -225,8 +124,8 @@ def _asks_last(segment: tuple[SourceItem, ...]) -> int:
     return -1
 
 
-def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
-    b = _Builder()
+def _candidates(segment: tuple[SourceItem, ...]) -> Builder:
+    b = Builder()
     b.order = {item.record_id: n for n, item in enumerate(segment)}
     failed = {
         i.call_id
@@ -236,7 +135,7 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
     call_items = {i.call_id: i for i in segment if i.kind == "tool_call" and i.call_id}
     asks = _asks_last(segment)
     results = {
-        i: _result_lines(item)
+        i: result_lines(item)
         for i, item in enumerate(segment)
         if item.kind in ("tool_outcome", "child_result")
     }
@@ -245,7 +144,7 @@ def _candidates(segment: tuple[SourceItem, ...]) -> _Builder:
     for i, item in enumerate(segment):
         kind = item.kind
         if kind.startswith(ROLLUP_KIND):
-            _entry(b, item, kind[len(ROLLUP_KIND) :])
+            add_entry(b, item, kind[len(ROLLUP_KIND) :])
         elif kind in USER_KINDS:
             part = b.part(b.line("verified_facts"), item.record_id, USER_PREFIX)
             b.floor(part, one_line(item.text) or "(empty)", T_USER, USER)
@@ -275,7 +174,7 @@ _RECORDS = {"decision_recorded": "decisions", "question_opened": "unresolved_que
 
 
 def _assistant(
-    b: _Builder, item: SourceItem, open_questions: bool, troubled: bool, step: bool
+    b: Builder, item: SourceItem, open_questions: bool, troubled: bool, step: bool
 ) -> None:
     """Its prose and its calls on one line; with ``open_questions`` (the last message,
     no user message after it) each question on a line of its own, open. ``troubled``:
@@ -302,10 +201,10 @@ def _assistant(
 
 
 def _outcome(
-    b: _Builder, item: SourceItem, read: tuple[list[str], list[int]], call: SourceItem | None
+    b: Builder, item: SourceItem, read: tuple[list[str], list[int]], call: SourceItem | None
 ) -> None:
     """A tool result: a cited stub (tool, status; the record id reads it back, R10.3)
-    and its lines (``_Builder.output``). Failures, or results with error lines, go to
+    and its lines (``Builder.output``). Failures, or results with error lines, go to
     Failures, with the call's arguments when the call is a record of its own."""
     status = item.tool_status or "unknown"
     failed = status != "ok"
@@ -323,56 +222,11 @@ def _outcome(
         b.lines[line].section = "verified_facts"
 
 
-def _entry(b: _Builder, item: SourceItem, section: str) -> None:
-    """An entry of an earlier summary, as it was written: recorded entries whole and
-    first, the user's words whole, the rest in the pieces this summarizer joined
-    (``_JOINS``) so that a roll-up drops and shortens them as the floor did — a step's
-    calls (after " → ") as calls, its prose as prose, a failure's stub and its last
-    line (the exception) the last of it to go."""
-    if section not in SECTION_TITLES:
-        return
-    recorded = item.role == RECORDED_ROLE
-    text = one_line(item.text) or "(empty)"
-    user = text.startswith(USER_PREFIX)
-    line = b.line(section, origin=RECORDED if recorded else "", key=item.question_key)
-    part = b.part(line, item.record_id, rank=item.session_sequence)  # entries in time order
-    if recorded or user:
-        # a recorded entry is restored verbatim after a roll-up: never shortened here
-        b.floor(part, text, T_RECORDED if recorded else T_USER, FIXED if recorded else USER_ENTRY)
-        return
-    if text.startswith(ANSWER_PREFIX):  # what a run concluded: as firm as the calls
-        b.floor(part, text, T_SIGNAL, ANSWER_ENTRY, cue=sal.is_decision(text), group=ANSWERS)
-        return
-    firm = section != "verified_facts"  # failures, open questions, decisions
-    cue = section in ("failures", "unresolved_questions")
-    bits = _JOINS.split(text)
-    pieces, seps = bits[::2], [" ", *bits[1::2]]
-    calls = False
-    for k, piece in enumerate(pieces):
-        calls = calls or seps[k] == " → "
-        if not piece:
-            continue
-        if not (firm or calls) and k and seps[k] in (" | ", " … "):
-            # a result's further lines: as they were, worth their salient things only
-            b.extra(part, piece, PRIOR_ROLLED, sep=seps[k], layer=2, scale=1.0)
-            continue
-        tier = T_SIGNAL if firm or calls else T_TEXT
-        ends = k in (0, len(pieces) - 1)  # a failure's stub and its last line
-        inner = len(pieces) if ends else k
-        cap = CALL if calls else SIGNAL if section == "failures" else ENTRY
-        b.floor(part, piece, tier, cap, sep=seps[k], cue=cue and ends, inner=inner)
-
-
-# How this summarizer joins the pieces of a line: a step's prose and its calls, calls,
-# a result's lines, a gap.
-_JOINS = re.compile(r"( → |; | \| | … )")
-
-
 def _touched(segment: tuple[SourceItem, ...]) -> list[str]:
     """Paths the tool calls were given, in order: files actually read, run or edited."""
     out: dict[str, None] = {}
     for item in segment:
-        for _, args in _calls(item):
+        for _, args in calls_of(item):
             for path in sal.call_paths(args):
                 out.setdefault(path, None)
     return list(out)

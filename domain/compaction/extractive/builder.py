@@ -1,0 +1,122 @@
+"""The fragments a draft is built from (``fill.Candidates``): the floor's tiers and how
+each kind of fragment shortens, and the greedy's worth of a tool result's other lines.
+Pure."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import domain.compaction.extractive.salience as sal
+from domain.compaction.drafts import SourceItem
+from domain.compaction.extractive.fill import Candidates, Cap, Frag
+from domain.compaction.extractive.segmentation import one_line
+from domain.compaction.extractive.signals import signal_lines
+
+READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
+
+# Tiers of the floor (``fill.Frag.tier``): dropped highest first when the bound binds.
+T_RECORDED, T_USER, T_SIGNAL, T_TEXT = 0, 1, 2, 3
+# How each kind of floor fragment shortens: (weight, least, most) in ``width`` units
+# (about a character of English each).
+USER = Cap(2.0, 120, 2_400)
+CALL = Cap(1.5, 110, 600)  # least: a command's first 70 characters or so
+PROSE = Cap(1.0, 60, 800)
+ANSWER = Cap(1.5, 160, 1_600)
+SIGNAL = Cap(1.0, 120, 300)  # least: an error line's first 80 characters or so
+QUESTION = Cap(1.0, 80, 400)
+ENTRY = Cap(1.0, 60)
+USER_ENTRY = Cap(2.0, 120)
+ANSWER_ENTRY = Cap(1.5, 160)
+FIXED = Cap(0.0, 0)  # a stub: never shortened (its text is a few characters)
+
+# Worth of a tool result's other lines in the greedy, by where they sit.
+PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
+PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
+PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
+DECAY_OUTPUT = 0.75  # repeated fragments of one part are worth less each time
+PRIOR_ROLLED = 0.2  # a rolled-up result line beyond its stub
+REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
+
+
+class Builder(Candidates):
+    """Floor and greedy fragments, as ``floor`` and ``fill`` keep them."""
+
+    def floor(
+        self,
+        part: int,
+        text: str,
+        tier: int,
+        cap: Cap,
+        *,
+        sep: str = " ",
+        cue: bool = False,
+        inner: int = 0,
+        group: str = "",
+    ) -> None:
+        feats = sal.features(text[:4_000])
+        frag = Frag(text, part, 0, sep, feats, 0.0, 1.0, tier=tier, cap=cap, cue=cue, inner=inner)
+        frag.group = group
+        self.frag(part, frag)
+
+    def extra(
+        self, part: int, text: str, base: float, *, sep: str, layer: int, scale: float
+    ) -> None:
+        found = sal.features(text, path_weight=sal.W_PATH_OUTPUT, code_weight=sal.W_CODE)
+        feats = {k: w * scale for k, w in found.items()} if scale != 1.0 else found
+        self.frag(part, Frag(text, part, 0, sep, feats, base, DECAY_OUTPUT, layer))
+
+    def calls(self, part: int, item: SourceItem, troubled: bool = False) -> None:
+        """The calls ``item`` made; ``troubled``: one of them failed or met an error."""
+        for k, (name, args) in enumerate(calls_of(item)):
+            call = sal.render_call(name, args)
+            self.floor(part, call, T_SIGNAL, CALL, sep="; " if k else " → ", cue=troubled)
+
+    def output(self, part: int, lines: list[str], found: list[int], failed: bool) -> None:
+        """A tool result's lines: those with an error signal (``found``) on the floor,
+        the last ranked up (a failed call's first line too when it has none); the
+        others for the greedy, with the shape of a line repeated n times worth about
+        sqrt(n) lines together."""
+        signal = {k: n for n, k in enumerate(found)}
+        if failed and not signal and lines:
+            signal = {0: 0}
+        shapes = [sal.shape(ln) for ln in lines]
+        counts = Counter(shapes)
+        for k, ln in enumerate(lines):
+            sep = ": " if k == 0 else " | "
+            if k in signal:
+                # the last error line (an exception, a verdict) ranks up; frames do not
+                text = sal.one_line(ln) or one_line(ln)
+                last = signal[k] == len(signal) - 1
+                self.floor(part, text, T_SIGNAL, SIGNAL, sep=sep, cue=last, inner=signal[k])
+                continue
+            if sal.is_noise(ln):
+                continue
+            scale = 1 / math.sqrt(counts[shapes[k]])
+            base = sal.W_ERROR * scale if sal.is_error(ln) else 0.0  # orders only
+            if k + 1 in signal or k + 2 in signal:
+                base += PRIOR_NEAR_SIGNAL
+            if k == 0:
+                base += PRIOR_OUTPUT_HEAD
+            elif k >= len(lines) - 2:
+                base += PRIOR_OUTPUT_TAIL
+            # a line whose shape repeats (progress, rows, hits) is never filler
+            layer = 1 if k == 0 else 2 if counts[shapes[k]] < REPEATED else 3
+            self.extra(part, sal.clip(ln, 200), base, sep=sep, layer=layer, scale=scale)
+
+
+def calls_of(item: SourceItem) -> list[tuple[str, str]]:
+    if item.arguments:
+        return list(item.arguments)
+    if item.kind == "tool_call":  # an item built without ``arguments``: its text is them
+        return [(item.tool_name or "call", item.text)]
+    return []
+
+
+def result_lines(item: SourceItem) -> tuple[list[str], list[int]]:
+    """A result's non-blank lines (a huge one's head and tail) and its signal lines."""
+    text = item.text
+    if len(text) > READ_HEAD + READ_TAIL:
+        text = text[:READ_HEAD] + "\n" + text[-READ_TAIL:]
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return lines, signal_lines(lines)
