@@ -281,3 +281,13 @@ def test_answers_outlast_step_narration_and_the_newest_stay_whole(
         _, line = line_with(d, verdict.format(n=n))
         assert line.statement.startswith("assistant: ")
     assert text.count(narration) < text.count("assistant: ")
+
+
+@pytest.mark.spec("R11.2", "R11.4")
+@pytest.mark.parametrize("cap", [32, 64, 100])
+def test_a_tiny_bound_still_keeps_the_users_request(cap: int) -> None:
+    s, ids = session("zh", rounds=3, filler=2)
+    d = draft(s, cap)
+    _, line = line_with(d, "请修复")
+    assert line.source_ids == (ids["request"],)
+    assert COUNT(d.text()) <= max(cap, 32) * 1.5

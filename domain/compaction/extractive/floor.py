@@ -27,6 +27,7 @@ from domain.compaction.extractive.segmentation import shorten, width
 ANSWERS = "answers"
 SHARES = {"2": 0.2, ANSWERS: 0.15, "3": 0.1}
 PROTECTED = 1  # their tier then: the user's words'
+MIN_LEFT = 24  # a dropped fragment shortened below its least to fill a tiny bound: no less
 
 
 class _Floor:
@@ -150,13 +151,16 @@ def keep_floor(fill: Fill) -> None:
             fill.keep(f)
     _widen(fill, floor, alive, level)
     # The drop was estimated in whole parts and lines: what still fits of the dropped,
-    # the last dropped first, at its least.
+    # the last dropped first, at its least (or, in a tiny bound, what is left).
     kept = set(alive)
     for k in reversed(floor.order(fill.budget + 1)):
         f = frags[k]
         if k in kept or fill.budget <= 0:
             continue
         f.text = shorten(f.full, floor.cap(k, 0))
+        frame = fill.cost(f) - width(f.text)
+        if fill.cost(f) > fill.budget and fill.budget - frame >= MIN_LEFT:
+            f.text = shorten(f.full, fill.budget - frame)  # a tiny bound: what fits of it
         if f.text and fill.cost(f) <= fill.budget:
             fill.keep(f)
         else:
