@@ -118,10 +118,12 @@ def merge_drafts(
 
 
 def conversation_texts(records: Iterable[RecordView]) -> list[Said]:
-    """What the user and the model said in ``records``, with where: a question is
-    answered only by what was said after it."""
+    """What the user and the model said in ``records``, with where and by which kind of
+    record: an open question leaves the open list once a user message follows it."""
     kinds = ("user_input", "supplement", "assistant_message")
-    return [(r.record_id, r.session_sequence, r.text) for r in records if r.kind in kinds]
+    return [
+        (r.record_id, r.session_sequence, r.text, r.kind) for r in records if r.kind in kinds
+    ]
 
 
 def merge_ranges(

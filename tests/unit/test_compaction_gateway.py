@@ -91,7 +91,7 @@ def ok_draft(**kw: Any) -> SummaryDraft:
 
 
 @pytest.mark.spec("R11.3", "R11.4")
-async def test_extractive_lifts_answers_failures_decisions_and_open_questions() -> None:
+async def test_extractive_keeps_requests_calls_answers_and_failures_by_structure() -> None:
     s, ids = story()
     req = s.request()
     result = await ExtractiveSummarizer().summarize(req)
@@ -99,19 +99,20 @@ async def test_extractive_lifts_answers_failures_decisions_and_open_questions() 
     validate_draft(d, req.source_ids, 4 * req.max_output_tokens)
     assert result.adapter == "extractive" and result.model_operation_id == "op-1"
     assert (result.input_tokens, result.output_tokens) == (0, 0)  # no model ran
-    qa = [f for f in d.verified_facts if f.statement.startswith("Q:")]
-    assert [f.source_ids for f in qa] == [(ids["q1"], ids["answer"])]  # not the tool step
-    assert any(f.source_ids == (ids["out1"],) for f in d.verified_facts)
-    assert [f.source_ids for f in d.failures] == [(ids["call2"], ids["out2"])]
-    assert "run_tests failed" in d.failures[0].statement
-    assert [f.source_ids for f in d.decisions] == [(ids["answer"],)]
-    assert "decided to pin" in d.decisions[0].statement
-    assert [f.source_ids for f in d.unresolved_questions] == [(ids["q2"],)]
+    said = {f.source_ids: f.statement for f in d.verified_facts}
+    assert said[(ids["q1"],)] == "user: Why does the build fail?"
+    assert said[(ids["q2"],)] == "user: And the deploy?"  # a request, not an open question
+    assert said[(ids["call1"],)] == "read_file(src/app/main.py)"
+    assert said[(ids["out1"],)].startswith("read_file ok")  # the stub: tool, status, id
+    assert said[(ids["answer"],)] == "assistant: The import is wrong. We decided to pin the version."
+    assert [f.source_ids for f in d.failures] == [(ids["out2"], ids["call2"])]
+    assert d.failures[0].statement.startswith("run_tests failed: 3 failed")
+    assert not d.decisions and not d.unresolved_questions  # no kind from cue words
     assert d.work_artifact_refs == ("src/app/main.py", "tests/unit/test_x.py", "/tmp/build/log.txt")
     assert d.cited_ids() <= req.source_ids
     text = d.text()
-    assert "## Facts" in text and "## Failures" in text and "## Open questions" in text
-    assert f"[{ids['call2']}, {ids['out2']}]" in text
+    assert "## Facts" in text and "## Failures" in text
+    assert f"[{ids['out2']}, {ids['call2']}]" in text
     assert coverage(d, req.source_ids) == len(d.cited_ids()) / len(ids)
 
 
@@ -132,7 +133,7 @@ def test_extractive_never_emits_plan_state_and_never_an_empty_draft() -> None:
     s.add("run_started", "host", "")
     d = extract_draft(s.request())
     validate_draft(d, s.request().source_ids, 8000)
-    assert d.decisions[0].statement.startswith("said: PLAN:")
+    assert d.verified_facts[0].statement == "assistant: PLAN: I will rewrite everything."
     only_lifecycle = Seg()
     only_lifecycle.add("run_started", "host", "")
     only_lifecycle.add("run_finished", "host", "")
@@ -142,7 +143,7 @@ def test_extractive_never_emits_plan_state_and_never_an_empty_draft() -> None:
 
 
 @pytest.mark.spec("R11.2", "R11.4")
-def test_extractive_truncation_keeps_failures_and_questions() -> None:
+def test_extractive_truncation_keeps_failures_and_requests() -> None:
     s = Seg()
     keep: set[str] = set()
     for i in range(60):
@@ -157,7 +158,8 @@ def test_extractive_truncation_keeps_failures_and_questions() -> None:
     d = extract_draft(req)
     validate_draft(d, req.source_ids, 1600)
     assert len(d.text()) <= 1600
-    kept = {f.source_ids[-1] for f in d.failures + d.unresolved_questions}
+    kept = {f.source_ids[0] for f in d.failures}
+    kept |= {f.source_ids[0] for f in d.verified_facts if f.statement.startswith("user: ")}
     assert kept == keep
     assert len(d.verified_facts) < 60 - len(d.failures)  # ok results were dropped first
     assert d.observations and d.observations[-1].startswith("omitted ")
