@@ -2,7 +2,8 @@
 
 ``source_items`` turns a segment's records into the summarizer's input (redacted, an
 oversized group clipped by reference, never a system role); ``merge_drafts`` carries the
-parent summary forward; ``merge_ranges`` joins the covered sequence ranges.
+parent summary forward and ``merge_job`` adds the authored records' entries
+(``domain.compaction.authored``); ``merge_ranges`` joins the covered sequence ranges.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from domain.compaction.answers import Said, close_answered
+from domain.compaction.authored import AUTHORED_KINDS, with_recorded
 from domain.compaction.bound import concat
 from domain.compaction.drafts import SourceItem, SummaryDraft
 from domain.context.redaction import redact
@@ -101,6 +103,8 @@ def _item(r: RecordView, oversized: bool) -> SourceItem:
         tool_status=p.get("status"),
         call_id=p.get("call_id") or (calls[0]["call_id"] if calls else None),
         arguments=_arguments(r, oversized),
+        question_key=str(p.get("question_key") or ""),
+        detail=str(p.get("reason") or p.get("answer") or "") if r.kind in AUTHORED_KINDS else "",
     )
 
 
@@ -117,13 +121,26 @@ def merge_drafts(
     return close_answered(concat(first + list(drafts)), later)
 
 
+def merge_job(
+    parent: Mapping[str, Any] | None,
+    drafts: Sequence[SummaryDraft],
+    segments: Sequence[Segment],
+    by_id: Mapping[str, RecordView],
+) -> SummaryDraft:
+    """A job's merged draft: the parent carried forward, the segments' drafts appended,
+    a parent's question the new segments' conversation answered closed (``merge_drafts``),
+    and the decisions and questions recorded by their author as verbatim entries of their
+    own, whatever the summarizer wrote (``with_recorded``)."""
+    records = [by_id[i] for s in segments for g in s.groups for i in g.record_ids]
+    merged = merge_drafts(parent, drafts, conversation_texts(records))
+    return with_recorded(merged, [i for s in segments for i in source_items(s, by_id)], parent)
+
+
 def conversation_texts(records: Iterable[RecordView]) -> list[Said]:
     """What the user and the model said in ``records``, with where and by which kind of
     record: an open question leaves the open list once a user message follows it."""
     kinds = ("user_input", "supplement", "assistant_message")
-    return [
-        (r.record_id, r.session_sequence, r.text, r.kind) for r in records if r.kind in kinds
-    ]
+    return [(r.record_id, r.session_sequence, r.text, r.kind) for r in records if r.kind in kinds]
 
 
 def merge_ranges(

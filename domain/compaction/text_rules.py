@@ -13,6 +13,9 @@ summarizer wrote it, a model or the built-in one — after any roll-up and hook:
   ("PLAN: …", "TASK: …", "SYSTEM: …") is framed as the past it quotes;
 - ``constraint_repeated``: a declared constraint an entry repeats is replaced by a marker
   (``domain.frontier.without_constraints``): constraints render from their own records.
+
+An entry recorded by its author (``origin == "recorded"``: a decision or question the agent
+or the user recorded, ``domain.compaction.authored``) is kept verbatim: no rule reads it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from domain.compaction.drafts import FACT_FIELDS, Fact, SummaryDraft
+from domain.compaction.drafts import FACT_FIELDS, RECORDED, Fact, SummaryDraft
 from domain.frontier import Plan, named_item, plan_contradiction, without_constraints
 
 # What may fail a job: the draft's shape, its citations, its coverage and its size —
@@ -126,6 +129,8 @@ def _entry(
     declared: Sequence[str],
     decisions: list[RuleDecision],
 ) -> Fact:
+    if fact.origin == RECORDED:
+        return fact  # the author's own record, kept verbatim: no guess reads it
     statement = fact.statement
     if declared:
         marked = without_constraints(statement, declared)

@@ -13,6 +13,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
+# Records an author wrote to be kept (issue 36): shown in the thread as a short state note.
+AUTHORED_KINDS = frozenset({"decision_recorded", "question_opened", "question_closed"})
+
+
+def authored_note(kind: str, text: str, payload: dict[str, Any]) -> str:
+    """A decision, an open question (with its key, so that a model can close it) or a
+    question's closing, as the thread shows it."""
+    if kind == "decision_recorded":
+        why = f" (reason: {payload['reason']})" if payload.get("reason") else ""
+        return f"[state: decision recorded] {text}{why}"
+    if kind == "question_opened":
+        return f"[state: open question, key {payload.get('question_key')}] {text}"
+    answer = f": {payload['answer']}" if payload.get("answer") else ""
+    return f"[state: question {payload.get('question_key')} closed{answer}]"
+
+
 RETENTION = {
     "task": "required",
     "state": "active",

@@ -20,8 +20,10 @@ from typing import Any
 
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
 from domain.context.blocks import (
+    AUTHORED_KINDS,
     KEPT_BECAUSE,
     RETENTION,
+    authored_note,
     block_id,
     skills_catalog_text,
     tool_schema_text,
@@ -226,6 +228,8 @@ class ThreadRenderer:
                 f"[state: resource activated] {p.get('resource_kind')} {p.get('resource_id')}"
                 f" version {p.get('version')}",
             )
+        elif k in AUTHORED_KINDS:
+            self._state_note(rec, authored_note(k, rec.text, rec.payload))
         elif k == "run_cancelled" and inherited:
             self._state_note(rec, f"[state: history] run {rec.run_id} was cancelled")
         # run_started / run_resumed / run_finished carry no model-visible content.

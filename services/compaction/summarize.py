@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import logging
 
+from domain.compaction.authored import keep_recorded
 from domain.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
 from domain.compaction.drafts import SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
@@ -106,7 +107,8 @@ class BoundedSummarizer:
                 error = getattr(exc, "code", "summarizer_timeout")
                 log.warning("roll-up call %d failed (%s): fitting deterministically", k, error)
                 break
-        rolled = concat(parts) if error is None else draft
+        # A recorded decision or question is never reworded or lost by a roll-up.
+        rolled = keep_recorded(draft, concat(parts)) if error is None else draft
         note = (
             f"rolled up summary {parent_id or '-'} and new segments: {len(items)} entries"
             f" condensed to fit {bound} tokens; every covered record stays readable by id"

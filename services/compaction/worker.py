@@ -21,7 +21,7 @@ from domain.compaction.bound import MIN_BOUND, fit_draft, summary_bound
 from domain.compaction.drafts import SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.gateway import SummaryGateway
-from domain.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
+from domain.compaction.sources import merge_job, merge_ranges, source_items
 from domain.compaction.text_rules import RuleDecision, apply_text_rules, summary_heading
 from domain.compaction.validate import check_coverage
 from domain.context.rendering import RecordView
@@ -206,10 +206,9 @@ class CompactionWorker:
             segments = await self._select(job)
             drafts = await self._summarize_segments(job, segments)
             covered = [g for s in segments for g in s.groups]
-            later = conversation_texts(
-                job.by_id[i] for s in segments for g in s.groups for i in g.record_ids
+            merged = merge_job(
+                job.parent.summary if job.parent else None, drafts, segments, job.by_id
             )
-            merged = merge_drafts(job.parent.summary if job.parent else None, drafts, later)
             merged, rollup = await self._bounded(job, merged)
             ranges = self._checked_ranges(job, merged, covered)
         except _Stop as stop:

@@ -117,3 +117,13 @@ def test_a_summary_written_under_a_plan_is_dated_as_a_whole() -> None:
 def test_the_status_pattern_ends_where_the_status_word_ends() -> None:
     assert plan_contradiction("Run tests: done in 3 s", PLAN) is None
     assert plan_contradiction("Run tests: done.", PLAN) == (PLAN.items[1], "done")
+
+
+@pytest.mark.spec("R11.4")
+def test_an_entry_recorded_by_its_author_is_never_reworded() -> None:
+    from domain.compaction.drafts import RECORDED
+
+    recorded = Fact("Fix the parser: done, we keep the regex.", ("r1",), RECORDED)
+    d = SummaryDraft((), (recorded,), (), (), (), ())
+    out, decisions = apply_text_rules(d, PLAN, ("we keep the regex",))
+    assert out == d and decisions == ()
