@@ -1,11 +1,13 @@
-"""``python -m benchmarks.frontier``: the execution frontier survives compaction (issue 24).
+"""``python -m benchmarks.frontier``: the execution frontier survives compaction (issues 24, 36).
 
 One seeded synthetic coding-agent session (default 300 user turns) on a 16k-token profile,
-compacted in process after every third turn through the compaction worker's own pure code
-(``build_groups``, ``current_task_ids``, ``select_prefix``, ``segment``, ``source_items``,
-``BoundedSummarizer.summarize`` with the current plan, ``merge_drafts``, ``apply_text_rules``,
-``roll_up``, ``fit_draft``, ``check_coverage``), two recent groups kept,
-the extractive summarizer. No Kafka or PostgreSQL.
+compacted in process after every third turn through the compaction worker's own pure code,
+as ``CompactionWorker._run`` calls it (``build_groups``, ``current_task_ids``,
+``select_prefix``, ``segment``, ``source_items``, ``BoundedSummarizer.summarize`` with the
+current plan and the segments sharing the bound, ``sources.merge_job``,
+``BoundedSummarizer.roll_up``, ``apply_text_rules``, ``fit_draft`` under the plan heading,
+``check_coverage``), two recent groups kept, the built-in extractive summarizer. No Kafka
+or PostgreSQL.
 
 Every question is a run of its own (the goal probed is the current run's question, the
 task R4.4 pins); a later question may answer an earlier open question, in one of several
@@ -18,20 +20,41 @@ in_progress → done, some blocked or dropped), restates it in prose sometimes (
 because …", "Let's use …") and leaves open questions ("Open question: which …?", "TODO:
 find out whether …"), most answered later.
 
+Two variants of the same session (the same random draws):
+
+- **phrasing only**: decisions and open questions are only said in the model's prose.
+  Issue 36 removed the cue words' guaranteed share of the summary, and an assistant's
+  question counts as open only until the next user message, so this variant is measured
+  honestly and its decision and open-question targets are printed as information.
+- **recorded**: the agent also records each decision (``decision_recorded``: the decision,
+  ``{reason}`` when it gave one) and each open question (``question_opened``:
+  ``{question_key}``, its own key) right after the message that states it, and closes a
+  question (``question_closed``: ``{question_key, answer}``, the answer as content) right
+  after the user's turn that answers it — what a runtime does through the SDK's
+  ``record_decision`` / ``open_question`` / ``close_question`` or the model's tools
+  (authority "model"). Here the issue-24 targets bind.
+
 After every compaction three contexts are probed, all at the same token budget (tiktoken
-cl100k): **ours** = the summary + the uncovered records (role: content) + the frontier
-blocks (``frontier_messages``); **masking** = every message, tool outputs replaced by a
-placeholder, the oldest dropped until it fits; **last-N** = whole messages, newest first.
-The baselines see the frontier records as messages of the history (a constraint set or
-retired by the host; ``update_plan`` calls rendered with ``plan_text``), as a runtime with
-no frontier would. Probes (on the whole text of each context, for every method): the goal
-verbatim; every active constraint verbatim and no retired constraint's text; the latest
-plan block states exactly the current plan's items and statuses; the last five
-decisions' key phrases; the currently unanswered open questions' key phrases. The plan
-probe reads only the last plan block of a context (a stale prose restatement does not
-count against a method). The baselines' budget is ours's whole context at that point.
-Prints % of compactions each probe held (and item recall for decisions and open questions, also
-after >= 10 roll-ups), the targets with ok/FAIL, and writes ``build/bench/frontier.json``.
+cl100k): **ours** = the summary (with its plan heading) + the uncovered records (role:
+content; a recorded decision or question as the thread view's state note,
+``authored_note``) + the frontier blocks (``frontier_messages``); **masking** = every
+message, tool outputs replaced by a placeholder, the oldest dropped until it fits;
+**last-N** = whole messages, newest first. The baselines see the frontier records as
+messages of the history (a constraint set or retired by the host; ``update_plan`` calls
+rendered with ``plan_text``) and the recorded records as the same state notes, as a
+runtime with no frontier would. Probes (on the whole text of each context, for every
+method): the goal verbatim; every active constraint verbatim and no retired constraint's
+text; the latest plan block states exactly the current plan's items and statuses; the
+last five decisions' key phrases; the currently unanswered open questions' key phrases.
+The plan probe reads only the last plan block of a context (a stale prose restatement does
+not count against a method). The baselines' budget is ours's whole context at that point.
+Also counted: answered questions that ours's summary still lists as open.
+
+Prints, for both variants side by side, % of compactions each probe held (and item recall
+for decisions and open questions, also after >= 10 roll-ups), the targets (goal,
+constraints and plan 100% bind in both; decisions >= 90% and open questions >= 80% recall,
+every compaction and after >= 10 roll-ups, on every seed, bind in the recorded variant)
+with ok/FAIL, and writes ``build/bench/frontier.json``.
 """
 
 from __future__ import annotations
@@ -49,7 +72,6 @@ from typing import Any
 
 from benchmarks.fidelity_sessions import ATTRS, COMPONENTS, EXCEPTIONS, NOUNS, PKGS, VERBS
 from benchmarks.summary_fidelity import (
-    DEFAULT_CAP,
     KEEP_RECENT,
     MAX_CALLS,
     OUT,
@@ -61,12 +83,14 @@ from benchmarks.summary_fidelity import (
     norm,
     trim_last,
 )
-from domain.compaction.bound import fit_draft, summary_bound
+from domain.compaction.authored import DECISION_RECORDED, QUESTION_CLOSED, QUESTION_OPENED
+from domain.compaction.bound import MIN_BOUND, fit_draft, summary_bound
 from domain.compaction.drafts import SummaryRequest
 from domain.compaction.errors import InvalidSummary
-from domain.compaction.sources import conversation_texts, merge_drafts, merge_ranges, source_items
-from domain.compaction.text_rules import apply_text_rules
+from domain.compaction.sources import merge_job, merge_ranges, source_items
+from domain.compaction.text_rules import apply_text_rules, summary_heading
 from domain.compaction.validate import check_coverage
+from domain.context.blocks import AUTHORED_KINDS, authored_note
 from domain.context.budget import ModelProfile
 from domain.context.frontier_blocks import frontier_messages
 from domain.context.rendering import RecordView
@@ -92,6 +116,11 @@ PROFILE = ModelProfile("m-16k", 16_384, 2_048, 512)
 BOUND = summary_bound(0.15, PROFILE.input_budget())
 EVERY = 3  # a compaction after every third user turn
 METHODS = ("ours", "masking", "last-N")
+# The same session twice: its decisions and open questions only phrased in the model's
+# prose, or also recorded by their author (``decision_recorded``, ``question_opened``,
+# ``question_closed``), as a runtime does through the SDK or the model's tools.
+PHRASED, RECORDED = "phrasing only", "recorded"
+VARIANTS = (PHRASED, RECORDED)
 PROBES = ("goal", "constraints", "plan", "decisions", "open questions")
 PLAN_HEAD = "[current plan — plan v"
 
@@ -111,9 +140,11 @@ class Synth:
 
 
 class _Gen:
-    def __init__(self, seed: int, count: Callable[[str], int]) -> None:
+    def __init__(self, seed: int, count: Callable[[str], int], recorded: bool = False) -> None:
         self.r = random.Random(seed)
         self.count = count
+        self.recorded = recorded
+        self.keys: dict[str, str] = {}  # an open question's phrase -> its question_key
         self.s = Synth()
         self.used: set[str] = set()
         self.comps = self.r.sample(COMPONENTS, 8)
@@ -129,7 +160,7 @@ class _Gen:
                 self.used.add(v)
                 return v
 
-    def rec(self, kind: str, authority: str, text: str, payload: dict[str, Any]) -> None:
+    def rec(self, kind: str, authority: str, text: str, payload: dict[str, Any]) -> str:
         self.s.seq += 1
         rid = f"rec_{self.s.seq:06d}"
         self.s.records.append(
@@ -137,6 +168,22 @@ class _Gen:
                 rid, self.s.seq, self.run, "main", kind, authority, text, payload, self.count(text)
             )
         )
+        return rid
+
+    # What a runtime records through the SDK (``record_decision``, ``open_question``,
+    # ``close_question``; the model's tools publish the same, with authority "model"):
+    # the payloads as the store holds them (``DecisionPayload``, ``QuestionPayload``).
+    def record_decision(self, text: str, reason: str | None) -> None:
+        self.rec(DECISION_RECORDED, "model", text, {"reason": reason} if reason else {})
+
+    def open_question(self, phrase: str, text: str) -> None:
+        key = f"question:{self.run}:{len(self.keys) + 1}"  # the opening's own event key
+        self.keys[phrase] = key
+        self.rec(QUESTION_OPENED, "model", text, {"question_key": key})
+
+    def close_question(self, phrase: str, answer: str) -> None:
+        key = self.keys[phrase]
+        self.rec(QUESTION_CLOSED, "model", answer, {"question_key": key, "answer": answer})
 
     def frontier(self, kind: str, text: str, payload: dict[str, Any]) -> None:
         self.s.seq += 1
@@ -203,38 +250,58 @@ def _constraints(g: _Gen, q: int, total: int) -> str | None:
     return None
 
 
-def _final(g: _Gen, q: int, total: int) -> str:
+def _final(g: _Gen, q: int, total: int) -> tuple[str, list[tuple[str, str, str | None]]]:
+    """The model's last message of a turn, and what it records with it in the recorded
+    variant: (kind, key phrase, the record's text and reason or none). The random draws
+    are the same in both variants: the sessions differ only by those records."""
     r = g.r
     parts = [f"Done with turn {q}."]
+    authored: list[tuple[str, str, str | None]] = []
     if r.random() < 0.4:
         a, b = r.sample(PKGS, 2)
         key = g.fresh(lambda: f"use {a} instead of {b} for {g.phrase()}")
         parts.append(f"We decided to {key} because it is faster.")
         g.s.decisions.append((g.s.seq + 1, key))
+        authored.append((DECISION_RECORDED, key, "it is faster"))
     elif r.random() < 0.25:
         key = g.fresh(lambda: f"use {r.choice(PKGS)} for {g.phrase()}")
         parts.append(f"Let's {key}.")
         g.s.decisions.append((g.s.seq + 1, key))
+        authored.append((DECISION_RECORDED, key, None))
     if r.random() < 0.3:
         if r.random() < 0.5:
             key = g.fresh(lambda: f"which {r.choice(ATTRS)} does {g.phrase()} use")
-            parts.append(f"Open question: {key} in production?")
+            asked = f"{key} in production?"
+            parts.append(f"Open question: {asked}")
         else:
             key = g.fresh(
                 lambda: f"find out whether {g.phrase()} retries on {r.choice(EXCEPTIONS)}"
             )
-            parts.append(f"TODO: {key}.")
+            asked = f"{key}."
+            parts.append(f"TODO: {asked}")
         answered = q + r.randint(3, 20) if r.random() < 0.75 else total + 1
         g.s.questions.append((g.s.seq + 1, key, 0))
         g.pending_answers.setdefault(answered, []).append(key)
+        authored.append((QUESTION_OPENED, key, asked[0].upper() + asked[1:]))
     if g.plan and r.random() < 0.3:
         item = r.choice(g.plan)
         parts.append(f"Plan: step {item.text} is {item.status.replace('_', ' ')}.")
-    return " ".join(parts)
+    return " ".join(parts), authored
+
+
+def _record(g: _Gen, authored: list[tuple[str, str, str | None]]) -> None:
+    """The recorded variant: the turn's decisions and questions, recorded after the
+    message that states them."""
+    for kind, key, extra in authored:
+        if kind == DECISION_RECORDED:
+            g.record_decision(key[0].upper() + key[1:] + ".", extra)
+        else:
+            g.open_question(key, extra or key)
 
 
 # How a later question takes an earlier open question up: varied, and one of them with no
-# word that says it is settled (a summarizer cannot tell that one was answered).
+# word that says it is settled (a summarizer cannot tell that one was answered). Beside
+# each, the answer the recorded variant's closing carries.
 _ANSWERS = (
     "About the earlier point ({key}): answered, it is fine.",
     "Re {key}: resolved, nothing to change.",
@@ -243,10 +310,15 @@ _ANSWERS = (
     "Regarding {key}, the answer is yes.",
     "We checked {key}: 30 s, as configured.",
 )
+_GISTS = ("fine", "nothing to change", "it stays as is", "a non-issue", "yes", "30 s")
 
 
-def make_session(seed: int, questions: int, count: Callable[[str], int]) -> Synth:
-    g = _Gen(seed, count)
+def make_session(
+    seed: int, questions: int, count: Callable[[str], int], recorded: bool = False
+) -> Synth:
+    """The seeded session; ``recorded``: its decisions and open questions are also
+    recorded by their author, and a question is closed when the user answers it."""
+    g = _Gen(seed, count, recorded)
     r = g.r
     answered: dict[str, int] = {}
     for q in range(questions):
@@ -255,29 +327,37 @@ def make_session(seed: int, questions: int, count: Callable[[str], int]) -> Synt
         ask = f"Question {q}: migrate {g.phrase()} to {r.choice(PKGS)} and keep its API stable."
         if rule is not None:
             ask += f" {rule}"
+        closings: list[tuple[str, str]] = []
         for key in g.pending_answers.pop(q, []):
             subject = key.removeprefix("find out ")  # "whether …" / "which … use"
-            ask += " " + r.choice(_ANSWERS).format(key=subject)
+            template = r.choice(_ANSWERS)
+            ask += " " + template.format(key=subject)
             answered[key] = g.s.seq + 1
+            closings.append((key, _GISTS[_ANSWERS.index(template)]))
         g.s.goals[g.run] = ask
-        g.rec("user_input", "user", ask, {"intent": "question"})
+        source = g.rec("user_input", "user", ask, {"intent": "question"})
         if rule is not None:  # the user's rule: declared with the input it came from
             cid = f"c{q // max(1, questions // 12)}"
-            source = g.s.records[-1].record_id
             g.frontier(CONSTRAINT_SET, rule, {"constraint_id": cid, "source_record_id": source})
+        if g.recorded:  # the agent closes what the user's turn answered
+            for key, gist in closings:
+                g.close_question(key, gist)
         path = f"src/{r.choice(g.comps)}/{r.choice(NOUNS)}.py"
         g.step("Reading the module.", "read_file", {"path": path}, _noise(r, r.randint(8, 20)))
         g.step("Running the tests.", "run_tests", {"path": path}, _noise(r, r.randint(4, 10)))
         if q % 4 == 0:
             _advance_plan(g)
-        g.rec("assistant_message", "model", _final(g, q, questions), {"tool_calls": []})
+        text, authored = _final(g, q, questions)
+        g.rec("assistant_message", "model", text, {"tool_calls": []})
+        if g.recorded:
+            _record(g, authored)
         if (q + 1) % EVERY == 0:
             g.s.checkpoints.append((g.s.seq, g.run))
     g.s.questions = [(a, k, answered.get(k, 0)) for a, k, _ in g.s.questions]
     return g.s
 
 
-# --- the compaction job, as the worker runs it (issue 24: with the current plan) -------
+# --- the compaction job, as the worker runs it (``CompactionWorker._run``) -------------
 
 
 @dataclass
@@ -305,24 +385,23 @@ class Jobs:
         segments = segment(selection.covered, SEGMENT_TOKENS)[:MAX_CALLS]
         by_id = {r.record_id: r for r in view}
         previous = parent.draft.text()[: BOUND * 4] if parent else None
-        out_tokens = min(DEFAULT_CAP, BOUND)
+        # the built-in summarizer's segments share the bound (no per-call output cap)
+        share = min(BOUND, max(MIN_BOUND, BOUND // len(segments)))
         drafts = []
         for i, seg in enumerate(segments):
             items = source_items(seg, by_id)
-            req = SummaryRequest(
-                items, previous, out_tokens, f"f:{i}", plan=plan, constraints=declared
-            )
+            req = SummaryRequest(items, previous, share, f"f:{i}", plan=plan, constraints=declared)
             drafts.append(await self.summarizer.summarize(req))
-        later = conversation_texts(
-            by_id[i] for s in segments for g in s.groups for i in g.record_ids
-        )
-        merged = merge_drafts(parent.draft.to_dict() if parent else None, drafts, later)
+        # the worker's merge: the parent carried forward, a question a later user message
+        # follows closed, the recorded decisions and questions as entries of their own
+        merged = merge_job(parent.draft.to_dict() if parent else None, drafts, segments, by_id)
         rolled = 0
         if count(merged.text()) > BOUND:
             merged, _, info = await self.summarizer.roll_up(merged, BOUND, "f", None, plan)
             rolled = 1 if info["error"] is None else 0
         merged, _ = apply_text_rules(merged, plan, declared)
-        merged, _ = fit_draft(merged, BOUND, count)
+        heading = summary_heading(plan)
+        merged, _ = fit_draft(merged, BOUND - (count(f"{heading}\n") if heading else 0), count)
         covered = [g for s in segments for g in s.groups]
         new = {i for g in covered for i in g.record_ids}
         ranges = merge_ranges(covered, parent.ranges if parent else ())
@@ -330,7 +409,25 @@ class Jobs:
             merged, {i: by_id[i].session_sequence for i in new}, ranges, earlier=frozenset(before)
         )
         rollups = (parent.rollups if parent else 0) + rolled
-        return Summary(merged, before | new, ranges, rollups, count(merged.text()))
+        return Summary(merged, before | new, ranges, rollups, count(_text(merged.text(), plan)))
+
+
+def _text(draft_text: str, plan: Plan) -> str:
+    """A summary's text as the worker saves it: dated to the plan it was written at."""
+    heading = summary_heading(plan)
+    return f"{heading}\n{draft_text}" if heading else draft_text
+
+
+def _rendered(records: Sequence[RecordView], masked: bool) -> list[str]:
+    """The records as messages (``summary_fidelity._messages``); a recorded decision or
+    question as the short state note the thread view shows (``authored_note``)."""
+    out: list[str] = []
+    for r in records:
+        if r.kind in AUTHORED_KINDS:
+            out.append(f"state: {authored_note(r.kind, r.text, r.payload)}")
+        else:
+            out.extend(_messages([r], masked))
+    return out
 
 
 # --- contexts and probes ---------------------------------------------------------------
@@ -352,7 +449,7 @@ def _history(s: Synth, upto: int, masked: bool) -> list[str]:
     n_plans = 0
     for seq in sorted([*convo, *front]):
         if seq in convo:
-            out.extend(_messages([convo[seq]], masked))
+            out.extend(_rendered([convo[seq]], masked))
             continue
         f = front[seq]
         if f.kind == CONSTRAINT_SET:
@@ -371,10 +468,10 @@ def contexts(
     uncovered = [
         r for r in s.records if r.session_sequence <= upto and r.record_id not in summary.covered
     ]
-    blocks = frontier_messages(frontier_at(s, upto, run), count, 4)
-    ours = "\n".join(
-        [summary.draft.text(), *_messages(uncovered, False), *(str(m["content"]) for m in blocks)]
-    )
+    front = frontier_at(s, upto, run)
+    blocks = frontier_messages(front, count, 4)
+    text = _text(summary.draft.text(), front.plan)
+    ours = "\n".join([text, *_rendered(uncovered, False), *(str(m["content"]) for m in blocks)])
     budget = count(ours)
     return {
         "ours": ours,
@@ -438,14 +535,16 @@ def _share(a: int, b: int) -> float | None:
     return round(a / b, 3) if b else None
 
 
-async def run(seed: int, questions: int) -> dict[str, Any]:
-    """The session compacted after every third turn, every method probed after each job."""
+async def run(seed: int, questions: int, recorded: bool = False) -> dict[str, Any]:
+    """The session compacted after every third turn, every method probed after each job;
+    ``recorded``: the variant whose decisions and open questions are also recorded."""
     counter = MemoCounter()
-    s = make_session(seed, questions, counter.count)
+    s = make_session(seed, questions, counter.count, recorded)
     jobs = Jobs(counter)
     parent: Summary | None = None
     every, late = _tally(), _tally()
     compactions = 0
+    stale = [0, 0]  # answered questions the summary still lists as open, of those answered
     for upto, run_id in s.checkpoints:
         view = [r for r in s.records if r.session_sequence <= upto]
         try:
@@ -458,22 +557,29 @@ async def run(seed: int, questions: int) -> dict[str, Any]:
             continue
         parent = job
         compactions += 1
+        listed = norm("\n".join(f.statement for f in job.draft.unresolved_questions))
+        answered = [k for _, k, ans in s.questions if ans and ans <= upto]
+        stale[0] += sum(norm(k) in listed for k in answered)
+        stale[1] += len(answered)
         for method, text in contexts(s, upto, run_id, parent, counter.count).items():
             probes = probe(s, upto, run_id, text)
             _add(every[method], probes)
             if parent.rollups >= 10:
                 _add(late[method], probes)
     rows: dict[str, dict[str, float | None]] = {}
-    for label, t in (("", every), (" after >=10 roll-ups", late)):
+    for label, t in (("", every), (LATE, late)):
         for p in PROBES:
             rows[f"{p}{label}"] = {m: _share(t[m][p][0], t[m][p][1]) for m in METHODS}
             if p in ("decisions", "open questions"):
                 rows[f"{p} recall{label}"] = {m: _share(t[m][p][2], t[m][p][3]) for m in METHODS}
+    kinds = [r.kind for r in s.records]
     return {
+        "variant": RECORDED if recorded else PHRASED,
         "seed": seed,
         "questions": questions,
         "records": len(s.records),
         "frontier_records": len(s.frontier),
+        "authored_records": {k: kinds.count(k) for k in sorted(AUTHORED_KINDS)},
         "session_tokens": sum(r.token_count for r in s.records),
         "summary_bound": BOUND,
         "compactions": compactions,
@@ -483,46 +589,80 @@ async def run(seed: int, questions: int) -> dict[str, Any]:
         "decisions": len(s.decisions),
         "questions_asked": len(s.questions),
         "questions_answered": sum(1 for *_, a in s.questions if a),
+        "answered_still_open": _share(*stale),
         "rows": rows,
     }
 
 
+LATE = " after >=10 roll-ups"
+# The issue-24 targets; which of them bind in each variant (``BINDING``).
+TARGETS = {
+    "goal 100% after every compaction (ours)": ("goal", 1.0),
+    "constraints 100% after every compaction (ours)": ("constraints", 1.0),
+    "plan 100% after every compaction (ours)": ("plan", 1.0),
+    "decisions >= 90% (recall, every compaction)": ("decisions recall", 0.9),
+    "decisions >= 90% (recall, after >=10 roll-ups)": (f"decisions recall{LATE}", 0.9),
+    "open questions >= 80% (recall, every compaction)": ("open questions recall", 0.8),
+    "open questions >= 80% (recall, after >=10 roll-ups)": (f"open questions recall{LATE}", 0.8),
+}
+# Goal, constraints and plan are state of record in both. Issue 36 took the cue words'
+# guaranteed share away: what is only phrased is measured as information; what the
+# author recorded must be kept.
+BINDING = {PHRASED: tuple(TARGETS)[:3], RECORDED: tuple(TARGETS)}
+
+
 def targets(result: dict[str, Any]) -> dict[str, bool]:
     rows = result["rows"]
-
-    def ours(row: str) -> float:
-        return rows[row]["ours"] or 0.0
-
-    late = " after >=10 roll-ups"
-    return {
-        "goal 100% after every compaction (ours)": ours("goal") == 1.0,
-        "constraints 100% after every compaction (ours)": ours("constraints") == 1.0,
-        "plan 100% after every compaction (ours)": ours("plan") == 1.0,
-        "decisions >= 90% (recall, every compaction)": ours("decisions recall") >= 0.9,
-        "decisions >= 90% (recall, after >=10 roll-ups)": ours(f"decisions recall{late}") >= 0.9,
-        "open questions >= 80% (recall, every compaction)": ours("open questions recall") >= 0.8,
-        "open questions >= 80% (recall, after >=10 roll-ups)": ours(f"open questions recall{late}")
-        >= 0.8,
-    }
+    return {name: (rows[row]["ours"] or 0.0) >= at for name, (row, at) in TARGETS.items()}
 
 
-def print_result(result: dict[str, Any]) -> None:
-    r = result
-    print(
-        f"frontier: seed {r['seed']}, {r['questions']} user turns, {r['records']} records"
-        f" ({r['session_tokens']} tokens) + {r['frontier_records']} frontier records;"
-        f" {r['compactions']} compactions ({r['failed_jobs']} failed), {r['rollups']} roll-ups,"
-        f" summary bound {r['summary_bound']} tokens ({PROFILE.name});"
-        f" {r['compactions_after_10_rollups']} compactions after >= 10 roll-ups"
-    )
-    print("  % of compactions the probe held (recall rows: share of items present)")
-    print(f"  {'probe':<44}" + "".join(f"{m:>10}" for m in METHODS))
-    for name, row in r["rows"].items():
-        cells = "".join(f"{'-' if v is None else f'{100 * v:.1f}%':>10}" for v in row.values())
+def binding_held(result: dict[str, Any]) -> bool:
+    """Every target that binds in the result's variant held (on every seed, once ``main``
+    has folded the other seeds' targets in)."""
+    return all(result["targets"][name] for name in BINDING[result["variant"]])
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def print_results(results: dict[str, dict[str, Any]]) -> None:
+    """Both variants side by side: the probes, the targets, the seeds."""
+    for variant, r in results.items():
+        authored = ", ".join(f"{n} {k}" for k, n in r["authored_records"].items() if n)
+        print(
+            f"frontier [{variant}]: seed {r['seed']}, {r['questions']} user turns,"
+            f" {r['records']} records ({r['session_tokens']} tokens"
+            f"{'; ' + authored if authored else ''}) + {r['frontier_records']} frontier"
+            f" records; {r['compactions']} compactions ({r['failed_jobs']} failed),"
+            f" {r['rollups']} roll-ups, summary bound {r['summary_bound']} tokens"
+            f" ({PROFILE.name}); {r['compactions_after_10_rollups']} compactions after >= 10"
+            f" roll-ups; answered questions its summary still lists as open:"
+            f" {_pct(r['answered_still_open'])}"
+        )
+    print("\n  % of compactions the probe held (recall rows: share of items present)")
+    head = "".join(f"{v[:30]:>30}" for v in results)
+    print(f"  {'':<44}{head}")
+    print(f"  {'probe':<44}" + "".join(m.rjust(10) for _ in results for m in METHODS))
+    first = next(iter(results.values()))
+    for name in first["rows"]:
+        cells = "".join(
+            _pct(v).rjust(10) for r in results.values() for v in r["rows"][name].values()
+        )
         print(f"  {name:<44}{cells}")
-    print("\ntargets (issue 24):")
-    for name, ok in r["targets"].items():
-        print(f"  {name:<58} {'ok' if ok else 'FAIL'}")
+    print("\ntargets (issue 24; every seed; info: not binding in that variant, issue 36)")
+    print(f"  {'target':<54}" + "".join(f"{v:>16}" for v in results))
+    for name in TARGETS:
+        cells = ""
+        for variant, r in results.items():
+            ok = r["targets"][name]
+            mark = (
+                ("ok" if ok else "FAIL")
+                if name in BINDING[variant]
+                else f"info: {'met' if ok else 'missed'}"
+            )
+            cells += f"{mark:>16}"
+        print(f"  {name:<54}{cells}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -534,31 +674,48 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--questions", type=int, default=300)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    result = asyncio.run(run(args.seed, args.questions))
-    result["targets"] = targets(result)
     others = [int(x) for x in args.also.split(",") if x.strip()]
-    result["seeds"] = {args.seed: _headline(result)}
-    for seed in others:
-        more = asyncio.run(run(seed, args.questions))
-        more["targets"] = targets(more)
-        result["seeds"][seed] = _headline(more)
-        for name, ok in more["targets"].items():
-            result["targets"][name] = result["targets"][name] and ok
-    result["elapsed_s"] = round(time.perf_counter() - started, 1)
-    print_result(result)
-    _print_seeds(result["seeds"])
+    results: dict[str, dict[str, Any]] = {}
+    for variant in VARIANTS:
+        result = asyncio.run(run(args.seed, args.questions, variant == RECORDED))
+        result["targets"] = targets(result)
+        result["seeds"] = {args.seed: _headline(result)}
+        for seed in others:
+            more = asyncio.run(run(seed, args.questions, variant == RECORDED))
+            result["seeds"][seed] = _headline(more)
+            for name, ok in targets(more).items():
+                result["targets"][name] = result["targets"][name] and ok
+        result["worst_seed"] = {
+            h: min((row[h] for row in result["seeds"].values() if row[h] is not None), default=None)
+            for h in _HEADLINE
+        }
+        result["binding_held"] = binding_held(result)
+        results[variant] = result
+    elapsed = round(time.perf_counter() - started, 1)
+    print_results(results)
+    _print_seeds(results)
+    out = {
+        "seed": args.seed,
+        "seeds": [args.seed, *others],
+        "questions": args.questions,
+        "variants": results,
+        "binding": {v: list(names) for v, names in BINDING.items()},
+        "ok": all(r["binding_held"] for r in results.values()),
+        "elapsed_s": elapsed,
+    }
     OUT.mkdir(parents=True, exist_ok=True)
     path = OUT / "frontier.json"
-    path.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {path.relative_to(REPO)} in {result['elapsed_s']} s")
+    path.write_text(json.dumps(out, indent=2))
+    verdict = "every binding target held" if out["ok"] else "a binding target FAILED"
+    print(f"\n{verdict}; wrote {path.relative_to(REPO)} in {elapsed} s")
     return 0
 
 
 _HEADLINE = (
     "decisions recall",
-    "decisions recall after >=10 roll-ups",
+    f"decisions recall{LATE}",
     "open questions recall",
-    "open questions recall after >=10 roll-ups",
+    f"open questions recall{LATE}",
 )
 
 
@@ -566,12 +723,14 @@ def _headline(result: dict[str, Any]) -> dict[str, float | None]:
     return {name: result["rows"][name]["ours"] for name in _HEADLINE}
 
 
-def _print_seeds(seeds: dict[int, dict[str, float | None]]) -> None:
-    print("\nours on every seed (the targets above hold on all of them, or print FAIL)")
-    print(f"  {'seed':<6}" + "".join(f"{h:>44}" for h in _HEADLINE))
-    for seed, row in seeds.items():
-        cells = "".join(f"{'-' if v is None else f'{100 * v:.1f}%':>44}" for v in row.values())
-        print(f"  {seed:<6}{cells}")
+def _print_seeds(results: dict[str, dict[str, Any]]) -> None:
+    print("\nours on every seed (recall; late: after >= 10 roll-ups)")
+    short = ("decisions", "decisions late", "open questions", "open q. late")
+    print(f"  {'seed':<6}{'variant':<16}" + "".join(f"{h:>16}" for h in short))
+    for variant, r in results.items():
+        for seed, row in r["seeds"].items():
+            cells = "".join(f"{_pct(v):>16}" for v in row.values())
+            print(f"  {seed:<6}{variant:<16}{cells}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ SOURCES = {
     "floor": "ingest_floor.json",
     "cost": "cost.json",
     "real_transcripts": "real_transcripts.json",
+    "frontier": "frontier.json",
     "frontier_blind": "frontier_blind.json",
 }
 # Issue 13's targets for a cold prepare's p99 (as in benchmarks.prepare_cold.TARGET_MS;
@@ -359,6 +360,28 @@ def real_transcripts_rows(r: dict[str, Any]) -> list[Row]:
     ]  # fmt: skip
 
 
+def frontier_rows(f: dict[str, Any]) -> list[Row]:
+    """Issues 24 and 36: ours's recall of the last five decisions and of the open
+    questions on the synthetic session, the worst seed; binding only where the agent
+    records them (cue words no longer give them a share of the summary)."""
+    rows = []
+    for variant, targets in (
+        ("recorded", ("≥ 0.90", "≥ 0.80")),
+        ("phrasing only", ("info (≥ 0.90 in issue 24)", "info (≥ 0.80 in issue 24)")),
+    ):
+        for name, target in (
+            ("decisions recall", targets[0]),
+            ("decisions recall after >=10 roll-ups", targets[0]),
+            ("open questions recall", targets[1]),
+            ("open questions recall after >=10 roll-ups", targets[1]),
+        ):
+            rows.append(
+                Row(f"frontier ({variant}): {name}, worst seed",
+                    num(f, f"variants.{variant}.worst_seed.{name}"), "", target)
+            )  # fmt: skip
+    return rows
+
+
 def frontier_blind_rows(f: dict[str, Any]) -> list[Row]:
     """Issue 36: decisions and open questions worded with no cue word, per language."""
     results = f.get("results") if isinstance(f.get("results"), list) else []
@@ -395,6 +418,7 @@ def build(data: dict[str, Any]) -> list[Row]:
         *fidelity_rows(data["fidelity"]),
         *cost_rows(data["cost"]),
         *real_transcripts_rows(data["real_transcripts"]),
+        *frontier_rows(data["frontier"]),
         *frontier_blind_rows(data["frontier_blind"]),
     ]
 
