@@ -116,7 +116,7 @@ def test_the_newest_requests_outlast_everything_else_when_the_bound_binds(lang: 
     kept = [f.source_ids[0] for f in d.verified_facts if f.statement.startswith("user: ")]
     assert kept and kept == asked[len(asked) - len(kept) :]  # newest, in order
     assert len(kept) >= 6
-    assert any(f.statement.startswith("bash(") for f in d.verified_facts)  # calls keep a share
+    assert any("bash(" in f.statement for f in d.verified_facts)  # calls keep a share
     assert COUNT(d.text()) <= 700 * 1.1
 
 

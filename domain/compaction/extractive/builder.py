@@ -16,7 +16,9 @@ from domain.compaction.extractive.signals import signal_lines
 READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
 
 # Tiers of the floor (``fill.Frag.tier``): dropped highest first when the bound binds.
-T_RECORDED, T_USER, T_SIGNAL, T_TEXT = 0, 1, 2, 3
+# ``T_STUB``: the stub of a result that succeeded and shows no error line ("read ok") —
+# its call, on the floor already, says it ran; the stub adds the record to read it by.
+T_RECORDED, T_USER, T_SIGNAL, T_TEXT, T_STUB = 0, 1, 2, 3, 4
 # How each kind of floor fragment shortens: (weight, least, most) in ``width`` units
 # (about a character of English each).
 USER = Cap(2.0, 120, 2_400)
@@ -29,6 +31,8 @@ ENTRY = Cap(1.0, 60)
 USER_ENTRY = Cap(2.0, 120)
 ANSWER_ENTRY = Cap(1.5, 160)
 FIXED = Cap(0.0, 0)  # a stub: never shortened (its text is a few characters)
+# A tool result's status as its stub says it.
+STATUS = {"ok": "ok", "error": "failed", "cancelled": "was cancelled", "unknown": "outcome unknown"}
 
 # Worth of a tool result's other lines in the greedy, by where they sit.
 PRIOR_OUTPUT_HEAD = 0.25  # a result's first line

@@ -48,8 +48,10 @@ from domain.compaction.extractive.builder import (
     FIXED,
     PROSE,
     QUESTION,
+    STATUS,
     T_RECORDED,
     T_SIGNAL,
+    T_STUB,
     T_TEXT,
     T_USER,
     USER,
@@ -73,9 +75,13 @@ MAX_ARTIFACT_REFS = 10
 ARTIFACT_SHARE = 0.08  # of the budget, at most, for the path list
 LISTED_CREDIT = 1.0  # a listed path is known already: a line that only names it adds less
 NOTES_RESERVE = 60  # characters kept for the note
+# A roll-up (R11.8) fills this share of its bound by the estimate (``width`` is within a
+# few percent of a tokenizer's count, either way): a roll-up over its bound loses its
+# oldest whole entry to the job's fit (``bound.fit_draft``), and a session rolls up at
+# every job once at its bound — the losses would add up, the oldest calls first.
+ROLLUP_HEADROOM = 0.95
 
 USER_KINDS = frozenset({"user_input", "supplement"})
-STATUS = {"ok": "ok", "error": "failed", "cancelled": "was cancelled", "unknown": "outcome unknown"}
 
 
 def _troubled(
@@ -213,7 +219,7 @@ def _outcome(
     part = b.part(line, item.record_id, f" {name} ", f"{name} ")
     lines, found = read
     trouble = failed or bool(found)
-    tier = T_SIGNAL if trouble else T_TEXT
+    tier = T_SIGNAL if trouble else T_STUB
     b.floor(part, STATUS.get(status, status), tier, FIXED, cue=trouble, inner=len(lines) + 1)
     b.output(part, lines, found, failed)
     if call is not None and failed:
@@ -244,6 +250,8 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
     the earlier summary stays in the chain (R11.8) and is not restated."""
     segment = req.segment
     cap = int(CHARS_PER_TOKEN * req.max_output_tokens)
+    if all(item.kind.startswith(ROLLUP_KIND) for item in segment):
+        cap = int(cap * ROLLUP_HEADROOM)
     b = _candidates(segment)
     touched = _touched(segment)
     listed = touched[:MAX_ARTIFACT_REFS]

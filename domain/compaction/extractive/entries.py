@@ -16,8 +16,10 @@ from domain.compaction.extractive.builder import (
     FIXED,
     PRIOR_ROLLED,
     SIGNAL,
+    STATUS,
     T_RECORDED,
     T_SIGNAL,
+    T_STUB,
     T_TEXT,
     T_USER,
     USER_ENTRY,
@@ -47,13 +49,19 @@ def add_entry(b: Builder, item: SourceItem, section: str) -> None:
     if text.startswith(ANSWER_PREFIX):  # what a run concluded: as firm as the calls
         b.floor(part, text, T_SIGNAL, ANSWER_ENTRY, cue=sal.is_decision(text), group=ANSWERS)
         return
+    stub = STUB_SHAPE.match(text) if section == "verified_facts" else None
+    if stub:  # a result that succeeded with no error line: its stub, what the greedy kept
+        b.floor(part, stub.group(1), T_STUB, FIXED)
+        if stub.group(2):
+            b.extra(part, stub.group(2), PRIOR_ROLLED, sep=": ", layer=2, scale=1.0)
+        return
     firm = section != "verified_facts"  # failures, open questions, decisions
     cue = section in ("failures", "unresolved_questions")
     bits = _JOINS.split(text)
     pieces, seps = bits[::2], [" ", *bits[1::2]]
     calls = False
     for k, piece in enumerate(pieces):
-        calls = calls or seps[k] == " → "
+        calls = calls or seps[k] == " → " or (k == 0 and CALL_SHAPE.match(piece) is not None)
         if not piece:
             continue
         if not (firm or calls) and k and seps[k] in (" | ", " … "):
@@ -67,6 +75,12 @@ def add_entry(b: Builder, item: SourceItem, section: str) -> None:
         b.floor(part, piece, tier, cap, sep=seps[k], cue=cue and ends, inner=inner)
 
 
+# A call as ``salience.render_call`` writes it, ``name(values)``: a step whose prose was
+# left out starts its line with its calls.
+CALL_SHAPE = re.compile(r"^[^\W\d][\w.:-]*\(.*\)$")
+# A successful result's stub as ``draft`` writes it, the tool's name and "ok", and the
+# lines of its output the greedy kept after ": ".
+STUB_SHAPE = re.compile(rf"^(\S+ {re.escape(STATUS['ok'])})(?:$|: (.+))")
 # How this summarizer joins the pieces of a line: a step's prose and its calls, calls,
 # a result's lines, a gap.
 _JOINS = re.compile(r"( → |; | \| | … )")

@@ -92,17 +92,39 @@ class _Floor:
         part = self.fill.c.parts[self.frags[k].part]
         return self.cap(k, 0) + id_cost(part.source_id) + len(part.first_prefix) + 6
 
+    def repeated(self, age: Sequence[int]) -> set[int]:
+        """Fragments whose whole text a newer fragment says again, word for word (a
+        retried call, the same error each time): the newest one says it for all. Stubs
+        (never shortened: "failed") are not repetitions — each says a call happened."""
+        out: set[int] = set()
+        said: set[str] = set()
+        for k in sorted(range(len(self.frags)), key=lambda k: (age[k], k), reverse=True):
+            f = self.frags[k]
+            if f.cap is None or not f.cap.weight:
+                continue
+            text = f.full or f.text
+            if text in said:
+                out.add(k)
+            said.add(text)
+        return out
+
     def order(self, budget: int) -> list[int]:
-        """The drop order: the highest tier first, within a tier what nothing ranks up
-        (``Frag.cue``), then the oldest. But the newest of each group (calls and errors,
-        answers, prose), ranked-up first, up to their ``SHARES`` of the budget, go with
-        the user's words: a long session's requests never push every command out."""
+        """The drop order: the highest tier first, within a tier the repetitions
+        (``repeated``), then what nothing ranks up (``Frag.cue``), then the oldest. But
+        the newest of each group (calls and errors, answers, prose), ranked-up first, up
+        to their ``SHARES`` of the budget, go with the user's words: a long session's
+        requests never push every command out."""
         frags = self.frags
+        parts, order = self.fill.c.parts, self.fill.c.order
+        age = [_rank(parts[f.part], order) for f in frags]
+        again = self.repeated(age)
         tier = {k: frags[k].tier or 0 for k in range(len(frags))}
         group = {k: frags[k].group or str(tier[k]) for k in tier}
         for g, share in SHARES.items():
             members = sorted(
-                (k for k in tier if group[k] == g), key=lambda k: (frags[k].cue, k), reverse=True
+                (k for k in tier if group[k] == g and k not in again),
+                key=lambda k: (frags[k].cue, age[k], k),
+                reverse=True,
             )
             room = budget * share
             for k in members:
@@ -110,10 +132,9 @@ class _Floor:
                 if room < 0:
                     break
                 tier[k] = PROTECTED
-        parts, order = self.fill.c.parts, self.fill.c.order
-        age = [_rank(parts[f.part], order) for f in frags]
         return sorted(
-            range(len(frags)), key=lambda k: (-tier[k], frags[k].cue, age[k], frags[k].inner, k)
+            range(len(frags)),
+            key=lambda k: (-tier[k], k not in again, frags[k].cue, age[k], frags[k].inner, k),
         )
 
     def alive(self, budget: int) -> list[int]:
@@ -151,11 +172,13 @@ def keep_floor(fill: Fill) -> None:
             fill.keep(f)
     _widen(fill, floor, alive, level)
     # The drop was estimated in whole parts and lines: what still fits of the dropped,
-    # the last dropped first, at its least (or, in a tiny bound, what is left).
+    # the last dropped first, at its least (or, in a tiny bound, what is left); never a
+    # repetition of a newer fragment.
     kept = set(alive)
+    again = floor.repeated([_rank(fill.c.parts[f.part], fill.c.order) for f in frags])
     for k in reversed(floor.order(fill.budget + 1)):
         f = frags[k]
-        if k in kept or fill.budget <= 0:
+        if k in kept or k in again or fill.budget <= 0:  # a repetition adds nothing
             continue
         f.text = shorten(f.full, floor.cap(k, 0))
         frame = fill.cost(f) - width(f.text)
