@@ -41,13 +41,17 @@ def add_entry(b: Builder, item: SourceItem, section: str) -> None:
     text = one_line(item.text) or "(empty)"
     user = text.startswith(USER_PREFIX)
     line = b.line(section, origin=RECORDED if recorded else "", key=item.question_key)
-    part = b.part(line, item.record_id, rank=item.session_sequence)  # entries in time order
+    # the user's words and an answer keep their prefix whole, as the one-shot floor does:
+    # a roll-up shortens the words behind it
+    prefix = "" if recorded else next((p for p in _PREFIXES if text.startswith(p)), "")
+    part = b.part(line, item.record_id, prefix, rank=item.session_sequence)  # in time order
+    words = text[len(prefix) :] or text
     if recorded or user:
         # a recorded entry is restored verbatim after a roll-up: never shortened here
-        b.floor(part, text, T_RECORDED if recorded else T_USER, FIXED if recorded else USER_ENTRY)
+        b.floor(part, words, T_RECORDED if recorded else T_USER, FIXED if recorded else USER_ENTRY)
         return
-    if text.startswith(ANSWER_PREFIX):  # what a run concluded: as firm as the calls
-        b.floor(part, text, T_SIGNAL, ANSWER_ENTRY, cue=sal.is_decision(text), group=ANSWERS)
+    if prefix == ANSWER_PREFIX:  # what a run concluded: as firm as the calls
+        b.floor(part, words, T_SIGNAL, ANSWER_ENTRY, cue=sal.is_decision(words), group=ANSWERS)
         return
     stub = STUB_SHAPE.match(text) if section == "verified_facts" else None
     if stub:  # a result that succeeded with no error line: its stub, what the greedy kept
@@ -81,6 +85,7 @@ CALL_SHAPE = re.compile(r"^[^\W\d][\w.:-]*\(.*\)$")
 # A successful result's stub as ``draft`` writes it, the tool's name and "ok", and the
 # lines of its output the greedy kept after ": ".
 STUB_SHAPE = re.compile(rf"^(\S+ {re.escape(STATUS['ok'])})(?:$|: (.+))")
+_PREFIXES = (USER_PREFIX, ANSWER_PREFIX)
 # How this summarizer joins the pieces of a line: a step's prose and its calls, calls,
 # a result's lines, a gap.
 _JOINS = re.compile(r"( → |; | \| | … )")

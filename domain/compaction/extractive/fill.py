@@ -61,11 +61,13 @@ class Frag:
 @dataclass(frozen=True)
 class Cap:
     """How a floor fragment shortens (``segmentation.shorten``): to ``weight`` times the
-    floor's level, never below ``least`` nor above ``most`` (0: its whole text)."""
+    floor's level, never below ``least`` nor above ``most`` (0: its whole text), cut
+    from the middle so that ``head`` of what is kept is its beginning."""
 
     weight: float
     least: int
     most: int = 0
+    head: float = 0.7  # of a shortened text, the share its head keeps (the rest its tail)
 
 
 @dataclass

@@ -167,7 +167,7 @@ def keep_floor(fill: Fill) -> None:
     level = floor.level(alive, fill.budget)
     for k in alive:
         f = frags[k]
-        f.text = shorten(f.full, floor.cap(k, level))
+        f.text = _shorten(f, floor.cap(k, level))
         if f.text:
             fill.keep(f)
     _widen(fill, floor, alive, level)
@@ -180,10 +180,10 @@ def keep_floor(fill: Fill) -> None:
         f = frags[k]
         if k in kept or k in again or fill.budget <= 0:  # a repetition adds nothing
             continue
-        f.text = shorten(f.full, floor.cap(k, 0))
+        f.text = _shorten(f, floor.cap(k, 0))
         frame = fill.cost(f) - width(f.text)
         if fill.cost(f) > fill.budget and fill.budget - frame >= MIN_LEFT:
-            f.text = shorten(f.full, fill.budget - frame)  # a tiny bound: what fits of it
+            f.text = _shorten(f, fill.budget - frame)  # a tiny bound: what fits of it
         if f.text and fill.cost(f) <= fill.budget:
             fill.keep(f)
         else:
@@ -210,8 +210,12 @@ def _widen(fill: Fill, floor: _Floor, alive: list[int], level: float) -> None:
             hi = mid
     for k in short:
         f = floor.frags[k]
-        text = shorten(f.full, max(floor.cap(k, lo), now[k]))
+        text = _shorten(f, max(floor.cap(k, lo), now[k]))
         fill.budget -= width(text) - width(f.text)
         fill.texts.discard(f.text)
         f.text = text
         fill.texts.add(text)
+
+
+def _shorten(f: Frag, limit: int) -> str:
+    return shorten(f.full, limit, f.cap.head if f.cap else 0.7)
