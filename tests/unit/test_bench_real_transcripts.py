@@ -11,6 +11,7 @@ from typing import Any
 
 from benchmarks.real_transcripts import corpus
 from benchmarks.real_transcripts import run as bench
+from domain.compaction.bound import summary_bound
 
 COUNT = bench.MemoCounter().count
 
@@ -112,3 +113,12 @@ async def test_one_transcript_through_the_worker_scores_every_method() -> None:
     assert shot.tokens["ours"] <= shot.original
     assert all(shot.kept["masking"][i] for i, f in enumerate(shot.facts) if f.kind == "request")
     assert chain.jobs >= 5
+
+
+def test_the_bounded_policy_holds_the_summary_to_its_share_of_the_covered_tokens() -> None:
+    """The harness's policy choice: the ``summary_max_ratio`` whose bound is 15% of the
+    covered records' tokens (the issue's target is a share of those)."""
+    policy = bench.bounded_policy(20_000, 50_000)
+    ratio = policy.compaction.summary_max_ratio
+    assert summary_bound(ratio, 50_000) == int(bench.SUMMARY_SHARE * 20_000)
+    assert policy.compaction.context_ratio == bench.POLICY.compaction.context_ratio

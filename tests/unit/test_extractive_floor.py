@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from domain.compaction.drafts import SummaryDraft
+from domain.compaction.bound import rollup_items
+from domain.compaction.drafts import Fact, SummaryDraft, SummaryRequest
 from domain.compaction.extractive import extract_draft
 from domain.compaction.extractive import segmentation as seg
 from domain.compaction.extractive.signals import signal_lines
@@ -291,3 +292,67 @@ def test_a_tiny_bound_still_keeps_the_users_request(cap: int) -> None:
     _, line = line_with(d, "请修复")
     assert line.source_ids == (ids["request"],)
     assert COUNT(d.text()) <= max(cap, 32) * 1.5
+
+
+@pytest.mark.spec("R11.2")
+@pytest.mark.parametrize(
+    "text",
+    [
+        "user: Hi, I'd like to know the sum of my gift card balances, please. [rec_00001]",
+        'bash("cd /repo && python -m pytest tests/test_import.py -k imp --maxfail=1 -q")',
+        "- Je lance d'abord les tests pour voir l'erreur. Ensuite je vérifie la configuration.",
+        "- Сначала запущу тесты, чтобы увидеть ошибку. Потом проверю конфигурацию.",
+        "- assistant: 第57轮收尾。定价队列采用structlog替换orjson——团队一致同意。 [rec_0000348]",
+        "(local_10 = 0; local_10 < 0x10; local_10 = local_10 + 1) { … → read(src/a_b.py)",
+    ],
+)
+def test_width_is_close_to_a_tokenizers_count_in_any_script(text: str) -> None:
+    """``width`` is what the floor spends: too high and a summary under-fills its bound
+    (French was 40% over), too low and the job's fit drops whole entries."""
+    estimate = seg.width(text) / seg.CHARS_PER_TOKEN
+    assert 0.8 * COUNT(text) <= estimate <= 1.2 * COUNT(text)
+
+
+def test_a_repeated_fragment_goes_first_and_the_newest_says_it() -> None:
+    """A retried call that failed the same way each time: the newest call and error
+    stay, the older repetitions go before anything said once."""
+    s = Seg()
+    s.user("Book the flight for the three of us.")
+    ids = []
+    for n in range(12):
+        _, (call,) = s.step("", ("book", {"flight": "HAT023", "seats": 3, "try": "same"}))
+        ids.append(s.outcome(call, "book", "Error: payment does not add up, paid 833", "error"))
+        s.step(f"Adjusting the payment split, attempt {n}.", ("think", {"n": f"plan {n}"}))
+    d = draft(s, 160)
+    failed = [f.source_ids[0] for f in d.failures if "payment does not add up" in f.statement]
+    assert failed and failed[-1] == ids[-1]
+    assert len(failed) < len(ids)
+    assert "Book the flight" in d.text()
+
+
+def test_a_successful_results_stub_goes_before_the_calls() -> None:
+    """'read ok' adds only the record to read it by: when the bound binds it goes before
+    the call that shows what was read."""
+    s = Seg()
+    s.user("Read the modules.")
+    for n in range(40):
+        _, (call,) = s.step("", ("read_file", {"path": f"src/pkg/module_{n}.py"}))
+        s.outcome(call, "read_file", "ok")
+    text = draft(s, 200).text()
+    assert text.count("read_file(src/pkg/module_") > text.count("read_file ok")
+
+
+def test_a_roll_up_keeps_a_call_as_a_call_and_a_stub_as_a_stub() -> None:
+    """Entries of an earlier summary: a step whose prose was left out starts with its
+    call, and the floor keeps it as firmly as a call; a successful result's stub goes
+    first."""
+    facts = []
+    for n in range(30):
+        facts.append(Fact(f"cancel_reservation(K{n:04d}X)", (f"r{2 * n}",)))
+        facts.append(Fact("cancel_reservation ok", (f"r{2 * n + 1}",)))
+    parent = SummaryDraft(tuple(facts), (), (), (), (), ())
+    items = rollup_items(parent)
+    out = extract_draft(SummaryRequest(items, None, 120, "op:rollup:0"))
+    text = out.text()
+    assert "cancel_reservation(K0029X)" in text
+    assert text.count("cancel_reservation(") > text.count("cancel_reservation ok")
