@@ -68,6 +68,9 @@ class Cap:
     least: int
     most: int = 0
     head: float = 0.7  # of a shortened text, the share its head keeps (the rest its tail)
+    # a text at most this much over its share stays whole: a cut from the middle would
+    # save a few tokens and take its middle — often what it was about
+    whole: float = 1.25
 
 
 @dataclass

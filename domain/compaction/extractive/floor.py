@@ -27,7 +27,6 @@ from domain.compaction.extractive.segmentation import shorten, width
 ANSWERS = "answers"
 SHARES = {"2": 0.2, ANSWERS: 0.15, "3": 0.1}
 PROTECTED = 1  # their tier then: the user's words'
-WHOLE_WITHIN = 1.25  # a fragment up to this much over its cap is kept whole
 MIN_LEFT = 24  # a dropped fragment shortened below its least to fill a tiny bound: no less
 
 
@@ -44,9 +43,7 @@ class _Floor:
             return full
         most = min(full, c.most) if c.most else full
         cut = min(most, max(c.least, int(c.weight * level)))
-        # a text only a little over its share stays whole: a cut from the middle would
-        # save a few tokens and take its middle — often what it was about
-        return full if full <= cut * WHOLE_WITHIN else cut
+        return full if full <= cut * c.whole else cut
 
     def need(self, alive: Sequence[int], level: float) -> int:
         """Characters the ``alive`` fragments take at ``level``, with their frames: a
