@@ -80,6 +80,11 @@ NOTES_RESERVE = 60  # characters kept for the note
 # oldest whole entry to the job's fit (``bound.fit_draft``), and a session rolls up at
 # every job once at its bound — the losses would add up, the oldest calls first.
 ROLLUP_HEADROOM = 0.95
+# A roll-up shortens entries no lower than this level (``floor``: the user's words to
+# 120 units, an answer or a call to 90) and drops whole ones — the oldest, lowest tier
+# first — instead: an entry cut at one roll-up stays cut at every later one, where the
+# one-shot floor cuts once, at the level the whole history allows.
+ROLLUP_LEVEL = 60.0
 
 USER_KINDS = frozenset({"user_input", "supplement"})
 
@@ -250,7 +255,8 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
     the earlier summary stays in the chain (R11.8) and is not restated."""
     segment = req.segment
     cap = int(CHARS_PER_TOKEN * req.max_output_tokens)
-    if all(item.kind.startswith(ROLLUP_KIND) for item in segment):
+    rollup = all(item.kind.startswith(ROLLUP_KIND) for item in segment)
+    if rollup:
         cap = int(cap * ROLLUP_HEADROOM)
     b = _candidates(segment)
     touched = _touched(segment)
@@ -260,7 +266,7 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
     fill = Fill(b, cap - NOTES_RESERVE - allowance)
     for path in path_list(touched, [], allowance, MAX_ARTIFACT_REFS):
         fill.seen[("path", path)] = LISTED_CREDIT
-    keep_floor(fill)
+    keep_floor(fill, ROLLUP_LEVEL if rollup else 0.0)
     fill.run()
     if b.frags and not any(f.kept for f in b.frags):
         # Too small a budget for any whole fragment: the newest floor one, shortened.

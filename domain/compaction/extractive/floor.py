@@ -11,6 +11,10 @@ tier the ones nothing ranks up (``Frag.cue``: a failed call's lines, by structur
 decision wording, a heuristic that only orders) first, then the oldest. So when the
 bound binds, the newest user requests are the last to go — but the newest calls and
 errors keep a share of the budget (``SHARES``), by kind of record, never by words.
+A fragment a newer one repeats word for word (a retried call, the same error again)
+goes first within its tier. A roll-up shortens no lower than a level of its own and
+drops whole entries instead (``keep_floor``'s ``least_level``): what a roll-up cuts
+stays cut at every later one.
 """
 
 from __future__ import annotations
@@ -31,9 +35,10 @@ MIN_LEFT = 24  # a dropped fragment shortened below its least to fill a tiny bou
 
 
 class _Floor:
-    def __init__(self, fill: Fill, frags: Sequence[Frag]) -> None:
+    def __init__(self, fill: Fill, frags: Sequence[Frag], least_level: float = 0.0) -> None:
         self.fill = fill
         self.frags = list(frags)
+        self.least_level = least_level  # the level the alive set must fit at
         self.full = [width(f.full or f.text) for f in self.frags]
 
     def cap(self, k: int, level: float) -> int:
@@ -140,30 +145,33 @@ class _Floor:
 
     def alive(self, budget: int) -> list[int]:
         """The fragments kept: all, or all but the fewest first in drop order that
-        make the least forms fit."""
+        make the least forms (at ``least_level``) fit."""
+        least = self.least_level
         every = list(range(len(self.frags)))
-        if self.need(every, 0) <= budget:
+        if self.need(every, least) <= budget:
             return every
         order = self.order(budget)
         lo, hi = 1, len(order)  # drop order[:n]: the smallest n that fits
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.need(sorted(order[mid:]), 0) <= budget:
+            if self.need(sorted(order[mid:]), least) <= budget:
                 hi = mid
             else:
                 lo = mid + 1
         return sorted(order[lo:])
 
 
-def keep_floor(fill: Fill) -> None:
+def keep_floor(fill: Fill, least_level: float = 0.0) -> None:
     """Keep every floor fragment of ``fill``'s candidates that fits, shortened to a
-    common level (see the module); what the floor leaves stays in ``fill.budget``."""
+    common level (see the module); what the floor leaves stays in ``fill.budget``.
+    ``least_level``: the lowest level shortening may go to before whole fragments are
+    dropped (a roll-up's: ``draft.ROLLUP_LEVEL``)."""
     frags = [f for f in fill.c.frags if f.tier is not None and not f.kept]
     if not frags:
         return
     for f in frags:
         f.full = f.full or f.text
-    floor = _Floor(fill, frags)
+    floor = _Floor(fill, frags, least_level)
     alive = floor.alive(fill.budget)
     level = floor.level(alive, fill.budget)
     for k in alive:
