@@ -81,9 +81,10 @@ NOTES_RESERVE = 60  # characters kept for the note
 # every job once at its bound — the losses would add up, the oldest calls first.
 ROLLUP_HEADROOM = 0.95
 # A roll-up shortens entries no lower than this level (``floor``: the user's words to
-# 120 units, an answer or a call to 90) and drops whole ones — the oldest, lowest tier
-# first — instead: an entry cut at one roll-up stays cut at every later one, where the
-# one-shot floor cuts once, at the level the whole history allows.
+# 120 units, where the one-shot floor allows 90; calls and answers stop at their own
+# least) and drops whole ones, the oldest and lowest tier first, instead: an entry cut
+# at one roll-up stays cut at every later one, where the one-shot floor cuts once, at
+# the level the whole history allows.
 ROLLUP_LEVEL = 60.0
 
 USER_KINDS = frozenset({"user_input", "supplement"})
