@@ -280,14 +280,16 @@ class CompactionWorker:
         # summary (R11.2), and an old unbounded one is clipped, never sent whole.
         previous = job.parent.summary_text[: job.bound * CHARS_PER_TOKEN] if job.parent else None
         drafts: list[SummaryDraft] = []
-        share = min(job.output_tokens, max(MIN_BOUND, job.bound // len(segments)))
+        total = sum(seg.tokens for seg in segments) or 1
         for i, seg in enumerate(segments):
             items = source_items(seg, job.by_id)
             job.calls += 1
+            # R11.2: the segments share the bound by their size.
+            share = max(MIN_BOUND, job.bound * seg.tokens // total)
             request = SummaryRequest(
                 items,
                 previous,
-                share,
+                min(job.output_tokens, share),
                 f"{job.op_id}:{i}",
                 plan=job.frontier.plan,
                 constraints=job.frontier.declared,
