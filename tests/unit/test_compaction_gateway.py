@@ -104,7 +104,9 @@ async def test_extractive_keeps_requests_calls_answers_and_failures_by_structure
     assert said[(ids["q2"],)] == "user: And the deploy?"  # a request, not an open question
     assert said[(ids["call1"],)] == "read_file(src/app/main.py)"
     assert said[(ids["out1"],)].startswith("read_file ok")  # the stub: tool, status, id
-    assert said[(ids["answer"],)] == "assistant: The import is wrong. We decided to pin the version."
+    assert (
+        said[(ids["answer"],)] == "assistant: The import is wrong. We decided to pin the version."
+    )
     assert [f.source_ids for f in d.failures] == [(ids["out2"], ids["call2"])]
     assert d.failures[0].statement.startswith("run_tests failed: 3 failed")
     assert not d.decisions and not d.unresolved_questions  # no kind from cue words
