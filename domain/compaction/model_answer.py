@@ -69,7 +69,7 @@ EXTRAS = {
     "errors": (("fix", "resolution", "fixed_by"), "{text} — fix: {extra}"),
     "artifacts": (("action", "what"), "{extra}: {text}"),
 }
-_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n?(.*?)```", re.S)
+_FENCE = re.compile(r"```[\w+.-]*[ \t]*\n?(.*?)```", re.S)
 _BRACKETS = re.compile(r"\[([^\[\]\n]{1,400})\]")
 ENTRY_SHARE = 3  # one entry takes at most 1/3 of the output bound
 
