@@ -25,11 +25,12 @@ from domain.compaction.drafts import SECTION_TITLES
 from domain.compaction.extractive.fill import Fill, Frag, _rank, id_cost
 from domain.compaction.extractive.segmentation import shorten, width
 
-# Of the budget, what the newest calls and errors (tier 2), answers (``Frag.group``) and
-# step prose and result stubs (tier 3) keep when the user's words alone would fill it:
-# shares by structure (a kind of record), never by words.
+# Of the budget, what the newest calls and errors (tier 2) and answers (``Frag.group``:
+# what a run concluded, where its decisions and questions are) keep when the user's words
+# alone would fill it: shares by structure (a kind of record), never by words. A step's
+# narration and result stubs (tier 3) get none: the calls beside them say what ran.
 ANSWERS = "answers"
-SHARES = {"2": 0.2, ANSWERS: 0.15, "3": 0.1}
+SHARES = {"2": 0.15, ANSWERS: 0.2}
 PROTECTED = 1  # their tier then: the user's words'
 MIN_LEFT = 24  # a dropped fragment shortened below its least to fill a tiny bound: no less
 
@@ -117,7 +118,7 @@ class _Floor:
     def order(self, budget: int) -> list[int]:
         """The drop order: the highest tier first, within a tier the repetitions
         (``repeated``), then what nothing ranks up (``Frag.cue``), then the oldest. But
-        the newest of each group (calls and errors, answers, prose), ranked-up first, up
+        the newest of each group (calls and errors, answers), ranked-up first, up
         to their ``SHARES`` of the budget, go with the user's words: a long session's
         requests never push every command out."""
         frags = self.frags
