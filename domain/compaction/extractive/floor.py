@@ -30,7 +30,11 @@ from domain.compaction.extractive.segmentation import shorten, width
 # alone would fill it: shares by structure (a kind of record), never by words. A step's
 # narration and result stubs (tier 3) get none: the calls beside them say what ran.
 ANSWERS = "answers"
-SHARES = {"2": 0.15, ANSWERS: 0.2}
+ASKS = "answers:asks"  # an answer that asks, by its punctuation: one of the answers too
+# (group, share): the newest answers keep 20%, then the newest of those that ask (a
+# question may still be open, or be asked again: "asked earlier") another 10%. A group
+# holds the groups its name starts.
+SHARES = (("2", 0.15), (ANSWERS, 0.2), (ASKS, 0.1))
 PROTECTED = 1  # their tier then: the user's words'
 MIN_LEFT = 24  # a dropped fragment shortened below its least to fill a tiny bound: no less
 
@@ -127,9 +131,13 @@ class _Floor:
         again = self.repeated(age)
         tier = {k: frags[k].tier or 0 for k in range(len(frags))}
         group = {k: frags[k].group or str(tier[k]) for k in tier}
-        for g, share in SHARES.items():
+        for g, share in SHARES:
             members = sorted(
-                (k for k in tier if group[k] == g and k not in again),
+                (
+                    k
+                    for k in tier
+                    if group[k].startswith(g) and k not in again and tier[k] != PROTECTED
+                ),
                 key=lambda k: (frags[k].cue, age[k], k),
                 reverse=True,
             )
