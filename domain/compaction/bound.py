@@ -126,7 +126,12 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
     def plain(f: Fact) -> bool:
         return not f.recorded and not f.statement.startswith(USER_PREFIX)
 
-    queues: list[list[Fact] | list[str]] = [notes, refs]
+    # An artifact ref an entry names says nothing new and goes first; one no entry names
+    # is the only trace of that file: it goes after those.
+    said = " ".join(f.statement for name in FACT_FIELDS for f in facts[name])
+    named = [r for r in refs if r in said]
+    alone = [r for r in refs if r not in said]
+    queues: list[list[Fact] | list[str]] = [notes, named, alone]
     for name in FACT_FIELDS:
         queues.append([f for f in facts[name] if plain(f)])
     entries = [f for name in FACT_FIELDS for f in facts[name]]
@@ -134,7 +139,7 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
     queues.append([f for f in entries if f.recorded])
     dropped = 0
     for queue in queues:
-        is_fact = queue is not notes and queue is not refs
+        is_fact = queue is not notes and queue is not named and queue is not alone
         while queue:
             over = count(build().text()) - bound
             if over <= 0:
@@ -152,6 +157,9 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
                 gone = {id(f) for f in queue[:k]}
                 for name in FACT_FIELDS:
                     facts[name] = [f for f in facts[name] if id(f) not in gone]
+            if queue is named or queue is alone:
+                gone_refs = set(queue[:k])
+                refs[:] = [r for r in refs if r not in gone_refs]
             del queue[:k]
             dropped += k
     _clip_last(facts, build, bound, count)

@@ -356,3 +356,20 @@ def test_a_roll_up_keeps_a_call_as_a_call_and_a_stub_as_a_stub() -> None:
     text = out.text()
     assert "cancel_reservation(K0029X)" in text
     assert text.count("cancel_reservation(") > text.count("cancel_reservation ok")
+
+
+def test_fit_drops_an_artifact_ref_an_entry_names_before_one_no_entry_names() -> None:
+    """A roll-up's artifact list over the bound: a path a kept entry names is said
+    already and goes first; a path no entry names is the only trace of that file."""
+    from domain.compaction.bound import fit_draft
+
+    def count(text: str) -> int:
+        return len(text.split())
+
+    facts = (Fact("read_file(src/app/main.py) ran", ("rec_1",)),)
+    refs = ("docs/only/here.md", "src/app/main.py")
+    draft = SummaryDraft(facts, (), (), (), refs, ())
+    fitted, dropped = fit_draft(draft, count(draft.text()) - 1, count)
+    assert dropped == 1
+    assert fitted.work_artifact_refs == ("docs/only/here.md",)
+    assert fitted.verified_facts == facts
