@@ -98,14 +98,13 @@ def concat(drafts: Sequence[SummaryDraft], notes: Sequence[str] = ()) -> Summary
 
 def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryDraft, int]:
     """``draft`` reduced until its text counts at most ``bound`` tokens, and how many
-    entries were dropped. Drop order: notes and artifact refs, then plain facts,
-    decisions, failures, open questions, then the user's requests (``USER_PREFIX``), and
-    the author's recorded entries last of all; oldest first within each. Deterministic;
+    entries were dropped. Drop order: notes, artifact refs (``_refs_by_trace``), plain
+    facts, decisions, failures, open questions, then the user's requests (``USER_PREFIX``)
+    and the author's recorded entries last of all; oldest first within each. Deterministic;
     keeps at least one fact (an empty summary is not a summary)."""
     if count(draft.text()) <= bound:
         return draft, 0
     facts = {name: list(getattr(draft, name)) for name in FACT_FIELDS}
-    refs = list(draft.work_artifact_refs)
     notes = list(draft.observations)
 
     def build() -> SummaryDraft:
@@ -114,7 +113,7 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
             decisions=tuple(facts["decisions"]),
             failures=tuple(facts["failures"]),
             unresolved_questions=tuple(facts["unresolved_questions"]),
-            work_artifact_refs=tuple(refs),
+            work_artifact_refs=tuple(r for r in draft.work_artifact_refs if r in named + alone),
             observations=tuple(notes),
         )
 
@@ -126,11 +125,7 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
     def plain(f: Fact) -> bool:
         return not f.recorded and not f.statement.startswith(USER_PREFIX)
 
-    # An artifact ref an entry names says nothing new and goes first; one no entry names
-    # is the only trace of that file: it goes after those.
-    said = " ".join(f.statement for name in FACT_FIELDS for f in facts[name])
-    named = [r for r in refs if r in said]
-    alone = [r for r in refs if r not in said]
+    named, alone = _refs_by_trace(list(draft.work_artifact_refs), facts)
     queues: list[list[Fact] | list[str]] = [notes, named, alone]
     for name in FACT_FIELDS:
         queues.append([f for f in facts[name] if plain(f)])
@@ -157,13 +152,17 @@ def fit_draft(draft: SummaryDraft, bound: int, count: CountFn) -> tuple[SummaryD
                 gone = {id(f) for f in queue[:k]}
                 for name in FACT_FIELDS:
                     facts[name] = [f for f in facts[name] if id(f) not in gone]
-            if queue is named or queue is alone:
-                gone_refs = set(queue[:k])
-                refs[:] = [r for r in refs if r not in gone_refs]
             del queue[:k]
             dropped += k
     _clip_last(facts, build, bound, count)
     return build(), dropped
+
+
+def _refs_by_trace(refs: list[str], facts: dict[str, list[Fact]]) -> tuple[list[str], list[str]]:
+    """``refs`` an entry names (said already: they go first) and those no entry names
+    (the only trace of that file: they go after)."""
+    said = " ".join(f.statement for name in FACT_FIELDS for f in facts[name])
+    return [r for r in refs if r in said], [r for r in refs if r not in said]
 
 
 def _clip_last(
