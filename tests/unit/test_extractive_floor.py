@@ -373,3 +373,32 @@ def test_fit_drops_an_artifact_ref_an_entry_names_before_one_no_entry_names() ->
     assert dropped == 1
     assert fitted.work_artifact_refs == ("docs/only/here.md",)
     assert fitted.verified_facts == facts
+
+
+@pytest.mark.parametrize(
+    ("asks", "said"),
+    [
+        ("Who owns the billing ledger window?", "Round 0 finished; the ledger moved."),
+        ("账单账本的窗口由谁负责？", "第0轮收尾。账本已迁移。"),
+    ],
+)
+def test_a_roll_up_keeps_an_old_answer_that_asks_beside_the_newest_answers(
+    asks: str, said: str
+) -> None:
+    """Answers of an earlier summary under a bound the user's words fill: the newest
+    answers keep their share, and an older answer that asks (by its punctuation, in any
+    language) keeps one of its own — it goes with the user's words of its age — where
+    an answer as old that does not ask goes first."""
+    facts = []
+    for n in range(60):
+        facts.append(Fact(f"user: move service {n} to the new queue and keep its API", (f"r{n}",)))
+        if n == 40:
+            facts.append(Fact(f"assistant: {said}", ("q0",)))
+            facts.append(Fact(f"assistant: {said.replace('0', '1')} {asks}", ("q1",)))
+        elif n % 3 == 0:
+            facts.append(Fact(f"assistant: step {n} finished, tests green", (f"a{n}",)))
+    parent = SummaryDraft(tuple(facts), (), (), (), (), ())
+    text = extract_draft(SummaryRequest(rollup_items(parent), None, 600, "op:rollup:0")).text()
+    assert asks in text
+    assert said not in text
+    assert "step 57 finished" in text
