@@ -21,7 +21,7 @@ READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its e
 T_RECORDED, T_USER, T_SIGNAL, T_TEXT, T_STUB = 0, 1, 2, 3, 4
 # How each kind of floor fragment shortens: (weight, least, most) in ``width`` units
 # (about a character of English each).
-USER = Cap(2.0, 80, 2_400, head=1.0, whole=1.0)  # the ask first: verbatim to its share
+USER = Cap(2.0, 90, 2_400, head=1.0, whole=1.0)  # the ask first: verbatim to its share
 CALL = Cap(1.5, 110, 600)  # least: a command's first 70 characters or so
 PROSE = Cap(1.0, 60, 800)
 ANSWER = Cap(1.5, 160, 1_600)
