@@ -7,11 +7,7 @@ input is dead-lettered with its reason, and the inspector's read model lists the
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -25,7 +21,7 @@ from services.sdk.client import ContextClient, RunHandle
 from storage.records.authored import session_authored
 from tests.integration.test_compaction import round_, script, scripted, settled
 from tests.integration.test_poison import dead_letters_at
-from tests.support.console import running_console, sign_in
+from tests.support.console import running_console, session_inspect, sign_in
 from tests.support.flows import client, new_session
 from tests.support.model_server import Script
 from tests.support.services import TEST_SPACE, Services
@@ -46,7 +42,6 @@ QUESTION_A = "Which port does the staging broker listen on?"
 QUESTION_B = "谁负责审查架构变更\uff1f"  # a CJK question mark
 ANSWER_A = "9093, TLS only"
 MIN_COMPACTIONS = 10
-AGENTLOOM = str(Path(sys.executable).with_name("agentloom"))
 
 
 @pytest.fixture
@@ -216,18 +211,6 @@ def console(services: Services) -> Iterator[str]:
         yield url
 
 
-def _inspect(pg_dsn: str, *args: str) -> str:
-    p = subprocess.run(
-        [AGENTLOOM, "session", "inspect", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=os.environ | {"COLUMNS": "250", "ALC_PG_DSN": pg_dsn},
-    )
-    assert p.returncode == 0, p.stderr
-    return p.stdout
-
-
 @pytest.mark.spec("R18", "R11.7")
 async def test_the_inspector_and_session_inspect_list_decisions_and_questions(
     ctx: ContextClient, db: asyncpg.Pool, pg_dsn: str, console: str, services: Services
@@ -243,7 +226,7 @@ async def test_the_inspector_and_session_inspect_list_decisions_and_questions(
     await ctx.close_question(run, "q-never-opened", event_key="close-none")
     await ctx.prepare(run)  # read-your-writes: all of them are committed
 
-    got = json.loads(_inspect(pg_dsn, sid, "--json"))["authored"]
+    got = json.loads(session_inspect(pg_dsn, sid, "--json"))["authored"]
     assert [(d["text"], d["reason"]) for d in got["decisions"]] == [(DECISIONS[2], "热点少")]
     assert [(q["key"], q["status"], q["answer"]) for q in got["questions"]] == [
         ("qa", "closed", ANSWER_A),
@@ -251,7 +234,7 @@ async def test_the_inspector_and_session_inspect_list_decisions_and_questions(
     ]
     rid = record_id_for(TEST_SPACE, sid, "close-none")
     assert got["unmatched_closings"] == [rid]  # named apart, never dropped silently
-    table = _inspect(pg_dsn, sid)
+    table = session_inspect(pg_dsn, sid)
     for line in (
         "decisions recorded: 1",
         f"- {DECISIONS[2]} (reason: 热点少)",

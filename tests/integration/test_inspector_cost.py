@@ -5,24 +5,19 @@ command), with the session's total; a call without a result says so."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
-from tests.support.console import running_console, sign_in
+from tests.support.console import running_console, session_inspect, sign_in
 from tests.support.flows import PROFILE, client, new_session, wait_committed
 from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
-AGENTLOOM = str(Path(sys.executable).with_name("agentloom"))
 PRICES = {"input": 3, "cached_input": 0.3, "cache_write": 3.75, "output": 15, "currency": "USD"}
 FIRST = {
     "input_tokens": 100,
@@ -68,18 +63,6 @@ async def _session(services: Services, db: asyncpg.Pool) -> tuple[str, list[str]
     return str(session["session_id"]), ids
 
 
-def _inspect(pg_dsn: str, *args: str) -> str:
-    p = subprocess.run(
-        [AGENTLOOM, "session", "inspect", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=os.environ | {"COLUMNS": "250", "ALC_PG_DSN": pg_dsn},
-    )
-    assert p.returncode == 0, p.stderr
-    return p.stdout
-
-
 def _text(html: str, ident: str) -> str:
     m = re.search(rf'id="{ident}"[^>]*>(.*?)</', html, re.S)
     assert m, f"no #{ident} on the page"
@@ -115,12 +98,12 @@ async def test_the_inspector_and_session_inspect_show_tokens_cache_share_and_cos
             pending: ["—", "no result yet"],
         }
         assert f'data-currency="USD">{TOTAL}</span> (2 priced calls)' in listing.text
-    listed = _inspect(pg_dsn, sid)
+    listed = session_inspect(pg_dsn, sid)
     assert f"session cost: {TOTAL} (2 priced)" in listed
     for text in (FIRST_COST, SECOND_COST, FIRST_SHARE, SECOND_SHARE, "no result yet"):
         assert text in listed, listed
-    shown = _inspect(pg_dsn, sid, "--call", "1")
+    shown = session_inspect(pg_dsn, sid, "--call", "1")
     assert f"cache share: {FIRST_SHARE}; cost: {FIRST_COST}" in shown, shown
     assert "fresh input 100, cached input 800, cache write 100, output 50, reasoning 0" in shown
-    pending_shown = _inspect(pg_dsn, sid, "--call", pending)
+    pending_shown = session_inspect(pg_dsn, sid, "--call", pending)
     assert "cache share: —; cost: no result yet" in pending_shown, pending_shown

@@ -17,8 +17,7 @@ import pytest
 from services.sdk.client import ContextClient
 from storage.compaction import diagnostics
 from tests.integration.test_compaction import round_
-from tests.integration.test_inspector_cost import _inspect
-from tests.support.console import running_console, sign_in
+from tests.support.console import running_console, session_inspect, sign_in
 from tests.support.flows import client, new_session, wait_committed
 from tests.support.services import Services
 
@@ -154,5 +153,5 @@ async def test_the_inspector_shows_a_call_without_a_result_in_flight_then_answer
         assert page.status_code == 200, page.text
         row = page.text.split('id="open-calls"')[1].split("</table>")[0]
         assert "slow-c" in row and "answered unknown (the agent moved on)" in row
-    listed = _inspect(pg_dsn, sid)
+    listed = session_inspect(pg_dsn, sid)
     assert "tool call without a result: slow-c (bash) — answered unknown for compaction" in listed

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 
@@ -70,3 +72,19 @@ async def sign_in(http: httpx.AsyncClient, key: str) -> str:
     page = await http.get("/inspector")
     assert page.status_code == 200, page.text
     return page_token(page.text)
+
+
+AGENTLOOM = str(Path(sys.executable).with_name("agentloom"))
+
+
+def session_inspect(pg_dsn: str, *args: str) -> str:
+    """What ``agentloom session inspect`` prints (the installed command, a wide terminal)."""
+    p = subprocess.run(
+        [AGENTLOOM, "session", "inspect", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ | {"COLUMNS": "250", "ALC_PG_DSN": pg_dsn},
+    )
+    assert p.returncode == 0, p.stderr
+    return p.stdout
