@@ -32,25 +32,25 @@ SESSIONS = {
     "zh": (
         "请修复导入模块时的错误，并且不要修改 config/settings.yaml 文件。",
         "我先运行测试看看错误。然后检查配置。",
-        "cd /repo && python -m pytest tests/test_import.py -k 导入 --maxfail=1 -q",
+        "cd /repo && python tools/import_rows.py --lang 导入 --limit 1 --quiet",
         "无效的配置项",
     ),
     "ru": (
         "Исправь ошибку импорта модуля, но не трогай файл config/settings.yaml.",
         "Сначала запущу тесты, чтобы увидеть ошибку. Потом проверю конфигурацию.",
-        "cd /repo && python -m pytest tests/test_import.py -k импорт --maxfail=1 -q",
+        "cd /repo && python tools/import_rows.py --lang импорт --limit 1 --quiet",
         "неверный параметр конфигурации",
     ),
     "fr": (
         "Corrige l'erreur d'importation du module, sans modifier config/settings.yaml.",
         "Je lance d'abord les tests pour voir l'erreur. Ensuite je vérifie la configuration.",
-        "cd /repo && python -m pytest tests/test_import.py -k importation --maxfail=1 -q",
+        "cd /repo && python tools/import_rows.py --lang importation --limit 1 --quiet",
         "paramètre de configuration invalide",
     ),
     "de": (
         "Behebe den Importfehler des Moduls, aber ändere config/settings.yaml nicht.",
         "Ich führe zuerst die Tests aus, um den Fehler zu sehen. Dann prüfe ich die Konfiguration.",
-        "cd /repo && python -m pytest tests/test_import.py -k Einfuhr --maxfail=1 -q",
+        "cd /repo && python tools/import_rows.py --lang Einfuhr --limit 1 --quiet",
         "ungültiger Konfigurationswert",
     ),
 }
@@ -94,7 +94,7 @@ def test_any_language_keeps_the_request_the_command_and_the_error(lang: str, cap
     d = draft(s, cap)
     _, line = line_with(d, request)  # the user's words, verbatim
     assert line.source_ids == (ids["request"],) and line.statement == f"user: {request}"
-    head = command.split(" -k ")[0]
+    head = command.split(" --lang ")[0]
     section, line = line_with(d, "bash(")
     assert head[:20] in line.statement and line.source_ids == (ids["step"],)
     section, line = line_with(d, f"ValueError: {message}")
@@ -299,7 +299,7 @@ def test_a_tiny_bound_still_keeps_the_users_request(cap: int) -> None:
     "text",
     [
         "user: Hi, I'd like to know the sum of my gift card balances, please. [rec_00001]",
-        'bash("cd /repo && python -m pytest tests/test_import.py -k imp --maxfail=1 -q")',
+        'bash("cd /repo && python tools/import_rows.py --lang imp --limit 1 --quiet")',
         "- Je lance d'abord les tests pour voir l'erreur. Ensuite je vérifie la configuration.",
         "- Сначала запущу тесты, чтобы увидеть ошибку. Потом проверю конфигурацию.",
         "- assistant: 第57轮收尾。定价队列采用structlog替换orjson——团队一致同意。 [rec_0000348]",
