@@ -7,7 +7,7 @@ input is dead-lettered with its reason, and the inspector's read model lists the
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -19,15 +19,15 @@ from domain.planning import record_id_for
 from schemas.contracts import Authority, Content, QuestionPayload, RecordKind
 from services.sdk.client import ContextClient, RunHandle
 from storage.records.authored import session_authored
-from tests.integration.test_compaction import round_, script, scripted, settled
+from tests.integration.test_compaction import round_, script, settled
 from tests.integration.test_poison import dead_letters_at
-from tests.support.console import running_console, session_inspect, sign_in
+from tests.support.console import session_inspect, sign_in
 from tests.support.flows import client, new_session
 from tests.support.model_server import Script
 from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
-__all__ = ["script", "scripted"]  # the scripted model's fixtures (test_compaction)
+__all__ = ["script"]  # the scripted model's fixture (test_compaction)
 
 # Phrased with no cue word a text rule could key on, in several languages.
 DECISIONS = [
@@ -203,12 +203,6 @@ async def test_bad_decisions_and_questions_are_dead_lettered_with_their_reason(
         "SELECT kind FROM records WHERE session_id=$1 AND kind LIKE 'question%'", sid
     )
     assert [r["kind"] for r in kinds] == ["question_opened"]
-
-
-@pytest.fixture(scope="module")
-def console(services: Services) -> Iterator[str]:
-    with running_console(services) as url:
-        yield url
 
 
 @pytest.mark.spec("R18", "R11.7")

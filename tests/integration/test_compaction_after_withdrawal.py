@@ -14,7 +14,7 @@ process, so the test counts the real model calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,8 +25,7 @@ from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
 from services.sdk.client import ContextClient, RunHandle
 from tests.support.flows import client, new_session
 from tests.support.model_server import Script
-from tests.support.services import Services, scripted_services
-from tests.support.stack import Stack
+from tests.support.services import Services
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -38,12 +37,6 @@ POLICY = {
 }
 SECRET = "CONFIDENTIAL-CLAUSE-7"
 Step = Callable[[RunHandle], Awaitable[None]]
-
-
-@pytest.fixture(scope="module")
-def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
-    with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
-        yield svc, script
 
 
 @pytest.fixture

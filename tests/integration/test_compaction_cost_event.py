@@ -6,7 +6,7 @@ against a scripted model that reports 10 prompt and 5 completion tokens a call."
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -17,17 +17,10 @@ from services.sdk.client import ContextClient
 from tests.integration.test_compaction import question, settled
 from tests.support.flows import PROFILE, client, new_session, read_topic
 from tests.support.model_server import Script
-from tests.support.services import Services, scripted_services
-from tests.support.stack import Stack
+from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
 PRICES = {"input": 2.5, "output": 10, "currency": "USD"}
-
-
-@pytest.fixture(scope="module")
-def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
-    with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
-        yield svc, script
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from schemathesis.specs.openapi.checks import status_code_conformance
 
 from services.console.app import create_app
 from services.console.settings import ConsoleSettings
-from tests.support.console import running_console, sign_in
+from tests.support.console import sign_in
 from tests.support.flows import client, new_session
 from tests.support.services import Services
 
@@ -63,12 +63,6 @@ def flatmap_case(_: Any, case: schemathesis.Case) -> st.SearchStrategy[schemathe
         return case
 
     return st.sampled_from([False, False, True]).map(with_real_ids)
-
-
-@pytest.fixture(scope="module")
-def console(services: Services) -> Iterator[str]:
-    with running_console(services) as url:
-        yield url
 
 
 @pytest.fixture(scope="module")

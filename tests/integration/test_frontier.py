@@ -13,14 +13,14 @@ import asyncpg
 import pytest
 
 from services.sdk.client import ContextClient, RunHandle
-from tests.integration.test_compaction import round_, script, scripted, settled
+from tests.integration.test_compaction import round_, script, settled
 from tests.integration.test_poison import dead_letters_at
 from tests.support.flows import client, new_session
 from tests.support.model_server import Script
 from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
-__all__ = ["script", "scripted"]  # the scripted model's fixtures, used here too
+__all__ = ["script"]  # the scripted model's fixture, used here too
 
 PLAN_V1 = [
     {"id": "p1", "step": "read the parser module", "status": "in_progress"},

@@ -6,14 +6,13 @@ command), with the session's total; a call without a result says so."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 
-from tests.support.console import running_console, session_inspect, sign_in
+from tests.support.console import session_inspect, sign_in
 from tests.support.flows import PROFILE, client, new_session, wait_committed
 from tests.support.services import Services
 
@@ -38,12 +37,6 @@ SECOND = {
 FIRST_COST, SECOND_COST, TOTAL = "0.001665 USD", "0.0012 USD", "0.002865 USD"
 # Cache share: 800 / (100 + 800 + 100) = 80.0%; 1000 / (200 + 1000) = 83.3%
 FIRST_SHARE, SECOND_SHARE = "80.0%", "83.3%"
-
-
-@pytest.fixture(scope="module")
-def console(services: Services) -> Iterator[str]:
-    with running_console(services) as url:
-        yield url
 
 
 async def _session(services: Services, db: asyncpg.Pool) -> tuple[str, list[str]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -19,8 +19,7 @@ from services.sdk.client import ContextClient
 from tests.integration.test_compaction import question, settled, state
 from tests.support.flows import client, new_session
 from tests.support.model_server import Script
-from tests.support.services import Services, scripted_services
-from tests.support.stack import Stack
+from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
 _ID = re.compile(r"^\[(rec_[0-9a-f]+)\]", re.M)
@@ -28,12 +27,6 @@ POLICY: dict[str, Any] = {"recent_complete_groups": 1, "compaction": {"user_turn
 Reply = tuple[int, dict[str, Any] | str]
 REQUEST_ZH = "请回答问题 k0，并保留所有数字"  # noqa: RUF001 (Chinese punctuation)
 QUESTION_ZH = "问题 k1 还没有回答吗？"  # noqa: RUF001
-
-
-@pytest.fixture(scope="module")
-def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
-    with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
-        yield svc, script
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -17,7 +17,7 @@ import pytest
 from services.sdk.client import ContextClient
 from storage.compaction import diagnostics
 from tests.integration.test_compaction import round_
-from tests.support.console import running_console, session_inspect, sign_in
+from tests.support.console import session_inspect, sign_in
 from tests.support.flows import client, new_session, wait_committed
 from tests.support.services import Services
 
@@ -120,12 +120,6 @@ async def test_a_tool_that_crashes_mid_call_never_blocks_compaction(
     # summary stands for it and no prepared context shows the call as open.
     assert "crash-c" in json.dumps(seen[0]["messages"])
     assert "crash-c" not in json.dumps(seen[-1]["messages"])
-
-
-@pytest.fixture(scope="module")
-def console(services: Services) -> Iterator[str]:
-    with running_console(services) as url:
-        yield url
 
 
 @pytest.mark.spec("R2.4", "R18")

@@ -1,0 +1,28 @@
+"""Fixtures shared by the integration modules."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.console import running_console
+from tests.support.model_server import Script
+from tests.support.services import Services, scripted_services
+from tests.support.stack import Stack
+
+
+@pytest.fixture(scope="module")
+def console(services: Services) -> Iterator[str]:
+    """The web console (``python -m services.console``) on the test services, per module;
+    a module that needs other console settings defines its own."""
+    with running_console(services) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
+    """Our services with the OpenAI-compatible summarizer pointed at a scripted model
+    server, per module (``tests.support.services.scripted_services``)."""
+    with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
+        yield svc, script
