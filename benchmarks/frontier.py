@@ -85,7 +85,7 @@ from benchmarks.summary_fidelity import (
 )
 from domain.compaction.authored import DECISION_RECORDED, QUESTION_CLOSED, QUESTION_OPENED
 from domain.compaction.bound import MIN_BOUND, fit_draft, summary_bound
-from domain.compaction.drafts import SummaryRequest
+from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary
 from domain.compaction.sources import merge_job, merge_ranges, source_items
 from domain.compaction.text_rules import apply_text_rules, summary_heading
@@ -385,16 +385,20 @@ class Jobs:
         segments = segment(selection.covered, SEGMENT_TOKENS)[:MAX_CALLS]
         by_id = {r.record_id: r for r in view}
         previous = parent.draft.text()[: BOUND * 4] if parent else None
-        # the built-in summarizer's segments share the bound (no per-call output cap)
-        share = min(BOUND, max(MIN_BOUND, BOUND // len(segments)))
-        drafts = []
+        # the built-in summarizer's segments share the bound by their size (no per-call cap)
+        total = sum(seg.tokens for seg in segments) or 1
+        drafts: list[SummaryDraft] = []
+        shown: list[SourceItem] = []
         for i, seg in enumerate(segments):
             items = source_items(seg, by_id)
+            shown.extend(items)
+            share = min(BOUND, max(MIN_BOUND, BOUND * seg.tokens // total))
             req = SummaryRequest(items, previous, share, f"f:{i}", plan=plan, constraints=declared)
             drafts.append(await self.summarizer.summarize(req))
         # the worker's merge: the parent carried forward, a question a later user message
         # follows closed, the recorded decisions and questions as entries of their own
-        merged = merge_job(parent.draft.to_dict() if parent else None, drafts, segments, by_id)
+        records = [by_id[i] for s in segments for g in s.groups for i in g.record_ids]
+        merged = merge_job(parent.draft.to_dict() if parent else None, drafts, shown, records)
         rolled = 0
         if count(merged.text()) > BOUND:
             merged, _, info = await self.summarizer.roll_up(merged, BOUND, "f", None, plan)

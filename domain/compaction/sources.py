@@ -124,16 +124,16 @@ def merge_drafts(
 def merge_job(
     parent: Mapping[str, Any] | None,
     drafts: Sequence[SummaryDraft],
-    segments: Sequence[Segment],
-    by_id: Mapping[str, RecordView],
+    items: Sequence[SourceItem],
+    records: Iterable[RecordView],
 ) -> SummaryDraft:
     """A job's merged draft: the parent carried forward, the segments' drafts appended,
     a parent's question the new segments' conversation answered closed (``merge_drafts``),
     and the decisions and questions recorded by their author as verbatim entries of their
-    own, whatever the summarizer wrote (``with_recorded``)."""
-    records = [by_id[i] for s in segments for g in s.groups for i in g.record_ids]
+    own, whatever the summarizer wrote (``with_recorded``). ``items``: the source items
+    the summarizer was shown; ``records``: the covered records, in order."""
     merged = merge_drafts(parent, drafts, conversation_texts(records))
-    return with_recorded(merged, [i for s in segments for i in source_items(s, by_id)], parent)
+    return with_recorded(merged, items, parent)
 
 
 def conversation_texts(records: Iterable[RecordView]) -> list[Said]:

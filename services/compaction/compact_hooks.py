@@ -21,6 +21,7 @@ from typing import Protocol
 from domain.compaction.drafts import SummaryDraft
 from domain.compaction.errors import InvalidSummary
 from domain.policy.sections import HookBinding
+from schemas.errors import HookFailed
 from services.hooks import bound, call
 
 BEFORE, AFTER = "context.compact.before", "context.compact.after"
@@ -106,3 +107,11 @@ def check_text_only(before: SummaryDraft, after: SummaryDraft, hook: str) -> Non
         raise InvalidSummary(
             f"hook {hook} changed artifact references", reason="hook_changed_structure", hook=hook
         )
+
+
+def failure_reason(exc: HookFailed, failed: str) -> str:
+    """A job's reason when a hook failed: ``hook_not_loaded:<id>`` for a binding no loaded
+    hook answers, otherwise ``<failed>:<reason>`` (``timeout`` or the hook's exception type)."""
+    if exc.details.get("reason") == "hook_not_loaded":
+        return f"hook_not_loaded:{exc.details['hook']}"
+    return f"{failed}:{exc.details.get('reason')}"

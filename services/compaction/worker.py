@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from domain.compaction.bound import MIN_BOUND, fit_draft, summary_bound
-from domain.compaction.drafts import SummaryDraft, SummaryRequest
+from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.gateway import SummaryGateway
 from domain.compaction.sources import merge_job, merge_ranges, source_items
@@ -47,6 +47,7 @@ from services.compaction.compact_hooks import (
     AfterCompact,
     BeforeCompact,
     HookChain,
+    failure_reason,
 )
 from services.compaction.costs import CostNotes, Spent
 from services.compaction.job_records import JobRecords
@@ -204,11 +205,11 @@ class CompactionWorker:
         job = await self._load(req, spent)
         try:
             segments = await self._select(job)
-            drafts = await self._summarize_segments(job, segments)
+            drafts, items = await self._summarize_segments(job, segments)
             covered = [g for s in segments for g in s.groups]
-            merged = merge_job(
-                job.parent.summary if job.parent else None, drafts, segments, job.by_id
-            )
+            records = [job.by_id[i] for g in covered for i in g.record_ids]
+            parent = job.parent.summary if job.parent else None
+            merged = merge_job(parent, drafts, items, records)
             merged, rollup = await self._bounded(job, merged)
             ranges = self._checked_ranges(job, merged, covered)
         except _Stop as stop:
@@ -267,7 +268,7 @@ class CompactionWorker:
                 job.hooks,
             )
         except HookFailed as exc:  # a hook's failure never changes the view
-            raise _Stop("hooks", _hook_reason(exc, "compact_before_failed")) from exc
+            raise _Stop("hooks", failure_reason(exc, "compact_before_failed")) from exc
         except Exception as exc:  # what a hook answered could not be used
             raise _Stop("hooks", f"compact_before_failed:{type(exc).__name__}") from exc
         if before.max_output_tokens:
@@ -275,14 +276,19 @@ class CompactionWorker:
         keep = pinned | before.keep_record_ids
         return select_prefix(groups, keep_recent=job.keep_recent, pinned=keep)
 
-    async def _summarize_segments(self, job: _Job, segments: list[Segment]) -> list[SummaryDraft]:
+    async def _summarize_segments(
+        self, job: _Job, segments: list[Segment]
+    ) -> tuple[list[SummaryDraft], list[SourceItem]]:
+        """Each segment's draft, and every source item the summarizer was shown."""
         # the previous summary is context for the summarizer; it is bounded like every
         # summary (R11.2), and an old unbounded one is clipped, never sent whole.
         previous = job.parent.summary_text[: job.bound * CHARS_PER_TOKEN] if job.parent else None
         drafts: list[SummaryDraft] = []
+        shown: list[SourceItem] = []
         total = sum(seg.tokens for seg in segments) or 1
         for i, seg in enumerate(segments):
             items = source_items(seg, job.by_id)
+            shown.extend(items)
             job.calls += 1
             # R11.2: the segments share the bound by their size.
             share = max(MIN_BOUND, job.bound * seg.tokens // total)
@@ -300,7 +306,7 @@ class CompactionWorker:
                 raise _invalid("validate", exc) from exc
             except (SummarizerFailed, TimeoutError) as exc:
                 raise _Stop("summarize", getattr(exc, "code", "summarizer_timeout")) from exc
-        return drafts
+        return drafts, shown
 
     async def _bounded(
         self, job: _Job, merged: SummaryDraft
@@ -332,7 +338,7 @@ class CompactionWorker:
                 AfterCompact(job.req.session_id, job.req.run_id, merged), job.hooks
             )
         except HookFailed as exc:
-            raise _Stop("hooks", _hook_reason(exc, "compact_after_failed")) from exc
+            raise _Stop("hooks", failure_reason(exc, "compact_after_failed")) from exc
         except InvalidSummary as exc:
             raise _invalid("hooks", exc) from exc
         except Exception as exc:  # what a hook answered could not be used
@@ -390,11 +396,3 @@ class CompactionWorker:
             model_operation_id=job.op_id,
             model_calls=job.calls,
         )
-
-
-def _hook_reason(exc: HookFailed, failed: str) -> str:
-    """``hook_not_loaded:<id>`` for a binding no loaded hook answers, otherwise
-    ``<failed>:<reason>`` (``timeout`` or the hook's exception type)."""
-    if exc.details.get("reason") == "hook_not_loaded":
-        return f"hook_not_loaded:{exc.details['hook']}"
-    return f"{failed}:{exc.details.get('reason')}"
