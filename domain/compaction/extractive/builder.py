@@ -10,7 +10,8 @@ from collections import Counter
 import domain.compaction.extractive.salience as sal
 from domain.compaction.drafts import SourceItem
 from domain.compaction.extractive.fill import Candidates, Cap, Frag
-from domain.compaction.extractive.segmentation import one_line
+from domain.compaction.extractive.floor import ANSWERS, ASKS
+from domain.compaction.extractive.segmentation import CJK_STOPS, is_question, one_line, sentences
 from domain.compaction.extractive.signals import signal_lines
 
 READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
@@ -43,6 +44,15 @@ PRIOR_ROLLED = 0.2  # a rolled-up result line beyond its stub
 REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
 
 
+def _gap(before: str) -> str:
+    """The space between two sentences as they were written: none after a CJK stop."""
+    return "" if before.endswith(tuple(CJK_STOPS)) else " "
+
+
+def _joined(said: list[str]) -> str:
+    return "".join(s if not k else _gap(said[k - 1]) + s for k, s in enumerate(said))
+
+
 class Builder(Candidates):
     """Floor and greedy fragments, as ``floor`` and ``fill`` keep them."""
 
@@ -62,6 +72,28 @@ class Builder(Candidates):
         frag = Frag(text, part, 0, sep, feats, 0.0, 1.0, tier=tier, cap=cap, cue=cue, inner=inner)
         frag.group = group
         self.frag(part, frag)
+
+    def answer(self, part: int, words: str, cap: Cap, asks_cap: Cap = QUESTION) -> None:
+        """What a run concluded, as firm as the calls (``T_SIGNAL``), in pieces: its
+        questions (by their punctuation) in the ``ASKS`` group, the sentences between them
+        in ``ANSWERS`` — so an older answer that the bound shortens keeps what it asked
+        (it may still be open) after the rest of it went."""
+        runs: list[tuple[bool, list[str]]] = []
+        for s in sentences(words):
+            asks = is_question(s)
+            if runs and runs[-1][0] == asks:
+                runs[-1][1].append(s)
+            else:
+                runs.append((asks, [s]))
+        before = ""
+        for asks, said in runs:
+            text = _joined(said)
+            if asks:
+                self.floor(part, text, T_SIGNAL, asks_cap, sep=_gap(before), group=ASKS)
+            else:
+                cue = sal.is_decision(text)
+                self.floor(part, text, T_SIGNAL, cap, sep=_gap(before), cue=cue, group=ANSWERS)
+            before = text
 
     def extra(
         self, part: int, text: str, base: float, *, sep: str, layer: int, scale: float

@@ -203,10 +203,10 @@ def _assistant(
         text = " ".join(said)
     part = b.part(b.line("verified_facts"), item.record_id, "" if step else ANSWER_PREFIX)
     prose = one_line(text)
-    if prose:
-        tier, cap = (T_TEXT, PROSE) if step else (T_SIGNAL, ANSWER)
-        group = "" if step else ANSWERS
-        b.floor(part, prose, tier, cap, cue=sal.is_decision(prose), group=group)
+    if prose and step:
+        b.floor(part, prose, T_TEXT, PROSE, cue=sal.is_decision(prose))
+    elif prose:
+        b.floor(part, prose, T_SIGNAL, ANSWER, cue=sal.is_decision(prose), group=ANSWERS)
     b.calls(part, item, troubled)
     for q in asked:
         b.floor(b.part(b.line("unresolved_questions"), item.record_id), q, T_SIGNAL, QUESTION)

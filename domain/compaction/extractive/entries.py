@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 
-import domain.compaction.extractive.salience as sal
 from domain.compaction.bound import ANSWER_PREFIX, RECORDED_ROLE, USER_PREFIX
 from domain.compaction.drafts import RECORDED, SECTION_TITLES, SourceItem
 from domain.compaction.extractive.builder import (
@@ -25,8 +24,7 @@ from domain.compaction.extractive.builder import (
     USER_ENTRY,
     Builder,
 )
-from domain.compaction.extractive.floor import ANSWERS, ASKS
-from domain.compaction.extractive.segmentation import is_question, one_line, sentences
+from domain.compaction.extractive.segmentation import one_line
 
 
 def add_entry(b: Builder, item: SourceItem, section: str) -> None:
@@ -51,9 +49,7 @@ def add_entry(b: Builder, item: SourceItem, section: str) -> None:
         b.floor(part, words, T_RECORDED if recorded else T_USER, FIXED if recorded else USER_ENTRY)
         return
     if prefix == ANSWER_PREFIX:  # what a run concluded: as firm as the calls
-        asks = any(is_question(s) for s in sentences(words))  # by its punctuation
-        group = ASKS if asks else ANSWERS
-        b.floor(part, words, T_SIGNAL, ANSWER_ENTRY, cue=sal.is_decision(words), group=group)
+        b.answer(part, words, ANSWER_ENTRY)
         return
     stub = STUB_SHAPE.match(text) if section == "verified_facts" else None
     if stub:  # a result that succeeded with no error line: its stub, what the greedy kept
