@@ -34,6 +34,7 @@ from schemas.wire import ObservabilityEvent, encode_observability
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
 from streams.kafka.auth import kafka_auth
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -205,7 +206,7 @@ async def measure(
 async def prepare_p99(s: Settings, tag: str, calls: int, records: int, obs_rate: int) -> Any:
     """Start the services on ``s`` (database already migrated), measure, stop them."""
     port = _free_port()
-    key = (await issue(s.pg_dsn, "bench", KeyKind.HOST)).key
+    key = (await issue(s.pg_dsn, "bench", KeyKind.HOST, issuer=issuer_secret(s))).key
     env = {**os.environ, **env_for(s, tag, port), "ALC_API_KEY": key, "PYTHONUNBUFFERED": "1"}
     s = s.model_copy(update={"topic_records": env["ALC_TOPIC_RECORDS"]})
     await ensure_bus(s.model_copy(update={

@@ -56,6 +56,7 @@ from storage.api_keys import issue
 from storage.compaction.jobs import PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import ensure_bus
 from streams.kafka.publish import Publisher
 
@@ -845,7 +846,9 @@ def main() -> None:
     try:
         asyncio.run(apply_dsn(s.pg_dsn))
         # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
-        os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
+        os.environ["ALC_API_KEY"] = asyncio.run(
+            issue(s.pg_dsn, "bench", KeyKind.HOST, issuer=issuer_secret(s))
+        ).key
         results: dict[str, Any] = {
             "machine": {"cores": os.cpu_count(), "loadavg_1m_at_start": os.getloadavg()[0]},
             "database": db,

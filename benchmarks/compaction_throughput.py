@@ -45,6 +45,7 @@ from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -339,7 +340,9 @@ def main() -> None:
     try:
         asyncio.run(apply_dsn(dsn))
         # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
-        os.environ["ALC_API_KEY"] = asyncio.run(issue(dsn, "bench", KeyKind.HOST)).key
+        os.environ["ALC_API_KEY"] = asyncio.run(
+            issue(dsn, "bench", KeyKind.HOST, issuer=issuer_secret(Settings()))
+        ).key
         for workers in (int(x) for x in args.workers.split(",")):
             results["workers"].append(phase(tag, workers, args))
         results["speedup_2_vs_1"] = speedup(results["workers"])

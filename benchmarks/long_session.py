@@ -40,6 +40,7 @@ from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -324,7 +325,9 @@ def main() -> None:
     try:
         asyncio.run(apply_dsn(s.pg_dsn))
         # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
-        os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
+        os.environ["ALC_API_KEY"] = asyncio.run(
+            issue(s.pg_dsn, "bench", KeyKind.HOST, issuer=issuer_secret(s))
+        ).key
         asyncio.run(ensure_bus(s))
         procs.start()
         log(f"services up (logs in {logs})")

@@ -32,6 +32,7 @@ from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -442,7 +443,9 @@ def run_driver(base: Settings, driver: str, args: argparse.Namespace, first: boo
     s = Settings()
     asyncio.run(apply_dsn(s.pg_dsn))
     # The runtime's credential (R15.4): a host key of the "bench" space, read by the SDK.
-    os.environ["ALC_API_KEY"] = asyncio.run(issue(s.pg_dsn, "bench", KeyKind.HOST)).key
+    os.environ["ALC_API_KEY"] = asyncio.run(
+        issue(s.pg_dsn, "bench", KeyKind.HOST, issuer=issuer_secret(s))
+    ).key
     asyncio.run(ensure_bus(s))
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "ALC_LOG_LEVEL": "INFO"}
     procs = service_set(env, OUT / f"logs-{tag}", REPO, "127.0.0.1", s.prepare_port, sys.executable)

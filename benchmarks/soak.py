@@ -48,6 +48,7 @@ from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import issue
 from storage.migrate import apply_dsn
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import ensure_bus
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +121,7 @@ async def provision(s: Settings, space: str) -> str:
     "Authentication") in the run's own database."""
     await apply_dsn(s.pg_dsn)
     await ensure_bus(s)
-    return (await issue(s.pg_dsn, space, KeyKind.HOST, label=space)).key
+    return (await issue(s.pg_dsn, space, KeyKind.HOST, label=space, issuer=issuer_secret(s))).key
 
 
 async def progress(

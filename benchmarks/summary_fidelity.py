@@ -365,7 +365,7 @@ def model_gateway() -> tuple[SummaryGateway | None, str]:
     gw = OpenAICompatibleSummarizer(
         settings.summarizer_base_url,
         settings.summarizer_model,
-        settings.summarizer_api_key,
+        settings.summarizer_key(),
         settings.summarizer_timeout_s,
     )
     return gw, f"model {settings.summarizer_model} at {settings.summarizer_base_url}"

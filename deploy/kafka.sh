@@ -55,14 +55,22 @@ STAMP=$LIBS/.pom.sha256
 
 # Authentication (docs/security.md): SASL SCRAM-SHA-512 for clients and between
 # brokers, PLAIN between controllers, the StandardAuthorizer with ACLs. One principal
-# per service and the runtime; passwords and the bus service secret are generated once
-# into $SECRETS (mode 700) and shared by the single broker and the cluster. Users other
-# than admin, and the ACLs, are provisioned by `python -m streams.kafka.provision` (stack.sh).
+# per service and the runtime; passwords are generated once into $SECRETS (mode 700)
+# and shared by the single broker and the cluster. Users other than admin, and the
+# ACLs, are provisioned by `python -m streams.kafka.provision` (stack.sh).
+# The bus's secrets (streams/kafka/bus_secrets.py), generated once as the operator's
+# provisioning step, each process reading only its own: a signing key per signing
+# service (bus-prepare.key, bus-compaction.key), the processor's verification keys
+# (bus-verify.env: "service=key" lines), and the key issuer secret (key-issuer.key:
+# the processor and agentloom-keys). No password goes on a command line: the tools
+# read them from files or the environment.
 # ALC_KAFKA_TLS=1: the client listener is SASL_SSL with a self-signed certificate for
 # 127.0.0.1 ($SECRETS/tls/ca.pem is what clients trust).
 SECRETS=$STATE_DIR/secrets
 USERS_FILE=$SECRETS/kafka-users.env
-BUS_KEY=$SECRETS/bus-service.key
+SIGNING_SERVICES=(prepare compaction)
+VERIFY_KEYS=$SECRETS/bus-verify.env
+ISSUER_KEY=$SECRETS/key-issuer.key
 TLS_DIR=$SECRETS/tls
 TLS=${ALC_KAFKA_TLS:-0}
 USERS=(admin controller processor compaction prepare analytics cli runtime)
@@ -204,13 +212,28 @@ kafka_tool() {
     -Dlog4j2.configurationFile="$LOG4J_TOOLS" -cp "$LIBS/*" "$@"
 }
 
+# The same for a class whose arguments carry a secret: they go in a java argument file
+# (mode 600 in $SECRETS, removed after), which the java launcher expands, so that no
+# password is on a command line (ps shows "@<file>").
+kafka_tool_secret_args() {
+  local args rc=0 a
+  args=$(mktemp "$SECRETS/.args.XXXXXX")
+  for a in "$@"; do
+    a=${a//\\/\\\\}
+    printf '"%s"\n' "${a//\"/\\\"}"
+  done >"$args"
+  kafka_tool "@$args" || rc=$?
+  rm -f "$args"
+  return "$rc"
+}
+
 client_protocol() { if [[ $TLS == 1 ]]; then echo SASL_SSL; else echo SASL_PLAINTEXT; fi; }
 
 rand_hex() { od -vAn -N"$1" -tx1 /dev/urandom | tr -d ' \n'; }
 
 password_of() { sed -n "s/^$1=//p" "$USERS_FILE"; }
 
-# Passwords, the bus service secret and (TLS) the broker certificate, once.
+# Passwords, the bus's secrets and (TLS) the broker certificate, once.
 ensure_secrets() {
   mkdir -p "$SECRETS"
   chmod 700 "$SECRETS"
@@ -221,25 +244,45 @@ ensure_secrets() {
   for u in "${USERS[@]}"; do
     grep -q "^$u=" "$USERS_FILE" || echo "$u=$(rand_hex 24)" >>"$USERS_FILE"
   done
-  [[ -s $BUS_KEY ]] || (umask 077; rand_hex 32 >"$BUS_KEY")
+  ensure_bus_secrets
   if [[ $TLS == 1 ]]; then ensure_tls; fi
   write_admin_config
   exec 8>&-
+}
+
+# One signing key per signing service, independent (none derived from another), the
+# processor's verification keys written from them once (a rotation edits that file:
+# docs/security.md), and the key issuer secret.
+ensure_bus_secrets() {
+  local s
+  for s in "${SIGNING_SERVICES[@]}"; do
+    [[ -s $SECRETS/bus-$s.key ]] || (umask 077; rand_hex 32 >"$SECRETS/bus-$s.key")
+  done
+  [[ -s $ISSUER_KEY ]] || (umask 077; rand_hex 32 >"$ISSUER_KEY")
+  [[ -s $VERIFY_KEYS ]] && return 0
+  (umask 077; for s in "${SIGNING_SERVICES[@]}"; do
+    echo "$s=$(cat "$SECRETS/bus-$s.key")"
+  done >"$VERIFY_KEYS")
 }
 
 ensure_tls() {
   [[ -s $TLS_DIR/broker.p12 && -s $TLS_DIR/ca.pem ]] && return 0
   command -v keytool >/dev/null || die "keytool not found (part of the JDK) for ALC_KAFKA_TLS=1"
   mkdir -p "$TLS_DIR"
-  local pw
-  pw=$(password_of admin)
+  # keytool reads the store password from its environment (-storepass:env), never
+  # from its command line, which every local user can read in ps.
+  local ALC_KEYSTORE_PW
+  ALC_KEYSTORE_PW=$(password_of admin)
+  export ALC_KEYSTORE_PW
   rm -f "$TLS_DIR/broker.p12"
   keytool -genkeypair -alias broker -keyalg RSA -keysize 2048 -validity 3650 \
     -dname "CN=localhost" -ext "SAN=ip:$HOST,dns:localhost" -storetype PKCS12 \
-    -keystore "$TLS_DIR/broker.p12" -storepass "$pw" -keypass "$pw" >/dev/null 2>&1 ||
-    die "keytool -genkeypair failed"
+    -keystore "$TLS_DIR/broker.p12" -storepass:env ALC_KEYSTORE_PW \
+    -keypass:env ALC_KEYSTORE_PW >/dev/null 2>&1 || die "keytool -genkeypair failed"
   keytool -exportcert -rfc -alias broker -keystore "$TLS_DIR/broker.p12" \
-    -storepass "$pw" -file "$TLS_DIR/ca.pem" >/dev/null 2>&1 || die "keytool -exportcert failed"
+    -storepass:env ALC_KEYSTORE_PW -file "$TLS_DIR/ca.pem" >/dev/null 2>&1 ||
+    die "keytool -exportcert failed"
+  unset ALC_KEYSTORE_PW
   log "TLS: self-signed certificate for $HOST in ${TLS_DIR#"$REPO"/}"
 }
 
@@ -429,7 +472,7 @@ format_storage() {
   # With a static controller.quorum.voters, Kafka 4.1 formats without
   # --standalone / --initial-controllers (those are for the dynamic quorum
   # configured with controller.quorum.bootstrap.servers).
-  kafka_tool kafka.tools.StorageTool format -t "$cluster_id" -c "$CONF" \
+  kafka_tool_secret_args kafka.tools.StorageTool format -t "$cluster_id" -c "$CONF" \
     --add-scram "SCRAM-SHA-512=[name=admin,password=$(password_of admin)]" >>"$OUT" 2>&1 || {
     tail -n 20 "$OUT" >&2
     die "StorageTool format failed (output in $OUT)"

@@ -98,7 +98,8 @@ env_lines() {
   fi
   echo "ALC_PG_DSN=postgresql://${ALC_PG_USER:-agentloom}@127.0.0.1:${ALC_PG_PORT:-55432}/${ALC_PG_DB:-agentloom}"
   # Authentication (docs/security.md): each process takes its role's principal from
-  # the credentials file; Prepare and compaction sign with the bus service secret.
+  # the credentials file, and its own bus secret from the secrets directory (Prepare
+  # and compaction their signing keys, the processor the verification keys).
   if [[ ${ALC_KAFKA_TLS:-0} == 1 ]]; then
     echo "ALC_KAFKA_SECURITY_PROTOCOL=SASL_SSL"
     echo "ALC_KAFKA_SSL_CAFILE=$ALC_STATE_DIR/secrets/tls/ca.pem"
@@ -106,7 +107,7 @@ env_lines() {
     echo "ALC_KAFKA_SECURITY_PROTOCOL=SASL_PLAINTEXT"
   fi
   echo "ALC_KAFKA_CREDENTIALS_FILE=$ALC_STATE_DIR/secrets/kafka-users.env"
-  echo "ALC_BUS_SERVICE_SECRET_FILE=$ALC_STATE_DIR/secrets/bus-service.key"
+  echo "ALC_BUS_SECRETS_DIR=$ALC_STATE_DIR/secrets"
 }
 
 # Users, topics and ACLs of the default names (streams/kafka/provision.py), as admin.

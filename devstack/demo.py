@@ -27,6 +27,7 @@ from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
 from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue, revoke_key
+from streams.kafka.bus_secrets import issuer_secret
 
 SKILL_BODY = (
     "# release-notes skill v3\nWrite release notes as: Summary, Breaking changes, "
@@ -428,7 +429,8 @@ def _sha(text: str) -> str:
 async def demo_with_key(settings: Settings) -> None:
     """The demo runtime authenticates like any other (R15.4): a host key of demo-space,
     created here (as ``agentloom-keys create`` does) and revoked when the demo ends."""
-    key = await issue(settings.pg_dsn, "demo-space", KeyKind.HOST, label="make demo")
+    issuer = issuer_secret(settings)
+    key = await issue(settings.pg_dsn, "demo-space", KeyKind.HOST, label="make demo", issuer=issuer)
     print(f"[demo] dev key {key.key_id}: host key of demo-space (agentloom-keys create)")
     base = f"http://{settings.prepare_host}:{settings.prepare_port}"
     since = int(time.time()) // 60 * 60

@@ -32,10 +32,11 @@ import asyncpg
 import typer
 
 from devstack.launcher import Proc, ServiceSet, service_set
-from domain.auth import KeyKind, key_id_of, verify
+from domain.auth import KeyKind, host_key, key_id_of, verify
 from schemas.settings import Settings
 from services.console.settings import ConsoleSettings
 from storage import api_keys
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import provision
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,9 +129,11 @@ def banner(
     return lines
 
 
-async def dev_key(dsn: str, space: str, path: Path) -> tuple[str, str]:
-    """The host key of ``space`` stored at ``path`` while it is live in this database,
-    else a new one (written there, mode 0600). Returns (key, how it was had)."""
+async def dev_key(dsn: str, space: str, path: Path, issuer: bytes) -> tuple[str, str]:
+    """The host key of ``space`` stored at ``path`` while it is live in this database
+    and issued under ``issuer`` (the key issuer secret: else it signs nothing the
+    processor accepts), else a new one (written there, mode 0600). Returns (key, how it
+    was had)."""
     stored = path.read_text().strip() if path.exists() else ""
     key_id = key_id_of(stored)
     conn = await asyncpg.connect(dsn)
@@ -141,10 +144,14 @@ async def dev_key(dsn: str, space: str, path: Path) -> tuple[str, str]:
             and verify(stored, found.digest)
             and found.credential.space_id == space
             and found.credential.kind is KeyKind.HOST
+            and key_id is not None
+            and host_key(key_id, issuer).key == stored
         )
         if live:
             return stored, f"reused from {path}"
-        issued = await api_keys.create_key(conn, space, KeyKind.HOST, label="agentloom serve")
+        issued = await api_keys.create_key(
+            conn, space, KeyKind.HOST, label="agentloom serve", issuer=issuer
+        )
     finally:
         await conn.close()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -288,7 +295,8 @@ def start(opts: Options, printer: Printer, running: Running) -> list[Proc]:
     printer.line("serve", f"starting {', '.join(p.name for p in started)} (logs in {log_dir})")
     for proc in started:
         proc.start()
-    key, note = asyncio.run(dev_key(settings.pg_dsn, opts.space, opts.key_file))
+    issuer = issuer_secret(settings)
+    key, note = asyncio.run(dev_key(settings.pg_dsn, opts.space, opts.key_file, issuer))
     pids = {p.name: p.popen.pid for p in started if p.popen is not None}
     cport = opts.console_port if opts.console else None
     *lines, export = banner(settings, cport, ports, key, note, opts.space, pids)

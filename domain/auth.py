@@ -121,6 +121,17 @@ def key_of(key_id: str, secret: str) -> NewKey:
     return NewKey(key_id, key, key_digest(key))
 
 
+def host_key(key_id: str, issuer: bytes) -> NewKey:
+    """A host key whose secret part is the HMAC of its id under the key issuer secret:
+    the runtime signs its events with a secret derived from the key
+    (``domain.context.envelope.runtime_secret``), and the processor, which holds the
+    issuer secret but never the key, derives the same from the id. What the database
+    stores (the key's sha256) lets nobody sign. A user key signs nothing on the bus: its
+    secret stays random (``storage.api_keys.new_key``)."""
+    label = f"agentloom-host-key:{key_id}".encode()
+    return key_of(key_id, hmac.new(issuer, label, hashlib.sha256).hexdigest())
+
+
 def key_digest(key: str) -> str:
     """sha256 is enough for a key with 256 random bits: no dictionary to slow down."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()

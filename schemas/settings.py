@@ -30,12 +30,20 @@ class Settings(BaseSettings):
     kafka_credentials_file: str | None = None
     # CA certificate (PEM) that signed the broker's TLS certificate (SASL_SSL).
     kafka_ssl_cafile: str | None = None
-    # the deployment's service secret: Prepare and the compaction service derive their
-    # signing secrets from it, the processor checks their envelopes with it
-    # (domain/context/envelope.py). Unset: read from bus_service_secret_file, by default
-    # <state_dir>/secrets/bus-service.key (deploy/kafka.sh writes it).
-    bus_service_secret: SecretStr | None = None
-    bus_service_secret_file: str | None = None
+    # The bus's secrets (docs/security.md, domain/context/envelope.py), each process only
+    # its own; by default files in bus_secrets_dir (<state_dir>/secrets, which
+    # deploy/kafka.sh fills), re-read when they change (a rotation needs no restart):
+    # - Prepare, compaction: this service's signing key (bus-<service>.key);
+    # - the processor: "service=key" lines, every key it accepts per service, two during
+    #   a rotation (bus-verify.env), and the key issuer secret(s) (key-issuer.key);
+    # - agentloom-keys (issuing host keys): the key issuer secret, its first line.
+    bus_secrets_dir: str | None = None
+    bus_signing_key: SecretStr | None = None
+    bus_signing_key_file: str | None = None
+    bus_verify_keys: SecretStr | None = None  # "service=key" pairs, comma- or line-separated
+    bus_verify_keys_file: str | None = None
+    key_issuer_secret: SecretStr | None = None  # one secret, or current,previous
+    key_issuer_secret_file: str | None = None
     pg_dsn: str = "postgresql://agentloom@127.0.0.1:55432/agentloom"
     pg_pool_min: int = 2
     pg_pool_max: int = 10
@@ -62,7 +70,7 @@ class Settings(BaseSettings):
     summarizer: str = "extractive"
     summarizer_base_url: str | None = None
     summarizer_model: str | None = None
-    summarizer_api_key: str | None = None
+    summarizer_api_key: SecretStr | None = None
     summarizer_timeout_s: float = 30.0
     # Per summary request: the segment budget, and a model summarizer's output cap per call
     # (the built-in extractive summarizer's segments share the summary's bound instead).
@@ -162,3 +170,8 @@ class Settings(BaseSettings):
     # Local .tiktoken file to count with instead of the bundled cl100k_base (R6.4).
     tiktoken_file: str | None = None
     log_level: str = "INFO"
+
+    def summarizer_key(self) -> str | None:
+        """The summarizer's API key itself (a ``SecretStr`` everywhere else, so that no
+        log, repr or error shows it)."""
+        return self.summarizer_api_key.get_secret_value() if self.summarizer_api_key else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaProducer
 
-from domain.auth import key_digest, key_id_of
+from domain.auth import key_id_of
 from domain.context.envelope import KeySigner
 from schemas.contracts import ContextEvent
 from schemas.settings import Settings
@@ -113,4 +113,4 @@ def signer_for(api_key: str | None) -> KeySigner | None:
     key_id = key_id_of(api_key)
     if api_key is None or key_id is None:
         return None
-    return KeySigner.of(key_id, key_digest(api_key))
+    return KeySigner.of(key_id, api_key)

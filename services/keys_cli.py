@@ -2,7 +2,10 @@
 
 Run where the database is reachable (``ALC_PG_DSN``); the key is printed once and only
 its sha256 is stored. There is no HTTP route that creates keys: whoever can run this
-can already reach the database.
+can already reach the database. A host key is issued under the key issuer secret
+(``ALC_KEY_ISSUER_SECRET_FILE``, by default ``<state_dir>/secrets/key-issuer.key``):
+its runtime signs its appends with a secret derived from the key, which the processor
+derives from the key id and that secret, and nothing in the database gives.
 
     agentloom-keys create --space acme --kind host            # the agent runtime's key
     agentloom-keys create --space acme --kind user --actor alice
@@ -22,6 +25,7 @@ from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage import api_keys
 from storage.migrate import apply_dsn
+from streams.kafka.bus_secrets import issuer_secret
 
 app = typer.Typer(
     add_completion=False,
@@ -43,10 +47,12 @@ def create(
     if (kind is KeyKind.USER) != (actor is not None):
         raise typer.BadParameter("--actor is required for a user key and refused for a host key")
 
+    settings = Settings()
+    issuer = issuer_secret(settings) if kind is KeyKind.HOST else None
+
     async def run() -> api_keys.IssuedKey:
-        dsn = Settings().pg_dsn
-        await apply_dsn(dsn)
-        return await api_keys.issue(dsn, space, kind, actor, label)
+        await apply_dsn(settings.pg_dsn)
+        return await api_keys.issue(settings.pg_dsn, space, kind, actor, label, issuer=issuer)
 
     issued = asyncio.run(run())
     who = f" for actor {issued.actor_id}" if issued.actor_id else ""

@@ -1,6 +1,8 @@
 """API keys in PostgreSQL (migration 010): create, look up, list, revoke.
 
-Only a key's sha256 is stored; ``create_key`` returns the key itself once.
+Only a key's sha256 is stored; ``create_key`` returns the key itself once. A host key is
+issued under the key issuer secret (``domain.auth.host_key``: the runtime signs its
+events with it, docs/security.md); a user key is random.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.auth import Credential, KeyKind, NewKey, key_of
+from domain.auth import Credential, KeyKind, NewKey, host_key, key_of
 from domain.context.envelope import BusKey
 
 
@@ -45,11 +47,23 @@ class IssuedKey:
 
 
 async def create_key(
-    db: _Executor, space_id: str, kind: KeyKind, actor_id: str | None = None, label: str = ""
+    db: _Executor,
+    space_id: str,
+    kind: KeyKind,
+    actor_id: str | None = None,
+    label: str = "",
+    *,
+    issuer: bytes | None,
 ) -> IssuedKey:
+    """``issuer``: the key issuer secret (``streams.kafka.bus_secrets.issuer_secret``),
+    required for a host key."""
     if (kind is KeyKind.USER) != (actor_id is not None):
         raise ValueError("a user key names exactly one actor; a host key names none")
+    if kind is KeyKind.HOST and issuer is None:
+        raise ValueError("a host key is issued under the key issuer secret")
     fresh = new_key()
+    if kind is KeyKind.HOST and issuer is not None:
+        fresh = host_key(fresh.key_id, issuer)
     await db.execute(
         "INSERT INTO api_keys (key_id, key_sha256, space_id, kind, actor_id, label)"
         " VALUES ($1,$2,$3,$4,$5,$6)",
@@ -95,24 +109,31 @@ async def list_keys(db: _Executor, space_id: str | None = None) -> list[dict[str
 
 
 async def issue(
-    dsn: str, space_id: str, kind: KeyKind, actor_id: str | None = None, label: str = ""
+    dsn: str,
+    space_id: str,
+    kind: KeyKind,
+    actor_id: str | None = None,
+    label: str = "",
+    *,
+    issuer: bytes | None,
 ) -> IssuedKey:
     """One key over a short-lived connection (the CLI, the demo, benchmarks, tests)."""
     conn = await asyncpg.connect(dsn)
     try:
-        return await create_key(conn, space_id, kind, actor_id, label)
+        return await create_key(conn, space_id, kind, actor_id, label, issuer=issuer)
     finally:
         await conn.close()
 
 
 async def bus_keys(db: _Executor, key_ids: Sequence[str]) -> dict[str, BusKey]:
-    """The live keys among ``key_ids``, as the processor checks a signed envelope."""
+    """The live keys among ``key_ids``, as the processor checks a signed envelope (their
+    space and kind; the processor needs no digest)."""
     rows = await db.fetch(
-        "SELECT key_id, space_id, kind, key_sha256 FROM api_keys"
+        "SELECT key_id, space_id, kind FROM api_keys"
         " WHERE key_id = ANY($1::text[]) AND revoked_at IS NULL",
         list(key_ids),
     )
-    return {r["key_id"]: BusKey(r["space_id"], r["kind"], r["key_sha256"]) for r in rows}
+    return {r["key_id"]: BusKey(r["space_id"], r["kind"]) for r in rows}
 
 
 class PgBusKeys:

@@ -27,7 +27,8 @@ from streams.drivers.app import BatchHandler, create_app
 from streams.drivers.offload import OffloadedProcessor, handle_offloaded_or_exit
 from streams.envelopes import Authenticator
 from streams.instance import claim_instance_id
-from streams.kafka.auth import kafka_auth, service_root
+from streams.kafka.auth import kafka_auth
+from streams.kafka.bus_secrets import verify_keys
 from streams.kafka.publish import AiokafkaPublisher, FaustPublisher, Publisher
 from streams.kafka.topics import require_topics
 from streams.metrics import MeteredPublisher, serve
@@ -44,7 +45,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
     # Dead letters are counted by reason as they are sent (R18, /metrics).
     metered = MeteredPublisher(publisher, settings.topic_dead_letter)
-    auth = Authenticator(PgBusKeys(pool), service_root(settings))
+    auth = Authenticator(PgBusKeys(pool), verify_keys(settings))
     return BatchProcessor(
         PgProcessing(pool, model_summarizer=settings.summarizer != "extractive"),
         metered,

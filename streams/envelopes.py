@@ -1,9 +1,12 @@
 """The processor's check of signed envelopes (``domain.context.envelope``): who signed each
 message of a batch, before anything is decoded.
 
-A runtime's key is looked up in PostgreSQL (its space, kind and digest) and remembered
-for ``ttl_s`` — the same 10 s within which the HTTP API sees a revoked key — so a busy
-partition costs one query per key per 10 s, not one per message.
+A runtime's key is looked up in PostgreSQL (its space and kind: whether it is live) and
+remembered for ``ttl_s`` — the same 10 s within which the HTTP API sees a revoked key —
+with the signing secrets derived from its id and the key issuer secrets, so a busy
+partition costs one query and two HMACs per key per 10 s, not per message. The secrets
+come from ``verify_keys``, called per batch: a source that re-reads its files when they
+change (``streams.kafka.bus_secrets``) lets a rotation take effect without a restart.
 """
 
 from __future__ import annotations
@@ -19,14 +22,23 @@ from domain.context.envelope import (
     BusKey,
     Envelope,
     Headers,
+    VerifyKeys,
     envelope_of,
-    key_secret,
-    service_secret,
+    issued_runtime_secrets,
     verifies,
 )
 
 KEY_TTL_S = 10.0
 _SERVICES = frozenset(EVENT_SERVICES | {s for v in CONTROL_SIGNERS.values() for s in v})
+_CACHE_MAX = 10_000  # forged ids must not grow the key cache without bound
+
+
+@dataclass(frozen=True)
+class _Cached:
+    until: float
+    key: BusKey | None
+    issuers: tuple[bytes, ...]  # what ``secrets`` were derived from
+    secrets: tuple[bytes, ...]
 
 
 class BusKeys(Protocol):
@@ -66,50 +78,59 @@ class Authenticator:
     def __init__(
         self,
         keys: BusKeys,
-        service_root: bytes,
+        verify_keys: Callable[[], VerifyKeys],
         ttl_s: float = KEY_TTL_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.keys = keys
+        self.verify_keys = verify_keys
         self.ttl_s = ttl_s
         self.clock = clock
-        self._services = {s: service_secret(service_root, s) for s in _SERVICES}
-        self._cache: dict[str, tuple[float, BusKey | None]] = {}
+        self._cache: dict[str, _Cached] = {}
 
     async def signers(self, batch: Sequence[SignedMessage]) -> list[Signed | None]:
         """For each message, who signed it, or ``None`` (no, malformed or wrong
         signature; unknown or revoked key)."""
+        vk = self.verify_keys()
         envelopes = [envelope_of(m.headers) for m in batch]
-        keys = await self._lookup({e.signer_id for e in envelopes if e and e.kind == "key"})
-        return [self._verify(m, e, keys) for m, e in zip(batch, envelopes, strict=True)]
+        ids = {e.signer_id for e in envelopes if e and e.kind == "key"}
+        keys = await self._lookup(ids, vk.issuers)
+        return [self._verify(m, e, keys, vk) for m, e in zip(batch, envelopes, strict=True)]
 
     def _verify(
-        self, msg: SignedMessage, env: Envelope | None, keys: dict[str, BusKey | None]
+        self, msg: SignedMessage, env: Envelope | None, keys: dict[str, _Cached], vk: VerifyKeys
     ) -> Signed | None:
         if env is None:
             return None
         value = msg.value or b""  # a tombstone is signed as the empty value
         if env.kind == "service":
-            secret = self._services.get(env.signer_id)
-            if secret is None or not verifies(env, secret, msg.key, value):
+            secrets = vk.services.get(env.signer_id, ()) if env.signer_id in _SERVICES else ()
+            if not any(verifies(env, s, msg.key, value) for s in secrets):
                 return None
             return Signed("service", env.signer_id)
         found = keys.get(env.signer_id)
-        if found is None or not verifies(env, key_secret(found.key_sha256), msg.key, value):
+        if found is None or found.key is None:
             return None
-        return Signed("key", env.signer_id, found.space_id, found.kind)
+        if not any(verifies(env, s, msg.key, value) for s in found.secrets):
+            return None
+        return Signed("key", env.signer_id, found.key.space_id, found.key.kind)
 
-    async def _lookup(self, ids: set[str]) -> dict[str, BusKey | None]:
+    async def _lookup(self, ids: set[str], issuers: tuple[bytes, ...]) -> dict[str, _Cached]:
         now = self.clock()
-        fresh = {i: hit[1] for i in ids if (hit := self._cache.get(i)) and hit[0] > now}
+        fresh = {i: hit for i in ids if (hit := self._cache.get(i)) and hit.until > now}
         missing = sorted(ids - fresh.keys())
         if missing:
             found = await self.keys.bus_keys(missing)
             for i in missing:
-                fresh[i] = found.get(i)
-                self._cache[i] = (now + self.ttl_s, fresh[i])
-            if len(self._cache) > 10_000:  # forged ids must not grow it without bound
-                self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
-                if len(self._cache) > 10_000:
+                key = found.get(i)
+                secrets = issued_runtime_secrets(issuers, i) if key is not None else ()
+                fresh[i] = self._cache[i] = _Cached(now + self.ttl_s, key, issuers, secrets)
+            if len(self._cache) > _CACHE_MAX:
+                self._cache = {k: v for k, v in self._cache.items() if v.until > now}
+                if len(self._cache) > _CACHE_MAX:
                     self._cache.clear()
+        for i, hit in fresh.items():  # the issuer secrets changed (a rotation): derive again
+            if hit.issuers != issuers and hit.key is not None:
+                secrets = issued_runtime_secrets(issuers, i)
+                fresh[i] = self._cache[i] = _Cached(hit.until, hit.key, issuers, secrets)
         return fresh

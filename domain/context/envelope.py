@@ -4,14 +4,20 @@ The broker authenticates connections (SASL) and limits each principal to its top
 (ACLs), but it does not tell a consumer who wrote a message. So every message on the
 records topic carries two headers that the processor checks before it decodes a byte:
 
-- ``alc-signer``: ``key:<key_id>`` for a runtime, which signs with its API key of one
-  space, or ``service:<name>`` for Prepare and the compaction service, which sign with
-  a secret derived from the deployment's service secret;
+- ``alc-signer``: ``key:<key_id>`` for a runtime, which signs with its host API key of
+  one space, or ``service:<name>`` for Prepare and the compaction service, each with
+  its own signing key (the operator generates one per service; no service holds
+  another's, and nothing derives one from another);
 - ``alc-sig``: HMAC-SHA256 over the message key and value, hex.
 
-A runtime's signing secret is the sha256 of its API key: the runtime derives it from
-the key it holds, and the processor reads it from ``api_keys.key_sha256`` (the digest
-the HTTP API already stores). A revoked or unknown key, a wrong signature, a key of
+A runtime's signing secret is an HMAC of its API key (``runtime_secret``): the runtime
+computes it from the key it holds. A host key's secret part is itself an HMAC of its id
+under the *key issuer secret* (``domain.auth.host_key``), which only the key-issuing
+tool and the processor hold; so the processor derives the signing secret from the key
+id, and nothing stored in the database (``api_keys.key_sha256`` is the sha256 of the
+whole key) lets anyone sign. The processor accepts every secret of its
+``VerifyKeys``: during a rotation a service has two (current and previous), and the
+issuer secret may have two. A revoked or unknown key, a wrong signature, a key of
 another space than the event's, or a control event not signed by the service that makes
 that kind, is refused as ``unauthenticated_event``.
 """
@@ -21,8 +27,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from domain.auth import host_key
 
 SIGNER_HEADER = "alc-signer"
 SIGNATURE_HEADER = "alc-sig"
@@ -50,23 +59,33 @@ def signature(secret: bytes, key: bytes | None, value: bytes) -> str:
     return mac.hexdigest()
 
 
-def key_secret(key_sha256_hex: str) -> bytes:
-    """A runtime's signing secret: the sha256 of its API key (``domain.auth.key_digest``)."""
-    return bytes.fromhex(key_sha256_hex)
+def runtime_secret(api_key: str) -> bytes:
+    """A runtime's signing secret: its API key's HMAC under a fixed label (not the
+    key's sha256, which the database stores)."""
+    return hmac.new(api_key.encode(), b"agentloom-bus-sign", hashlib.sha256).digest()
 
 
-def service_secret(root: bytes, service: str) -> bytes:
-    """A service's signing secret, derived from the deployment's service secret."""
-    return hmac.new(root, f"agentloom-bus-service:{service}".encode(), hashlib.sha256).digest()
+def issued_runtime_secrets(issuers: tuple[bytes, ...], key_id: str) -> tuple[bytes, ...]:
+    """The signing secrets a host key ``key_id`` may have, one per issuer secret: what
+    the processor checks a runtime's envelope against."""
+    return tuple(runtime_secret(host_key(key_id, issuer).key) for issuer in issuers)
+
+
+@dataclass(frozen=True)
+class VerifyKeys:
+    """What the processor checks envelopes with: each service's signing keys (current
+    first; two during a rotation) and the key issuer secrets (likewise)."""
+
+    services: Mapping[str, tuple[bytes, ...]] = field(default_factory=dict)
+    issuers: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)
 class BusKey:
-    """A live API key as the bus sees it."""
+    """A live API key as the bus sees it (its digest is of no use to the bus)."""
 
     space_id: str
     kind: str  # domain.auth.KeyKind value
-    key_sha256: str
 
 
 class Signer(Protocol):
@@ -82,8 +101,8 @@ class KeySigner:
     secret: bytes
 
     @classmethod
-    def of(cls, key_id: str, key_sha256_hex: str) -> KeySigner:
-        return cls(key_id, key_secret(key_sha256_hex))
+    def of(cls, key_id: str, api_key: str) -> KeySigner:
+        return cls(key_id, runtime_secret(api_key))
 
     def headers(self, key: bytes | None, value: bytes) -> Headers:
         return [
@@ -94,14 +113,10 @@ class KeySigner:
 
 @dataclass(frozen=True)
 class ServiceSigner:
-    """Prepare or the compaction service signing with its derived secret."""
+    """Prepare or the compaction service signing with its own signing key."""
 
     service: str
     secret: bytes
-
-    @classmethod
-    def of(cls, service: str, root: bytes) -> ServiceSigner:
-        return cls(service, service_secret(root, service))
 
     def headers(self, key: bytes | None, value: bytes) -> Headers:
         return [

@@ -15,7 +15,6 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 
 from domain.compaction.gateway import SummaryGateway
-from domain.context.envelope import ServiceSigner
 from domain.context.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from services import metrics
@@ -32,7 +31,8 @@ from storage.compaction.jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from streams.instance import claim_instance_id
-from streams.kafka.auth import kafka_auth, service_root
+from streams.kafka.auth import kafka_auth
+from streams.kafka.bus_secrets import service_signer
 from streams.kafka.publish import AiokafkaPublisher, Publisher
 from streams.kafka.topics import require_topics
 
@@ -49,7 +49,7 @@ def make_gateway(settings: Settings, count: Callable[[str], int] | None = None) 
         return OpenAICompatibleSummarizer(
             settings.summarizer_base_url,
             settings.summarizer_model,
-            settings.summarizer_api_key,
+            settings.summarizer_key(),
             settings.summarizer_timeout_s,
             count=count,
         )
@@ -162,7 +162,7 @@ async def start(settings: Settings) -> Running:
     publisher = AiokafkaPublisher(
         settings.kafka_bootstrap,
         kafka_auth(settings, "compaction"),
-        signer=ServiceSigner.of("compaction", service_root(settings)),
+        signer=service_signer(settings, "compaction"),
         linger_ms=0,
     )
     store = PgCompactionJobs(pool)

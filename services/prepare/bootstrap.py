@@ -12,7 +12,6 @@ from functools import partial
 
 import asyncpg
 
-from domain.context.envelope import ServiceSigner
 from domain.context.tokens import CachedCounter, make_counter
 from domain.policy.model_catalog import ModelCatalog
 from domain.policy.sections import COMPACT_POINTS, at_point
@@ -56,7 +55,8 @@ from storage.records.threads import PgThreads, Threads
 from storage.releases import PgReleases, Releases
 from storage.sessions import PgSessions, Sessions
 from streams import tracing
-from streams.kafka.auth import kafka_auth, service_root
+from streams.kafka.auth import kafka_auth
+from streams.kafka.bus_secrets import service_signer
 from streams.kafka.publish import AiokafkaPublisher, Publisher
 from streams.kafka.topics import ensure_topics
 
@@ -253,7 +253,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     publisher = AiokafkaPublisher(
         settings.kafka_bootstrap,
         kafka_auth(settings, "prepare"),
-        signer=ServiceSigner.of("prepare", service_root(settings)),
+        signer=service_signer(settings, "prepare"),
     )
     await publisher.start()
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)

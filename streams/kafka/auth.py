@@ -1,5 +1,5 @@
-"""How each of our processes authenticates to the broker, and the service secret it
-signs with (docs/security.md).
+"""How each of our processes authenticates to the broker (docs/security.md); the secrets
+it signs with are in ``streams.kafka.bus_secrets``.
 
 One principal per role: ``processor``, ``compaction``, ``prepare``, ``analytics``,
 ``cli``, ``runtime`` (and ``admin``, the operator's super user that provisions users,
@@ -24,7 +24,7 @@ Role = Literal["processor", "compaction", "prepare", "analytics", "cli", "runtim
 
 
 class BusConfigError(ContextError):
-    """The broker credentials or the service secret cannot be had."""
+    """The broker credentials or a bus secret cannot be had."""
 
     code = "bus_config"
     retriable = False
@@ -117,22 +117,3 @@ def kafka_auth(settings: Settings, role: Role) -> KafkaAuth:
 def _default_ca(settings: Settings, protocol: str) -> str | None:
     ca = secrets_dir(settings) / "tls" / "ca.pem"
     return str(ca) if protocol == "SASL_SSL" and ca.exists() else None
-
-
-def service_root(settings: Settings) -> bytes:
-    """The deployment's service secret (domain.context.envelope.service_secret derives from it)."""
-    if settings.bus_service_secret is not None:
-        value = settings.bus_service_secret.get_secret_value()
-    else:
-        path = Path(settings.bus_service_secret_file or secrets_dir(settings) / "bus-service.key")
-        try:
-            value = path.read_text().strip()
-        except OSError as exc:
-            raise BusConfigError(
-                f"no bus service secret: set ALC_BUS_SERVICE_SECRET or"
-                f" ALC_BUS_SERVICE_SECRET_FILE (cannot read {path}: {exc.strerror})",
-                path=str(path),
-            ) from exc
-    if len(value) < 32:
-        raise BusConfigError("the bus service secret must have at least 32 characters")
-    return value.encode()

@@ -30,6 +30,7 @@ from streams import tracing
 from streams.bootstrap import build_processor
 from streams.drivers import direct
 from streams.kafka.auth import kafka_auth
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import provision
 from streams.kafka.publish import AiokafkaPublisher
 from tests.support.flows import new_session
@@ -97,7 +98,8 @@ async def test_one_trace_links_append_commit_and_prepare(stack: Stack, pg_dsn: s
     tracing.install(exporter, "tests", batch=False)
     try:
         async with prepare_and_processor(settings) as app:
-            key = await issue(pg_dsn, TEST_SPACE, KeyKind.HOST, label="tests")
+            issuer = issuer_secret(settings)
+            key = await issue(pg_dsn, TEST_SPACE, KeyKind.HOST, label="tests", issuer=issuer)
             async with ContextClient(
                 settings.kafka_bootstrap,
                 "http://prepare.test",

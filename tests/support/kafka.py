@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.context.envelope import Headers, ServiceSigner
+from domain.context.envelope import Headers
 from schemas.settings import Settings
 from services.bus import signer_for
-from streams.kafka.auth import Role, kafka_auth, service_root
+from streams.kafka.auth import Role, kafka_auth
+from streams.kafka.bus_secrets import SigningService, service_signer
 
 
 def auth(role: Role = "admin") -> dict[str, Any]:
@@ -25,6 +26,7 @@ def signed(api_key: str, key: bytes | None, value: bytes) -> Headers:
     return signer.headers(key, value)
 
 
-def service_signed(service: str, key: bytes | None, value: bytes) -> Headers:
-    """The envelope of one of our services (``prepare``, ``compaction``)."""
-    return ServiceSigner.of(service, service_root(Settings())).headers(key, value)
+def service_signed(service: SigningService, key: bytes | None, value: bytes) -> Headers:
+    """The envelope of one of our services (``prepare``, ``compaction``), signed with the
+    key that service reads."""
+    return service_signer(Settings(), service).headers(key, value)

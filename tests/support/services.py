@@ -17,6 +17,7 @@ from devstack.launcher import Proc, service_set
 from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
+from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import provision
 from tests.support.model_server import Script, model_server
 from tests.support.stack import REPO, Stack
@@ -51,7 +52,10 @@ class Services:
     async def new_key(
         self, space_id: str, kind: KeyKind = KeyKind.HOST, actor_id: str | None = None
     ) -> IssuedKey:
-        return await issue(self.env("ALC_PG_DSN"), space_id, kind, actor_id, label="tests")
+        issuer = issuer_secret(settings_of(self.settings_env))
+        return await issue(
+            self.env("ALC_PG_DSN"), space_id, kind, actor_id, label="tests", issuer=issuer
+        )
 
     def stop(self) -> None:
         self.prepare.stop()
@@ -107,7 +111,10 @@ def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
     # A private loop: this runs in sync fixtures, beside pytest-asyncio's own loop.
     loop = asyncio.new_event_loop()
     try:
-        key = loop.run_until_complete(issue(pg_dsn, TEST_SPACE, KeyKind.HOST, label="tests"))
+        issuer = issuer_secret(settings_of(settings_env))
+        key = loop.run_until_complete(
+            issue(pg_dsn, TEST_SPACE, KeyKind.HOST, label="tests", issuer=issuer)
+        )
     finally:
         loop.close()
     return Services(stack, settings_env, procs.processor, procs.prepare, procs.compaction, key.key)

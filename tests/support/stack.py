@@ -27,7 +27,7 @@ class Stack:
     pg_dsn: str
     source: str  # env | testcontainers | deploy-scripts
     # The broker's authentication settings (ALC_KAFKA_SECURITY_PROTOCOL, the credentials
-    # file, the bus service secret file), as deploy/stack.sh prints them; a broker
+    # file, the bus secrets directory), as deploy/stack.sh prints them; a broker
     # without authentication (testcontainers) has ALC_KAFKA_SECURITY_PROTOCOL=PLAINTEXT.
     auth_env: tuple[tuple[str, str], ...] = ()
 
@@ -40,7 +40,7 @@ class Stack:
 
 
 _AUTH_VARS = ("ALC_KAFKA_SECURITY_PROTOCOL", "ALC_KAFKA_CREDENTIALS_FILE", "ALC_KAFKA_SSL_")
-_AUTH_VARS += ("ALC_BUS_SERVICE_SECRET_FILE",)
+_AUTH_VARS += ("ALC_BUS_", "ALC_KEY_ISSUER_")
 
 
 class StackUnavailable(RuntimeError):

@@ -54,7 +54,11 @@ ROLES = ("broker", "controller")
 STRIMZI_USER_KEYS = {"password", "sasl.jaas.config"}
 STRIMZI_CA_KEYS = {"ca.crt", "ca.p12", "ca.password"}
 # Secrets the operator creates by hand before the first apply (deploy/k8s/README.md).
-MANUAL_SECRETS = {"agentloom-bus": {"service-secret"}}
+MANUAL_SECRETS = {
+    "agentloom-bus-prepare": {"signing-key"},
+    "agentloom-bus-compaction": {"signing-key"},
+    "agentloom-bus-verify": {"verify-keys", "key-issuer"},
+}
 CNPG_APP_KEYS = {"username", "password", "host", "port", "dbname", "uri", "jdbc-uri", "pgpass"}
 ENTRY_POINTS = {
     "agentloom-processor": "streams",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.auth import key_digest
+from domain.auth import host_key, key_digest
 from domain.bus_access import BusNames, Op, Pattern, Resource, acl_plan
 from domain.context.envelope import (
     SIGNATURE_HEADER,
@@ -19,14 +20,21 @@ from domain.context.envelope import (
     Headers,
     KeySigner,
     ServiceSigner,
+    VerifyKeys,
     envelope_headers,
     envelope_of,
 )
 from streams.envelopes import Authenticator
 
-KEY_A = f"alc_{'a' * 16}_{'1' * 64}"
-KEY_B = f"alc_{'b' * 16}_{'2' * 64}"
-ROOT = b"r" * 32
+ISSUER = b"i" * 32  # the key issuer secret
+KEY_A = host_key("a" * 16, ISSUER).key
+KEY_B = host_key("b" * 16, ISSUER).key
+PREPARE_KEY, COMPACTION_KEY = b"p" * 32, b"c" * 32
+VERIFY = VerifyKeys({"prepare": (PREPARE_KEY,), "compaction": (COMPACTION_KEY,)}, (ISSUER,))
+
+
+def verify_keys() -> VerifyKeys:
+    return VERIFY
 
 
 @dataclass
@@ -39,8 +47,8 @@ class Msg:
 class Keys:
     def __init__(self) -> None:
         self.live = {
-            "a" * 16: BusKey("space-a", "host", key_digest(KEY_A)),
-            "b" * 16: BusKey("space-b", "host", key_digest(KEY_B)),
+            "a" * 16: BusKey("space-a", "host"),
+            "b" * 16: BusKey("space-b", "host"),
         }
         self.asked = 0
 
@@ -50,7 +58,7 @@ class Keys:
 
 
 def runtime(key: str) -> KeySigner:
-    return KeySigner.of(key.split("_")[1], key_digest(key))
+    return KeySigner.of(key.split("_")[1], key)
 
 
 def msg(signer: KeySigner | ServiceSigner | None, value: bytes = b"v", key: bytes = b"s") -> Msg:
@@ -66,7 +74,7 @@ class Clock:
 
 @pytest.mark.spec("R3.3")
 async def test_a_runtime_event_is_signed_by_its_space_and_by_no_other() -> None:
-    auth = Authenticator(Keys(), ROOT)
+    auth = Authenticator(Keys(), verify_keys)
     (signed,) = await auth.signers([msg(runtime(KEY_B))])
     assert signed is not None and signed.space_id == "space-b"
     assert signed.may_write_event("space-b")
@@ -76,22 +84,23 @@ async def test_a_runtime_event_is_signed_by_its_space_and_by_no_other() -> None:
 
 @pytest.mark.spec("R3.3")
 async def test_unsigned_forged_and_tampered_messages_have_no_signer() -> None:
-    auth = Authenticator(Keys(), ROOT)
-    forged_key = KeySigner.of("a" * 16, key_digest(KEY_B))  # A's id, B's secret
+    auth = Authenticator(Keys(), verify_keys)
+    forged_key = KeySigner.of("a" * 16, KEY_B)  # A's id, B's secret
     tampered = msg(runtime(KEY_A))
     tampered.value = b"changed"
     moved = msg(runtime(KEY_A), key=b"s")
     moved.key = b"other-session"  # the key is signed too
-    unknown = msg(KeySigner.of("c" * 16, key_digest(KEY_A)))
-    fake_service = msg(ServiceSigner.of("compaction", b"x" * 32))
+    unknown = msg(KeySigner.of("c" * 16, host_key("c" * 16, ISSUER).key))
+    fake_service = msg(ServiceSigner("compaction", b"x" * 32))
     found = await auth.signers([msg(None), msg(forged_key), tampered, moved, unknown, fake_service])
     assert found == [None] * 6
 
 
 @pytest.mark.spec("R3.3")
 async def test_control_events_come_only_from_the_service_that_makes_their_kind() -> None:
-    auth = Authenticator(Keys(), ROOT)
-    compaction, prepare = ServiceSigner.of("compaction", ROOT), ServiceSigner.of("prepare", ROOT)
+    auth = Authenticator(Keys(), verify_keys)
+    compaction = ServiceSigner("compaction", COMPACTION_KEY)
+    prepare = ServiceSigner("prepare", PREPARE_KEY)
     c, p = await auth.signers([msg(compaction), msg(prepare)])
     assert c is not None and c.may_write_control("CompactionOutcome")
     assert not c.may_write_control("BudgetObservation")
@@ -104,15 +113,15 @@ async def test_control_events_come_only_from_the_service_that_makes_their_kind()
 @pytest.mark.spec("R3.3")
 async def test_a_user_key_signs_no_event() -> None:
     keys = Keys()
-    keys.live["a" * 16] = BusKey("space-a", "user", key_digest(KEY_A))
-    (signed,) = await Authenticator(keys, ROOT).signers([msg(runtime(KEY_A))])
+    keys.live["a" * 16] = BusKey("space-a", "user")
+    (signed,) = await Authenticator(keys, verify_keys).signers([msg(runtime(KEY_A))])
     assert signed is not None and not signed.may_write_event("space-a")
 
 
 @pytest.mark.spec("R3.3")
 async def test_a_revoked_key_stops_signing_within_the_key_ttl() -> None:
     keys, clock = Keys(), Clock()
-    auth = Authenticator(keys, ROOT, ttl_s=10.0, clock=clock)
+    auth = Authenticator(keys, verify_keys, ttl_s=10.0, clock=clock)
     assert (await auth.signers([msg(runtime(KEY_A))]))[0] is not None
     del keys.live["a" * 16]  # revoked
     clock.now = 9.9
@@ -126,7 +135,7 @@ async def test_a_revoked_key_stops_signing_within_the_key_ttl() -> None:
 async def test_a_tombstone_is_signed_as_the_empty_value() -> None:
     signer = runtime(KEY_A)
     m = Msg(b"s", None, signer.headers(b"s", b""))
-    assert (await Authenticator(Keys(), ROOT).signers([m]))[0] is not None
+    assert (await Authenticator(Keys(), verify_keys).signers([m]))[0] is not None
 
 
 @pytest.mark.spec("R3.3")
@@ -146,6 +155,58 @@ def test_no_split_of_the_same_bytes_between_key_and_value_signs_alike(k: bytes, 
     whole = k + v
     if len(k) > 0:
         assert signer.headers(k, v) != signer.headers(k[:-1], whole[len(k) - 1 :])
+
+
+@pytest.mark.spec("R3.3")
+async def test_a_services_key_signs_as_that_service_only() -> None:
+    """Prepare holds its own key and nothing it could derive the compaction service's
+    from: signing as compaction with it, or with anything derived from it, fails."""
+    auth = Authenticator(Keys(), verify_keys)
+    as_compaction = [
+        ServiceSigner("compaction", PREPARE_KEY),
+        ServiceSigner("compaction", hmac.new(PREPARE_KEY, b"compaction", "sha256").digest()),
+        ServiceSigner("processor", PREPARE_KEY),  # a name that signs nothing
+    ]
+    found = await auth.signers([msg(s) for s in as_compaction])
+    assert found == [None] * 3
+    (p,) = await auth.signers([msg(ServiceSigner("prepare", PREPARE_KEY))])
+    assert p is not None and not p.may_write_control("CompactionOutcome")
+
+
+@pytest.mark.spec("R3.3")
+async def test_what_the_database_stores_signs_nothing() -> None:
+    """A key's sha256 (api_keys.key_sha256), or a key not issued under the issuer
+    secret, gives no secret the processor accepts."""
+    auth = Authenticator(Keys(), verify_keys)
+    digest = key_digest(KEY_A)
+    forged = [
+        KeySigner("a" * 16, bytes.fromhex(digest)),  # the scheme before issue 38
+        KeySigner("a" * 16, digest.encode()),
+        KeySigner.of("a" * 16, digest),
+        KeySigner.of("a" * 16, host_key("a" * 16, b"x" * 32).key),  # another issuer
+        KeySigner.of("a" * 16, f"alc_{'a' * 16}_{'1' * 64}"),  # a random key of that id
+    ]
+    assert await auth.signers([msg(f) for f in forged]) == [None] * 5
+
+
+@pytest.mark.spec("R3.3")
+async def test_during_a_rotation_both_secrets_verify_and_after_it_only_the_new() -> None:
+    new_prepare, new_issuer = b"P" * 32, b"I" * 32
+    vk = [VERIFY]
+    auth = Authenticator(Keys(), lambda: vk[0])
+    old_key = msg(runtime(KEY_A))
+    old_service = msg(ServiceSigner("prepare", PREPARE_KEY))
+    new_service = msg(ServiceSigner("prepare", new_prepare))
+    new_key = msg(runtime(host_key("a" * 16, new_issuer).key))
+    vk[0] = VerifyKeys(
+        {"prepare": (new_prepare, PREPARE_KEY), "compaction": (COMPACTION_KEY,)},
+        (new_issuer, ISSUER),
+    )
+    window = await auth.signers([old_key, old_service, new_service, new_key])
+    assert None not in window
+    vk[0] = VerifyKeys({"prepare": (new_prepare,)}, (new_issuer,))
+    after = await auth.signers([old_key, old_service, new_service, new_key])
+    assert [s is not None for s in after] == [False, False, True, True]
 
 
 NAMES = BusNames(

@@ -1,8 +1,8 @@
 """deploy/k8s ships the authenticated bus (R3.3): one Strimzi KafkaUser per principal
 whose ACLs are exactly ``domain.bus_access.acl_plan`` for the names the deployment runs
 with (so the two cannot drift), a TLS + SCRAM-SHA-512 listener with the simple
-authorizer, and every Deployment logging in as its own principal, with the bus service
-secret only where an envelope is signed or checked."""
+authorizer, and every Deployment logging in as its own principal, with its own bus secret
+only where an envelope is signed or checked: no service holds another's."""
 
 from __future__ import annotations
 
@@ -22,7 +22,21 @@ pytestmark = pytest.mark.spec("R3.3")
 USERS_API = "kafka.strimzi.io/v1beta2"
 CLUSTER = "agentloom"
 CA_SECRET = f"{CLUSTER}-cluster-ca-cert"
-BUS_SECRET, BUS_KEY = "agentloom-bus", "service-secret"
+# Deployment -> the bus Secret it mounts, its keys and the settings that name the files.
+BUS_SECRETS = {
+    "agentloom-prepare": (
+        "agentloom-bus-prepare",
+        {"signing-key": "ALC_BUS_SIGNING_KEY_FILE"},
+    ),
+    "agentloom-compaction": (
+        "agentloom-bus-compaction",
+        {"signing-key": "ALC_BUS_SIGNING_KEY_FILE"},
+    ),
+    "agentloom-processor": (
+        "agentloom-bus-verify",
+        {"verify-keys": "ALC_BUS_VERIFY_KEYS_FILE", "key-issuer": "ALC_KEY_ISSUER_SECRET_FILE"},
+    ),
+}
 # Deployment -> the principal its process logs in as (streams.kafka.auth.kafka_auth's role).
 PRINCIPALS = {
     "agentloom-processor": "processor",
@@ -32,7 +46,6 @@ PRINCIPALS = {
 }
 # The runtime principals of users.yaml (README.md: adding a runtime).
 RUNTIMES = ("runtime",)
-SIGNS_OR_CHECKS = {"agentloom-processor", "agentloom-prepare", "agentloom-compaction"}
 # Strimzi's names (KafkaUser spec.authorization.acls) for ours.
 RESOURCES = {"topic": Resource.TOPIC, "group": Resource.GROUP, "cluster": Resource.CLUSTER}
 PATTERNS = {"literal": Pattern.LITERAL, "prefix": Pattern.PREFIXED}
@@ -216,25 +229,52 @@ def test_the_ca_file_is_the_mounted_cluster_ca(deployment: str) -> None:
     assert cafile in provided, f"{deployment}: {cafile} is not {CA_SECRET}/ca.crt ({provided})"
 
 
+def _mounted_files(docs: list[Doc], deployment: str) -> dict[str, tuple[str, str]]:
+    """Mounted Secret files of a Deployment: path -> (Secret, key)."""
+    pod = named(docs, "Deployment")[deployment]["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    out = {}
+    for m in _container(docs, deployment).get("volumeMounts", []):
+        secret = volumes[m["name"]].get("secret")
+        if secret and "subPath" not in m:  # a subPath mount never sees an update
+            for item in secret.get("items", []):
+                path = str(PurePosixPath(m["mountPath"]) / item["path"])
+                out[path] = (secret["secretName"], item["key"])
+    return out
+
+
 @pytest.mark.parametrize("deployment", sorted(PRINCIPALS))
-def test_only_signers_and_the_checker_get_the_bus_service_secret(deployment: str) -> None:
+def test_each_process_gets_its_own_bus_secret_and_no_other(deployment: str) -> None:
     docs = manifests()
     env = _env(docs, deployment)
-    if deployment in SIGNS_OR_CHECKS:
-        assert _secret_ref(env.get("ALC_BUS_SERVICE_SECRET")) == (BUS_SECRET, BUS_KEY)
-        return
-    assert "ALC_BUS_SERVICE_SECRET" not in env
-    assert "ALC_BUS_SERVICE_SECRET_FILE" not in env
+    files = _mounted_files(docs, deployment)
+    theirs = {name for d, (name, _) in BUS_SECRETS.items() if d != deployment}
     pod = named(docs, "Deployment")[deployment]["spec"]["template"]["spec"]
-    assert BUS_SECRET not in repr(pod), f"{deployment} can read the bus service secret"
+    for other in theirs:
+        assert other not in repr(pod), f"{deployment} can read {other}"
+    assert not any(
+        k.startswith(("ALC_BUS_", "ALC_KEY_ISSUER")) and "valueFrom" in e for k, e in env.items()
+    ), "a bus secret in an env value, not a file"
+    if deployment not in BUS_SECRETS:
+        assert not any(k.startswith(("ALC_BUS_", "ALC_KEY_ISSUER")) for k in env)
+        return
+    secret, keys = BUS_SECRETS[deployment]
+    for key, setting in keys.items():
+        assert files[env[setting]["value"]] == (secret, key)
 
 
-def test_no_manifest_commits_the_bus_service_secret() -> None:
-    # Created by hand (README.md), so that `kubectl apply -k` never resets it.
-    assert BUS_SECRET not in named(manifests(), "Secret")
+def test_no_manifest_commits_a_bus_secret() -> None:
+    # Created by deploy/k8s/bus-secrets.sh (README.md), so that `kubectl apply -k` never
+    # resets one, and with no secret on a command line.
+    committed = named(manifests(), "Secret")
+    script = (K8S / "bus-secrets.sh").read_text("utf-8")
     readme = (K8S / "README.md").read_text("utf-8")
-    assert f"create secret generic {BUS_SECRET}" in readme
-    assert f"--from-literal={BUS_KEY}=$(openssl rand -hex 32)" in readme
+    assert "bash deploy/k8s/bus-secrets.sh" in readme
+    for secret, keys in BUS_SECRETS.values():
+        assert secret not in committed
+        assert f"create secret generic {secret}" in script
+        assert all(f"--from-file={k}=" in script for k in keys)
+    assert "--from-literal" not in script
 
 
 def test_the_lag_scaler_logs_in_as_compaction() -> None:

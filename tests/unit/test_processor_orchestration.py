@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 import pytest
 
-from domain.auth import key_digest
+from domain.auth import host_key
 from domain.compaction.control import LockedState, ObservationInputs
 from domain.compaction.triggers import Counters
-from domain.context.envelope import BusKey, KeySigner, ServiceSigner
+from domain.context.envelope import BusKey, KeySigner, ServiceSigner, VerifyKeys
 from domain.context.tokens import ByteEstimateCounter, CachedCounter
 from domain.planning import RunState, SessionState
 from domain.policy.context_policy import validate_compaction
@@ -40,18 +40,20 @@ from .fakes.publisher import FakePublisher
 CONFIG = ProcessorConfig("proc-test", "ctx.records", "ctx.committed", "ctx.dead")
 SESSION = "sess-1"
 # The runtime's host key of space-1: every message of these tests is signed with it.
-RUNTIME_KEY = f"alc_{'0' * 16}_{'1' * 64}"
-RUNTIME = KeySigner.of("0" * 16, key_digest(RUNTIME_KEY))
+ISSUER = b"i" * 32  # the key issuer secret
+RUNTIME_KEY = host_key("0" * 16, ISSUER).key
+RUNTIME = KeySigner.of("0" * 16, RUNTIME_KEY)
 
 
 class FakeBusKeys:
     async def bus_keys(self, key_ids: Sequence[str]) -> dict[str, BusKey]:
-        live = {"0" * 16: BusKey("space-1", "host", key_digest(RUNTIME_KEY))}
+        live = {"0" * 16: BusKey("space-1", "host")}
         return {k: live[k] for k in key_ids if k in live}
 
 
-AUTH = Authenticator(FakeBusKeys(), b"s" * 32)
-SERVICES = {n: ServiceSigner.of(n, b"s" * 32) for n in ("prepare", "compaction")}
+SERVICES = {n: ServiceSigner(n, n.encode() * 8) for n in ("prepare", "compaction")}
+VERIFY = VerifyKeys({n: (s.secret,) for n, s in SERVICES.items()}, (ISSUER,))
+AUTH = Authenticator(FakeBusKeys(), lambda: VERIFY)
 
 
 class LoggingPublisher(FakePublisher):
