@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from domain.caching.rules import CACHE_TTLS, DEFAULT_MIN_TOKENS, DEFAULT_TTL, CacheRules
 from domain.pricing import ModelPrices
 from schemas.errors import ContextBudgetExceeded, InvalidPolicy
 from schemas.limits import MAX_ID_LEN, MAX_INT32, MAX_KEY_LEN
@@ -41,6 +42,11 @@ class ModelProfile:
     message_overhead: int = 4  # envelope tokens per message (role, separators)
     provider_format: str = "openai_chat"
     prices: ModelPrices | None = None  # per million tokens; None: calls are not priced
+    # The provider's prompt cache for this model (docs/prompt-caching.md): the shortest
+    # prefix it caches (Anthropic: 1,024, 2,048 or 4,096 by model family) and how long a
+    # written entry lives ("5m" or "1h": rendered on Anthropic's marks, 1h writes cost 2x).
+    cache_min_tokens: int = DEFAULT_MIN_TOKENS
+    cache_ttl: str = DEFAULT_TTL
 
     def __post_init__(self) -> None:
         # A profile read back from JSON (a prepared context's cache entry) has its prices
@@ -78,6 +84,10 @@ class ModelProfile:
         prof.input_budget()  # validates the arithmetic
         return prof
 
+    @property
+    def cache_rules(self) -> CacheRules:
+        return CacheRules(self.cache_min_tokens, self.cache_ttl)
+
     def input_budget(self) -> int:
         """R6.1: min(input limit, C - R - S) with C = min(capacity, platform limit)."""
         for name in ("context_capacity", "output_reserve", "safety_margin"):
@@ -101,11 +111,13 @@ class ModelProfile:
 
 def _profile_value_ok(name: str, value: Any) -> bool:
     """Sizes are integers in 0..2^31-1 (a bool is not one); labels are bounded strings
-    (the name keys calibration rows)."""
+    (the name keys calibration rows); the cache lifetime is one the providers offer."""
     if name in ("name", "counting", "provider_format"):
         return isinstance(value, str) and len(value) <= (
             MAX_ID_LEN if name == "name" else MAX_KEY_LEN
         )
+    if name == "cache_ttl":
+        return isinstance(value, str) and value in CACHE_TTLS
     if value is None and name in ("platform_limit", "input_limit"):
         return True
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT32

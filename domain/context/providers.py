@@ -7,11 +7,13 @@ its result; state and summary blocks become text in the position they hold. Role
 authority by origin (``domain.authority``): only release-owned blocks are sent as
 system/developer, whatever role a message was given upstream (R3.3, R12.4).
 
-Prompt-cache hints (docs/prompt-caching.md): Anthropic requests carry
-``cache_control`` breakpoints at the end of tools+system, the summary and the stable
-history; OpenAI requests carry the ``prompt_cache_key`` the caller derives with
-``prompt_cache_key``. Both are functions of the inputs only, so the bytes stay the same
-for the same inputs (R4.3).
+Prompt-cache hints (docs/prompt-caching.md): Anthropic requests carry ``cache_control``
+breakpoints on the conversation's last block, the end of tools+system and the summary
+(and, past the lookback, where the previous model call's request ended), none on a
+prefix shorter than the model's minimum, with the model's cache lifetime
+(``domain.caching``); OpenAI requests carry the ``prompt_cache_key`` the caller derives
+with ``prompt_cache_key``. Both are functions of the inputs only, so the bytes stay the
+same for the same inputs (R4.3).
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from domain.authority import may_instruct, speaking_role
+from domain.caching.breakpoints import Anchors, place
+from domain.caching.rules import DEFAULT_TTL, CacheRules
 
 Message = dict[str, Any]
 FORMATS = ("openai_chat", "openai_responses", "anthropic_messages")
 EPHEMERAL = {"type": "ephemeral"}
-MAX_BREAKPOINTS = 4  # Anthropic refuses a request with more
 
 
 def prompt_cache_key(space_id: str, session_id: str, run_id: str, instance_id: str) -> str:
@@ -45,19 +48,24 @@ def render(
     tools: Sequence[dict[str, Any]],
     provider_format: str,
     cache_key: str | None = None,
+    cache: CacheRules | None = None,
+    tools_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The provider request for ``messages``. ``cache_key`` (from ``prompt_cache_key``)
-    becomes the OpenAI formats' ``prompt_cache_key``; Anthropic's hints need none."""
+    becomes the OpenAI formats' ``prompt_cache_key``. Anthropic's breakpoints follow
+    ``cache`` (the model's rules: ``cache_rules`` of its profile; the defaults without
+    one) over the messages' ``tokens`` and ``tools_tokens`` (the tool schemas' count)."""
+    if provider_format == "anthropic_messages":
+        return _anthropic(messages, tools, cache or CacheRules(), tools_tokens)
     try:
         renderer: Callable[[Sequence[Message], Sequence[dict[str, Any]]], dict[str, Any]] = {
             "openai_chat": _openai_chat,
             "openai_responses": _openai_responses,
-            "anthropic_messages": _anthropic,
         }[provider_format]
     except KeyError as exc:
         raise ValueError(f"unknown provider format {provider_format!r}; one of {FORMATS}") from exc
     body = renderer(messages, tools)
-    if cache_key and provider_format != "anthropic_messages":
+    if cache_key:
         body["prompt_cache_key"] = cache_key
     return body
 
@@ -177,12 +185,17 @@ def _openai_responses(
 # --- Anthropic Messages ---------------------------------------------------------------------
 
 
-def _anthropic(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def _anthropic(
+    messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]],
+    rules: CacheRules,
+    tools_tokens: int | None,
+) -> dict[str, Any]:
     """The leading release-owned blocks (instructions, skill catalog, re-provided skill
     instructions) go to ``system`` as text blocks; anything later becomes user text (the
     API has no mid-conversation system role); consecutive same-role turns merge, since
     the API requires alternation; tool results travel in the next user turn. Then the
-    cache breakpoints (``_mark_breakpoints``)."""
+    cache breakpoints: ``_anchors`` placed by ``domain.caching.breakpoints.place``."""
     lead = 0
     while lead < len(messages) and speaking_role(messages[lead]) == "system":
         lead += 1
@@ -192,19 +205,16 @@ def _anthropic(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> 
         if may_instruct(m) and str(m.get("content", "")).strip()
     ]
     turns: list[dict[str, Any]] = []
-    # the block each neutral message ended with, by index into ``messages``.
-    last_block: dict[int, dict[str, Any]] = {}
-
-    def push(i: int, role: str, block: dict[str, Any]) -> None:
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].append(block)
-        else:
-            turns.append({"role": role, "content": [block]})
-        last_block[i] = block
-
+    flat: list[dict[str, Any]] = []  # the messages' content blocks, in order
+    ends: dict[int, int] = {}  # message index -> the position in ``flat`` of its last block
     for i in range(lead, len(messages)):
         for role, block in _anthropic_blocks(messages[i]):
-            push(i, role, block)
+            if turns and turns[-1]["role"] == role:
+                turns[-1]["content"].append(block)
+            else:
+                turns.append({"role": role, "content": [block]})
+            flat.append(block)
+            ends[i] = len(flat) - 1
     body: dict[str, Any] = {"messages": turns}
     if system:
         body["system"] = system
@@ -213,7 +223,12 @@ def _anthropic(messages: Sequence[Message], tools: Sequence[dict[str, Any]]) -> 
             {"name": t["name"], "description": t.get("description", ""), "input_schema": _schema(t)}
             for t in tools
         ]
-    _mark_breakpoints(body, messages, last_block)
+    head = [*body.get("tools", []), *body.get("system", [])]
+    order = [*head, *flat]  # every block in the order the API caches them
+    sized = _prefix_tokens(messages, lead, ends, len(body.get("tools", [])), tools_tokens)
+    anchors = _anchors(messages, lead, ends, order, len(head))
+    for pos in place(anchors, sized, rules.min_tokens, lambda q: _cacheable(order[q])):
+        order[pos]["cache_control"] = _mark(rules)
     return body
 
 
@@ -245,44 +260,84 @@ def _anthropic_blocks(m: Message) -> list[tuple[str, dict[str, Any]]]:
     return [("user", {"type": "text", "text": m.get("content", "")})]
 
 
-def stable_prefix_end(messages: Sequence[Message]) -> int:
-    """How many leading messages are the stable history: everything before the newest
-    user interaction message (the question or turn being answered), whose successors are
-    the current turn and change from one loop to the next. 0 without a user message."""
-    for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if m.get("block") == "interaction" and speaking_role(m) == "user":
-            return i
-    return 0
+# Blocks the assembler puts after the conversation (R4.4, R12.4: the frontier, the
+# material retrieved for this call): they change from one call to the next, so the
+# conversation's end, not theirs, is the prefix the next request shares.
+TAIL_BLOCKS = frozenset({"constraints", "plan", "material"})
 
 
-def _mark_breakpoints(
-    body: dict[str, Any], messages: Sequence[Message], last_block: dict[int, dict[str, Any]]
-) -> None:
-    """``cache_control`` at most on: (1) the end of tools+system — the last system block,
-    or the last tool without one (the API caches tools, then system, then messages);
-    (2) the summary's block; (3) the last block of the stable history — of the last
-    interaction message (a question, answer, call or result) before the newest user
-    message; state and material blocks there may change between calls. Never on an empty
-    block, never twice on one block, never more than four."""
-    marks: list[dict[str, Any]] = []
-    if body.get("system"):
-        marks.append(body["system"][-1])
-    elif body.get("tools"):
-        marks.append(body["tools"][-1])
-    summaries = [i for i in last_block if messages[i].get("block") == "summary"]
-    if summaries:
-        marks.append(last_block[summaries[-1]])
-    end = stable_prefix_end(messages)
-    stable = [i for i in last_block if i < end and messages[i].get("block") == "interaction"]
-    if stable:
-        marks.append(last_block[stable[-1]])
-    seen: set[int] = set()
-    for block in marks:
-        if id(block) in seen or not _cacheable(block) or len(seen) >= MAX_BREAKPOINTS:
-            continue
-        seen.add(id(block))
-        block["cache_control"] = dict(EPHEMERAL)
+def _anchors(
+    messages: Sequence[Message],
+    lead: int,
+    ends: dict[int, int],
+    order: Sequence[dict[str, Any]],
+    offset: int,
+) -> Anchors:
+    """Where this request's reusable prefixes end (``domain.caching.breakpoints``): the
+    end of tools+system (the last system block, or the last tool without one: the API
+    caches tools, then system, then messages), the summary's block, the conversation's
+    last block and the one before the newest assistant message (where the request of the
+    model call that wrote it ended). Never an empty block (the API refuses a mark there)."""
+
+    def at(i: int) -> int | None:
+        pos = offset + ends[i]
+        return pos if _cacheable(order[pos]) else None
+
+    def conversation_end(stop: int) -> int | None:
+        for i in range(stop - 1, lead - 1, -1):
+            if i in ends and messages[i].get("block") not in TAIL_BLOCKS:
+                return at(i)
+        return None
+
+    stable = [offset - 1] if offset and _cacheable(order[offset - 1]) else []
+    summaries = [i for i in ends if messages[i].get("block") == "summary"]
+    if summaries and at(summaries[-1]) is not None:
+        stable.append(offset + ends[summaries[-1]])
+    answers = [
+        i
+        for i in ends
+        if speaking_role(messages[i]) == "assistant" and messages[i].get("block") == "interaction"
+    ]
+    previous = conversation_end(answers[-1]) if answers else None
+    return Anchors(tuple(stable), conversation_end(len(messages)), previous)
+
+
+def _prefix_tokens(
+    messages: Sequence[Message],
+    lead: int,
+    ends: dict[int, int],
+    n_tools: int,
+    tools_tokens: int | None,
+) -> list[int | None]:
+    """The tokens up to and including each block, in cache order, from the counts the
+    assembler gave each message (``tokens``) and ``tools_tokens``: every tool counts all
+    tools, every system block all of system (only the last of each is an anchor), a
+    message's last block counts through the message and its earlier blocks through the
+    message before. None from the first unknown count on (assumed long enough)."""
+    out: list[int | None] = [tools_tokens] * n_tools
+    total = tools_tokens if n_tools else 0
+    for m in messages[:lead]:
+        total = _plus(total, m)
+    out += [total] * sum(
+        1 for m in messages[:lead] if may_instruct(m) and str(m.get("content", "")).strip()
+    )
+    start = 0
+    for i in sorted(ends):
+        before = total
+        total = _plus(total, messages[i])
+        out += [before] * (ends[i] - start) + [total]
+        start = ends[i] + 1
+    return out
+
+
+def _plus(total: int | None, m: Message) -> int | None:
+    tokens = m.get("tokens")
+    return None if total is None or not isinstance(tokens, int) else total + tokens
+
+
+def _mark(rules: CacheRules) -> dict[str, str]:
+    """A breakpoint; the lifetime is rendered when it is not the API's default (5 min)."""
+    return dict(EPHEMERAL) | ({} if rules.ttl == DEFAULT_TTL else {"ttl": rules.ttl})
 
 
 def _cacheable(block: dict[str, Any]) -> bool:

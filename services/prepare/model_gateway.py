@@ -106,7 +106,14 @@ class Gateway:
         key = prompt_cache_key(
             await self.space_of(p.session_id), p.session_id, p.run_id, p.instance_id
         )
-        request = render_provider(messages, p.tools, p.profile.provider_format, key)
+        request = render_provider(
+            messages,
+            p.tools,
+            p.profile.provider_format,
+            key,
+            p.profile.cache_rules,
+            p.report.items.get("tool_schemas"),
+        )
         blob = await self.content.put(
             await self.space_of(p.session_id),
             _json_bytes(request),

@@ -157,9 +157,9 @@ def _marked(body: dict[str, Any]) -> list[str]:
 
 
 @pytest.mark.spec("R4.3")
-def test_anthropic_breakpoints_end_system_summary_and_stable_history() -> None:
+def test_anthropic_breakpoints_end_system_summary_and_the_conversation() -> None:
     body = render(MESSAGES, TOOLS, "anthropic_messages")
-    assert _marked(body) == ["system", MESSAGES[2]["content"], "c2"]
+    assert _marked(body) == ["system", MESSAGES[2]["content"], "Also check the docs."]
     assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
     # Tools come before system in the cached prefix: the system breakpoint covers them.
     assert all("cache_control" not in t for t in body["tools"])
@@ -169,8 +169,15 @@ def test_anthropic_breakpoints_end_system_summary_and_stable_history() -> None:
 def test_without_system_the_last_tool_ends_the_prefix_and_without_tools_nothing() -> None:
     history = MESSAGES[3:]
     assert _marked(render(history, TOOLS, "anthropic_messages"))[0] == "tool:run_tests"
-    # No summary, no tools, no system: only the stable history (the c2 result).
-    assert _marked(render(history, [], "anthropic_messages")) == ["c2"]
+    # No summary, no tools, no system: only the conversation's last block.
+    assert _marked(render(history, [], "anthropic_messages")) == ["Also check the docs."]
+    # The frontier and this call's material follow the conversation and change from one
+    # call to the next: the mark stays on the conversation's end.
+    tail = [
+        {"role": "user", "content": "[plan v2] 1. docs", "block": "plan"},
+        {"role": "user", "content": "[material] README", "block": "material"},
+    ]
+    assert _marked(render([*history, *tail], [], "anthropic_messages")) == ["Also check the docs."]
 
 
 def test_breakpoints_skip_empty_blocks_duplicates_and_never_exceed_four() -> None:
@@ -181,8 +188,9 @@ def test_breakpoints_skip_empty_blocks_duplicates_and_never_exceed_four() -> Non
     ]
     body = render(msgs, [], "anthropic_messages")
     assert "system" not in body  # an empty system text block is refused by the API
-    assert _marked(body) == ["[summary]"]  # nothing stable before Q but the summary
+    assert _marked(body) == ["[summary]", "Q?"]
     msgs[1] = {"role": "user", "content": " ", "block": "summary"}
+    msgs[2] = {"role": "user", "content": "", "block": "interaction"}
     assert _marked(render(msgs, [], "anthropic_messages")) == []
     many = [*MESSAGES] + [MESSAGES[2]] * 5
     assert len(_marked(render(many, TOOLS, "anthropic_messages"))) <= 4
@@ -226,7 +234,8 @@ async def test_two_prepares_with_unchanged_inputs_render_byte_identical_requests
     from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
     w = PrepareWorld()
-    profile = PROFILE | {"provider_format": fmt}
+    # No minimum prefix: this short conversation still carries its cache hints.
+    profile = PROFILE | {"provider_format": fmt, "cache_min_tokens": 0}
     release = {
         "release_id": "rel",
         "agent_id": "a",

@@ -276,22 +276,29 @@ class Preparer:
         )
         return Built(rend, snap, assembled, tools, frontier)
 
+    async def _provider(self, target: Target, built: Built) -> dict[str, Any]:
+        """The provider-ready request, with the profile's cache hints."""
+        fmt, assembled = target.profile.provider_format, built.assembled
+        sid, run, inst = target.session_id, target.run_id, target.instance_id
+        key = prompt_cache_key(await self.space_of(sid), sid, run, inst)
+        try:
+            request = render_provider(
+                assembled.messages,
+                built.tools,
+                fmt,
+                key,
+                target.profile.cache_rules,
+                assembled.report.items.get("tool_schemas"),
+            )
+        except ValueError as exc:
+            raise InvalidRequest(str(exc), field="provider_format") from exc
+        return {"format": fmt, "request": request}
+
     async def _answer(
         self, target: Target, built: Built, lineage: Lineage, body: PrepareIn
     ) -> dict[str, Any]:
         rend, snap, assembled = built.rend, built.snap, built.assembled
-        provider = None
-        if body.render:
-            fmt = target.profile.provider_format
-            sid, run, inst = target.session_id, target.run_id, target.instance_id
-            key = prompt_cache_key(await self.space_of(sid), sid, run, inst)
-            try:
-                provider = {
-                    "format": fmt,
-                    "request": render_provider(assembled.messages, built.tools, fmt, key),
-                }
-            except ValueError as exc:
-                raise InvalidRequest(str(exc), field="provider_format") from exc
+        provider = await self._provider(target, built) if body.render else None
         deps = _dependencies(target, built, lineage)
         prepared_id = f"prep_{uuid.uuid4().hex[:16]}"
         await self.prepared.remember(
