@@ -10,6 +10,8 @@ Prepare. Span names:
   event — decoded, written in one PostgreSQL transaction, its publishes acknowledged —
   a child of that event's ``sdk.append``.
 - ``sdk.prepare`` (client) and ``prepare.answer`` (server): a prepare, asked and answered.
+- ``chat <model>`` (client): a model call, in the GenAI semantic conventions
+  (``streams.genai``): a runtime's, reported to Prepare, and a compaction's summarizer call.
 
 The exporter comes from the settings (``ALC_TRACE_EXPORTER``): ``none`` by default, when
 nothing is installed here — the SDK then follows whatever tracer provider its host
@@ -26,6 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -226,3 +229,18 @@ def server_span(
     return tracer().start_as_current_span(
         name, context=context_of_http(raw_headers), kind=SpanKind.SERVER
     )
+
+
+@contextlib.contextmanager
+def joined(raw_headers: Iterable[tuple[bytes, bytes]]) -> Iterator[None]:
+    """The caller's trace (``traceparent`` of an ASGI request's raw headers) as the
+    current context inside the block, so spans made there join it; when this process
+    installed no tracer, nothing is read."""
+    if not enabled():
+        yield
+        return
+    token = otel_context.attach(context_of_http(raw_headers))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)

@@ -19,11 +19,14 @@ import signal
 from schemas.settings import Settings
 from services.compaction import bootstrap
 from services.compaction.consume import consume_until
+from streams import tracing
 
 log = logging.getLogger("agentloom.compaction")
 
 
 async def run(settings: Settings) -> None:
+    # R18: each summarizer call a model answers is a GenAI span (ALC_TRACE_EXPORTER).
+    tracing.configure(settings, "agentloom-compaction")
     service = await bootstrap.start(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

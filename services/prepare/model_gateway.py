@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
 from storage.calls.model_calls import ModelCalls, NewCall, Sample, StoredCall
+from streams import genai
 
 CALIBRATION_WINDOW = 20  # reported calls per model replayed into an empty calibration
 
@@ -229,6 +231,7 @@ class Gateway:
                 bindings,
             )
         self.notes.usage(call, usage)
+        genai.record(*_span(call, usage, time.time_ns()))
         return {"call_id": call_id, "status": "completed", "drift": drift}
 
     async def seed_calibration(self) -> None:
@@ -254,6 +257,26 @@ def _usage_record(raw: dict[str, Any], prices: ModelPrices | None) -> dict[str, 
     share = usage.cache_share
     out["cache_share"] = None if share is None else round(share, 6)
     return out | (cost_dict(usage, prices) if prices is not None else {})
+
+
+def _span(
+    call: StoredCall, usage: dict[str, Any], now_ns: int
+) -> tuple[genai.ModelCallSpan, int, int]:
+    """The reported call as a GenAI span (R18): from the gateway's check, just before the
+    runtime sent it, to this report of its result."""
+    cost = usage.get("cost_picos")
+    span = genai.ModelCallSpan(
+        genai.provider_of(call.provider_format),
+        call.model,
+        call.purpose,
+        call.session_id,
+        usage,
+        cost if isinstance(cost, int) else None,
+        usage.get("currency") if isinstance(usage.get("currency"), str) else None,
+        {"call_id": call.call_id, "run_id": call.run_id, "instance_id": call.instance_id},
+    )
+    start = now_ns if call.created_at is None else int(call.created_at.timestamp() * 1e6) * 1000
+    return span, start, now_ns
 
 
 def _prices(call: StoredCall) -> ModelPrices | None:

@@ -6,6 +6,7 @@ model's calibration in the same transaction (storage/calibration.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
@@ -30,6 +31,8 @@ class StoredCall:
     hook_versions: list[str]
     dependency_versions: dict[str, Any]
     drift: dict[str, Any] | None
+    provider_format: str = ""  # the request format the call was rendered in
+    created_at: datetime | None = None  # when the gateway checked it (the call's start)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,9 @@ class ModelCalls(Protocol):
 
 _CALL = (
     "SELECT call_id, prepared_id, session_id, run_id, instance_id, purpose, model, status,"
-    " final_input_sha256, budget, hook_versions, dependency_versions, drift FROM model_calls"
+    " final_input_sha256, budget, hook_versions, dependency_versions, drift,"
+    " coalesce(model_config->>'provider_format', '') AS provider_format, created_at"
+    " FROM model_calls"
 )
 
 

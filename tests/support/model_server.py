@@ -24,6 +24,10 @@ class Script:
     mode: str = "ok"
     delay_s: float = 0.0  # a slow model: each reply waits this long first
     statement: str | None = None  # the fact an "ok" summary states (default: a filler)
+    # the usage every reply reports (Chat Completions' shape)
+    usage: dict[str, Any] = field(
+        default_factory=lambda: {"prompt_tokens": 10, "completion_tokens": 5}
+    )
     hits: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -32,13 +36,13 @@ class Script:
         with self.lock:
             self.hits += 1
             self.requests.append(body)
-            mode, delay = self.mode, self.delay_s
+            mode, delay, usage = self.mode, self.delay_s, self.usage
         if delay:
             time.sleep(delay)  # this handler's own thread (ThreadingHTTPServer)
         if mode == "fail":
             return 500, {"error": {"message": "scripted failure"}}
         if mode == "garbage":
-            return 200, _completion("this is not json")
+            return 200, _completion("this is not json", usage)
         segment = body["messages"][-1]["content"].split("Segment to summarize:", 1)[-1]
         ids = _ID.findall(segment)
         words = 3 if mode == "ok" else 4000
@@ -55,16 +59,16 @@ class Script:
             "work_artifact_refs": [],
             "observations": [],
         }
-        return 200, _completion(json.dumps(draft))
+        return 200, _completion(json.dumps(draft), usage)
 
 
-def _completion(content: str) -> dict[str, Any]:
+def _completion(content: str, usage: dict[str, Any]) -> dict[str, Any]:
     return {
         "id": "cmpl-test",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": "scripted",
-        "usage": {"prompt_tokens": 10, "completion_tokens": 5},
+        "usage": usage,
         "choices": [
             {
                 "index": 0,

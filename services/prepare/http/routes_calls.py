@@ -2,7 +2,8 @@
 final check and the report of the result.
 
 A prepare is the ``prepare.answer`` span, joined to the runtime's trace by the request's
-``traceparent`` when tracing is on (R18; ``streams.tracing``)."""
+``traceparent`` when tracing is on (R18; ``streams.tracing``); a reported model call is a
+GenAI span in the reporter's trace (``streams.genai``)."""
 
 from __future__ import annotations
 
@@ -93,9 +94,16 @@ def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
 
     @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result", responses=HOOKS)
     async def model_result(
-        session_id: PathId, call_id: PathId, body: ModelResultIn, who: Principal = auth
+        session_id: PathId,
+        call_id: PathId,
+        body: ModelResultIn,
+        request: Request,
+        who: Principal = auth,
     ) -> ModelResult:
         """The response and the provider's usage (R15.1): ``model.chat.after`` hooks run,
-        usage calibrates later estimates and the drift is returned (R6.4)."""
+        usage calibrates later estimates and the drift is returned (R6.4). The call's
+        GenAI span (R18) joins the reporter's trace."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return ModelResult.model_validate(await svc.gateway.model_result(sid, call_id, body))
+        with tracing.joined(request.scope["headers"]):
+            out = await svc.gateway.model_result(sid, call_id, body)
+        return ModelResult.model_validate(out)

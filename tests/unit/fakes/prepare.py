@@ -163,6 +163,7 @@ class FakeModelCalls:
             call.hook_versions,
             call.dependency_versions,
             None,
+            provider_format=str(call.model_config.get("provider_format", "")),
         )
         return True
 
