@@ -1,41 +1,77 @@
-"""What a model call costs (pure): a model profile's prices and a provider's usage.
+"""What a model call costs (pure): a model profile's prices and a call's usage
+(``domain.usage``).
 
-Providers report usage differently. OpenAI's ``prompt_tokens`` includes the cached
-tokens (``prompt_tokens_details.cached_tokens``) and ``completion_tokens`` includes the
-reasoning tokens; Anthropic's ``input_tokens`` excludes both cache reads
-(``cache_read_input_tokens``) and cache writes (``cache_creation_input_tokens``).
-``Usage`` holds them one way: fresh, cached and cache-write input are disjoint, and
-``output_tokens`` includes ``reasoning_tokens``.
+Prices are per **million** tokens and exact: a number or a decimal string with at most
+six decimals, read as the decimal it is written as (a JSON number through the shortest
+decimal that reads back as the same float) and never rounded. Such a price is a whole
+number of pico-units (10^-12 of the currency) per token, so a profile's ``TokenRates``
+are integers and a call's cost is an exact integer: sums over any number of calls, in
+any order, never drift.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from decimal import Decimal
-from typing import Any, NoReturn
+from decimal import Decimal, InvalidOperation
+from typing import Any
 
-from schemas.errors import InvalidPolicy, InvalidRequest
+from domain.usage import Usage
+from schemas.errors import InvalidPolicy
 
 PER = 1_000_000  # prices are per million tokens
-PRICE_FIELDS = ("input", "cached_input", "cache_write", "output")
-# Costs are exact integers of a pico-unit (1e-12) of the currency: a price per million
-# tokens with at most six decimals times a token count is a whole number of them, so
-# sums over any number of calls, in any order, never drift.
-PICO = 10**12
+PICO = 10**12  # costs are integers of a pico-unit of the currency
+PICOS_PER_PRICE_UNIT = PICO // PER  # a price of 1 per million tokens, per token
 PRICE_DECIMALS = 6
+MAX_PRICE = Decimal(10**6)
+PRICE_FIELDS = ("input", "cached_input", "cache_write", "cache_write_1h", "output")
+# A write kept in the cache for an hour, on a profile without its own ``cache_write_1h``
+# price: twice the input price (Anthropic's, the providers that report such writes).
+WRITE_1H_FACTOR = 2
+
+Price = Decimal | int | float | str
 
 
 @dataclass(frozen=True)
-class ModelPrices:
-    """Prices per million tokens. A cached-input or cache-write price left out costs as
-    fresh input (a provider without a cache discount or write premium)."""
+class TokenRates:
+    """A profile's prices as integer pico-units of the currency per token."""
 
-    input: float
-    output: float
-    cached_input: float | None = None
-    cache_write: float | None = None
-    currency: str = "USD"
+    input: int
+    cached: int
+    write: int
+    write_1h: int
+    output: int
+
+
+@dataclass(frozen=True, init=False)
+class ModelPrices:
+    """Prices per million tokens, exact decimals. A cached-input or cache-write price
+    left out costs as fresh input (a provider without a cache discount or write premium);
+    a 1-hour cache write left out costs ``WRITE_1H_FACTOR`` times the input."""
+
+    input: Decimal
+    output: Decimal
+    cached_input: Decimal | None
+    cache_write: Decimal | None
+    currency: str
+    cache_write_1h: Decimal | None
+
+    def __init__(
+        self,
+        input: Price,
+        output: Price,
+        cached_input: Price | None = None,
+        cache_write: Price | None = None,
+        currency: str = "USD",
+        cache_write_1h: Price | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "input", exact_price(input, "input"))
+        put(self, "output", exact_price(output, "output"))
+        put(self, "cached_input", _optional(cached_input, "cached_input"))
+        put(self, "cache_write", _optional(cache_write, "cache_write"))
+        put(self, "cache_write_1h", _optional(cache_write_1h, "cache_write_1h"))
+        put(self, "currency", currency)
 
     @staticmethod
     def from_dict(d: Mapping[str, Any], at: str = "model_profile.prices") -> ModelPrices:
@@ -45,153 +81,102 @@ class ModelPrices:
                 f"unknown price fields: {unknown}", field=unknown[0], json_path=f"{at}.{unknown[0]}"
             )
         for name in ("input", "output"):
-            if name not in d:
+            if d.get(name) is None:
                 raise InvalidPolicy(
                     f"{at}.{name} is required", field=name, json_path=f"{at}.{name}"
                 )
-        for name in PRICE_FIELDS:
-            v = d.get(name)
-            if v is None:
-                continue
-            if not _price_ok(v):
-                raise InvalidPolicy(
-                    f"{at}.{name} must be a non-negative number per million tokens"
-                    f" with at most {PRICE_DECIMALS} decimals",
-                    field=name,
-                    json_path=f"{at}.{name}",
-                    value=v,
-                )
+        prices = {
+            name: exact_price(d[name], name, at)
+            for name in PRICE_FIELDS
+            if d.get(name) is not None  # an optional price written as null is left out
+        }
         currency = d.get("currency", "USD")
         if not isinstance(currency, str) or not 1 <= len(currency) <= 8:
             raise InvalidPolicy(f"{at}.currency must be a short code", field="currency")
-        return ModelPrices(
-            input=float(d["input"]),
-            output=float(d["output"]),
-            cached_input=None if d.get("cached_input") is None else float(d["cached_input"]),
-            cache_write=None if d.get("cache_write") is None else float(d["cache_write"]),
-            currency=currency,
-        )
+        return ModelPrices(currency=currency, **prices)
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON numbers that read back as the same decimals (``from_dict``)."""
         return {
-            "input": self.input,
-            "cached_input": self.cached_input,
-            "cache_write": self.cache_write,
-            "output": self.output,
+            "input": _number(self.input),
+            "cached_input": _number(self.cached_input),
+            "cache_write": _number(self.cache_write),
+            "cache_write_1h": _number(self.cache_write_1h),
+            "output": _number(self.output),
             "currency": self.currency,
         }
 
-    @property
-    def cached_rate(self) -> float:
-        return self.input if self.cached_input is None else self.cached_input
-
-    @property
-    def write_rate(self) -> float:
-        return self.input if self.cache_write is None else self.cache_write
-
-
-def _price_ok(v: Any) -> bool:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1e6:
-        return False
-    exponent = _decimal(v).as_tuple().exponent
-    return isinstance(exponent, int) and exponent >= -PRICE_DECIMALS
-
-
-def _decimal(v: float) -> Decimal:
-    """A price as written: the shortest decimal that reads back as the same float."""
-    return Decimal(repr(float(v)))
-
-
-@dataclass(frozen=True)
-class Usage:
-    """One call's tokens by kind; the input kinds are disjoint."""
-
-    fresh_input_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.fresh_input_tokens + other.fresh_input_tokens,
-            self.cached_input_tokens + other.cached_input_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-            self.output_tokens + other.output_tokens,
-            self.reasoning_tokens + other.reasoning_tokens,
-        )
-
-    @property
-    def input_tokens(self) -> int:
-        """All input the provider read, cached or not."""
-        return self.fresh_input_tokens + self.cached_input_tokens + self.cache_write_tokens
-
-    @property
-    def cache_share(self) -> float | None:
-        """The share of input read from the cache; None for a call without input."""
-        total = self.input_tokens
-        return None if total == 0 else self.cached_input_tokens / total
-
-    def to_dict(self) -> dict[str, int]:
-        """The neutral shape (``input_tokens`` is all input: what calibration compares)."""
-        return {
-            "input_tokens": self.input_tokens,
-            "fresh_input_tokens": self.fresh_input_tokens,
-            "cached_input_tokens": self.cached_input_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-            "output_tokens": self.output_tokens,
-            "reasoning_tokens": self.reasoning_tokens,
-        }
-
-    @staticmethod
-    def openai(
-        prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, reasoning: int = 0
-    ) -> Usage:
-        """From OpenAI's usage: ``prompt_tokens`` includes ``cached_tokens``."""
-        cached = min(cached_tokens, prompt_tokens)
-        return Usage(
-            fresh_input_tokens=prompt_tokens - cached,
-            cached_input_tokens=cached,
-            output_tokens=completion_tokens,
-            reasoning_tokens=reasoning,
-        )
-
-    @staticmethod
-    def anthropic(
-        input_tokens: int,
-        output_tokens: int,
-        cache_read_input_tokens: int = 0,
-        cache_creation_input_tokens: int = 0,
-    ) -> Usage:
-        """From Anthropic's usage: ``input_tokens`` excludes cache reads and writes."""
-        return Usage(
-            fresh_input_tokens=input_tokens,
-            cached_input_tokens=cache_read_input_tokens,
-            cache_write_tokens=cache_creation_input_tokens,
-            output_tokens=output_tokens,
+    def rates(self) -> TokenRates:
+        """The exact integer pico-units per token of each kind."""
+        return TokenRates(
+            input=_picos(self.input),
+            cached=_picos(self.input if self.cached_input is None else self.cached_input),
+            write=_picos(self.input if self.cache_write is None else self.cache_write),
+            write_1h=_picos(
+                self.input * WRITE_1H_FACTOR if self.cache_write_1h is None else self.cache_write_1h
+            ),
+            output=_picos(self.output),
         )
 
 
-def cost(usage: Usage, prices: ModelPrices) -> float:
-    """The call's price in ``prices.currency``."""
-    total = (
-        usage.fresh_input_tokens * prices.input
-        + usage.cached_input_tokens * prices.cached_rate
-        + usage.cache_write_tokens * prices.write_rate
-        + usage.output_tokens * prices.output
-    )
-    return total / PER
+def exact_price(v: Any, name: str, at: str = "model_profile.prices") -> Decimal:
+    """A price as the decimal it is written as; InvalidPolicy (with the field's JSON
+    path) unless it is a non-negative number under a million with at most six decimals."""
+    d = _decimal(v)
+    if d is None or not 0 <= d < MAX_PRICE or (d * PICOS_PER_PRICE_UNIT) % 1 != 0:
+        raise InvalidPolicy(
+            f"{at}.{name} must be a non-negative number per million tokens"
+            f" with at most {PRICE_DECIMALS} decimals",
+            field=name,
+            json_path=f"{at}.{name}",
+            value=v if isinstance(v, int | float | str) else str(v),
+        )
+    return d
+
+
+def _decimal(v: Any) -> Decimal | None:
+    try:
+        if isinstance(v, bool):
+            return None
+        if isinstance(v, Decimal | int):
+            d = Decimal(v)
+        elif isinstance(v, float):
+            d = Decimal(repr(v))  # the shortest decimal that reads back as this float
+        elif isinstance(v, str) and len(v) <= 32:
+            d = Decimal(v.strip())
+        else:
+            return None
+    except InvalidOperation:
+        return None
+    return d if d.is_finite() else None
+
+
+def _optional(v: Price | None, name: str) -> Decimal | None:
+    return None if v is None else exact_price(v, name)
+
+
+def _picos(price: Decimal) -> int:
+    return int(price * PICOS_PER_PRICE_UNIT)
+
+
+def _number(d: Decimal | None) -> int | float | None:
+    if d is None:
+        return None
+    return int(d) if d == d.to_integral_value() else float(d)
 
 
 def cost_picos(usage: Usage, prices: ModelPrices) -> int:
-    """The call's exact price in pico-units of ``prices.currency`` (see ``PICO``)."""
-    total = (
-        usage.fresh_input_tokens * _decimal(prices.input)
-        + usage.cached_input_tokens * _decimal(prices.cached_rate)
-        + usage.cache_write_tokens * _decimal(prices.write_rate)
-        + usage.output_tokens * _decimal(prices.output)
+    """The call's exact price in pico-units of ``prices.currency`` (see ``PICO``): each
+    kind of token at its own rate, 1-hour cache writes at theirs."""
+    r = prices.rates()
+    short_writes = usage.cache_write_tokens - usage.cache_write_1h_tokens
+    return (
+        usage.fresh_input_tokens * r.input
+        + usage.cached_input_tokens * r.cached
+        + short_writes * r.write
+        + usage.cache_write_1h_tokens * r.write_1h
+        + usage.output_tokens * r.output
     )
-    return int((total * (PICO // PER)).to_integral_value())
 
 
 def format_cost(picos: int) -> str:
@@ -204,104 +189,3 @@ def cost_dict(usage: Usage, prices: ModelPrices) -> dict[str, Any]:
     """What a priced call records beside its tokens."""
     picos = cost_picos(usage, prices)
     return {"cost": format_cost(picos), "cost_picos": picos, "currency": prices.currency}
-
-
-# Provider usage shapes: the keys that tell them apart.
-_OPENAI_CHAT = ("prompt_tokens", "completion_tokens")
-_ANTHROPIC = ("cache_read_input_tokens", "cache_creation_input_tokens")
-_NEUTRAL = ("fresh_input_tokens", "cached_input_tokens", "cache_write_tokens")
-
-
-def parse_usage(raw: Mapping[str, Any]) -> Usage | None:
-    """A provider's usage as the runtime reports it, normalized once: OpenAI Chat
-    Completions (``prompt_tokens`` including ``prompt_tokens_details.cached_tokens``),
-    the OpenAI Responses API (``input_tokens`` including
-    ``input_tokens_details.cached_tokens``), Anthropic (``input_tokens`` beside
-    ``cache_read_input_tokens`` and ``cache_creation_input_tokens``) or the neutral shape
-    of ``Usage.to_dict`` (``input_tokens`` is all input). None when nothing is reported;
-    keys of no shape (``total_tokens``, ``service_tier``, …) are ignored. Negative or
-    non-integer counts, or a mix of shapes, raise InvalidRequest ``invalid_usage``."""
-    if not raw:
-        return None
-    if any(k in raw for k in _OPENAI_CHAT):
-        _only(raw, "openai_chat", (*_ANTHROPIC, *_NEUTRAL, "input_tokens"))
-        return _openai(raw, "prompt_tokens", "completion_tokens", "prompt_tokens_details")
-    if any(k in raw for k in _ANTHROPIC):
-        _only(raw, "anthropic", (*_NEUTRAL, "input_tokens_details"))
-        return Usage.anthropic(
-            _count(raw, "input_tokens"),
-            _count(raw, "output_tokens"),
-            _count(raw, "cache_read_input_tokens"),
-            _count(raw, "cache_creation_input_tokens"),
-        )
-    if any(k in raw for k in _NEUTRAL):
-        _only(raw, "neutral", ("input_tokens_details",))
-        return _neutral(raw)
-    return _openai(raw, "input_tokens", "output_tokens", "input_tokens_details")
-
-
-def _openai(raw: Mapping[str, Any], inp: str, out: str, details: str) -> Usage:
-    """OpenAI's usage (Chat Completions or Responses); without details also the plain
-    ``input_tokens`` / ``output_tokens`` of any provider that caches nothing."""
-    prompt = _count(raw, inp)
-    cached = _count(_details(raw, details), "cached_tokens", f"{details}.")
-    out_details = "completion_tokens_details" if inp == "prompt_tokens" else "output_tokens_details"
-    reasoning = _count(_details(raw, out_details), "reasoning_tokens", f"{out_details}.")
-    completion = _count(raw, out)
-    if cached > prompt:
-        _bad(f"{details}.cached_tokens", cached, f"more cached tokens than {inp}")
-    if reasoning > completion:
-        _bad(f"{out_details}.reasoning_tokens", reasoning, f"more reasoning tokens than {out}")
-    return Usage.openai(prompt, completion, cached, reasoning)
-
-
-def _neutral(raw: Mapping[str, Any]) -> Usage:
-    cached = _count(raw, "cached_input_tokens")
-    write = _count(raw, "cache_write_tokens")
-    if "fresh_input_tokens" in raw:
-        fresh = _count(raw, "fresh_input_tokens")
-        if "input_tokens" in raw and _count(raw, "input_tokens") != fresh + cached + write:
-            _bad("input_tokens", raw["input_tokens"], "is not fresh + cached + cache write")
-    else:
-        fresh = _count(raw, "input_tokens") - cached - write
-        if fresh < 0:
-            _bad("input_tokens", raw.get("input_tokens"), "is less than cached + cache write")
-    reasoning = _count(raw, "reasoning_tokens")
-    output = _count(raw, "output_tokens")
-    if reasoning > output:
-        _bad("reasoning_tokens", reasoning, "more reasoning tokens than output_tokens")
-    return Usage(fresh, cached, write, output, reasoning)
-
-
-def _only(raw: Mapping[str, Any], shape: str, foreign: tuple[str, ...]) -> None:
-    mixed = sorted(k for k in foreign if k in raw)
-    if mixed:
-        raise InvalidRequest(
-            f"usage mixes the {shape} shape with {mixed}",
-            reason="invalid_usage",
-            field=f"usage.{mixed[0]}",
-        )
-
-
-def _details(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    d = raw.get(key)
-    if d is None:
-        return {}
-    if not isinstance(d, Mapping):
-        _bad(key, d, "must be an object")
-    return d
-
-
-def _count(raw: Mapping[str, Any], key: str, prefix: str = "") -> int:
-    v = raw.get(key, 0)
-    if v is None:
-        return 0
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 2**53:
-        _bad(prefix + key, v, "must be a non-negative integer")
-    return int(v)
-
-
-def _bad(field: str, value: Any, why: str) -> NoReturn:
-    raise InvalidRequest(
-        f"usage.{field} {why}", reason="invalid_usage", field=f"usage.{field}", value=value
-    )

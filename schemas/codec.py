@@ -64,7 +64,8 @@ ALL_SCHEMAS = (
 # kinds; v3: before the decision and question kinds — the same bytes, another
 # fingerprint. compaction_request.v1: before the plan and constraint versions (read with
 # their defaults, 0). control_event.v1: before an observation named the call in flight
-# that holds its compressible prefix back (read as none).
+# that holds its compressible prefix back (read as none); control_event.v2: before it
+# carried the view's largest step (read as 0).
 EARLIER_WRITERS = (
     "observability_event.v3.avsc",
     "observability_event.v4.avsc",
@@ -73,6 +74,7 @@ EARLIER_WRITERS = (
     "context_event.v3.avsc",
     "compaction_request.v1.avsc",
     "control_event.v1.avsc",
+    "control_event.v2.avsc",
 )
 
 # Writer schemas we can read, by fingerprint. Older versions are registered here when a

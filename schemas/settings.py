@@ -72,6 +72,10 @@ class Settings(BaseSettings):
     summarizer_model: str | None = None
     summarizer_api_key: SecretStr | None = None
     summarizer_timeout_s: float = 30.0
+    # What a model summarizer reads per job besides the history it covers: its
+    # instruction (services/compaction/prompt.md with its answer schema, ~2,200 tokens),
+    # which the processor's gain check bills at the compaction profile's input price.
+    summarizer_overhead_tokens: int = 2_300
     # Per summary request: the segment budget, and a model summarizer's output cap per call
     # (the built-in extractive summarizer's segments share the summary's bound instead).
     compaction_segment_tokens: int = 6000

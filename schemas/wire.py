@@ -148,6 +148,9 @@ class BudgetObservation:
     # Nothing compressible because a tool call is still in flight (R9.4): its deferral
     # names it, ``open_call_in_flight:<call id>`` (domain.context.selection).
     held_by: str | None = None
+    # The largest group of the observed view: the most one step grew it (measured when a
+    # trigger fired; 0 otherwise). A no_gain deferral must leave room for another.
+    largest_step_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ driver (faust, the default, or aiokafka directly). The drivers (``streams.driver
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import signal
 from pathlib import Path
@@ -15,9 +16,11 @@ from typing import Any
 import asyncpg
 import faust
 
+from domain.context.budget import ModelProfile
 from domain.context.tokens import CachedCounter, make_counter
 from schemas.settings import Settings
 from storage.api_keys import PgBusKeys
+from storage.compaction.control import GainSettings
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.records.store import PgProcessing
@@ -47,7 +50,7 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
     metered = MeteredPublisher(publisher, settings.topic_dead_letter)
     auth = Authenticator(PgBusKeys(pool), verify_keys(settings))
     return BatchProcessor(
-        PgProcessing(pool, model_summarizer=settings.summarizer != "extractive"),
+        PgProcessing(pool, gain_settings(settings)),
         metered,
         counter,
         ProcessorConfig(
@@ -61,6 +64,20 @@ def build_processor(settings: Settings, pool: asyncpg.Pool, publisher: Publisher
         ),
         auth,
     )
+
+
+def gain_settings(settings: Settings) -> GainSettings:
+    """What the gain check weighs of this deployment: a summarizer other than the
+    built-in extractive one is a billed model reading its instruction on every job, and
+    a policy's compaction purpose may be budgeted on a named profile of the catalog
+    (``ALC_MODEL_PROFILES_FILE``, read here for its prices; Prepare and the compaction
+    service check it in full and refuse a malformed one at start)."""
+    billed = settings.summarizer != "extractive"
+    profiles: dict[str, ModelProfile] = {}
+    if settings.model_profiles_file:
+        raw = json.loads(Path(settings.model_profiles_file).read_text("utf-8"))
+        profiles = {name: ModelProfile.from_dict(spec) for name, spec in raw.items()}
+    return GainSettings(billed, settings.summarizer_overhead_tokens if billed else 0, profiles)
 
 
 async def open_pool(settings: Settings) -> asyncpg.Pool:

@@ -74,6 +74,11 @@ class ObservationInputs:
     # must pay for itself (``domain.compaction.gain``); without, the thresholds decide.
     prices: ModelPrices | None = None
     model_summarizer: bool = False  # the summarizer call is billed too (a model)
+    # The prices of the profile the compaction purpose is budgeted on (None: as
+    # ``prices``) and the tokens a billed summarizer reads per job besides the groups.
+    summarizer_prices: ModelPrices | None = None
+    summarizer_overhead: int = 0
+    result_cap: int = 0  # the release's largest tool result (large_result_policy)
 
 
 @dataclass(frozen=True)
@@ -172,11 +177,26 @@ def judge_observation(inp: ObservationInputs, now_ms: int) -> ObservationVerdict
             obs.fingerprint,
             obs.held_by,
         ),
-        None
-        if inp.prices is None
-        else GainCheck(obs.fixed_overhead, inp.prices, model_summarizer=inp.model_summarizer),
+        _gain_check(inp),
     )
     return ObservationVerdict(decision, None if cleared else inp.state.active_job_id, expiry)
+
+
+def _gain_check(inp: ObservationInputs) -> GainCheck | None:
+    """With prices, a ratio-started job must pay for itself: its summarizer billed at the
+    compaction profile's prices, and a ``no_gain`` deferral only while the next call fits
+    after the largest step seen in the view or the largest tool result the release lets
+    in, whichever is larger."""
+    if inp.prices is None:
+        return None
+    return GainCheck(
+        inp.observation.fixed_overhead,
+        inp.prices,
+        inp.summarizer_overhead if inp.model_summarizer else 0,
+        inp.model_summarizer,
+        inp.summarizer_prices,
+        max(inp.observation.largest_step_tokens, inp.result_cap),
+    )
 
 
 def _expiry(inp: ObservationInputs, now_ms: int) -> ControlEffects:

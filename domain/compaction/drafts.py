@@ -13,7 +13,7 @@ from typing import Any
 
 from domain.compaction.errors import InvalidSummary
 from domain.frontier import Plan
-from domain.pricing import Usage
+from domain.usage import Usage
 
 COMPACTION_PURPOSE = "compaction"
 FACT_FIELDS = ("verified_facts", "decisions", "failures", "unresolved_questions")
@@ -217,6 +217,9 @@ class SummaryResult:
     output_tokens: int
     elapsed_ms: float
     adapter: str
-    # the provider's usage, cached input and reasoning kept (domain.pricing); None: the
-    # summarizer reports none (no model ran) and the caller counts what it read and wrote.
+    # the provider's usage, cached input and reasoning kept (domain.usage); None: the
+    # model reported none and the caller counts what it read and wrote.
     usage: Usage | None = None
+    # False: no model ran (the built-in extractive summarizer): nothing to bill, and the
+    # caller's counts of what it read and wrote are diagnostics, never usage (R18).
+    model_call: bool = True

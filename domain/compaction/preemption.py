@@ -64,7 +64,8 @@ def preemptive_event(
     """The observation the processor makes on the runtime's behalf: the view's records
     not covered by its summary, grouped, give the compressible tokens (R11.1)."""
     records = [x for x in records if x.record_id not in covered]
-    sel = select_prefix(build_groups(records), keep_recent)
+    groups = build_groups(records)
+    sel = select_prefix(groups, keep_recent)
     held = sel.deferral_reason if (sel.deferral_reason or "").startswith(OPEN_CALL) else None
     last_seq = records[-1].session_sequence if records else through
     fingerprint = hashlib.sha256(
@@ -83,6 +84,7 @@ def preemptive_event(
         fingerprint,
         c.release_policy,
         held,
+        max((g.tokens for g in groups), default=0),
     )
     sid = c.session_id
     return ControlEvent(f"pre:{sid}:{last_seq}", sid, c.run_id, main_instance_id, now_ms, obs)

@@ -95,13 +95,19 @@ class TriggerDecision:
 @dataclass(frozen=True)
 class GainCheck:
     """What the gain estimate needs beyond the observation: the view's fixed overhead
-    (what precedes the summary, kept in the cache) and the model's prices (None: priced
-    in tokens, ``domain.compaction.gain.TOKEN_RATES``)."""
+    (what precedes the summary, kept in the cache), the action model's prices (None:
+    priced in tokens, ``domain.compaction.gain.TOKEN_RATES``), the summarizer's, and
+    the largest step the view may grow by before the next call (a ``no_gain`` deferral
+    must leave room for it under the hard budget)."""
 
     fixed_overhead: int
     prices: ModelPrices | None = None
     summarizer_overhead: int = 0  # tokens a job's summarizer reads besides the groups
     model_summarizer: bool = False  # the deployment's summarizer is a billed model
+    # the compaction purpose's profile's prices, which a billed summarizer is charged at
+    # (None: the action's)
+    summarizer_prices: ModelPrices | None = None
+    step_tokens: int = 0
 
 
 REBUILD_DUE = "due"  # LastAttempt.rebuild: one rebuilt job may start
@@ -147,10 +153,12 @@ def evaluate_triggers(
             gain.fixed_overhead,
             obs.compressible_tokens,
             since.model_steps,
+            gain.step_tokens,
         ),
         gain.prices,
         gain.summarizer_overhead,
         gain.model_summarizer,
+        gain.summarizer_prices,
     )
     # values >= thresholds reads as elsewhere: what it saves against what it costs.
     values = {**decision.values, "gain_saved": float(est.saved)}

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.sections import PURPOSES
+from domain.pricing import ModelPrices
 from schemas.errors import InvalidPolicy
 
 
@@ -84,3 +86,18 @@ def for_purpose(
         safety_margin=base.safety_margin if pp.safety_margin is None else pp.safety_margin,
         platform_limit=limit,
     )
+
+
+def purpose_prices(
+    policy: ContextPolicy,
+    purpose: str,
+    release_profile: Mapping[str, Any] | None,
+    profiles: Mapping[str, ModelProfile] | None = None,
+) -> ModelPrices | None:
+    """The prices a call of ``purpose`` is charged at: those of the profile it is
+    budgeted on (``for_purpose``: the release's, or the one it references). None:
+    unpriced (no profile, or one without prices)."""
+    if release_profile is None:
+        return None
+    default = ModelProfile.from_dict(release_profile)
+    return for_purpose(policy, purpose, default, profiles).prices

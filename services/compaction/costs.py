@@ -1,7 +1,12 @@
 """What a compaction job's summarizer calls cost (R18): their usage summed over the job,
 priced on the profile of the release's ``compaction`` purpose, published as one
 ``model_call`` observability event with purpose ``compaction`` per job attempt that got
-an answer from the summarizer.
+an answer from a model.
+
+A job whose summarizer ran no model (the built-in extractive one) has no usage and no
+cost, and publishes no ``model_call``: what it read and wrote stays in its
+``compaction_finished`` event as our own counts (``covered_tokens``, ``summary_tokens``),
+diagnostics that are never billed.
 
 The event is published before the job's candidate is saved: a redelivery that finds the
 saved candidate republishes it without a model call, and so without a second event.
@@ -18,8 +23,9 @@ from typing import Any, Protocol
 from domain.compaction.drafts import COMPACTION_PURPOSE
 from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy
-from domain.policy.model_catalog import for_purpose
-from domain.pricing import ModelPrices, Usage, cost_picos
+from domain.policy.model_catalog import purpose_prices
+from domain.pricing import ModelPrices, cost_picos
+from domain.usage import Usage
 from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
 from services.model_profiles import load_catalog
 from streams.kafka.publish import Publisher
@@ -29,7 +35,8 @@ log = logging.getLogger("agentloom.compaction")
 
 @dataclass
 class Spent:
-    """One job attempt's summarizer usage: the calls that got an answer, valid or not."""
+    """One job attempt's model usage: the summarizer calls a model answered, valid or
+    not (calls that ran no model are not here)."""
 
     usage: Usage = field(default_factory=Usage)
     answered: int = 0
@@ -48,10 +55,7 @@ def compaction_prices(
 ) -> ModelPrices | None:
     """The prices of the profile a ``compaction`` call is budgeted on: the release's, or
     the one ``purpose_profiles.compaction.model_profile_ref`` names. None: unpriced."""
-    if release_profile is None:
-        return None
-    default = ModelProfile.from_dict(release_profile)
-    return for_purpose(policy, COMPACTION_PURPOSE, default, catalog).prices
+    return purpose_prices(policy, COMPACTION_PURPOSE, release_profile, catalog)
 
 
 def model_call_event(
@@ -116,7 +120,7 @@ class CostNotes:
     source: PriceSource
 
     async def publish(self, req: CompactionRequest, spent: Spent) -> None:
-        """The job attempt's ``model_call`` event, if a summarizer call was answered.
+        """The job attempt's ``model_call`` event, if a model answered a summarizer call.
         Advisory: a failure to price or publish it never fails the job."""
         if not spent.answered:
             return

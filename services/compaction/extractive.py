@@ -25,4 +25,5 @@ class ExtractiveSummarizer:
             output_tokens=0,
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
             adapter=self.name,
+            model_call=False,
         )

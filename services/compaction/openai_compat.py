@@ -35,7 +35,7 @@ from domain.compaction.drafts import (
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from domain.compaction.model_answer import read_answer
 from domain.context.tokens import make_counter
-from domain.pricing import Usage, parse_usage
+from domain.usage import Usage, parse_usage
 from schemas.errors import InvalidRequest
 
 log = logging.getLogger(__name__)
@@ -248,22 +248,19 @@ class OpenAICompatibleSummarizer:
 
 
 def completion_usage(payload: dict[str, Any]) -> Usage | None:
-    """The completion's ``usage``, normalized (``domain.pricing.parse_usage``: cached
-    prompt tokens and reasoning tokens kept); None when the provider reports none. Usage
-    is accounting (R18): a provider that garbles it must not fail the call, so nonsense
-    keeps only the plain prompt and completion counts that make sense."""
+    """The completion's ``usage``, normalized (``domain.usage.parse_usage``: cached
+    prompt tokens and reasoning tokens kept); None when the provider reports none or
+    what it reports cannot be attributed to kinds of tokens. Usage is accounting (R18): a
+    provider that garbles it must not fail the call, and it is never taken as 0 tokens —
+    the caller counts the call instead (``BoundedSummarizer.counted``)."""
     raw = payload.get("usage")
     if not isinstance(raw, dict):
         return None
     try:
         return parse_usage(raw)
     except InvalidRequest as exc:
-        log.warning("summarizer usage not understood (%s): plain counts kept", exc.message)
-        return Usage.openai(_count(raw.get("prompt_tokens")), _count(raw.get("completion_tokens")))
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and value >= 0 else 0
+        log.warning("summarizer usage not understood (%s): the call is counted", exc.message)
+        return None
 
 
 def _json_body(resp: httpx.Response) -> dict[str, Any]:

@@ -56,4 +56,5 @@ class ScriptedSummarizer:
             elapsed_ms=result.elapsed_ms,
             adapter=self.name,
             usage=result.usage,
+            model_call=result.model_call,
         )

@@ -16,7 +16,7 @@ from domain.compaction.gateway import SummaryGateway
 from domain.compaction.validate import validate_draft
 from domain.context.tokens import CachedCounter
 from domain.frontier import Plan
-from domain.pricing import Usage
+from domain.usage import Usage
 from services import metrics
 from services.compaction.costs import Spent
 from services.compaction.openai_compat import render_segment
@@ -48,10 +48,11 @@ class BoundedSummarizer:
     async def summarize(self, req: SummaryRequest, spent: Spent | None = None) -> SummaryDraft:
         """One bounded summarizer call (R11.3), its draft validated against the request's
         own records (R11.4). Raises InvalidSummary, SummarizerFailed or TimeoutError.
-        An answered call's usage goes to ``spent``, whether its draft is valid or not."""
+        A model's answer goes to ``spent``, whether its draft is valid or not; a call that
+        ran no model (the built-in extractive summarizer) bills nothing (R18)."""
         try:
             result = await asyncio.wait_for(self.gateway.summarize(req), self.call_timeout_s)
-            if spent is not None:
+            if spent is not None and result.model_call:
                 spent.add(result.usage or self.counted(req, result.draft), result.elapsed_ms)
             validate_draft(
                 result.draft, req.source_ids, req.max_output_tokens * MAX_CHARS_PER_TOKEN
@@ -65,8 +66,8 @@ class BoundedSummarizer:
         return result.draft
 
     def counted(self, req: SummaryRequest, draft: SummaryDraft) -> Usage:
-        """The usage of a summarizer that reports none (the built-in extractive one): the
-        segment as a model would read it, and the draft it wrote, by our counter."""
+        """The usage of a model that reports none: the segment as it read it, and the draft
+        it wrote, by our counter (an estimate of a call that did run)."""
         return Usage(
             fresh_input_tokens=self.counter.count(render_segment(req)),
             output_tokens=self.counter.count(draft.text()),

@@ -15,7 +15,8 @@ from domain.context.providers import prompt_cache_key
 from domain.context.providers import render as render_provider
 from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
 from domain.policy.sections import HookBinding
-from domain.pricing import ModelPrices, cost_dict, parse_usage
+from domain.pricing import ModelPrices, cost_dict
+from domain.usage import parse_usage
 from schemas.errors import NotFound
 from services.prepare.assembly.prepare_hooks import HookRegistry, ModelCall
 from services.prepare.assembly.prepared import PreparedEntry, PreparedStore
@@ -203,7 +204,7 @@ class Gateway:
         response = body.response
         space_id = await self.space_of(sid)
         blob = await self.content.put(space_id, _json_bytes(response), "application/json")
-        # Normalized once (domain.pricing): tokens by kind, all input as input_tokens
+        # Normalized once (domain.usage): tokens by kind, all input as input_tokens
         # (what calibration compares with the estimate), the cost when prices are known.
         usage = _usage_record(body.usage, _prices(call))
         # Claim the call first: of concurrent reports (on any instance) exactly one
@@ -248,7 +249,7 @@ class Gateway:
 
 
 def _usage_record(raw: dict[str, Any], prices: ModelPrices | None) -> dict[str, Any]:
-    """The usage stored and published: the neutral shape (domain.pricing), its cache
+    """The usage stored and published: the neutral shape (domain.usage), its cache
     share and, with prices, its exact cost; an empty report stays empty."""
     usage = parse_usage(raw)
     if usage is None:

@@ -11,6 +11,7 @@ when the effects are written.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -24,8 +25,11 @@ from domain.compaction.control import (
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
 from domain.compaction.triggers import REBUILD_DUE, Counters, LastAttempt
+from domain.context.budget import ModelProfile
 from domain.context.rendering import RecordView
 from domain.frontier import Frontier
+from domain.policy.context_policy import ContextPolicy
+from domain.policy.model_catalog import purpose_prices
 from domain.policy.parsed import policy_of
 from domain.pricing import ModelPrices
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
@@ -70,11 +74,24 @@ async def job_row(conn: asyncpg.Connection, job_id: str) -> JobRow | None:
     )
 
 
-def _prices(profile: Mapping[str, Any] | None) -> ModelPrices | None:
-    """The prices of the release's model profile (validated at publish), which the gain
-    check of a ratio-started compaction weighs (``domain.compaction.gain``)."""
-    raw = None if profile is None else profile.get("prices")
-    return ModelPrices.from_dict(raw) if isinstance(raw, Mapping) else None
+@dataclass(frozen=True)
+class GainSettings:
+    """What the gain check of a ratio-started compaction (``domain.compaction.gain``)
+    needs of the deployment: whether its summarizer is a billed model, the tokens that
+    model reads per job besides the groups (its instruction), and the named model
+    profiles a policy's purposes may be budgeted on (``ALC_MODEL_PROFILES_FILE``)."""
+
+    model_summarizer: bool = False
+    summarizer_overhead: int = 0
+    profiles: Mapping[str, ModelProfile] = field(default_factory=dict)
+
+    def prices(
+        self, policy: ContextPolicy, release_profile: Mapping[str, Any] | None
+    ) -> tuple[ModelPrices | None, ModelPrices | None]:
+        """The prices of the action calls a compaction saves on, and of the summarizer's
+        calls: each purpose's profile's (validated at publish)."""
+        action = purpose_prices(policy, "action", release_profile, self.profiles)
+        return action, purpose_prices(policy, "compaction", release_profile, self.profiles)
 
 
 async def frontier_of(
@@ -98,7 +115,7 @@ class PgControlStore:
     decided effects, over the batch's connection."""
 
     conn: asyncpg.Connection
-    model_summarizer: bool = False
+    gain: GainSettings = GainSettings()
 
     async def checked(self, session_id: str, event_key: str) -> Checked | None:
         conn = self.conn
@@ -119,7 +136,8 @@ class PgControlStore:
         the same as reading it after them.)"""
         conn = self.conn
         ctx = await repo.session_context(conn, ev.session_id)
-        policy = policy_of(ctx["policy_revision"], ctx["context_policy"]).compaction
+        full = policy_of(ctx["policy_revision"], ctx["context_policy"])
+        policy = full.compaction
         lineage = await lineage_of(conn, ev)
         row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
         job = None if row.active_job_id is None else await job_row(conn, row.active_job_id)
@@ -130,6 +148,7 @@ class PgControlStore:
         view = await view_of(conn, ev.session_id, ev.run_id, lineage)
         # Decided on the view the observer saw, not on records that overtook its observation.
         later = await counted_after(conn, view, obs.view_watermark)
+        prices, summarizer_prices = self.gain.prices(full, ctx["model_profile"])
         return ObservationInputs(
             ev,
             obs,
@@ -141,8 +160,11 @@ class PgControlStore:
             view.counters.as_seen(later, view.baseline),
             view.baseline,
             view.summary_id,
-            _prices(ctx["model_profile"]),
-            self.model_summarizer,
+            prices,
+            self.gain.model_summarizer,
+            summarizer_prices,
+            self.gain.summarizer_overhead,
+            full.large_result_policy.inline_max_tokens,
         )
 
     async def task_version(

@@ -21,7 +21,7 @@ from domain.planning import BatchPlan, SessionState
 from schemas.contracts import ResourceActivationPayload
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction import summaries as compaction
-from storage.compaction.control import PgControlStore
+from storage.compaction.control import GainSettings, PgControlStore
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
 from storage.records import ingest
@@ -222,24 +222,24 @@ class PgIngestStore:
 class PgProcessingStore(PgIngestStore, PgControlStore):
     """``ProcessingStore`` over one asyncpg connection."""
 
-    def __init__(self, conn: asyncpg.Connection, model_summarizer: bool = False) -> None:
+    def __init__(self, conn: asyncpg.Connection, gain: GainSettings | None = None) -> None:
         self.conn = conn
-        self.model_summarizer = model_summarizer
+        self.gain = gain or GainSettings()
 
 
 class PgProcessing:
     """Connections of a pool as ``ProcessingStore``s (what the processor is given).
-    ``model_summarizer``: the deployment's compaction calls a billed model, which the
-    gain check of a ratio-started job weighs (``domain.compaction.gain``)."""
+    ``gain``: what the gain check of a ratio-started job weighs of the deployment (its
+    summarizer and model profiles, ``domain.compaction.gain``)."""
 
-    def __init__(self, pool: asyncpg.Pool, model_summarizer: bool = False) -> None:
+    def __init__(self, pool: asyncpg.Pool, gain: GainSettings | None = None) -> None:
         self.pool = pool
-        self.model_summarizer = model_summarizer
+        self.gain = gain or GainSettings()
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[ProcessingStore]:
         async with self.pool.acquire() as conn:
-            yield PgProcessingStore(conn, self.model_summarizer)
+            yield PgProcessingStore(conn, self.gain)
 
 
 class ProcessingStores(Protocol):

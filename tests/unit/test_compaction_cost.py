@@ -1,23 +1,27 @@
 """The price of compaction (R18): the OpenAI-compatible summarizer keeps the provider's
-cached and reasoning tokens, the extractive one is counted, and a job attempt that got
-answers publishes one ``model_call`` event under purpose ``compaction`` with its tokens
-and, on a priced profile, its exact cost."""
+cached and reasoning tokens, a model that reports none is counted, and a job attempt that
+got answers from a model publishes one ``model_call`` event under purpose ``compaction``
+with its tokens and, on a priced profile, its exact cost. The built-in extractive
+summarizer runs no model: no usage, no cost, no ``model_call`` (issue 39 item 4)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import httpx
 import pytest
 
-from domain.compaction.drafts import SourceItem, SummaryRequest
+from domain.compaction.drafts import SourceItem, SummaryRequest, SummaryResult
 from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy, effective_policy
-from domain.pricing import ModelPrices, Usage
+from domain.pricing import ModelPrices
+from domain.usage import Usage
 from schemas.wire import decode_observability
 from services.compaction import bootstrap
 from services.compaction.costs import CostNotes, Spent, compaction_prices, model_call_event
+from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.openai_compat import OpenAICompatibleSummarizer, completion_usage
 from services.compaction.scripted import ScriptedSummarizer
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
@@ -70,11 +74,13 @@ async def test_the_openai_adapter_keeps_cached_and_reasoning_tokens() -> None:
 
 
 @pytest.mark.spec("R18")
-async def test_no_usage_is_none_and_garbled_usage_keeps_the_plain_counts() -> None:
+async def test_no_usage_or_usage_that_cannot_be_attributed_is_none_never_zero() -> None:
+    # None: the worker counts the call (``BoundedSummarizer.counted``), never 0 tokens.
     assert (await _adapter(None).summarize(_req())).usage is None
     garbled = {"prompt_tokens": 50, "completion_tokens": 7, "prompt_tokens_details": "x"}
-    assert completion_usage({"usage": garbled}) == Usage(50, 0, 0, 7, 0)
-    assert completion_usage({"usage": {"prompt_tokens": -1}}) == Usage()
+    assert completion_usage({"usage": garbled}) is None
+    assert completion_usage({"usage": {"prompt_tokens": -1}}) is None
+    assert completion_usage({"usage": {"total_tokens": 57}}) is None
 
 
 @pytest.mark.spec("R18")
@@ -123,12 +129,27 @@ class _Fixed:
         return self.value
 
 
+class _SilentModel:
+    """A model summarizer that reports no usage (the extractive draft stands in for its
+    answer): each call ran a model, so the worker counts it."""
+
+    name = "silent_model"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def summarize(self, req: SummaryRequest) -> SummaryResult:
+        self.calls += 1
+        result = await ExtractiveSummarizer().summarize(req)
+        return dataclasses.replace(result, adapter=self.name, model_call=True)
+
+
 @pytest.mark.spec("R18", "R15.3")
 async def test_a_job_publishes_one_counted_event_and_a_redelivery_none() -> None:
     publisher = FakePublisher()
     jobs = FakeCompactionJobs(history(3))
     costs = CostNotes(publisher, "obs", _Fixed(ModelPrices(1, 2)))
-    gateway = ScriptedSummarizer(["ok"])
+    gateway = _SilentModel()
     w = bootstrap.build_worker(SETTINGS, jobs, publisher, gateway, COUNTER, costs=costs)
     outcome = await w.handle(request())
     assert outcome.status == "succeeded"
@@ -153,3 +174,19 @@ async def test_a_job_whose_calls_all_failed_publishes_no_model_call() -> None:
     w = bootstrap.build_worker(SETTINGS, jobs, publisher, gateway, COUNTER, costs=costs)
     assert (await w.handle(request())).status == "failed"
     assert gateway.calls == 1 and publisher.on("obs") == []
+
+
+@pytest.mark.spec("R18")
+@pytest.mark.parametrize("gateway", [ExtractiveSummarizer(), ScriptedSummarizer(["ok"])])
+async def test_a_job_that_ran_no_model_bills_nothing_and_publishes_no_model_call(
+    gateway: ExtractiveSummarizer | ScriptedSummarizer,
+) -> None:
+    publisher = FakePublisher()
+    costs = CostNotes(publisher, "obs", _Fixed(ModelPrices(15, 75)))
+    jobs = FakeCompactionJobs(history(3))
+    w = bootstrap.build_worker(SETTINGS, jobs, publisher, gateway, COUNTER, costs=costs)
+    outcome = await w.handle(request())
+    assert outcome.status == "succeeded" and outcome.model_calls >= 1
+    assert publisher.on("obs") == []  # no usage, no cost: nothing priced at Opus rates
+    # What it read and wrote stays as our own counts, the outcome's diagnostics.
+    assert outcome.covered_tokens > 0 and outcome.summary_tokens > 0

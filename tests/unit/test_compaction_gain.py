@@ -1,5 +1,7 @@
 """A ratio-triggered compaction must pay for itself (issue 27, ``domain.compaction.gain``):
-the exact boundary, the hard budget never blocked, the stable ``no_gain`` deferral."""
+the exact boundary, the hard budget never blocked, the stable ``no_gain`` deferral; a
+billed summarizer at its own profile's prices and a deferral that never spends the room
+for the next step (issue 39 items 4 and 5)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from domain.compaction.gain import (
     estimate_gain,
     project,
     rates_of,
+    token_rates,
 )
 from domain.compaction.triggers import (
     FORCED,
@@ -146,9 +149,16 @@ def test_a_turn_trigger_runs_as_configured() -> None:
 
 def test_prices_become_exact_integer_rates() -> None:
     prices = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
+    r = token_rates(prices)  # pico-units per token
+    assert (r.input, r.cached, r.write, r.output) == (3_000_000, 300_000, 3_750_000, 15_000_000)
+    assert token_rates(None) == TOKEN_RATES
+    # A four-decimal price is not rounded away (it was 0 at three decimals).
+    assert token_rates(ModelPrices(3, 15, cached_input="0.0004")).cached == 400
+    # The nano-unit view benchmarks.cost meters in: exact, or refused.
     assert rates_of(prices) == Rates(input=3000, cached=300, write=3750, output=15000)
-    assert rates_of(ModelPrices(input=0.1, output=0.4)) == Rates(100, 100, 100, 400)
-    assert rates_of(None) == TOKEN_RATES == Rates(1000, 100, 1000, 1000) == rates_of(PER_TOKEN)
+    assert rates_of(None) == Rates(1000, 100, 1000, 1000) == rates_of(PER_TOKEN)
+    with pytest.raises(ValueError):
+        rates_of(ModelPrices(3, 15, cached_input="0.0004"))
 
 
 def _inputs(fixed: int) -> ObservationInputs:
@@ -232,3 +242,71 @@ def test_a_billed_summarizer_call_is_part_of_the_cost() -> None:
     # ... but never in front of the hard budget.
     near = estimate_gain(RATIO, gain(BOUNDARY_FIXED, estimated=9_990), None, model_summarizer=True)
     assert near.forced and near.pays
+
+
+# A summarizer on a cheaper profile: input 0.1, output 0.4 per million tokens.
+CHEAP = ModelPrices(input="0.1", output="0.4")
+CHEAP_FIXED = 3_600  # invalidated 1,900 tokens at (1 - 0.1) per token
+OVERHEAD = 400
+
+
+@pytest.mark.spec("R9.4", "R18")
+def test_a_billed_summarizer_is_priced_at_its_own_profile_with_its_overhead() -> None:
+    # In pico-units: saved 9 * 2,500 * 100,000 = 2,250,000,000; cost 1,900 * 900,000
+    # (the re-written prefix at the action's rates) + (3,000 covered + 400 overhead) *
+    # 100,000 + 500 summary * 400,000 (the summarizer's) = 2,250,000,000: it pays, just.
+    g = gain(CHEAP_FIXED)
+    own = estimate_gain(RATIO, g, PER_TOKEN, OVERHEAD, True, summarizer_prices=CHEAP)
+    assert (own.saved, own.cost) == (2_250_000_000, 2_250_000_000) and own.pays
+    assert not estimate_gain(RATIO, g, PER_TOKEN, OVERHEAD + 1, True, CHEAP).pays
+    # At the action model's prices the same job was deferred for no gain.
+    assert not estimate_gain(RATIO, g, PER_TOKEN, OVERHEAD, True).pays
+    # The processor passes both (the compaction profile's prices and the overhead).
+    inp = replace(
+        _inputs(CHEAP_FIXED),
+        model_summarizer=True,
+        summarizer_prices=CHEAP,
+        summarizer_overhead=OVERHEAD,
+    )
+    assert judge_observation(inp, NOW).decision.start_job
+    as_action = replace(inp, summarizer_prices=None)
+    assert judge_observation(as_action, NOW).decision.reason == NO_GAIN
+    one_more = replace(inp, summarizer_overhead=OVERHEAD + 1)
+    assert judge_observation(one_more, NOW).decision.reason == NO_GAIN
+    # The built-in extractive summarizer bills nothing, whatever overhead is configured.
+    free = replace(inp, model_summarizer=False, summarizer_overhead=10**6)
+    assert judge_observation(free, NOW).decision.start_job
+
+
+@pytest.mark.spec("R9.4", "R9.7")
+def test_no_gain_never_spends_the_room_for_the_largest_step() -> None:
+    # 8,000 of 10,000: 2,000 left. The average growth (ceil(5,001 / 9) = 556, twice 1,112)
+    # fits; a deferral is allowed while the largest step still fits after it.
+    fixed = BOUNDARY_FIXED - 1
+    assert not estimate_gain(RATIO, replace(gain(fixed), step_tokens=2_000), None).forced
+    assert estimate_gain(RATIO, replace(gain(fixed), step_tokens=2_001), None).forced
+    at = evaluate_triggers(
+        CompactionState(totals=Counters(3, STEPS)),
+        RATIO,
+        Observation(8_000, BUDGET, 500, COMPRESSIBLE, "fp"),
+        GainCheck(fixed, step_tokens=2_000),
+    )
+    assert (at.start_job, at.reason) == (False, NO_GAIN)
+    over = evaluate_triggers(
+        CompactionState(totals=Counters(3, STEPS)),
+        RATIO,
+        Observation(8_000, BUDGET, 500, COMPRESSIBLE, "fp"),
+        GainCheck(fixed, step_tokens=2_001),
+    )
+    assert over.start_job
+    # The step is the larger of the view's largest group and the release's largest
+    # tool result (large_result_policy.inline_max_tokens).
+    inp = _inputs(fixed)
+    assert judge_observation(replace(inp, result_cap=2_000), NOW).decision.reason == NO_GAIN
+    assert judge_observation(replace(inp, result_cap=2_001), NOW).decision.start_job
+    seen = replace(inp.observation, largest_step_tokens=2_001)
+    assert judge_observation(replace(inp, observation=seen), NOW).decision.start_job
+    seen = replace(inp.observation, largest_step_tokens=2_000)
+    assert judge_observation(
+        replace(inp, observation=seen, result_cap=10), NOW
+    ).decision.reason == (NO_GAIN)

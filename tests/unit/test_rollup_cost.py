@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from domain.pricing import ModelPrices, cost_dict, format_cost, parse_usage
+from domain.pricing import ModelPrices, cost_dict, format_cost
 from domain.rollup import Dims, Fact, observability_increments, rollup
+from domain.usage import parse_usage
 from schemas.wire import ObservabilityEvent, decode_observability
 from services.prepare.notes import Notes
 from storage.calls.model_calls import StoredCall

@@ -83,7 +83,9 @@ class CompactionCheck:
         )
         trigger_state = CompactionState(totals=state.counters, baseline=state.baseline)
         fired = bool(evaluate_triggers(trigger_state, rel.policy.compaction, probe).fired)
-        compressible, held_by = _compressible(rend, rel.policy, run_id) if fired else (0, None)
+        compressible, held_by, step = (
+            _compressible(rend, rel.policy, run_id) if fired else (0, None, 0)
+        )
         fixed = sum(report.items.get(k, 0) for k in ("instructions", "skills", "tool_schemas"))
         key = f"obs:{uuid.uuid4().hex}"
         observation = BudgetObservation(
@@ -97,6 +99,7 @@ class CompactionCheck:
             fingerprint,
             rel.policy_revision,
             held_by,
+            step,
         )
         event = ControlEvent(key, sid, run_id, instance_id, int(time.time() * 1000), observation)
         await send_control(self.publisher, self.topic, event)
@@ -117,12 +120,14 @@ class CompactionCheck:
 
 def _compressible(
     rend: ThreadRenderer, policy: ContextPolicy, run_id: str
-) -> tuple[int, str | None]:
+) -> tuple[int, str | None, int]:
     """What a compaction could remove (selection is O(history): only when it fired) —
     never what the release's retention rules keep verbatim (R10.1, as the worker pins) —
-    and, when nothing, the call in flight that holds it back if one does."""
+    and, when nothing, the call in flight that holds it back if one does; with the
+    view's largest group (the most one step grew it)."""
     records = rend.records
     keep = retained_record_ids(records, run_id, policy.retention_rules)
-    sel = select_prefix(build_groups(records), policy.recent_complete_groups, pinned=keep)
+    groups = build_groups(records)
+    sel = select_prefix(groups, policy.recent_complete_groups, pinned=keep)
     held = sel.deferral_reason if (sel.deferral_reason or "").startswith(OPEN_CALL) else None
-    return sel.compressible_tokens, held
+    return sel.compressible_tokens, held, max((g.tokens for g in groups), default=0)
