@@ -223,3 +223,7 @@ class SummaryResult:
     # False: no model ran (the built-in extractive summarizer): nothing to bill, and the
     # caller's counts of what it read and wrote are diagnostics, never usage (R18).
     model_call: bool = True
+    # The model the adapter asked and its provider (``gen_ai.provider.name``: "openai",
+    # "anthropic"), for the call's GenAI span; empty when no model ran.
+    model: str = ""
+    provider: str = ""

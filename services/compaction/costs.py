@@ -10,6 +10,8 @@ diagnostics that are never billed.
 
 The event is published before the job's candidate is saved: a redelivery that finds the
 saved candidate republishes it without a model call, and so without a second event.
+Each call a model answered is also a GenAI span (``streams.genai``), with its own tokens
+and cost.
 """
 
 from __future__ import annotations
@@ -28,9 +30,23 @@ from domain.pricing import ModelPrices, cost_picos
 from domain.usage import Usage
 from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
 from services.model_profiles import load_catalog
+from streams import genai
 from streams.kafka.publish import Publisher
 
 log = logging.getLogger("agentloom.compaction")
+
+
+@dataclass(frozen=True)
+class AnsweredCall:
+    """One summarizer call a model answered, as its GenAI span shows it: ``usage`` is
+    what the model reported (None: nothing, and the span carries no token counts)."""
+
+    provider: str
+    model: str
+    operation_id: str
+    usage: Usage | None
+    start_ns: int
+    end_ns: int
 
 
 @dataclass
@@ -41,11 +57,14 @@ class Spent:
     usage: Usage = field(default_factory=Usage)
     answered: int = 0
     elapsed_ms: float = 0.0
+    calls: list[AnsweredCall] = field(default_factory=list)
 
-    def add(self, usage: Usage, elapsed_ms: float = 0.0) -> None:
+    def add(self, usage: Usage, elapsed_ms: float = 0.0, call: AnsweredCall | None = None) -> None:
         self.usage = self.usage + usage
         self.answered += 1
         self.elapsed_ms += elapsed_ms
+        if call is not None:
+            self.calls.append(call)
 
 
 def compaction_prices(
@@ -78,6 +97,28 @@ def model_call_event(
         cost_picos=None if prices is None else cost_picos(spent.usage, prices),
         currency=None if prices is None else prices.currency,
     )
+
+
+def call_spans(
+    req: CompactionRequest, spent: Spent, prices: ModelPrices | None
+) -> list[tuple[genai.ModelCallSpan, int, int]]:
+    """Each answered call as a GenAI span (start, end): purpose ``compaction``, the job's
+    session, its reported tokens and, priced, their exact cost."""
+    out = []
+    for c in spent.calls:
+        cost = None if prices is None or c.usage is None else cost_picos(c.usage, prices)
+        span = genai.ModelCallSpan(
+            c.provider,
+            c.model,
+            COMPACTION_PURPOSE,
+            req.session_id,
+            {} if c.usage is None else c.usage.to_dict(),
+            cost,
+            None if cost is None or prices is None else prices.currency,
+            {"job_id": req.job_id, "operation_id": c.operation_id, "run_id": req.run_id},
+        )
+        out.append((span, c.start_ns, c.end_ns))
+    return out
 
 
 class PriceSource(Protocol):
@@ -126,6 +167,8 @@ class CostNotes:
             return
         try:
             prices = await self.source.prices(req.session_id)
+            for span in call_spans(req, spent, prices):
+                genai.record(*span)
             ev = model_call_event(req, spent, prices, int(time.time() * 1000))
             await self.publisher.send_advisory(
                 self.topic, req.session_id.encode(), encode_observability(ev)

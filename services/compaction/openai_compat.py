@@ -107,6 +107,10 @@ class ModelSummaryResult(SummaryResult):
     dropped: Mapping[str, int] = field(default_factory=dict)
 
 
+# gen_ai.provider.name of a Chat Completions server (any OpenAI-compatible one included).
+PROVIDER = "openai"
+
+
 class OpenAICompatibleSummarizer:
     name = "openai_compatible"
 
@@ -176,6 +180,8 @@ class OpenAICompatibleSummarizer:
             elapsed_ms=(time.perf_counter() - started) * 1000.0,
             adapter=self.name,
             usage=usage,
+            model=self.model,
+            provider=PROVIDER,
             dropped=dropped,
         )
 

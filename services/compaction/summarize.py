@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 
 from domain.compaction.authored import keep_recorded
 from domain.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
@@ -18,7 +19,7 @@ from domain.context.tokens import CachedCounter
 from domain.frontier import Plan
 from domain.usage import Usage
 from services import metrics
-from services.compaction.costs import Spent
+from services.compaction.costs import AnsweredCall, Spent
 from services.compaction.openai_compat import render_segment
 
 log = logging.getLogger("agentloom.compaction")
@@ -51,9 +52,18 @@ class BoundedSummarizer:
         A model's answer goes to ``spent``, whether its draft is valid or not; a call that
         ran no model (the built-in extractive summarizer) bills nothing (R18)."""
         try:
+            started = time.time_ns()
             result = await asyncio.wait_for(self.gateway.summarize(req), self.call_timeout_s)
             if spent is not None and result.model_call:
-                spent.add(result.usage or self.counted(req, result.draft), result.elapsed_ms)
+                call = AnsweredCall(
+                    result.provider,
+                    result.model,
+                    req.model_operation_id,
+                    result.usage,
+                    started,
+                    time.time_ns(),
+                )
+                spent.add(result.usage or self.counted(req, result.draft), result.elapsed_ms, call)
             validate_draft(
                 result.draft, req.source_ids, req.max_output_tokens * MAX_CHARS_PER_TOKEN
             )
