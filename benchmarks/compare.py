@@ -157,7 +157,7 @@ def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, li
     # the worktree keeps its own state dir for the services' slot locks.
     secrets = REPO / ".state" / "secrets"
     env.setdefault("ALC_KAFKA_CREDENTIALS_FILE", str(secrets / "kafka-users.env"))
-    env.setdefault("ALC_BUS_SERVICE_SECRET_FILE", str(secrets / "bus-service.key"))
+    env.setdefault("ALC_BUS_SECRETS_DIR", str(secrets))
     metrics: Metrics = {}
     failed: list[str] = []
     logs = REPO / "build" / "bench" / "compare-logs"

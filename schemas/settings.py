@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     bus_verify_keys_file: str | None = None
     key_issuer_secret: SecretStr | None = None  # one secret, or current,previous
     key_issuer_secret_file: str | None = None
+    # How often a process looks at its bus secret files for a change (a rotation's step).
+    bus_secrets_reload_s: float = 1.0
     pg_dsn: str = "postgresql://agentloom@127.0.0.1:55432/agentloom"
     pg_pool_min: int = 2
     pg_pool_max: int = 10

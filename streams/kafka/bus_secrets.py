@@ -11,8 +11,8 @@
 
 Each secret is given by an ``ALC_*`` variable or a file (by default in
 ``bus_secrets_dir``, ``<state_dir>/secrets``). A file is re-read when it changes —
-looked at no more than once per ``RELOAD_S`` — so a rotation takes effect without a
-restart; a file that becomes unreadable or invalid keeps the last good value (and logs
+looked at no more than once per ``bus_secrets_reload_s`` — so a rotation takes effect
+without a restart; a file that becomes unreadable or invalid keeps the last good value (and logs
 why) rather than stopping the bus.
 """
 
@@ -24,13 +24,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, Literal, TypeVar
 
-from domain.context.envelope import Headers, ServiceSigner, Signer, VerifyKeys
+from domain.context.envelope import Headers, ServiceSigner, VerifyKeys
 from schemas.settings import Settings
 from streams.kafka.auth import BusConfigError, secrets_dir
 
 log = logging.getLogger("agentloom.bus_secrets")
 
-RELOAD_S = 1.0
 MIN_CHARS = 32
 SigningService = Literal["prepare", "compaction"]
 T = TypeVar("T")
@@ -76,7 +75,7 @@ class SecretFile(Generic[T]):
         self,
         path: Path,
         parse: Callable[[str], T],
-        every_s: float = RELOAD_S,
+        every_s: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path, self.parse, self.every_s, self.clock = path, parse, every_s, clock
@@ -118,7 +117,8 @@ def _source(
         parsed = parse(value.get_secret_value())  # type: ignore[attr-defined]
         return lambda: parsed
     base = Path(settings.bus_secrets_dir) if settings.bus_secrets_dir else secrets_dir(settings)
-    return SecretFile(Path(file) if file else base / default, parse)
+    path = Path(file) if file else base / default
+    return SecretFile(path, parse, every_s=settings.bus_secrets_reload_s)
 
 
 class ReloadingSigner:
@@ -135,7 +135,7 @@ class ReloadingSigner:
         return self._signer.headers(key, value)
 
 
-def service_signer(settings: Settings, service: SigningService) -> Signer:
+def service_signer(settings: Settings, service: SigningService) -> ReloadingSigner:
     """``service``'s envelope signer: ``ALC_BUS_SIGNING_KEY``, else
     ``ALC_BUS_SIGNING_KEY_FILE``, else ``bus-<service>.key`` in the secrets directory."""
     what = f"the signing key of {service}"
