@@ -34,6 +34,10 @@ from schemas.contracts import (
 )
 from schemas.validation import RUN_SCOPED
 
+# An event naming a session of another space or actor than its own scope's: refused, and
+# counted under its own (the signer's) space, never under the session it named.
+SCOPE_MISMATCH = "scope_mismatch"
+
 
 @dataclass(frozen=True)
 class Incoming:
@@ -198,7 +202,7 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
         return
     if st.space_id != ev.scope.space_id or st.actor_id != ev.scope.actor_id:
         plan.rejections.append(
-            Rejection(inc, "scope_mismatch", "space_id/actor_id differ from the session's", True)
+            Rejection(inc, SCOPE_MISMATCH, "space_id/actor_id differ from the session's", True)
         )
         return
     op_key = (ev.operation_id, str(ev.kind)) if ev.operation_id else None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from schemas.wire import DeadLetter, ObservabilityEvent
@@ -32,6 +32,16 @@ class Dims:
     release_id: str = ""
     model: str = ""
     purpose: str = ""
+
+
+def attributed(session: Dims, space_id: str | None, purpose: str = "") -> Dims:
+    """The dimensions a fact counts under: its session's, unless the fact names the space
+    of who wrote it (a dead letter's verified signer) and the session is not of that
+    space — then that space alone. A refused event counts in its signer's space, never
+    in the numbers of a session of another space it named."""
+    if space_id is None or space_id == session.space_id:
+        return replace(session, purpose=purpose)
+    return Dims(space_id=space_id, purpose=purpose)
 
 
 class Increment(NamedTuple):

@@ -65,16 +65,22 @@ ALL_SCHEMAS = (
 # fingerprint. compaction_request.v1: before the plan and constraint versions (read with
 # their defaults, 0). control_event.v1: before an observation named the call in flight
 # that holds its compressible prefix back (read as none); control_event.v2: before it
-# carried the view's largest step (read as 0).
+# carried the view's largest step (read as 0). dead_letter.v1 and
+# observability_event.v5: before they named the signer's space (read as none).
 EARLIER_WRITERS = (
     "observability_event.v3.avsc",
     "observability_event.v4.avsc",
+    "observability_event.v5.avsc",
+    "dead_letter.v1.avsc",
     "context_event.v1.avsc",
     "context_event.v2.avsc",
     "context_event.v3.avsc",
     "compaction_request.v1.avsc",
     "control_event.v1.avsc",
     "control_event.v2.avsc",
+    # control_event.v3: before an observation carried the idle time and cache lifetime
+    # (read as none: the cache is not known to be cold).
+    "control_event.v3.avsc",
 )
 
 # Writer schemas we can read, by fingerprint. Older versions are registered here when a

@@ -63,6 +63,9 @@ class DeadLetter:
     session_id: str | None
     event_key: str | None
     failed_at_ms: int
+    # Who signed the refused message (its space), when the processor verified it:
+    # analytics counts the letter there, never under a session of another space.
+    space_id: str | None = None
 
 
 def _encode_flat(file_name: str, obj: Any) -> bytes:
@@ -151,6 +154,10 @@ class BudgetObservation:
     # The largest group of the observed view: the most one step grew it (measured when a
     # trigger fired; 0 otherwise). A no_gain deferral must leave room for another.
     largest_step_tokens: int = 0
+    # The prompt cache as the observer saw it (``cache_expired``): the time since the
+    # session's last model call and the model's cache lifetime; None when not measured.
+    idle_ms: int | None = None
+    cache_ttl_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +286,7 @@ class ObservabilityEvent:
     read_size: int | None = None
     cost_picos: int | None = None  # model_call: exact cost, 1e-12 of the currency unit
     currency: str | None = None  # model_call: of cost_picos
+    space_id: str | None = None  # dead_letter: the refused message's signer's space
 
 
 def encode_observability(ev: ObservabilityEvent) -> bytes:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from domain.planning import BatchPlan, Incoming, NewRecord
+from domain.planning import SCOPE_MISMATCH, BatchPlan, Incoming, NewRecord
 from schemas.contracts import built
 from schemas.wire import (
     CommittedRecord,
@@ -76,9 +76,11 @@ def dead_letter(
     event_key: str | None,
     key: bytes | None = None,
     value: bytes | None = None,
+    space_id: str | None = None,
 ) -> DeadLetter:
     """A dead letter of the records topic (without ``value``, the processor adds the
-    original bytes when it sends it)."""
+    original bytes when it sends it). ``space_id``: the space of the message's verified
+    signer, which analytics counts it under (``domain.rollup.attributed``)."""
     return DeadLetter(
         reason_code=code,
         reason=reason,
@@ -90,6 +92,7 @@ def dead_letter(
         session_id=session_id,
         event_key=event_key,
         failed_at_ms=int(time.time() * 1000),
+        space_id=space_id,
     )
 
 
@@ -120,6 +123,10 @@ def encode_applied(
             out.committed.append(_committed(config, again))
     for rej in plan.rejections:
         if rej.dead_letter:
+            ev = rej.incoming.event
+            # The letter is the signer's (the event's space, which admission checked
+            # against the signing key), never that of a session of another space it named.
+            sid = None if rej.code == SCOPE_MISMATCH else ev.scope.session_id
             out.dead.append(
                 dead_letter(
                     config,
@@ -127,8 +134,9 @@ def encode_applied(
                     rej.incoming.offset,
                     rej.code,
                     rej.message,
-                    rej.incoming.event.scope.session_id,
-                    rej.incoming.event.event_key,
+                    sid,
+                    ev.event_key,
+                    space_id=ev.scope.space_id,
                 )
             )
         else:
@@ -199,8 +207,9 @@ def _hit_note(inc: Incoming, now: int) -> ObservabilityEvent:
 def dead_letter_note(dl: DeadLetter) -> ObservabilityEvent:
     """A dead letter by reason code, for analytics beside the dead-letter topic (R18)."""
     return ObservabilityEvent(
-        "dead_letter", dl.session_id or "", "", "", dl.failed_at_ms, "", reason=dl.reason_code
-    )
+        "dead_letter", dl.session_id or "", "", "", dl.failed_at_ms, "", reason=dl.reason_code,
+        space_id=dl.space_id,
+    )  # fmt: skip
 
 
 def _committed(config: ProcessorConfig, rec: CommittedRecord) -> Message:

@@ -41,8 +41,9 @@ from schemas.wire import (
 )
 from storage.records.frontier import RETIRED
 from storage.records.ingest import ExistingRecord
+from storage.records.outcomes import RefusedEvent
 from storage.records.store import ProcessingStore, ProcessingStores
-from streams.admission import Admission, Admitted, Control, Item, RawMessage
+from streams.admission import Admission, Admitted, Control, Item, RawMessage, record_refusals
 from streams.control import apply_controls, preempt
 from streams.envelopes import Authenticator
 from streams.faults import describe_failure, is_transient, retry_transient
@@ -145,7 +146,7 @@ class BatchProcessor:
         self, store: ProcessingStore, admitted: Admitted, offsets: dict[int, int]
     ) -> Effects:
         """Apply the items; return what to publish (nothing is published here)."""
-        effects = Effects(dead=list(admitted.dead))
+        effects = Effects(dead=await record_refusals(store, admitted))
         items = admitted.items
         try:
             effects.add(await self._attempt(store, items, offsets))
@@ -264,16 +265,13 @@ class BatchProcessor:
             for item, exc in bad:
                 if not isinstance(item, Incoming):
                     continue
-                ev = item.event
+                s, key = item.event.scope, item.event.event_key
+                refused = RefusedEvent(
+                    s.session_id, key, *describe_failure(exc), s.space_id, s.actor_id
+                )
                 try:
                     async with store.transaction():  # best effort: a savepoint
-                        await store.record_dead_letter(
-                            ev.scope.session_id,
-                            ev.event_key,
-                            *describe_failure(exc),
-                            ev.scope.space_id,
-                            ev.scope.actor_id,
-                        )
+                        await store.record_refusals([refused])
                 except Exception as failure:
                     if is_transient(failure):
                         raise

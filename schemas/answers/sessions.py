@@ -97,8 +97,11 @@ class RunLifecycle(BaseModel):
 
 class EventOutcome(BaseModel):
     """What became of an event: ``committed`` (with its record's id, sequences and
-    kind), ``rejected`` / ``dead_letter`` (with the refusal's code and message), or
-    ``unknown`` (not seen yet)."""
+    kind), ``rejected`` / ``dead_letter`` (with the refusal's code and message: every
+    refusal of an event of this session's own space and actor is recorded, at admission,
+    authentication or planning), or ``unknown`` (not processed yet; asked with the
+    append's partition and offset, an append the processor passed unattributed is
+    ``dead_letter`` ``not_applied``)."""
 
     model_config = ConfigDict(extra="allow")
 

@@ -18,7 +18,7 @@ from typing import TypeAlias
 import asyncpg
 from aiokafka.structs import ConsumerRecord
 
-from domain.rollup import Dims, Fact, RollupKey, dead_letter_increments, rollup
+from domain.rollup import Dims, Fact, RollupKey, attributed, dead_letter_increments, rollup
 from domain.rollup import observability_increments as increments_of
 from schemas.wire import decode_dead_letter, decode_observability
 from services import metrics
@@ -52,12 +52,16 @@ def decode(dead_letter_topic: str, msg: Message) -> tuple[str, Fact] | None:
     try:
         if msg.topic == dead_letter_topic:
             dl = decode_dead_letter(msg.value or b"")
-            return dl.session_id or "", Fact(dl.failed_at_ms, Dims(), dead_letter_increments(dl))
+            return (
+                dl.session_id or "",
+                Fact(dl.failed_at_ms, Dims(space_id=dl.space_id or ""), dead_letter_increments(dl)),
+            )
         ev = decode_observability(msg.value or b"")
     except Exception:  # an unreadable message must not stop the rollups; it is skipped
         log.warning("skipping undecodable %s[%d]@%d", msg.topic, msg.partition, msg.offset)
         return None
-    return ev.session_id, Fact(ev.occurred_at_ms, Dims(purpose=ev.purpose or ""), increments_of(ev))
+    dims = Dims(space_id=ev.space_id or "", purpose=ev.purpose or "")
+    return ev.session_id, Fact(ev.occurred_at_ms, dims, increments_of(ev))
 
 
 class Batch:
@@ -89,17 +93,18 @@ class Batch:
             # held each of the write's ~9 round trips back by a whole fetch's decoding.
             await asyncio.sleep(0)
         known = await dims.resolve({d[0] for _, d in decoded if d is not None})
-        # One Dims per (session, purpose): the rollup hashes each fact's dimensions.
-        full: dict[tuple[str, str], Dims] = {}
+        # One Dims per (session, signer's space, purpose): the rollup hashes each fact's
+        # dimensions. A fact that names its signer's space counts there, under its
+        # session's dimensions only when the session is of that space (attributed).
+        full: dict[tuple[str, str, str], Dims] = {}
         facts, consumed = [], []
         for m, d in decoded:
             fact = None
             if d is not None:
                 sid, f = d
-                key = (sid, f.dims.purpose)
+                key = (sid, f.dims.space_id, f.dims.purpose)
                 if key not in full:
-                    s = known.get(sid, Dims())
-                    full[key] = Dims(s.space_id, s.agent_id, s.release_id, s.model, key[1])
+                    full[key] = attributed(known.get(sid, Dims()), key[1] or None, key[2])
                 fact = Fact(f.at_ms, full[key], f.increments)
                 facts.append(fact)
             consumed.append(store.Consumed(m.topic, m.partition, m.offset, fact))

@@ -85,6 +85,14 @@ QueryId = Annotated[
 Offset = Annotated[
     int, Query(ge=0, le=MAX_INT32, description="first character to read (0..2^31-1)")
 ]
+AppendPartition = Annotated[
+    int | None,
+    Query(ge=0, le=MAX_INT32, description="the partition the append was written to"),
+]
+AppendOffset = Annotated[
+    int | None,
+    Query(ge=0, le=MAX_JSON_INT, description="the offset the append was written at"),
+]
 Limit = Annotated[
     int,
     Query(ge=1, le=MAX_READ_LIMIT, description=f"characters to read (1..{MAX_READ_LIMIT})"),

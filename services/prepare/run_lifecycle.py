@@ -22,7 +22,14 @@ from schemas.contracts import (
     Scope,
     Source,
 )
-from schemas.errors import Conflict, InvalidRequest, NotFound, RunActive, RunNotActive
+from schemas.errors import (
+    Conflict,
+    InvalidRequest,
+    NotCommittedYet,
+    NotFound,
+    RunActive,
+    RunNotActive,
+)
 from schemas.validation import run_start_problem, validate_event
 from services.bus import send_event
 from services.prepare.assembly.views import ThreadViews
@@ -31,6 +38,16 @@ from services.prepare.bodies import FinishIn, RunIn, RunLifecycleIn, SessionIn
 from services.prepare.publishing import ReleaseBook
 from storage.sessions import SessionRow, Sessions
 from streams.kafka.publish import Publisher
+
+# An append the processor passed without a record or a refusal of this session.
+NOT_APPLIED = {
+    "outcome": "dead_letter",
+    "code": "not_applied",
+    "message": "the processor passed this append without applying it or recording a refusal"
+    " for this session: it was refused before it could be attributed to the session (no"
+    " valid signature — e.g. a user key, a revoked key or another deployment's key — or"
+    " the scope of another session); the dead-letter topic holds the reason",
+}
 
 
 def offsets_of(after: dict[str, int]) -> dict[int, int]:
@@ -189,5 +206,21 @@ class Runs:
             raise RunNotActive(o.message, session_id=sid)
         raise Conflict(o.message, reason=o.code)
 
-    async def outcome(self, sid: str, event_key: str) -> dict[str, Any]:
-        return await self.sessions.outcome(sid, event_key) or {"outcome": "unknown"}
+    async def outcome(
+        self, sid: str, event_key: str, at: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
+        """The event's record or recorded refusal; else, once the processor has passed
+        ``at`` (the append's partition and offset), ``not_applied``: it was refused before
+        it could be attributed to this session (no valid signature, or the scope of
+        another session), so nothing was recorded here — its letter holds the reason.
+        Otherwise ``unknown``: not processed yet."""
+        found = await self.sessions.outcome(sid, event_key)
+        if found is not None:
+            return found
+        if at is not None:
+            try:
+                await self.waiter.wait({at[0]: at[1]}, 0.0)
+            except NotCommittedYet:
+                return {"outcome": "unknown"}
+            return dict(NOT_APPLIED)
+        return {"outcome": "unknown"}

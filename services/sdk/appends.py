@@ -43,6 +43,7 @@ from schemas.contracts import (
     UserInputPayload,
 )
 from services.bus import EventBus
+from services.sdk.key_check import BusKeyCheck
 from streams import tracing
 
 INLINE_LIMIT = 64 * 1024  # larger content goes to the content store first (R3.4)
@@ -90,6 +91,7 @@ class EventAppends:
     producer: EventBus
     producer_name: str
     host_id: str
+    key_check: BusKeyCheck
 
     async def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
         raise NotImplementedError  # ContextClient's HTTP call (content store uploads)
@@ -128,6 +130,9 @@ class EventAppends:
         )
 
     async def append(self, event: ContextEvent) -> tuple[int, int]:
+        """Publish ``event``; raises ``ApiError`` ``bus_key_refused`` once the bus is known
+        to refuse this client's appends (``services.sdk.key_check``)."""
+        await self.key_check.before_append()
         with tracing.tracer().start_as_current_span(
             tracing.APPEND_SPAN, kind=SpanKind.PRODUCER
         ) as span:
@@ -141,6 +146,7 @@ class EventAppends:
                     }
                 )
             partition, offset = await self.producer.send(event)
+            self.key_check.sent(event.scope.session_id, event.event_key, partition, offset)
             span.set_attribute("messaging.destination.partition.id", str(partition))
             span.set_attribute("messaging.kafka.offset", offset)
             return partition, offset

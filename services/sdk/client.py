@@ -31,6 +31,7 @@ from schemas.errors import ApiError
 from services.bus import EventBus
 from services.sdk.appends import INLINE_LIMIT, RunHandle
 from services.sdk.authored import AuthoredAppends
+from services.sdk.key_check import BusKeyCheck
 from streams import tracing
 from streams.kafka.auth import KafkaAuth
 
@@ -63,6 +64,7 @@ class ContextClient(AuthoredAppends):
         )
         self.producer_name = producer_name
         self.host_id = host_id
+        self.key_check = BusKeyCheck(self._event_outcome)
 
     async def __aenter__(self) -> ContextClient:
         await self.producer.start()
@@ -99,6 +101,13 @@ class ContextClient(AuthoredAppends):
                 r.status_code, "bad_response", f"{what}: not a JSON object: {r.text[:200]!r}", False
             )
         return body
+
+    async def _event_outcome(
+        self, session_id: str, event_key: str, partition: int, offset: int
+    ) -> dict[str, Any]:
+        """What the processor decided for an append written at ``partition:offset``."""
+        path = f"/v1/sessions/{quote(session_id, safe='')}/events/{quote(event_key, safe='')}"
+        return await self._call("GET", path, params={"partition": partition, "offset": offset})
 
     # --- releases and sessions ----------------------------------------------------------
 
@@ -245,13 +254,15 @@ class ContextClient(AuthoredAppends):
         reprepare_of: str | None = None,
     ) -> dict[str, Any]:
         """``material``: retrieved passages for this call (citation_id, version, text,
-        source) — reference material, merged by citation (R12.4)."""
+        source) — reference material, merged by citation (R12.4). Raises ``ApiError``
+        ``bus_key_refused`` instead of answering when the bus refused this client's
+        appends (``services.sdk.key_check``)."""
         with tracing.tracer().start_as_current_span(
             tracing.PREPARE_CLIENT_SPAN,
             kind=SpanKind.CLIENT,
             attributes={"agentloom.session_id": run.session_id, "agentloom.purpose": purpose},
         ):
-            return await self._call(
+            prepared = await self._call(
                 "POST",
                 f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare",
                 json={
@@ -266,6 +277,9 @@ class ContextClient(AuthoredAppends):
                     "after": {str(p): o for p, o in self.producer.last_offsets.items()},
                 },
             )
+        # Prepare waited for this client's appends: what became of them is final now.
+        await self.key_check.after_prepare()
+        return prepared
 
     # --- model gateway (R9.8, R10.5, R14, R15.1) ----------------------------------------
 

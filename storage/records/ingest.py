@@ -10,10 +10,10 @@ import asyncpg
 
 from domain.planning import BatchPlan, RunState, SessionState
 from domain.record_rows import RECORD_COLUMNS, record_rows
-from storage.records import frontier, retraction
+from storage.records import frontier, outcomes, retraction
+from storage.records.outcomes import NOT_BINDING, RefusedEvent
 
 NOTIFY_CHANNEL = "ctx_committed"
-UNSCOPED_REFUSALS = frozenset({"unknown_session", "scope_mismatch"})
 
 
 @dataclass(frozen=True)
@@ -144,13 +144,15 @@ async def _load_known_keys(
     ):
         existing[(r["session_id"], r["event_key"])] = ExistingRecord(**dict(r))
         states[r["session_id"]].known_keys.add(r["event_key"])
-    # Refused/dead-lettered keys stay refused on redelivery.
+    # Refused/dead-lettered keys stay refused on redelivery (an authentication refusal
+    # binds nothing: storage.records.outcomes).
     for r in await conn.fetch(
         "SELECT o.session_id, o.event_key FROM event_outcomes o"
         " JOIN unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        "   ON o.session_id = k.sid AND o.event_key = k.ek",
+        "   ON o.session_id = k.sid AND o.event_key = k.ek WHERE NOT o.code = ANY($3::text[])",
         sess,
         evk,
+        sorted(NOT_BINDING),
     ):
         states[r["session_id"]].known_keys.add(r["event_key"])
     return existing
@@ -287,24 +289,23 @@ async def _write_sessions(
 
 
 async def _write_rejections(conn: asyncpg.Connection, plan: BatchPlan) -> None:
-    if plan.rejections:
-        await conn.executemany(
-            "INSERT INTO event_outcomes (session_id, event_key, outcome, code, message)"
-            " VALUES ($1,$2,$3,$4,$5) ON CONFLICT DO NOTHING",
-            [
-                (
-                    r.incoming.event.scope.session_id,
-                    r.incoming.event.event_key,
-                    "dead_letter" if r.dead_letter else "rejected",
-                    r.code,
-                    r.message,
-                )
-                for r in plan.rejections
-                # Only refusals of events whose scope checked out: a key claimed under a
-                # wrong scope must not poison the real session's key.
-                if r.code not in UNSCOPED_REFUSALS
-            ],
-        )
+    # Only refusals of events whose scope checked out (outcomes.write_scoped): a key
+    # claimed under a wrong scope must not poison the real session's key.
+    await outcomes.write_scoped(
+        conn,
+        [
+            RefusedEvent(
+                r.incoming.event.scope.session_id,
+                r.incoming.event.event_key,
+                r.code,
+                r.message,
+                r.incoming.event.scope.space_id,
+                r.incoming.event.scope.actor_id,
+                "dead_letter" if r.dead_letter else "rejected",
+            )
+            for r in plan.rejections
+        ],
+    )
 
 
 async def write_offsets(

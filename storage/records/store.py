@@ -7,7 +7,7 @@ the ports, so unit tests run it on an in-memory fake (``tests/unit/fakes/process
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 
@@ -24,8 +24,9 @@ from storage.compaction import summaries as compaction
 from storage.compaction.control import GainSettings, PgControlStore
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
-from storage.records import ingest
+from storage.records import ingest, outcomes
 from storage.records.ingest import ExistingRecord
+from storage.records.outcomes import RefusedEvent
 
 
 class IngestStore(Protocol):
@@ -62,16 +63,10 @@ class IngestStore(Protocol):
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
         """The tracking rows: the batch is consumed up to ``offsets`` (effectively-once)."""
 
-    async def record_dead_letter(
-        self,
-        session_id: str,
-        event_key: str,
-        code: str,
-        message: str,
-        space_id: str,
-        actor_id: str,
-    ) -> None:
-        """Remember that an isolated record was dead-lettered."""
+    async def record_refusals(self, refusals: Sequence[RefusedEvent]) -> set[tuple[str, str]]:
+        """Remember why events were refused, each under its session only when that
+        session is of the event's own space and actor (``storage.records.outcomes``);
+        the (session_id, event_key) of those."""
 
 
 class ControlStore(Protocol):
@@ -193,30 +188,8 @@ class PgIngestStore:
             for r in rows
         }
 
-    async def record_dead_letter(
-        self,
-        session_id: str,
-        event_key: str,
-        code: str,
-        message: str,
-        space_id: str,
-        actor_id: str,
-    ) -> None:
-        """Remember that ``event_key`` was dead-lettered — only for a session of the event's
-        own space and actor (a forged scope records nothing), and never twice."""
-        conn = self.conn
-        await conn.execute(
-            "INSERT INTO event_outcomes (session_id, event_key, outcome, code,"
-            " message) SELECT session_id, $2, 'dead_letter', $3, $4 FROM sessions"
-            " WHERE session_id=$1 AND space_id=$5 AND actor_id=$6"
-            " ON CONFLICT DO NOTHING",
-            session_id,
-            event_key,
-            code,
-            message,
-            space_id,
-            actor_id,
-        )
+    async def record_refusals(self, refusals: Sequence[RefusedEvent]) -> set[tuple[str, str]]:
+        return await outcomes.record_refusals(self.conn, refusals)
 
 
 class PgProcessingStore(PgIngestStore, PgControlStore):

@@ -6,6 +6,7 @@ services; its rollups are checked against a recount straight from the raw topics
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
 import time
@@ -24,12 +25,13 @@ from domain.rollup import (
     Dims,
     Fact,
     RollupKey,
+    attributed,
     bucket,
     dead_letter_increments,
     observability_increments,
     rollup,
 )
-from schemas.contracts import ToolStatus
+from schemas.contracts import Content, ToolStatus
 from schemas.wire import (
     ObservabilityEvent,
     decode_dead_letter,
@@ -39,7 +41,8 @@ from schemas.wire import (
 from services.analytics.__main__ import READY
 from services.sdk.client import ContextClient
 from storage.analytics import session_dims
-from tests.support.flows import client, new_session
+from tests.support import events as ev
+from tests.support.flows import client, new_session, wait_committed
 from tests.support.kafka import auth
 from tests.support.services import LOG_DIR, TEST_SPACE, Services, free_port, provision_for
 from tests.support.stack import REPO
@@ -106,13 +109,14 @@ async def _raw(services: Services) -> tuple[list[tuple[str, Fact]], dict[TopicPa
                 for m in msgs:
                     if tp.topic == topics[1]:
                         dl = decode_dead_letter(m.value or b"")
-                        f = Fact(dl.failed_at_ms, Dims(), dead_letter_increments(dl))
+                        space = Dims(space_id=dl.space_id or "")
+                        f = Fact(dl.failed_at_ms, space, dead_letter_increments(dl))
                         out.append((dl.session_id or "", f))
                     else:
                         ev = decode_observability(m.value or b"")
                         f = Fact(
                             ev.occurred_at_ms,
-                            Dims(purpose=ev.purpose or ""),
+                            Dims(space_id=ev.space_id or "", purpose=ev.purpose or ""),
                             observability_increments(ev),
                         )
                         out.append((ev.session_id, f))
@@ -126,11 +130,8 @@ async def _recount(pool: asyncpg.Pool, services: Services) -> dict[RollupKey, in
     dims = await session_dims(pool, sorted({s for s, _ in raw if s}))
     facts = []
     for sid, f in raw:
-        d = dims.get(sid, Dims())
-        facts.append(
-            Fact(f.at_ms, Dims(d.space_id, d.agent_id, d.release_id, d.model, f.dims.purpose),
-                 f.increments)
-        )  # fmt: skip
+        counted = attributed(dims.get(sid, Dims()), f.dims.space_id or None, f.dims.purpose)
+        facts.append(Fact(f.at_ms, counted, f.increments))
     return {k: v for k, v in rollup(facts).items() if v}
 
 
@@ -268,6 +269,47 @@ async def test_a_late_event_lands_in_the_window_of_its_own_time(
         ("1m", bucket(old, "1m")): 7,
         ("1h", bucket(old, "1h")): 7,
     }
+
+
+async def test_a_forged_event_counts_in_its_signers_space_never_in_the_sessions(
+    services: Services, analytics: Proc, pool: asyncpg.Pool
+) -> None:
+    """Issue 38: tenant B signs with its own key but names A's session; its refusals are
+    dead-lettered and counted under B's space, and A's numbers never move."""
+    tag = uuid.uuid4().hex[:6]
+    b_space, a_agent = f"space-b-{tag}", f"agent-a-{tag}"
+    b_key = await services.new_key(b_space)
+    async with client(services) as a:
+        run = await a.start_run(await new_session(a, agent_id=a_agent))
+        await a.append_user(run, "A's question", "a-q")
+        await a.prepare(run)
+    as_b = dataclasses.replace(run, space_id=b_space)
+    dangling = Content.reference("f" * 64, 9, "text/plain")
+    async with client(services, b_key.key) as b:
+        sent = await b.producer.send_many(
+            [
+                ev.user(as_b, "B writes as B into A's session", "b-scope"),  # scope_mismatch
+                dataclasses.replace(ev.user(as_b, "x", "b-blob"), content=dangling),
+                ev.user(run, "B writes as A", "b-as-a"),  # another space than its key's
+            ]
+        )
+    await wait_committed(pool, services, dict(sent))
+    await asyncio.sleep(1.0)  # the letters' notes
+    await _caught_up(services, analytics.env["ALC_ANALYTICS_GROUP"])
+    rows = await pool.fetch(
+        "SELECT space_id, agent_id, metric, label FROM analytics_rollups"
+        " WHERE window_name='1h' AND value > 0"
+    )
+    mine = {(r["metric"], r["label"]) for r in rows if r["space_id"] == b_space}
+    codes = {"scope_mismatch", "blob_missing", "unauthenticated_event"}
+    assert mine == {(m, c) for m in ("dead_letters", "processor_dead_letters") for c in codes}
+    of_a = {(r["metric"], r["label"]) for r in rows if r["agent_id"] == a_agent}
+    assert ("prepares", "") in of_a  # A's numbers are there ...
+    assert not {m for m, _ in of_a} & {"dead_letters", "processor_dead_letters"}  # ... alone
+    assert not await pool.fetchval(
+        "SELECT 1 FROM event_outcomes WHERE session_id=$1 AND event_key LIKE 'b-%'",
+        run.session_id,
+    )
 
 
 def _sample(text: str, name: str, **labels: str) -> float:

@@ -20,6 +20,7 @@ from schemas.validation import validate_event
 from services.integrations.authored_tools import publish_authored
 from services.sdk.appends import RunHandle
 from services.sdk.authored import AuthoredAppends
+from services.sdk.key_check import BusKeyCheck
 
 RUN = RunHandle("sess-1", "run-1", "run-1.main", "space-1", "actor-1", {})
 
@@ -33,10 +34,17 @@ class FakeBus:
         return 0, len(self.sent) - 1
 
 
+async def _committed(
+    session_id: str, event_key: str, partition: int, offset: int
+) -> dict[str, Any]:
+    return {"outcome": "committed"}
+
+
 class Client(AuthoredAppends):
     def __init__(self) -> None:
         self.producer = FakeBus()  # type: ignore[assignment]
         self.producer_name, self.host_id = "runtime", "host-1"
+        self.key_check = BusKeyCheck(_committed)
 
     @property
     def sent(self) -> list[ContextEvent]:

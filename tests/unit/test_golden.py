@@ -269,7 +269,9 @@ def test_encoding_expected_gives_golden_bytes(file_name: str) -> None:
 # change, never a silent way to make a compatibility failure go away.
 GOLDEN_SHA256 = {
     "committed_record.bin": "22f0c4fdb68af6f057565cbabd57676018002d657bdfc862372e8472aee81e63",
-    "dead_letter.bin": "aff81e72e259d198ad02f59e98299a54a1c6a1867f3e73e40e3f2c23855834ea",
+    # Regenerated for the signer's space (issue 38): a new fingerprint, and the body of
+    # dead_letter.v1/dead_letter.bin followed by the null of the added field.
+    "dead_letter.bin": "6e3a820337d0710dbd02ef9c29ec4d5bffea736dafb20d2cd34b28ac63b9741f",
     # Regenerated for the decision and question kinds (issue 36): a new fingerprint in the
     # header; the bodies of the earlier kinds are byte for byte those of context_event.v3.
     "event_assistant_message.bin": (
@@ -380,6 +382,21 @@ def test_earlier_writer_payload_still_decodes(writer: str, file_name: str) -> No
     # writer's fingerprint in the header differs.
     today = encode(expected)
     assert today[10:] == data[10:] and today[2:10] != data[2:10]
+
+
+# The dead letter as the writer before the signer's space (dead_letter.v1.avsc) encoded
+# it: still on the dead-letter topic after an upgrade, read with no space.
+DEAD_LETTER_V1 = GOLDEN_DIR / "dead_letter.v1" / "dead_letter.bin"
+DEAD_LETTER_V1_SHA256 = "aff81e72e259d198ad02f59e98299a54a1c6a1867f3e73e40e3f2c23855834ea"
+
+
+def test_earlier_dead_letter_still_decodes() -> None:
+    data = DEAD_LETTER_V1.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == DEAD_LETTER_V1_SHA256
+    assert decode_dead_letter(data) == GOLDEN_DEAD_LETTER
+    assert GOLDEN_DEAD_LETTER.space_id is None
+    today = encode_dead_letter(GOLDEN_DEAD_LETTER)
+    assert today[10:] == data[10:] + b"\x00" and today[2:10] != data[2:10]
 
 
 def test_earlier_files_present() -> None:

@@ -99,9 +99,10 @@ def user(key: str) -> ContextEvent:
     return make_event(RecordKind.USER_INPUT, key, text=f"question {key}")
 
 
-def batch(*values: bytes | None) -> list[RawMessage]:
-    """Messages as the space's runtime signs them (domain.context.envelope)."""
-    key = SESSION.encode()
+def batch(*values: bytes | None, session: str = SESSION) -> list[RawMessage]:
+    """Messages as the space's runtime signs them (domain.context.envelope), keyed by
+    their session id."""
+    key = session.encode()
     return [
         RawMessage(key, v, 0, i, _signer(v).headers(key, v or b"")) for i, v in enumerate(values)
     ]
@@ -312,7 +313,7 @@ async def test_a_control_event_that_fails_is_dead_lettered_alone() -> None:
 async def test_a_control_event_for_an_unknown_session_is_dead_lettered() -> None:
     proc, store = make()
     ev = ControlEvent("obs-x", "sess-unknown", "run-1", "main", 0, _observation(900))
-    result = await proc.handle(batch(encode_control(ev)))
+    result = await proc.handle(batch(encode_control(ev), session="sess-unknown"))
     assert result.dead_letters == 1
     pub = proc.publisher
     assert isinstance(pub, FakePublisher)

@@ -16,7 +16,7 @@ from schemas.answers.sessions import (
     Session,
 )
 from services.prepare.bodies import FinishIn, ReleaseIn, RunIn, RunLifecycleIn, SessionIn
-from services.prepare.fields import PathId, PathKey
+from services.prepare.fields import AppendOffset, AppendPartition, PathId, PathKey
 from services.prepare.http.errors import CONFLICT
 from services.prepare.service import PrepareService
 
@@ -81,7 +81,16 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     # no record.
     @app.get("/v1/sessions/{session_id}/events/{event_key}", response_model_exclude_unset=True)
     async def event_outcome(
-        session_id: PathId, event_key: PathKey, who: Principal = auth
+        session_id: PathId,
+        event_key: PathKey,
+        partition: AppendPartition = None,
+        offset: AppendOffset = None,
+        who: Principal = auth,
     ) -> EventOutcome:
+        """What the processor decided for the event: committed, or refused with its code
+        (``rejected`` / ``dead_letter``). With the ``partition`` and ``offset`` the append
+        was written at, an event the processor passed without applying or attributing
+        to this session is ``dead_letter`` ``not_applied`` instead of ``unknown``."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_READ)).session_id
-        return EventOutcome.model_validate(await svc.runs.outcome(sid, event_key))
+        at = None if partition is None or offset is None else (partition, offset)
+        return EventOutcome.model_validate(await svc.runs.outcome(sid, event_key, at))

@@ -13,7 +13,7 @@ apply (``data.applied``).
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,7 +26,8 @@ from domain.planning import BatchPlan, SessionState
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
-from storage.records.ingest import UNSCOPED_REFUSALS, ExistingRecord
+from storage.records.ingest import ExistingRecord
+from storage.records.outcomes import NOT_BINDING, UNSCOPED_REFUSALS, RefusedEvent
 from storage.records.store import ProcessingStore
 
 
@@ -110,7 +111,7 @@ class FakeProcessingStore:
                 if (sid, key) in self.data.records:
                     existing[(sid, key)] = self.data.records[(sid, key)]
                     st.known_keys.add(key)
-                if (sid, key) in self.data.outcomes:
+                if not self._unbound((sid, key)):
                     st.known_keys.add(key)  # refused/dead-lettered keys stay refused
             for op, kind in operations.get(sid, ()):
                 if (sid, op, kind) in self.data.operations:
@@ -147,9 +148,9 @@ class FakeProcessingStore:
             if ev.operation_id:
                 self.data.operations.add((sid, ev.operation_id, str(ev.kind)))
         for rej in plan.rejections:
-            if rej.code not in UNSCOPED_REFUSALS:
-                ev = rej.incoming.event
-                self.data.outcomes[(ev.scope.session_id, ev.event_key)] = rej.code
+            key = (rej.incoming.event.scope.session_id, rej.incoming.event.event_key)
+            if rej.code not in UNSCOPED_REFUSALS and self._unbound(key):
+                self.data.outcomes[key] = rej.code
         for sid, st in states.items():
             # Runs and threads are upserted, as in PostgreSQL: those the batch did not
             # load stay as they were.
@@ -165,18 +166,22 @@ class FakeProcessingStore:
             key = (consumer, topic, partition)
             self.data.offsets[key] = max(self.data.offsets.get(key, 0), offset)
 
-    async def record_dead_letter(
-        self,
-        session_id: str,
-        event_key: str,
-        code: str,
-        message: str,
-        space_id: str,
-        actor_id: str,
-    ) -> None:
-        st = self.data.sessions.get(session_id)
-        if st is not None and (st.space_id, st.actor_id) == (space_id, actor_id):
-            self.data.outcomes.setdefault((session_id, event_key), code)
+    async def record_refusals(self, refusals: Sequence[RefusedEvent]) -> set[tuple[str, str]]:
+        own = set()
+        for r in refusals:
+            st = self.data.sessions.get(r.session_id)
+            if st is None or (st.space_id, st.actor_id) != (r.space_id, r.actor_id):
+                continue
+            key = (r.session_id, r.event_key)
+            own.add(key)
+            if self._unbound(key):
+                self.data.outcomes[key] = r.code
+        return own
+
+    def _unbound(self, key: tuple[str, str]) -> bool:
+        """No refusal recorded for ``key`` yet, or only one that binds nothing (an
+        authentication refusal gives way: storage.records.outcomes)."""
+        return self.data.outcomes.get(key) in (None, *NOT_BINDING)
 
     async def checked(self, session_id: str, event_key: str) -> Checked | None:
         return self.data.checked.get((session_id, event_key))
