@@ -2,6 +2,7 @@
 alone, beside the per-event budget issue 13's two ratios leave on this machine.
 
 The processor must, for every event, whatever our own code does around it:
+- check its signed envelope (HMAC-SHA256 over key and value, the signer's secret cached),
 - decode its Avro body (fastavro),
 - check its content hash (SHA-256, R3.4) and count its tokens (tiktoken, R6),
 - write its row (asyncpg COPY, the client's side),
@@ -25,13 +26,16 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
 from benchmarks.ceilings import bench_row
 from benchmarks.run import OUT
+from domain.auth import host_key
+from domain.context.envelope import BusKey, Headers, KeySigner, VerifyKeys
 from domain.context.tokens import make_counter
 from domain.record_rows import RECORD_COLUMNS
 from schemas import codec
@@ -41,6 +45,7 @@ from schemas.wire import CommittedRecord, encode_committed, encode_event
 from services.sdk.appends import RunHandle
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from streams.envelopes import Authenticator
 
 N = 20_000
 
@@ -82,9 +87,41 @@ async def _copy_us(rows: list[tuple[Any, ...]]) -> float:
         await pool.close()
 
 
+@dataclass(frozen=True)
+class _Signed:
+    key: bytes
+    value: bytes
+    headers: Headers
+
+
+class _OneKey:
+    async def bus_keys(self, key_ids: Sequence[str]) -> dict[str, BusKey]:
+        return {i: BusKey("bench", "host") for i in key_ids}
+
+
+async def envelope_us(data: list[bytes]) -> tuple[float, float]:
+    """CPU µs per message: the runtime's signature (the SDK side) and the processor's
+    check of it (headers parsed, the key's secret cached as between two lookups)."""
+    issuer, key_id = b"i" * 32, "0" * 16
+    signer = KeySigner.of(key_id, host_key(key_id, issuer).key)
+    sign = cpu_us(lambda: [signer.headers(b"sess", d) for d in data], len(data))
+    msgs = [_Signed(b"sess", d, signer.headers(b"sess", d)) for d in data]
+    vk = VerifyKeys({}, (issuer,))
+    auth = Authenticator(_OneKey(), lambda: vk)
+    await auth.signers(msgs[:1])  # the key's lookup and derivation, once per 10 s
+    best = float("inf")
+    for _ in range(3):
+        t = time.process_time()
+        found = await auth.signers(msgs)
+        best = min(best, time.process_time() - t)
+    assert all(found), "a message the benchmark signed did not verify"
+    return sign, best / len(msgs) * 1e6
+
+
 async def measure() -> dict[str, float]:
     events = _events()
     data = [encode_event(e) for e in events]
+    sign_us, check_us = await envelope_us(data)
     texts = [e.content.inline or "" for e in events]
     counter = make_counter()
     committed = CommittedRecord(
@@ -104,6 +141,7 @@ async def measure() -> dict[str, float]:
     n = len(events)
     try:
         return {
+            "envelope check (HMAC, signer cached)": check_us,
             "fastavro decode of the event": cpu_us(
                 lambda: [codec.decode(codec.CONTEXT_EVENT, d) for d in data], n
             ),
@@ -119,6 +157,7 @@ async def measure() -> dict[str, float]:
             "SDK side: encode of the event (to_avro + fastavro)": cpu_us(
                 lambda: [encode_event(e) for e in events], n
             ),
+            "SDK side: envelope signature": sign_us,
         }
     finally:
         await producer.stop()  # never started: this only closes it
@@ -127,6 +166,7 @@ async def measure() -> dict[str, float]:
 def main() -> None:
     parts = asyncio.run(measure())
     sdk = parts.pop("SDK side: encode of the event (to_avro + fastavro)")
+    sign = parts.pop("SDK side: envelope signature")
     floor = sum(parts.values())
     try:
         ingest = json.loads((OUT / "results.json").read_text())["ingest"]
@@ -141,7 +181,8 @@ def main() -> None:
     faust_budget = 2e6 / (0.8 * noop) - 1e6 / noop if noop else None
     # 2 cores' time per event at half the producer ceiling, for every process together.
     e2e_budget = 2e6 / (0.5 * prod) if prod else None
-    e2e_floor = floor + sdk + parts["aiokafka batch append of it"]  # the SDK sends it too
+    # the SDK encodes, signs and sends it too
+    e2e_floor = floor + sdk + sign + parts["aiokafka batch append of it"]
     print("\n| library work per ingested event | CPU µs |\n|---|---:|")
     for name, us in parts.items():
         print(f"| {name} | {us:.1f} |")
@@ -152,6 +193,7 @@ def main() -> None:
                 f"| measured: the {name} processor, all of it | {d['processor_cpu_us_per_event']} |"
             )
     print(f"| SDK: encode of the event + batch append | {sdk:.1f} + |")
+    print(f"| SDK: envelope signature | {sign:.1f} |")
     if faust_budget is not None:
         print(
             f"\nfaust target (processor offloaded): beside faust's own {1e6 / noop:.0f} µs per"
@@ -181,6 +223,9 @@ def main() -> None:
         "parts_us": parts,
         "processor_floor_us": floor,
         "sdk_encode_us": sdk,
+        # per message, the 800-byte-ish benchmark events (docs/design-notes.md)
+        "envelope_sign_us": sign,
+        "envelope_verify_us": parts["envelope check (HMAC, signer cached)"],
         "faust_budget_us": faust_budget,
         "e2e_budget_us": e2e_budget,
         "e2e_floor_us": e2e_floor,

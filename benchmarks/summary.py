@@ -35,6 +35,9 @@ SOURCES = {
 # Issue 13's targets for a cold prepare's p99 (as in benchmarks.prepare_cold.TARGET_MS;
 # repeated so that this reader does not depend on that module importing cleanly).
 COLD_TARGET_MS = {10_000: 100.0, 100_000: 1000.0}
+# The envelope's sign and check per message when a runtime signed with its key's sha256
+# (docs/design-notes.md), the reference for issue 38's per-runtime secret.
+ENVELOPE_BEFORE_US = (2.2, 3.4)
 INGEST_TARGET_RATIO = 0.5  # end to end vs the producer ceiling (docs/scaling.md)
 
 
@@ -171,11 +174,16 @@ def floor_rows(f: dict[str, Any]) -> list[Row]:
     """The libraries' CPU per ingested event beside each ingest target's budget."""
     floor, budget = num(f, "processor_floor_us"), num(f, "faust_budget_us")
     e2e, e2e_budget = num(f, "e2e_floor_us"), num(f, "e2e_budget_us")
+    sign, check = num(f, "envelope_sign_us"), num(f, "envelope_verify_us")
     return [
         Row("ingest floor: library CPU per event in the processor", floor, "µs",
             f"faust target's budget {fmt(budget)} µs", ratio(floor, budget)),
         Row("ingest floor: SDK + processor library CPU per event", e2e, "µs",
             f"aiokafka target's budget {fmt(e2e_budget)} µs", ratio(e2e, e2e_budget)),
+        Row("envelope: the runtime signs a message", sign, "µs",
+            f"before issue 38: {ENVELOPE_BEFORE_US[0]} µs", ratio(sign, ENVELOPE_BEFORE_US[0])),
+        Row("envelope: the processor checks it", check, "µs",
+            f"before issue 38: {ENVELOPE_BEFORE_US[1]} µs", ratio(check, ENVELOPE_BEFORE_US[1])),
     ]  # fmt: skip
 
 
