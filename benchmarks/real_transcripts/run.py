@@ -135,6 +135,12 @@ class Store:
             if r.run_id == run_id and r.instance_id == instance_id
         ]
 
+    async def covered_records(
+        self, session_id: str, ids: frozenset[str], max_tokens: int
+    ) -> list[RecordView] | None:
+        found = [r for r in self.records if r.record_id in ids]
+        return None if sum(r.token_count for r in found) > max_tokens else found
+
 
 class NullPublisher:
     """``streams.kafka.publish.Publisher`` that acknowledges everything and keeps nothing."""

@@ -62,15 +62,22 @@ def load_hooks(spec: str) -> HookChain:
 
 
 def worker_config(settings: Settings, crash_after_save: bool = False) -> WorkerConfig:
+    extractive = settings.summarizer == "extractive"
     return WorkerConfig(
         settings.topic_records,
-        settings.compaction_segment_tokens,
+        # The built-in summarizer is no model call with an input limit: one segment of up
+        # to ``compaction_rederive_tokens`` lets it rank the whole covered history at once
+        # (the newest first), where segments would each keep their share of the bound.
+        max(settings.compaction_segment_tokens, settings.compaction_rederive_tokens)
+        if extractive
+        else settings.compaction_segment_tokens,
         # A model's output is capped per call; the built-in summarizer fills its share of
         # the summary's bound instead (R11.2).
-        None if settings.summarizer == "extractive" else settings.compaction_output_tokens,
+        None if extractive else settings.compaction_output_tokens,
         # One call may take the summarizer's own timeout plus its retries.
         settings.summarizer_timeout_s * 3,
         crash_after_save=crash_after_save,
+        rederive_tokens=settings.compaction_rederive_tokens if extractive else 0,
     )
 
 

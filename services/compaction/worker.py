@@ -14,17 +14,17 @@ import logging
 import os
 import time
 import uuid
-from dataclasses import dataclass, field
-from functools import cached_property
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from domain.compaction.bound import MIN_BOUND, fit_draft, summary_bound
 from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.gateway import SummaryGateway
 from domain.compaction.sources import merge_job, merge_ranges, source_items
-from domain.compaction.text_rules import RuleDecision, apply_text_rules, summary_heading
+from domain.compaction.text_rules import apply_text_rules, summary_heading
 from domain.compaction.validate import check_coverage
-from domain.context.rendering import RecordView
 from domain.context.selection import (
     Group,
     Segment,
@@ -35,9 +35,7 @@ from domain.context.selection import (
     select_prefix,
 )
 from domain.context.tokens import CachedCounter
-from domain.frontier import Frontier
 from domain.policy.retention import retained_record_ids
-from domain.policy.sections import HookBinding
 from schemas.errors import HookFailed
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services import metrics
@@ -51,9 +49,10 @@ from services.compaction.compact_hooks import (
 )
 from services.compaction.costs import CostNotes, Spent
 from services.compaction.job_records import JobRecords
+from services.compaction.job_state import JobState, Stop, invalid
 from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.summarize import BoundedSummarizer
-from storage.compaction.jobs import CompactionJobs, ParentSummary, SavedOperation
+from storage.compaction.jobs import CompactionJobs, SavedOperation
 from streams.kafka.publish import Publisher
 
 log = logging.getLogger("agentloom.compaction")
@@ -67,59 +66,9 @@ class WorkerConfig:
     output_tokens: int | None  # a summarizer call's cap; None: its share of the bound
     call_timeout_s: float
     crash_after_save: bool = False  # fault injection for the recovery tests only
-
-
-class _Stop(Exception):
-    """A stage ended the job without a summary; the old view stays (R15.3)."""
-
-    def __init__(self, stage: str, reason: str, status: str = "failed") -> None:
-        super().__init__(f"{stage}: {reason}")
-        self.stage, self.reason, self.status = stage, reason, status
-
-
-@dataclass
-class _Job:
-    """One job's inputs and what it has spent so far."""
-
-    req: CompactionRequest
-    parent: ParentSummary | None
-    records: list[RecordView]  # the view minus what the parent summary covers
-    bound: int  # R11.2/R11.8: the effective summary's token bound
-    keep_recent: int
-    output_tokens: int  # per summarizer call, at most; the segments share the bound
-    frontier: Frontier  # the thread's plan and constraints: never restated (R11.4)
-    hooks: tuple[HookBinding, ...] = ()  # R14: what the session's release binds
-    # R10.1: records the release's retention rules keep verbatim (required/active).
-    retained: frozenset[str] = frozenset()
-    spent: Spent = field(default_factory=Spent)  # R18: what the summarizer calls used
-    calls: int = 0
-    text_rules: tuple[RuleDecision, ...] = ()  # what the text rules framed or marked
-    op_id: str = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.op_id = f"{self.req.job_id}:model"
-
-    @cached_property
-    def by_id(self) -> dict[str, RecordView]:
-        return {r.record_id: r for r in self.records}
-
-    @property
-    def covered_before(self) -> frozenset[str]:
-        return self.parent.covered_record_ids if self.parent else frozenset()
-
-    def stopped(self, stop: _Stop) -> CompactionOutcome:
-        return CompactionOutcome(
-            self.req.job_id,
-            stop.status,
-            stop.stage,
-            stop.reason,
-            parent_summary_id=self.req.parent_summary_id,
-            model_calls=self.calls,
-        )
-
-
-def _invalid(stage: str, exc: InvalidSummary) -> _Stop:
-    return _Stop(stage, f"invalid_summary:{exc.details.get('reason')}")
+    # Over its bound, re-summarize from the records what the job covers while they are
+    # at most this many tokens (``_rederived``); 0: always roll the parent's entries up.
+    rederive_tokens: int = 0
 
 
 class CompactionWorker:
@@ -205,25 +154,23 @@ class CompactionWorker:
         job = await self._load(req, spent)
         try:
             segments = await self._select(job)
-            drafts, items = await self._summarize_segments(job, segments)
             covered = [g for s in segments for g in s.groups]
-            records = [job.by_id[i] for g in covered for i in g.record_ids]
             parent = job.parent.summary if job.parent else None
-            merged = merge_job(parent, drafts, items, records)
-            merged, rollup = await self._bounded(job, merged)
+            merged = await self._merged(job, segments, parent)
+            merged, rollup = await self._bounded(job, merged, covered)
             ranges = self._checked_ranges(job, merged, covered)
-        except _Stop as stop:
+        except Stop as stop:
             return job.stopped(stop)
         return self._succeeded(job, merged, covered, ranges, rollup)
 
-    async def _load(self, req: CompactionRequest, spent: Spent) -> _Job:
+    async def _load(self, req: CompactionRequest, spent: Spent) -> JobState:
         parent = await self.jobs.parent_summary(req.parent_summary_id)
         before = parent.covered_record_ids if parent else frozenset()
         records = await self.views.view(req, before)  # cached per thread between jobs
         policy = await self.jobs.session_policy(req.session_id)
         bound = summary_bound(policy.compaction.summary_max_ratio, req.input_budget)
         records = [r for r in records if r.record_id not in before]
-        return _Job(
+        return JobState(
             req,
             parent,
             records,
@@ -236,8 +183,8 @@ class CompactionWorker:
             spent,
         )
 
-    async def _select(self, job: _Job) -> list[Segment]:
-        """The segments this job summarizes (R11.1, R11.2), or ``_Stop`` (deferred)."""
+    async def _select(self, job: JobState) -> list[Segment]:
+        """The segments this job summarizes (R11.1, R11.2), or ``Stop`` (deferred)."""
         # R4.4/R10.1/R11.1: the current task (the run's question and its supplements) is
         # required — never summarized. Active skills are not pinned: once their load group
         # is summarized, the assembler re-provides the instruction from the same revision,
@@ -249,14 +196,14 @@ class CompactionWorker:
             selection = await self._before_hooks(job, groups, pinned, selection)
         if not selection.covered:
             reason = selection.deferral_reason or "nothing_compressible"
-            raise _Stop("select", reason, status="deferred")
+            raise Stop("select", reason, status="deferred")
         segments = segment(selection.covered, self.config.segment_tokens)
         # R11.3: bounded calls. Cover only the segments we may summarize; the rest stays
         # verbatim for a later job.
         return segments[: max(1, job.req.max_calls)]
 
     async def _before_hooks(
-        self, job: _Job, groups: list[Group], pinned: frozenset[str], selection: Selection
+        self, job: JobState, groups: list[Group], pinned: frozenset[str], selection: Selection
     ) -> Selection:
         """``context.compact.before`` (R14): may keep more records verbatim and ask for a
         tighter summary."""
@@ -268,21 +215,47 @@ class CompactionWorker:
                 job.hooks,
             )
         except HookFailed as exc:  # a hook's failure never changes the view
-            raise _Stop("hooks", failure_reason(exc, "compact_before_failed")) from exc
+            raise Stop("hooks", failure_reason(exc, "compact_before_failed")) from exc
         except Exception as exc:  # what a hook answered could not be used
-            raise _Stop("hooks", f"compact_before_failed:{type(exc).__name__}") from exc
+            raise Stop("hooks", f"compact_before_failed:{type(exc).__name__}") from exc
         if before.max_output_tokens:
             job.output_tokens = min(job.output_tokens, before.max_output_tokens)
         keep = pinned | before.keep_record_ids
         return select_prefix(groups, keep_recent=job.keep_recent, pinned=keep)
 
+    async def _merged(
+        self, job: JobState, segments: list[Segment], parent: Mapping[str, Any] | None
+    ) -> SummaryDraft:
+        """The segments summarized, merged after ``parent``'s entries (if any)."""
+        drafts, items = await self._summarize_segments(job, segments, parent is not None)
+        records = [job.by_id[i] for s in segments for g in s.groups for i in g.record_ids]
+        return merge_job(parent, drafts, items, records)
+
+    async def _rederived(self, job: JobState, covered: list[Group]) -> SummaryDraft | None:
+        """Everything the job covers summarized again from its records, or None. A
+        roll-up decides again from what earlier jobs kept (R11.8), so what one drops is
+        lost at every later one; while the covered records are all in the view and at
+        most ``rederive_tokens`` (set only for a summarizer that calls no model, whose
+        cost is CPU), the records decide instead, as a one-shot summary would."""
+        room = self.config.rederive_tokens - sum(g.tokens for g in covered)
+        if job.parent is None or room <= 0:
+            return None
+        ids = job.covered_before
+        history = await self.jobs.covered_records(job.req.session_id, ids, room)
+        if history is None or len(history) != len(ids):  # another thread's, or withdrawn
+            return None
+        job.by_id.update((r.record_id, r) for r in history)
+        groups = [*build_groups(history), *covered]
+        return await self._merged(job, segment(groups, self.config.segment_tokens), None)
+
     async def _summarize_segments(
-        self, job: _Job, segments: list[Segment]
+        self, job: JobState, segments: list[Segment], with_parent: bool = True
     ) -> tuple[list[SummaryDraft], list[SourceItem]]:
         """Each segment's draft, and every source item the summarizer was shown."""
         # the previous summary is context for the summarizer; it is bounded like every
         # summary (R11.2), and an old unbounded one is clipped, never sent whole.
-        previous = job.parent.summary_text[: job.bound * CHARS_PER_TOKEN] if job.parent else None
+        parent = job.parent if with_parent else None
+        previous = parent.summary_text[: job.bound * CHARS_PER_TOKEN] if parent else None
         drafts: list[SummaryDraft] = []
         shown: list[SourceItem] = []
         total = sum(seg.tokens for seg in segments) or 1
@@ -303,18 +276,25 @@ class CompactionWorker:
             try:
                 drafts.append(await self.summarizer.summarize(request, job.spent))
             except InvalidSummary as exc:
-                raise _invalid("validate", exc) from exc
+                raise invalid("validate", exc) from exc
             except (SummarizerFailed, TimeoutError) as exc:
-                raise _Stop("summarize", getattr(exc, "code", "summarizer_timeout")) from exc
+                raise Stop("summarize", getattr(exc, "code", "summarizer_timeout")) from exc
         return drafts, shown
 
     async def _bounded(
-        self, job: _Job, merged: SummaryDraft
+        self, job: JobState, merged: SummaryDraft, covered: list[Group]
     ) -> tuple[SummaryDraft, dict[str, object] | None]:
-        """The merged draft within the bound (R11.2, R11.8): rolled up by the summarizer
-        if over it, patched by ``context.compact.after`` hooks, then fitted."""
+        """The merged draft within the bound (R11.2, R11.8): summarized again from the
+        records or rolled up by the summarizer if over it, patched by
+        ``context.compact.after`` hooks, then fitted."""
         rollup: dict[str, object] | None = None
-        if self.counter.count(merged.text()) > job.bound:
+        over = self.counter.count(merged.text()) > job.bound
+        calls = job.calls
+        rederived = await self._rederived(job, covered) if over else None
+        if rederived is not None:
+            merged, over = rederived, False
+            rollup = {"calls": job.calls - calls, "rederived": len(job.covered_before)}
+        if over:
             args = (job.bound, job.op_id, job.req.parent_summary_id, job.frontier.plan)
             merged, calls, rollup = await self.summarizer.roll_up(merged, *args, job.spent)
             job.calls += calls
@@ -332,20 +312,20 @@ class CompactionWorker:
             rollup["entries_out"] = len(merged.all_facts())
         return merged, rollup
 
-    async def _after_hooks(self, job: _Job, merged: SummaryDraft) -> SummaryDraft:
+    async def _after_hooks(self, job: JobState, merged: SummaryDraft) -> SummaryDraft:
         try:
             return await self.hooks.after(
                 AfterCompact(job.req.session_id, job.req.run_id, merged), job.hooks
             )
         except HookFailed as exc:
-            raise _Stop("hooks", failure_reason(exc, "compact_after_failed")) from exc
+            raise Stop("hooks", failure_reason(exc, "compact_after_failed")) from exc
         except InvalidSummary as exc:
-            raise _invalid("hooks", exc) from exc
+            raise invalid("hooks", exc) from exc
         except Exception as exc:  # what a hook answered could not be used
-            raise _Stop("hooks", f"compact_after_failed:{type(exc).__name__}") from exc
+            raise Stop("hooks", f"compact_after_failed:{type(exc).__name__}") from exc
 
     def _checked_ranges(
-        self, job: _Job, merged: SummaryDraft, covered: list[Group]
+        self, job: JobState, merged: SummaryDraft, covered: list[Group]
     ) -> tuple[tuple[int, int], ...]:
         """R11.4: every covered record is cited or in a covered range; every citation is
         a record this summary covers (through its parents)."""
@@ -354,12 +334,12 @@ class CompactionWorker:
         try:
             check_coverage(merged, new, ranges, earlier=job.covered_before)
         except InvalidSummary as exc:
-            raise _invalid("validate", exc) from exc
+            raise invalid("validate", exc) from exc
         return ranges
 
     def _succeeded(
         self,
-        job: _Job,
+        job: JobState,
         merged: SummaryDraft,
         covered: list[Group],
         ranges: tuple[tuple[int, int], ...],

@@ -21,7 +21,12 @@ from domain.policy.context_policy import ContextPolicy, validate_policy
 from domain.policy.parsed import policy_of
 from storage.compaction import summaries
 from storage.records.frontier import thread_frontier
-from storage.records.threads import snapshot_boundary, thread_records, uncovered_records
+from storage.records.threads import (
+    records_by_id,
+    snapshot_boundary,
+    thread_records,
+    uncovered_records,
+)
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,12 @@ class CompactionJobs(Protocol):
         self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
     ) -> list[RecordView]:
         """The thread's own records with ``after < session_sequence <= upto``."""
+
+    async def covered_records(
+        self, session_id: str, ids: frozenset[str], max_tokens: int
+    ) -> list[RecordView] | None:
+        """The main-thread records among ``ids``, with their content, in session order;
+        None when they hold more than ``max_tokens`` (what is not read is not loaded)."""
 
 
 def _parent(row: asyncpg.Record) -> ParentSummary:
@@ -198,3 +209,17 @@ class PgCompactionJobs:
     ) -> list[RecordView]:
         async with self.pool.acquire() as conn:
             return await thread_records(conn, session_id, run_id, instance_id, after, upto)
+
+    async def covered_records(
+        self, session_id: str, ids: frozenset[str], max_tokens: int
+    ) -> list[RecordView] | None:
+        async with self.pool.acquire() as conn:
+            tokens = await conn.fetchval(
+                "SELECT coalesce(sum(token_count), 0) FROM records"
+                " WHERE session_id=$1 AND record_id = ANY($2::text[])",
+                session_id,
+                list(ids),
+            )
+            if tokens > max_tokens:
+                return None
+            return await records_by_id(conn, session_id, list(ids))

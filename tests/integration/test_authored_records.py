@@ -19,7 +19,7 @@ from domain.planning import record_id_for
 from schemas.contracts import Authority, Content, QuestionPayload, RecordKind
 from services.sdk.client import ContextClient, RunHandle
 from storage.records.authored import session_authored
-from tests.integration.test_compaction import round_, script, settled
+from tests.integration.test_compaction import profile, round_, script, settled
 from tests.integration.test_poison import dead_letters_at
 from tests.support.console import session_inspect, sign_in
 from tests.support.flows import client, new_session
@@ -91,7 +91,15 @@ async def _question(ctx: ContextClient, session: dict[str, Any], i: int) -> RunH
 async def test_recorded_decisions_and_questions_stay_verbatim_and_cited_across_ten_compactions(
     ctx: ContextClient, db: asyncpg.Pool
 ) -> None:
-    await _kept_across(ctx, db, MIN_COMPACTIONS)
+    """A budget small enough that the history outgrows the summary's bound: the built-in
+    summarizer then summarizes the covered records again (``rollup.rederived``), read
+    back from PostgreSQL, and keeps every recorded entry as a roll-up would."""
+    sid = await _kept_across(ctx, db, MIN_COMPACTIONS, profile(4_000))
+    rollups = await db.fetch(
+        "SELECT rollup FROM summary_revisions WHERE session_id=$1 AND rollup IS NOT NULL", sid
+    )
+    rederived = [r["rollup"] for r in rollups if "rederived" in r["rollup"]]
+    assert rederived and all(r["rederived"] > 0 for r in rederived), rollups
 
 
 @pytest.mark.spec("R11.3", "R11.7", "R11.8")
@@ -105,7 +113,9 @@ async def test_a_model_summarizer_that_ignores_them_still_leaves_them_verbatim_a
     assert script.hits >= 4
 
 
-async def _kept_across(ctx: ContextClient, db: asyncpg.Pool, compactions: int) -> None:
+async def _kept_across(
+    ctx: ContextClient, db: asyncpg.Pool, compactions: int, model: dict[str, Any] | None = None
+) -> str:
     """Questions with decisions (and two questions, one closed later) until the session
     has ``compactions`` committed summaries; then every summary is checked."""
     session = await new_session(
@@ -114,6 +124,7 @@ async def _kept_across(ctx: ContextClient, db: asyncpg.Pool, compactions: int) -
             "recent_complete_groups": 1,
             "compaction": {"context_ratio": None, "user_turns": 1},
         },
+        **({"model_profile": model} if model else {}),
     )
     sid = session["session_id"]
 
@@ -167,6 +178,7 @@ async def _kept_across(ctx: ContextClient, db: asyncpg.Pool, compactions: int) -
         ("qb", "open", None),
     ]
     assert authored.questions[1].authority == "user"
+    return str(sid)
 
 
 @pytest.mark.spec("R3.1", "R3.3")

@@ -179,7 +179,9 @@ async def test_calls_are_bounded_and_the_rest_stays_verbatim_for_a_later_job() -
     # 200 tokens a record, 500 a request: the question, then its tool group, then ...
     jobs = FakeCompactionJobs(history(6, tokens=200))
     gateway = ScriptedSummarizer(["ok"])
-    settings = Settings(topic_records="records", compaction_segment_tokens=500)
+    settings = Settings(
+        topic_records="records", compaction_segment_tokens=500, compaction_rederive_tokens=0
+    )
     w = bootstrap.build_worker(settings, jobs, FakePublisher(), gateway, COUNTER)
     outcome = await w.handle(request(run=6, watermark=24, max_calls=2))
     assert outcome.status == "succeeded" and gateway.calls == outcome.model_calls == 2

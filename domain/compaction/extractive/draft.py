@@ -61,7 +61,7 @@ from domain.compaction.extractive.builder import (
 )
 from domain.compaction.extractive.entries import add_entry
 from domain.compaction.extractive.fill import Fill, fact, path_list, render
-from domain.compaction.extractive.floor import ANSWERS, keep_floor
+from domain.compaction.extractive.floor import keep_floor
 from domain.compaction.extractive.segmentation import (
     CHARS_PER_TOKEN,
     is_question,
@@ -206,7 +206,7 @@ def _assistant(
     if prose and step:
         b.floor(part, prose, T_TEXT, PROSE, cue=sal.is_decision(prose))
     elif prose:
-        b.floor(part, prose, T_SIGNAL, ANSWER, cue=sal.is_decision(prose), group=ANSWERS)
+        b.answer(part, prose, ANSWER)
     b.calls(part, item, troubled)
     for q in asked:
         b.floor(b.part(b.line("unresolved_questions"), item.record_id), q, T_SIGNAL, QUESTION)

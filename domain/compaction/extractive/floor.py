@@ -34,7 +34,7 @@ ASKS = "answers:asks"  # an answer that asks, by its punctuation: one of the ans
 # (group, share): the newest answers keep 20%, then the newest of those that ask (a
 # question may still be open, or be asked again: "asked earlier") another 10%. A group
 # holds the groups its name starts.
-SHARES = (("2", 0.15), (ANSWERS, 0.2), (ASKS, 0.1))
+SHARES = (("2", 0.15), (ANSWERS, 0.18), (ASKS, 0.1))
 PROTECTED = 1  # their tier then: the user's words'
 MIN_LEFT = 24  # a dropped fragment shortened below its least to fill a tiny bound: no less
 

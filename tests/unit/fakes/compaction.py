@@ -130,6 +130,12 @@ class FakeCompactionJobs:
             and after < r.session_sequence <= upto
         ]
 
+    async def covered_records(
+        self, session_id: str, ids: frozenset[str], max_tokens: int
+    ) -> list[RecordView] | None:
+        found = [r for r in self.records if r.record_id in ids]
+        return None if sum(r.token_count for r in found) > max_tokens else found
+
 
 class FakeRequestConsumer:
     """A ``services.compaction.consume.RequestConsumer`` over in-memory partitions.
