@@ -36,6 +36,7 @@ from domain.auth import KeyKind, host_key, key_id_of, verify
 from schemas.settings import Settings
 from services.console.settings import ConsoleSettings
 from storage import api_keys
+from streams.kafka.auth import credentials_path, kafka_auth
 from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import provision
 
@@ -87,15 +88,45 @@ def serve_env(
     return env
 
 
+def runtime_credentials_path(settings: Settings) -> Path:
+    """Where serve keeps the ``runtime`` principal's login alone (absolute: the export
+    line works from any directory)."""
+    return credentials_path(settings).resolve().parent / "runtime.env"
+
+
+def write_runtime_credentials(settings: Settings) -> None:
+    """The runtime's broker login, and nothing else (never admin's, nor another
+    service's), in its own file (mode 0600) for the agents the export line starts."""
+    auth = kafka_auth(settings, "runtime")
+    if not auth.sasl:  # a broker without authentication: nothing to write
+        return
+    path = runtime_credentials_path(settings)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(f"# the runtime principal only (agentloom serve)\nruntime={auth.password}\n")
+
+
 def export_line(settings: Settings, prepare_url: str, key: str, space: str) -> str:
-    """What the SDK, the integrations and the examples read (``AgentLoomConnection``)."""
+    """What the SDK, the integrations and the examples read (``AgentLoomConnection``,
+    ``streams.kafka.auth``): the URLs, the dev host key and its space, and the broker
+    login of the runtime principal as a file path (no password on the line)."""
     pairs = {
         "ALC_PREPARE_URL": prepare_url,
         "ALC_API_KEY": key,
         "ALC_SPACE_ID": space,
         "ALC_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "ALC_TOPIC_RECORDS": settings.topic_records,
+        "ALC_KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
     }
+    if settings.kafka_security_protocol != "PLAINTEXT":
+        pairs["ALC_KAFKA_CREDENTIALS_FILE"] = str(runtime_credentials_path(settings))
+    cafile = (
+        kafka_auth(settings, "runtime").cafile
+        if settings.kafka_security_protocol == "SASL_SSL"
+        else None
+    )
+    if cafile:
+        pairs["ALC_KAFKA_SSL_CAFILE"] = str(Path(cafile).resolve())
     return "export " + " ".join(f"{k}={v}" for k, v in pairs.items())
 
 
@@ -297,6 +328,7 @@ def start(opts: Options, printer: Printer, running: Running) -> list[Proc]:
         proc.start()
     issuer = issuer_secret(settings)
     key, note = asyncio.run(dev_key(settings.pg_dsn, opts.space, opts.key_file, issuer))
+    write_runtime_credentials(settings)
     pids = {p.name: p.popen.pid for p in started if p.popen is not None}
     cport = opts.console_port if opts.console else None
     *lines, export = banner(settings, cport, ports, key, note, opts.space, pids)

@@ -4,7 +4,6 @@ a service killed under it stops the others (exit 1)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -17,13 +16,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
-from services.sdk.client import ContextClient
-from tests.support.flows import PROFILE
+from streams.kafka.auth import read_credentials
 from tests.support.services import free_port, services_env
 from tests.support.stack import REPO, Stack
 
@@ -142,27 +139,33 @@ def serve_pids(serve: Serve) -> list[int]:
         return []
 
 
-async def prepare_through(exports: dict[str, str]) -> dict[str, Any]:
-    async with ContextClient(
-        exports["ALC_KAFKA_BOOTSTRAP"],
-        exports["ALC_PREPARE_URL"],
-        topic=exports["ALC_TOPIC_RECORDS"],
-        api_key=exports["ALC_API_KEY"],
-    ) as c:
-        rel = await c.register_release(
-            agent_id="serve-test",
-            instructions="You are a test agent.",
-            tool_catalog=[],
-            model_profile=PROFILE,
-        )
-        session = await c.open_session(exports["ALC_SPACE_ID"], "alice", rel["release_id"])
-        run = await c.start_run(session)
-        await c.append_user(run, "What does serve start?", event_key="q1")
-        return await c.prepare(run)
+def readme_example() -> str:
+    """The README's runtime SDK example, as a newcomer copies it into a file."""
+    text = (REPO / "README.md").read_text("utf-8")
+    block = text[text.index("```python\n", text.index("## Runtime SDK")) + len("```python\n") :]
+    return block[: block.index("```\n")]
+
+
+def run_as_a_newcomer(exports: dict[str, str], where: Path) -> subprocess.CompletedProcess[str]:
+    """The example in a directory outside the repository, with serve's export line as
+    its only configuration (no ALC_* of the test stack, no state directory)."""
+    where.mkdir()
+    (where / "example.py").write_text(readme_example())
+    env = {"PATH": os.environ["PATH"], "HOME": str(where), **exports}
+    return subprocess.run(
+        [sys.executable, "example.py"],
+        cwd=where,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.timeout(300)
-def test_serve_runs_every_service_prepares_and_stops_on_ctrl_c(serving: Serve) -> None:
+def test_serve_runs_every_service_prepares_and_stops_on_ctrl_c(
+    serving: Serve, tmp_path: Path
+) -> None:
     serving.wait_for(r"export ALC_PREPARE_URL=", 240)
     pids = serving.pids()
     assert set(pids) == set(SERVICES)
@@ -183,9 +186,13 @@ def test_serve_runs_every_service_prepares_and_stops_on_ctrl_c(serving: Serve) -
 
     exports = serving.exports()
     assert exports["ALC_PREPARE_URL"] == urls["prepare"]
-    prepared = asyncio.run(prepare_through(exports))
-    texts = [m.get("content") for m in prepared["messages"]]
-    assert "What does serve start?" in texts
+    # The broker login the line points at is the runtime's alone; no password on the line.
+    logins = read_credentials(Path(exports["ALC_KAFKA_CREDENTIALS_FILE"]))
+    assert list(logins) == ["runtime"]
+    assert not any(pw in " ".join(exports.values()) for pw in logins.values())
+    done = run_as_a_newcomer(exports, tmp_path / "elsewhere")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " messages; " in done.stdout
 
     os.killpg(serving.popen.pid, signal.SIGINT)  # Ctrl-C at the terminal
     assert serving.popen.wait(90) == 0, "\n".join(serving.lines[-40:])

@@ -3,12 +3,20 @@ and the launcher's line echo."""
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from pathlib import Path
 
 from devstack.launcher import Proc
-from devstack.serve import banner, export_line, metrics_ports_of, parse_env_lines, serve_env
+from devstack.serve import (
+    banner,
+    export_line,
+    metrics_ports_of,
+    parse_env_lines,
+    serve_env,
+    write_runtime_credentials,
+)
 from schemas.settings import Settings
 from services.integrations.connection import AgentLoomConnection
 
@@ -39,18 +47,34 @@ def test_metrics_ports_follow_the_base_or_are_off() -> None:
     assert metrics_ports_of(18091) == {"processor": 18091, "compaction": 18092, "analytics": 18093}
 
 
-async def test_the_export_line_is_what_the_integrations_read(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    settings = Settings(kafka_bootstrap="k:9", topic_records="t.records")
+async def test_the_export_line_is_what_the_integrations_read(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """From any directory: the runtime's broker login is a file of its own (absolute
+    path), never admin's, and no password is on the line."""
+    users = tmp_path / "secrets" / "kafka-users.env"
+    users.parent.mkdir()
+    users.write_text("admin=admin-pw\nprepare=prepare-pw\nruntime=runtime-pw\n")
+    settings = Settings(
+        kafka_bootstrap="k:9", topic_records="t.records", kafka_credentials_file=str(users)
+    )
+    write_runtime_credentials(settings)
     line = export_line(settings, "http://127.0.0.1:28080", "alc_x_y", "dev")
-    assert line.startswith("export ")
+    assert line.startswith("export ") and "-pw" not in line
     pairs = dict(p.split("=", 1) for p in line.removeprefix("export ").split())
+    runtime_file = Path(pairs["ALC_KAFKA_CREDENTIALS_FILE"])
+    assert runtime_file.is_absolute() and "admin" not in runtime_file.read_text()
+    assert runtime_file.stat().st_mode & 0o077 == 0
+    for name in [k for k in os.environ if k.startswith("ALC_")]:
+        monkeypatch.delenv(name)
     for key, value in pairs.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)  # not the repository
     conn = AgentLoomConnection.from_env()
     assert conn.space_id == "dev"
     client = conn._make()  # the client the examples' sessions get
     assert str(client.http.base_url).rstrip("/") == "http://127.0.0.1:28080"
     assert client.http.headers["Authorization"] == "Bearer alc_x_y"
+    kafka = client.producer.publisher.producer.client  # aiokafka's, as configured
+    assert (kafka._sasl_plain_username, kafka._sasl_plain_password) == ("runtime", "runtime-pw")
     await client.http.aclose()
 
 
