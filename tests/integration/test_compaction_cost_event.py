@@ -1,7 +1,8 @@
 """Real stack (R18): a compaction of a priced release publishes its summarizer calls as
 one ``model_call`` observability event under purpose ``compaction``, with the tokens the
 model reported and their exact cost. The summarizer is the OpenAI-compatible adapter
-against a scripted model that reports 10 prompt and 5 completion tokens a call."""
+against a scripted model that reports 10 prompt and 5 completion tokens a call. The
+built-in extractive summarizer runs no model: its job bills nothing (issue 39)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
 PRICES = {"input": 2.5, "output": 10, "currency": "USD"}
+OPUS = {"input": 15, "cached_input": 1.5, "cache_write": 18.75, "output": 75}
 
 
 @pytest.fixture
@@ -29,27 +31,33 @@ async def ctx(scripted: tuple[Services, Script]) -> AsyncIterator[ContextClient]
         yield c
 
 
-async def compaction_calls(services: Services, sid: str) -> list[ObservabilityEvent]:
-    """The session's ``model_call`` events of purpose compaction, once there is one."""
+async def compaction_events(
+    services: Services, sid: str, kind: str = "model_call"
+) -> list[ObservabilityEvent]:
+    """The session's events of ``kind`` and purpose compaction, once there is one."""
     found: list[ObservabilityEvent] = []
     for _ in range(30):
-        found = [
-            e
-            for e in (
-                decode_observability(v)
-                for _, v in await read_topic(
-                    services.stack.kafka_bootstrap,
-                    services.env("ALC_TOPIC_OBSERVABILITY"),
-                    want=1_000_000,
-                    timeout=1,
-                )
-            )
-            if e.session_id == sid and e.kind == "model_call" and e.purpose == "compaction"
-        ]
+        found = await session_events(services, sid, kind)
         if found:
             return found
         await asyncio.sleep(0.2)
-    raise AssertionError("no model_call event of purpose compaction")
+    raise AssertionError(f"no {kind} event of purpose compaction")
+
+
+async def session_events(services: Services, sid: str, kind: str) -> list[ObservabilityEvent]:
+    return [
+        e
+        for e in (
+            decode_observability(v)
+            for _, v in await read_topic(
+                services.stack.kafka_bootstrap,
+                services.env("ALC_TOPIC_OBSERVABILITY"),
+                want=1_000_000,
+                timeout=1,
+            )
+        )
+        if e.session_id == sid and e.kind == kind and e.purpose == "compaction"
+    ]
 
 
 @pytest.mark.spec("R18")
@@ -68,7 +76,7 @@ async def test_a_priced_compaction_publishes_its_tokens_and_exact_cost(
     await ctx.prepare(run)
     (job,) = await settled(db, session["session_id"])
     assert job["status"] == "committed"
-    (ev,) = await compaction_calls(services, session["session_id"])
+    (ev,) = await compaction_events(services, session["session_id"])
     calls = script.hits - hits
     assert calls == 1 and ev.model_calls == 1 and ev.job_id == job["job_id"]
     assert ev.budget_items == {
@@ -81,3 +89,25 @@ async def test_a_priced_compaction_publishes_its_tokens_and_exact_cost(
     }
     # 10 * 2.5 + 5 * 10 = 75 USD per million tokens = 0.000075 USD = 75,000,000 pico-USD
     assert (ev.cost_picos, ev.currency) == (75_000_000, "USD")
+
+
+@pytest.mark.spec("R18")
+async def test_an_extractive_compaction_bills_nothing(services: Services, db: asyncpg.Pool) -> None:
+    policy: dict[str, Any] = {"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+    async with client(services) as ctx:
+        session = await new_session(
+            ctx, model_profile={**PROFILE, "prices": OPUS}, context_policy=policy
+        )
+        run = await question(ctx, session, "o", rounds=2)
+        await ctx.finish_run(run)
+        run = await question(ctx, session, "p")
+        await ctx.prepare(run)
+    sid = session["session_id"]
+    (job,) = await settled(db, sid)
+    assert job["status"] == "committed"
+    # The processor's note of the commit carries what the job covered and wrote, by our
+    # count; the compaction service published no model_call (it is sent before the
+    # outcome, on the same partition, so it would be there by now).
+    (done,) = await compaction_events(services, sid, "compaction_finished")
+    assert done.covered_tokens and done.summary_tokens
+    assert await session_events(services, sid, "model_call") == []

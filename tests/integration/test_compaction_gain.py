@@ -1,7 +1,13 @@
 """Issue 27 (3) on the real stack: the processor weighs a ratio-started compaction against
 the release's prices. The same session compacts when the prices make the summary pay for
 itself and is deferred with ``no_gain`` when re-writing the cache costs more than the
-summary saves — until the hard budget forces the job, which ``no_gain`` never blocks."""
+summary saves — until the hard budget forces the job, which ``no_gain`` never blocks.
+Issue 39: a deferral keeps room for the release's largest tool result, and a billed
+summarizer is priced at the profile the compaction purpose is budgeted on.
+
+The sessions' tool results are about 400 tokens; their releases let results up to 500 in
+(``large_result_policy.inline_max_tokens``), so a deferral near 80% of 10,000 keeps room
+for the next step."""
 
 from __future__ import annotations
 
@@ -80,14 +86,20 @@ async def first_ratio_report(db: asyncpg.Pool, sid: str, timeout: float = 30) ->
     raise AssertionError(f"no pre-emptive ratio check for {sid}")
 
 
+SMALL_RESULTS = {"recent_complete_groups": 1, "large_result_policy": {"inline_max_tokens": 500}}
+
+
 async def drive(
-    c: ContextClient, prices: dict[str, float] | None, db: asyncpg.Pool | None = None
+    c: ContextClient,
+    prices: dict[str, float] | None,
+    db: asyncpg.Pool | None = None,
+    policy: dict[str, Any] | None = None,
 ) -> tuple[str, RunHandle]:
     """The same session each time: one prepare (the processor learns the fixed overhead),
     then the agent works on without asking until past 80% of the budget (with ``db``:
     only until the processor has checked the ratio)."""
     session = await new_session(
-        c, model_profile=profile(prices), context_policy={"recent_complete_groups": 1}
+        c, model_profile=profile(prices), context_policy=SMALL_RESULTS if policy is None else policy
     )
     run = await c.start_run(session)
     await c.append_user(run, "Summarise the rows.", "q")
@@ -206,3 +218,34 @@ async def test_a_billed_summarizer_is_part_of_what_a_compaction_costs(
     assert (await first_ratio_report(db, extractive))["decision"] == "job_started"
     rep = await first_ratio_report(db, billed)
     assert (rep["decision"], rep["reason"]) == ("deferred", "no_gain"), dict(rep)
+
+
+@pytest.mark.spec("R9.4", "R9.7")
+async def test_no_gain_keeps_room_for_the_releases_largest_tool_result(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    # The same session that is deferred for no gain above, on a release that lets a
+    # 4,000-token tool result in (the default): at 80% of 10,000 one such result would
+    # put the next call over the budget, so the job starts although it does not pay.
+    async with client(services) as c:
+        sid, _ = await drive(c, DOES_NOT_PAY, policy={"recent_complete_groups": 1})
+    rep = await first_ratio_report(db, sid)
+    assert rep["decision"] == "job_started", dict(rep)
+    assert rep["values"]["gain_saved"] < rep["thresholds"]["gain_saved"]
+
+
+@pytest.mark.spec("R9.4", "R17", "R18")
+async def test_a_billed_summarizer_is_priced_at_the_compaction_profile(
+    model_summarized: Services, db: asyncpg.Pool
+) -> None:
+    # DEAR_OUTPUT's summary is too dear to write at the action model's prices (above);
+    # the compaction purpose on the catalog's cheap "priced-compactor" pays for itself.
+    cheap = {
+        **SMALL_RESULTS,
+        "purpose_profiles": {"compaction": {"model_profile_ref": "priced-compactor"}},
+    }
+    async with client(model_summarized) as c:
+        sid, _ = await drive(c, DEAR_OUTPUT, policy=cheap)
+    rep = await first_ratio_report(db, sid)
+    assert rep["decision"] == "job_started", dict(rep)
+    assert rep["values"]["gain_saved"] >= rep["thresholds"]["gain_saved"]

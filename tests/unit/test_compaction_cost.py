@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,12 +19,19 @@ from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy, effective_policy
 from domain.pricing import ModelPrices
 from domain.usage import Usage
+from schemas.settings import Settings
 from schemas.wire import decode_observability
 from services.compaction import bootstrap
 from services.compaction.costs import CostNotes, Spent, compaction_prices, model_call_event
 from services.compaction.extractive import ExtractiveSummarizer
-from services.compaction.openai_compat import OpenAICompatibleSummarizer, completion_usage
+from services.compaction.openai_compat import (
+    RESPONSE_FORMATS,
+    SYSTEM_PROMPT,
+    OpenAICompatibleSummarizer,
+    completion_usage,
+)
 from services.compaction.scripted import ScriptedSummarizer
+from streams.bootstrap import gain_settings
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher
 from tests.unit.test_compaction_worker import COUNTER, SETTINGS, published, request
@@ -190,3 +198,23 @@ async def test_a_job_that_ran_no_model_bills_nothing_and_publishes_no_model_call
     assert publisher.on("obs") == []  # no usage, no cost: nothing priced at Opus rates
     # What it read and wrote stays as our own counts, the outcome's diagnostics.
     assert outcome.covered_tokens > 0 and outcome.summary_tokens > 0
+
+
+@pytest.mark.spec("R9.4", "R18")
+def test_the_processor_bills_a_model_summarizer_its_instruction_and_catalog_prices() -> None:
+    catalog = str(Path(__file__).resolve().parents[1] / "support" / "model_profiles.json")
+    billed = gain_settings(Settings(summarizer="openai", model_profiles_file=catalog))
+    # What the built-in prompt and its answer schema take, every job (at least).
+    instruction = COUNTER.count(SYSTEM_PROMPT) + COUNTER.count(json.dumps(RESPONSE_FORMATS[0]))
+    assert billed.model_summarizer and billed.summarizer_overhead >= instruction
+    assert billed.profiles["priced-compactor"].prices == ModelPrices("0.1", "0.4", "0.01")
+    policy = _policy(
+        {"purpose_profiles": {"compaction": {"model_profile_ref": "priced-compactor"}}}
+    )
+    action, summarizer = billed.prices(policy, {**OWN, "prices": PRICES})
+    assert (action, summarizer) == (
+        ModelPrices.from_dict(PRICES),
+        ModelPrices("0.1", "0.4", "0.01"),
+    )
+    free = gain_settings(Settings(model_profiles_file=catalog))
+    assert not free.model_summarizer and free.summarizer_overhead == 0
