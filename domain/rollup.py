@@ -162,6 +162,10 @@ def _trigger(ev: ObservabilityEvent) -> list[Increment]:
     out = _inc("trigger_checks", 1, ev.decision or "")
     if ev.reason in STORM_REASONS:
         out += _inc("storm_suppressions", 1, ev.reason or "")
+    if ev.decision == "job_started":
+        # each condition that fired for the job (R7.4: several may, one job)
+        for condition in ev.fired:
+            out += _inc("jobs_by_trigger", 1, condition)
     return out
 
 

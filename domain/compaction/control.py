@@ -15,6 +15,7 @@ from typing import Any
 
 from domain.compaction.gain import NO_GAIN
 from domain.compaction.triggers import (
+    DEFAULT_CACHE_TTL_MS,
     REBUILD_DUE,
     REBUILD_NOTE,
     REBUILD_STARTED,
@@ -176,6 +177,8 @@ def judge_observation(inp: ObservationInputs, now_ms: int) -> ObservationVerdict
             obs.compressible_tokens,
             obs.fingerprint,
             obs.held_by,
+            obs.idle_ms,
+            obs.cache_ttl_ms or DEFAULT_CACHE_TTL_MS,
         ),
         _gain_check(inp),
     )

@@ -11,6 +11,16 @@ With a ``GainCheck``, a job started by the ratio trigger alone that is not
 forced by the hard budget must pay for itself (``domain.compaction.gain``): otherwise no
 job, reason ``no_gain`` (a deferral). The turn triggers are a cadence the policy asks
 for and run as configured; a job forced by the hard budget always runs.
+
+``cache_expired``: a session that comes back after its model's prompt cache expired
+(idle since its last model call at least the profile's ``cache_ttl``) pays its whole
+prefix again on the next call, so compacting then destroys nothing cached. With the
+ratio trigger on, a view at or above ``target_context_ratio`` — a compaction due soon —
+is compacted at that point: the condition fires, no gain check applies (the cache a job
+would destroy is gone), and it lets a job past the retry gate after a ``no_gain``
+deferral (whose reason, the warm cache, is gone). A job it alone starts must remove at
+least ``retry_growth_ratio`` of the budget (``too_little_compressible`` otherwise), so a
+view that stays above the target after a commit is not compacted again at every return.
 """
 
 from __future__ import annotations
@@ -19,9 +29,16 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from domain.caching.rules import CACHE_TTLS, DEFAULT_TTL
 from domain.compaction.gain import NO_GAIN, GainInputs, estimate_gain
 from domain.policy.context_policy import CompactionPolicy
 from domain.pricing import ModelPrices
+
+CACHE_EXPIRED = "cache_expired"  # the trigger condition (a trigger reason)
+# Why a job ``cache_expired`` alone would start does not: it would remove too little.
+TOO_LITTLE = "too_little_compressible"
+CACHE_EXPIRED_AFTER_NO_GAIN = "cache_expired_after_no_gain"  # the note of such a job
+DEFAULT_CACHE_TTL_MS = CACHE_TTLS[DEFAULT_TTL] * 1000  # a profile without ``cache_ttl``
 
 
 @dataclass(frozen=True)
@@ -80,6 +97,10 @@ class Observation:
     compressible_tokens: int  # complete groups eligible for compaction (R11.1)
     fingerprint: str  # source + effective view + policy + dependency versions (R9.4)
     held_by: str | None = None  # open_call_in_flight:<call id> when that call holds it back
+    # The prompt cache as the observer saw it: the time since the session's last model
+    # call (None: none yet, or not measured) and how long the model's cache keeps an entry.
+    idle_ms: int | None = None
+    cache_ttl_ms: int = DEFAULT_CACHE_TTL_MS
 
 
 @dataclass(frozen=True)
@@ -138,6 +159,8 @@ def evaluate_triggers(
     decision = _evaluate(state, policy, obs)
     last = state.last_attempt
     after_no_gain = last is not None and last.rebuild == NO_GAIN
+    if CACHE_EXPIRED in decision.fired:
+        return _brought_forward(decision, policy, obs, after_no_gain)
     if gain is None or set(decision.fired) != {"context_ratio"}:
         return decision
     if not decision.start_job and not (
@@ -193,6 +216,8 @@ def _evaluate(
         values["hard_budget_tokens"] = obs.estimated_input
         thresholds["hard_budget_tokens"] = obs.input_budget + 1
         fired.append("hard_budget")
+    if _cache_expired(policy, obs, values, thresholds):
+        fired.append(CACHE_EXPIRED)
     if policy.user_turns is not None:
         values["user_turns"], thresholds["user_turns"] = since.user_turns, policy.user_turns
         if since.user_turns >= policy.user_turns:
@@ -232,6 +257,43 @@ def _evaluate(
             True, tuple(fired), values, thresholds, notes=("budget_or_required_changed",)
         )
     return no("below_retry_growth_gate")
+
+
+def _cache_expired(
+    policy: CompactionPolicy,
+    obs: Observation,
+    values: dict[str, float],
+    thresholds: dict[str, float],
+) -> bool:
+    """The cache expired while the session was idle and the view is at or above the
+    target (with the ratio trigger on): reported beside the other conditions."""
+    idle = obs.idle_ms
+    if policy.context_ratio is None or idle is None or idle < obs.cache_ttl_ms:
+        return False
+    values["idle_ms"], thresholds["idle_ms"] = idle, obs.cache_ttl_ms
+    target = ratio_threshold(policy.target_context_ratio, obs.input_budget)
+    values["cache_expired_tokens"] = obs.estimated_input
+    thresholds["cache_expired_tokens"] = target
+    return obs.estimated_input >= target
+
+
+def _brought_forward(
+    decision: TriggerDecision, policy: CompactionPolicy, obs: Observation, after_no_gain: bool
+) -> TriggerDecision:
+    """A check at which the cache had expired: no gain check (nothing cached to destroy);
+    after a ``no_gain`` deferral the retry gate does not hold the job back (no job ran
+    since, and the deferral's reason is gone); a job this condition alone starts must
+    remove at least the retry gate's tokens."""
+    d = decision
+    if not d.start_job:
+        if after_no_gain and d.reason == "below_retry_growth_gate":
+            notes = (CACHE_EXPIRED_AFTER_NO_GAIN,)
+            return TriggerDecision(True, d.fired, d.values, d.thresholds, notes=notes)
+        return d
+    gate = ratio_threshold(policy.retry_growth_ratio, obs.input_budget)
+    if d.fired == (CACHE_EXPIRED,) and obs.compressible_tokens < gate:
+        return TriggerDecision(False, d.fired, d.values, d.thresholds, TOO_LITTLE)
+    return d
 
 
 def obs_turn_period_passed(

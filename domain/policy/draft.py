@@ -83,6 +83,11 @@ class PurposePreview:
     inline_max_tokens: int | None = None  # R10.3: larger results are externalized
     user_turns: int | None = None  # R7.2: turn triggers, not tokens
     model_steps: int | None = None  # R7.3
+    # ``cache_expired``: a session idle at least the profile's cache lifetime (seconds)
+    # whose view is at or above these tokens (the target) compacts at its next prepare;
+    # None with the ratio trigger off (domain.compaction.triggers).
+    cache_expired_tokens: int | None = None
+    cache_ttl_s: int | None = None
     # A steady session projected under the draft (``domain.compaction.gain.project``):
     # the share of request tokens read from the provider's cache, the cost per model
     # call with compaction (in ``cost_unit``: the profile's currency, or input-token
@@ -158,6 +163,10 @@ def _one(policy: ContextPolicy, purpose: str, p: ModelProfile) -> PurposePreview
         inline_max_tokens=policy.large_result_policy.inline_max_tokens,
         user_turns=c.user_turns,
         model_steps=c.model_steps,
+        cache_expired_tokens=(
+            None if c.context_ratio is None else ratio_threshold(c.target_context_ratio, budget)
+        ),
+        cache_ttl_s=None if c.context_ratio is None else p.cache_rules.ttl_s,
     )
 
 

@@ -34,6 +34,10 @@ class CompactionReads(Protocol):
         """What became of an observation: None while undecided or while the job it
         started is still requested; else the decision or the job's status."""
 
+    async def idle_ms(self, session_id: str) -> int | None:
+        """Milliseconds since the session's last model call was checked by the gateway
+        (just before the runtime sent it); None before its first."""
+
 
 class PgCompactionReads:
     def __init__(self, pool: asyncpg.Pool) -> None:
@@ -99,3 +103,12 @@ class PgCompactionReads:
         if job is None or job["status"] == "requested":
             return None
         return dict(job) | {"job_id": rep["job_id"]}
+
+    async def idle_ms(self, session_id: str) -> int | None:
+        # Both times are the database's: no clock of ours is compared with it.
+        idle = await self.pool.fetchval(
+            "SELECT (extract(epoch FROM now() - max(created_at)) * 1000)::bigint"
+            " FROM model_calls WHERE session_id=$1",
+            session_id,
+        )
+        return None if idle is None else max(0, int(idle))

@@ -11,11 +11,18 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from domain.compaction.triggers import CompactionState, Observation, evaluate_triggers
+from domain.compaction.triggers import (
+    CACHE_EXPIRED,
+    DEFAULT_CACHE_TTL_MS,
+    CompactionState,
+    Observation,
+    evaluate_triggers,
+    ratio_threshold,
+)
 from domain.context.budget import BudgetReport
 from domain.context.rendering import ThreadRenderer
 from domain.context.selection import OPEN_CALL, build_groups, select_prefix
-from domain.policy.context_policy import ContextPolicy
+from domain.policy.context_policy import CompactionPolicy, ContextPolicy
 from domain.policy.retention import retained_record_ids
 from schemas.wire import BudgetObservation, ControlEvent
 from services.bus import send_control
@@ -25,6 +32,16 @@ from storage.compaction.view import CompactionReads
 from storage.compaction.view_state import ViewState
 from storage.releases import Release
 from streams.kafka.publish import Publisher
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a prepare's observation says about a job: it may be due, under ``key``, and
+    whether it was fired by an expired prompt cache (then the prepare waits for it)."""
+
+    due: bool
+    key: str
+    cache_expired: bool = False
 
 
 @dataclass(frozen=True)
@@ -61,28 +78,29 @@ class CompactionCheck:
         rend: ThreadRenderer,
         report: BudgetReport,
         lineage: Lineage,
-    ) -> tuple[bool, str]:
-        """R9.1: the triggers as this prepare sees them, sent to the processor. Returns
-        whether a job may be due (fired, or one in flight) and the observation's key."""
+        cache_ttl_ms: int = DEFAULT_CACHE_TTL_MS,
+    ) -> Observed:
+        """R9.1: the triggers as this prepare sees them, sent to the processor: whether a
+        job may be due (fired, or one in flight), whether the model's prompt cache expired
+        while the session was idle (``cache_expired``: ``cache_ttl_ms``, the profile's
+        lifetime), and the observation's key."""
         sid, run_id, instance_id = scope
         state, summary = lineage.state, lineage.summary
         summary_id = summary.summary_id if summary else None
-        fingerprint = hashlib.sha256(
-            json.dumps(
-                [
-                    rend.last_sequence,
-                    summary_id,
-                    rel.policy_revision,
-                    report.input_budget,
-                    report.required,
-                ]
-            ).encode()
-        ).hexdigest()[:32]
+        fingerprint = _fingerprint(rend.last_sequence, summary_id, rel.policy_revision, report)
+        idle = await self._idle(sid, rel.policy.compaction, report)
         probe = Observation(
-            report.estimated_input, report.input_budget, report.required, 1, fingerprint
+            report.estimated_input,
+            report.input_budget,
+            report.required,
+            1,
+            fingerprint,
+            idle_ms=idle,
+            cache_ttl_ms=cache_ttl_ms,
         )
         trigger_state = CompactionState(totals=state.counters, baseline=state.baseline)
-        fired = bool(evaluate_triggers(trigger_state, rel.policy.compaction, probe).fired)
+        conditions = evaluate_triggers(trigger_state, rel.policy.compaction, probe).fired
+        fired = bool(conditions)
         compressible, held_by, step = (
             _compressible(rend, rel.policy, run_id) if fired else (0, None, 0)
         )
@@ -100,10 +118,20 @@ class CompactionCheck:
             rel.policy_revision,
             held_by,
             step,
+            idle,
+            None if idle is None else cache_ttl_ms,
         )
         event = ControlEvent(key, sid, run_id, instance_id, int(time.time() * 1000), observation)
         await send_control(self.publisher, self.topic, event)
-        return fired or bool(state.active_job_id), key
+        return Observed(fired or bool(state.active_job_id), key, CACHE_EXPIRED in conditions)
+
+    async def _idle(self, sid: str, policy: CompactionPolicy, report: BudgetReport) -> int | None:
+        """The time since the session's last model call, read only where it can matter:
+        with the ratio trigger on and the view at or above the target."""
+        if policy.context_ratio is None:
+            return None
+        target = ratio_threshold(policy.target_context_ratio, report.input_budget)
+        return await self.reads.idle_ms(sid) if report.estimated_input >= target else None
 
     async def wait_for_job(self, sid: str, obs_key: str) -> dict[str, object]:
         """Until the processor checked our observation and the job it started (or the one
@@ -116,6 +144,12 @@ class CompactionCheck:
                 return outcome
             await self.waiter.changed(0.1)
         return {"status": "timeout", "reason": f"no commit within {self.wait_s}s"}
+
+
+def _fingerprint(last_sequence: int, summary_id: str | None, revision: str, r: BudgetReport) -> str:
+    """R9.4: the observed state — source, effective view, policy and budget."""
+    state = [last_sequence, summary_id, revision, r.input_budget, r.required]
+    return hashlib.sha256(json.dumps(state).encode()).hexdigest()[:32]
 
 
 def _compressible(

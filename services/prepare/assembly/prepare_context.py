@@ -206,15 +206,19 @@ class Preparer:
         records the report; here we only decide whether this call must wait."""
         report = built.assembled.report
         scope = (target.session_id, target.run_id, target.instance_id)
-        fired, obs_key = await self.compaction.observe(
-            scope, target.release, built.rend, report, lineage
+        ttl_ms = target.profile.cache_rules.ttl_s * 1000
+        seen = await self.compaction.observe(
+            scope, target.release, built.rend, report, lineage, ttl_ms
         )
         over = report.calibrated_input > report.input_budget
         # R9.7: over the hard budget nothing is sent — wait (bounded) for the job. A
-        # re-prepare for a hook's additions (R9.8) waits too, so there is room for them.
-        if not (fired and (over or reprepare_of) and report.required <= report.input_budget):
+        # re-prepare for a hook's additions (R9.8) waits too, so there is room for them;
+        # and so does a call whose prompt cache expired: it writes its whole prefix again,
+        # so it should write the compacted one (``cache_expired``).
+        wait = over or reprepare_of or seen.cache_expired
+        if not (seen.due and wait and report.required <= report.input_budget):
             return built, lineage, None
-        job_status = await self.compaction.wait_for_job(target.session_id, obs_key)
+        job_status = await self.compaction.wait_for_job(target.session_id, seen.key)
         # the job's lineage is the main one: a child thread's prepare rebuilds on it too.
         lineage = await self.compaction.lineage(
             target.session_id, target.run_id, target.instance_id, False

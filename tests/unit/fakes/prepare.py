@@ -289,6 +289,7 @@ class FakeCompactionReads:
     outcomes: list[dict[str, Any] | None] = field(default_factory=list)
     # Applied once the first decided outcome is read: the state a finished job leaves.
     after_job: tuple[Counters, SummaryRef | None] | None = None
+    idle: int | None = None  # ms since the session's last model call
 
     async def state(
         self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
@@ -312,6 +313,9 @@ class FakeCompactionReads:
         if outcome is not None and self.after_job is not None:
             self.counters, self.summary_ref = self.after_job
         return outcome
+
+    async def idle_ms(self, session_id: str) -> int | None:
+        return self.idle
 
 
 @dataclass
