@@ -29,24 +29,57 @@ system take 1,500 tokens. Replayed, as a pure simulation, under:
 Every summary is a sixth of what it summarizes. "langchain, untrimmed" is the same
 policy with a summarizer that reads everything it replaces (no ``trim_tokens_to_summarize``).
 Prices (USD per million tokens, Anthropic-style): input 3.00, cached input 0.30,
-cache write 3.75, output 15.00. A request's longest prefix in common with the previous
-request is read from the cache (its "cacheable share"); the rest is written to it. A
-summarizer call is billed uncached. Cost per question: the model calls' input and output
-and the compaction calls. Steady state: questions 101-1,000.
+cache write 3.75, output 15.00. A summarizer call is billed uncached. Cost per question:
+the model calls' input and output and the compaction calls. Steady state: questions
+101-1,000.
 
-Targets: ours' steady-state cacheable share >= 90% and its cost per question below both
-references. Prints the table and writes ``build/bench/cost.json``.
+The session has a clock: each model call takes 4-25 s (the model and its tool), and
+before each question the user reads and types for 15 s - 3 min (80% of questions),
+3-20 min (15%: past a 5-minute cache lifetime) or 20 min - 2 h (5%: a break). Every
+policy's requests are billed under four cache models (``domain.caching.replay``):
+
+- **ideal** — the longest prefix in common with the previous request is read from the
+  cache, the rest written to it at the cache-write price, whatever its length or age
+  (the bound; the rows of ``policies``);
+- **anthropic 5m / 1h** — the marks our renderer puts on each request
+  (``domain.caching.breakpoints.place``: the conversation's end, tools+system, the
+  summary, an intermediate one past the lookback, with ``1h`` the conversation before the
+  newest question; none under 1,024 tokens), each finding entries of earlier requests
+  within the 20-block lookback and while they live (5 min from their last use; 1 h for
+  the long-lived marks of ``1h``); what lies between the entry read and the last mark is
+  written at 1.25x the input price (2x up to the last 1-hour mark), the rest is fresh;
+- **openai 5m / 24h** — the longest prefix shared with any earlier request still
+  retained (in memory: 5 minutes of inactivity, the documented lower end; ``24h``: the
+  extended retention), from 1,024 tokens in 128-token steps; the rest is fresh input (no
+  write premium).
+
+A request is one block per message (tools and system one block). Targets: ours'
+steady-state cacheable share >= 90% (ideal and the real rules of both formats) and its
+cost per question below both references. Prints the tables and writes
+``build/bench/cost.json``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from domain.caching.breakpoints import Anchors, place
+from domain.caching.replay import (
+    AnthropicCache,
+    Block,
+    IdealCache,
+    OpenAICache,
+    PromptCache,
+    Sent,
+    Tally,
+)
+from domain.caching.rules import CacheRules
 from domain.compaction.gain import NO_GAIN, rates_of
 from domain.compaction.triggers import (
     CompactionState,
@@ -71,6 +104,11 @@ INSTRUCTION = 400  # a model summarizer's instruction tokens
 ROLLUP_RATIO = 2  # a roll-up condenses a summary and its new entries to half
 LC_KEEP = 20
 LC_TRIM = 4_000
+STEP_S = (4, 25)  # seconds a model call (and its tool) takes
+# Before a question: (share of questions, shortest, longest idle seconds)
+THINK_S = ((0.80, 15, 180), (0.15, 180, 1_200), (0.05, 1_200, 7_200))
+CACHES = ("ideal", "anthropic 5m", "anthropic 1h", "openai 5m", "openai 24h")
+MIN_TOKENS = 1_024  # the cache minimum of the model (a Sonnet-class Anthropic model)
 
 Msg = tuple[str, int]  # (key, tokens): equal keys are equal content
 
@@ -78,10 +116,13 @@ Msg = tuple[str, int]  # (key, tokens): equal keys are equal content
 @dataclass
 class Question:
     messages: list[tuple[Msg, bool]]  # (message, is it a model call's output)
+    idle_s: float = 0.0  # the user's time before asking it
+    steps_s: list[float] = field(default_factory=list)  # each model call's duration
 
 
 def session(seed: int = SEED, questions: int = QUESTIONS) -> list[Question]:
     rng = random.Random(seed)
+    clock = random.Random(seed + 1)  # its own stream: the token draws stay as they were
     out = []
     for q in range(questions):
         msgs: list[tuple[Msg, bool]] = [((f"u{q}", rng.randint(30, 120)), False)]
@@ -89,45 +130,52 @@ def session(seed: int = SEED, questions: int = QUESTIONS) -> list[Question]:
             msgs.append(((f"c{q}.{t}", rng.randint(20, 40)), True))
             msgs.append(((f"r{q}.{t}", rng.randint(125, 750)), False))
         msgs.append(((f"a{q}", rng.randint(80, 250)), True))
-        out.append(Question(msgs))
+        share, pick = clock.random(), THINK_S[-1]
+        for band in THINK_S:
+            if share < band[0]:
+                pick = band
+                break
+            share -= band[0]
+        steps = [clock.uniform(*STEP_S) for m in msgs if m[1]]
+        out.append(Question(msgs, clock.uniform(pick[1], pick[2]), steps))
     return out
 
 
 @dataclass
+class Call:
+    request: list[Msg]
+    output: int
+    steady: bool
+    at_s: float
+
+    @functools.cached_property
+    def sent(self) -> Sent:
+        """The request as a cache sees it, without marks (one block per message)."""
+        return Sent([Block(key, t) for key, t in self.request], (), self.at_s)
+
+
+@dataclass
 class Meter:
-    """Tokens and cost of one policy's replay (cost in nano-USD, exact integers)."""
+    """One policy's replay: its model calls (billed afterwards under each cache model,
+    ``bill``) and its compaction calls (cost in nano-USD, exact integers)."""
 
     name: str
-    input_tokens: int = 0
-    cached_tokens: int = 0
-    steady_input: int = 0
-    steady_cached: int = 0
-    output_tokens: int = 0
+    calls: list[Call] = field(default_factory=list)
     compactions: int = 0
     compaction_input: int = 0
     compaction_output: int = 0
-    cost: int = 0
     compaction_cost: int = 0
-    max_request: int = 0
-    prev: list[Msg] = field(default_factory=list)
+    clock_s: float = 0.0
+    steps_s: list[float] = field(default_factory=list)  # the question's calls to come
+
+    def ask(self, q: Question) -> None:
+        """The user asks ``q`` after their idle time."""
+        self.clock_s += q.idle_s
+        self.steps_s = list(q.steps_s)
 
     def call(self, request: list[Msg], output: int, steady: bool) -> None:
-        r = rates_of(PRICES)
-        common = 0
-        for a, b in zip(request, self.prev, strict=False):
-            if a != b:
-                break
-            common += a[1]
-        total = sum(t for _, t in request)
-        self.prev = list(request)
-        self.input_tokens += total
-        self.cached_tokens += common
-        if steady:
-            self.steady_input += total
-            self.steady_cached += common
-        self.output_tokens += output
-        self.max_request = max(self.max_request, total)
-        self.cost += common * r.cached + (total - common) * r.write + output * r.output
+        self.calls.append(Call(list(request), output, steady, self.clock_s))
+        self.clock_s += self.steps_s.pop(0)
 
     def summarize(self, tokens_in: int, tokens_out: int, count: bool = True) -> None:
         """A summarizer call, billed uncached (``count``: it is a compaction of its own)."""
@@ -135,19 +183,78 @@ class Meter:
         self.compactions += count
         self.compaction_input += tokens_in
         self.compaction_output += tokens_out
-        c = tokens_in * r.input + tokens_out * r.output
-        self.compaction_cost += c
-        self.cost += c
+        self.compaction_cost += tokens_in * r.input + tokens_out * r.output
 
-    def report(self, questions: int) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k != "prev"}
-        d["cacheable_share"] = self.cached_tokens / self.input_tokens
-        d["steady_cacheable_share"] = self.steady_cached / self.steady_input
-        d["cost_per_question_usd"] = self.cost / questions / 1e9
-        d["compaction_cost_usd"] = self.compaction_cost / 1e9
-        d["cost_usd"] = self.cost / 1e9
-        del d["cost"], d["compaction_cost"]
-        return d
+
+def sent(call: Call, marked: CacheRules | None) -> Sent:
+    """``call``'s request as a cache sees it; with ``marked``, carrying the marks our
+    Anthropic renderer would put on it under those rules (the anchors as
+    ``domain.context.providers`` finds them: a user message's key starts with "u", a
+    model-written one's with "c" or "a")."""
+    if marked is None:
+        return call.sent
+    keys = [key for key, _ in call.request]
+
+    def before(kinds: str) -> int | None:
+        at = [i for i, k in enumerate(keys) if k[0] in kinds and i > 0]
+        return at[-1] - 1 if at else None
+
+    summary = [i for i, k in enumerate(keys) if k.startswith("summary")]
+    anchors = Anchors(0, summary[-1] if summary else None, before("u"), len(keys) - 1, before("ca"))
+    marks = place(anchors, call.sent.sums, marked)
+    return call.sent.marked(tuple(m.position for m in marks), tuple(m.ttl for m in marks))
+
+
+def cache_of(model: str) -> tuple[PromptCache, CacheRules | None, int, int]:
+    """A cache model of ``CACHES``: the cache, the rules its marks follow (Anthropic),
+    and the rates of a 5-minute and a long-lived write (nano-USD per token)."""
+    r = rates_of(PRICES)
+    ttl = model.rsplit(" ", 1)[-1] if " " in model else "5m"
+    rules = CacheRules(MIN_TOKENS, ttl)
+    if model == "ideal":
+        return IdealCache(), None, r.write, r.write
+    if model.startswith("anthropic"):
+        short = int(r.input * CacheRules().write_premium)
+        return AnthropicCache(rules), rules, short, int(r.input * rules.write_premium)
+    return OpenAICache(rules), None, r.input, r.input
+
+
+def bill(meter: Meter, model: str, questions: int) -> dict[str, Any]:
+    """``meter``'s calls under one cache model (``CACHES``) and their cost."""
+    r = rates_of(PRICES)
+    cache, marked, write, long_write = cache_of(model)
+    total, steady = Tally(), Tally()
+    cost, output, largest = meter.compaction_cost, 0, 0
+    for c in meter.calls:
+        t = cache.send(sent(c, marked))
+        total += t
+        steady += t if c.steady else Tally()
+        output += c.output
+        largest = max(largest, t.total)
+        written = (t.written - t.long_written) * write + t.long_written * long_write
+        cost += t.read * r.cached + written + t.fresh * r.input + c.output * r.output
+    return _row(meter, total, steady, cost, output, largest, questions)
+
+
+def _row(
+    meter: Meter, total: Tally, steady: Tally, cost: int, output: int, largest: int, n: int
+) -> dict[str, Any]:
+    return {
+        "input_tokens": total.total,
+        "cached_tokens": total.read,
+        "written_tokens": total.written,
+        "fresh_tokens": total.fresh,
+        "output_tokens": output,
+        "compactions": meter.compactions,
+        "compaction_input": meter.compaction_input,
+        "compaction_output": meter.compaction_output,
+        "max_request": largest,
+        "cacheable_share": total.read / total.total,
+        "steady_cacheable_share": steady.read / steady.total,
+        "cost_per_question_usd": cost / n / 1e9,
+        "compaction_cost_usd": meter.compaction_cost / 1e9,
+        "cost_usd": cost / 1e9,
+    }
 
 
 def tokens(msgs: list[Msg]) -> int:
@@ -219,6 +326,7 @@ def run_ours(qs: list[Question], name: str, gain: bool, model: bool) -> Meter:
     ours = Ours(policy.compaction, policy.recent_complete_groups, gain, model)
     meter, calls = Meter(name), 0
     for i, q in enumerate(qs):
+        meter.ask(q)
         ours.state = CompactionState(
             Counters(ours.state.totals.user_turns + 1, calls),
             ours.state.baseline,
@@ -239,6 +347,7 @@ def run_truncate(qs: list[Question]) -> Meter:
     meter = Meter("truncate")
     done: list[list[Msg]] = []
     for i, q in enumerate(qs):
+        meter.ask(q)
         current: list[Msg] = []
         for msg, is_call in q.messages:
             if is_call:
@@ -257,6 +366,7 @@ def run_langchain(qs: list[Question], trim: int | None = LC_TRIM) -> Meter:
     msgs: list[Msg] = []  # the summary message (if any) first, then the messages
     trigger = math.ceil(0.8 * BUDGET)
     for i, q in enumerate(qs):
+        meter.ask(q)
         for msg, is_call in q.messages:
             if is_call and FIXED + tokens(msgs) >= trigger and len(msgs) > LC_KEEP:
                 cut = len(msgs) - LC_KEEP
@@ -284,16 +394,29 @@ def measure(questions: int = QUESTIONS) -> dict[str, Any]:
         run_langchain(qs),
         run_langchain(qs, trim=None),
     ]
-    rows = {m.name: m.report(questions) for m in meters}
+    billed = {c: {m.name: bill(m, c, questions) for m in meters} for c in CACHES}
+    rows = billed["ideal"]
     ours, refs = rows["ours"], (rows["truncate"], rows["langchain"])
     model = rows["ours, model summarizer"]
+    real = {c: billed[c] for c in CACHES if c != "ideal"}
     return {
         "questions": questions,
         "input_budget": BUDGET,
         "prices": PRICES.to_dict(),
         "policies": rows,
+        "real_rules": real,
         "verdict": {
             "steady_cacheable_share_ge_0_9": ours["steady_cacheable_share"] >= 0.9,
+            "real_rules_steady_share_ge_0_9": {
+                c: r["ours"]["steady_cacheable_share"] >= 0.9 for c, r in real.items()
+            },
+            "real_rules_cheaper_than_both": {
+                c: all(
+                    r["ours"]["cost_per_question_usd"] < r[ref]["cost_per_question_usd"]
+                    for ref in ("truncate", "langchain")
+                )
+                for c, r in real.items()
+            },
             "cheaper_than_both": all(
                 ours["cost_per_question_usd"] < r["cost_per_question_usd"] for r in refs
             ),
@@ -310,17 +433,24 @@ def measure(questions: int = QUESTIONS) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
+    """The ideal rows (``policies``), then each policy under each cache model's rules."""
     head = (
-        f"{'policy':<24}{'input tokens':>14}{'cacheable':>11}{'steady':>9}"
-        f"{'$/question':>12}{'compactions':>13}{'compaction $':>14}{'max request':>13}"
+        f"{'policy':<24}{'cache':<14}{'input tokens':>14}{'cacheable':>11}{'steady':>9}"
+        f"{'written':>9}{'$/question':>12}{'compactions':>13}{'compaction $':>14}"
+        f"{'max request':>13}"
     )
     lines = [head, "-" * len(head)]
-    for name, r in result["policies"].items():
-        lines.append(
-            f"{name:<24}{r['input_tokens']:>14,}{r['cacheable_share']:>11.1%}"
-            f"{r['steady_cacheable_share']:>9.1%}{r['cost_per_question_usd']:>12.5f}"
-            f"{r['compactions']:>13}{r['compaction_cost_usd']:>14.4f}{r['max_request']:>13,}"
-        )
+    models = {"ideal": result["policies"], **result["real_rules"]}
+    for name in result["policies"]:
+        for cache, rows in models.items():
+            r = rows[name]
+            lines.append(
+                f"{name:<24}{cache:<14}{r['input_tokens']:>14,}{r['cacheable_share']:>11.1%}"
+                f"{r['steady_cacheable_share']:>9.1%}"
+                f"{r['written_tokens'] / r['input_tokens']:>9.1%}"
+                f"{r['cost_per_question_usd']:>12.5f}{r['compactions']:>13}"
+                f"{r['compaction_cost_usd']:>14.4f}{r['max_request']:>13,}"
+            )
     lines.append("verdict: " + ", ".join(f"{k}={v}" for k, v in result["verdict"].items()))
     return "\n".join(lines)
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from domain.caching.rules import FORMAT_TTLS
 from domain.context.budget import ModelProfile, counting_label
 from domain.context.providers import FORMATS
 from domain.policy.model_catalog import ModelCatalog
@@ -19,8 +20,9 @@ def model_profile(
     raw: Mapping[str, Any], counting_method: str | None, at: str = "model_profile"
 ) -> ModelProfile:
     """R6.1/R6.5 and what a model call needs of a profile: a provider format this
-    deployment renders, and (given ``counting_method``) a counting method it counts with
-    (R6.4). Refusals name the field's JSON path (``details.json_path``)."""
+    deployment renders, a cache lifetime that format offers, and (given
+    ``counting_method``) a counting method it counts with (R6.4). Refusals name the
+    field's JSON path (``details.json_path``)."""
     try:
         profile = ModelProfile.from_dict(raw)
         if counting_method is not None:
@@ -38,6 +40,17 @@ def model_profile(
             rule="not_an_option",
             value=profile.provider_format,
             options=list(FORMATS),
+        )
+    offered = FORMAT_TTLS[profile.provider_format]
+    if profile.cache_ttl not in offered:
+        raise InvalidPolicy(
+            f"{at}.cache_ttl must be one of {list(offered)} for {profile.provider_format}",
+            field="cache_ttl",
+            path=f"{at}.cache_ttl",
+            json_path=f"{at}.cache_ttl",
+            rule="not_an_option",
+            value=profile.cache_ttl,
+            options=list(offered),
         )
     return profile
 

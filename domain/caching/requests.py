@@ -1,6 +1,6 @@
 """A rendered provider request as a prompt cache sees it (``domain.caching.replay.Sent``):
 its blocks in the order the provider caches them, each keyed by its exact JSON (without
-its mark) and counted by its payload, and the positions of its marks. Pure.
+its mark) and counted by its payload, and the positions and lifetimes of its marks. Pure.
 
 Anthropic Messages: each tool, each system block, each content block of each message
 (keyed with its turn's role). OpenAI Chat: each tool, each message. OpenAI Responses:
@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from domain.caching.replay import Block, Sent
+from domain.caching.rules import DEFAULT_TTL
 
 CountFn = Callable[[str], int]
 
@@ -22,8 +23,11 @@ def sent_request(body: dict[str, Any], fmt: str, count: CountFn, at_s: float = 0
     """``body`` (``domain.context.providers.render`` output in ``fmt``) sent at ``at_s``."""
     parts = list(_anthropic(body) if fmt == "anthropic_messages" else _openai(body))
     blocks = [Block(_key(scope, part), count(block_text(part))) for scope, part in parts]
-    marks = tuple(i for i, (_, part) in enumerate(parts) if "cache_control" in part)
-    return Sent(blocks, marks, at_s)
+    marked = [
+        (i, part["cache_control"]) for i, (_, part) in enumerate(parts) if "cache_control" in part
+    ]
+    marks = tuple(i for i, _ in marked)
+    return Sent(blocks, marks, at_s, tuple(str(m.get("ttl", DEFAULT_TTL)) for _, m in marked))
 
 
 def _anthropic(body: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:

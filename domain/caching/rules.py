@@ -10,8 +10,10 @@ hour, ``"ttl": "1h"``) from its last use; writing one costs 1.25x the input pric
 for one hour), reading it 0.1x.
 
 OpenAI caches without marks: a prompt of at least 1,024 tokens has its prefix cached in
-128-token steps, kept for 5-10 minutes of inactivity (up to an hour off-peak), with no
-write premium; ``prompt_cache_key`` routes a thread's requests to the same cache.
+128-token steps, kept for 5-10 minutes of inactivity (always gone within the hour), or up
+to 24 hours with ``"prompt_cache_retention": "24h"`` (the models that offer it), with no
+write premium either way; ``prompt_cache_key`` routes a thread's requests to the same
+cache.
 """
 
 from __future__ import annotations
@@ -22,22 +24,28 @@ from fractions import Fraction
 # Anthropic
 MAX_BREAKPOINTS = 4  # the API refuses a request with more
 LOOKBACK_BLOCKS = 20  # a mark finds an entry at most this many blocks back, itself included
-CACHE_TTLS = {"5m": 300, "1h": 3_600}  # lifetime from the last use, in seconds
-DEFAULT_TTL = "5m"
+CACHE_TTLS = {"5m": 300, "1h": 3_600, "24h": 86_400}  # lifetime from the last use, seconds
+DEFAULT_TTL = "5m"  # Anthropic's default; OpenAI's in-memory retention (its lower end)
+# The lifetimes each provider format offers (``cache_ttl`` of a model profile).
+FORMAT_TTLS = {
+    "anthropic_messages": ("5m", "1h"),
+    "openai_chat": ("5m", "24h"),
+    "openai_responses": ("5m", "24h"),
+}
 DEFAULT_MIN_TOKENS = 1_024  # most Claude models; Haiku 3/3.5 2,048; Opus 4.5, Haiku 4.5 4,096
 WRITE_PREMIUM = {"5m": Fraction(5, 4), "1h": Fraction(2)}  # times the input price
 
 # OpenAI (automatic)
 OPENAI_MIN_TOKENS = 1_024
 OPENAI_STEP_TOKENS = 128
-OPENAI_IDLE_S = 300  # the documented lower end of the in-memory retention (5-10 minutes)
 
 
 @dataclass(frozen=True)
 class CacheRules:
     """A model's cache rules, from its profile (``cache_min_tokens``, ``cache_ttl``): the
-    shortest prefix its provider caches and how long a written entry lives (Anthropic
-    renders the lifetime on every mark; OpenAI sets its own)."""
+    shortest prefix its provider caches and how long an entry lives — Anthropic: the
+    lifetime of the marks that must outlive a user's pause (``domain.caching.breakpoints``);
+    OpenAI: the retention (``24h``: extended, rendered as ``prompt_cache_retention``)."""
 
     min_tokens: int = DEFAULT_MIN_TOKENS
     ttl: str = DEFAULT_TTL
@@ -52,8 +60,8 @@ class CacheRules:
 
     @property
     def write_premium(self) -> Fraction:
-        """What writing a token costs, in input prices (Anthropic)."""
-        return WRITE_PREMIUM[self.ttl]
+        """What writing a token for this lifetime costs, in input prices (Anthropic)."""
+        return WRITE_PREMIUM.get(self.ttl, Fraction(1))
 
 
 def openai_cached(prefix_tokens: int) -> int:

@@ -9,11 +9,12 @@ system/developer, whatever role a message was given upstream (R3.3, R12.4).
 
 Prompt-cache hints (docs/prompt-caching.md): Anthropic requests carry ``cache_control``
 breakpoints on the conversation's last block, the end of tools+system and the summary
-(and, past the lookback, where the previous model call's request ended), none on a
-prefix shorter than the model's minimum, with the model's cache lifetime
-(``domain.caching``); OpenAI requests carry the ``prompt_cache_key`` the caller derives
-with ``prompt_cache_key``. Both are functions of the inputs only, so the bytes stay the
-same for the same inputs (R4.3).
+(past the lookback, also after where the previous model call's request ended; with a
+1-hour lifetime, where the conversation stood at the newest user message), none on a
+prefix shorter than the model's minimum (``domain.caching.breakpoints``); OpenAI
+requests carry the ``prompt_cache_key`` the caller derives with ``prompt_cache_key`` and,
+with the profile's ``24h`` lifetime, ``prompt_cache_retention``. All are functions of the
+inputs and the profile only, so the bytes stay the same for the same inputs (R4.3).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from domain.caching.rules import DEFAULT_TTL, CacheRules
 Message = dict[str, Any]
 FORMATS = ("openai_chat", "openai_responses", "anthropic_messages")
 EPHEMERAL = {"type": "ephemeral"}
+EXTENDED_RETENTION = "24h"  # OpenAI's extended prompt cache retention
 
 
 def prompt_cache_key(space_id: str, session_id: str, run_id: str, instance_id: str) -> str:
@@ -52,9 +54,10 @@ def render(
     tools_tokens: int | None = None,
 ) -> dict[str, Any]:
     """The provider request for ``messages``. ``cache_key`` (from ``prompt_cache_key``)
-    becomes the OpenAI formats' ``prompt_cache_key``. Anthropic's breakpoints follow
-    ``cache`` (the model's rules: ``cache_rules`` of its profile; the defaults without
-    one) over the messages' ``tokens`` and ``tools_tokens`` (the tool schemas' count)."""
+    becomes the OpenAI formats' ``prompt_cache_key``, and ``cache`` (the model's rules:
+    ``cache_rules`` of its profile; the defaults without one) their
+    ``prompt_cache_retention`` when it is ``24h``. Anthropic's breakpoints follow ``cache``
+    over the messages' ``tokens`` and ``tools_tokens`` (the tool schemas' count)."""
     if provider_format == "anthropic_messages":
         return _anthropic(messages, tools, cache or CacheRules(), tools_tokens)
     try:
@@ -67,6 +70,8 @@ def render(
     body = renderer(messages, tools)
     if cache_key:
         body["prompt_cache_key"] = cache_key
+    if cache is not None and cache.ttl == EXTENDED_RETENTION:
+        body["prompt_cache_retention"] = EXTENDED_RETENTION
     return body
 
 
@@ -227,8 +232,8 @@ def _anthropic(
     order = [*head, *flat]  # every block in the order the API caches them
     sized = _prefix_tokens(messages, lead, ends, len(body.get("tools", [])), tools_tokens)
     anchors = _anchors(messages, lead, ends, order, len(head))
-    for pos in place(anchors, sized, rules.min_tokens, lambda q: _cacheable(order[q])):
-        order[pos]["cache_control"] = _mark(rules)
+    for pos, ttl in place(anchors, sized, rules, lambda q: _cacheable(order[q])):
+        order[pos]["cache_control"] = _mark(ttl)
     return body
 
 
@@ -276,8 +281,9 @@ def _anchors(
     """Where this request's reusable prefixes end (``domain.caching.breakpoints``): the
     end of tools+system (the last system block, or the last tool without one: the API
     caches tools, then system, then messages), the summary's block, the conversation's
-    last block and the one before the newest assistant message (where the request of the
-    model call that wrote it ended). Never an empty block (the API refuses a mark there)."""
+    last block, its last block before the newest user message and before the newest
+    assistant message (where the request of the model call that wrote it ended). Never
+    an empty block (the API refuses a mark there)."""
 
     def at(i: int) -> int | None:
         pos = offset + ends[i]
@@ -289,17 +295,22 @@ def _anchors(
                 return at(i)
         return None
 
-    stable = [offset - 1] if offset and _cacheable(order[offset - 1]) else []
+    def newest(role: str) -> int | None:
+        said = [
+            i
+            for i in ends
+            if speaking_role(messages[i]) == role and messages[i].get("block") == "interaction"
+        ]
+        return conversation_end(said[-1]) if said else None
+
     summaries = [i for i in ends if messages[i].get("block") == "summary"]
-    if summaries and at(summaries[-1]) is not None:
-        stable.append(offset + ends[summaries[-1]])
-    answers = [
-        i
-        for i in ends
-        if speaking_role(messages[i]) == "assistant" and messages[i].get("block") == "interaction"
-    ]
-    previous = conversation_end(answers[-1]) if answers else None
-    return Anchors(tuple(stable), conversation_end(len(messages)), previous)
+    return Anchors(
+        head=offset - 1 if offset and _cacheable(order[offset - 1]) else None,
+        summary=at(summaries[-1]) if summaries else None,
+        turn_start=newest("user"),
+        end=conversation_end(len(messages)),
+        previous_end=newest("assistant"),
+    )
 
 
 def _prefix_tokens(
@@ -335,9 +346,9 @@ def _plus(total: int | None, m: Message) -> int | None:
     return None if total is None or not isinstance(tokens, int) else total + tokens
 
 
-def _mark(rules: CacheRules) -> dict[str, str]:
+def _mark(ttl: str) -> dict[str, str]:
     """A breakpoint; the lifetime is rendered when it is not the API's default (5 min)."""
-    return dict(EPHEMERAL) | ({} if rules.ttl == DEFAULT_TTL else {"ttl": rules.ttl})
+    return dict(EPHEMERAL) | ({} if ttl == DEFAULT_TTL else {"ttl": ttl})
 
 
 def _cacheable(block: dict[str, Any]) -> bool:

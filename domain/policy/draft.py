@@ -17,6 +17,7 @@ from typing import Any
 from domain.compaction.gain import project
 from domain.compaction.triggers import ratio_threshold
 from domain.context.budget import ModelProfile
+from domain.policy.cache_projection import project_cache
 from domain.policy.context_policy import ContextPolicy, effective_policy
 from domain.policy.defaults import defaults_version, normalize
 from domain.policy.model_catalog import for_purpose
@@ -88,11 +89,15 @@ class PurposePreview:
     # None with the ratio trigger off (domain.compaction.triggers).
     cache_expired_tokens: int | None = None
     cache_ttl_s: int | None = None
-    # A steady session projected under the draft (``domain.compaction.gain.project``):
-    # the share of request tokens read from the provider's cache, the cost per model
-    # call with compaction (in ``cost_unit``: the profile's currency, or input-token
-    # equivalents when it has no prices) and the model calls between compactions.
+    # A steady session projected under the draft (``domain.compaction.gain.project``,
+    # replayed under the cache rules of the profile's provider format by
+    # ``domain.policy.cache_projection``): the share of request tokens read from the
+    # provider's cache (and the ideal share, were each call to read all of the previous
+    # request), the cost per model call with compaction and the real rules' writes (in
+    # ``cost_unit``: the profile's currency, or input-token equivalents when it has no
+    # prices) and the model calls between compactions.
     projected_cache_share: float | None = None
+    projected_ideal_cache_share: float | None = None
     projected_cost_per_call: float | None = None
     cost_unit: str | None = None
     calls_per_compaction: int | None = None
@@ -146,11 +151,13 @@ def _one(policy: ContextPolicy, purpose: str, p: ModelProfile) -> PurposePreview
     except InvalidPolicy as exc:
         return replace(row, error=exc.to_dict())
     projected = project(policy, p, p.prices)
+    cache = project_cache(policy, p, projected.calls_per_compaction)
     return replace(
         row,
         input_budget=budget,
-        projected_cache_share=round(projected.cache_share, 4),
-        projected_cost_per_call=round(projected.cost_per_call, 6),
+        projected_cache_share=round(cache.share, 4),
+        projected_ideal_cache_share=round(cache.ideal_share, 4),
+        projected_cost_per_call=round(projected.cost_per_call + cache.extra_cost_per_call, 6),
         cost_unit=p.prices.currency if p.prices else "input_tokens",
         calls_per_compaction=projected.calls_per_compaction,
         context_trigger_tokens=(

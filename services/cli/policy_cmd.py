@@ -147,7 +147,8 @@ def _render_preview(data: dict[str, Any]) -> None:
         )
     out.print(b)
     proj = Table(title="projected steady session (cache share, cost per model call)")
-    for c in ("purpose", "model_profile", "cache share", "cost per call", "calls per compaction"):
+    cols = ("purpose", "model_profile", "cache share", "ideal", "cost per call")
+    for c in (*cols, "calls per compaction"):
         proj.add_column(c)
     for row in data["budgets"]:
         if row["error"] is None:
@@ -155,6 +156,7 @@ def _render_preview(data: dict[str, Any]) -> None:
                 row["purpose"],
                 row["model_profile"],
                 f"{row['projected_cache_share']:.1%}",
+                f"{row['projected_ideal_cache_share']:.1%}",
                 f"{row['projected_cost_per_call']:.6f} {row['cost_unit']}",
                 str(row["calls_per_compaction"]),
             )

@@ -25,7 +25,8 @@ class ReleaseIn(Body):
     )
     model_profile: dict[str, Any] = Field(
         description="context_capacity (required), output_reserve, safety_margin, "
-        "platform_limit, input_limit, counting, message_overhead, provider_format"
+        "platform_limit, input_limit, counting, message_overhead, provider_format, "
+        "prices, cache_min_tokens, cache_ttl (docs/prompt-caching.md)"
     )
     context_policy: dict[str, Any] = Field(default_factory=dict)
 

@@ -164,14 +164,51 @@ def test_a_model_with_a_higher_minimum_gets_no_mark_under_it() -> None:
     assert [bool(s.marks) for s in sents] == [False] * 13 + [True] * 3
 
 
-def test_the_cache_lifetime_is_a_profile_setting_rendered_on_every_mark() -> None:
+HOUR = {"type": "ephemeral", "ttl": "1h"}
+FIVE = {"type": "ephemeral"}
+
+
+def test_the_cache_lifetime_is_a_profile_setting_rendered_on_the_lasting_marks() -> None:
+    # tools+system and the summary (also where the conversation stood when the question
+    # came) live an hour; the tool loop's mark keeps the 5-minute default.
     hour = requests(3, CacheRules(ttl="1h"))[-1]
-    marks = [b["cache_control"] for b in _blocks(hour) if "cache_control" in b]
-    assert marks and all(m == {"type": "ephemeral", "ttl": "1h"} for m in marks)
-    five = requests(3, CacheRules())[-1]
-    assert all(
-        b["cache_control"] == {"type": "ephemeral"} for b in _blocks(five) if "cache_control" in b
-    )
+    assert _lifetimes(hour) == [HOUR, HOUR, FIVE]
+    assert _lifetimes(requests(3, CacheRules())[-1]) == [FIVE] * 3
+    # the next question: where the conversation stood before it lives an hour too
+    nxt = [*loop(3)[-1][:-1], msg("assistant", "The flags.", 5), msg("user", "And x86?", 5)]
+    body = render(nxt, TOOLS, FMT, cache=CacheRules(ttl="1h"), tools_tokens=TOOLS_TOKENS)
+    assert _lifetimes(body) == [HOUR, HOUR, HOUR, FIVE]
+    assert [b.get("text") for b in _blocks(body) if "cache_control" in b][2:] == [
+        "The flags.",
+        "And x86?",
+    ]
+
+
+def test_with_an_hour_a_user_back_after_20_minutes_reads_all_before_the_last_question() -> None:
+    first = loop(3)[-1][:-1]  # a question of 3 steps, without the plan
+    second = [*first, msg("assistant", "The flags.", 5), msg("user", "And x86?", 5)]
+    third = [*second, msg("assistant", "Same.", 5), msg("user", "And riscv?", 5)]
+    reads = {}
+    for ttl in ("5m", "1h"):
+        rules = CacheRules(ttl=ttl)
+        cache = AnthropicCache(rules)
+        bodies = [
+            render(m, TOOLS, FMT, cache=rules, tools_tokens=TOOLS_TOKENS)
+            for m in (first, second, third)
+        ]
+        # each question asked 20 minutes after the previous one
+        reads[ttl] = [
+            cache.send(sent_request(b, FMT, count, 1_200.0 * i)).read for i, b in enumerate(bodies)
+        ]
+    conversation = prefix_tokens(sent_request(render(second, TOOLS, FMT), FMT, count).blocks)
+    assert reads["5m"] == [0, 0, 0]  # everything expired in between
+    # the second question finds the summary's entry; the third the hour's entry written
+    # where the conversation stood when the second was asked (its answer: 2 blocks back)
+    assert reads["1h"] == [0, 1_900, conversation[-2]]
+
+
+def _lifetimes(body: dict[str, Any]) -> list[dict[str, str]]:
+    return [b["cache_control"] for b in _blocks(body) if "cache_control" in b]
 
 
 def test_the_profile_holds_the_cache_rules_and_refuses_others() -> None:
@@ -225,4 +262,18 @@ async def test_a_prepare_renders_the_release_profiles_cache_rules() -> None:
 
     assert marks(await request()) == []  # a few dozen tokens: under the 1,024 minimum
     hour = marks(await request(cache_min_tokens=0, cache_ttl="1h"))
-    assert hour == [{"type": "ephemeral", "ttl": "1h"}] * 2  # system, the question
+    assert hour == [HOUR, FIVE]  # system, the question
+
+
+def test_openai_renders_the_extended_retention_and_each_format_offers_its_lifetimes() -> None:
+    from services.model_profiles import model_profile
+
+    day = render(loop(0)[0], TOOLS, "openai_responses", "k", CacheRules(ttl="24h"))
+    assert day["prompt_cache_retention"] == "24h"
+    assert "prompt_cache_retention" not in render(loop(0)[0], TOOLS, "openai_chat", "k")
+    base = {"name": "m", "context_capacity": 200_000, "output_reserve": 0, "safety_margin": 0}
+    assert model_profile(base | {"provider_format": "openai_chat", "cache_ttl": "24h"}, None)
+    for fmt, ttl in (("anthropic_messages", "24h"), ("openai_chat", "1h")):
+        with pytest.raises(InvalidPolicy) as refused:
+            model_profile(base | {"provider_format": fmt, "cache_ttl": ttl}, None)
+        assert refused.value.details["json_path"] == "model_profile.cache_ttl"

@@ -41,14 +41,25 @@ def test_what_follows_the_last_mark_is_fresh_and_marks_under_the_minimum_write_n
     assert only_short.send(Sent(blocks(20), (9,), 1.0)) == Tally(0, 0, 2_000)
 
 
-def test_an_entry_lives_its_ttl_from_its_last_use() -> None:
-    for rules, alive in ((CacheRules(ttl="5m"), 300), (CacheRules(ttl="1h"), 3_600)):
-        cache = AnthropicCache(rules)
-        cache.send(Sent(blocks(12), (11,), 0.0))
+def test_an_entry_lives_its_marks_lifetime_from_its_last_use() -> None:
+    for ttl, alive in (("5m", 300), ("1h", 3_600)):
+        cache = AnthropicCache(CacheRules(ttl=ttl))
+        cache.send(Sent(blocks(12), (11,), 0.0, (ttl,)))
         assert cache.send(Sent(blocks(12), (11,), alive)).read == 1_200  # refreshed here
         assert cache.send(Sent(blocks(12), (11,), 2 * alive)).read == 1_200
         assert cache.send(Sent(blocks(12), (11,), 3 * alive + 1)).read == 0
     assert CacheRules(ttl="5m").write_premium * 4 == 5 and CacheRules(ttl="1h").write_premium == 2
+
+
+def test_what_is_written_up_to_the_last_long_lived_mark_is_billed_at_its_premium() -> None:
+    # Read up to block 9 (1,000 tokens); a 1-hour mark at 14 and a 5-minute one at 19:
+    # 500 tokens written for the hour, 500 more for 5 minutes.
+    cache = AnthropicCache(CacheRules(min_tokens=0, ttl="1h"))
+    cache.send(Sent(blocks(10), (9,)))
+    t = cache.send(Sent(blocks(20), (9, 14, 19), 1.0, ("1h", "1h", "5m")))
+    assert t == Tally(read=1_000, written=1_000, fresh=0, long_written=500)
+    # After 20 minutes only the hour's entry is left.
+    assert cache.send(Sent(blocks(20), (14, 19), 1_201.0, ("1h", "5m"))).read == 1_500
 
 
 def test_the_longest_entry_any_mark_finds_is_read() -> None:
@@ -72,6 +83,9 @@ def test_openai_caches_from_1024_tokens_in_128_token_steps() -> None:
     t = cache.send(Sent([*blocks(30), *blocks(3, tag="x")], at_s=60.0))
     assert t == Tally(2_944, 0, 356)  # 3,000 shared: 1,024 + 15 steps of 128
     assert cache.send(Sent(blocks(30), at_s=60.0 + 301)).read == 0  # idle past 5 min
+    extended = OpenAICache(CacheRules(ttl="24h"))  # prompt_cache_retention: "24h"
+    extended.send(Sent(blocks(30)))
+    assert extended.send(Sent(blocks(30), at_s=86_400.0)).read == 2_944
 
 
 def test_the_ideal_bound_is_the_prefix_shared_with_the_previous_request() -> None:
