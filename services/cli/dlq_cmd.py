@@ -2,8 +2,10 @@
 
 A letter carries the original key and value bytes, its source topic, partition and
 offset, and the reason code. ``replay`` trusts none of it: it republishes the original
-as the records topic holds it, only when the letter's bytes are that original's, and
-audits every letter (``services.cli.dlq_replay``).
+as the records topic holds it, only when the letter's bytes are that original's and the
+original is a context event with an envelope, only when the processor will apply it (not
+a duplicate it would ignore), then reads back what the processor did; every letter is
+audited (``services.cli.dlq_replay``, ``services.cli.dlq_verdict``).
 """
 
 from __future__ import annotations
@@ -190,8 +192,10 @@ def replay(
     as_json: JsonOption = False,
 ) -> None:
     """Republish the originals of letters to the records topic: only letters whose bytes
-    are the original's there (services/cli/dlq_replay.py); each one reported and audited.
-    Exit 1 when any letter was not replayed."""
+    are the original's there, only context events the processor will apply (a duplicate
+    it would ignore is skipped, and why is said), and read back what it did
+    (services/cli/dlq_replay.py); each letter reported and audited. Exit 1 unless every
+    letter was replayed and applied."""
     if not refs and not all_:
         fail(typer.BadParameter("name letters (PARTITION:OFFSET) or pass --all"), as_json)
     s = Settings()
@@ -206,7 +210,7 @@ def replay(
         fail(exc, as_json)
     done = [r.ref for r in results if r.outcome == "replayed"]
     data = {
-        "ok": len(done) == len(results),
+        "ok": all(r.applied for r in results),
         "replay_id": replay_id,
         "operator": who.__dict__,
         "replayed": done,
@@ -215,12 +219,16 @@ def replay(
 
     def render() -> None:
         t = Table(title=f"replay {replay_id} by {who.os_user} as {who.principal}@{who.host}")
-        for c in ("ref", "outcome", "code", "source", "detail"):
+        for c in ("ref", "outcome", "code", "source", "expected", "detail", "verified"):
             t.add_column(c)
         for r in results:
-            t.add_row(r.ref, r.outcome, r.code or "", r.source, r.detail)
+            t.add_row(
+                r.ref, r.outcome, r.code or "", r.source, r.expected or "", r.detail,
+                r.verified or "",
+            )  # fmt: skip
         out.print(t)
-        out.print(f"replayed {len(done)} of {len(results)} letters")
+        applied = sum(r.applied for r in results)
+        out.print(f"replayed {len(done)} of {len(results)} letters, {applied} applied")
 
     show(as_json, data, render)
     if not data["ok"]:

@@ -27,13 +27,15 @@ happen.
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import hashlib
 import logging
 import os
 import socket
+import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import asyncpg
@@ -42,12 +44,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from schemas.errors import ContextError
 from schemas.settings import Settings
 from schemas.wire import DeadLetter, truncated_original
+from services.cli import dlq_verdict
 from storage import dlq_replays
 from storage.dlq_replays import LetterRow, Operator
 from streams.kafka.auth import kafka_auth
 
 log = logging.getLogger("agentloom.dlq")
 FETCH_TRIES = 3  # a fresh consumer's first fetches may come back empty
+VERIFY_WAIT_S = 30.0  # how long a replay waits for the processor to pass what it sent
 
 
 class AuditUnavailable(ContextError):
@@ -76,15 +80,32 @@ class Original:
 
 @dataclass(frozen=True)
 class Result:
+    """One letter's answer. ``outcome``: ``replayed`` (sent), ``skipped`` (the processor
+    would ignore it as a duplicate: not sent), ``refused`` or ``failed``; ``expected``:
+    what the processor was forecast to do (apply | ignore | refuse, ``dlq_verdict``);
+    ``verified``: what it did with a replayed original, read back (``applied: …``,
+    ``refused again: …``, ``not applied: …``, or ``not verified: …``)."""
+
     ref: str
-    outcome: str  # replayed | refused | failed
+    outcome: str
     code: str | None
     detail: str
     source: str
     value_sha256: str
+    expected: str | None = None
+    verified: str | None = None
+    sent_to: tuple[int, int] | None = None  # (partition, offset) of the replayed original
+    event: tuple[str, str] | None = None  # (session_id, event_key) of the original
 
     def wire(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        out = {k: v for k, v in self.__dict__.items() if k not in ("sent_to", "event")}
+        at = self.sent_to
+        out["replayed_at"] = None if at is None else f"{at[0]}:{at[1]}"
+        return out
+
+    @property
+    def applied(self) -> bool:
+        return self.outcome == "replayed" and (self.verified or "").startswith("applied")
 
 
 def sha256(data: bytes | None) -> str:
@@ -166,18 +187,35 @@ class Replay:
             await self.producer.start()
             try:
                 sources = _Sources(self.consumer, self.settings.topic_records)
-                return [await self.one(x, sources) for x in letters]
+                results = [await self.guarded(x, sources) for x in letters]
             finally:
                 await self.producer.stop()
         finally:
             await self.consumer.stop()
+        return [await self.verify(r) for r in results]
 
-    async def one(self, x: Located, sources: _Sources) -> Result:
+    async def guarded(self, x: Located, sources: _Sources) -> Result:
+        """``one``, where whatever breaks on this letter is its own failure, reported:
+        the rest go on (only an unrecordable replay stops them all: fail closed)."""
+        try:
+            return await self.one(x, sources)
+        except AuditUnavailable:
+            raise
+        except Exception as exc:
+            log.exception("letter %s could not be replayed", x.ref)
+            row = self._row(x)
+            return await self._refuse(row, "letter_failed", f"{type(exc).__name__}: {exc}")
+
+    def _row(self, x: Located) -> LetterRow:
         d = x.letter
-        row = LetterRow(
+        return LetterRow(
             x.ref, self.settings.topic_dead_letter, d.source_topic, d.source_partition,
             d.source_offset, d.session_id, d.event_key, d.reason_code, sha256(d.value),
         )  # fmt: skip
+
+    async def one(self, x: Located, sources: _Sources) -> Result:
+        d = x.letter
+        row = self._row(x)
         if d.source_topic not in self.allowed:
             why = f"{d.source_topic} is not a source topic of this deployment"
             return await self._refuse(row, "topic_not_allowed", why)
@@ -192,12 +230,26 @@ class Replay:
         why_not = mismatch(d, original)
         if why_not is not None:
             return await self._refuse(row, "letter_mismatch", f"{why_not} at {at}")
-        return await self._send(row, original)
+        check = dlq_verdict.replayable(original.key, original.value, original.headers)
+        if check.event is None:
+            return await self._refuse(row, check.code or "not_replayable", f"{check.why} at {at}")
+        ev = check.event
+        op = (ev.operation_id, str(ev.kind)) if ev.operation_id else None
+        known = await dlq_replays.known(self.conn, ev.scope.session_id, ev.event_key, op)
+        fc = dlq_verdict.forecast(ev, known)
+        event = (ev.scope.session_id, ev.event_key)
+        if fc.expect == dlq_verdict.IGNORE:  # sending it would change nothing: not sent
+            await self._audit(row, "skipped", fc.code, fc.why)
+            return self._result(row, "skipped", fc.code, fc.why, fc.expect, event=event)
+        if fc.expect != dlq_verdict.APPLY:
+            await self._audit(row, "refused", fc.code, fc.why)
+            return self._result(row, "refused", fc.code, fc.why, fc.expect, event=event)
+        return await self._send(row, original, event)
 
-    async def _send(self, row: LetterRow, original: Original) -> Result:
+    async def _send(self, row: LetterRow, original: Original, event: tuple[str, str]) -> Result:
         await self._audit(row, "replaying")  # before the send: no unrecorded replay
         try:
-            await self.producer.send_and_wait(
+            md = await self.producer.send_and_wait(
                 row.source_topic,
                 original.value,
                 key=original.key,
@@ -207,15 +259,45 @@ class Replay:
         except Exception as exc:  # the broker refused it: reported, the rest go on
             detail = f"{type(exc).__name__}: {exc}"
             await self._settle(row, "failed", "publish_failed", detail)
-            return self._result(row, "failed", "publish_failed", detail)
+            return self._result(row, "failed", "publish_failed", detail, dlq_verdict.APPLY)
         await self._settle(row, "replayed", None, "")
-        return self._result(row, "replayed", None, "")
+        sent = (md.partition, md.offset)
+        return self._result(row, "replayed", None, "", dlq_verdict.APPLY, sent, event)
+
+    async def verify(self, r: Result) -> Result:
+        """Read back what the processor did with a replayed original, once it passed the
+        sent offset (at most ``VERIFY_WAIT_S``); recorded in the audit row."""
+        if r.sent_to is None or r.event is None:
+            return r
+        topic, consumer = self.settings.topic_records, self.settings.processor_id
+        deadline = time.monotonic() + VERIFY_WAIT_S
+        while not await dlq_replays.passed(self.conn, consumer, topic, *r.sent_to):
+            if time.monotonic() > deadline:
+                p, o = r.sent_to
+                why = f"not verified: the processor did not pass {topic}:{p}:{o}"
+                return replace(r, verified=f"{why} in {VERIFY_WAIT_S:.0f} s")
+            await asyncio.sleep(0.1)
+        code, what = dlq_verdict.read_back(await dlq_replays.known(self.conn, *r.event, None))
+        try:
+            await dlq_replays.verified(self.conn, self.replay_id, r.ref, code, what)
+        except (asyncpg.PostgresError, OSError) as exc:
+            raise AuditUnavailable(f"the replay's outcome cannot be recorded: {exc}") from exc
+        return replace(r, code=code, verified=what)
 
     async def _refuse(self, row: LetterRow, code: str, detail: str) -> Result:
         await self._audit(row, "refused", code, detail)
         return self._result(row, "refused", code, detail)
 
-    def _result(self, row: LetterRow, outcome: str, code: str | None, detail: str) -> Result:
+    def _result(
+        self,
+        row: LetterRow,
+        outcome: str,
+        code: str | None,
+        detail: str,
+        expected: str | None = None,
+        sent_to: tuple[int, int] | None = None,
+        event: tuple[str, str] | None = None,
+    ) -> Result:
         w = self.who
         log.warning(
             "dlq replay %s of %s by os_user=%s principal=%s host=%s: %s%s %s",
@@ -223,7 +305,10 @@ class Replay:
             f" ({code})" if code else "", detail,
         )  # fmt: skip
         source = f"{row.source_topic}:{row.source_partition}:{row.source_offset}"
-        return Result(row.letter_ref, outcome, code, detail, source, row.value_sha256)
+        return Result(
+            row.letter_ref, outcome, code, detail, source, row.value_sha256, expected,
+            None, sent_to, event,
+        )  # fmt: skip
 
     async def _audit(
         self, row: LetterRow, outcome: str, code: str | None = None, detail: str | None = None

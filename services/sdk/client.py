@@ -117,7 +117,7 @@ class ContextClient(AuthoredAppends):
     async def open_session(
         self, space_id: str, actor_id: str, release_id: str, session_id: str | None = None
     ) -> dict[str, Any]:
-        return await self._call(
+        opened = await self._call(
             "POST",
             "/v1/sessions",
             json={
@@ -127,12 +127,15 @@ class ContextClient(AuthoredAppends):
                 "session_id": session_id,
             },
         )
+        self.key_check.seen(str(opened.get("session_id")))
+        return opened
 
     async def start_run(self, session: dict[str, Any], run_id: str | None = None) -> RunHandle:
         """A new question ⇒ a new run (R1.1); refused with ``run_active`` (R1.3)."""
         r = await self._call(
             "POST", f"/v1/sessions/{session['session_id']}/runs", json={"run_id": run_id}
         )
+        self.key_check.seen(session["session_id"])
         return RunHandle(
             session["session_id"],
             r["run_id"],
@@ -173,6 +176,7 @@ class ContextClient(AuthoredAppends):
             f"/v1/sessions/{run.session_id}/runs/{run.run_id}/{action}",
             json=body | {"after": {str(p): o for p, o in self.producer.last_offsets.items()}},
         )
+        self.key_check.seen(run.session_id)
         return int(r["partition"]), int(r["offset"])
 
     async def read_record(

@@ -6,7 +6,9 @@ passes every HTTP call, so without this check ``prepare`` would answer from a vi
 without the appends. Until one append of the client is known applied (or refused for a
 reason of its own, which proves its signature was accepted), the client asks what
 became of its first unchecked append (``GET /v1/sessions/{s}/events/{key}`` with the
-append's partition and offset): after each ``prepare`` — which waited until the
+append's partition and offset) — an append to a session the client saw exist (it
+opened it, or started or resumed a run in it: never one refused because the session
+did not exist yet) — after each ``prepare``, which waited until the
 processor passed the client's appends, so the answer is final — and before an append
 at most once per ``CHECK_EVERY_S``. A refusal as unauthenticated (recorded, or an append
 the processor passed without attributing it to the session: ``not_applied``) raises
@@ -27,6 +29,7 @@ from schemas.errors import ApiError
 BUS_KEY_REFUSED = "bus_key_refused"
 NOT_APPLIED = "not_applied"  # the event-outcome route's code (services.prepare.run_lifecycle)
 CHECK_EVERY_S = 1.0  # the fewest seconds between two checks made before appends
+MAX_SESSIONS = 10_000  # sessions remembered as existing until the key is verified
 
 # (session_id, event_key, partition, offset) -> the event-outcome route's answer
 Ask = Callable[[str, str, int, int], Awaitable[dict[str, Any]]]
@@ -51,11 +54,20 @@ class BusKeyCheck:
         self.verified = False
         self.refused: ApiError | None = None
         self.unchecked: Sent | None = None
+        self.sessions: set[str] = set()  # sessions the client saw exist
         self._asked_at = float("-inf")
 
+    def seen(self, session_id: str) -> None:
+        """The session exists (the client opened it or ran in it)."""
+        if not self.verified:
+            if len(self.sessions) >= MAX_SESSIONS:
+                self.sessions.clear()
+            self.sessions.add(session_id)
+
     def sent(self, session_id: str, event_key: str, partition: int, offset: int) -> None:
-        """An append was written (its first, while none is verified, is checked)."""
-        if not self.verified and self.unchecked is None:
+        """An append was written: the first to a session seen to exist, while none is
+        verified, is checked."""
+        if not self.verified and self.unchecked is None and session_id in self.sessions:
             self.unchecked = Sent(session_id, event_key, partition, offset)
 
     async def before_append(self) -> None:

@@ -15,8 +15,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from schemas.contracts import RecordKind
 from schemas.settings import Settings
-from schemas.wire import DeadLetter, encode_dead_letter
+from schemas.wire import DeadLetter, encode_dead_letter, encode_event
 from storage.calls import views as call_views
 from storage.migrate import apply_dsn
 from streams.kafka.provision import provision
@@ -25,6 +26,7 @@ from tests.support.kafka import auth
 from tests.support.services import Services
 from tests.support.stack import Stack
 from tests.support.summarized import summarized_call
+from tests.unit.factories import make_event
 
 pytestmark = pytest.mark.integration
 AGENTLOOM = str(Path(sys.executable).with_name("agentloom"))
@@ -128,8 +130,10 @@ async def test_dlq_list_show_and_replay(stack: Stack, pg_dsn: str) -> None:
         await admin.create_topics([NewTopic(dlq, 2, 1), NewTopic(source, 1, 1)])
     finally:
         await admin.close()
-    original = b"\x00original-bytes-" + tag.encode()
-    envelope = [("alc-signer", b"key:k1"), ("alc-sig", b"00")]
+    # A context event with a well-formed envelope (issue 38: nothing else is replayed),
+    # for a session this database does not hold.
+    original = encode_event(make_event(RecordKind.USER_INPUT, f"ek-{tag}", session="ses-1"))
+    envelope = [("alc-signer", b"key:" + b"0" * 16), ("alc-sig", b"a" * 64)]
     prod = AIOKafkaProducer(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await prod.start()
     try:
@@ -157,11 +161,18 @@ async def test_dlq_list_show_and_replay(stack: Stack, pg_dsn: str) -> None:
         ("1:0", "invalid_event", f"{source}:0:{at.offset}")
     ]
     shown = run("dlq", "show", "1:0", "--json", **env)
-    assert as_json(shown)["value_head"] == original.hex()
+    assert as_json(shown)["value_head"] == original[:64].hex()
     assert run("dlq", "show", "0:5", **env).returncode == 1
     assert run("dlq", "replay", **env).returncode == 2  # nothing named
+    # The processor would dead-letter it again (no such session): said, and not sent.
     p = run("dlq", "replay", "1:0", "--json", **env)
-    assert (p.returncode, as_json(p)["replayed"]) == (0, ["1:0"]), p.stderr
+    assert (p.returncode, as_json(p)["replayed"]) == (1, []), p.stderr
+    [result] = as_json(p)["results"]
+    assert (result["outcome"], result["code"], result["expected"]) == (
+        "refused",
+        "unknown_session",
+        "refuse",
+    )
     cons = AIOKafkaConsumer(bootstrap_servers=stack.kafka_bootstrap, **auth())
     await cons.start()
     try:
@@ -171,11 +182,11 @@ async def test_dlq_list_show_and_replay(stack: Stack, pg_dsn: str) -> None:
         got: list[Any] = []
         for _ in range(10):  # the first fetches may return nothing while metadata loads
             got += (await cons.getmany(tp, timeout_ms=2_000)).get(tp, [])
-            if len(got) >= 2:
+            if got:
                 break
     finally:
         await cons.stop()
-    assert [(m.key, m.value, list(m.headers)) for m in got] == [(b"ses-1", original, envelope)] * 2
+    assert [(m.key, m.value, list(m.headers)) for m in got] == [(b"ses-1", original, envelope)]
 
 
 def test_session_inspect_of_an_unknown_session_fails(services: Services, pg_dsn: str) -> None:

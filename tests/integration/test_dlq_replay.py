@@ -31,11 +31,19 @@ from schemas.contracts import (
     Source,
 )
 from schemas.settings import Settings
-from schemas.wire import DeadLetter, decode_dead_letter, encode_dead_letter, encode_event
+from schemas.wire import (
+    BudgetObservation,
+    ControlEvent,
+    DeadLetter,
+    decode_dead_letter,
+    encode_control,
+    encode_dead_letter,
+    encode_event,
+)
 from services.sdk.appends import SessionTarget
 from streams.kafka.auth import kafka_auth
 from tests.support.flows import PROFILE, client
-from tests.support.kafka import auth
+from tests.support.kafka import auth, service_signed
 from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
@@ -44,7 +52,13 @@ OTHER_SPACE = "space-dlq-other"
 
 
 def cli(services: Services, *args: str) -> subprocess.CompletedProcess[str]:
-    names = ("ALC_TOPIC_RECORDS", "ALC_TOPIC_DEAD_LETTER", "ALC_TOPIC_COMMITTED", "ALC_PG_DSN")
+    names = (
+        "ALC_TOPIC_RECORDS",
+        "ALC_TOPIC_DEAD_LETTER",
+        "ALC_TOPIC_COMMITTED",
+        "ALC_PG_DSN",
+        "ALC_PROCESSOR_ID",  # whose progress the replay reads back
+    )
     env = os.environ | {k: services.env(k) for k in names} | {"COLUMNS": "250"}
     env["ALC_KAFKA_BOOTSTRAP"] = services.stack.kafka_bootstrap
     return subprocess.run(
@@ -54,6 +68,13 @@ def cli(services: Services, *args: str) -> subprocess.CompletedProcess[str]:
 
 async def letter_at(services: Services, source: tuple[int, int], timeout: float = 30.0) -> str:
     """The PARTITION:OFFSET on the dead-letter topic of the letter of ``source``."""
+    return (await letters_at(services, [source], timeout))[0]
+
+
+async def letters_at(
+    services: Services, sources: list[tuple[int, int]], timeout: float = 30.0
+) -> list[str]:
+    """The PARTITION:OFFSET on the dead-letter topic of the letters of ``sources``."""
     consumer = AIOKafkaConsumer(
         services.env("ALC_TOPIC_DEAD_LETTER"),
         bootstrap_servers=services.stack.kafka_bootstrap,
@@ -63,17 +84,19 @@ async def letter_at(services: Services, source: tuple[int, int], timeout: float 
         enable_auto_commit=False,
     )
     await consumer.start()
+    found: dict[tuple[int, int], str] = {}
     try:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not set(sources) <= set(found):
             for msgs in (await consumer.getmany(timeout_ms=300)).values():
                 for m in msgs:
                     d = decode_dead_letter(m.value)
-                    if (d.source_partition, d.source_offset) == source:
-                        return f"{m.partition}:{m.offset}"
+                    found[(d.source_partition, d.source_offset)] = f"{m.partition}:{m.offset}"
     finally:
         await consumer.stop()
-    raise AssertionError(f"no dead letter of {source}")
+    missing = [s for s in sources if s not in found]
+    assert not missing, f"no dead letter of {missing}"
+    return [found[s] for s in sources]
 
 
 async def forge(services: Services, letters: list[DeadLetter]) -> list[str]:
@@ -184,6 +207,8 @@ async def test_replay_sends_only_verified_originals_and_audits_each_letter(
     assert p.returncode == 1, (p.stdout, p.stderr)  # not every letter was replayed
     data = json.loads(p.stdout)
     got = {r["ref"]: (r["outcome"], r["code"]) for r in data["results"]}
+    [applied] = [r for r in data["results"] if r["ref"] == genuine]
+    assert applied["expected"] == "apply" and applied["verified"].startswith("applied")
     assert got == {
         genuine: ("replayed", None),
         mismatched: ("refused", "letter_mismatch"),
@@ -228,3 +253,74 @@ async def test_a_letter_naming_a_missing_topic_is_a_row_of_the_table_not_a_trace
     assert await db.fetchval(
         "SELECT count(*) FROM dlq_replays WHERE letter_ref=$1 AND outcome='refused'", ref
     )
+
+
+async def sent_raw(services: Services, key: bytes, value: bytes, headers: Any) -> tuple[int, int]:
+    prod = AIOKafkaProducer(bootstrap_servers=services.stack.kafka_bootstrap, **auth())
+    await prod.start()
+    try:
+        md = await prod.send_and_wait(
+            services.env("ALC_TOPIC_RECORDS"), value, key=key, headers=headers
+        )
+        return md.partition, md.offset
+    finally:
+        await prod.stop()
+
+
+@pytest.mark.spec("R15.3", "R3.1")
+async def test_replay_sends_only_what_the_processor_will_apply_and_reads_it_back(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """Issue 38: a duplicate the processor would ignore is skipped and said why (a
+    committed key, a refused key); a control event and an original without an envelope
+    are never replayed; a letter naming the observability topic puts nothing into
+    analytics; an applied replay is read back."""
+    tag = uuid.uuid4().hex[:8]
+    async with client(services) as c:
+        rel = await c.register_release(
+            agent_id="dlq-agent", instructions="Be careful.", tool_catalog=[], model_profile=PROFILE
+        )
+        sid, actor = f"ses-dlq2-{tag}", f"actor-{tag}"
+        early = await c.set_constraint(
+            SessionTarget(TEST_SPACE, actor, sid), "Answer in Dutch.", "nl", event_key="ek-nl"
+        )
+        genuine = await letter_at(services, early)
+        session = await c.open_session(TEST_SPACE, actor, rel["release_id"], sid)
+        # Appended again once the session is open: the letter's key is committed now.
+        again = await c.set_constraint(session, "Answer in Dutch.", "nl", event_key="ek-nl")
+        run = await c.start_run(session)
+        await c.finish_run(run)
+        late = await c.append_user(run, "too late", "late")  # run_not_active: refused
+    control = ControlEvent("obs-x", f"ses-none-{tag}", "r", "i", 1, BudgetObservation(
+        1, 10, 0, 0, 0, 0, None, "fp", "pol-1"))  # fmt: skip
+    value, key = encode_control(control), control.session_id.encode()
+    of_control = await sent_raw(services, key, value, service_signed("prepare", key, value))
+    unsigned_value = encode_event(constraint_event(TEST_SPACE, actor, sid, "unsigned"))
+    unsigned = await sent_raw(services, sid.encode(), unsigned_value, None)
+    refused_key, a_control, no_envelope = await letters_at(services, [late, of_control, unsigned])
+    obs = services.env("ALC_TOPIC_OBSERVABILITY")
+    [to_analytics] = await forge(
+        services,
+        [DeadLetter("x", "forged label", obs, 0, 0, sid.encode(), b"\x00", sid, "x", 1)],
+    )
+    assert await committed(db, sid, "ek-nl")
+    p = cli(services, genuine, refused_key, a_control, no_envelope, to_analytics, "--json")
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 1
+    got = {
+        r["ref"]: (r["outcome"], r["code"], r["expected"]) for r in json.loads(p.stdout)["results"]
+    }
+    assert got == {
+        genuine: ("skipped", "duplicate", "ignore"),
+        refused_key: ("skipped", "refused_key", "ignore"),
+        a_control: ("refused", "not_a_context_event", None),
+        no_envelope: ("refused", "envelope_invalid", None),
+        to_analytics: ("refused", "topic_not_allowed", None),
+    }
+    whys = {r["ref"]: r["detail"] for r in json.loads(p.stdout)["results"]}
+    assert "committed already" in whys[genuine] and "stays refused" in whys[refused_key]
+    # Nothing was sent: the letter's original is on the records topic once, as written.
+    copies = [m for m in await messages_at(services, *early) if m.key == sid.encode()]
+    assert len([m for m in copies if m.value == copies[0].value]) == 1
+    rows = await db.fetch("SELECT source_offset FROM records WHERE session_id=$1", sid)
+    assert again[1] in {r["source_offset"] for r in rows}

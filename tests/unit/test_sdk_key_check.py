@@ -41,6 +41,7 @@ NOT_APPLIED = {"outcome": "dead_letter", "code": "not_applied", "message": "no s
 async def test_an_append_passed_unattributed_raises_at_the_prepare_and_after() -> None:
     route = Outcomes(NOT_APPLIED)
     check = BusKeyCheck(route, Clock())
+    check.seen("s1")
     check.sent("s1", "q1", 2, 40)
     check.sent("s1", "q2", 2, 41)  # only the first unverified append is asked about
     with pytest.raises(ApiError) as raised:
@@ -57,6 +58,7 @@ async def test_an_append_passed_unattributed_raises_at_the_prepare_and_after() -
 async def test_a_recorded_authentication_refusal_raises_too() -> None:
     route = Outcomes({"outcome": "dead_letter", "code": "unauthenticated_event"})
     check = BusKeyCheck(route, Clock())
+    check.seen("s1")
     check.sent("s1", "q1", 0, 1)
     with pytest.raises(ApiError):
         await check.after_prepare()
@@ -65,6 +67,7 @@ async def test_a_recorded_authentication_refusal_raises_too() -> None:
 async def test_an_applied_append_verifies_the_key_for_good() -> None:
     route = Outcomes({"outcome": "committed", "record_id": "rec_1"})
     check = BusKeyCheck(route, Clock())
+    check.seen("s1")
     check.sent("s1", "q1", 0, 1)
     await check.after_prepare()
     check.sent("s1", "q2", 0, 2)
@@ -76,6 +79,7 @@ async def test_an_applied_append_verifies_the_key_for_good() -> None:
 async def test_a_refusal_of_its_own_proves_the_signature_was_accepted() -> None:
     route = Outcomes({"outcome": "dead_letter", "code": "run_not_active"})
     check = BusKeyCheck(route, Clock())
+    check.seen("s1")
     check.sent("s1", "late", 0, 1)
     await check.after_prepare()
     assert check.verified
@@ -85,6 +89,7 @@ async def test_before_an_append_it_asks_at_most_once_a_period_and_waits_for_unkn
     clock = Clock()
     route = Outcomes({"outcome": "unknown"}, NOT_APPLIED)
     check = BusKeyCheck(route, clock)
+    check.seen("s1")
     await check.before_append()  # nothing sent yet: nothing to ask
     check.sent("s1", "q1", 0, 1)
     await check.before_append()  # not processed yet: goes on
@@ -102,6 +107,22 @@ async def test_a_session_the_key_cannot_read_is_skipped_not_raised() -> None:
         raise ApiError.of(404, "not_found", f"session {sid} not found", False)
 
     check = BusKeyCheck(not_found, Clock())
+    check.seen("elsewhere")
     check.sent("elsewhere", "q1", 0, 1)
     await check.after_prepare()
     assert check.unchecked is None and not check.verified
+
+
+async def test_an_append_to_a_session_not_seen_to_exist_is_not_asked_about() -> None:
+    """It may have been refused because the session did not exist yet (opened after the
+    append): that says nothing of the key."""
+    route = Outcomes(NOT_APPLIED)
+    check = BusKeyCheck(route, Clock())
+    check.sent("opened-later", "early", 0, 1)
+    await check.after_prepare()
+    check.seen("opened-later")
+    await check.after_prepare()
+    assert route.asked == []
+    check.sent("opened-later", "next", 0, 2)
+    with pytest.raises(ApiError):
+        await check.after_prepare()
