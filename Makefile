@@ -49,7 +49,7 @@ test: lint typecheck client-check ## ruff + mypy + the generated-client check + 
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
-bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier (and phrasing-blind, en/zh), public agent transcripts, analytics, the cost of a session under three context policies; one summary table last (build/bench)
+bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier (and phrasing-blind, en/zh), public agent transcripts, analytics, the cost of a session under three context policies, K agents sharing one runtime (CPU per step per process); one summary table last (build/bench)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.ingest_floor
 	@$(PY) -m benchmarks.compaction
@@ -63,6 +63,7 @@ bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, c
 	@$(PY) -m benchmarks.frontier_blind
 	@$(PY) -m benchmarks.real_transcripts
 	@$(PY) -m benchmarks.cost
+	@$(PY) -m benchmarks.agents
 	@$(PY) -m benchmarks.summary
 
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)

@@ -18,6 +18,16 @@ own defaults):
 
 Prints a markdown table (median of the rounds, min..max, after/before ratio) and writes
 ``build/bench/compare.json``. Needs the stack (``make up``), as ``make bench`` does.
+
+``--gate`` (issue 37's regression gate): ``--baseline`` (default ``HEAD~1``, the last
+landed commit in a fresh clone of main) against ``HEAD``, 2 alternating rounds of the
+short set ``GATE`` — ``benchmarks.run`` with the aiokafka driver (the processor's CPU
+per event while draining, Prepare's server-side p99 at 10k records) and
+``benchmarks.agents --quick`` (CPU per agent step of our processes, 8 agents). It fails
+(exit 1, the table printed) when a gated measure is more than 25% worse beyond the
+rounds' noise: when even the after side's best round is worse than 1.25 x the before
+side's worst round (``gate_verdicts``). A measure the baseline does not have yet (a
+benchmark it lacks) is not gated; one the after side lost fails.
 """
 
 from __future__ import annotations
@@ -71,6 +81,22 @@ FULL: dict[str, list[str]] = {
     "prepare_cold": ["--sizes", "100000"],
 }
 
+# The gate's short set: ~1.5 min a round of both sides on our 2-core machine.
+GATE: dict[str, list[str]] = {
+    "run_aiokafka": [
+        *("--drivers", "aiokafka", "--events", "10000"),
+        *("--prepare-sizes", "10000", "--prepare-calls", "200"),
+    ],
+    "agents": ["--quick"],
+}
+# Gated measures (all lower is better) and the worsening that fails the gate.
+GATED = (
+    "processor CPU µs/event (aiokafka, drain)",
+    "CPU ms per agent step, our processes (8 agents)",
+    "prepare 10k p99 ms (HTTP, server)",
+)
+GATE_LIMIT = 0.25
+
 Metrics = dict[str, float]
 
 
@@ -121,9 +147,11 @@ def _aiokafka(data: dict[str, Any]) -> Metrics:
         "processor CPU µs/event (aiokafka, drain)": data["ingest"]["processor_cpu_us_per_event"],
         "processor drain events/s (aiokafka)": data["ingest"]["processor_drain_events_per_s"],
     }
-    # One row per --prepare-sizes value, in order; its "records" is the thread's count at
-    # the first prepare (the run's own records included), not the size asked for.
-    for r, label in zip(data["prepare"], ("1k", "10k"), strict=True):
+    # One row per --prepare-sizes value; its "records" is the thread's count at the first
+    # prepare (the run's own records included), not the size asked for: labelled by the
+    # nearer of 1k and 10k.
+    for r in data["prepare"]:
+        label = "1k" if r["records"] < 3000 else "10k"
         m[f"prepare {label} p50 ms (HTTP, server)"] = r["server_p50_ms"]
         m[f"prepare {label} p99 ms (HTTP, server)"] = r["server_p99_ms"]
     return m
@@ -138,6 +166,16 @@ def _cold(data: dict[str, Any]) -> Metrics:
     }
 
 
+def _agents(data: dict[str, Any]) -> Metrics:
+    m: Metrics = {}
+    for lv in data["levels"]:
+        k = lv["agents"]
+        m[f"CPU ms per agent step, our processes ({k} agents)"] = lv["cpu_ms_per_step"]["ours"]
+        m[f"agent steps/s ({k} agents)"] = lv["steps_per_s"]
+        m[f"agent prepare p99 ms ({k} agents)"] = lv["prepare_p99_ms"]
+    return m
+
+
 # Where each benchmark's numbers are read: its JSON report, or (the faust driver's run)
 # its log: benchmarks.run prints the processor's CPU per event while draining, before its
 # no-op faust ceiling, which does not authenticate to a SASL broker and then fails the run.
@@ -146,6 +184,7 @@ READERS: dict[str, tuple[str, Callable[[Any], Metrics]]] = {
     "run_faust": ("", _faust),
     "run_aiokafka": ("results.json", _aiokafka),
     "prepare_cold": ("prepare_cold.json", _cold),
+    "agents": ("agents.json", _agents),
 }
 
 
@@ -206,60 +245,110 @@ def _cell(s: dict[str, Any] | None) -> str:
     return f"{s['median']:,.2f} ({s['min']:,.2f}..{s['max']:,.2f})"
 
 
-def table(before: dict[str, Any], after: dict[str, Any], b: str, a: str) -> str:
+def gate_verdicts(
+    before: dict[str, Any], after: dict[str, Any], limit: float = GATE_LIMIT
+) -> dict[str, str]:
+    """Per gated measure: "ok", "FAILED (...)" or "n/a (...)". Worse beyond the noise:
+    the after side's best round above ``1 + limit`` times the before side's worst."""
+    out = {}
+    for k in GATED:
+        sb, sa = before.get(k), after.get(k)
+        if sb is None:
+            out[k] = "n/a (not measured before)"
+        elif sa is None:
+            out[k] = "FAILED (not measured after)"
+        elif sa["min"] > sb["max"] * (1 + limit):
+            out[k] = f"FAILED (best after > {1 + limit:.2f} x worst before)"
+        else:
+            out[k] = "ok"
+    return out
+
+
+def table(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    b: str,
+    a: str,
+    gate: dict[str, str] | None = None,
+) -> str:
     lines = [
         f"| measure | before `{b[:8]}` median (min..max) | after `{a[:8]}` median (min..max)"
-        " | after / before |",
-        "|---|---|---|---|",
+        " | after / before |" + (" gate |" if gate is not None else ""),
+        "|---|---|---|---|" + ("---|" if gate is not None else ""),
     ]
     for k in dict.fromkeys([*before, *after]):
         sb, sa = before.get(k), after.get(k)
         ratio = f"{sa['median'] / sb['median']:.2f}" if sb and sa and sb["median"] else "n/a"
-        lines.append(f"| {k} | {_cell(sb)} | {_cell(sa)} | {ratio} |")
+        verdict = f" {gate.get(k, '')} |" if gate is not None else ""
+        lines.append(f"| {k} | {_cell(sb)} | {_cell(sa)} | {ratio} |{verdict}")
     return "\n".join(lines)
+
+
+def rounds(
+    trees: dict[str, Path], opts: dict[str, list[str]], n: int
+) -> tuple[dict[str, list[Metrics]], dict[str, list[str]]]:
+    """``n`` alternating rounds: before, after, before, after..."""
+    runs: dict[str, list[Metrics]] = {"before": [], "after": []}
+    failures: dict[str, list[str]] = {"before": [], "after": []}
+    for i in range(n):
+        for side in ("before", "after"):
+            m, failed = measure(trees[side], opts, f"r{i + 1}-{side}")
+            runs[side].append(m)
+            failures[side] += [f"round {i + 1}: {f}" for f in failed]
+    return runs, failures
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("before")
-    ap.add_argument("after")
-    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds (at least 2)")
+    ap.add_argument("before", nargs="?", help="a commit (--gate: --baseline)")
+    ap.add_argument("after", nargs="?", help="a commit (--gate: HEAD)")
+    ap.add_argument(
+        "--rounds", type=int, help="alternating rounds (at least 2; default 3, --gate 2)"
+    )
     ap.add_argument("--full", action="store_true", help="the benchmarks' larger defaults")
+    ap.add_argument("--gate", action="store_true", help="the regression gate (module doc)")
+    ap.add_argument("--baseline", default="HEAD~1", help="--gate: the commit to compare with")
     ap.add_argument("--keep-worktrees", action="store_true")
     args = ap.parse_args()
+    if args.gate:
+        args.before, args.after = args.before or args.baseline, args.after or "HEAD"
+    if not (args.before and args.after):
+        ap.error("BEFORE and AFTER, or --gate")
+    n = max(2, args.rounds or (2 if args.gate else 3))
     shas = {"before": git("rev-parse", args.before), "after": git("rev-parse", args.after)}
-    opts = FULL if args.full else QUICK
+    opts = GATE if args.gate else FULL if args.full else QUICK
     trees = {side: worktree(sha) for side, sha in shas.items()}
-    runs: dict[str, list[Metrics]] = {"before": [], "after": []}
-    failures: dict[str, list[str]] = {"before": [], "after": []}
     t0 = time.monotonic()
     try:
-        for i in range(max(2, args.rounds)):
-            for side in ("before", "after"):
-                m, failed = measure(trees[side], opts, f"r{i + 1}-{side}")
-                runs[side].append(m)
-                failures[side] += [f"round {i + 1}: {f}" for f in failed]
+        runs, failures = rounds(trees, opts, n)
     finally:
         if not args.keep_worktrees:
             for wt in trees.values():
                 git("worktree", "remove", "--force", str(wt))
     stats = {side: summarize(r) for side, r in runs.items()}
+    gate = gate_verdicts(stats["before"], stats["after"]) if args.gate else None
     result = {
         "commits": shas,
         "options": opts,
-        "rounds": max(2, args.rounds),
+        "rounds": n,
         "minutes": round((time.monotonic() - t0) / 60, 1),
         "runs": runs,
         "stats": stats,
         "failures": failures,
+        "gate": gate,
     }
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(result, indent=2, ensure_ascii=False))
-    print(table(stats["before"], stats["after"], shas["before"], shas["after"]))
+    out = OUT.with_name("gate.json") if args.gate else OUT
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    print(table(stats["before"], stats["after"], shas["before"], shas["after"], gate))
     for side, f in failures.items():
         for line in f:
             print(f"- {side} failed: {line}")
-    log(f"wrote {OUT} ({result['minutes']} min)")
+    log(f"wrote {out} ({result['minutes']} min)")
+    if gate is not None:
+        failed = [k for k, v in gate.items() if v.startswith("FAILED")]
+        print(f"\ngate: {'FAILED: ' + ', '.join(failed) if failed else 'ok'}")
+        sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ SOURCES = {
     "real_transcripts": "real_transcripts.json",
     "frontier": "frontier.json",
     "frontier_blind": "frontier_blind.json",
+    "agents": "agents.json",
 }
 # Issue 13's targets for a cold prepare's p99 (as in benchmarks.prepare_cold.TARGET_MS;
 # repeated so that this reader does not depend on that module importing cleanly).
@@ -39,6 +40,11 @@ COLD_TARGET_MS = {10_000: 100.0, 100_000: 1000.0}
 # (docs/design-notes.md), the reference for issue 38's per-runtime secret.
 ENVELOPE_BEFORE_US = (2.2, 3.4)
 INGEST_TARGET_RATIO = 0.5  # end to end vs the producer ceiling (docs/scaling.md)
+# Issue 37's targets for benchmarks.agents: steps/s at 48 agents, prepare p99 by agents,
+# CPU per agent step.
+AGENTS_STEPS_TARGET = 180.0
+AGENTS_P99_TARGET_MS = {4: 30.0, 48: 100.0}
+AGENTS_CPU_TARGET_MS = 10.0
 
 
 @dataclass(frozen=True)
@@ -409,6 +415,29 @@ def frontier_blind_rows(f: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def agents_rows(a: dict[str, Any]) -> list[Row]:
+    """Issue 37: K agents sharing one runtime process (``benchmarks.agents``), per K."""
+    levels = a.get("levels") if isinstance(a.get("levels"), list) else []
+    rows = []
+    for lv in levels or [{"agents": 48}]:
+        k = int(_number(lv.get("agents")) or 0)
+        rate, p99 = num(lv, "steps_per_s"), num(lv, "prepare_p99_ms")
+        cpu = num(lv, "cpu_ms_per_step.ours")
+        steps_target = AGENTS_STEPS_TARGET if k == 48 else None
+        p99_target = AGENTS_P99_TARGET_MS.get(k)
+        rows += [
+            Row(f"{k} agents: agent steps/s", rate, "/s",
+                f"≥ {fmt(steps_target)}" if steps_target else "",
+                ratio(rate, steps_target)),
+            Row(f"{k} agents: prepare p99 (the agent's wait)", p99, "ms",
+                f"≤ {fmt(p99_target)} ms" if p99_target else "", ratio(p99, p99_target)),
+            Row(f"{k} agents: CPU per agent step, our processes", cpu, "ms",
+                f"≤ {fmt(AGENTS_CPU_TARGET_MS)} ms", ratio(cpu, AGENTS_CPU_TARGET_MS)),
+            Row(f"{k} agents: errors", num(lv, "errors"), "", "0"),
+        ]  # fmt: skip
+    return rows
+
+
 # ── output ────────────────────────────────────────────────────────────────────────────
 
 
@@ -428,6 +457,7 @@ def build(data: dict[str, Any]) -> list[Row]:
         *real_transcripts_rows(data["real_transcripts"]),
         *frontier_rows(data["frontier"]),
         *frontier_blind_rows(data["frontier_blind"]),
+        *agents_rows(data["agents"]),
     ]
 
 

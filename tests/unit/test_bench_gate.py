@@ -1,0 +1,49 @@
+"""The regression gate of ``benchmarks.compare --gate`` (issue 37 item 4): a gated
+measure fails only when it is more than 25% worse beyond the rounds' spread."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.compare import GATED, _agents, _aiokafka, gate_verdicts, summarize, table
+
+CPU, STEP, P99 = GATED
+
+
+def stats(**values: list[float]) -> dict[str, Any]:
+    names = {"cpu": CPU, "step": STEP, "p99": P99}
+    runs = [{names[k]: v[i] for k, v in values.items()} for i in range(2)]
+    return summarize(runs)
+
+
+def test_worse_beyond_the_noise_fails_and_within_it_passes() -> None:
+    before = stats(cpu=[100, 110], step=[50, 70], p99=[10, 12])
+    # cpu: best after 140 > 1.25 x 110; step: 80 within 1.25 x 70 despite a median +36%
+    after = stats(cpu=[140, 150], step=[80, 84], p99=[9, 30])
+    verdict = gate_verdicts(before, after)
+    assert verdict[CPU].startswith("FAILED")
+    assert verdict[STEP] == "ok"
+    assert verdict[P99] == "ok"  # one slow round of two is noise, not a regression
+
+
+def test_a_measure_lost_after_fails_and_one_new_is_not_gated() -> None:
+    verdict = gate_verdicts(stats(cpu=[1, 1]), stats(step=[5, 5], p99=[1, 1]))
+    assert verdict[CPU].startswith("FAILED (not measured after")
+    assert verdict[STEP].startswith("n/a")
+
+
+def test_the_table_shows_the_gate_column() -> None:
+    before, after = stats(cpu=[100, 100]), stats(cpu=[200, 200])
+    text = table(before, after, "a" * 40, "b" * 40, gate_verdicts(before, after))
+    assert f"| {CPU} | 100.00 (100.00..100.00) | 200.00 (200.00..200.00) | 2.00 | FAILED" in text
+
+
+def test_readers_name_the_gated_measures() -> None:
+    agents = {"levels": [{"agents": 8, "cpu_ms_per_step": {"ours": 60.0},
+                          "steps_per_s": 9.0, "prepare_p99_ms": 800.0}]}  # fmt: skip
+    run = {
+        "ingest": {"processor_cpu_us_per_event": 300, "processor_drain_events_per_s": 3000},
+        "prepare": [{"records": 10_004, "server_p50_ms": 5.0, "server_p99_ms": 12.0}],
+    }
+    found = {**_agents(agents), **_aiokafka(run)}
+    assert {k: found[k] for k in GATED} == {CPU: 300, STEP: 60.0, P99: 12.0}
