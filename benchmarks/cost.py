@@ -383,6 +383,7 @@ def run_langchain(qs: list[Question], trim: int | None = LC_TRIM) -> Meter:
     return meter
 
 
+@functools.cache  # one replay per process: the tests that read it share it
 def measure(questions: int = QUESTIONS) -> dict[str, Any]:
     qs = session(questions=questions)
     meters = [
