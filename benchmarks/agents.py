@@ -198,7 +198,7 @@ async def level(
     await asyncio.sleep(lv.warmup)
     if lv.profile is not None:
         pids = {n: p.popen.pid for n in SERVICES if (p := getattr(services, n)) and p.popen}
-        lv.profile.start({"sdk": os.getpid(), **pids}, lv.seconds)
+        lv.profile.start({"sdk": os.getpid(), **pids}, lv.seconds, ("processor",))
     t0, before = time.monotonic(), proc_cpu.snapshot()
     await asyncio.sleep(lv.seconds)
     t1, after = time.monotonic(), proc_cpu.snapshot()

@@ -4,7 +4,7 @@ that attaches to a running process; ``pip install py-spy``): its collapsed stack
 the functions that take the most samples, by their own time and with what they call.
 
 ``Recorder.start`` attaches to each process for a fixed duration (``--nonblocking``: the
-target is never paused; ``--subprocesses``: the processor's offloaded child too);
+target is never paused; ``--subprocesses`` where asked: the processor's offloaded child);
 ``Recorder.finish`` waits for them and writes ``<prefix>-<name>.{raw,svg,txt}``.
 """
 
@@ -34,14 +34,19 @@ class Recorder:
     prefix: str
     running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, pids: dict[str, int], seconds: float, rate: int = 67) -> list[str]:
-        """Attach to each of ``pids``; returns the names it could not profile."""
+    def start(
+        self, pids: dict[str, int], seconds: float, children: tuple[str, ...] = (), rate: int = 67
+    ) -> list[str]:
+        """Attach to each of ``pids`` (to its child processes too for the names in
+        ``children``); returns the names it could not profile."""
         exe = py_spy()
         if exe is None:
             return list(pids)
         self.out.mkdir(parents=True, exist_ok=True)
         for name, pid in pids.items():
-            argv = [exe, "record", "--nonblocking", "--subprocesses", "--format", "raw"]
+            argv = [exe, "record", "--nonblocking", "--format", "raw"]
+            if name in children:
+                argv.append("--subprocesses")
             argv += ["-r", str(rate), "-d", str(max(1, round(seconds))), "-p", str(pid)]
             argv += ["-o", str(self._path(name, "raw"))]
             self.running[name] = subprocess.Popen(
