@@ -277,3 +277,15 @@ def test_openai_renders_the_extended_retention_and_each_format_offers_its_lifeti
         with pytest.raises(InvalidPolicy) as refused:
             model_profile(base | {"provider_format": fmt, "cache_ttl": ttl}, None)
         assert refused.value.details["json_path"] == "model_profile.cache_ttl"
+
+
+def test_the_intermediate_mark_reaches_back_to_the_previous_end_and_forward_to_the_last() -> None:
+    from domain.caching.breakpoints import Anchors, intermediate
+
+    def at(gap: int, markable: Any = lambda _: True) -> int | None:
+        return intermediate(Anchors(end=100 + gap, previous_end=100), markable)
+
+    assert at(19) is None  # the last mark's lookback finds the previous end itself
+    assert at(25) == 106  # 6 after the previous end, 19 before the last mark
+    assert at(50) == 119  # too far for both: the last block that still finds the entry
+    assert at(25, lambda q: q != 106) == 107  # an empty block carries no mark
