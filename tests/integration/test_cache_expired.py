@@ -34,7 +34,12 @@ async def test_a_session_back_after_the_cache_ttl_compacts_at_its_next_prepare(
     services: Services, db: asyncpg.Pool
 ) -> None:
     async with client(services) as c:
-        session = await new_session(c, context_policy={"recent_complete_groups": 1})
+        # a model of its own: no other test's reported usage calibrates its estimates
+        session = await new_session(
+            c,
+            model_profile={**PROFILE, "name": "cache-expiry-model"},
+            context_policy={"recent_complete_groups": 1},
+        )
         sid = session["session_id"]
         run = await c.start_run(session)
         await c.append_user(run, "What do the three data files hold?", "a-q")

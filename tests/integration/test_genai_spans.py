@@ -108,12 +108,12 @@ async def test_a_model_call_and_a_summarizer_call_are_genai_spans(
     chats = [s for s in spans if s.name.startswith("chat ")]
     (agent,) = [s for s in chats if s.attributes and s.attributes["agentloom.purpose"] == "action"]
     (summarizer,) = [s for s in chats if s.attributes and s.attributes.get("agentloom.job_id")]
-    assert agent.name == "chat test-model"
+    assert agent.name == "chat genai-model"
     assert gen_ai(agent) == {
         "gen_ai.operation.name": "chat",
         "gen_ai.provider.name": "anthropic",
         "gen_ai.system": "anthropic",
-        "gen_ai.request.model": "test-model",
+        "gen_ai.request.model": "genai-model",
         "gen_ai.conversation.id": sid,
         "gen_ai.usage.input_tokens": 120 + 2048 + 256,
         "gen_ai.usage.output_tokens": 40,
@@ -155,7 +155,13 @@ async def _call_then_compact(c: ContextClient, pg_dsn: str) -> tuple[str, str, s
     call id, the session id and the committed job's id."""
     session = await new_session(
         c,
-        model_profile={**PROFILE, "provider_format": "anthropic_messages", "prices": PRICES},
+        # a model of its own: the usage reported here calibrates no other test's estimates
+        model_profile={
+            **PROFILE,
+            "name": "genai-model",
+            "provider_format": "anthropic_messages",
+            "prices": PRICES,
+        },
         context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}},
     )
     sid = session["session_id"]
