@@ -70,6 +70,15 @@ async def test_a_session_back_after_the_cache_ttl_compacts_at_its_next_prepare(
     (job,) = await jobs(db, sid)
     assert job["status"] == "committed"
     assert job["reasons"] == ["cache_expired"]
+    # The decision record: what fired, the idle time against the cache's lifetime.
+    (report,) = await db.fetch(
+        "SELECT fired, values, thresholds, decision FROM trigger_reports"
+        " WHERE session_id=$1 AND job_id=$2",
+        sid,
+        job["job_id"],
+    )
+    assert (list(report["fired"]), report["decision"]) == (["cache_expired"], "job_started")
+    assert report["values"]["idle_ms"] >= 360_000 > report["thresholds"]["idle_ms"] == 300_000
     # The prepare waited for the job: its answer reads the summary, well under the target.
     assert cold["dependency_versions"]["summary_id"] is not None
     assert cold["budget"]["estimated_input"] < TARGET
