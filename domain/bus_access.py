@@ -1,4 +1,5 @@
-"""Who may do what on the broker: the ACLs of each principal (docs/security.md) — pure.
+"""Who may do what on the broker: the ACLs of each principal and the client quotas of
+each runtime (docs/security.md) — pure.
 
 Least privilege, by role:
 
@@ -112,3 +113,40 @@ def acl_plan(n: BusNames, runtimes: tuple[str, ...] = ("runtime",)) -> list[Acl]
     for rt in runtimes:
         out += _topics(rt, (Op.WRITE, Op.DESCRIBE), n.records)
     return sorted(set(out))
+
+
+# --- client quotas ------------------------------------------------------------------------
+# Every runtime shares the records topic and its partitions with every other space's
+# runtimes; one that floods it would slow them all. So each runtime principal gets Kafka
+# client quotas: the bytes a second it may produce (``producer_byte_rate``) and the share
+# of the broker's request and network threads its requests may take
+# (``request_percentage``, 100 = one whole thread). A client over either is throttled by
+# the broker — its requests delayed, never refused — so a flood costs its own runtime
+# latency, not the other tenants'. Our services have no quota: they are the pipeline.
+
+PRODUCER_BYTE_RATE = "producer_byte_rate"
+REQUEST_PERCENTAGE = "request_percentage"
+
+
+@dataclass(frozen=True, order=True)
+class Quota:
+    """One principal's client quotas, as Kafka names them (entity ``user``)."""
+
+    user: str
+    producer_byte_rate: int
+    request_percentage: float
+
+    def values(self) -> dict[str, float]:
+        return {
+            PRODUCER_BYTE_RATE: float(self.producer_byte_rate),
+            REQUEST_PERCENTAGE: self.request_percentage,
+        }
+
+
+def quota_plan(
+    runtimes: tuple[str, ...], producer_byte_rate: int, request_percentage: float
+) -> tuple[Quota, ...]:
+    """The quotas of each runtime principal (all alike)."""
+    if producer_byte_rate <= 0 or request_percentage <= 0:
+        raise ValueError("runtime quotas must be positive")
+    return tuple(Quota(r, producer_byte_rate, request_percentage) for r in sorted(set(runtimes)))

@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     key_issuer_secret_file: str | None = None
     # How often a process looks at its bus secret files for a change (a rotation's step).
     bus_secrets_reload_s: float = 1.0
+    # Broker quotas of every runtime principal (domain/bus_access.py, docs/security.md):
+    # bytes a second it may produce, and the share of one broker thread its requests may
+    # take (100 = a whole thread). A runtime over them is slowed, never refused.
+    runtime_producer_byte_rate: int = 8 << 20
+    runtime_request_percentage: float = 50.0
     pg_dsn: str = "postgresql://agentloom@127.0.0.1:55432/agentloom"
     pg_pool_min: int = 2
     pg_pool_max: int = 10

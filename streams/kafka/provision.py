@@ -1,5 +1,6 @@
 """Provision the broker for a deployment, as the operator's ``admin`` principal: the
-SCRAM users of the credentials file and each principal's ACLs (``domain.bus_access``).
+SCRAM users of the credentials file, each principal's ACLs (``domain.bus_access``) and
+each runtime principal's client quotas (``domain.bus_access``).
 Idempotent; ``deploy/stack.sh up`` runs it, and so does every test or benchmark that
 configures its own topic or group names. Topics are created by the services themselves
 at start (``streams.kafka.topics``: each may create only its own).
@@ -18,10 +19,11 @@ import time
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from domain.bus_access import ROLES, BusNames, acl_plan
+from domain.bus_access import ROLES, BusNames, Quota, acl_plan, quota_plan
 from schemas.settings import Settings
 from streams.kafka.admin import create_acls, upsert_scram_users
 from streams.kafka.auth import credentials_path, kafka_auth, read_credentials
+from streams.kafka.quotas import set_quotas
 from streams.kafka.topics import ensure_topics
 
 log = logging.getLogger("agentloom.provision")
@@ -58,13 +60,22 @@ async def provision(settings: Settings, runtimes: dict[str, str] | None = None) 
         await upsert_scram_users(admin, wanted)
         acls = acl_plan(bus_names(settings), ("runtime", *extra))
         await create_acls(admin, acls)
+        await set_quotas(admin, runtime_quotas(settings, ("runtime", *extra)))
     finally:
         await admin.close()
     return len(acls)
 
 
+def runtime_quotas(settings: Settings, runtimes: tuple[str, ...]) -> tuple[Quota, ...]:
+    """The client quotas of the runtime principals (domain.bus_access)."""
+    return quota_plan(
+        runtimes, settings.runtime_producer_byte_rate, settings.runtime_request_percentage
+    )
+
+
 async def add_runtime(settings: Settings, name: str) -> str:
-    """A new runtime principal (write the records topic, nothing else); its password."""
+    """A new runtime principal (write the records topic, nothing else, within the runtime
+    quotas); its password."""
     password = secrets.token_hex(24)
     await provision(settings, {name: password})
     return password
@@ -91,7 +102,8 @@ def main() -> None:
         return
     n = asyncio.run(provision(settings))
     print(
-        f"[provision] users and {n} ACLs in place on {settings.kafka_bootstrap}"
+        f"[provision] users, {n} ACLs and the runtime quotas in place on"
+        f" {settings.kafka_bootstrap}"
         f" ({time.monotonic() - t0:.1f} s)"
     )
 

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
 from schemas.contracts import RecordKind, RetractionPayload
@@ -21,7 +22,8 @@ from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import revoke_key
 from streams.envelopes import KEY_TTL_S
 from streams.kafka.auth import KafkaAuth
-from streams.kafka.provision import add_runtime
+from streams.kafka.provision import add_runtime, runtime_quotas
+from streams.kafka.quotas import quotas_of
 from tests.integration.test_poison import dead_letters_at
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
@@ -229,3 +231,20 @@ async def test_a_revoked_runtime_key_signs_nothing_after_the_key_ttl(
         letters = await letters_for(services, {sent})
     assert letters[sent].reason_code == "unauthenticated_event"
     assert "after-revocation" not in await records_of(db, run.session_id)
+
+
+@pytest.mark.spec("R3.3")
+async def test_each_runtime_principal_is_held_to_the_runtime_quotas(
+    services: Services, space_b: SpaceB
+) -> None:
+    """Issue 38 (item 5): provisioning gives every runtime principal — the stack's and one
+    added later — the client quotas of domain.bus_access; our services have none."""
+    settings = settings_of(services.settings_env)
+    admin = AIOKafkaAdminClient(bootstrap_servers=services.stack.kafka_bootstrap, **auth())
+    await admin.start()
+    try:
+        for q in runtime_quotas(settings, ("runtime", space_b.auth.username or "")):
+            assert await quotas_of(admin, q.user) == q.values(), q.user
+        assert await quotas_of(admin, "processor") == {}
+    finally:
+        await admin.close()
