@@ -69,6 +69,8 @@ OURS = ("sdk", *SERVICES, "broker", "postgres")
 # "ours": the sum of the columns before it, what the benchmark's own processes cost (the
 # machine's other work, a shared machine's noise, excluded); "machine": every process.
 COLUMNS = (*OURS, "ours", "postgres_other", "rest", "machine")
+# PostgreSQL's backends apart by the process they serve (part of "postgres").
+PG_COLUMNS = tuple(f"pg:{name}" for name in ("sdk", *SERVICES))
 
 
 def log(msg: str) -> None:
@@ -152,6 +154,25 @@ class Agent:
         self.stats.steps.append((time.monotonic(), waited, server))
 
 
+async def backends_by_client(dsn: str, database: str, g: proc_cpu.Groups) -> dict[str, set[int]]:
+    """The PostgreSQL backends of ``database`` by the column whose process is their
+    client (matched by the client's TCP port): ``pg:prepare``, ``pg:processor``..."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT pid, client_port FROM pg_stat_activity WHERE datname = $1", database
+        )
+    finally:
+        await conn.close()
+    owners = {port: name for name in ("sdk", *SERVICES) for port in
+              proc_cpu.local_ports(g.pids.get(name, set()))}  # fmt: skip
+    out: dict[str, set[int]] = {}
+    for r in rows:
+        if (name := owners.get(r["client_port"])) is not None:
+            out.setdefault(f"pg:{name}", set()).add(r["pid"])
+    return out
+
+
 def groups(services: ServiceSet, s: Settings, database: str) -> proc_cpu.Groups:
     """The pids of each column, read now (the services' children included; the SDK is
     this process alone: py-spy, when profiling, is a child of it)."""
@@ -164,6 +185,21 @@ def groups(services: ServiceSet, s: Settings, database: str) -> proc_cpu.Groups:
     g.pids["broker"] = proc_cpu.kafka_brokers(snap, int(s.kafka_bootstrap.rsplit(":", 1)[1]))
     g.pids["postgres"], g.pids["postgres_other"] = proc_cpu.postgres_split(snap, database)
     return g
+
+
+async def transactions(dsn: str, database: str) -> int:
+    """PostgreSQL's count of transactions in ``database`` so far (each query outside a
+    transaction block is one): round trips that wrote or read, as the server saw them.
+    Backends report it at most once a second, so a window's count is that close."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        n = await conn.fetchval(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1",
+            database,
+        )
+    finally:
+        await conn.close()
+    return int(n or 0)
 
 
 async def compactions(dsn: str, prefix: str) -> dict[str, int]:
@@ -199,17 +235,20 @@ async def level(
     if lv.profile is not None:
         pids = {n: p.popen.pid for n in SERVICES if (p := getattr(services, n)) and p.popen}
         lv.profile.start({"sdk": os.getpid(), **pids}, lv.seconds, ("processor",))
+    xact0 = await transactions(s.pg_dsn, db)
     t0, before = time.monotonic(), proc_cpu.snapshot()
     await asyncio.sleep(lv.seconds)
     t1, after = time.monotonic(), proc_cpu.snapshot()
+    xacts = await transactions(s.pg_dsn, db) - xact0
     g = groups(services, s, db)
+    g.pids.update(await backends_by_client(s.pg_dsn, db, g))
     stop.set()
     await asyncio.gather(*tasks)
     window = stats.window(t0, t1)
     cpu = g.seconds(before, after)
     cpu["machine"] = proc_cpu.machine_seconds(before, after)
-    cpu["rest"] = max(0.0, cpu["machine"] - sum(v for k, v in cpu.items() if k != "machine"))
     cpu["ours"] = sum(cpu[k] for k in OURS)
+    cpu["rest"] = max(0.0, cpu["machine"] - cpu["ours"] - cpu["postgres_other"])
     steps = len(window)
     waited, server = [w for _, w, _ in window], [x for _, _, x in window]
     return {
@@ -225,6 +264,7 @@ async def level(
         "errors": sum(stats.errors.values()),
         "errors_by_code": dict(stats.errors),
         "compactions": await compactions(s.pg_dsn, prefix),
+        "pg_transactions_per_step": round(xacts / max(steps, 1), 1),
         "machine_busy": round(proc_cpu.busy_share(before, after), 3),
         "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
         "cpu_ms_per_step": {k: round(v * 1000 / max(steps, 1), 2) for k, v in cpu.items()},
@@ -258,6 +298,7 @@ def line(r: dict[str, Any]) -> str:
         f"{r['agents']} agents: {r['steps_per_s']} steps/s, prepare p50 {r['prepare_p50_ms']}"
         f" / p99 {r['prepare_p99_ms']} ms (server {r['server_p50_ms']} / {r['server_p99_ms']}),"
         f" {r['errors']} errors, compactions {r['compactions']},"
+        f" {r['pg_transactions_per_step']} PostgreSQL transactions per step,"
         f" CPU per step {r['cpu_ms_per_step']['ours']} ms ours,"
         f" {r['cpu_ms_per_step']['machine']} ms the machine's"
     )
@@ -266,22 +307,24 @@ def line(r: dict[str, Any]) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| agents | agent steps/s | prepare p50 | p99 | server p50 / p99 | errors |"
-        " compactions | CPU per step: ours / machine |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " compactions | PostgreSQL transactions per step | CPU per step: ours / machine |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
             f"| {r['agents']} | {r['steps_per_s']} | {r['prepare_p50_ms']:.0f} ms |"
             f" {r['prepare_p99_ms']:.0f} ms | {r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f}"
             f" ms | {r['errors']} | {r['compactions'].get('committed', 0)} |"
+            f" {r['pg_transactions_per_step']} |"
             f" {r['cpu_ms_per_step']['ours']:.1f} / {r['cpu_ms_per_step']['machine']:.1f} ms |"
         )
-    lines += ["", "CPU ms per agent step, per process:", ""]
-    lines.append("| agents | " + " | ".join(COLUMNS) + " |")
-    lines.append("|---:|" + "---:|" * len(COLUMNS))
-    for r in rows:
-        cells = " | ".join(f"{r['cpu_ms_per_step'].get(k, 0):.1f}" for k in COLUMNS)
-        lines.append(f"| {r['agents']} | {cells} |")
+    for title, cols in (("per process", COLUMNS), ("PostgreSQL by its client", PG_COLUMNS)):
+        lines += ["", f"CPU ms per agent step, {title}:", ""]
+        lines.append("| agents | " + " | ".join(cols) + " |")
+        lines.append("|---:|" + "---:|" * len(cols))
+        for r in rows:
+            cells = " | ".join(f"{r['cpu_ms_per_step'].get(k, 0):.1f}" for k in cols)
+            lines.append(f"| {r['agents']} | {cells} |")
     return "\n".join(lines)
 
 

@@ -131,3 +131,32 @@ def machine_seconds(before: Snapshot, after: Snapshot) -> float:
 def busy_share(before: Snapshot, after: Snapshot) -> float:
     total = after.machine_total - before.machine_total
     return (after.machine_busy - before.machine_busy) / total if total else 0.0
+
+
+def local_ports(pids: set[int]) -> set[int]:
+    """The local TCP ports of the sockets ``pids`` hold open (their clients' side of a
+    connection to PostgreSQL, say)."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) > 9 and f[9] in inodes:
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
