@@ -9,9 +9,15 @@ from collections import Counter
 
 import domain.compaction.extractive.salience as sal
 from domain.compaction.drafts import SourceItem
-from domain.compaction.extractive.fill import Candidates, Cap, Frag
+from domain.compaction.extractive.fill import Candidates, Cap, Frag, _rank
 from domain.compaction.extractive.floor import ANSWERS, ASKS
-from domain.compaction.extractive.segmentation import CJK_STOPS, is_question, one_line, sentences
+from domain.compaction.extractive.segmentation import (
+    CJK_STOPS,
+    echo_grams,
+    is_question,
+    one_line,
+    sentences,
+)
 from domain.compaction.extractive.signals import signal_lines
 
 READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
@@ -94,6 +100,21 @@ class Builder(Candidates):
                 cue = sal.is_decision(text)
                 self.floor(part, text, T_SIGNAL, cap, sep=_gap(before), cue=cue, group=ANSWERS)
             before = text
+
+    def settle_asks(self) -> None:
+        """The questions a later user message takes up (``echo_grams``: it repeats a run
+        of their words) leave the asks share to those nobody took up, which may still be
+        open. It only orders: nothing is presented as answered."""
+        later: set[str] = set()  # the echo runs of every user message after this part
+        ranked = sorted(self.parts, key=lambda p: _rank(p, self.order), reverse=True)
+        for part in ranked:
+            frags = [self.frags[i] for i in part.frags]
+            for f in frags:
+                if f.group == ASKS and later & echo_grams(f.text):
+                    f.group = ANSWERS
+            for f in frags:
+                if f.tier == T_USER:
+                    later |= echo_grams(f.full or f.text)
 
     def extra(
         self, part: int, text: str, base: float, *, sep: str, layer: int, scale: float

@@ -177,6 +177,7 @@ def _candidates(segment: tuple[SourceItem, ...]) -> Builder:
             text = f"{item.text} (reason: {item.detail})" if item.detail else item.text
             line = b.line(_RECORDS[kind], origin=RECORDED, key=item.question_key)
             b.floor(b.part(line, item.record_id), one_line(text), T_RECORDED, FIXED)
+    b.settle_asks()
     return b
 
 

@@ -31,10 +31,12 @@ from domain.compaction.extractive.segmentation import shorten, width
 # narration and result stubs (tier 3) get none: the calls beside them say what ran.
 ANSWERS = "answers"
 ASKS = "answers:asks"  # an answer that asks, by its punctuation: one of the answers too
-# (group, share): the newest answers keep 20%, then the newest of those that ask (a
-# question may still be open, or be asked again: "asked earlier") another 10%. A group
-# holds the groups its name starts.
-SHARES = (("2", 0.15), (ANSWERS, 0.18), (ASKS, 0.1))
+# (group, share): the newest answers keep 18%, then the newest of those that ask and that
+# no later user message took up (``Builder.settle_asks``: the question may still be
+# open) another 12%. A group holds the groups its name starts. What a share keeps goes
+# with the user's words, and goes after them: an old question nobody took up outlasts
+# a request as old.
+SHARES = (("2", 0.15), (ANSWERS, 0.18), (ASKS, 0.12))
 PROTECTED = 1  # their tier then: the user's words'
 MIN_LEFT = 24  # a dropped fragment shortened below its least to fill a tiny bound: no less
 
@@ -131,6 +133,7 @@ class _Floor:
         again = self.repeated(age)
         tier = {k: frags[k].tier or 0 for k in range(len(frags))}
         group = {k: frags[k].group or str(tier[k]) for k in tier}
+        shared: set[int] = set()  # kept by their group's share: the last of the tier to go
         for g, share in SHARES:
             members = sorted(
                 (
@@ -147,9 +150,18 @@ class _Floor:
                 if room < 0:
                     break
                 tier[k] = PROTECTED
+                shared.add(k)
         return sorted(
             range(len(frags)),
-            key=lambda k: (-tier[k], k not in again, frags[k].cue, age[k], frags[k].inner, k),
+            key=lambda k: (
+                -tier[k],
+                k not in again,
+                k in shared,
+                frags[k].cue,
+                age[k],
+                frags[k].inner,
+                k,
+            ),
         )
 
     def alive(self, budget: int) -> list[int]:

@@ -141,3 +141,24 @@ def _cut(text: str, keep: int, head_share: float) -> str:
     if 0 <= cut < tail_n * 0.2:
         tail = tail[cut + 1 :]
     return head.rstrip() + ELLIPSIS + tail.lstrip()
+
+
+# An echo: a later text repeats a run of this one — three words in a row, or six
+# characters of an unspaced script (CJK: about as much meaning).
+ECHO_WORDS, ECHO_CHARS = 3, 6
+UNSPACED = 0x2E80  # from here on (CJK, kana) a script writes no spaces between words
+
+
+def echo_grams(text: str) -> frozenset[str]:
+    """The runs of ``text`` that another text repeats when it takes ``text`` up: word
+    triples, and six-character runs of an unspaced script, case-folded."""
+    out: set[str] = set()
+    spaced: list[str] = []
+    for w in words(text):
+        if any(ord(ch) >= UNSPACED for ch in w):
+            out.update(w[k : k + ECHO_CHARS] for k in range(len(w) - ECHO_CHARS + 1))
+            continue
+        spaced.append(w)
+    for k in range(len(spaced) - ECHO_WORDS + 1):
+        out.add(" ".join(spaced[k : k + ECHO_WORDS]))
+    return frozenset(out)
