@@ -52,6 +52,11 @@ class Settings(BaseSettings):
     runtime_producer_byte_rate: int = 8 << 20
     runtime_request_percentage: float = 50.0
     pg_dsn: str = "postgresql://agentloom@127.0.0.1:55432/agentloom"
+    # Each process queries as its own login (alc_processor, alc_prepare, ...: the grants
+    # of storage/roles.py) on pg_dsn's server and database, while migrations run as
+    # pg_dsn's user (the owner). The local stack sets it; a deployment instead gives each
+    # process its own pg_dsn (deploy/k8s).
+    pg_role_logins: bool = False
     pg_pool_min: int = 2
     pg_pool_max: int = 10
 

@@ -25,6 +25,7 @@ from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage import api_keys
 from storage.migrate import apply_dsn
+from storage.roles import dsn_of
 from streams.kafka.bus_secrets import issuer_secret
 
 app = typer.Typer(
@@ -52,7 +53,8 @@ def create(
 
     async def run() -> api_keys.IssuedKey:
         await apply_dsn(settings.pg_dsn)
-        return await api_keys.issue(settings.pg_dsn, space, kind, actor, label, issuer=issuer)
+        dsn = dsn_of(settings, "cli")
+        return await api_keys.issue(dsn, space, kind, actor, label, issuer=issuer)
 
     issued = asyncio.run(run())
     who = f" for actor {issued.actor_id}" if issued.actor_id else ""
@@ -65,7 +67,7 @@ def list_(space: Annotated[str | None, typer.Option(help="only this space")] = N
     """Key ids, spaces, kinds and actors (never the keys)."""
 
     async def run() -> list[dict[str, object]]:
-        conn = await asyncpg.connect(Settings().pg_dsn)
+        conn = await asyncpg.connect(dsn_of(Settings(), "cli"))
         try:
             return await api_keys.list_keys(conn, space)
         finally:
@@ -84,7 +86,7 @@ def revoke(key_id: str) -> None:
     """Revoke a key; Prepare stops accepting it within its key cache's lifetime."""
 
     async def run() -> bool:
-        conn = await asyncpg.connect(Settings().pg_dsn)
+        conn = await asyncpg.connect(dsn_of(Settings(), "cli"))
         try:
             return await api_keys.revoke_key(conn, key_id)
         finally:

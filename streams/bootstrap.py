@@ -24,6 +24,7 @@ from storage.compaction.control import GainSettings
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.records.store import PgProcessing
+from storage.roles import dsn_of
 from streams import tracing
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
@@ -81,7 +82,9 @@ def gain_settings(settings: Settings) -> GainSettings:
 
 
 async def open_pool(settings: Settings) -> asyncpg.Pool:
-    return await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
+    # Its own login (storage/roles.py); migrations run as pg_dsn's owner.
+    dsn = dsn_of(settings, "processor")
+    return await create_pool(dsn, settings.pg_pool_min, settings.pg_pool_max)
 
 
 async def prepare_infrastructure(settings: Settings) -> None:

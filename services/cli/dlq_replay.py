@@ -47,6 +47,7 @@ from schemas.wire import DeadLetter, truncated_original
 from services.cli import dlq_verdict
 from storage import dlq_replays
 from storage.dlq_replays import LetterRow, Operator
+from storage.roles import dsn_of
 from streams.kafka.auth import kafka_auth
 
 log = logging.getLogger("agentloom.dlq")
@@ -332,7 +333,7 @@ class Replay:
 async def replay(settings: Settings, letters: list[Located]) -> tuple[str, Operator, list[Result]]:
     """Check, send and audit ``letters``; the database is reached first (fail closed)."""
     try:
-        conn = await asyncpg.connect(settings.pg_dsn)
+        conn = await asyncpg.connect(dsn_of(settings, "cli"))
     except (asyncpg.PostgresError, OSError) as exc:
         raise AuditUnavailable(f"the audit table is out of reach: {exc}") from exc
     try:

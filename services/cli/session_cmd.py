@@ -25,13 +25,14 @@ from storage.calls import views as call_views
 from storage.compaction import diagnostics
 from storage.pool import create_pool
 from storage.records.authored import session_authored
+from storage.roles import dsn_of
 
 app = typer.Typer(no_args_is_help=True, help="What the model calls of a session saw.")
 BAR = 50
 
 
 async def _load(session_id: str, which: str | None) -> dict[str, Any]:
-    pool = await create_pool(Settings().pg_dsn, 1, 2)
+    pool = await create_pool(dsn_of(Settings(), "cli"), 1, 2)
     try:
         if await inspection.session_scope(pool, session_id) is None:
             raise NotFound(f"session {session_id} not found")

@@ -30,6 +30,7 @@ from services.hooks import load
 from storage.compaction.jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from storage.roles import dsn_of
 from streams.instance import claim_instance_id
 from streams.kafka.auth import kafka_auth
 from streams.kafka.bus_secrets import service_signer
@@ -163,7 +164,8 @@ async def start(settings: Settings) -> Running:
     # Requests in, records out: exit before joining if they are wrong.
     await require_topics(settings, "compaction")
     # A connection per concurrent job, and one for the loop's own reads.
-    pool: asyncpg.Pool = await create_pool(settings.pg_dsn, 1, settings.compaction_concurrency + 1)
+    dsn = dsn_of(settings, "compaction")  # its own login (storage/roles.py)
+    pool: asyncpg.Pool = await create_pool(dsn, 1, settings.compaction_concurrency + 1)
     # linger 0: a job's outcome is one message, sent and waited for on its own.
     # Outcomes on the records topic carry the compaction service's envelope.
     publisher = AiokafkaPublisher(

@@ -53,6 +53,7 @@ from storage.pool import create_pool
 from storage.records.frontier import FrontierReads, NoFrontier, PgFrontier
 from storage.records.threads import PgThreads, Threads
 from storage.releases import PgReleases, Releases
+from storage.roles import dsn_of
 from storage.sessions import PgSessions, Sessions
 from streams import tracing
 from streams.kafka.auth import kafka_auth
@@ -248,7 +249,8 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     traces = tracing.configure(settings, "agentloom-prepare")  # ALC_TRACE_EXPORTER
     await apply_dsn(settings.pg_dsn)
     await ensure_topics(settings, role="prepare")
-    pool = await create_pool(settings.pg_dsn, settings.pg_pool_min, settings.pg_pool_max)
+    dsn = dsn_of(settings, "prepare")  # its own login (storage/roles.py)
+    pool = await create_pool(dsn, settings.pg_pool_min, settings.pg_pool_max)
     # Run lifecycle events and budget observations carry Prepare's envelope.
     publisher = AiokafkaPublisher(
         settings.kafka_bootstrap,
@@ -257,7 +259,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     )
     await publisher.start()
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
-    await waiter.start(settings.pg_dsn)
+    await waiter.start(dsn)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
     adapters = pg_adapters(pool, publisher, waiter, render_states=settings.prepare_render_states)
     options = Options.from_settings(settings, counter.method)
