@@ -97,6 +97,9 @@ env_lines() {
     echo "ALC_KAFKA_BOOTSTRAP=$boot"
   fi
   echo "ALC_PG_DSN=postgresql://${ALC_PG_USER:-agentloom}@127.0.0.1:${ALC_PG_PORT:-55432}/${ALC_PG_DB:-agentloom}"
+  # Each process queries as its own database login (storage/roles.py), migrations as the
+  # owner above.
+  echo "ALC_PG_ROLE_LOGINS=1"
   # Authentication (docs/security.md): each process takes its role's principal from
   # the credentials file, and its own bus secret from the secrets directory (Prepare
   # and compaction their signing keys, the processor the verification keys).

@@ -36,6 +36,7 @@ from domain.auth import KeyKind, host_key, key_id_of, verify
 from schemas.settings import Settings
 from services.console.settings import ConsoleSettings
 from storage import api_keys
+from storage.roles import role_dsn
 from streams.kafka.auth import credentials_path, kafka_auth
 from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import provision
@@ -83,7 +84,7 @@ def serve_env(
     env["ALC_CONSOLE_PORT"] = str(console_port)
     env["ALC_CONSOLE_PREPARE_URL"] = f"http://{host}:{prepare_port}"
     if "ALC_PG_DSN" in env:
-        env["ALC_CONSOLE_PG_DSN"] = env["ALC_PG_DSN"]
+        env["ALC_CONSOLE_PG_DSN"] = console_dsn(env)
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -104,6 +105,14 @@ def write_runtime_credentials(settings: Settings) -> None:
     path.touch(mode=0o600)
     path.chmod(0o600)
     path.write_text(f"# the runtime principal only (agentloom serve)\nruntime={auth.password}\n")
+
+
+def console_dsn(env: Mapping[str, str]) -> str:
+    """The console's database DSN: its own login when the stack gives each process its
+    own (``ALC_PG_ROLE_LOGINS``, storage/roles.py)."""
+    dsn = env["ALC_PG_DSN"]
+    logins = env.get("ALC_PG_ROLE_LOGINS", "").lower() in ("1", "true", "yes", "on")
+    return role_dsn(dsn, "console") if logins else dsn
 
 
 def export_line(settings: Settings, prepare_url: str, key: str, space: str) -> str:

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     # pg_dsn's user (the owner). The local stack sets it; a deployment instead gives each
     # process its own pg_dsn (deploy/k8s).
     pg_role_logins: bool = False
+    # pg_dsn's password, when it is not in the DSN (a Kubernetes Secret's value).
+    pg_password: SecretStr | None = None
     pg_pool_min: int = 2
     pg_pool_max: int = 10
 

@@ -25,7 +25,7 @@ from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage import api_keys
 from storage.migrate import apply_dsn
-from storage.roles import dsn_of
+from storage.roles import configured_dsn, dsn_of
 from streams.kafka.bus_secrets import issuer_secret
 
 app = typer.Typer(
@@ -52,7 +52,7 @@ def create(
     issuer = issuer_secret(settings) if kind is KeyKind.HOST else None
 
     async def run() -> api_keys.IssuedKey:
-        await apply_dsn(settings.pg_dsn)
+        await apply_dsn(configured_dsn(settings))
         dsn = dsn_of(settings, "cli")
         return await api_keys.issue(dsn, space, kind, actor, label, issuer=issuer)
 

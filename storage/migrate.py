@@ -109,7 +109,7 @@ def main() -> None:
     from schemas.settings import Settings
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    versions = asyncio.run(apply_dsn(Settings().pg_dsn))
+    versions = asyncio.run(apply_dsn(roles.configured_dsn(Settings())))
     print(f"migrations applied: {versions or 'none pending'}")
 
 

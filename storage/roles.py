@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -110,11 +110,24 @@ def role_dsn(dsn: str, role: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{login(role)}@{host}"))
 
 
+def configured_dsn(settings: Settings) -> str:
+    """``ALC_PG_DSN`` with ``ALC_PG_PASSWORD`` as its password when that is set: the
+    owner's locally, the process's own login in a deployment (deploy/k8s)."""
+    if settings.pg_password is None:
+        return settings.pg_dsn
+    parts = urlsplit(settings.pg_dsn)
+    user, _, host = parts.netloc.rpartition("@")
+    secret = quote(settings.pg_password.get_secret_value(), safe="")
+    return urlunsplit(parts._replace(netloc=f"{user.partition(':')[0]}:{secret}@{host}"))
+
+
 def dsn_of(settings: Settings, role: str) -> str:
     """The DSN a process of ``role`` queries with: its own login when
-    ``ALC_PG_ROLE_LOGINS`` is set (the local stack), else ``ALC_PG_DSN`` as given (a
+    ``ALC_PG_ROLE_LOGINS`` is set (the local stack), else the configured one (a
     deployment names each process's login there)."""
-    return role_dsn(settings.pg_dsn, role) if settings.pg_role_logins else settings.pg_dsn
+    if settings.pg_role_logins:
+        return role_dsn(settings.pg_dsn, role)
+    return configured_dsn(settings)
 
 
 async def _ensure_login(conn: asyncpg.Connection, name: str) -> bool:
@@ -127,7 +140,8 @@ async def _ensure_login(conn: asyncpg.Connection, name: str) -> bool:
     if not may:
         log.warning("no database role %s, and no right to create it: not granted", name)
         return False
-    with contextlib.suppress(asyncpg.DuplicateObjectError):  # another runner made it
+    # another runner (another database of the same server) may have made it meanwhile
+    with contextlib.suppress(asyncpg.DuplicateObjectError, asyncpg.UniqueViolationError):
         await conn.execute(f'CREATE ROLE "{name}" LOGIN')
     return True
 

@@ -24,7 +24,7 @@ from storage.compaction.control import GainSettings
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.records.store import PgProcessing
-from storage.roles import dsn_of
+from storage.roles import configured_dsn, dsn_of
 from streams import tracing
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
@@ -88,7 +88,7 @@ async def open_pool(settings: Settings) -> asyncpg.Pool:
 
 
 async def prepare_infrastructure(settings: Settings) -> None:
-    await apply_dsn(settings.pg_dsn)
+    await apply_dsn(configured_dsn(settings))
     # Every topic the processor reads or writes (records in; committed, dead letters,
     # compaction requests, observability out) exists with our partition count, or the
     # process stops here — before faust or aiokafka joins the group.

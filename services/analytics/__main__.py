@@ -24,7 +24,7 @@ from services import metrics
 from services.analytics.pipeline import Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.roles import dsn_of
+from storage.roles import configured_dsn, dsn_of
 from streams.kafka.auth import kafka_auth
 from streams.kafka.topics import require_topics
 
@@ -47,7 +47,7 @@ def consumer_of(settings: Settings) -> AIOKafkaConsumer:
 
 
 async def run(settings: Settings) -> None:
-    await apply_dsn(settings.pg_dsn)
+    await apply_dsn(configured_dsn(settings))
     await require_topics(settings, "analytics")
     # Two connections: one writes a batch while the other looks up new sessions' dimensions.
     pool = await create_pool(dsn_of(settings, "analytics"), 1, 2)  # its own login

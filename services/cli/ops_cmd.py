@@ -11,6 +11,7 @@ import typer
 from schemas.settings import Settings
 from services.cli.output import JsonOption, fail, out, show
 from storage.migrate import apply_dsn, available
+from storage.roles import configured_dsn
 from streams.kafka.auth import kafka_auth
 from streams.kafka.topics import TopicSetupFailed, ensure_topics, topic_names
 
@@ -52,7 +53,7 @@ async def _exists(s: Settings) -> None:
 
 def migrate(as_json: JsonOption = False) -> None:
     """Apply pending SQL migrations to ALC_PG_DSN (safe to run concurrently)."""
-    dsn = Settings().pg_dsn
+    dsn = configured_dsn(Settings())  # the owner's login: the one that may migrate
     try:
         applied = asyncio.run(apply_dsn(dsn))
     except Exception as exc:  # a database out of reach: reported, exit 1

@@ -30,7 +30,7 @@ from services.hooks import load
 from storage.compaction.jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.roles import dsn_of
+from storage.roles import configured_dsn, dsn_of
 from streams.instance import claim_instance_id
 from streams.kafka.auth import kafka_auth
 from streams.kafka.bus_secrets import service_signer
@@ -160,7 +160,7 @@ class Running:
 
 
 async def start(settings: Settings) -> Running:
-    await apply_dsn(settings.pg_dsn)
+    await apply_dsn(configured_dsn(settings))
     # Requests in, records out: exit before joining if they are wrong.
     await require_topics(settings, "compaction")
     # A connection per concurrent job, and one for the loop's own reads.

@@ -53,7 +53,7 @@ from storage.pool import create_pool
 from storage.records.frontier import FrontierReads, NoFrontier, PgFrontier
 from storage.records.threads import PgThreads, Threads
 from storage.releases import PgReleases, Releases
-from storage.roles import dsn_of
+from storage.roles import configured_dsn, dsn_of
 from storage.sessions import PgSessions, Sessions
 from streams import tracing
 from streams.kafka.auth import kafka_auth
@@ -247,7 +247,7 @@ def pg_adapters(
 async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     """The process's service over PostgreSQL and Kafka; closed on exit."""
     traces = tracing.configure(settings, "agentloom-prepare")  # ALC_TRACE_EXPORTER
-    await apply_dsn(settings.pg_dsn)
+    await apply_dsn(configured_dsn(settings))
     await ensure_topics(settings, role="prepare")
     dsn = dsn_of(settings, "prepare")  # its own login (storage/roles.py)
     pool = await create_pool(dsn, settings.pg_pool_min, settings.pg_pool_max)

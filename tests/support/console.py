@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from devstack.launcher import Proc
+from devstack.serve import console_dsn
 from tests.support.services import LOG_DIR, Services, free_port
 from tests.support.stack import REPO
 
@@ -31,7 +32,7 @@ def running_console(services: Services, **env: str) -> Iterator[str]:
         **os.environ,
         "ALC_CONSOLE_PORT": str(port),
         "ALC_CONSOLE_PREPARE_URL": services.prepare_url,
-        "ALC_CONSOLE_PG_DSN": services.env("ALC_PG_DSN"),
+        "ALC_CONSOLE_PG_DSN": console_dsn(services.settings_env),
         "PYTHONUNBUFFERED": "1",
         **env,
     }

@@ -40,7 +40,7 @@ class Stack:
 
 
 _AUTH_VARS = ("ALC_KAFKA_SECURITY_PROTOCOL", "ALC_KAFKA_CREDENTIALS_FILE", "ALC_KAFKA_SSL_")
-_AUTH_VARS += ("ALC_BUS_", "ALC_KEY_ISSUER_")
+_AUTH_VARS += ("ALC_BUS_", "ALC_KEY_ISSUER_", "ALC_PG_ROLE_LOGINS")
 
 
 class StackUnavailable(RuntimeError):

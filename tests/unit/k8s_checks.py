@@ -25,7 +25,7 @@ from streams.kafka.topics import topic_names
 
 K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30.0"  # the oldest version we support: its schemas are the strictest
-CORE_API_VERSIONS = {"v1", "apps/v1", "policy/v1", "autoscaling/v2"}
+CORE_API_VERSIONS = {"v1", "apps/v1", "batch/v1", "policy/v1", "autoscaling/v2"}
 # Custom resources: (apiVersion, kind) -> dotted paths that must be present.
 CUSTOM_RESOURCES: dict[tuple[str, str], list[str]] = {
     ("kafka.strimzi.io/v1beta2", "Kafka"): ["spec.kafka.listeners", "spec.kafka.config"],
@@ -58,6 +58,11 @@ MANUAL_SECRETS = {
     "agentloom-bus-prepare": {"signing-key"},
     "agentloom-bus-compaction": {"signing-key"},
     "agentloom-bus-verify": {"verify-keys", "key-issuer"},
+    # deploy/k8s/db-logins.sh: a basic-auth Secret per database login (storage/roles.py)
+    **{
+        f"agentloom-pg-{role}": {"username", "password"}
+        for role in ("processor", "prepare", "compaction", "analytics", "cli")
+    },
 }
 CNPG_APP_KEYS = {"username", "password", "host", "port", "dbname", "uri", "jdbc-uri", "pgpass"}
 ENTRY_POINTS = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -181,3 +182,64 @@ def test_the_scan_sees_reads_writes_and_row_locks() -> None:
 def test_a_role_dsn_names_the_login_and_keeps_the_server() -> None:
     dsn = role_dsn("postgresql://agentloom:pw@db.example:5432/app?sslmode=require", "cli")
     assert dsn == "postgresql://alc_cli@db.example:5432/app?sslmode=require"
+
+
+# --- deploy/k8s ---------------------------------------------------------------------------
+
+DEPLOYMENTS = {
+    "agentloom-processor": "processor",
+    "agentloom-prepare": "prepare",
+    "agentloom-compaction": "compaction",
+    "agentloom-analytics": "analytics",
+}
+
+
+@pytest.mark.parametrize("deployment", sorted(DEPLOYMENTS))
+def test_each_deployment_logs_in_to_the_database_as_its_own_role(deployment: str) -> None:
+    from tests.unit.k8s_checks import manifests, named
+
+    docs = manifests()
+    role = DEPLOYMENTS[deployment]
+    pod = named(docs, "Deployment")[deployment]["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    assert urlsplit(env["ALC_PG_DSN"]["value"]).username == f"alc_{role}"
+    ref = env["ALC_PG_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert (ref["name"], ref["key"]) == (f"agentloom-pg-{role}", "password")
+    assert "agentloom-pg-app" not in repr(pod)  # the owner's login: the migration Job's
+    managed = {
+        r["name"]: r["passwordSecret"]["name"]
+        for r in named(docs, "Cluster")["agentloom-pg"]["spec"]["managed"]["roles"]
+    }
+    assert managed[f"alc_{role}"] == f"agentloom-pg-{role}"
+
+
+def test_only_the_migration_job_holds_the_owners_login() -> None:
+    from tests.unit.k8s_checks import K8S, manifests, named
+
+    docs = manifests()
+    job = named(docs, "Job")["agentloom-migrate"]["spec"]["template"]["spec"]["containers"][0]
+    assert job["command"] == ["python", "-m", "storage.migrate"]
+    (dsn,) = job["env"]
+    assert dsn["valueFrom"]["secretKeyRef"] == {"name": "agentloom-pg-app", "key": "uri"}
+    script = (K8S / "db-logins.sh").read_text("utf-8")
+    assert "--from-literal" not in script
+    roles = {r["name"] for r in named(docs, "Cluster")["agentloom-pg"]["spec"]["managed"]["roles"]}
+    assert roles <= {f"alc_{r}" for r in PLAN}
+
+
+def test_a_password_given_apart_joins_the_configured_dsn_and_role_logins_win() -> None:
+    from schemas.settings import Settings
+    from storage.roles import configured_dsn, dsn_of
+
+    s = Settings(
+        pg_dsn="postgresql://alc_prepare@agentloom-pg-rw:5432/agentloom",
+        pg_password="p@ss/w:rd",  # type: ignore[arg-type]
+    )
+    assert (
+        configured_dsn(s)
+        == "postgresql://alc_prepare:p%40ss%2Fw%3Ard@agentloom-pg-rw:5432/agentloom"
+    )
+    assert dsn_of(s, "prepare") == configured_dsn(s)
+    local = Settings(pg_dsn="postgresql://agentloom@127.0.0.1:55432/x", pg_role_logins=True)
+    assert dsn_of(local, "analytics") == "postgresql://alc_analytics@127.0.0.1:55432/x"
+    assert configured_dsn(local) == local.pg_dsn  # migrations: the owner

@@ -68,6 +68,10 @@ def _env(docs: list[Doc], deployment: str) -> list[Doc]:
     return env
 
 
+def _named_env(docs: list[Doc], deployment: str, name: str) -> Doc:
+    return next(e for e in _env(docs, deployment) if e["name"] == name)
+
+
 # (what is broken, how, a phrase the problem must contain)
 BREAKAGES: list[tuple[str, Callable[[list[Doc]], None], str]] = [
     (
@@ -89,7 +93,9 @@ BREAKAGES: list[tuple[str, Callable[[list[Doc]], None], str]] = [
     ),
     (
         "secret key",
-        lambda d: _env(d, "agentloom-prepare")[0]["valueFrom"]["secretKeyRef"].update(key="url"),
+        lambda d: _named_env(d, "agentloom-prepare", "ALC_PG_PASSWORD")["valueFrom"][
+            "secretKeyRef"
+        ].update(key="url"),
         "missing Secret key",
     ),
     (
@@ -99,7 +105,7 @@ BREAKAGES: list[tuple[str, Callable[[list[Doc]], None], str]] = [
     ),
     (
         "setting value",
-        lambda d: _env(d, "agentloom-analytics")[1].update(value="nine"),
+        lambda d: _named_env(d, "agentloom-analytics", "ALC_METRICS_PORT").update(value="nine"),
         "do not validate",
     ),
     (
