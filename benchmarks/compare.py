@@ -308,6 +308,8 @@ def main() -> None:
     ap.add_argument("--full", action="store_true", help="the benchmarks' larger defaults")
     ap.add_argument("--gate", action="store_true", help="the regression gate (module doc)")
     ap.add_argument("--baseline", default="HEAD~1", help="--gate: the commit to compare with")
+    ap.add_argument("--only", help="these benchmarks of the set (e.g. agents,run_aiokafka)")
+    ap.add_argument("--agents", help="benchmarks.agents at these K (e.g. 48) for the set's")
     ap.add_argument("--keep-worktrees", action="store_true")
     args = ap.parse_args()
     if args.gate:
@@ -316,7 +318,11 @@ def main() -> None:
         ap.error("BEFORE and AFTER, or --gate")
     n = max(2, args.rounds or (2 if args.gate else 3))
     shas = {"before": git("rev-parse", args.before), "after": git("rev-parse", args.after)}
-    opts = GATE if args.gate else FULL if args.full else QUICK
+    opts = dict(GATE if args.gate else FULL if args.full else QUICK)
+    if args.agents:  # not a gate's measure any more: another K, a 40 s window
+        opts["agents"] = ["--agents", args.agents, "--seconds", "40"]
+    if args.only:
+        opts = {k: v for k, v in opts.items() if k in args.only.split(",")}
     trees = {side: worktree(sha) for side, sha in shas.items()}
     t0 = time.monotonic()
     try:

@@ -3,12 +3,19 @@
 The processor writes ``consumer_offsets`` in the same transaction as the records and
 NOTIFYs on commit, so one LISTEN connection wakes every waiter without polling; a slow
 poll remains as a safety net in case a notification is missed (e.g. reconnect).
+
+The committed offsets are read once per notification for all waiters, not once per
+waiter (with K agents waiting, a commit cost K reads): each notification starts a new
+generation, a waiter joins the read of its generation if one runs or ran, and the
+offsets read are kept (they only grow), so a prepare whose appends are already known
+committed reads nothing at all.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import asyncpg
@@ -16,6 +23,8 @@ import asyncpg
 from schemas.errors import NotCommittedYet
 from storage.records.ingest import NOTIFY_CHANNEL
 from storage.records.offsets import committed_offsets
+
+POLL_S = 0.25  # the safety net's period while a waiter waits without notification
 
 
 class Waiter(Protocol):
@@ -30,11 +39,24 @@ class Waiter(Protocol):
 
 
 class CommitWaiter:
-    def __init__(self, pool: asyncpg.Pool, consumer: str, topic: str) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        consumer: str,
+        topic: str,
+        read: Callable[[], Awaitable[dict[int, int]]] | None = None,
+    ) -> None:
+        """``read``: the committed offsets of every partition (default: PostgreSQL's
+        ``consumer_offsets`` of ``consumer`` and ``topic``)."""
         self.pool = pool
         self.consumer = consumer
         self.topic = topic
-        self._changed = asyncio.Event()
+        self._read_offsets = read or (lambda: committed_offsets(pool, consumer, topic))
+        self._known: dict[int, int] = {}  # partition -> next offset, the highest read
+        self._generation = 0  # notifications (and polls) so far
+        self._read: asyncio.Future[None] | None = None
+        self._read_generation = -1
+        self._notified = asyncio.Event()  # replaced at each notification
         self._conn: asyncpg.Connection | None = None
 
     async def start(self, dsn: str) -> None:
@@ -47,25 +69,47 @@ class CommitWaiter:
                 await self._conn.close()
 
     def _on_notify(self, *_: Any) -> None:
-        self._changed.set()
+        self._next_generation()
+
+    def _next_generation(self) -> None:
+        self._generation += 1
+        notified, self._notified = self._notified, asyncio.Event()
+        notified.set()
 
     async def changed(self, timeout: float) -> None:
         """Sleep until the processor's next commit (or ``timeout``)."""
-        self._changed.clear()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), timeout)
+            await asyncio.wait_for(self._notified.wait(), timeout)
+
+    def known(self, offsets: dict[int, int]) -> bool:
+        """Every offset of ``offsets`` is known committed (no read)."""
+        return all(self._known.get(p, 0) > off for p, off in offsets.items())
 
     async def committed(self, offsets: dict[int, int]) -> bool:
-        done = await committed_offsets(self.pool, self.consumer, self.topic, list(offsets))
-        return all(done.get(p, 0) > off for p, off in offsets.items())
+        """Whether ``offsets`` are committed, by a read of this generation."""
+        if self.known(offsets):
+            return True
+        read = self._read
+        stale = read is None or self._read_generation < self._generation
+        failed = read is not None and read.done() and (read.cancelled() or read.exception())
+        if stale or failed:
+            self._read_generation = self._generation
+            read = self._read = asyncio.ensure_future(self._read_all())
+        assert read is not None
+        await asyncio.shield(read)  # a waiter that gives up leaves the read to the others
+        return self.known(offsets)
+
+    async def _read_all(self) -> None:
+        for p, o in (await self._read_offsets()).items():
+            self._known[p] = max(self._known.get(p, 0), o)
 
     async def wait(self, offsets: dict[int, int], timeout: float) -> None:
-        if not offsets:
+        if not offsets or self.known(offsets):
             return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            self._changed.clear()
+            notified = self._notified
             if await self.committed(offsets):
                 return
             left = deadline - loop.time()
@@ -75,5 +119,8 @@ class CommitWaiter:
                     offsets={str(k): v for k, v in offsets.items()},
                     waited_s=timeout,
                 )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), min(left, 0.25))
+            try:
+                await asyncio.wait_for(notified.wait(), min(left, POLL_S))
+            except TimeoutError:
+                if self._notified is notified:  # no notification meanwhile: read again
+                    self._next_generation()
