@@ -91,7 +91,6 @@ from domain.compaction.sources import merge_job, merge_ranges, source_items
 from domain.compaction.text_rules import apply_text_rules, summary_heading
 from domain.compaction.validate import check_coverage
 from domain.context.blocks import AUTHORED_KINDS, authored_note
-from domain.context.budget import ModelProfile
 from domain.context.frontier_blocks import frontier_messages
 from domain.context.rendering import RecordView
 from domain.context.selection import build_groups, current_task_ids, segment, select_prefix
@@ -109,6 +108,7 @@ from domain.frontier import (
     plan_of,
     plan_text,
 )
+from domain.window.budget import ModelProfile
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.summarize import BoundedSummarizer
 

@@ -68,8 +68,8 @@ from benchmarks.real_transcripts.run import (
     trim_last,
 )
 from domain.compaction.bound import summary_bound
-from domain.context.budget import ModelProfile
 from domain.context.rendering import RecordView
+from domain.window.budget import ModelProfile
 
 PROFILE = ModelProfile("m-16k", 16_384, 2_048, 512)
 INPUT_BUDGET = PROFILE.input_budget()

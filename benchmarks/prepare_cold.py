@@ -43,10 +43,10 @@ import asyncpg
 
 from benchmarks import cold_session
 from domain.context.assemble import assemble
-from domain.context.budget import ModelProfile, enforce
 from domain.context.render_state import dump, load, pack
 from domain.context.rendering import RecordView, ThreadRenderer
 from domain.context.tokens import CachedCounter, TokenCounter, make_counter
+from domain.window.budget import ModelProfile, enforce
 from schemas.settings import Settings
 from services.prepare.assembly.views import SAVE_MIN, SAVE_SHARE
 

@@ -43,10 +43,10 @@ from typing import Any
 
 from benchmarks import prepare_cold
 from domain.context.assemble import assemble
-from domain.context.budget import ModelProfile, enforce
 from domain.context.rendering import Message, RecordView, ThreadRenderer
 from domain.context.tokens import CachedCounter, TokenCounter, make_counter
 from domain.policy.context_policy import LargeResultSettings
+from domain.window.budget import ModelProfile, enforce
 from schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

@@ -54,7 +54,6 @@ from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.gateway import SummaryGateway
 from domain.compaction.sources import merge_drafts, merge_ranges, source_items
 from domain.compaction.validate import check_coverage
-from domain.context.budget import ModelProfile
 from domain.context.rendering import RecordView
 from domain.context.selection import (
     build_groups,
@@ -63,6 +62,7 @@ from domain.context.selection import (
     select_prefix,
 )
 from domain.context.tokens import CachedCounter, make_counter
+from domain.window.budget import ModelProfile
 from schemas.settings import Settings
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.openai_compat import OpenAICompatibleSummarizer

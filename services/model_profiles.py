@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from domain.caching.rules import FORMAT_TTLS
-from domain.context.budget import ModelProfile, counting_label
 from domain.context.providers import FORMATS
-from domain.policy.model_catalog import ModelCatalog
+from domain.window.budget import ModelProfile, counting_label
+from domain.window.model_catalog import ModelCatalog
 from schemas.errors import InvalidPolicy
 
 

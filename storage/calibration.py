@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.context.budget import Calibration
+from domain.window.budget import Calibration
 
 # previous calibration -> (next calibration, the drift to store with the call)
 Step = Callable[[Calibration], tuple[Calibration, dict[str, Any]]]

@@ -16,8 +16,8 @@ from typing import Any
 import asyncpg
 import faust
 
-from domain.context.budget import ModelProfile
 from domain.context.tokens import CachedCounter, make_counter
+from domain.window.budget import ModelProfile
 from schemas.settings import Settings
 from storage.api_keys import PgBusKeys
 from storage.compaction.control import GainSettings

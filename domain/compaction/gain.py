@@ -45,9 +45,9 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import CompactionPolicy, ContextPolicy
 from domain.pricing import PICO, ModelPrices, TokenRates
+from domain.window.budget import ModelProfile
 
 HEADROOM_CALLS = 2  # calls of growth a deferred session keeps below the hard budget
 CALLS_PER_TURN = 2  # the projection's model calls per user turn

@@ -10,7 +10,7 @@ cache serves breaks only when a new summary commits. Every message carries ``blo
 ``category``, ``retention`` and, where something was done to it, ``decision`` and ``reason`` (R4.2).
 
 Each block's ``retention`` is its category's class in the release's ``retention_rules``
-(domain/policy/retention.py: what ``required``, ``active``, ``compressible`` and ``optional`` do).
+(domain/window/retention.py: what ``required``, ``active``, ``compressible`` and ``optional`` do).
 
 Reduction order when the estimate is over the input budget (R10.2): duplicate projections
 are never rendered twice (records are fed once, material merges by citation) → large
@@ -28,7 +28,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.context.budget import BudgetReport, Calibration, ModelProfile, make_report
 from domain.context.frontier_blocks import frontier_messages
 from domain.context.rendering import (
     Message,
@@ -37,10 +36,11 @@ from domain.context.rendering import (
     tool_schema_text,
 )
 from domain.frontier import Frontier
-from domain.policy.active_skills import apply_policy, candidates
-from domain.policy.retention import by_rule, classes, reduce, relabel
-from domain.policy.retention import required_tokens as required_by_rules
 from domain.policy.sections import ActiveSkillPolicy, RetentionRules
+from domain.window.active_skills import apply_policy, candidates
+from domain.window.budget import BudgetReport, Calibration, ModelProfile, make_report
+from domain.window.retention import by_rule, classes, reduce, relabel
+from domain.window.retention import required_tokens as required_by_rules
 
 CountFn = Callable[[str], int]
 
@@ -159,7 +159,7 @@ class _Head:
         policy: ActiveSkillPolicy | None,
     ) -> None:
         """R12.2, R12.3: each verified active skill the release's policy keeps active, its
-        instruction shown once (domain/policy/active_skills.py)."""
+        instruction shown once (domain/window/active_skills.py)."""
         kept, released = apply_policy(thread, candidates(thread, bindings), policy)
         self.decisions.extend(released)
         for c in kept:
@@ -212,7 +212,7 @@ def assemble(
     retention: RetentionRules | None = None,
     skills: ActiveSkillPolicy | None = None,
 ) -> Assembled:
-    """``retention``, ``skills``: the release's (domain.policy.retention, active_skills)."""
+    """``retention``, ``skills``: the release's (domain.window.retention, active_skills)."""
     ov = profile.message_overhead
     head = _Head(count, ov, decisions=list(thread.transfer_notes))  # background left out
     head.system("instructions", "instruction", "instructions", instructions, "release_instructions")

@@ -5,7 +5,7 @@
 rendered as stable text because they count against the budget too. ``RETENTION`` is the
 label a rendered block starts with (the platform defaults, schemas/policy_defaults.json);
 the assembler relabels and treats each block by the call's release's ``retention_rules``
-(domain/policy/retention.py).
+(domain/window/retention.py).
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from domain.authority import DERIVED_ROLE
-from domain.context.record_view import CountFn, Message
 from domain.frontier import Frontier, constraints_text, plan_text
+from domain.window.record_view import CountFn, Message
 
 
 def frontier_messages(frontier: Frontier, count: CountFn, overhead: int) -> list[Message]:

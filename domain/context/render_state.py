@@ -32,7 +32,6 @@ from typing import Any
 import orjson
 import zstandard
 
-from domain.context.record_view import OpenGroup
 from domain.context.rendering import (
     CountFn,
     RecordView,
@@ -42,6 +41,7 @@ from domain.context.rendering import (
 )
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
+from domain.window.record_view import OpenGroup
 
 FORMAT = 5  # what the head holds; the layout (magic) is unchanged
 _MAGIC = b"ALC-render-state/4\n"

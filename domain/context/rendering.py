@@ -28,7 +28,12 @@ from domain.context.blocks import (
     skills_catalog_text,
     tool_schema_text,
 )
-from domain.context.record_view import (
+from domain.context.redaction import redact
+from domain.policy.context_policy import LargeResultSettings
+from domain.policy.sections import ChildTransferPolicy
+from domain.window.active_skills import track as track_skill
+from domain.window.child_transfer import capped_result, choose_background
+from domain.window.record_view import (
     CountFn,
     DeferredRecords,
     Message,
@@ -37,11 +42,6 @@ from domain.context.record_view import (
     SkillActivation,
     SkillLoad,
 )
-from domain.context.redaction import redact
-from domain.policy.active_skills import track as track_skill
-from domain.policy.child_transfer import capped_result, choose_background
-from domain.policy.context_policy import LargeResultSettings
-from domain.policy.sections import ChildTransferPolicy
 
 __all__ = [
     "KEPT_BECAUSE",

@@ -16,9 +16,9 @@ import httpx
 import typer
 from rich.table import Table
 
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import effective_policy
-from domain.policy.draft import policy_issues, preview_dict
+from domain.preview.draft import policy_issues, preview_dict
+from domain.window.budget import ModelProfile
 from schemas.errors import ContextError, InvalidPolicy
 from schemas.settings import Settings
 from services.cli.output import INVALID, JsonOption, dump, err, fail, out, show

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from domain.compaction.drafts import COMPACTION_PURPOSE
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy
-from domain.policy.model_catalog import purpose_prices
 from domain.pricing import ModelPrices, cost_picos
 from domain.usage import Usage
+from domain.window.budget import ModelProfile
+from domain.window.model_catalog import purpose_prices
 from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
 from services.model_profiles import load_catalog
 from streams import genai

@@ -35,7 +35,7 @@ from domain.context.selection import (
     select_prefix,
 )
 from domain.context.tokens import CachedCounter
-from domain.policy.retention import retained_record_ids
+from domain.window.retention import retained_record_ids
 from schemas.errors import HookFailed
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services import metrics

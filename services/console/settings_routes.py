@@ -9,9 +9,9 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends, Request
 from fastapi.responses import JSONResponse, Response
 
-from domain.policy import form as policy_form
-from domain.policy.dry_run import DryRun, dry_run
-from domain.policy.form import Draft
+from domain.preview import form as policy_form
+from domain.preview.dry_run import DryRun, dry_run
+from domain.preview.form import Draft
 from schemas.errors import InvalidRequest
 from services.console import fields
 from services.console.context import (

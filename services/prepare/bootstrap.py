@@ -13,8 +13,8 @@ from functools import partial
 import asyncpg
 
 from domain.context.tokens import CachedCounter, make_counter
-from domain.policy.model_catalog import ModelCatalog
 from domain.policy.sections import COMPACT_POINTS, at_point
+from domain.window.model_catalog import ModelCatalog
 from schemas.errors import NotFound
 from schemas.settings import Settings
 from services.model_profiles import load_catalog

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from domain.context.budget import Calibration
+from domain.window.budget import Calibration
 from storage.calibration import Calibrations
 
 DEFAULT_TTL_S = 5.0

@@ -10,13 +10,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from domain.context.budget import Calibration, calibrate
 from domain.context.providers import prompt_cache_key
 from domain.context.providers import render as render_provider
 from domain.gate import GateDecision, check_manifest, check_tool_groups, gate
 from domain.policy.sections import HookBinding
 from domain.pricing import ModelPrices, cost_dict
 from domain.usage import parse_usage
+from domain.window.budget import Calibration, calibrate
 from schemas.errors import NotFound
 from services.prepare.assembly.prepare_hooks import HookRegistry, ModelCall
 from services.prepare.assembly.prepared import PreparedEntry, PreparedStore

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.context.budget import BudgetReport
+from domain.window.budget import BudgetReport
 from schemas.wire import ObservabilityEvent, encode_observability
 from storage.calls.model_calls import StoredCall
 from streams.kafka.publish import Publisher

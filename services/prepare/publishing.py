@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from domain.policy.context_policy import ContextPolicy, validate_policy
-from domain.policy.model_catalog import ModelCatalog, check_refs
+from domain.window.model_catalog import ModelCatalog, check_refs
 from schemas.errors import InvalidPolicy, NotFound, ReleaseConflict
 from services.model_profiles import model_profile
 from services.prepare.bodies import ReleaseIn

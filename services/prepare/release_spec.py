@@ -16,8 +16,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from domain.context.budget import ModelProfile
 from domain.policy.sections import HOOK_POINTS
+from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy
 from services.model_profiles import model_profile
 from services.prepare.fields import Id, json_path

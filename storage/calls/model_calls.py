@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.context.budget import Calibration
+from domain.window.budget import Calibration
 from storage.calibration import Step, fold
 from storage.calls import views as call_views
 

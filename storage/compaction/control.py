@@ -25,13 +25,13 @@ from domain.compaction.control import (
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
 from domain.compaction.triggers import REBUILD_DUE, Counters, LastAttempt
-from domain.context.budget import ModelProfile
 from domain.context.rendering import RecordView
 from domain.frontier import Frontier
 from domain.policy.context_policy import ContextPolicy
-from domain.policy.model_catalog import purpose_prices
 from domain.policy.parsed import policy_of
 from domain.pricing import ModelPrices
+from domain.window.budget import ModelProfile
+from domain.window.model_catalog import purpose_prices
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction import state as compaction_state
 from storage.compaction import summaries as repo

@@ -122,7 +122,7 @@ _INHERITED_FROM = (
 _ORDER = " ORDER BY r.session_sequence"
 _INHERITED = f"SELECT {_cols('c.id IS NOT NULL')}{_INHERITED_FROM}{_ORDER}"
 # What a renderer does with a covered record: counts it, and tracks it when it is a skill
-# load, an activation or a run start (skills' idle runs, ``domain.policy.active_skills``). Only
+# load, an activation or a run start (skills' idle runs, ``domain.window.active_skills``). Only
 # those are read; the rest are counted in SQL: a view over a long, summarized history
 # reads what it shows.
 # (IS TRUE: a payload without "skill" makes the comparison NULL, and NOT NULL is no row.)

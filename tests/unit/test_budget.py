@@ -1,4 +1,4 @@
-"""domain/context/budget.py: InputBudget arithmetic and enforcement (R6, R10.4)."""
+"""domain/window/budget.py: InputBudget arithmetic and enforcement (R6, R10.4)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.context.budget import ModelProfile, enforce, make_report
 from domain.context.tokens import ESTIMATE_METHOD
+from domain.window.budget import ModelProfile, enforce, make_report
 from schemas.errors import ContextBudgetExceeded, InvalidPolicy
 
 
@@ -203,7 +203,7 @@ def test_enforce_decision(required: int, optional: int) -> None:
 
 @pytest.mark.spec("R6.4")
 def test_counting_label_names_the_tokenizer_or_the_labelled_estimate() -> None:
-    from domain.context.budget import counting_label
+    from domain.window.budget import counting_label
 
     assert counting_label("cl100k_base", "tiktoken:cl100k_base") == "tiktoken:cl100k_base"
     assert counting_label("file:/m/x.tiktoken", "tiktoken_file:/m/x.tiktoken") == (

@@ -14,8 +14,8 @@ import pytest
 from domain.caching.replay import AnthropicCache, Sent, Tally, prefix_ids, prefix_tokens
 from domain.caching.requests import block_text, sent_request
 from domain.caching.rules import LOOKBACK_BLOCKS, MAX_BREAKPOINTS, CacheRules
-from domain.context.budget import ModelProfile
 from domain.context.providers import render
+from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "providers"

@@ -169,9 +169,9 @@ async def test_a_prepare_back_after_the_ttl_observes_it_and_waits_for_the_job(
 
 @pytest.mark.spec("R17")
 def test_the_preview_shows_where_a_cold_cache_compacts() -> None:
-    from domain.context.budget import ModelProfile
     from domain.policy.context_policy import effective_policy
-    from domain.policy.draft import preview
+    from domain.preview.draft import preview
+    from domain.window.budget import ModelProfile
 
     hour = ModelProfile("m", 16_384, 2_048, 512, cache_ttl="1h")
     (row, *_) = preview(effective_policy({})[0], [hour])

@@ -15,10 +15,10 @@ import httpx
 import pytest
 
 from domain.compaction.drafts import SourceItem, SummaryRequest, SummaryResult
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy, effective_policy
 from domain.pricing import ModelPrices
 from domain.usage import Usage
+from domain.window.budget import ModelProfile
 from schemas.settings import Settings
 from schemas.wire import decode_observability
 from services.compaction import bootstrap

@@ -35,9 +35,9 @@ from domain.compaction.triggers import (
     Observation,
     evaluate_triggers,
 )
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import CompactionPolicy, ContextPolicy, effective_policy
 from domain.pricing import ModelPrices
+from domain.window.budget import ModelProfile
 from schemas.wire import BudgetObservation, ControlEvent
 
 BUDGET = 10_000

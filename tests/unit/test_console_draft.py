@@ -1,6 +1,6 @@
-"""The settings page's draft and dry run (domain/policy/form.py, dry_run.py):
+"""The settings page's draft and dry run (domain/preview/form.py, dry_run.py):
 the whole ContextPolicy as form fields, every issue beside its field, the effective policy
-with provenance and the budgets from ``domain.policy.draft``, and what the next prepare
+with provenance and the budgets from ``domain.preview.draft``, and what the next prepare
 would do under a draft."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from domain.context.rendering import RecordView
 from domain.policy.context_policy import effective_policy
 from domain.policy.defaults import platform_defaults
-from domain.policy.dry_run import dry_run
-from domain.policy.form import (
+from domain.preview.dry_run import dry_run
+from domain.preview.form import (
     FIELDS,
     GENERAL,
     PATHS,

@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from domain.context.assemble import Assembled, Material, assemble
-from domain.context.budget import Calibration, ModelProfile, enforce
 from domain.context.rendering import RecordView, ThreadRenderer, tool_schema_text
 from domain.context.tokens import make_counter
 from domain.gate import check_manifest
 from domain.policy.context_policy import LargeResultSettings
+from domain.window.budget import Calibration, ModelProfile, enforce
 from schemas.errors import ContextBudgetExceeded
 
 CountFn = Callable[[str], int]

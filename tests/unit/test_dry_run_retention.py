@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from domain.policy.context_policy import effective_policy
-from domain.policy.dry_run import dry_run
+from domain.preview.dry_run import dry_run
 from tests.unit.test_console_draft import COUNTERS, RECORDS
 
 

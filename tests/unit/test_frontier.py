@@ -16,7 +16,6 @@ from domain.compaction.drafts import Fact, SummaryDraft
 from domain.compaction.text_rules import apply_text_rules
 from domain.compaction.validate import validate_draft
 from domain.context.assemble import assemble
-from domain.context.budget import ModelProfile
 from domain.context.rendering import ThreadRenderer
 from domain.frontier import (
     Frontier,
@@ -29,6 +28,7 @@ from domain.frontier import (
     plan_of,
 )
 from domain.plan_tool import plan_from_tool_arguments, plan_items
+from domain.window.budget import ModelProfile
 from schemas.contracts import PlanItem, PlanPayload, RecordKind
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_event

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import effective_policy
-from domain.policy.model_catalog import check_refs, for_purpose
+from domain.window.budget import ModelProfile
+from domain.window.model_catalog import check_refs, for_purpose
 from schemas.errors import InvalidPolicy
 from services.model_profiles import load_catalog
 

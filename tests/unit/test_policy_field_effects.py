@@ -34,11 +34,11 @@ from domain.compaction.triggers import (
     evaluate_triggers,
     job_expired,
 )
-from domain.context.budget import ModelProfile
 from domain.context.rendering import RecordView, ThreadRenderer
 from domain.context.selection import build_groups, select_prefix
 from domain.policy.context_policy import ContextPolicy, LargeResultSettings, effective_policy
-from domain.policy.model_catalog import ModelCatalog, for_purpose
+from domain.window.budget import ModelProfile
+from domain.window.model_catalog import ModelCatalog, for_purpose
 from schemas.errors import InvalidPolicy
 from schemas.wire import BudgetObservation, ControlEvent
 from tests.unit.test_skill_and_child_limits import active_skills_probe, child_transfer_probe
@@ -153,7 +153,7 @@ _CATALOG = ModelCatalog({"small": ModelProfile("small", 3000, 300, 50)}, {"cap":
 
 
 def _budget(purpose: str) -> Probe:
-    """The input budget a call of ``purpose`` gets (``domain.policy.model_catalog.for_purpose``,
+    """The input budget a call of ``purpose`` gets (``domain.window.model_catalog.for_purpose``,
     as Prepare and the preview call it)."""
 
     def probe(policy: ContextPolicy) -> int:

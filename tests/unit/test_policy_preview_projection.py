@@ -10,10 +10,10 @@ from dataclasses import replace
 import pytest
 
 from domain.compaction.gain import project
-from domain.context.budget import ModelProfile
-from domain.policy.cache_projection import project_cache
 from domain.policy.context_policy import effective_policy
-from domain.policy.draft import preview, preview_dict
+from domain.preview.cache_projection import project_cache
+from domain.preview.draft import preview, preview_dict
+from domain.window.budget import ModelProfile
 
 PRICES = {"input": 3, "output": 15, "cached_input": 0.3, "cache_write": 3.75}
 PRICED = ModelProfile("priced", 16_384, 2_048, 512, prices=PRICES)

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.context.budget import ModelProfile
 from domain.context.rendering import RETENTION
 from domain.policy.context_policy import (
     ContextPolicy,
@@ -22,7 +21,8 @@ from domain.policy.context_policy import (
     platform_defaults,
     validate_policy,
 )
-from domain.policy.draft import policy_issues, preview, preview_dict
+from domain.preview.draft import policy_issues, preview, preview_dict
+from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy
 
 PROFILE = ModelProfile("m-128k", 128_000, 4_000, 1_000)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from domain.context.budget import Calibration
+from domain.window.budget import Calibration
 from schemas.errors import NotFound
 from services.prepare.assembly.prepared import PreparedEntry
 from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn

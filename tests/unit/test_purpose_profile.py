@@ -1,4 +1,4 @@
-"""domain.policy.model_catalog: the profile each purpose is budgeted on (R6.1, R17) and the
+"""domain.window.model_catalog: the profile each purpose is budgeted on (R6.1, R17) and the
 publish check of the references a policy makes."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy, effective_policy
-from domain.policy.model_catalog import ModelCatalog, check_refs, for_purpose
+from domain.window.budget import ModelProfile
+from domain.window.model_catalog import ModelCatalog, check_refs, for_purpose
 from schemas.errors import InvalidPolicy
 
 OWN = ModelProfile("own", 4000, 500, 100)

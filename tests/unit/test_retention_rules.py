@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from domain.context.assemble import Assembled, Material, assemble
-from domain.context.budget import ModelProfile, enforce
 from domain.context.rendering import RecordView, ThreadRenderer
 from domain.policy.context_policy import ContextPolicy
-from domain.policy.retention import retained_record_ids
 from domain.policy.sections import RetentionRules
+from domain.window.budget import ModelProfile, enforce
+from domain.window.retention import retained_record_ids
 from schemas.errors import ContextBudgetExceeded
 
 CATEGORIES = ("state", "summary", "history", "interactions", "tool_results", "material")

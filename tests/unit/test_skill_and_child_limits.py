@@ -1,4 +1,4 @@
-"""domain/policy/active_skills.py and domain/policy/child_transfer.py: the release's
+"""domain/window/active_skills.py and domain/window/child_transfer.py: the release's
 active_skill_policy and child_transfer_policy limit which skills are active and what
 crosses between a parent
 and a child task (R12.2, R12.3, R13.2, R17)."""
@@ -12,10 +12,10 @@ import pytest
 from domain.context import render_state
 from domain.context.assemble import Assembled, assemble
 from domain.context.rendering import RecordView, ThreadRenderer
-from domain.policy.active_skills import apply_policy, candidates
-from domain.policy.child_transfer import choose_background, result_view
 from domain.policy.context_policy import ContextPolicy, effective_policy
 from domain.policy.sections import ActiveSkillPolicy, ChildTransferPolicy
+from domain.window.active_skills import apply_policy, candidates
+from domain.window.child_transfer import choose_background, result_view
 from schemas.errors import ContextBudgetExceeded
 from tests.unit.test_context import (
     INSTRUCTIONS,

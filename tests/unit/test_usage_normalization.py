@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from domain.context.budget import ModelProfile
 from domain.pricing import ModelPrices, cost_dict
 from domain.usage import Usage, parse_usage
+from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy, InvalidRequest
 
 PRICES = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)

@@ -19,11 +19,11 @@ from domain.compaction.triggers import (
     evaluate_triggers,
     ratio_threshold,
 )
-from domain.context.budget import BudgetReport
 from domain.context.rendering import ThreadRenderer
 from domain.context.selection import OPEN_CALL, build_groups, select_prefix
 from domain.policy.context_policy import CompactionPolicy, ContextPolicy
-from domain.policy.retention import retained_record_ids
+from domain.window.budget import BudgetReport
+from domain.window.retention import retained_record_ids
 from schemas.wire import BudgetObservation, ControlEvent
 from services.bus import send_control
 from services.prepare.assembly.views import SummaryView, ThreadViews

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.context.assemble import Assembled, Material, assemble
-from domain.context.budget import ModelProfile, counting_label, enforce
 from domain.context.providers import prompt_cache_key
 from domain.context.providers import render as render_provider
 from domain.context.rendering import ThreadRenderer
 from domain.frontier import Frontier
-from domain.policy.model_catalog import for_purpose
+from domain.window.budget import ModelProfile, counting_label, enforce
+from domain.window.model_catalog import for_purpose
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
 from services.model_profiles import model_profile
 from services.prepare.assembly.compaction_check import CompactionCheck, Lineage
@@ -171,7 +171,7 @@ class Preparer:
         instance_id = body.instance_id or main_instance
         child = instance_id != main_instance
         # R17: the purpose's profile (by reference, or this one) with its reserve, margin
-        # and platform limit (domain.policy.model_catalog, as the policy preview shows it).
+        # and platform limit (domain.window.model_catalog, as the policy preview shows it).
         models, as_purpose = self.releases.catalog, profile_purpose(purpose, child)
         profile = for_purpose(rel.policy, as_purpose, profile, models.profiles, models.limits)
         tools = view.tools if body.tool_catalog is None else body.tool_catalog

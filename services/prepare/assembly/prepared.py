@@ -18,7 +18,7 @@ import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
 from domain.context.assemble import ProtectedBlock
-from domain.context.budget import BudgetReport, Calibration, ModelProfile
+from domain.window.budget import BudgetReport, Calibration, ModelProfile
 from storage.calls.prepared_contexts import PreparedContexts
 
 log = logging.getLogger(__name__)

@@ -15,11 +15,11 @@ from typing import Any
 
 from domain.auth import Credential, KeyKind
 from domain.compaction.triggers import Counters
-from domain.context.budget import Calibration
 from domain.context.rendering import RecordView
 from domain.context.tokens import ByteEstimateCounter, CachedCounter
 from domain.planning import RunState
 from domain.policy.context_policy import validate_policy
+from domain.window.budget import Calibration
 from services.prepare.assembly.prepare_hooks import HookRegistry
 from services.prepare.bootstrap import Adapters, Options, build_service
 from services.prepare.service import PrepareService

@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from domain.context.record_view import RecordView, SkillActivation, SkillLoad
 from domain.policy.sections import ActiveSkillPolicy
+from domain.window.record_view import RecordView, SkillActivation, SkillLoad
 from schemas.errors import ContextBudgetExceeded
 
 

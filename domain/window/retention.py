@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
-from domain.context.budget import Calibration
-from domain.context.record_view import Message, RecordView
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.sections import RetentionRules
+from domain.window.budget import Calibration
+from domain.window.record_view import Message, RecordView
 
 _TALK = frozenset({"history", "interactions", "tool_results", "material"})
 _DEFAULTS = asdict(ContextPolicy().retention_rules)  # schemas/policy_defaults.json

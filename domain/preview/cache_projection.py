@@ -33,9 +33,9 @@ from domain.caching.replay import (
 )
 from domain.caching.rules import CacheRules
 from domain.compaction.gain import CALLS_PER_TURN, ceil_ratio
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy
 from domain.pricing import ModelPrices
+from domain.window.budget import ModelProfile
 
 CALL_S = 30.0  # seconds between two model calls of the projected session
 PER = 1_000_000  # prices are per million tokens

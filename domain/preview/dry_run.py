@@ -15,7 +15,7 @@ from domain.context.call_view import externalized
 from domain.context.rendering import RecordView
 from domain.context.selection import build_groups, select_prefix
 from domain.policy.context_policy import ContextPolicy
-from domain.policy.retention import retained_record_ids
+from domain.window.retention import retained_record_ids
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def dry_run(
     chain already covers; ``counters``: user_turns, model_steps and their baselines."""
     visible = [r for r in records if r.record_id not in covered]
     # R10.1: what the draft's retention rules keep verbatim, the compaction
-    # worker never summarizes — the same rule (domain/policy/retention.py), the latest run's view.
+    # worker never summarizes — the same rule (domain/window/retention.py), the latest run's view.
     run_id = (visible[-1].run_id or "") if visible else ""
     keep = retained_record_ids(visible, run_id, policy.retention_rules)
     sel = select_prefix(build_groups(visible), policy.recent_complete_groups, pinned=keep)

@@ -16,12 +16,12 @@ from typing import Any
 
 from domain.compaction.gain import project
 from domain.compaction.triggers import ratio_threshold
-from domain.context.budget import ModelProfile
-from domain.policy.cache_projection import project_cache
 from domain.policy.context_policy import ContextPolicy, effective_policy
 from domain.policy.defaults import defaults_version, normalize
-from domain.policy.model_catalog import for_purpose
 from domain.policy.sections import PURPOSES
+from domain.preview.cache_projection import project_cache
+from domain.window.budget import ModelProfile
+from domain.window.model_catalog import for_purpose
 from schemas.errors import InvalidPolicy
 
 MAX_ISSUES = 50
@@ -91,7 +91,7 @@ class PurposePreview:
     cache_ttl_s: int | None = None
     # A steady session projected under the draft (``domain.compaction.gain.project``,
     # replayed under the cache rules of the profile's provider format by
-    # ``domain.policy.cache_projection``): the share of request tokens read from the
+    # ``domain.preview.cache_projection``): the share of request tokens read from the
     # provider's cache (and the ideal share, were each call to read all of the previous
     # request), the cost per model call with compaction and the real rules' writes (in
     # ``cost_unit``: the profile's currency, or input-token equivalents when it has no

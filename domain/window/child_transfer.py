@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from domain.context.record_view import RecordView
 from domain.policy.sections import ChildTransferPolicy
+from domain.window.record_view import RecordView
 
 CountFn = Callable[[str], int]
 

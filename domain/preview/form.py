@@ -1,6 +1,6 @@
 """The settings page's draft (R17, R7.7, R6.1): the form has one field per value of the
 whole ContextPolicy, generated from the platform defaults; a draft is checked with
-``domain.policy.draft.policy_issues`` (every issue at once, each shown beside its field)
+``domain.preview.draft.policy_issues`` (every issue at once, each shown beside its field)
 and previewed with ``preview_dict`` (the effective policy, where each value came from,
 and InputBudget and every threshold in tokens per purpose) — the same functions as
 ``agentloom policy validate|preview``. Pure: the page's handlers read the release.
@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy, effective_policy
 from domain.policy.defaults import defaults_version, platform_defaults
-from domain.policy.draft import policy_issues, preview_dict
+from domain.preview.draft import policy_issues, preview_dict
+from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy
 
 OFF = ("off", "null", "none")

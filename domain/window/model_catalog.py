@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from domain.context.budget import ModelProfile
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.sections import PURPOSES
 from domain.pricing import ModelPrices
+from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy
 
 
