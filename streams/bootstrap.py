@@ -23,7 +23,7 @@ from storage.api_keys import PgBusKeys
 from storage.compaction.control import GainSettings
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
-from storage.records.store import PgProcessing
+from storage.processor_store import PgProcessing
 from storage.roles import configured_dsn, dsn_of
 from streams import tracing
 from streams.drivers import direct

@@ -32,7 +32,7 @@ from schemas.wire import (
     ControlEvent,
     ObservabilityEvent,
 )
-from storage.records.store import ControlStore
+from storage.processor_store import ControlStore
 from streams.faults import describe_failure, is_transient
 
 

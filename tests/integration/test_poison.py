@@ -41,7 +41,7 @@ from schemas.wire import (
     truncated_original,
 )
 from services.sdk.client import ApiError, ContextClient, RunHandle
-from storage.records.store import PgProcessingStore
+from storage.processor_store import PgProcessingStore
 from streams.admission import CONTROL_EVENT_NAME
 from streams.control import apply_controls
 from tests.support import events as ev
