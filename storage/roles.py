@@ -71,8 +71,8 @@ PLAN: dict[str, Grants] = {
     ),
     "compaction": _g(
         "compaction_operations",
-        "blobs compaction_jobs compaction_state history_snapshots records releases"
-        " revoked_resources runs schema_migrations sessions summary_revisions",
+        "blobs compaction_jobs compaction_state history_snapshots prepared_contexts records"
+        " releases revoked_resources runs schema_migrations sessions summary_revisions",
     ),
     "prepare": _g(
         "blobs call_views model_calibration model_calls prepared_contexts releases"

@@ -66,6 +66,11 @@ class SummaryRequest:
     # Every constraint text set in the session: rendered from its own records, never
     # restated by a summary (R11.5), in force or retired.
     constraints: tuple[str, ...] = ()
+    # The agent's last rendered request of the thread, when the summarizer is the agent's
+    # model and that request shows the whole segment: the call continues it and reads
+    # the covered history from the provider's cache (domain.caching.fork). None: the
+    # summarizer's own request.
+    fork: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         # R11.3: the gateway exists for compaction only; a different purpose here is a

@@ -24,9 +24,11 @@ from services.compaction.costs import CostNotes, ReleasePrices, catalog_profiles
 from services.compaction.dispatch import Dispatcher
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.job_loop import LoopConfig, RequestLoop
+from services.compaction.job_records import AgentRequests
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.hooks import load
+from storage.calls.agent_contexts import PgAgentContexts
 from storage.compaction.jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
@@ -100,9 +102,10 @@ def build_worker(
     hooks: HookChain | None = None,
     crash_after_save: bool = False,
     costs: CostNotes | None = None,
+    agents: AgentRequests | None = None,
 ) -> CompactionWorker:
     config = worker_config(settings, crash_after_save)
-    return CompactionWorker(jobs, publisher, gateway, counter, config, hooks, costs)
+    return CompactionWorker(jobs, publisher, gateway, counter, config, hooks, costs, agents)
 
 
 def compose(
@@ -114,10 +117,11 @@ def compose(
     hooks: HookChain | None = None,
     crash_after_save: bool = False,
     costs: CostNotes | None = None,
+    agents: AgentRequests | None = None,
 ) -> RequestLoop:
     """The request loop over its worker, wired to the given adapters."""
     worker = build_worker(
-        settings, jobs, publisher, gateway, counter, hooks, crash_after_save, costs
+        settings, jobs, publisher, gateway, counter, hooks, crash_after_save, costs, agents
     )
     return RequestLoop(worker, jobs, publisher, loop_config(settings))
 
@@ -176,6 +180,10 @@ async def start(settings: Settings) -> Running:
     )
     store = PgCompactionJobs(pool)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
+    catalog = catalog_profiles(settings.model_profiles_file)
+    # A model summarizer of the agent's model continues the agent's request (its cache).
+    forks = settings.summarizer == "openai"
+    agents = AgentRequests(PgAgentContexts(pool), store, catalog) if forks else None
     requests = compose(
         settings,
         store,
@@ -188,8 +196,9 @@ async def start(settings: Settings) -> Running:
         costs=CostNotes(
             publisher,
             settings.topic_observability,
-            ReleasePrices(store, catalog_profiles(settings.model_profiles_file)),
+            ReleasePrices(store, catalog),
         ),
+        agents=agents,
     )
     jobs = Dispatcher(requests.consume, settings.compaction_concurrency)
     consumer = _consumer(settings, HandOver(jobs, settings.compaction_group))

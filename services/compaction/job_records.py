@@ -4,15 +4,31 @@ A thread's view only grows (the inherited part is fixed by the run's snapshot), 
 view read for one job is extended with the records committed since, instead of being
 read again. A revocation rewrites past records (withdrawn content, R15.3), so a cached
 view read before one is never reused.
+
+``AgentRequests`` reads the other thing a job may use of its thread: the agent's last
+rendered request, which a summarizer of the agent's own model continues
+(``domain.caching.fork``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
+import orjson
+
+from domain.caching.fork import AgentRequest, agent_request
+from domain.compaction.drafts import COMPACTION_PURPOSE
 from domain.context.rendering import RecordView
+from domain.window.budget import ModelProfile
+from domain.window.model_catalog import for_purpose
 from schemas.wire import CompactionRequest
+from services.compaction.costs import ReleaseReads
+from storage.calls.agent_contexts import AgentContexts
 from storage.compaction.jobs import CompactionJobs
+
+log = logging.getLogger("agentloom.compaction")
 
 THREAD_CACHE = 64  # threads whose views stay cached between jobs
 
@@ -55,3 +71,30 @@ class JobRecords:
         while len(self._threads) > self.capacity:
             self._threads.pop(next(iter(self._threads)))
         return records
+
+
+@dataclass(frozen=True)
+class AgentRequests:
+    """The agent's last rendered request of a job's thread (a prepared action context,
+    any Prepare instance's: they are stored), when the ``compaction`` purpose's profile
+    (the release's, or the one it references in ``catalog``) is the agent's model and
+    format; None otherwise, and the summarizer sends its own request."""
+
+    contexts: AgentContexts
+    releases: ReleaseReads
+    catalog: Mapping[str, ModelProfile] = field(default_factory=dict)
+
+    async def request(self, req: CompactionRequest) -> AgentRequest | None:
+        last = await self.contexts.last_action(req.session_id, req.run_id, req.instance_id)
+        found = None if last is None else await self.releases.release_pricing(req.session_id)
+        if last is None or found is None:
+            return None
+        policy, profile = found
+        try:
+            summarizer = for_purpose(
+                policy, COMPACTION_PURPOSE, ModelProfile.from_dict(profile), self.catalog
+            )
+            return agent_request(orjson.loads(last.body), last.space_id, summarizer)
+        except (KeyError, TypeError, ValueError) as exc:  # an older or foreign body
+            log.warning("job %s: the agent's request is not forked: %r", req.job_id, exc)
+            return None

@@ -7,6 +7,13 @@ attempt. Transport errors, timeouts, 429 and 5xx are retried a bounded number of
 other 4xx are not (the same request would fail again). The API key goes only into the
 Authorization header — never into logs, error details or ``repr``.
 
+A request whose ``fork`` is set (the agent's own model, its last request of the thread
+showing the whole segment) is that request continued by one instruction message
+(``fork_instruction``: this prompt, then an index of the segment's records by id and
+first words, so the model can cite them) with ``tool_choice: "none"`` and no
+``response_format`` (``domain.caching.fork``): the covered history is read from the
+agent's prompt cache. OpenAI Chat Completions only; other formats never fork.
+
 A model's answer is read leniently (``read_answer``): prose or a code fence around the
 JSON, a cut-off answer, missing sections, wrong types, entries without a valid
 citation, entries too long for the output bound and answers in another language than
@@ -28,6 +35,7 @@ from typing import Any
 
 import httpx
 
+from domain.caching.fork import forked_body
 from domain.compaction.drafts import (
     SummaryRequest,
     SummaryResult,
@@ -68,20 +76,25 @@ RESPONSE_FORMATS: tuple[dict[str, Any] | None, ...] = (
 )
 
 
+def _plan_lines(req: SummaryRequest) -> list[str]:
+    if not req.plan.items:
+        return []
+    return [  # State of record, shown beside the summary (R11.4, R11.5)
+        f"Current plan (v{req.plan.version}), shown to the agent on its own: never state"
+        " an item's status otherwise; report an earlier plan only as the past"
+        ' ("earlier: ...", "was").',
+        *(f"- [{i.status}] {i.text} (id {i.item_id})" for i in req.plan.items),
+        "",
+    ]
+
+
 def render_segment(req: SummaryRequest) -> str:
     """The user message: one ``[record_id] role/kind: text`` line per record; a record
     that made tool calls shows them with their arguments (``→ calls: name {json}``)."""
     lines: list[str] = []
     if req.previous_summary_text:
         lines += ["Previous summary (context only):", req.previous_summary_text, ""]
-    if req.plan.items:  # State of record, shown beside the summary (R11.4, R11.5)
-        lines += [
-            f"Current plan (v{req.plan.version}), shown to the agent on its own: never state"
-            " an item's status otherwise; report an earlier plan only as the past"
-            ' ("earlier: ...", "was").',
-            *(f"- [{i.status}] {i.text} (id {i.item_id})" for i in req.plan.items),
-            "",
-        ]
+    lines += _plan_lines(req)
     lines.append("Segment to summarize:")
     for item in req.segment:
         tool = ""
@@ -96,6 +109,29 @@ def render_segment(req: SummaryRequest) -> str:
         if calls:  # not in square brackets: those hold record ids only
             text = f"{text} → calls: {calls}" if text else f"→ calls: {calls}"
         lines.append(f"[{item.record_id}] {item.role}/{item.kind}: {tool}{text}")
+    return "\n".join(lines)
+
+
+INDEX_WORDS = 12  # the first words of a record in a forked call's index
+FORK_NOTE = (
+    "The conversation above is yours. Do not continue it and call no tool: summarize"
+    " only the records of the segment below, as the instructions above describe. Each"
+    " line of the segment indexes one record of the conversation above, in its order:"
+    " its id in square brackets and its first words. Read the record itself above and"
+    " cite these ids. A summary shown above is context only."
+)
+
+
+def fork_instruction(req: SummaryRequest) -> str:
+    """A forked call's final message: the prompt, the plan, then one
+    ``[record_id] role/kind: first words`` line per record of the segment."""
+    lines = [SYSTEM_PROMPT, "", FORK_NOTE, "", *_plan_lines(req), "Segment to summarize:"]
+    for item in req.segment:
+        words = item.text.split() or [n for n, _args in item.arguments] or [item.tool_name or ""]
+        more = " …" if len(words) > INDEX_WORDS else ""
+        lines.append(
+            f"[{item.record_id}] {item.role}/{item.kind}: {' '.join(words[:INDEX_WORDS])}{more}"
+        )
     return "\n".join(lines)
 
 
@@ -145,7 +181,9 @@ class OpenAICompatibleSummarizer:
 
     def request_body(self, req: SummaryRequest, fmt: int | None = None) -> dict[str, Any]:
         """The Chat Completions body; ``fmt`` indexes ``RESPONSE_FORMATS`` (default: the
-        first this server accepted)."""
+        first this server accepted). A forked request continues the agent's (no format)."""
+        if req.fork is not None:
+            return forked_body(req.fork, fork_instruction(req), self.model, req.max_output_tokens)
         # No "tools" key at all (R11.3): even an empty list invites tool-call parsing.
         body: dict[str, Any] = {
             "model": self.model,
@@ -188,6 +226,8 @@ class OpenAICompatibleSummarizer:
     async def _complete(self, client: httpx.AsyncClient, req: SummaryRequest) -> dict[str, Any]:
         """The completion; a server that refuses the response format (``_refuses_format``)
         is asked again with the next one, remembered, so later calls start there."""
+        if req.fork is not None:  # no response_format to refuse
+            return await self._post_with_retries(client, self.request_body(req), req)
         while True:
             fmt = self._format
             try:

@@ -48,7 +48,7 @@ from services.compaction.compact_hooks import (
     failure_reason,
 )
 from services.compaction.costs import CostNotes, Spent
-from services.compaction.job_records import JobRecords
+from services.compaction.job_records import AgentRequests, JobRecords
 from services.compaction.job_state import JobState, Stop, invalid
 from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.summarize import BoundedSummarizer
@@ -83,8 +83,9 @@ class CompactionWorker:
         config: WorkerConfig,
         hooks: HookChain | None = None,
         costs: CostNotes | None = None,
+        agents: AgentRequests | None = None,  # None: never fork the agent's request
     ) -> None:
-        self.jobs, self.costs = jobs, costs
+        self.jobs, self.costs, self.agents = jobs, costs, agents
         self.publisher = publisher
         self.counter = counter
         self.config = config
@@ -259,6 +260,9 @@ class CompactionWorker:
         drafts: list[SummaryDraft] = []
         shown: list[SourceItem] = []
         total = sum(seg.tokens for seg in segments) or 1
+        # the agent's own model continues its last request (issue 39 item 3).
+        agent = await self.agents.request(job.req) if self.agents else None
+        summarized = (job.req.parent_summary_id, job.covered_before)
         for i, seg in enumerate(segments):
             items = source_items(seg, job.by_id)
             shown.extend(items)
@@ -272,6 +276,7 @@ class CompactionWorker:
                 f"{job.op_id}:{i}",
                 plan=job.frontier.plan,
                 constraints=job.frontier.declared,
+                fork=agent.body if agent and agent.shows(items, *summarized) else None,
             )
             try:
                 drafts.append(await self.summarizer.summarize(request, job.spent))

@@ -3,6 +3,8 @@ any Prepare instance can check a call for a context another instance prepared.
 
 The body is opaque here (the service owns its wire mapping, services/prepare/assembly/prepared.py).
 Retention is bounded: ``prune`` deletes rows older than a given age (migration 012).
+A row also names its purpose and lineage (migration 026), so the compaction service can
+read a thread's newest action context (storage/calls/agent_contexts.py).
 """
 
 from __future__ import annotations
@@ -26,8 +28,17 @@ class StoredPrepared:
 class PreparedContexts(Protocol):
     """Port: the prepared contexts of every Prepare instance."""
 
-    async def save(self, prepared_id: str, session_id: str, run_id: str, body: bytes) -> None:
-        """Store one (ids are fresh per prepare: a second save of one id changes nothing)."""
+    async def save(
+        self,
+        prepared_id: str,
+        session_id: str,
+        run_id: str,
+        body: bytes,
+        purpose: str | None = None,
+        lineage: str | None = None,
+    ) -> None:
+        """Store one (ids are fresh per prepare: a second save of one id changes nothing);
+        ``lineage``: "main" for a session's main thread, else the child instance id."""
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:
         """The stored context, or None (never prepared, or pruned)."""
@@ -40,14 +51,24 @@ class PgPreparedContexts:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def save(self, prepared_id: str, session_id: str, run_id: str, body: bytes) -> None:
+    async def save(
+        self,
+        prepared_id: str,
+        session_id: str,
+        run_id: str,
+        body: bytes,
+        purpose: str | None = None,
+        lineage: str | None = None,
+    ) -> None:
         await self.pool.execute(
-            "INSERT INTO prepared_contexts (prepared_id, session_id, run_id, body)"
-            " VALUES ($1, $2, $3, $4) ON CONFLICT (prepared_id) DO NOTHING",
+            "INSERT INTO prepared_contexts (prepared_id, session_id, run_id, body, purpose,"
+            " lineage) VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (prepared_id) DO NOTHING",
             prepared_id,
             session_id,
             run_id,
             body,
+            purpose,
+            lineage,
         )
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:

@@ -132,3 +132,39 @@ async def test_an_answer_with_nothing_cited_fails_at_validation_and_keeps_the_vi
     assert "uncited" in job["reason"]
     st = await state(db, session["session_id"])
     assert st["current_summary_id"] is None and st["baseline_user_turns"] == 0
+
+
+def cited(ids: list[str]) -> str:
+    doc = {"findings": [{"text": "row1=7 was read", "source_ids": [ids[0], ids[-1]]}]}
+    return json.dumps(doc)
+
+
+@pytest.mark.spec("R11.3", "R11.4")
+async def test_the_agents_own_model_summarizes_by_continuing_the_agents_last_request(
+    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """Issue 39 item 3: the summarizer is the agent's model (the release's profile serves
+    both purposes), so its request is the agent's last rendered request of the thread,
+    byte for byte, plus one instruction indexing the segment; tools kept, none callable."""
+    script = scripted[1]
+    answer_with(script, cited)
+    session = await new_session(ctx, context_policy=POLICY)
+    run = await question(ctx, session, "f", rounds=2)
+    rendered = [(await ctx.prepare(run, render=True))["provider"]["request"]]
+    await ctx.finish_run(run)
+    run = await question(ctx, session, "g")
+    rendered.append((await ctx.prepare(run, render=True))["provider"]["request"])
+    (job,) = await settled(db, session["session_id"])
+    assert job["status"] == "committed", dict(job)
+    with script.lock:
+        forked = [r for r in script.requests if "tool_choice" in r]
+    (body,) = forked  # one segment, one call, and it continued the agent's request
+    agent = next(r for r in rendered if r["messages"] == body["messages"][:-1])
+    assert json.dumps(body["messages"][:-1]) == json.dumps(agent["messages"])
+    assert body["tools"] == agent["tools"] and body["tool_choice"] == "none"
+    assert body["prompt_cache_key"] == agent["prompt_cache_key"]
+    assert "response_format" not in body
+    covered = await db.fetchval(
+        "SELECT covered_record_ids FROM summary_revisions WHERE job_id=$1", job["job_id"]
+    )
+    assert set(segment_ids(body)) == set(covered)  # the index names what the job covers

@@ -321,6 +321,7 @@ class Preparer:
                 target.release.policy.compaction.context_ratio,
                 body.reprepare_of,
                 deps,
+                target.instance_id if target.child else "main",
             )
         )
         return {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import orjson
@@ -42,6 +42,9 @@ class PreparedEntry:
     soft_ratio: float | None
     reprepare_of: str | None
     dependency_versions: dict[str, Any]
+    # "main" or the child instance id: the stored row's thread, not part of the context
+    # (not in the body, not compared).
+    lineage: str | None = field(default=None, compare=False)
 
     def to_json(self) -> bytes:
         """The stored form. Floats keep every digit (the gate recomputes the calibrated
@@ -120,7 +123,12 @@ class PreparedStore:
     async def _save(self, entry: PreparedEntry) -> None:
         try:
             await self.stored.save(
-                entry.prepared_id, entry.session_id, entry.run_id, entry.to_json()
+                entry.prepared_id,
+                entry.session_id,
+                entry.run_id,
+                entry.to_json(),
+                entry.purpose,
+                entry.lineage,
             )
         except Exception:  # the context stays usable here; another instance re-prepares
             log.exception("prepared context %s not stored", entry.prepared_id)

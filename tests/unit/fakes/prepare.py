@@ -208,7 +208,15 @@ class FakePreparedContexts:
     rows: dict[str, StoredPrepared] = field(default_factory=dict)
     loads: int = 0
 
-    async def save(self, prepared_id: str, session_id: str, run_id: str, body: bytes) -> None:
+    async def save(
+        self,
+        prepared_id: str,
+        session_id: str,
+        run_id: str,
+        body: bytes,
+        purpose: str | None = None,
+        lineage: str | None = None,
+    ) -> None:
         self.rows.setdefault(prepared_id, StoredPrepared(prepared_id, session_id, run_id, body))
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:
