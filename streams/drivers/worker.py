@@ -26,7 +26,11 @@ from streams.drivers.offload import (
     read_frame,
     settings_from,
 )
+from streams.kafka.auth import kafka_auth
+from streams.kafka.publish import AiokafkaPublisher
+from streams.metrics import MeteredPublisher
 from streams.processor import BatchProcessor, handle_or_exit
+from streams.wiring import build_processor, open_pool
 
 log = logging.getLogger("agentloom.processor")
 
@@ -45,12 +49,6 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 async def serve(reader: asyncio.StreamReader) -> None:
-    # Imported here: the composition root imports this package's faust side too.
-    from streams.bootstrap import build_processor, open_pool
-    from streams.kafka.auth import kafka_auth
-    from streams.kafka.publish import AiokafkaPublisher
-    from streams.metrics import MeteredPublisher
-
     first = await read_frame(reader)
     if first is None:
         return

@@ -27,12 +27,12 @@ from services.sdk.client import ContextClient
 from storage.api_keys import issue
 from storage.pool import create_pool
 from streams import tracing
-from streams.bootstrap import build_processor
 from streams.drivers import direct
 from streams.kafka.auth import kafka_auth
 from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import provision
 from streams.kafka.publish import AiokafkaPublisher
+from streams.wiring import build_processor
 from tests.support.flows import new_session
 from tests.support.services import TEST_SPACE, services_env, settings_of
 from tests.support.stack import Stack

@@ -31,7 +31,7 @@ from services.compaction.openai_compat import (
     completion_usage,
 )
 from services.compaction.scripted import ScriptedSummarizer
-from streams.bootstrap import gain_settings
+from streams.wiring import gain_settings
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher
 from tests.unit.test_compaction_worker import COUNTER, SETTINGS, published, request
