@@ -101,6 +101,7 @@ FIXED = 1_500
 PRICES = ModelPrices(input=3.0, output=15.0, cached_input=0.3, cache_write=3.75)
 SUMMARY_RATIO = 6  # a summary is a sixth of what it summarizes
 INSTRUCTION = 400  # a model summarizer's instruction tokens
+INDEX_LINE = 16  # a forked call's index: a covered record's id and first words
 ROLLUP_RATIO = 2  # a roll-up condenses a summary and its new entries to half
 LC_KEEP = 20
 LC_TRIM = 4_000
@@ -166,6 +167,7 @@ class Meter:
     compaction_output: int = 0
     compaction_cost: int = 0
     clock_s: float = 0.0
+    forked: int = 0  # forked summarizer calls among ``calls``
     steps_s: list[float] = field(default_factory=list)  # the question's calls to come
 
     def ask(self, q: Question) -> None:
@@ -176,6 +178,13 @@ class Meter:
     def call(self, request: list[Msg], output: int, steady: bool) -> None:
         self.calls.append(Call(list(request), output, steady, self.clock_s))
         self.clock_s += self.steps_s.pop(0)
+
+    def fork(self, request: list[Msg], output: int) -> None:
+        """A forked summarizer call (``domain.caching.fork``): the agent's last request
+        plus the instruction, replayed and billed like a model call (its prefix is read
+        from the agent's cache); it takes no step of the question."""
+        self.calls.append(Call(list(request), output, False, self.clock_s))
+        self.forked += 1
 
     def summarize(self, tokens_in: int, tokens_out: int, count: bool = True) -> None:
         """A summarizer call, billed uncached (``count``: it is a compaction of its own)."""
@@ -269,6 +278,7 @@ class Ours:
     keep_recent: int
     gain: bool
     model_summarizer: bool
+    fork: bool = False  # the model summarizer continues the agent's last request
     summary: int = 0
     revision: int = 0
     done: list[list[Msg]] = field(default_factory=list)  # complete questions in the view
@@ -299,19 +309,25 @@ class Ours:
                 st = CompactionState(st.totals, st.baseline, attempt)
             self.state = st
             return
-        self.summary = self.compact(compressible, meter)
+        if self.fork and meter.calls:  # the agent's last request, then the instruction
+            index = INDEX_LINE * sum(len(q) for q in covered)
+            instruction: Msg = (f"fork{calls}", INSTRUCTION + index)
+            meter.fork(
+                [*meter.calls[-1].request, instruction], math.ceil(compressible / SUMMARY_RATIO)
+            )
+        self.summary = self.compact(compressible, meter, forked=self.fork and bool(meter.calls))
         self.revision += 1
         self.done = self.done[len(covered) :]
         self.state = CompactionState(st.totals, st.totals, None)
 
-    def compact(self, compressible: int, meter: Meter) -> int:
+    def compact(self, compressible: int, meter: Meter, forked: bool = False) -> int:
         """One job as ``services.compaction`` runs it: the new segments are summarized
         and the parent's entries carried forward (R11.8); past the summary bound the
         whole is rolled up into a summary of at most the bound. The summary's size."""
         bound = math.ceil(self.policy.summary_max_ratio * BUDGET)
         delta = math.ceil(compressible / SUMMARY_RATIO)
         meter.compactions += 1
-        if self.model_summarizer:
+        if self.model_summarizer and not forked:
             meter.summarize(INSTRUCTION + compressible, delta, count=False)
         if self.summary + delta <= bound:
             return self.summary + delta
@@ -321,9 +337,9 @@ class Ours:
         return rolled
 
 
-def run_ours(qs: list[Question], name: str, gain: bool, model: bool) -> Meter:
+def run_ours(qs: list[Question], name: str, gain: bool, model: bool, fork: bool = False) -> Meter:
     policy = effective_policy({})[0]
-    ours = Ours(policy.compaction, policy.recent_complete_groups, gain, model)
+    ours = Ours(policy.compaction, policy.recent_complete_groups, gain, model, fork)
     meter, calls = Meter(name), 0
     for i, q in enumerate(qs):
         meter.ask(q)
@@ -389,7 +405,8 @@ def measure(questions: int = QUESTIONS) -> dict[str, Any]:
     meters = [
         run_ours(qs, "ours", gain=True, model=False),
         run_ours(qs, "ours, no gain check", gain=False, model=False),
-        run_ours(qs, "ours, model summarizer", gain=True, model=True),
+        run_ours(qs, "ours, model summarizer", gain=True, model=True, fork=True),
+        run_ours(qs, "ours, model (unforked)", gain=True, model=True),
         run_ours(qs, "ours, model, no gain", gain=False, model=True),
         run_truncate(qs),
         run_langchain(qs),
@@ -424,6 +441,11 @@ def measure(questions: int = QUESTIONS) -> dict[str, Any]:
             "model_summarizer_cheaper_than_both": all(
                 model["cost_per_question_usd"] < r["cost_per_question_usd"] for r in refs
             ),
+            "real_rules_model_summarizer_below_langchain": {
+                c: r["ours, model summarizer"]["cost_per_question_usd"]
+                < r["langchain"]["cost_per_question_usd"]
+                for c, r in real.items()
+            },
             "model_summarizer_cheaper_than_untrimmed_langchain": model["cost_per_question_usd"]
             < rows["langchain, untrimmed"]["cost_per_question_usd"],
             "gain_check_cheaper": ours["cost_per_question_usd"]
