@@ -114,3 +114,8 @@ class ModelResultIn(Body):
     usage: dict[str, Any] = Field(
         default_factory=dict, description="provider usage: input_tokens, output_tokens"
     )
+
+
+def offsets_of(after: dict[str, int]) -> dict[int, int]:
+    """The ``after`` offsets of a request, keyed by partition."""
+    return {int(k): int(v) for k, v in after.items()}

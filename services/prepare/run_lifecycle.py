@@ -34,7 +34,7 @@ from schemas.validation import run_start_problem, validate_event
 from services.bus import send_event
 from services.prepare.assembly.views import ThreadViews
 from services.prepare.assembly.waiter import Waiter
-from services.prepare.bodies import FinishIn, RunIn, RunLifecycleIn, SessionIn
+from services.prepare.bodies import FinishIn, RunIn, RunLifecycleIn, SessionIn, offsets_of
 from services.prepare.publishing import ReleaseBook
 from storage.sessions import SessionRow, Sessions
 from streams.kafka.publish import Publisher
@@ -48,11 +48,6 @@ NOT_APPLIED = {
     " valid signature — e.g. a user key, a revoked key or another deployment's key — or"
     " the scope of another session); the dead-letter topic holds the reason",
 }
-
-
-def offsets_of(after: dict[str, int]) -> dict[int, int]:
-    """The ``after`` offsets of a request, keyed by partition."""
-    return {int(k): int(v) for k, v in after.items()}
 
 
 @dataclass

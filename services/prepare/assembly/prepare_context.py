@@ -25,12 +25,11 @@ from services.prepare.assembly.prepare_hooks import HookRegistry, PrepareRequest
 from services.prepare.assembly.prepared import PreparedEntry, PreparedStore
 from services.prepare.assembly.views import Snapshot, ThreadViews
 from services.prepare.assembly.waiter import Waiter
-from services.prepare.bodies import PrepareIn
+from services.prepare.bodies import PrepareIn, offsets_of
 from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
-from services.prepare.run_lifecycle import offsets_of
 from storage.records.frontier import FrontierReads
 from storage.releases import Release
 
