@@ -173,6 +173,10 @@ def _agents(data: dict[str, Any]) -> Metrics:
         m[f"CPU ms per agent step, our processes ({k} agents)"] = lv["cpu_ms_per_step"]["ours"]
         m[f"agent steps/s ({k} agents)"] = lv["steps_per_s"]
         m[f"agent prepare p99 ms ({k} agents)"] = lv["prepare_p99_ms"]
+        if "pg_transactions_per_step" in lv:
+            m[f"PostgreSQL transactions per agent step ({k} agents)"] = lv[
+                "pg_transactions_per_step"
+            ]
     return m
 
 
