@@ -250,6 +250,16 @@ def test_calls_render_their_values_whole_and_unescaped() -> None:
     assert json.dumps("第一行") not in line.statement
 
 
+LIBS = ("orjson", "msgspec", "attrs", "polars", "anyio", "uvloop", "structlog", "tenacity")
+
+
+def _verdict(template: str, n: int) -> str:
+    """A decision of its own for each round: two libraries of ``LIBS`` (a verdict that
+    differs from the previous one only in its numbers would repeat it)."""
+    lib, old = LIBS[n % len(LIBS)], LIBS[(n // len(LIBS) + n + 1) % len(LIBS)]
+    return template.format(lib=lib, old=f"{old}-{chr(97 + n % 26)}{chr(97 + n // 26)}")
+
+
 @pytest.mark.spec("R11.4", "R11.7")
 @pytest.mark.parametrize(
     ("ask", "narration", "verdict"),
@@ -257,9 +267,9 @@ def test_calls_render_their_values_whole_and_unescaped() -> None:
         (
             "Round {n}: port the billing parser.",
             "Loading the module.",
-            "Verdict: lib{n} over old{n}.",
+            "Verdict: {lib} over {old}.",
         ),
-        ("第{n}轮：迁移账单解析器。", "正在加载模块。", "结论：选用库{n}而不是旧库{n}。"),
+        ("第{n}轮：迁移账单解析器。", "正在加载模块。", "结论：选用{lib}而不是{old}。"),
     ],
 )
 def test_answers_outlast_step_narration_and_the_newest_stay_whole(
@@ -274,12 +284,14 @@ def test_answers_outlast_step_narration_and_the_newest_stay_whole(
         for k in range(2):
             _, (call,) = s.step(narration, ("read_file", {"path": f"src/m{n}/f{k}.py"}))
             s.outcome(call, "read_file", "\n".join(f"x_{i} = f({i})" for i in range(12)))
-        s.answer(f"Round {n} done. " + verdict.format(n=n))
+        s.answer(f"Round {n} done. " + _verdict(verdict, n))
     d = draft(s, 1200)
     text = d.text()
-    for n in range(56, 60):  # the answers' share of the bound holds the newest four
-        _, line = line_with(d, verdict.format(n=n))
+    for n in range(57, 60):  # the answers' share of the bound holds the newest three
+        _, line = line_with(d, _verdict(verdict, n))
         assert line.statement.startswith("assistant: ")
+    # "Round 58 done." differs from "Round 59 done." only in its number: no share for it
+    assert sum(f"Round {n} done." in text for n in range(60)) <= 2
     assert text.count(narration) < text.count("assistant: ")
 
 
@@ -436,7 +448,7 @@ def test_a_question_nobody_took_up_outlasts_one_a_later_message_answered(
         elif n % 4 == 0:
             s.answer(f"Round {n} finished, tests green.")
     s.user("last question")
-    text = extract_draft(s.request(900)).text()
+    text = extract_draft(s.request(600)).text()
     assert open_q in text
     assert answered_q not in text
     assert task.format(n=12) not in text  # a request as old went before it

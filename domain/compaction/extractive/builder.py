@@ -84,13 +84,7 @@ class Builder(Candidates):
         questions (by their punctuation) in the ``ASKS`` group, the sentences between them
         in ``ANSWERS`` — so an older answer that the bound shortens keeps what it asked
         (it may still be open) after the rest of it went."""
-        runs: list[tuple[bool, list[str]]] = []
-        for s in sentences(words):
-            asks = is_question(s)
-            if runs and runs[-1][0] == asks:
-                runs[-1][1].append(s)
-            else:
-                runs.append((asks, [s]))
+        runs: list[tuple[bool, list[str]]] = [(is_question(s), [s]) for s in sentences(words)]
         before = ""
         for asks, said in runs:
             text = _joined(said)
