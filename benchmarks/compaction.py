@@ -43,7 +43,7 @@ from domain.auth import KeyKind
 from domain.compaction.drafts import Fact, SummaryDraft, SummaryRequest, SummaryResult
 from domain.compaction.gateway import SummaryGateway
 from domain.context.rendering import RecordView
-from domain.context.tokens import CachedCounter, TiktokenCounter
+from domain.context.tokens import CachedCounter
 from domain.policy.context_policy import ContextPolicy
 from domain.record_rows import RECORD_COLUMNS
 from schemas.settings import Settings
@@ -56,6 +56,7 @@ from storage.api_keys import issue
 from storage.compaction.jobs import PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from storage.tokenizers import TiktokenCounter
 from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import ensure_bus
 from streams.kafka.publish import Publisher

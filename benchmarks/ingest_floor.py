@@ -36,7 +36,6 @@ from benchmarks.ceilings import bench_row
 from benchmarks.run import OUT
 from domain.auth import host_key
 from domain.context.envelope import BusKey, Headers, KeySigner, VerifyKeys
-from domain.context.tokens import make_counter
 from domain.record_rows import RECORD_COLUMNS
 from schemas import codec
 from schemas.contracts import ToolStatus
@@ -45,6 +44,7 @@ from schemas.wire import CommittedRecord, encode_committed, encode_event
 from services.sdk.appends import RunHandle
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
+from storage.tokenizers import make_counter
 from streams.envelopes import Authenticator
 
 N = 20_000

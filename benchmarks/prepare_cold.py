@@ -45,10 +45,11 @@ from benchmarks import cold_session
 from domain.context.assemble import assemble
 from domain.context.render_state import dump, load, pack
 from domain.context.rendering import RecordView, ThreadRenderer
-from domain.context.tokens import CachedCounter, TokenCounter, make_counter
+from domain.context.tokens import CachedCounter, TokenCounter
 from domain.window.budget import ModelProfile, enforce
 from schemas.settings import Settings
 from services.prepare.assembly.views import SAVE_MIN, SAVE_SHARE
+from storage.tokenizers import make_counter
 
 TARGET_MS = {10_000: 100.0, 100_000: 1000.0}  # issue 13: p99 of a cold prepare
 

@@ -44,10 +44,11 @@ from typing import Any
 from benchmarks import prepare_cold
 from domain.context.assemble import assemble
 from domain.context.rendering import Message, RecordView, ThreadRenderer
-from domain.context.tokens import CachedCounter, TokenCounter, make_counter
+from domain.context.tokens import CachedCounter, TokenCounter
 from domain.policy.context_policy import LargeResultSettings
 from domain.window.budget import ModelProfile, enforce
 from schemas.settings import Settings
+from storage.tokenizers import make_counter
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

@@ -61,12 +61,13 @@ from domain.context.selection import (
     segment,
     select_prefix,
 )
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from domain.window.budget import ModelProfile
 from schemas.settings import Settings
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.summarize import BoundedSummarizer
+from storage.tokenizers import make_counter
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench"

@@ -22,11 +22,11 @@ import asyncpg
 from devstack.demo_analytics import print_summary
 from devstack.launcher import service_set
 from domain.auth import KeyKind
-from domain.context.tokens import make_counter
 from schemas.contracts import ChildResultPayload, SkillRef, ToolStatus
 from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.api_keys import issue, revoke_key
+from storage.tokenizers import make_counter
 from streams.kafka.bus_secrets import issuer_secret
 
 SKILL_BODY = (

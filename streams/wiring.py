@@ -10,7 +10,7 @@ from pathlib import Path
 
 import asyncpg
 
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from domain.window.budget import ModelProfile
 from schemas.settings import Settings
 from storage.api_keys import PgBusKeys
@@ -18,6 +18,7 @@ from storage.compaction.control import GainSettings
 from storage.pool import create_pool
 from storage.processor_store import PgProcessing
 from storage.roles import dsn_of
+from storage.tokenizers import make_counter
 from streams.envelopes import Authenticator
 from streams.kafka.bus_secrets import verify_keys
 from streams.kafka.publish import Publisher

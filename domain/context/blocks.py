@@ -3,7 +3,7 @@
 ``RETENTION`` and ``KEPT_BECAUSE`` name, per budget category, how a block may be treated
 (R10.1) and why it is in the context (R18); the tool schemas and the skills catalog are
 rendered as stable text because they count against the budget too. ``RETENTION`` is the
-label a rendered block starts with (the platform defaults, schemas/policy_defaults.json);
+label a rendered block starts with (the platform defaults, schemas/policy_defaults.py);
 the assembler relabels and treats each block by the call's release's ``retention_rules``
 (domain/window/retention.py).
 """

@@ -21,12 +21,11 @@ only on first use); then the record texts no message shows, as one UTF-8 run.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import io
 import pickle
 import zlib
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import orjson
@@ -46,6 +45,10 @@ from domain.window.record_view import OpenGroup
 FORMAT = 5  # what the head holds; the layout (magic) is unchanged
 _MAGIC = b"ALC-render-state/4\n"
 _PACKED = b"ALC-render-state/4+zstd\n"
+
+
+# What ``load`` enters around its allocation-heavy parts (a context manager factory).
+Building = Callable[[], AbstractContextManager[None]]
 
 
 class Unreadable(ValueError):
@@ -242,10 +245,16 @@ def _texts(lengths: list[int], body: str) -> list[str]:
 
 
 def load(
-    data: bytes, count: CountFn, covered: frozenset[str] = frozenset()
+    data: bytes,
+    count: CountFn,
+    covered: frozenset[str] = frozenset(),
+    building: Building = nullcontext,
 ) -> ThreadRenderer | None:
     """The renderer ``data`` was dumped from, or None when it is of another format.
-    Raises ``Unreadable`` when it is of this format but damaged."""
+    Raises ``Unreadable`` when it is of this format but damaged. ``building`` is entered
+    around what allocates many objects and frees none (the messages, and the records
+    when first read): the caller may pause its process's cyclic collector there
+    (``services.prepare.assembly.views.built_to_keep``)."""
     if data.startswith(_PACKED):
         eager, rest = _frames(data)
         data = _decompress(eager)
@@ -256,31 +265,12 @@ def load(
     else:
         return None
     try:
-        with _built_to_keep():
-            return _load(data, lazy, count, covered)
+        with building():
+            return _load(data, lazy, count, covered, building)
     except (pickle.UnpicklingError, orjson.JSONDecodeError, EOFError) as exc:
         raise Unreadable(f"damaged render state: {exc}") from exc
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         raise Unreadable(f"damaged render state: {exc!r}") from exc
-
-
-@contextmanager
-def _built_to_keep() -> Iterator[None]:
-    """Loading allocates a few objects per record and frees none: the cyclic collector
-    would scan the growing heap again and again for nothing (a fifth of a cold load), so
-    it is paused. What was built is then promoted straight to the oldest generation
-    (freeze, then unfreeze: two list splices, no scan) instead of being scanned by the
-    young collections that would follow (another fifth). Garbage cycles promoted with it
-    are still collected, by the next full collection."""
-    paused = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.unfreeze()
-        if paused:
-            gc.enable()
 
 
 def _decode(body: bytes) -> str:
@@ -293,18 +283,26 @@ def _decode(body: bytes) -> str:
 
 
 def _unrecs(
-    lazy: Callable[[], bytes], cut: int, lengths: list[int], messages: list[dict[str, Any]]
+    lazy: Callable[[], bytes],
+    cut: int,
+    lengths: list[int],
+    messages: list[dict[str, Any]],
+    building: Building,
 ) -> list[RecordView]:
     """The records of a loaded state, built when first read (most prepares never do)."""
     rest = lazy()
-    with _built_to_keep():
+    with building():
         texts = _texts(lengths, _decode(rest[cut:]))
         contents = [m.get("content") for m in messages]
         return [_unrec(v, texts, contents) for v in orjson.loads(rest[:cut])]
 
 
 def _load(
-    data: bytes, lazy: Callable[[], bytes], count: CountFn, covered: frozenset[str]
+    data: bytes,
+    lazy: Callable[[], bytes],
+    count: CountFn,
+    covered: frozenset[str],
+    building: Building,
 ) -> ThreadRenderer:
     """``data`` holds at least the head and the messages; ``lazy`` gives the records and
     their texts."""
@@ -330,7 +328,7 @@ def _load(
         ChildTransferPolicy(**transfer) if transfer else None,
     )
     cut, lengths = sizes[2], s["lengths"]
-    rend._records.defer(lambda: _unrecs(lazy, cut, lengths, messages))
+    rend._records.defer(lambda: _unrecs(lazy, cut, lengths, messages, building))
     rend.messages = messages
     rend.tokens = s["tokens"]
     rend.message_counts = s["message_counts"]

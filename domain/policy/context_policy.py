@@ -2,7 +2,7 @@
 overrides, and publish-time validation. Pure. A release whose policy fails here is not
 published (R7.7).
 
-The defaults are in ``schemas/policy_defaults.json`` (domain/policy/defaults.py); the
+The defaults are in ``schemas/policy_defaults.py`` (domain/policy/defaults.py); the
 sections R17 adds are in domain/policy/sections.py; every rule names the field path and a
 stable rule code (domain/policy/rules.py).
 """

@@ -1,24 +1,20 @@
 """Platform defaults of the ContextPolicy (R17) and how an agent's overrides meet them.
 
-The defaults live in one versioned file, ``schemas/policy_defaults.json``, read once per
-process. ``merge`` lays an agent's overrides over them and records, for every field path,
-whether the effective value came from the platform ("default") or the agent
-("override") — what the settings page and ``agentloom policy preview`` show. Pure apart
-from reading that package file.
+The defaults are one versioned literal, ``schemas/policy_defaults.py`` (a constant: no
+package file is read). ``merge`` lays an agent's overrides over them and records, for
+every field path, whether the effective value came from the platform ("default") or the
+agent ("override") — what the settings page and ``agentloom policy preview`` show. Pure.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import json
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 from domain.policy.rules import join, known_keys, refuse
+from schemas.policy_defaults import DEFAULTS_VERSION, POLICY_DEFAULTS
 
-DEFAULTS_FILE = "policy_defaults.json"
 Provenance = dict[str, str]
 
 # Names an earlier policy shape used, still accepted on input (releases published before
@@ -27,20 +23,13 @@ SECTION_ALIASES = {"large_result": "large_result_policy"}
 TRIGGERS = ("context_ratio", "user_turns", "model_steps")
 
 
-@functools.cache
-def _load() -> dict[str, Any]:
-    text = resources.files("schemas").joinpath(DEFAULTS_FILE).read_text("utf-8")
-    data: dict[str, Any] = json.loads(text)
-    return data
-
-
 def defaults_version() -> int:
-    return int(_load()["defaults_version"])
+    return DEFAULTS_VERSION
 
 
 def platform_defaults() -> dict[str, Any]:
     """A fresh copy of the platform defaults (callers may change it freely)."""
-    return copy.deepcopy(_load()["policy"])
+    return copy.deepcopy(POLICY_DEFAULTS)
 
 
 def section_defaults(section: str) -> dict[str, Any]:
@@ -98,4 +87,4 @@ def merge(
 
 
 def merge_policy(raw: Mapping[str, Any] | None) -> tuple[dict[str, Any], Provenance]:
-    return merge(_load()["policy"], normalize(raw))
+    return merge(POLICY_DEFAULTS, normalize(raw))

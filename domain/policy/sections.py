@@ -38,7 +38,7 @@ MAX_HOOK_BINDINGS = 32
 @dataclass(frozen=True)
 class PurposeProfile:
     """How one call purpose uses a model: ``None`` means "as the release's model profile"
-    (its name, output reserve, safety margin). Defaults: schemas/policy_defaults.json."""
+    (its name, output reserve, safety margin). Defaults: schemas/policy_defaults.py."""
 
     model_profile_ref: str | None
     output_reserve: int | None

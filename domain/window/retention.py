@@ -32,7 +32,7 @@ from domain.window.budget import Calibration
 from domain.window.record_view import Message, RecordView
 
 _TALK = frozenset({"history", "interactions", "tool_results", "material"})
-_DEFAULTS = asdict(ContextPolicy().retention_rules)  # schemas/policy_defaults.json
+_DEFAULTS = asdict(ContextPolicy().retention_rules)  # schemas/policy_defaults.py
 # The categories a rule may make required beyond the task (counted and protected already).
 _BY_RULE = frozenset(_DEFAULTS) - {"task"}
 

@@ -15,7 +15,7 @@ import asyncpg
 from aiokafka import AIOKafkaConsumer
 
 from domain.compaction.gateway import SummaryGateway
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from schemas.settings import Settings
 from services import metrics
 from services.compaction.compact_hooks import HookChain
@@ -33,6 +33,7 @@ from storage.compaction.jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.roles import configured_dsn, dsn_of
+from storage.tokenizers import make_counter
 from streams.instance import claim_instance_id
 from streams.kafka.auth import kafka_auth
 from streams.kafka.bus_secrets import service_signer

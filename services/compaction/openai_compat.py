@@ -42,9 +42,9 @@ from domain.compaction.drafts import (
 )
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from domain.compaction.model_answer import read_answer
-from domain.context.tokens import make_counter
 from domain.usage import Usage, parse_usage
 from schemas.errors import InvalidRequest
+from storage.tokenizers import make_counter
 
 log = logging.getLogger(__name__)
 

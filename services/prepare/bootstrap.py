@@ -12,7 +12,7 @@ from functools import partial
 
 import asyncpg
 
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from domain.policy.sections import COMPACT_POINTS, at_point
 from domain.window.model_catalog import ModelCatalog
 from schemas.errors import NotFound
@@ -30,7 +30,7 @@ from services.prepare.assembly.prepare_hooks import (
 )
 from services.prepare.assembly.prepared import PreparedStore
 from services.prepare.assembly.retention import Prunable, pruning
-from services.prepare.assembly.views import ThreadViews
+from services.prepare.assembly.views import ThreadViews, built_to_keep
 from services.prepare.assembly.waiter import CommitWaiter, Waiter
 from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
@@ -55,6 +55,7 @@ from storage.records.threads import PgThreads, Threads
 from storage.releases import PgReleases, Releases
 from storage.roles import configured_dsn, dsn_of
 from storage.sessions import PgSessions, Sessions
+from storage.tokenizers import make_counter
 from streams import tracing
 from streams.kafka.auth import kafka_auth
 from streams.kafka.bus_secrets import service_signer
@@ -162,6 +163,17 @@ def _gateway(
     return Gateway(calls, content, prepared, notes, hooks, calibration, access.space_of, releases)
 
 
+def _thread_views(ports: Adapters, counter: CachedCounter) -> ThreadViews:
+    # A cold load pauses this process's cyclic collector while it builds (built_to_keep).
+    return ThreadViews(
+        ports.threads,
+        counter.count,
+        states=ports.render_states,
+        counting=counter.method,
+        building=built_to_keep,
+    )
+
+
 def build_service(
     ports: Adapters,
     options: Options,
@@ -175,9 +187,7 @@ def build_service(
     ``clock``: the calibration cache's and the key and grant caches'."""
     hooks = hooks or HookRegistry()
     releases = _release_book(ports, counter, hooks, compaction_hooks, options.models)
-    views = ThreadViews(
-        ports.threads, counter.count, states=ports.render_states, counting=counter.method
-    )
+    views = _thread_views(ports, counter)
     content = ContentStore(ports.blobs, counter)
     prepared = PreparedStore(ports.prepared, options.prepared_capacity)
     notes = Notes(ports.publisher, options.topic_observability)

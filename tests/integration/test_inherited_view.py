@@ -9,7 +9,6 @@ import asyncpg
 import pytest
 
 from domain.context.rendering import RecordView, ThreadRenderer
-from domain.context.tokens import make_counter
 from storage.compaction.view_state import load_view_state
 from storage.records.threads import (
     inherited_records,
@@ -17,6 +16,7 @@ from storage.records.threads import (
     run_snapshot,
     uncovered_records,
 )
+from storage.tokenizers import make_counter
 from tests.integration.test_compaction import settled
 from tests.integration.test_long_sessions import step
 from tests.support.flows import client, new_session

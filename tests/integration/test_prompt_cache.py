@@ -11,9 +11,9 @@ import pytest
 from domain.caching.replay import AnthropicCache, IdealCache, OpenAICache, PromptCache, Tally
 from domain.caching.requests import sent_request
 from domain.context.providers import render
-from domain.context.tokens import make_counter
 from schemas.contracts import ToolStatus
 from services.sdk.client import ContextClient
+from storage.tokenizers import make_counter
 from tests.integration.test_compaction import padded
 from tests.support.flows import client, new_session
 from tests.support.services import Services

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from aiokafka import ConsumerRecord, TopicPartition
 
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from schemas.settings import Settings
 from schemas.wire import CompactionRequest, encode_compaction_request
 from services.compaction import bootstrap
@@ -21,6 +21,7 @@ from services.compaction.consume import HandOver, consume_until
 from services.compaction.dispatch import Dispatcher, PartitionOffsets
 from services.compaction.outcomes import outcome_of
 from services.compaction.scripted import ScriptedSummarizer
+from storage.tokenizers import make_counter
 from tests.unit.fakes.compaction import (
     FakeCompactionJobs,
     FakeRequestConsumer,

@@ -8,7 +8,7 @@ import asyncpg
 import pytest
 from aiokafka import ConsumerRecord
 
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from schemas.settings import Settings
 from schemas.wire import (
     CompactionOutcome,
@@ -20,6 +20,7 @@ from schemas.wire import (
 from services.compaction import bootstrap
 from services.compaction.job_loop import RequestLoop
 from services.compaction.scripted import ScriptedSummarizer
+from storage.tokenizers import make_counter
 from streams.faults import is_transient
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher

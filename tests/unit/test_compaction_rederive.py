@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from schemas.settings import Settings
 from schemas.wire import CompactionOutcome, CompactionRequest
 from services.compaction import bootstrap
 from services.compaction.extractive import ExtractiveSummarizer
 from storage.compaction.jobs import ParentSummary
+from storage.tokenizers import make_counter
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher
 

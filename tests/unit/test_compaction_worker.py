@@ -11,7 +11,7 @@ import json
 import pytest
 
 from domain.compaction.drafts import SummaryDraft
-from domain.context.tokens import CachedCounter, make_counter
+from domain.context.tokens import CachedCounter
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.sections import HookBinding
 from schemas.settings import Settings
@@ -29,6 +29,7 @@ from services.compaction.outcomes import outcome_event, outcome_of
 from services.compaction.scripted import ScriptedSummarizer
 from services.compaction.worker import CompactionWorker
 from storage.compaction.jobs import ParentSummary, SavedOperation
+from storage.tokenizers import make_counter
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher
 

@@ -13,11 +13,11 @@ import pytest
 
 from domain.context.assemble import Assembled, Material, assemble
 from domain.context.rendering import RecordView, ThreadRenderer, tool_schema_text
-from domain.context.tokens import make_counter
 from domain.gate import check_manifest
 from domain.policy.context_policy import LargeResultSettings
 from domain.window.budget import Calibration, ModelProfile, enforce
 from schemas.errors import ContextBudgetExceeded
+from storage.tokenizers import make_counter
 
 CountFn = Callable[[str], int]
 OV = 4  # message envelope overhead used throughout

@@ -17,11 +17,11 @@ from domain.context.assemble import Assembled, Material
 from domain.context.providers import FORMATS
 from domain.context.providers import render as render_provider
 from domain.context.rendering import RecordView, ThreadRenderer, tool_schema_text
-from domain.context.tokens import make_counter
 from domain.gate import check_manifest
 from domain.policy.context_policy import LargeResultSettings
 from domain.window.budget import Calibration, enforce
 from schemas.errors import ContextBudgetExceeded
+from storage.tokenizers import make_counter
 from tests.unit.test_context import (
     OV,
     PDF_BINDING,

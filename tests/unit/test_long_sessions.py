@@ -22,9 +22,9 @@ from domain.compaction.extractive import extract_draft
 from domain.compaction.validate import check_coverage, validate_draft
 from domain.context.rendering import RecordView
 from domain.context.selection import build_groups, current_task_ids, select_prefix
-from domain.context.tokens import make_counter
 from domain.policy.context_policy import validate_compaction
 from schemas.errors import InvalidPolicy
+from storage.tokenizers import make_counter
 
 COUNT = make_counter("cl100k_base").count
 

@@ -15,7 +15,6 @@ from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.model_answer import SECTIONS, read_answer
 from domain.compaction.validate import validate_draft
-from domain.context.tokens import make_counter
 from services.compaction.openai_compat import (
     ANSWER_SCHEMA,
     PROMPT_FILE,
@@ -24,6 +23,7 @@ from services.compaction.openai_compat import (
     ModelSummaryResult,
     OpenAICompatibleSummarizer,
 )
+from storage.tokenizers import make_counter
 from tests.support.model_server import Script, model_server
 
 Reply = tuple[int, dict[str, Any] | str]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
-from importlib import resources
 from typing import Any
 
 import pytest
@@ -24,6 +23,7 @@ from domain.policy.context_policy import (
 from domain.preview.draft import policy_issues, preview, preview_dict
 from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy
+from schemas.policy_defaults import DEFAULTS_VERSION, POLICY_DEFAULTS
 
 PROFILE = ModelProfile("m-128k", 128_000, 4_000, 1_000)
 SMALL = ModelProfile("m-8k", 8_192, 1_024, 256)
@@ -49,7 +49,7 @@ def _set(path: str, value: Any) -> dict[str, Any]:
 
 @pytest.mark.spec("R17")
 def test_platform_defaults_come_from_one_versioned_file() -> None:
-    data = json.loads(resources.files("schemas").joinpath("policy_defaults.json").read_text())
+    data = {"defaults_version": DEFAULTS_VERSION, "policy": POLICY_DEFAULTS}
     assert isinstance(data["defaults_version"], int)
     assert data["policy"] == platform_defaults()
     # The dataclass defaults and the validated empty override are that file.

@@ -1,5 +1,7 @@
 """The pure core must not reach for I/O frameworks: checked on the source with ``ast``
-(importing would hide a lazy import inside a function, and would run module code)."""
+(importing would hide a lazy import inside a function, and would run module code). Every
+import counts, at module level or inside a function, and so does a call that opens a file
+or a package resource. The sub-packages import one another one way (no loops)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {"asyncio", "faust", "aiokafka", "asyncpg", "fastapi", "httpx"}
 # What "pure" means for a module: nothing in its import closure does I/O, reads the clock,
-# the environment or randomness, or binds it to a framework at the edges. Serialization
-# (fastavro, json), in-memory buffers and token counting (tiktoken) are pure.
+# the environment or randomness, switches the process's garbage collector, or binds it to
+# a framework at the edges. Serialization (fastavro, json) and in-memory buffers are pure;
+# loading a tokenizer (tiktoken) reads files.
 IMPURE = FORBIDDEN | {
+    "gc", "tiktoken", "io.open", "builtins",
     "os", "sys", "pathlib", "shutil", "tempfile", "socket", "ssl", "select", "signal",
     "subprocess", "threading", "multiprocessing", "concurrent", "logging", "time",
     "secrets", "random", "urllib", "http", "uvicorn", "starlette", "jinja2", "rich",
@@ -27,6 +31,9 @@ PROJECT_PACKAGES = {"schemas", "domain", "storage", "streams", "services", "devs
 # belongs under domain/. schemas/ (the bottom layer: contracts, wire formats, settings,
 # errors) may be either.
 PURE_FOLDERS = ("domain",)
+# Reading package data: schemas/ reads its own contract files (the Avro schemas,
+# ``schemas/codec.py``); a module of the pure folder reads none.
+PACKAGE_DATA = {"importlib"}
 EDGE_FOLDERS = ("storage", "streams", "services", "devstack")
 
 
@@ -51,8 +58,32 @@ def _module_path(module: str) -> Path | None:
     return None
 
 
+# Calls that read or write a file or a package resource without importing anything new
+# (``open`` is a builtin; ``read_text`` and friends are methods of paths and resources).
+IO_CALLS = {"open", "input", "__import__", "breakpoint"}
+IO_METHODS = {
+    "read_text", "read_bytes", "write_text", "write_bytes", "open_text", "open_binary",
+    "files", "as_file", "iterdir", "glob", "rglob", "unlink", "mkdir", "touch",
+}  # fmt: skip
+
+
+def _io_calls(path: Path) -> set[str]:
+    """``line: name`` of every call in ``path`` that opens a file or a package resource."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"), filename=str(path))):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in IO_CALLS:
+            found.add(f"{node.lineno}: {func.id}()")
+        elif isinstance(func, ast.Attribute) and func.attr in IO_METHODS:
+            found.add(f"{node.lineno}: .{func.attr}()")
+    return found
+
+
 def _imports(path: Path) -> set[str]:
-    """Every module named by an import statement anywhere in ``path`` (absolute names)."""
+    """Every module named by an import statement anywhere in ``path`` (absolute names):
+    at module level, inside a function or a class, under ``if TYPE_CHECKING`` alike."""
     tree = ast.parse(path.read_text("utf-8"), filename=str(path))
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
     found: set[str] = set()
@@ -116,12 +147,22 @@ def test_import_scanner_sees_io_modules() -> None:
 
 
 def _impure_imports(module: str) -> set[str]:
-    return {
+    """What in ``module``'s import closure does I/O: an impure import, or a call that opens
+    a file or a package resource (those only in the pure folder: an edge module's closure
+    is impure already)."""
+    closure = _closure(module)
+    found = {
         f"{where} imports {name}"
-        for where, names in _closure(module).items()
+        for where, names in closure.items()
         for name in names
         if name.split(".")[0] in IMPURE
+        or name in IMPURE
+        or (name.split(".")[0] in PACKAGE_DATA and where.startswith(PURE_FOLDERS))
     }
+    for where in closure:
+        if where.startswith(PURE_FOLDERS):
+            found |= {f"{where} calls {call}" for call in _io_calls(ROOT / where)}
+    return found
 
 
 @pytest.mark.parametrize("module", PURE_MODULES)
@@ -142,6 +183,69 @@ def test_the_purity_check_can_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
     assert _impure_imports("domain/bad.py") == {"domain/bad.py imports time"}
     assert _impure_imports("domain/good.py") == set()
+
+
+# What domain/ held before issue 40: a lazy tokenizer import, a package file read through
+# importlib.resources, the garbage collector switched, and a file opened by a builtin.
+OLD_TOKENS = """
+class TiktokenCounter:
+    def __init__(self, encoding: str) -> None:
+        import tiktoken
+
+        self._enc = tiktoken.get_encoding(encoding)
+"""
+OLD_DEFAULTS = """
+import functools
+import json
+from importlib import resources
+
+
+@functools.cache
+def _load():
+    return json.loads(resources.files("schemas").joinpath("x.json").read_text("utf-8"))
+"""
+OLD_RENDER_STATE = """
+from contextlib import contextmanager
+
+
+@contextmanager
+def _built_to_keep():
+    import gc
+
+    gc.disable()
+    yield
+"""
+OPENS_A_FILE = """
+def read(path):
+    with open(path) as f:
+        return f.read()
+"""
+
+
+def test_the_purity_check_sees_lazy_imports_and_file_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "domain").mkdir()
+    for name, text in [
+        ("tokens", OLD_TOKENS),
+        ("defaults", OLD_DEFAULTS),
+        ("render_state", OLD_RENDER_STATE),
+        ("opens", OPENS_A_FILE),
+        ("uses", "from domain.tokens import TiktokenCounter\n"),
+    ]:
+        (tmp_path / "domain" / f"{name}.py").write_text(text)
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _impure_imports("domain/tokens.py") == {"domain/tokens.py imports tiktoken"}
+    assert _impure_imports("domain/defaults.py") == {
+        "domain/defaults.py imports importlib",
+        "domain/defaults.py imports importlib.resources",
+        "domain/defaults.py calls 9: .files()",
+        "domain/defaults.py calls 9: .read_text()",
+    }
+    assert _impure_imports("domain/render_state.py") == {"domain/render_state.py imports gc"}
+    assert _impure_imports("domain/opens.py") == {"domain/opens.py calls 3: open()"}
+    # through the closure: a pure-looking module importing the lazy one is impure too
+    assert _impure_imports("domain/uses.py") == {"domain/tokens.py imports tiktoken"}
 
 
 # Layers, one direction (issue 11): schemas at the bottom, the pure domain above it, then

@@ -14,9 +14,9 @@ import pytest
 from domain.context.assemble import Assembled, assemble
 from domain.context.render_state import Unreadable, dump, fingerprint, load, pack, unpack
 from domain.context.rendering import RecordView, ThreadRenderer
-from domain.context.tokens import make_counter
 from domain.policy.context_policy import LargeResultSettings
 from domain.window.budget import ModelProfile
+from storage.tokenizers import make_counter
 
 COUNT = make_counter("estimate").count
 PROFILE = ModelProfile(

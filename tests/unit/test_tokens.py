@@ -9,13 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.context.tokens import (
-    ESTIMATE_METHOD,
-    ByteEstimateCounter,
-    CachedCounter,
-    TiktokenCounter,
-    make_counter,
-)
+from domain.context.tokens import ESTIMATE_METHOD, ByteEstimateCounter, CachedCounter
+from storage.tokenizers import TiktokenCounter, make_counter
 
 
 @functools.cache
