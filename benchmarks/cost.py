@@ -180,7 +180,7 @@ class Meter:
         self.clock_s += self.steps_s.pop(0)
 
     def fork(self, request: list[Msg], output: int) -> None:
-        """A forked summarizer call (``domain.caching.fork``): the agent's last request
+        """A forked summarizer call (``domain.summarizer.fork``): the agent's last request
         plus the instruction, replayed and billed like a model call (its prefix is read
         from the agent's cache); it takes no step of the question."""
         self.calls.append(Call(list(request), output, False, self.clock_s))

@@ -68,7 +68,7 @@ class SummaryRequest:
     constraints: tuple[str, ...] = ()
     # The agent's last rendered request of the thread, when the summarizer is the agent's
     # model and that request shows the whole segment: the call continues it and reads
-    # the covered history from the provider's cache (domain.caching.fork). None: the
+    # the covered history from the provider's cache (domain.summarizer.fork). None: the
     # summarizer's own request.
     fork: Mapping[str, Any] | None = field(default=None, compare=False)
 

@@ -7,7 +7,7 @@ view read before one is never reused.
 
 ``AgentRequests`` reads the other thing a job may use of its thread: the agent's last
 rendered request, which a summarizer of the agent's own model continues
-(``domain.caching.fork``).
+(``domain.summarizer.fork``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from domain.caching.fork import AgentRequest, agent_request
 from domain.compaction.drafts import COMPACTION_PURPOSE
 from domain.context.rendering import RecordView
+from domain.summarizer.fork import AgentRequest, agent_request
 from domain.window.budget import ModelProfile
 from domain.window.model_catalog import for_purpose
 from schemas.wire import CompactionRequest

@@ -11,7 +11,7 @@ A request whose ``fork`` is set (the agent's own model, its last request of the 
 showing the whole segment) is that request continued by one instruction message
 (``fork_instruction``: this prompt, then an index of the segment's records by id and
 first words, so the model can cite them) with ``tool_choice: "none"`` and no
-``response_format`` (``domain.caching.fork``): the covered history is read from the
+``response_format`` (``domain.summarizer.fork``): the covered history is read from the
 agent's prompt cache. OpenAI Chat Completions only; other formats never fork.
 
 A model's answer is read leniently (``read_answer``): prose or a code fence around the
@@ -35,13 +35,13 @@ from typing import Any
 
 import httpx
 
-from domain.caching.fork import forked_body
 from domain.compaction.drafts import (
     SummaryRequest,
     SummaryResult,
 )
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from domain.compaction.model_answer import read_answer
+from domain.summarizer.fork import forked_body
 from domain.usage import Usage, parse_usage
 from schemas.errors import InvalidRequest
 from storage.tokenizers import make_counter

@@ -1,6 +1,6 @@
 """The agent's last prepared context of a thread, read by the compaction service: a
 summarizer of the agent's own model continues that request, so it reads the covered
-history from the provider's prompt cache (domain/caching/fork.py, issue 39 item 3).
+history from the provider's prompt cache (domain/summarizer/fork.py, issue 39 item 3).
 
 Read-only, apart from storage/calls/prepared_contexts.py (which writes the rows, with
 their purpose and lineage: migration 026), so the compaction login is granted SELECT

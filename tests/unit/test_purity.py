@@ -6,6 +6,7 @@ or a package resource. The sub-packages import one another one way (no loops).""
 from __future__ import annotations
 
 import ast
+import itertools
 import sys
 from pathlib import Path
 
@@ -322,3 +323,64 @@ def test_no_import_cycle_between_modules() -> None:
 def test_cycle_check_can_fail() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c", "a"]]
+
+
+# Sub-packages (issue 40): within domain/, storage/, streams/ and services/, the parts of
+# one package (its sub-packages and modules) import one another one way. An import from
+# a.b.x to a.c.y is an edge between the siblings a.b and a.c (the children of their
+# deepest common package); every import counts, module-level or inside a function.
+SUBPACKAGED = ("domain", "storage", "streams", "services")
+
+
+def _sibling_graph(graph: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
+    """sibling -> sibling it imports -> the module imports behind that edge."""
+    edges: dict[str, dict[str, set[str]]] = {}
+    for module, targets in graph.items():
+        if module.split(".")[0] not in SUBPACKAGED:
+            continue
+        for target in targets:
+            a, b = module.split("."), target.split(".")
+            common = 0
+            while common < min(len(a), len(b)) and a[common] == b[common]:
+                common += 1
+            # another top package (a layer), or a package importing its own __init__
+            if common == 0 or common >= min(len(a), len(b)):
+                continue
+            here, there = ".".join(a[: common + 1]), ".".join(b[: common + 1])
+            edges.setdefault(here, {}).setdefault(there, set()).add(f"{module} -> {target}")
+    return edges
+
+
+def _sibling_cycles() -> list[str]:
+    edges = _sibling_graph(_module_graph())
+    found = []
+    for cycle in _cycles({k: set(v) for k, v in edges.items()}):
+        why = [sorted(edges[a][b])[0] for a, b in itertools.pairwise(cycle)]
+        found.append(" -> ".join(cycle) + f"  ({'; '.join(why)})")
+    return found
+
+
+def test_no_loop_between_sub_packages() -> None:
+    cycles = _sibling_cycles()
+    assert cycles == [], "\n".join(cycles)
+
+
+def test_the_sub_package_loop_check_can_fail(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # records -> compaction at module level; compaction -> records inside a function.
+    for folder in ("storage/records", "storage/compaction"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "__init__.py").write_text("")
+    (tmp_path / "storage" / "records" / "store.py").write_text(
+        "from storage.compaction.control import PgControlStore\n"
+    )
+    (tmp_path / "storage" / "compaction" / "control.py").write_text(
+        "def lazy():\n    from storage.records import store\n"
+    )
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    assert _sibling_cycles() == [
+        "storage.compaction -> storage.records -> storage.compaction"
+        "  (storage.compaction.control -> storage.records;"
+        " storage.records.store -> storage.compaction.control)"
+    ]

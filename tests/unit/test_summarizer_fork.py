@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from domain.caching.fork import AgentRequest, agent_request, same_model
 from domain.compaction.drafts import SourceItem, SummaryRequest
 from domain.compaction.validate import validate_draft
 from domain.context.providers import prompt_cache_key, render
+from domain.summarizer.fork import AgentRequest, agent_request, same_model
 from domain.window.budget import ModelProfile
 from services.compaction.openai_compat import (
     SYSTEM_PROMPT,
