@@ -24,6 +24,12 @@ from tests.support.services import Services
 pytestmark = pytest.mark.integration
 _ID = re.compile(r"^\[(rec_[0-9a-f]+)\]", re.M)
 POLICY: dict[str, Any] = {"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
+# A summarizer on a model of its own: today's request (the agent's model would continue
+# the agent's last request instead, issue 39 item 3).
+OWN_MODEL: dict[str, Any] = {
+    **POLICY,
+    "purpose_profiles": {"compaction": {"model_profile_ref": "priced-compactor"}},
+}
 Reply = tuple[int, dict[str, Any] | str]
 REQUEST_ZH = "请回答问题 k0，并保留所有数字"  # noqa: RUF001 (Chinese punctuation)
 QUESTION_ZH = "问题 k1 还没有回答吗？"  # noqa: RUF001
@@ -84,7 +90,9 @@ async def test_an_off_schema_answer_in_another_language_still_compacts_with_its_
 ) -> None:
     script = scripted[1]
     answer_with(script, messy)
-    session = await new_session(ctx, context_policy=POLICY)
+    with script.lock:
+        script.requests.clear()
+    session = await new_session(ctx, context_policy=OWN_MODEL)
     run = await question(ctx, session, "k", rounds=2)
     await ctx.finish_run(run)
     run = await question(ctx, session, "l")
@@ -122,7 +130,7 @@ async def test_an_answer_with_nothing_cited_fails_at_validation_and_keeps_the_vi
         return json.dumps(doc)
 
     answer_with(scripted[1], uncited)
-    session = await new_session(ctx, context_policy=POLICY)
+    session = await new_session(ctx, context_policy=OWN_MODEL)
     run = await question(ctx, session, "m", rounds=2)
     await ctx.finish_run(run)
     run = await question(ctx, session, "n")
@@ -148,6 +156,8 @@ async def test_the_agents_own_model_summarizes_by_continuing_the_agents_last_req
     byte for byte, plus one instruction indexing the segment; tools kept, none callable."""
     script = scripted[1]
     answer_with(script, cited)
+    with script.lock:
+        script.requests.clear()
     session = await new_session(ctx, context_policy=POLICY)
     run = await question(ctx, session, "f", rounds=2)
     rendered = [(await ctx.prepare(run, render=True))["provider"]["request"]]
