@@ -53,7 +53,7 @@ class Scene:
     script: Script
     session: dict[str, Any]
     checks: int = 0  # Prepare checks made so far (each one a trigger report)
-    estimates: list[int] = field(default_factory=list)  # each question's last estimate
+    estimates: list[int] = field(default_factory=list)  # the view after each question
     ended_on: dict[str, str | None] = field(default_factory=dict)  # run -> summary at its end
 
     @property
@@ -115,7 +115,17 @@ class Scene:
             await after_result(run)
         await c.append_model_result(run, f"{tag} read.", f"{tag}-m2")
         await self.settled()
-        self.estimates.append(prepared["budget"]["estimated_input"])
+        # The view once the question's jobs settled, as the processor holds it for the
+        # next prepare: not the estimate of a prepare that may run before or after a job
+        # commits (that one depends on timing, not on the view).
+        held = await self.db.fetchval(
+            "SELECT fixed_overhead + view_tokens FROM compaction_state"
+            " WHERE session_id=$1 AND lineage='main'",
+            self.sid,
+        )
+        self.estimates.append(
+            int(held if held is not None else prepared["budget"]["estimated_input"])
+        )
         self.ended_on[run.run_id] = await self.current_summary()
         await c.finish_run(run)
         return run
