@@ -208,14 +208,20 @@ class Runs:
         ``at`` (the append's partition and offset), ``not_applied``: it was refused before
         it could be attributed to this session (no valid signature, or the scope of
         another session), so nothing was recorded here — its letter holds the reason.
-        Otherwise ``unknown``: not processed yet."""
-        found = await self.sessions.outcome(sid, event_key)
-        if found is not None:
-            return found
+        Otherwise ``unknown``: not processed yet.
+
+        Whether the processor passed ``at`` is asked before the outcome is looked up: the
+        other way round, a commit landing between the two read as ``not_applied`` an
+        append that was applied (a shared runtime's client checks one agent's append
+        after another agent's prepare, which did not wait for it)."""
+        passed = False
         if at is not None:
             try:
                 await self.waiter.wait({at[0]: at[1]}, 0.0)
+                passed = True
             except NotCommittedYet:
-                return {"outcome": "unknown"}
-            return dict(NOT_APPLIED)
-        return {"outcome": "unknown"}
+                pass
+        found = await self.sessions.outcome(sid, event_key)
+        if found is not None:
+            return found
+        return dict(NOT_APPLIED) if passed else {"outcome": "unknown"}
