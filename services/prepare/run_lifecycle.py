@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from domain.planning import lifecycle_key
@@ -50,6 +50,18 @@ NOT_APPLIED = {
 }
 
 
+@dataclass(frozen=True)
+class Identity:
+    """What of a session never changes."""
+
+    space_id: str
+    actor_id: str
+    release_id: str
+
+
+IDENTITIES_MAX = 65_536  # sessions remembered; then forgotten at once (read again)
+
+
 @dataclass
 class Runs:
     sessions: Sessions
@@ -60,6 +72,10 @@ class Runs:
     views: ThreadViews
     commit_wait_s: float
     host_id: str = "prepare"
+    # A session's space, actor and release never change (opening it again with others
+    # is refused, R1.4; ``Access`` keeps its scope alike): a start or a finish reads no
+    # session row once its session was seen.
+    _identities: dict[str, Identity] = field(default_factory=dict)
 
     async def open_session(self, body: SessionIn, space_id: str, actor_id: str) -> dict[str, Any]:
         """``space_id`` and ``actor_id`` are the caller's, checked by the API against its
@@ -102,12 +118,21 @@ class Runs:
             raise NotFound(f"session {sid} not found")
         return s
 
+    async def identity(self, sid: str) -> Identity:
+        found = self._identities.get(sid)
+        if found is None:
+            s = await self.session(sid)
+            if len(self._identities) >= IDENTITIES_MAX:
+                self._identities.clear()
+            found = self._identities[sid] = Identity(s.space_id, s.actor_id, s.release_id)
+        return found
+
     async def start_run(self, sid: str, body: RunIn) -> dict[str, Any]:
         # Refused here, before anything is published: the processor would dead-letter it.
         problem = run_start_problem(body.run_id, body.instance_id)
         if problem is not None:
             raise InvalidRequest(problem)
-        s = await self.session(sid)
+        s = await self.identity(sid)
         run_id = body.run_id or f"run_{uuid.uuid4().hex[:12]}"
         instance_id = body.instance_id or f"{run_id}.main"
         event_key = f"run_started:{run_id}"
@@ -144,7 +169,7 @@ class Runs:
         # the caller's earlier appends first: the key derives from the counters they leave
         # (a resume the caller appended itself, say).
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
-        s = await self.session(sid)
+        s = await self.identity(sid)
         run = await self.sessions.run(sid, run_id)
         if run is None:
             raise NotFound(f"run {run_id} of session {sid} not found")

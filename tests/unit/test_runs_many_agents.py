@@ -1,14 +1,18 @@
-"""The event-outcome route (``Runs.outcome``, what the SDK's bus key check asks): an
-append the processor commits while the route answers is never called ``not_applied``
-(issue 37: a shared runtime's client checks one agent's append after another agent's
-prepare, which did not wait for it, so the commit can land mid-answer)."""
+"""``Runs`` under many agents (issue 37). The event-outcome route (``Runs.outcome``, what
+the SDK's bus key check asks): an append the processor commits while the route answers
+is never called ``not_applied`` (a shared runtime's client checks one agent's append
+after another agent's prepare, which did not wait for it, so the commit can land
+mid-answer). A session's identity is read once for all its runs' starts and finishes."""
 
 from __future__ import annotations
 
 from typing import Any, cast
 
-from schemas.errors import NotCommittedYet
-from services.prepare.run_lifecycle import Runs
+import pytest
+
+from schemas.errors import NotCommittedYet, NotFound
+from services.prepare.run_lifecycle import Identity, Runs
+from storage.sessions import SessionRow
 
 
 class Db:
@@ -27,7 +31,7 @@ class Db:
             raise NotCommittedYet("not yet", offsets={}, waited_s=timeout)
 
 
-def runs(db: Db) -> Runs:
+def runs(db: Any) -> Runs:
     fields: dict[str, Any] = {
         "sessions": db, "releases": None, "publisher": None, "topic": "t", "waiter": db,
         "views": None, "commit_wait_s": 1.0,
@@ -51,3 +55,26 @@ async def test_passed_without_an_outcome_is_not_applied() -> None:
 
     db.outcome = nothing  # type: ignore[method-assign,assignment]
     assert (await runs(db).outcome("s1", "q0", (0, 5)))["code"] == "not_applied"
+
+
+class Rows:
+    """``sessions.get`` and how often it was read."""
+
+    def __init__(self) -> None:
+        self.gets = 0
+
+    async def get(self, sid: str) -> SessionRow | None:
+        self.gets += 1
+        if sid != "s1":
+            return None
+        return SessionRow("s1", "sp", "alice", "rel1", "run1", 3, 1, 2, 9)
+
+
+async def test_a_session_identity_is_read_once() -> None:
+    rows = Rows()
+    r = runs(cast(Any, rows))
+    assert await r.identity("s1") == Identity("sp", "alice", "rel1")
+    assert await r.identity("s1") == Identity("sp", "alice", "rel1")
+    assert rows.gets == 1  # a start and a finish of its runs read no session row
+    with pytest.raises(NotFound):
+        await r.identity("nope")
