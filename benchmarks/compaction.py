@@ -860,7 +860,7 @@ def main() -> None:
         )
         log("2/2 summarizer calls under a steady ~82% load (real services)")
         asyncio.run(ensure_bus(s))
-        from tests.support.model_server import model_server  # the scripted test model server
+        from devstack.model_server import model_server  # the scripted model server (devstack)
 
         with model_server() as (model_url, script):
             script.mode = "long"  # valid summaries that reduce nothing

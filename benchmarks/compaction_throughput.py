@@ -78,7 +78,7 @@ def log(msg: str) -> None:
 def first_run(run: RunHandle, rounds: int, result_words: int) -> list[ContextEvent]:
     """A question and ``rounds`` model steps each reading a file (a ~``result_words``
     word result) with an answer: compressible history for one job."""
-    from tests.support.events import assistant, outcome, user  # the tests' builders
+    from devstack.events import assistant, outcome, user  # the builders the tests use too
 
     out = [user(run, "Where is the fetch limit set, and is it the same everywhere?", "q1")]
     for r in range(rounds):
@@ -99,7 +99,7 @@ async def seed(
 ) -> list[RunHandle]:
     """``sessions`` sessions, each with a finished first run and a second run holding a
     new question; returns the second runs (whose prepare fires the trigger)."""
-    from tests.support.events import user
+    from devstack.events import user
 
     gate = asyncio.Semaphore(8)  # HTTP calls in flight: enough to overlap, not a storm
 

@@ -51,7 +51,7 @@ N = 20_000
 
 
 def _events() -> list[Any]:
-    from tests.support.events import question_round  # the builders make bench uses
+    from devstack.events import question_round  # the builders make bench uses
 
     run = RunHandle("sess-" + "a" * 30, "run-" + "b" * 30, "main", "bench", "bench", {})
     out: list[Any] = []

@@ -69,7 +69,7 @@ def pct(values: list[float], p: float) -> float:
 
 
 async def _events_for(run: RunHandle, rounds: int, tag: str) -> list[Any]:
-    from tests.support.events import question_round  # the same builders the tests use
+    from devstack.events import question_round  # the same builders the tests use
 
     out = []
     for r in range(rounds):

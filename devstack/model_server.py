@@ -1,0 +1,107 @@
+"""A scripted OpenAI-compatible Chat Completions server on 127.0.0.1, run in a thread of
+the calling process, so a benchmark or a test counts real model calls across our real
+services."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_ID = re.compile(r"^\[(rec_[0-9a-f]+)\]", re.M)
+
+
+@dataclass
+class Script:
+    """``mode``: ok (short valid summary) | long (valid but no real reduction) | fail (HTTP
+    500) | garbage (not JSON)."""
+
+    mode: str = "ok"
+    delay_s: float = 0.0  # a slow model: each reply waits this long first
+    statement: str | None = None  # the fact an "ok" summary states (default: a filler)
+    # the usage every reply reports (Chat Completions' shape)
+    usage: dict[str, Any] = field(
+        default_factory=lambda: {"prompt_tokens": 10, "completion_tokens": 5}
+    )
+    hits: int = 0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reply(self, body: dict[str, Any]) -> tuple[int, dict[str, Any] | str]:
+        with self.lock:
+            self.hits += 1
+            self.requests.append(body)
+            mode, delay, usage = self.mode, self.delay_s, self.usage
+        if delay:
+            time.sleep(delay)  # this handler's own thread (ThreadingHTTPServer)
+        if mode == "fail":
+            return 500, {"error": {"message": "scripted failure"}}
+        if mode == "garbage":
+            return 200, _completion("this is not json", usage)
+        segment = body["messages"][-1]["content"].split("Segment to summarize:", 1)[-1]
+        ids = _ID.findall(segment)
+        words = 3 if mode == "ok" else 4000
+        draft = {
+            "verified_facts": [
+                {
+                    "statement": self.statement or "earlier work " + "detail " * words,
+                    "source_ids": ids[:1] + ids[-1:],
+                }
+            ],
+            "decisions": [],
+            "failures": [],
+            "unresolved_questions": [],
+            "work_artifact_refs": [],
+            "observations": [],
+        }
+        return 200, _completion(json.dumps(draft), usage)
+
+
+def _completion(content: str, usage: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "cmpl-test",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "scripted",
+        "usage": usage,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": content},
+            }
+        ],
+    }
+
+
+@contextmanager
+def model_server() -> Iterator[tuple[str, Script]]:
+    script = Script()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            status, out = script.reply(body)
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1", script
+    finally:
+        server.shutdown()
