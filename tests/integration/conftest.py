@@ -6,7 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from devstack.launcher import Proc
 from tests.support.console import running_console
+from tests.support.harness import analytics_process
 from tests.support.model_server import Script
 from tests.support.services import Services, scripted_services
 from tests.support.stack import Stack
@@ -26,3 +28,11 @@ def scripted(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Script]]:
     server, per module (``tests.support.services.scripted_services``)."""
     with scripted_services(stack, pg_dsn, ALC_COMPACTION_WAIT_S="20") as (svc, script):
         yield svc, script
+
+
+@pytest.fixture(scope="module")
+def analytics(services: Services) -> Iterator[Proc]:
+    """The analytics service (``python -m services.analytics``) beside the test services,
+    in a consumer group of its own, per module (``tests.support.harness``)."""
+    with analytics_process(services) as proc:
+        yield proc

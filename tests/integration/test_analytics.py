@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import os
-import sys
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC
 
 import asyncpg
@@ -38,38 +35,14 @@ from schemas.wire import (
     decode_observability,
     encode_observability,
 )
-from services.analytics.__main__ import READY
 from services.sdk.client import ContextClient
 from storage.analytics import session_dims
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
 from tests.support.kafka import auth
-from tests.support.services import LOG_DIR, TEST_SPACE, Services, free_port, provision_for
-from tests.support.stack import REPO
+from tests.support.services import TEST_SPACE, Services
 
 pytestmark = [pytest.mark.integration, pytest.mark.spec("R18")]
-
-
-@pytest.fixture(scope="module")
-def analytics(services: Services) -> Iterator[Proc]:
-    env = {
-        **os.environ,
-        **services.settings_env,
-        "ALC_ANALYTICS_GROUP": f"alc-test-analytics-{uuid.uuid4().hex[:8]}",
-        "ALC_METRICS_PORT": str(free_port()),
-        # The default (SCHED_IDLE) may starve it while the suite keeps both cores busy;
-        # what these tests check does not depend on its CPU policy (test_analytics_cpu).
-        "ALC_ANALYTICS_CPU": "normal",
-        "PYTHONUNBUFFERED": "1",
-    }
-    provision_for(env)
-    logs = LOG_DIR / services.env("ALC_PROCESSOR_ID")
-    proc = Proc(
-        "analytics", [sys.executable, "-m", "services.analytics"], env, logs, READY, cwd=REPO
-    )
-    proc.start()
-    yield proc
-    proc.stop()
 
 
 async def _traffic(c: ContextClient, questions: int = 3) -> None:

@@ -2,16 +2,14 @@
 usage show up in the analytics rollups (GET /v1/analytics/rollups) with their tokens by
 kind, their cache-hit share and their exact cost.
 
-The analytics service runs as its own process and consumer group, as in test_analytics.
+The analytics service runs as its own process and consumer group (the ``analytics``
+fixture, tests/integration/conftest.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import asyncpg
@@ -19,11 +17,9 @@ import httpx
 import pytest
 
 from devstack.launcher import Proc
-from services.analytics.__main__ import READY
 from services.sdk.client import ContextClient
 from tests.support.flows import PROFILE, client, new_session, wait_committed
-from tests.support.services import LOG_DIR, Services, free_port, provision_for
-from tests.support.stack import REPO
+from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
 
@@ -41,26 +37,6 @@ OPENAI = {
     "prompt_tokens_details": {"cached_tokens": 800},
     "completion_tokens_details": {"reasoning_tokens": 20},
 }
-
-
-@pytest.fixture(scope="module")
-def analytics(services: Services) -> Iterator[Proc]:
-    env = {
-        **os.environ,
-        **services.settings_env,
-        "ALC_ANALYTICS_GROUP": f"alc-test-analytics-{uuid.uuid4().hex[:8]}",
-        "ALC_METRICS_PORT": str(free_port()),
-        "ALC_ANALYTICS_CPU": "normal",  # not starved by the rest of the suite
-        "PYTHONUNBUFFERED": "1",
-    }
-    provision_for(env)
-    logs = LOG_DIR / services.env("ALC_PROCESSOR_ID")
-    proc = Proc(
-        "analytics", [sys.executable, "-m", "services.analytics"], env, logs, READY, cwd=REPO
-    )
-    proc.start()
-    yield proc
-    proc.stop()
 
 
 @pytest.fixture

@@ -6,8 +6,6 @@ Real Kafka, PostgreSQL and two Prepare processes over the same database and topi
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -22,8 +20,9 @@ from services.sdk.client import ApiError, ContextClient, RunHandle
 from storage.calls.prepared_contexts import PgPreparedContexts
 from storage.pool import create_pool
 from tests.support.flows import client, new_session
-from tests.support.services import LOG_DIR, Services, free_port, start_services
-from tests.support.stack import REPO, Stack
+from tests.support.harness import second_prepare
+from tests.support.services import Services, start_services
+from tests.support.stack import Stack
 
 # Four processes start in the fixture: on a shared 2-core machine that alone can take
 # minutes, beyond the default per-test timeout (which covers the setup).
@@ -45,22 +44,10 @@ def pair(stack: Stack, pg_dsn: str) -> Iterator[Pair]:
     # the cache; compaction hooks named so that publishing can check bindings against them.
     settings = {"ALC_CALIBRATION_TTL_S": "0", "ALC_COMPACTION_HOOKS": "tests.support.hooks:make"}
     a = start_services(stack, pg_dsn, **settings)
-    port = str(free_port())
-    env = {**os.environ, **a.settings_env, "ALC_PREPARE_PORT": port, "PYTHONUNBUFFERED": "1"}
-    url = f"http://127.0.0.1:{port}"
-    b = Proc(
-        "prepare-b",
-        [sys.executable, "-m", "services.prepare"],
-        env,
-        LOG_DIR / a.settings_env["ALC_PROCESSOR_ID"],
-        health_url=f"{url}/healthz",
-        cwd=REPO,
-    )
-    b.start()
     try:
-        yield Pair(a, b, url)
+        with second_prepare(a) as (b, url):
+            yield Pair(a, b, url)
     finally:
-        b.stop()
         a.stop()
 
 

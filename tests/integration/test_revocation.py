@@ -6,8 +6,6 @@ test_prepare_scaleout.py starts them; the grant is revoked through one of them."
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -22,8 +20,9 @@ from domain.auth import KeyKind
 from services.prepare.bootstrap import Options
 from storage.api_keys import revoke_key
 from tests.support.flows import client, new_session
-from tests.support.services import LOG_DIR, TEST_SPACE, Services, free_port, start_services
-from tests.support.stack import REPO, Stack
+from tests.support.harness import second_prepare
+from tests.support.services import TEST_SPACE, Services, start_services
+from tests.support.stack import Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -41,22 +40,10 @@ class Two:
 @pytest.fixture(scope="module")
 def two(stack: Stack, pg_dsn: str) -> Iterator[Two]:
     a = start_services(stack, pg_dsn)
-    port = str(free_port())
-    env = {**os.environ, **a.settings_env, "ALC_PREPARE_PORT": port, "PYTHONUNBUFFERED": "1"}
-    url = f"http://127.0.0.1:{port}"
-    b = Proc(
-        "prepare-b",
-        [sys.executable, "-m", "services.prepare"],
-        env,
-        LOG_DIR / a.settings_env["ALC_PROCESSOR_ID"],
-        health_url=f"{url}/healthz",
-        cwd=REPO,
-    )
-    b.start()
     try:
-        yield Two(a, b, url)
+        with second_prepare(a) as (b, url):
+            yield Two(a, b, url)
     finally:
-        b.stop()
         a.stop()
 
 

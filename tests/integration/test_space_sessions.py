@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.support.flows import PROFILE, client, new_session, wait_committed
+from tests.support.harness import connection
 from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
@@ -103,17 +104,14 @@ async def test_session_ids_are_per_space(services: Services, db: asyncpg.Pool) -
 async def test_an_agents_sdk_conversation_id_is_per_space(services: Services) -> None:
     """The Agents SDK session uses the framework's conversation id: another space that
     has the same id is another conversation, and ``clear_session`` still works."""
-    from services.integrations.connection import AgentLoomConnection
     from services.integrations.openai_agents import AgentLoomSession
 
     space_b = f"space-b-{uuid.uuid4().hex[:6]}"
     key_b = (await services.new_key(space_b)).key
     conv = f"conv-{uuid.uuid4().hex[:8]}"
     release = {"agent_id": "agents", "instructions": "Help.", "model_profile": PROFILE}
-    at = (services.stack.kafka_bootstrap, services.prepare_url)
-    topic = services.env("ALC_TOPIC_RECORDS")
-    conn_b = AgentLoomConnection(*at, key_b, topic, space_id=space_b)
-    conn_a = AgentLoomConnection(*at, services.api_key, topic, space_id=TEST_SPACE)
+    conn_b = connection(services, key_b, space_b)
+    conn_a = connection(services)
     try:
         theirs = AgentLoomSession(conv, connection=conn_b, release=release)
         mine = AgentLoomSession(conv, connection=conn_a, release=release)

@@ -27,11 +27,8 @@ from services.sdk.client import ContextClient
 from storage.records.authored import Authored, session_authored
 from tests.integrations.fake_agents_model import FakeModel
 from tests.integrations.test_langchain import SMALL as LC_RELEASE
-from tests.integrations.test_langchain import RecordingFakeModel, connection
+from tests.integrations.test_langchain import RecordingFakeModel
 from tests.integrations.test_openai_agents import SMALL as AGENTS_RELEASE
-
-__all__ = ["connection"]  # the adapters' connection to the stack, shared with test_langchain
-
 
 # --- pure: the calls, their checks and the tools' answers -------------------------------
 

@@ -22,7 +22,6 @@ from services.integrations.connection import AgentLoomConnection
 from services.integrations.langchain import AgentLoomMiddleware
 from services.integrations.langchain_messages import pairs_intact
 from tests.integration.test_compaction import settled
-from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
 
@@ -64,19 +63,6 @@ class RecordingFakeModel(GenericFakeChatModel):
 def lookup(table: str) -> str:
     """Read a table."""
     return f"{table}: " + " ".join(f"row{i}={i * 7}" for i in range(60))
-
-
-@pytest.fixture(scope="module")
-def connection(services: Services) -> Iterator[AgentLoomConnection]:
-    conn = AgentLoomConnection(
-        services.stack.kafka_bootstrap,
-        services.prepare_url,
-        services.api_key,
-        services.env("ALC_TOPIC_RECORDS"),
-        space_id=TEST_SPACE,
-    )
-    yield conn
-    conn.close()
 
 
 def _script(turns: int) -> Iterator[AIMessage]:

@@ -5,7 +5,7 @@ fake model that calls a tool and then answers (R4.4, R5.1, R6, R7, R19)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
@@ -18,7 +18,6 @@ from services.integrations.openai_agents import AgentLoomSession, wait_committed
 from services.sdk.client import ApiError, ContextClient
 from tests.integration.test_compaction import settled
 from tests.integrations.fake_agents_model import FakeModel
-from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
 
@@ -35,19 +34,6 @@ SMALL = {
     },
     "context_policy": {"recent_complete_groups": 1, "compaction": {"user_turns": 1}},
 }
-
-
-@pytest.fixture(scope="module")
-def connection(services: Services) -> Iterator[AgentLoomConnection]:
-    conn = AgentLoomConnection(
-        services.stack.kafka_bootstrap,
-        services.prepare_url,
-        services.api_key,
-        services.env("ALC_TOPIC_RECORDS"),
-        space_id=TEST_SPACE,
-    )
-    yield conn
-    conn.close()
 
 
 @pytest.fixture

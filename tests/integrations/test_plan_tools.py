@@ -24,10 +24,8 @@ from services.integrations.openai_agents import AgentLoomSession, plan_tool, wai
 from services.sdk.client import ApiError, ContextClient, RunHandle
 from tests.integrations.fake_agents_model import FakeModel
 from tests.integrations.test_langchain import SMALL as LC_RELEASE
-from tests.integrations.test_langchain import RecordingFakeModel, connection
+from tests.integrations.test_langchain import RecordingFakeModel
 from tests.integrations.test_openai_agents import SMALL as AGENTS_RELEASE
-
-__all__ = ["connection"]  # the adapters' connection to the stack, shared with test_langchain
 
 TODOS = [
     {"content": "Read table t1", "status": "completed"},

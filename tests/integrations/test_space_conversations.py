@@ -11,10 +11,10 @@ import pytest
 from langchain.agents import create_agent
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from services.integrations.connection import AgentLoomConnection
 from services.integrations.langchain import AgentLoomMiddleware
 from tests.integrations.test_langchain import SMALL, RecordingFakeModel
-from tests.support.services import TEST_SPACE, Services
+from tests.support.harness import connection
+from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
 
@@ -28,10 +28,8 @@ async def test_a_langchain_conversation_id_is_per_space(services: Services) -> N
     space_b = f"space-b-{uuid.uuid4().hex[:6]}"
     key_b = (await services.new_key(space_b)).key
     conv = f"conv-{uuid.uuid4().hex[:8]}"
-    at = (services.stack.kafka_bootstrap, services.prepare_url)
-    topic = services.env("ALC_TOPIC_RECORDS")
-    conn_b = AgentLoomConnection(*at, key_b, topic, space_id=space_b)
-    conn_a = AgentLoomConnection(*at, services.api_key, topic, space_id=TEST_SPACE)
+    conn_b = connection(services, key_b, space_b)
+    conn_a = connection(services)
     try:
         model_b = RecordingFakeModel(messages=iter([AIMessage("B's answer.")]))
         model_a = RecordingFakeModel(messages=iter([AIMessage("A 1."), AIMessage("A 2.")]))

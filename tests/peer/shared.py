@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from services.integrations.connection import AgentLoomConnection
-from tests.support.services import TEST_SPACE, Services
+from tests.support.harness import connected
+from tests.support.services import Services
 
 RESULTS = Path(__file__).resolve().parents[2] / "build" / "test-results"
 
@@ -46,12 +47,5 @@ def deselect_not_applicable(
 @pytest.fixture(scope="session")
 def agentloom(services: Services) -> Iterator[AgentLoomConnection]:
     """Our services (tests/conftest.py: the stack named by ALC_TEST_* or one it starts)."""
-    conn = AgentLoomConnection(
-        services.stack.kafka_bootstrap,
-        services.prepare_url,
-        services.api_key,
-        services.env("ALC_TOPIC_RECORDS"),
-        space_id=TEST_SPACE,
-    )
-    yield conn
-    conn.close()
+    with connected(services) as conn:
+        yield conn
