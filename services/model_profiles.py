@@ -9,8 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from domain.caching.rules import FORMAT_TTLS
-from domain.context.providers import FORMATS
+from domain.context.formats.table import FORMAT_TABLE
 from domain.window.budget import ModelProfile, counting_label
 from domain.window.model_catalog import ModelCatalog
 from schemas.errors import InvalidPolicy
@@ -31,17 +30,17 @@ def model_profile(
         field = exc.details.get("field") or (exc.details.get("fields") or [None])[0]
         exc.details.setdefault("json_path", f"{at}.{field}" if field else at)
         raise
-    if profile.provider_format not in FORMATS:
+    if profile.provider_format not in FORMAT_TABLE:
         raise InvalidPolicy(
-            f"{at}.provider_format must be one of {list(FORMATS)}",
+            f"{at}.provider_format must be one of {list(FORMAT_TABLE)}",
             field="provider_format",
             path=f"{at}.provider_format",
             json_path=f"{at}.provider_format",
             rule="not_an_option",
             value=profile.provider_format,
-            options=list(FORMATS),
+            options=list(FORMAT_TABLE),
         )
-    offered = FORMAT_TTLS[profile.provider_format]
+    offered = FORMAT_TABLE[profile.provider_format].cache_ttls
     if profile.cache_ttl not in offered:
         raise InvalidPolicy(
             f"{at}.cache_ttl must be one of {list(offered)} for {profile.provider_format}",

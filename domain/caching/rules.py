@@ -26,12 +26,8 @@ MAX_BREAKPOINTS = 4  # the API refuses a request with more
 LOOKBACK_BLOCKS = 20  # a mark finds an entry at most this many blocks back, itself included
 CACHE_TTLS = {"5m": 300, "1h": 3_600, "24h": 86_400}  # lifetime from the last use, seconds
 DEFAULT_TTL = "5m"  # Anthropic's default; OpenAI's in-memory retention (its lower end)
-# The lifetimes each provider format offers (``cache_ttl`` of a model profile).
-FORMAT_TTLS = {
-    "anthropic_messages": ("5m", "1h"),
-    "openai_chat": ("5m", "24h"),
-    "openai_responses": ("5m", "24h"),
-}
+# The lifetimes each provider format offers (``cache_ttl`` of a model profile) are its
+# ``ProviderFormat.cache_ttls`` (domain/context/formats/).
 DEFAULT_MIN_TOKENS = 1_024  # most Claude models; Haiku 3/3.5 2,048; Opus 4.5, Haiku 4.5 4,096
 WRITE_PREMIUM = {"5m": Fraction(5, 4), "1h": Fraction(2)}  # times the input price
 

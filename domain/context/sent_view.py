@@ -18,6 +18,7 @@ import orjson
 import zstandard
 
 from domain.authority import speaking_role
+from domain.context.formats.table import FORMAT_TABLE
 
 VERSION = 1
 Message = Mapping[str, Any]
@@ -26,29 +27,15 @@ Message = Mapping[str, Any]
 def sent_roles(
     messages: Sequence[Message], request: Mapping[str, Any] | None, provider_format: str
 ) -> list[str]:
-    """The role each message was sent with. OpenAI Chat keeps one request message per
-    message: its roles are read from the request itself. The other formats move blocks
-    (Responses: instructions apart, system as developer; Anthropic: the leading
-    system blocks into ``system``, everything else user or assistant turns)."""
+    """The role each message was sent with, as its format (``domain.context.formats``)
+    reads it: OpenAI Chat keeps one request message per message, so its roles are read
+    from the request itself; the other formats move blocks (Responses: instructions
+    apart, system as developer; Anthropic: the leading system blocks into ``system``,
+    everything else user or assistant turns). An unknown format: the speaking roles."""
     sent = list((request or {}).get("messages") or [])
-    if provider_format == "openai_chat" and len(sent) == len(messages):
-        return [str(m.get("role")) for m in sent]
     roles = [speaking_role(m) for m in messages]
-    if provider_format == "openai_responses":
-        responses = {"system": "developer"}
-        return [
-            "instructions" if m.get("block") == "instruction" else responses.get(r, r)
-            for m, r in zip(messages, roles, strict=True)
-        ]
-    if provider_format == "anthropic_messages":
-        lead = 0
-        while lead < len(roles) and roles[lead] == "system":
-            lead += 1
-        return [
-            "system" if i < lead else ("assistant" if r == "assistant" else "user")
-            for i, r in enumerate(roles)
-        ]
-    return roles
+    fmt = FORMAT_TABLE.get(provider_format)
+    return roles if fmt is None else fmt.sent_roles(messages, roles, sent)
 
 
 @dataclass(frozen=True)
@@ -122,7 +109,9 @@ def aligned(
     message with its text: a request message matched by none is the hooks' (None, role),
     one of ours in none was removed (role None)."""
     sent = list((request or {}).get("messages") or [])
-    if provider_format != "openai_chat" or not sent or len(sent) == len(messages):
+    fmt = FORMAT_TABLE.get(provider_format)
+    one_to_one = fmt is not None and fmt.messages_one_to_one
+    if not one_to_one or not sent or len(sent) == len(messages):
         return list(zip(messages, sent_roles(messages, request, provider_format), strict=True))
     out: list[tuple[Message | None, str | None]] = []
     j = 0

@@ -33,6 +33,7 @@ from domain.caching.replay import (
 )
 from domain.caching.rules import CacheRules
 from domain.compaction.gain import CALLS_PER_TURN, ceil_ratio
+from domain.context.formats.table import FORMAT_TABLE
 from domain.policy.context_policy import ContextPolicy
 from domain.pricing import ModelPrices
 from domain.window.budget import ModelProfile
@@ -52,7 +53,8 @@ def project_cache(policy: ContextPolicy, profile: ModelProfile, calls: int) -> C
     """A compaction cycle of ``calls`` model calls (``project``'s) under ``profile``'s
     provider format and cache rules, against the ideal cache."""
     rules, calls = profile.cache_rules, max(1, calls)
-    anthropic = profile.provider_format == "anthropic_messages"
+    fmt = FORMAT_TABLE.get(profile.provider_format)
+    anthropic = fmt is not None and fmt.cache_marks  # marks placed as Anthropic's are
     real: PromptCache = AnthropicCache(rules) if anthropic else OpenAICache(rules)
     ideal = IdealCache()
     real_t, ideal_t = Tally(), Tally()

@@ -1,6 +1,8 @@
-"""Issue 40 item 3: a trigger kind is one module registered in one table. A toy kind is
-written as a single file into a temporary folder, imported, registered, and takes effect
-through ``evaluate_triggers`` — no product file changes."""
+"""Issue 40 item 3: a trigger kind and a provider format are each one module registered in
+one table. A toy kind and a toy format are each written as a single file into a
+temporary folder, imported, registered, and take effect through the product's public
+functions (``evaluate_triggers``; ``render`` and ``sent_roles``) — no product file
+changes."""
 
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ import pytest
 
 from domain.compaction.trigger_kinds.table import TRIGGER_KINDS, register, unregister
 from domain.compaction.triggers import CompactionState, Counters, Observation, evaluate_triggers
+from domain.context.formats.table import FORMAT_TABLE
+from domain.context.formats.table import unregister as unregister_format
+from domain.context.providers import FORMATS, render
+from domain.context.sent_view import sent_roles
 from domain.policy.context_policy import CompactionPolicy
 from domain.policy.defaults import TRIGGERS
 
@@ -123,3 +129,77 @@ def test_the_built_in_kinds_name_the_policys_trigger_fields() -> None:
     assert fields == set(TRIGGERS)
     declared = set(CompactionPolicy.__dataclass_fields__)
     assert fields <= declared
+
+
+# The whole toy format: its render, the roles its requests send, its cache lifetimes.
+TOY_FORMAT = """
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from domain.context.formats.format import Message, ProviderFormat, RenderOptions, Tool
+from domain.context.formats.table import register
+
+NAME = "toy_transcript"
+
+
+def _render(
+    messages: Sequence[Message], tools: Sequence[Tool], o: RenderOptions
+) -> dict[str, Any]:
+    lines = [f"{m.get('role')}: {m.get('content', '')}" for m in messages]
+    return {"transcript": "\\n".join(lines), "tools": [t["name"] for t in tools]}
+
+
+def _sent_roles(
+    messages: Sequence[Mapping[str, Any]], roles: list[str], sent: list[Any]
+) -> list[str]:
+    return ["transcript"] * len(messages)
+
+
+FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m",))
+
+
+def install() -> None:
+    register(FORMAT)
+"""
+
+
+@pytest.fixture
+def toy_format(tmp_path: Path) -> Iterator[ModuleType]:
+    path = tmp_path / "toy_format.py"
+    path.write_text(textwrap.dedent(TOY_FORMAT), "utf-8")
+    assert [p.name for p in tmp_path.iterdir()] == ["toy_format.py"]  # one file
+    module = _load(path, "toy_format")
+    module.install()
+    try:
+        yield module
+    finally:
+        unregister_format(module.NAME)
+        sys.modules.pop("toy_format", None)
+
+
+def test_a_toy_format_in_one_file_renders_through_render(toy_format: ModuleType) -> None:
+    messages = [
+        {"role": "user", "content": "hello", "block": "interaction"},
+        {"role": "assistant", "content": "hi", "block": "interaction"},
+    ]
+    tools = [{"name": "search", "parameters": {"type": "object"}}]
+    body = render(messages, tools, "toy_transcript")
+    assert body == {"transcript": "user: hello\nassistant: hi", "tools": ["search"]}
+    assert sent_roles(messages, body, "toy_transcript") == ["transcript", "transcript"]
+
+
+def test_without_the_toy_module_its_format_is_unknown() -> None:
+    assert "toy_transcript" not in FORMAT_TABLE
+    with pytest.raises(ValueError, match="unknown provider format"):
+        render([], [], "toy_transcript")
+
+
+def test_the_built_in_formats_are_the_tables() -> None:
+    assert FORMATS == ("openai_chat", "openai_responses", "anthropic_messages")
+    assert {f: FORMAT_TABLE[f].cache_ttls for f in FORMATS} == {
+        "openai_chat": ("5m", "24h"),
+        "openai_responses": ("5m", "24h"),
+        "anthropic_messages": ("5m", "1h"),
+    }
