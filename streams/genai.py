@@ -31,6 +31,7 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 from opentelemetry.util.types import AttributeValue
 
+from domain.context.formats.table import FORMAT_TABLE
 from streams import tracing
 
 OPERATION_NAME = "gen_ai.operation.name"
@@ -50,14 +51,6 @@ PURPOSE = "agentloom.purpose"  # action | completion | compaction (R4.1)
 SESSION_ID = "agentloom.session_id"
 
 CHAT = "chat"  # gen_ai.operation.name of a chat completion or message request
-
-# gen_ai.provider.name by the request format a call was rendered in; an
-# OpenAI-compatible server is reported as "openai", as the OpenAI instrumentations do.
-PROVIDER_OF_FORMAT = {
-    "openai_chat": "openai",
-    "openai_responses": "openai",
-    "anthropic_messages": "anthropic",
-}
 
 # Usage.to_dict keys -> the conventions' token attributes.
 _TOKENS = {
@@ -116,8 +109,10 @@ def attributes(call: ModelCallSpan) -> dict[str, AttributeValue]:
 
 
 def provider_of(provider_format: str) -> str:
-    """``gen_ai.provider.name`` of a request format (the format itself when unknown)."""
-    return PROVIDER_OF_FORMAT.get(provider_format, provider_format)
+    """``gen_ai.provider.name`` of a request format (its ``ProviderFormat.provider``;
+    the format itself when unknown)."""
+    fmt = FORMAT_TABLE.get(provider_format)
+    return provider_format if fmt is None else fmt.provider
 
 
 def record(call: ModelCallSpan, start_ns: int, end_ns: int) -> None:

@@ -23,6 +23,7 @@ from domain.context.providers import FORMATS, render
 from domain.context.sent_view import sent_roles
 from domain.policy.context_policy import CompactionPolicy
 from domain.policy.defaults import TRIGGERS
+from streams.genai import provider_of
 
 # The whole toy kind: its policy field (declared on a policy of its own, since the
 # release parser knows only the built-in fields), its check and its reason.
@@ -157,7 +158,7 @@ def _sent_roles(
     return ["transcript"] * len(messages)
 
 
-FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m",))
+FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m",), "toy")
 
 
 def install() -> None:
@@ -188,6 +189,7 @@ def test_a_toy_format_in_one_file_renders_through_render(toy_format: ModuleType)
     body = render(messages, tools, "toy_transcript")
     assert body == {"transcript": "user: hello\nassistant: hi", "tools": ["search"]}
     assert sent_roles(messages, body, "toy_transcript") == ["transcript", "transcript"]
+    assert provider_of("toy_transcript") == "toy"  # the call span's gen_ai.provider.name
 
 
 def test_without_the_toy_module_its_format_is_unknown() -> None:
@@ -198,6 +200,7 @@ def test_without_the_toy_module_its_format_is_unknown() -> None:
 
 def test_the_built_in_formats_are_the_tables() -> None:
     assert FORMATS == ("openai_chat", "openai_responses", "anthropic_messages")
+    assert [provider_of(f) for f in FORMATS] == ["openai", "openai", "anthropic"]
     assert {f: FORMAT_TABLE[f].cache_ttls for f in FORMATS} == {
         "openai_chat": ("5m", "24h"),
         "openai_responses": ("5m", "24h"),

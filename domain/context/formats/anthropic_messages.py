@@ -218,4 +218,4 @@ def _sent_roles(
     ]
 
 
-FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m", "1h"), cache_marks=True)
+FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m", "1h"), "anthropic", cache_marks=True)

@@ -39,6 +39,9 @@ class ProviderFormat:
     render: Render
     sent_roles: SentRoles
     cache_ttls: tuple[str, ...]
+    # ``gen_ai.provider.name`` of a call rendered in it; an OpenAI-compatible server is
+    # reported as "openai", as the OpenAI instrumentations do
+    provider: str
     # one request message per message, so hooks' additions are matched by their text
     messages_one_to_one: bool = False
     # the request marks its cache breakpoints (Anthropic): the provider caches only up to

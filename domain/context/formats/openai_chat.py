@@ -69,4 +69,6 @@ def _sent_roles(
     return roles
 
 
-FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m", "24h"), messages_one_to_one=True)
+FORMAT = ProviderFormat(
+    NAME, _render, _sent_roles, ("5m", "24h"), "openai", messages_one_to_one=True
+)

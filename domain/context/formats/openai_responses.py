@@ -91,4 +91,4 @@ def _sent_roles(
     ]
 
 
-FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m", "24h"))
+FORMAT = ProviderFormat(NAME, _render, _sent_roles, ("5m", "24h"), "openai")
