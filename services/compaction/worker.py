@@ -298,7 +298,12 @@ class CompactionWorker:
         rederived = await self._rederived(job, covered) if over else None
         if rederived is not None:
             merged, over = rederived, False
-            rollup = {"calls": job.calls - calls, "rederived": len(job.covered_before)}
+            rollup = {
+                "calls": job.calls - calls,
+                "rederived": len(job.covered_before),  # the parent's records, read again
+                "entries_in": len(job.covered_before) + sum(len(g.record_ids) for g in covered),
+                "error": None,
+            }
         if over:
             args = (job.bound, job.op_id, job.req.parent_summary_id, job.frontier.plan)
             merged, calls, rollup = await self.summarizer.roll_up(merged, *args, job.spent)
