@@ -2,6 +2,7 @@
 PY := .venv/bin/python
 JUNIT := build/test-results/junit.xml
 SOAK_SECONDS ?= 300
+SCALE_SECONDS ?= 100
 
 # The local single-broker stack: 4 partitions a topic (the library default, 24, is sized
 # for production; tests create many topics). Set it to override.
@@ -45,7 +46,8 @@ unit: setup ## Unit tests only (no services)
 client-check: setup ## A client generated from docs/openapi.json type-checks tests/client_check/program.py
 	@bash tests/client_check/run.sh
 
-test: lint typecheck client-check ## ruff + mypy + the generated-client check + all tests against the real stack; JUnit XML in build/
+test: setup ## ruff + mypy + the generated-client check (side by side), then all tests against the real stack; JUnit XML in build/
+	@$(MAKE) --no-print-directory -j3 lint typecheck client-check
 	@mkdir -p $(dir $(JUNIT))
 	@$(PY) -m pytest -ra --junitxml=$(JUNIT)
 
@@ -71,7 +73,7 @@ soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts
 
 test-scale: setup ## Scale test: 3 processors, 2 Prepare, 2 compaction workers on a 3-broker cluster (RF 3), kill -9 of a broker, a processor, a Prepare (build/scale)
 	@bash deploy/postgres.sh up
-	@$(PY) -m benchmarks.scale
+	@$(PY) -m benchmarks.scale --seconds $(SCALE_SECONDS)
 
 peer-tests: setup ## The openai-agents and langchain sdists' own tests with ours substituted (real stack); per-file summary
 	@bash deploy/peer-tests.sh
