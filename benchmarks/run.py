@@ -460,6 +460,17 @@ def run_driver(base: Settings, driver: str, args: argparse.Namespace, first: boo
     finally:
         procs.prepare.stop()
         procs.processor.stop()
+        # Its numbers are in results.json: the scratch database (~200 MB) goes (the
+        # regression gate runs this four times).
+        asyncio.run(drop_db(base.pg_dsn, db))
+
+
+async def drop_db(dsn: str, db: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
+    finally:
+        await conn.close()
 
 
 def main() -> None:
