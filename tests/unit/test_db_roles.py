@@ -231,9 +231,10 @@ def test_a_password_given_apart_joins_the_configured_dsn_and_role_logins_win() -
     from schemas.settings import Settings
     from storage.roles import configured_dsn, dsn_of
 
-    s = Settings(
+    s = Settings(  # a deployment: each process's login named in its DSN (not from the env)
         pg_dsn="postgresql://alc_prepare@agentloom-pg-rw:5432/agentloom",
         pg_password="p@ss/w:rd",  # type: ignore[arg-type]
+        pg_role_logins=False,
     )
     assert (
         configured_dsn(s)
