@@ -310,3 +310,28 @@ def test_no_gain_never_spends_the_room_for_the_largest_step() -> None:
     assert judge_observation(
         replace(inp, observation=seen, result_cap=10), NOW
     ).decision.reason == (NO_GAIN)
+
+
+@pytest.mark.spec("R9.4", "R18")
+def test_the_summarizer_overhead_setting_decides_whether_a_billed_job_pays() -> None:
+    """``ALC_SUMMARIZER_OVERHEAD_TOKENS`` reaches the processor's decision: the same job
+    starts at 400 and is deferred ``no_gain`` at 401 (its exact boundary above); with the
+    built-in summarizer the setting counts for nothing."""
+    from schemas.settings import Settings
+    from streams.wiring import gain_settings
+
+    def judged(**kw: object) -> str | None:
+        gs = gain_settings(Settings(**kw))  # type: ignore[arg-type]
+        inp = replace(
+            _inputs(CHEAP_FIXED),
+            model_summarizer=gs.model_summarizer,
+            summarizer_prices=CHEAP,
+            summarizer_overhead=gs.summarizer_overhead,
+        )
+        d = judge_observation(inp, NOW).decision
+        return "start" if d.start_job else d.reason
+
+    model = {"summarizer": "openai", "summarizer_base_url": "http://m", "summarizer_model": "m"}
+    assert judged(**model, summarizer_overhead_tokens=OVERHEAD) == "start"
+    assert judged(**model, summarizer_overhead_tokens=OVERHEAD + 1) == NO_GAIN
+    assert judged(summarizer_overhead_tokens=10**6) == "start"

@@ -40,3 +40,17 @@ def test_the_plan_gives_every_runtime_the_same_positive_quotas() -> None:
     assert plan[0].values() == {PRODUCER_BYTE_RATE: 1048576.0, REQUEST_PERCENTAGE: 25.0}
     with pytest.raises(ValueError):
         quota_plan(("runtime",), 0, 25.0)
+
+
+def test_the_runtime_quota_settings_are_what_provisioning_sets() -> None:
+    """``ALC_RUNTIME_PRODUCER_BYTE_RATE`` / ``ALC_RUNTIME_REQUEST_PERCENTAGE`` are the
+    quotas ``streams.kafka.provision`` sets on every runtime principal (the real stack
+    reads them back from the broker, tests/integration/test_bus_auth.py)."""
+    from schemas.settings import Settings
+
+    s = Settings(runtime_producer_byte_rate=1_234_567, runtime_request_percentage=12.5)
+    quotas = runtime_quotas(s, ("runtime", "agent-b"))
+    assert [q.user for q in quotas] == ["agent-b", "runtime"]
+    assert {(q.producer_byte_rate, q.request_percentage) for q in quotas} == {(1_234_567, 12.5)}
+    with pytest.raises(ValueError):
+        runtime_quotas(Settings(runtime_request_percentage=0), ("runtime",))
