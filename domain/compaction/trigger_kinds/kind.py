@@ -126,3 +126,17 @@ def period_passed(reason: str, threshold: int | None, since: int, at_last: int) 
     if at_last < threshold <= since:
         return f"{reason}_first_reach"
     return None
+
+
+def counter_kind(name: str) -> TriggerKind:
+    """A counter kind: the counter ``name`` of ``Counters`` since the last committed
+    summary reached the policy's ``compaction.<name>`` (``counted``, ``period_passed``)."""
+
+    def check(i: TriggerInputs, fired: tuple[str, ...]) -> Reading | None:
+        return counted(name, getattr(i.policy, name), getattr(i.since, name))
+
+    def period(policy: CompactionPolicy, since: Counters, at_last: Counters) -> str | None:
+        threshold = getattr(policy, name)
+        return period_passed(name, threshold, getattr(since, name), getattr(at_last, name))
+
+    return TriggerKind(name, name, check, period_passed=period)
