@@ -4,6 +4,7 @@ a service killed under it stops the others (exit 1)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -21,6 +22,7 @@ import httpx
 import pytest
 
 from streams.kafka.auth import read_credentials
+from tests.support.responses_server import responses_server
 from tests.support.services import free_port, services_env
 from tests.support.stack import REPO, Stack
 
@@ -146,12 +148,15 @@ def readme_example() -> str:
     return block[: block.index("```\n")]
 
 
-def run_as_a_newcomer(exports: dict[str, str], where: Path) -> subprocess.CompletedProcess[str]:
-    """The example in a directory outside the repository, with serve's export line as
-    its only configuration (no ALC_* of the test stack, no state directory)."""
+def run_as_a_newcomer(
+    exports: dict[str, str], where: Path, script: str, **more: str
+) -> subprocess.CompletedProcess[str]:
+    """``script`` in a directory outside the repository, with serve's export line (and
+    ``more``, what the README says to export besides) as its only configuration: no ALC_*
+    of the test stack, no state directory."""
     where.mkdir()
-    (where / "example.py").write_text(readme_example())
-    env = {"PATH": os.environ["PATH"], "HOME": str(where), **exports}
+    (where / "example.py").write_text(script)
+    env = {"PATH": os.environ["PATH"], "HOME": str(where), **exports, **more}
     return subprocess.run(
         [sys.executable, "example.py"],
         cwd=where,
@@ -160,6 +165,29 @@ def run_as_a_newcomer(exports: dict[str, str], where: Path) -> subprocess.Comple
         text=True,
         timeout=120,
     )
+
+
+def agents_example_runs_as_a_newcomer(exports: dict[str, str], where: Path) -> None:
+    """The Agents SDK example, copied out of the repository, against a scripted Responses
+    model: three questions, each answered from the tool's output, and the third model
+    call sees the first two questions' tool outputs through our prepared context."""
+    example = (REPO / "examples" / "openai_agents_session.py").read_text("utf-8")
+    with responses_server() as (model_url, model):
+        done = run_as_a_newcomer(
+            exports,
+            where,
+            example,
+            OPENAI_BASE_URL=model_url,
+            OPENAI_API_KEY="sk-scripted",
+            OPENAI_AGENTS_DISABLE_TRACING="1",  # the README's line for a non-OpenAI model
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    for table in ("t1", "t2"):
+        assert f"The tool said: {table}: row0=0" in done.stdout, done.stdout
+    assert "items in the prepared context" in done.stdout
+    last_question = next(r for r in model.requests if "Which one" in json.dumps(r["input"]))
+    seen = json.dumps(last_question["input"])
+    assert "t1: row0=0" in seen and "t2: row0=0" in seen, seen
 
 
 @pytest.mark.timeout(300)
@@ -190,9 +218,10 @@ def test_serve_runs_every_service_prepares_and_stops_on_ctrl_c(
     logins = read_credentials(Path(exports["ALC_KAFKA_CREDENTIALS_FILE"]))
     assert list(logins) == ["runtime"]
     assert not any(pw in " ".join(exports.values()) for pw in logins.values())
-    done = run_as_a_newcomer(exports, tmp_path / "elsewhere")
+    done = run_as_a_newcomer(exports, tmp_path / "elsewhere", readme_example())
     assert done.returncode == 0, done.stdout + done.stderr
     assert " messages; " in done.stdout
+    agents_example_runs_as_a_newcomer(exports, tmp_path / "agents")
 
     os.killpg(serving.popen.pid, signal.SIGINT)  # Ctrl-C at the terminal
     assert serving.popen.wait(90) == 0, "\n".join(serving.lines[-40:])
