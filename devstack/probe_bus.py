@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaError
 from devstack import events as ev
 from devstack.probe_world import ProbeResult, Target, World, until, verdict
 from domain.context.envelope import Headers
-from schemas.contracts import ContextEvent
+from schemas.contracts import Content, ContextEvent
 from schemas.wire import (
     CompactionOutcome,
     ControlEvent,
@@ -202,6 +202,23 @@ async def user_key_append(w: World, letters: Letters, p: AIOKafkaProducer) -> Pr
     return verdict("bus.user_key_append", "bus", expected, describe(dl) + told)
 
 
+async def foreign_blob(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:
+    """An append of B's own session whose content is a reference to A's blob (its hash
+    and length): only the event's space's blobs may be referenced."""
+    key = f"b-blob-{w.tag}"
+    event = dataclasses.replace(
+        ev.user(w.b.run, "", key), content=Content.reference(*w.a.blob, "text/plain")
+    )
+    dl, _ = await _refused_event(
+        w, letters, p, event, w.b.run.session_id, lambda k, v: signed(w.b.key, k, v)
+    )
+    async with w.http(w.b.key) as http:
+        got = (await http.get(f"/v1/sessions/{w.b.run.session_id}/events/{key}")).json()
+    told = f"; B's outcome {got.get('outcome')} {got.get('code')}"
+    expected = f"dead letter blob_missing, space {w.b.space}; B's outcome dead_letter blob_missing"
+    return verdict("bus.foreign_blob_reference", "bus", expected, describe(dl) + told)
+
+
 async def forged_outcome(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:
     """A compaction outcome (a summary of A's records) sent with B's runtime login and
     signed with B's key: only the compaction service makes one."""
@@ -328,6 +345,7 @@ EVENT_PROBES: tuple[Probe, ...] = (
     unsigned,
     wrong_signature,
     user_key_append,
+    foreign_blob,
     forged_outcome,
 )
 

@@ -99,6 +99,7 @@ class Victim:
     record_id: str
     prepared_id: str
     call_id: str
+    blob: tuple[str, int]  # sha256 and length of content stored in A's space
     client: ContextClient  # A's runtime, kept open for the read-backs
 
 
@@ -183,7 +184,8 @@ def _client(target: Target, key: str, auth: KafkaAuth) -> ContextClient:
 
 
 async def _victim(target: Target, c: ContextClient, key: str, tag: str, secret: str) -> Victim:
-    """A's session: a question, a tool call and its result, a prepare, a model call."""
+    """A's session: a question, a tool call and its result, a prepare, a model call; and
+    a blob in A's content store."""
     space, actor, agent = f"probe-a-{tag}", f"alice-{tag}", f"agent-a-{tag}"
     rel = await c.register_release(**release_body(agent, f"A's instructions {secret}"))
     run = await c.start_run(await c.open_session(space, actor, rel["release_id"]))
@@ -194,6 +196,7 @@ async def _victim(target: Target, c: ContextClient, key: str, tag: str, secret: 
     prepared = await c.prepare(run)
     record_id = next(i for m in prepared["messages"] for i in m.get("record_ids") or ())
     call = await c.check_model_call(run, prepared)
+    blob = (await c.http.put("/v1/blobs", content=f"A's blob {secret}".encode())).json()
     return Victim(
         space,
         key,
@@ -205,6 +208,7 @@ async def _victim(target: Target, c: ContextClient, key: str, tag: str, secret: 
         record_id,
         prepared["prepared_id"],
         call["call_id"],
+        (str(blob["sha256"]), int(blob["length"])),
         c,
     )
 

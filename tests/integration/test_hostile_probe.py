@@ -25,6 +25,7 @@ ATTACKS = {
         "bus.wrong_signature",
         "bus.user_key_append",
         "bus.forged_compaction_outcome",
+        "bus.foreign_blob_reference",
         "bus.acl_write_observability",
         "bus.acl_write_dead_letter",
         "bus.acl_read_records",
