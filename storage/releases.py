@@ -3,29 +3,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import asyncpg
+from pydantic import ConfigDict, Field, InstanceOf
 
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.parsed import policy_of
-
-# Every field a release freezes (R1.4, R17): one differing field is another release.
-RELEASE_CONTENT = (
-    "agent_id",
-    "instructions",
-    "tool_catalog",
-    "skill_bindings",
-    "hook_bindings",
-    "model_profile",
-    "context_policy",
-)
+from schemas.answers import sessions as answers
 
 
-@dataclass(frozen=True)
-class Release:
-    release_id: str
+class ReleaseContent(TypedDict):
+    """What a release freezes (``RELEASE_CONTENT``), as published and hashed: the tools,
+    bindings, profile and policy stay the JSON they were given as."""
+
     agent_id: str
     instructions: str
     tool_catalog: list[dict[str, Any]]
@@ -33,30 +24,33 @@ class Release:
     hook_bindings: list[dict[str, Any]]
     model_profile: dict[str, Any]
     context_policy: dict[str, Any]
-    policy_revision: str
-    content_hash: str | None
-    space_id: str | None
-    frozen_at: str  # ISO 8601
-    # Parsed from ``context_policy`` once, at load: releases are frozen (R17).
-    policy: ContextPolicy = field(compare=False)
-    # The agent's overrides as given at publish (migration 013; None before it): what the
-    # owner chose, beside the frozen effective policy. Not release content.
-    policy_overrides: dict[str, Any] | None = None
 
-    def content(self) -> dict[str, Any]:
+
+# Every field a release freezes (R1.4, R17), in column order: one differing field is
+# another release.
+RELEASE_CONTENT: tuple[str, ...] = tuple(ReleaseContent.__annotations__)
+
+
+class Release(answers.Release):
+    """A stored release: the published one (``schemas.answers.sessions.Release``, every
+    column) and its policy, parsed from ``context_policy`` once, at load: releases are
+    frozen (R17). The parsed policy is never part of the answer."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: InstanceOf[ContextPolicy] = Field(exclude=True, repr=False)
+
+    def content(self) -> ReleaseContent:
         """The frozen content fields, as published."""
-        return {k: getattr(self, k) for k in RELEASE_CONTENT}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The stored release as the API shows it (every column)."""
-        return self.content() | {
-            "release_id": self.release_id,
-            "policy_revision": self.policy_revision,
-            "content_hash": self.content_hash,
-            "space_id": self.space_id,
-            "frozen_at": self.frozen_at,
-            "policy_overrides": self.policy_overrides,
-        }
+        return ReleaseContent(
+            agent_id=self.agent_id,
+            instructions=self.instructions,
+            tool_catalog=self.tool_catalog,
+            skill_bindings=self.skill_bindings,
+            hook_bindings=self.hook_bindings,
+            model_profile=self.model_profile,
+            context_policy=self.context_policy,
+        )
 
 
 def release_from_row(row: Any) -> Release:
@@ -84,7 +78,7 @@ class Releases(Protocol):
     async def insert(
         self,
         release_id: str,
-        content: dict[str, Any],
+        content: ReleaseContent,
         policy_revision: str,
         content_hash: str,
         space_id: str | None,
@@ -107,7 +101,7 @@ class PgReleases:
     async def insert(
         self,
         release_id: str,
-        content: dict[str, Any],
+        content: ReleaseContent,
         policy_revision: str,
         content_hash: str,
         space_id: str | None,
@@ -120,7 +114,7 @@ class PgReleases:
             " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12)"
             " ON CONFLICT (release_id) DO NOTHING RETURNING release_id",
             release_id,
-            *(content[k] for k in RELEASE_CONTENT),
+            *(content.get(k) for k in RELEASE_CONTENT),
             policy_revision,
             content_hash,
             space_id,

@@ -6,31 +6,13 @@ opens sessions, records and revokes grants and reads what the processor decided.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 import asyncpg
 
 from domain.planning import RunState
-
-
-@dataclass(frozen=True)
-class SessionRow:
-    session_id: str
-    space_id: str
-    actor_id: str
-    release_id: str
-    active_run_id: str | None
-    revision: int
-    user_turns: int
-    model_steps: int
-    last_sequence: int
-    # The id its opener chose, unique in its space; ``session_id`` is the
-    # global key, the same unless another space had taken the name first.
-    session_name: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from schemas.answers.sessions import EventOutcome, Session
 
 
 @dataclass(frozen=True)
@@ -55,12 +37,12 @@ class Sessions(Protocol):
         """Open a session named ``name`` (default: its id) in its space; False when the id
         exists, or the name in the space (nothing written)."""
 
-    async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
+    async def resolve(self, space_id: str, session_id: str) -> Session | None:
         """The space's session a caller names ``session_id``: its session of that global
         id, else its session of that name; None when the space has neither (another
         space's session is not found, by the same query)."""
 
-    async def get(self, session_id: str) -> SessionRow | None: ...
+    async def get(self, session_id: str) -> Session | None: ...
 
     async def run(self, session_id: str, run_id: str) -> RunState | None:
         """A run's status and lifecycle counters."""
@@ -68,7 +50,7 @@ class Sessions(Protocol):
     async def refusal(self, session_id: str, event_key: str) -> Refusal | None:
         """The refusal recorded for an event, if it was refused."""
 
-    async def outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+    async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         """The committed record of an event, or its recorded outcome; None if neither."""
 
     async def has_grant(self, session_id: str, actor_id: str) -> bool: ...
@@ -115,7 +97,7 @@ class PgSessions:
         )
         return row is not None
 
-    async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
+    async def resolve(self, space_id: str, session_id: str) -> Session | None:
         r = await self.pool.fetchrow(
             # Two index lookups (the global ids; the space's names), the global id first:
             # the id the API returned (and the SDK sends) always means its own session.
@@ -125,14 +107,14 @@ class PgSessions:
             space_id,
             session_id,
         )
-        return None if r is None else SessionRow(**dict(r))
+        return None if r is None else Session.model_validate(dict(r))
 
-    async def get(self, session_id: str) -> SessionRow | None:
+    async def get(self, session_id: str) -> Session | None:
         r = await self.pool.fetchrow(
             f"SELECT {_SESSION} FROM sessions WHERE session_id=$1",
             session_id,
         )
-        return None if r is None else SessionRow(**dict(r))
+        return None if r is None else Session.model_validate(dict(r))
 
     async def run(self, session_id: str, run_id: str) -> RunState | None:
         row = await self.pool.fetchrow(
@@ -151,7 +133,7 @@ class PgSessions:
         )
         return None if o is None else Refusal(o["code"], o["message"])
 
-    async def outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+    async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         r = await self.pool.fetchrow(
             "SELECT record_id, session_sequence, instance_sequence, kind FROM records"
             " WHERE session_id=$1 AND event_key=$2",
@@ -159,14 +141,14 @@ class PgSessions:
             event_key,
         )
         if r is not None:
-            return {"outcome": "committed"} | dict(r)
+            return EventOutcome.model_validate({"outcome": "committed", **dict(r)})
         o = await self.pool.fetchrow(
             "SELECT outcome, code, message FROM event_outcomes WHERE session_id=$1"
             " AND event_key=$2",
             session_id,
             event_key,
         )
-        return None if o is None else dict(o)
+        return None if o is None else EventOutcome.model_validate(dict(o))
 
     async def has_grant(self, session_id: str, actor_id: str) -> bool:
         return bool(

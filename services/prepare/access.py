@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from domain.auth import (
     Action,
@@ -22,6 +21,7 @@ from domain.auth import (
 from schemas.errors import NotFound, Unauthenticated
 from services.prepare.publishing import ReleaseBook
 from storage.api_keys import StoredKey
+from storage.releases import Release
 from storage.sessions import Sessions
 
 # A live key by id (``storage.api_keys.find_key`` over the pool).
@@ -135,8 +135,8 @@ class Access:
         """A grant just revoked: gone here at once (other instances within the TTL)."""
         self._grants.pop((sid, actor_id), None)
 
-    async def authorized_release(self, release_id: str, who: Principal) -> dict[str, Any]:
+    async def authorized_release(self, release_id: str, who: Principal) -> Release:
         """A release as its space sees it: another space's is not found (R15.4)."""
         rel = await self.releases.get(release_id)
         authorize_release(who, release_id, rel.space_id, Action.RELEASE_READ).enforce()
-        return rel.to_dict()
+        return rel

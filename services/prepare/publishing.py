@@ -15,11 +15,12 @@ from typing import Any
 
 from domain.policy.context_policy import ContextPolicy, validate_policy
 from domain.window.model_catalog import ModelCatalog, check_refs
+from schemas.answers.sessions import ReleasePublished
 from schemas.errors import InvalidPolicy, NotFound, ReleaseConflict
 from services.model_profiles import model_profile
 from services.prepare.bodies import ReleaseIn
 from services.prepare.release_spec import ReleaseView, view_of
-from storage.releases import RELEASE_CONTENT, Release, Releases
+from storage.releases import RELEASE_CONTENT, Release, ReleaseContent, Releases
 
 
 def _canonical(value: Any) -> str:
@@ -31,9 +32,11 @@ def policy_revision(policy: dict[str, Any]) -> str:
     return "pol_" + hashlib.sha256(canon.encode()).hexdigest()[:16]
 
 
-def release_content_hash(content: dict[str, Any]) -> str:
+def release_content_hash(content: ReleaseContent) -> str:
     """sha256 of the canonical JSON of a release's content fields."""
-    return hashlib.sha256(_canonical({k: content[k] for k in RELEASE_CONTENT}).encode()).hexdigest()
+    return hashlib.sha256(
+        _canonical({k: content.get(k) for k in RELEASE_CONTENT}).encode()
+    ).hexdigest()
 
 
 @dataclass
@@ -51,7 +54,7 @@ class ReleaseBook:
     _views: dict[str, ReleaseView] = field(default_factory=dict)
     _session_release: dict[str, str] = field(default_factory=dict)
 
-    async def register(self, body: ReleaseIn, space_id: str | None = None) -> dict[str, Any]:
+    async def register(self, body: ReleaseIn, space_id: str | None = None) -> ReleasePublished:
         """``space_id``: the publishing key's space, which owns the release (R15.4)."""
         # R6.1/R6.4/R6.5 and the provider format: what every prepare and model call of
         # the release needs of its profile, refused here (release_spec.model_profile).
@@ -64,17 +67,17 @@ class ReleaseBook:
         rev = policy_revision({"policy": policy, "model_profile": body.model_profile})
         # Tools, skills and hooks were parsed by the request model, with the types a
         # prepare reads them with; stored as given.
-        content = {
-            "agent_id": body.agent_id,
-            "instructions": body.instructions,
-            "tool_catalog": [t.wire() for t in body.tool_catalog],
-            "skill_bindings": [b.wire() for b in body.skill_bindings],
-            "hook_bindings": [
+        content = ReleaseContent(
+            agent_id=body.agent_id,
+            instructions=body.instructions,
+            tool_catalog=[t.wire() for t in body.tool_catalog],
+            skill_bindings=[b.wire() for b in body.skill_bindings],
+            hook_bindings=[
                 h.model_dump(mode="json", exclude_unset=True) for h in body.hook_bindings
             ],
-            "model_profile": body.model_profile,
-            "context_policy": policy,
-        }
+            model_profile=body.model_profile,
+            context_policy=policy,
+        )
         digest = release_content_hash(content)
         release_id = body.release_id or f"rel_{uuid.uuid4().hex[:12]}"
         overrides = body.context_policy
@@ -84,15 +87,15 @@ class ReleaseBook:
             existing = await self.get(release_id)
             await self._check_same(existing, content, digest, space_id)
             rev, digest = existing.policy_revision, existing.content_hash or digest
-        return {
-            "release_id": release_id,
-            "policy_revision": rev,
-            "content_hash": digest,
-            "input_budget": profile.input_budget(),
-        }
+        return ReleasePublished(
+            release_id=release_id,
+            policy_revision=rev,
+            content_hash=digest,
+            input_budget=profile.input_budget(),
+        )
 
     async def _check_same(
-        self, existing: Release, content: dict[str, Any], digest: str, space_id: str | None
+        self, existing: Release, content: ReleaseContent, digest: str, space_id: str | None
     ) -> None:
         release_id = existing.release_id
         if existing.space_id not in (None, space_id):
@@ -104,9 +107,14 @@ class ReleaseBook:
         # A release published before the whole ContextPolicy (R17) stored fewer sections:
         # compared as its policy reads now (the missing sections are their defaults), the
         # same body republished is the same release.
-        stored = existing.content() | {"context_policy": existing.policy.to_dict()}
+        stored = existing.content()
+        stored["context_policy"] = existing.policy.to_dict()
         if existing.content_hash != digest and release_content_hash(stored) != digest:
-            differ = [k for k in RELEASE_CONTENT if _canonical(stored[k]) != _canonical(content[k])]
+            differ = [
+                k
+                for k in RELEASE_CONTENT
+                if _canonical(stored.get(k)) != _canonical(content.get(k))
+            ]
             raise ReleaseConflict(
                 f"release {release_id} is frozen with other content"
                 f" ({', '.join(differ) or 'content hash'} differ); publish a new release id",

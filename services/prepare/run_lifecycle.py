@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
 
 from domain.planning import lifecycle_key
+from schemas.answers.sessions import EventOutcome, RunLifecycle, RunSnapshot, RunStarted, Session
 from schemas.contracts import (
     Authority,
     Content,
@@ -36,18 +36,18 @@ from services.prepare.assembly.views import ThreadViews
 from services.prepare.assembly.waiter import Waiter
 from services.prepare.bodies import FinishIn, RunIn, RunLifecycleIn, SessionIn, offsets_of
 from services.prepare.publishing import ReleaseBook
-from storage.sessions import SessionRow, Sessions
+from storage.sessions import Sessions
 from streams.kafka.publish import Publisher
 
 # An append the processor passed without a record or a refusal of this session.
-NOT_APPLIED = {
-    "outcome": "dead_letter",
-    "code": "not_applied",
-    "message": "the processor passed this append without applying it or recording a refusal"
+NOT_APPLIED = EventOutcome(
+    outcome="dead_letter",
+    code="not_applied",
+    message="the processor passed this append without applying it or recording a refusal"
     " for this session: it was refused before it could be attributed to the session (no"
     " valid signature — e.g. a user key, a revoked key or another deployment's key — or"
     " the scope of another session); the dead-letter topic holds the reason",
-}
+)
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Runs:
     # session row once its session was seen.
     _identities: dict[str, Identity] = field(default_factory=dict)
 
-    async def open_session(self, body: SessionIn, space_id: str, actor_id: str) -> dict[str, Any]:
+    async def open_session(self, body: SessionIn, space_id: str, actor_id: str) -> Session:
         """``space_id`` and ``actor_id`` are the caller's, checked by the API against its
         credential (``auth.session_owner``); the release must be visible in that space."""
         name = body.session_id or f"ses_{uuid.uuid4().hex[:16]}"
@@ -92,11 +92,11 @@ class Runs:
             actor_id,
         ):
             raise Conflict(f"session {name} exists with another release or scope (R1.4)")
-        return s.to_dict()
+        return s
 
     async def _open(
         self, name: str, space_id: str, actor_id: str, release_id: str
-    ) -> tuple[SessionRow, bool]:
+    ) -> tuple[Session, bool]:
         """The space's session ``name`` means (its global id, else its name) and whether
         this call created it. Ids are per space: a name is its session's
         global id unless another space has that id — whose session is never touched or
@@ -112,7 +112,7 @@ class Runs:
             raise Conflict(f"session {name} could not be opened; try again")
         return found, False
 
-    async def session(self, sid: str) -> SessionRow:
+    async def session(self, sid: str) -> Session:
         s = await self.sessions.get(sid)
         if s is None:
             raise NotFound(f"session {sid} not found")
@@ -127,7 +127,7 @@ class Runs:
             found = self._identities[sid] = Identity(s.space_id, s.actor_id, s.release_id)
         return found
 
-    async def start_run(self, sid: str, body: RunIn) -> dict[str, Any]:
+    async def start_run(self, sid: str, body: RunIn) -> RunStarted:
         # Refused here, before anything is published: the processor would dead-letter it.
         problem = run_start_problem(body.run_id, body.instance_id)
         if problem is not None:
@@ -140,24 +140,24 @@ class Runs:
         payload = RunLifecyclePayload(release_id=s.release_id)
         await self._publish(scope, event_key, RecordKind.RUN_STARTED, payload)
         snap = await self.views.snapshot(sid, run_id)
-        return {
-            "session_id": sid,
-            "run_id": run_id,
-            "instance_id": snap.main_instance_id,
-            "status": snap.run_status,
-            "snapshot": {
-                "snapshot_id": snap.snapshot_id,
-                "through_session_sequence": snap.through_session_sequence,
-                "policy_revision": snap.policy_revision,
-            },
-        }
+        return RunStarted(
+            session_id=sid,
+            run_id=run_id,
+            instance_id=snap.main_instance_id,
+            status=snap.run_status,
+            snapshot=RunSnapshot(
+                snapshot_id=snap.snapshot_id,
+                through_session_sequence=snap.through_session_sequence,
+                policy_revision=snap.policy_revision,
+            ),
+        )
 
-    async def resume_run(self, sid: str, run_id: str, body: RunLifecycleIn) -> dict[str, Any]:
+    async def resume_run(self, sid: str, run_id: str, body: RunLifecycleIn) -> RunLifecycle:
         """R1.2: continue an earlier run — same run_id, thread and snapshot. The processor
         decides, as for a start: refused with ``run_active`` while another run is active."""
         return await self._lifecycle(sid, run_id, RecordKind.RUN_RESUMED, body)
 
-    async def finish_run(self, sid: str, run_id: str, body: FinishIn) -> dict[str, Any]:
+    async def finish_run(self, sid: str, run_id: str, body: FinishIn) -> RunLifecycle:
         """End the run (``cancelled``: stopped by the user); refused with
         ``run_not_active`` when it already ended otherwise."""
         kind = RecordKind.RUN_CANCELLED if body.cancelled else RecordKind.RUN_FINISHED
@@ -165,7 +165,7 @@ class Runs:
 
     async def _lifecycle(
         self, sid: str, run_id: str, kind: RecordKind, body: RunLifecycleIn
-    ) -> dict[str, Any]:
+    ) -> RunLifecycle:
         # the caller's earlier appends first: the key derives from the counters they leave
         # (a resume the caller appended itself, say).
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
@@ -180,15 +180,15 @@ class Runs:
         payload = RunLifecyclePayload(reason=body.reason)
         part, off = await self._publish(scope, event_key, kind, payload)
         after = await self.sessions.run(sid, run_id)
-        return {
-            "session_id": sid,
-            "run_id": run_id,
-            "instance_id": run.main_instance_id,
-            "status": after.status if after else None,
-            "event_key": event_key,
-            "partition": part,
-            "offset": off,
-        }
+        return RunLifecycle(
+            session_id=sid,
+            run_id=run_id,
+            instance_id=run.main_instance_id,
+            status=after.status if after else None,
+            event_key=event_key,
+            partition=part,
+            offset=off,
+        )
 
     async def _publish(
         self, scope: Scope, event_key: str, kind: RecordKind, payload: RunLifecyclePayload
@@ -228,7 +228,7 @@ class Runs:
 
     async def outcome(
         self, sid: str, event_key: str, at: tuple[int, int] | None = None
-    ) -> dict[str, Any]:
+    ) -> EventOutcome:
         """The event's record or recorded refusal; else, once the processor has passed
         ``at`` (the append's partition and offset), ``not_applied``: it was refused before
         it could be attributed to this session (no valid signature, or the scope of
@@ -249,4 +249,4 @@ class Runs:
         found = await self.sessions.outcome(sid, event_key)
         if found is not None:
             return found
-        return dict(NOT_APPLIED) if passed else {"outcome": "unknown"}
+        return NOT_APPLIED.model_copy() if passed else EventOutcome(outcome="unknown")

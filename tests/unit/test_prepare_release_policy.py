@@ -70,7 +70,7 @@ async def test_a_release_frozen_with_four_policy_sections_republished_alike_is_t
     w = PrepareWorld()
     old = stored_before_r17(w, release(), content_hash=hashed)
     again = await w.svc.releases.register(release(), "space")
-    assert again["policy_revision"] == old.policy_revision  # the sessions' one, unchanged
+    assert again.policy_revision == old.policy_revision  # the sessions' one, unchanged
     assert w.releases.rows["rel_a"].context_policy == four_sections()
     with pytest.raises(ReleaseConflict) as exc:
         await w.svc.releases.register(
@@ -124,10 +124,10 @@ async def test_a_release_keeps_the_overrides_as_given_beside_the_effective_polic
     shown = await w.svc.access.authorized_release(
         "rel_a", await w.svc.access.authenticate(key, None)
     )
-    assert shown["policy_overrides"] == overrides
-    assert shown["context_policy"]["compaction"]["user_turns"] == 3
-    assert shown["context_policy"]["large_result_policy"]["preview_chars"] == 300
-    assert shown["context_policy"]["compaction"]["context_ratio"] == 0.8  # the default
+    assert shown.policy_overrides == overrides
+    assert shown.context_policy["compaction"]["user_turns"] == 3
+    assert shown.context_policy["large_result_policy"]["preview_chars"] == 300
+    assert shown.context_policy["compaction"]["context_ratio"] == 0.8  # the default
     # The same effective policy spelled otherwise is the same release: the first
     # publish's overrides stay.
     spelled = overrides | {"large_result_policy": {"preview_chars": 300}}

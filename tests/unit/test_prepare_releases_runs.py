@@ -60,7 +60,7 @@ async def test_a_session_id_reused_with_another_release_is_a_conflict() -> None:
     opened = await w.svc.runs.open_session(
         SessionIn(session_id="s1", release_id="rel_a"), "space", "alice"
     )
-    assert opened["release_id"] == "rel_a"
+    assert opened.release_id == "rel_a"
     assert (
         await w.svc.runs.open_session(
             SessionIn(session_id="s1", release_id="rel_a"), "space", "alice"
@@ -84,7 +84,7 @@ async def test_a_run_start_is_published_and_waited_for_then_reported() -> None:
     await opened(w)
     w.run("s1", "r1")  # what the processor leaves when it accepts the start
     out = await w.svc.runs.start_run("s1", RunIn(run_id="r1"))
-    assert (out["run_id"], out["instance_id"], out["status"]) == ("r1", "r1.main", "active")
+    assert (out.run_id, out.instance_id, out.status) == ("r1", "r1.main", "active")
     [sent] = w.publisher.on("ctx.records")
     assert sent.how == "waited" and sent.key == b"s1"
     event = decode(sent.value)
@@ -108,8 +108,8 @@ async def test_a_resume_key_derives_from_durable_counters_so_a_retry_is_the_same
     w.run("s1", "r1", status="finished")
     first = await w.svc.runs.resume_run("s1", "r1", RunLifecycleIn())
     retry = await w.svc.runs.resume_run("s1", "r1", RunLifecycleIn())
-    assert first["event_key"] == retry["event_key"]
-    assert [decode(m.value).event_key for m in w.publisher.sent] == [first["event_key"]] * 2
+    assert first.event_key == retry.event_key
+    assert [decode(m.value).event_key for m in w.publisher.sent] == [first.event_key] * 2
     with pytest.raises(NotFound):
         await w.svc.runs.finish_run("s1", "nope", FinishIn())
 

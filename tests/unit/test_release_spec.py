@@ -5,7 +5,6 @@ holds an unusable part is refused with its path (422), never a 500 on every prep
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Any
 
@@ -67,7 +66,7 @@ async def test_a_release_stored_before_the_check_is_refused_with_its_path_not_a_
     w = PrepareWorld()
     await w.svc.releases.register(ReleaseIn.model_validate(BASE | {"release_id": "rel"}), "space")
     bad = [{"skill_id": "review", "revision": "r1"}]
-    w.releases.rows["rel"] = dataclasses.replace(w.releases.rows["rel"], skill_bindings=bad)
+    w.releases.rows["rel"] = w.releases.rows["rel"].model_copy(update={"skill_bindings": bad})
     await w.sessions.insert("s1", "space", "alice", "rel")  # opened before the check
     w.run("s1", "r1")
     w.say("s1", "r1", "user_input", "Go.")

@@ -10,9 +10,9 @@ from typing import Any, cast
 
 import pytest
 
+from schemas.answers.sessions import EventOutcome, Session
 from schemas.errors import NotCommittedYet, NotFound
 from services.prepare.run_lifecycle import Identity, Runs
-from storage.sessions import SessionRow
 
 
 class Db:
@@ -21,8 +21,8 @@ class Db:
     def __init__(self) -> None:
         self.committed = False
 
-    async def outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
-        found = {"outcome": "applied", "record_id": "r1"} if self.committed else None
+    async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
+        found = EventOutcome(outcome="applied", record_id="r1") if self.committed else None
         self.committed = True  # the commit lands just after this read
         return found
 
@@ -42,8 +42,8 @@ def runs(db: Any) -> Runs:
 async def test_a_commit_landing_mid_answer_is_unknown_then_applied() -> None:
     db = Db()
     first = await runs(db).outcome("s1", "q0", (0, 5))
-    assert first == {"outcome": "unknown"}  # asked again later: never not_applied
-    assert (await runs(db).outcome("s1", "q0", (0, 5)))["outcome"] == "applied"
+    assert first == EventOutcome(outcome="unknown")  # asked again later: never not_applied
+    assert (await runs(db).outcome("s1", "q0", (0, 5))).outcome == "applied"
 
 
 async def test_passed_without_an_outcome_is_not_applied() -> None:
@@ -54,7 +54,7 @@ async def test_passed_without_an_outcome_is_not_applied() -> None:
         return None
 
     db.outcome = nothing  # type: ignore[method-assign,assignment]
-    assert (await runs(db).outcome("s1", "q0", (0, 5)))["code"] == "not_applied"
+    assert (await runs(db).outcome("s1", "q0", (0, 5))).code == "not_applied"
 
 
 class Rows:
@@ -63,11 +63,21 @@ class Rows:
     def __init__(self) -> None:
         self.gets = 0
 
-    async def get(self, sid: str) -> SessionRow | None:
+    async def get(self, sid: str) -> Session | None:
         self.gets += 1
         if sid != "s1":
             return None
-        return SessionRow("s1", "sp", "alice", "rel1", "run1", 3, 1, 2, 9)
+        return Session(
+            session_id="s1",
+            space_id="sp",
+            actor_id="alice",
+            release_id="rel1",
+            active_run_id="run1",
+            revision=3,
+            user_turns=1,
+            model_steps=2,
+            last_sequence=9,
+        )
 
 
 async def test_a_session_identity_is_read_once() -> None:

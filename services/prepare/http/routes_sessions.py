@@ -28,11 +28,11 @@ def release_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     async def register_release(body: ReleaseIn, who: Principal = auth) -> ReleasePublished:
         """Publish a release in the key's space (host keys only); ids are global."""
         authorize_release(who, body.release_id or "", None, Action.RELEASE_PUBLISH).enforce()
-        return ReleasePublished.model_validate(await svc.releases.register(body, who.space_id))
+        return await svc.releases.register(body, who.space_id)
 
     @app.get("/v1/releases/{release_id}")
     async def get_release(release_id: PathId, who: Principal = auth) -> Release:
-        return Release.model_validate(await svc.access.authorized_release(release_id, who))
+        return await svc.access.authorized_release(release_id, who)
 
 
 def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
@@ -46,17 +46,17 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         if not isinstance(owner, str):
             owner.enforce()  # a refusal: raises
             raise AssertionError("session_owner refused without a reason")
-        return Session.model_validate(await svc.runs.open_session(body, who.space_id, owner))
+        return await svc.runs.open_session(body, who.space_id, owner)
 
     @app.get("/v1/sessions/{session_id}")
     async def get_session(session_id: PathId, who: Principal = auth) -> Session:
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_READ)).session_id
-        return Session.model_validate((await svc.runs.session(sid)).to_dict())
+        return await svc.runs.session(sid)
 
     @app.post("/v1/sessions/{session_id}/runs", status_code=201, responses=CONFLICT)
     async def start_run(session_id: PathId, body: RunIn, who: Principal = auth) -> RunStarted:
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return RunStarted.model_validate(await svc.runs.start_run(sid, body))
+        return await svc.runs.start_run(sid, body)
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/resume", responses=CONFLICT)
     async def resume_run(
@@ -65,7 +65,7 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         """R1.2: continue an earlier run (same run_id, thread and snapshot) once the
         processor accepted it; 409 ``run_active`` while another run is active (R1.3)."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return RunLifecycle.model_validate(await svc.runs.resume_run(sid, run_id, body))
+        return await svc.runs.resume_run(sid, run_id, body)
 
     @app.post("/v1/sessions/{session_id}/runs/{run_id}/finish", responses=CONFLICT)
     async def finish_run(
@@ -75,7 +75,7 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         ``run_not_active`` when it already ended otherwise. Appends to an ended run are
         dead-lettered (``run_not_active``) until it is resumed."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
-        return RunLifecycle.model_validate(await svc.runs.finish_run(sid, run_id, body))
+        return await svc.runs.finish_run(sid, run_id, body)
 
     # Only the fields the outcome has: a committed event carries no refusal, a refused one
     # no record.
@@ -93,4 +93,4 @@ def session_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         to this session is ``dead_letter`` ``not_applied`` instead of ``unknown``."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_READ)).session_id
         at = None if partition is None or offset is None else (partition, offset)
-        return EventOutcome.model_validate(await svc.runs.outcome(sid, event_key, at))
+        return await svc.runs.outcome(sid, event_key, at)

@@ -20,6 +20,7 @@ from domain.context.tokens import ByteEstimateCounter, CachedCounter
 from domain.planning import RunState
 from domain.policy.context_policy import validate_policy
 from domain.window.budget import Calibration
+from schemas.answers.sessions import EventOutcome, Session
 from services.prepare.assembly.prepare_hooks import HookRegistry
 from services.prepare.bootstrap import Adapters, Options, build_service
 from services.prepare.service import PrepareService
@@ -30,7 +31,7 @@ from storage.calls.prepared_contexts import StoredPrepared
 from storage.compaction.view_state import SummaryRef, ViewState
 from storage.records.threads import Inherited, Snapshot, SummaryView
 from storage.releases import RELEASE_CONTENT, Release
-from storage.sessions import Refusal, SessionRow
+from storage.sessions import Refusal
 from tests.unit.fakes.publisher import FakePublisher
 
 
@@ -72,7 +73,7 @@ class FakeReleases:
 
 @dataclass
 class FakeSessions:
-    rows: dict[str, SessionRow] = field(default_factory=dict)
+    rows: dict[str, Session] = field(default_factory=dict)
     runs: dict[tuple[str, str], RunState] = field(default_factory=dict)
     refusals: dict[tuple[str, str], Refusal] = field(default_factory=dict)
     outcomes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
@@ -90,17 +91,26 @@ class FakeSessions:
         taken = any((r.space_id, r.session_name) == (space_id, name) for r in self.rows.values())
         if session_id in self.rows or taken:
             return False
-        self.rows[session_id] = SessionRow(
-            session_id, space_id, actor_id, release_id, None, 0, 0, 0, 0, name
+        self.rows[session_id] = Session(
+            session_id=session_id,
+            space_id=space_id,
+            actor_id=actor_id,
+            release_id=release_id,
+            active_run_id=None,
+            revision=0,
+            user_turns=0,
+            model_steps=0,
+            last_sequence=0,
+            session_name=name,
         )
         return True
 
-    async def resolve(self, space_id: str, session_id: str) -> SessionRow | None:
+    async def resolve(self, space_id: str, session_id: str) -> Session | None:
         mine = [r for r in self.rows.values() if r.space_id == space_id]
         named = [r for r in mine if r.session_name == session_id]
         return ([r for r in mine if r.session_id == session_id] or named or [None])[0]
 
-    async def get(self, session_id: str) -> SessionRow | None:
+    async def get(self, session_id: str) -> Session | None:
         return self.rows.get(session_id)
 
     async def run(self, session_id: str, run_id: str) -> RunState | None:
@@ -109,8 +119,9 @@ class FakeSessions:
     async def refusal(self, session_id: str, event_key: str) -> Refusal | None:
         return self.refusals.get((session_id, event_key))
 
-    async def outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
-        return self.outcomes.get((session_id, event_key))
+    async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
+        found = self.outcomes.get((session_id, event_key))
+        return None if found is None else EventOutcome.model_validate(found)
 
     async def has_grant(self, session_id: str, actor_id: str) -> bool:
         return (session_id, actor_id) in self.grants
