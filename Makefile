@@ -9,7 +9,7 @@ SCALE_SECONDS ?= 100
 export ALC_TOPIC_PARTITIONS ?= 4
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo serve test lint typecheck unit bench soak clean peer-tests test-scale
+.PHONY: help setup up down status demo serve probe test lint typecheck unit bench soak clean peer-tests test-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ serve: up ## Every service in the foreground (Prepare, processor, compaction, an
 
 demo: up ## Main job: run every service and drive a 3-question agent session through them
 	@$(PY) -m devstack.demo
+
+probe: setup ## Hostile-tenant probe of the running services (`make serve`): tenant B's keys and login against a tenant A over the bus, HTTP and console; table + build/probe/hostile.json, exit 1 on any finding
+	@$(PY) -m devstack.hostile_probe
 
 lint: setup ## ruff lint + format check
 	@$(PY) -m ruff check .
