@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-DEFAULTS_VERSION: Final = 1
+DEFAULTS_VERSION: Final = 2
 
 POLICY_DEFAULTS: Final[dict[str, Any]] = {
     "api_version": "v1",
@@ -57,6 +57,7 @@ POLICY_DEFAULTS: Final[dict[str, Any]] = {
         "retry_growth_ratio": 0.05,
         "job_timeout_s": 120.0,
         "summary_max_ratio": 0.15,
+        "rollup": "auto",
     },
     "large_result_policy": {"inline_max_tokens": 4000, "preview_chars": 2000},
     "active_skill_policy": {

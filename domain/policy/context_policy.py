@@ -36,6 +36,8 @@ from domain.policy.sections import (
 from schemas.errors import InvalidPolicy
 
 PLATFORM_MAX_COMPACTION_CALLS = 16
+ROLLUPS = ("auto", "summarizer", "fit")
+ROLLUP_FIT_SHARE = 0.5  # a ``fit`` roll-up leaves room for the next jobs' new entries
 _P = platform_defaults()
 _C = _P["compaction"]
 _L = _P["large_result_policy"]
@@ -55,6 +57,18 @@ class CompactionPolicy:
     # R11.2/R11.8: the effective summary stays within this share of InputBudget; past it
     # the job rolls the parent summary and the new segments up into one summary.
     summary_max_ratio: float = _C["summary_max_ratio"]
+    # R11.8: how a summary over that bound is condensed (``ROLLUPS``): ``summarizer`` asks
+    # the summarizer to condense it (a billed call with a model summarizer); ``fit`` keeps
+    # its newest and recorded entries within ``ROLLUP_FIT_SHARE`` of the bound, no call; ``auto`` is
+    # ``summarizer`` with the built-in summarizer (free) and ``fit`` with a billed one.
+    rollup: str = _C["rollup"]
+
+    def rolls_up_by(self, billed_summarizer: bool) -> str:
+        """``summarizer`` or ``fit``: how this policy condenses a summary over its bound
+        when the deployment's summarizer is (or is not) a billed model."""
+        if self.rollup == "auto":
+            return "fit" if billed_summarizer else "summarizer"
+        return self.rollup
 
 
 @dataclass(frozen=True)
@@ -137,6 +151,7 @@ def _build_compaction(v: Mapping[str, Any], at: str) -> CompactionPolicy:
             p("summary_max_ratio"), v["summary_max_ratio"], nullable=False
         )
         or 0.0,
+        rollup=rules.choice(p("rollup"), v["rollup"], ROLLUPS),
     )
     if c.context_ratio is None and c.user_turns is None and c.model_steps is None:
         raise InvalidPolicy(

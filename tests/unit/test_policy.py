@@ -80,6 +80,7 @@ def test_whole_policy_freezes_every_default_explicitly() -> None:
         "retry_growth_ratio": 0.05,
         "job_timeout_s": 120.0,
         "summary_max_ratio": 0.15,
+        "rollup": "auto",
     }
     with pytest.raises(InvalidPolicy):
         validate_policy({"hooks": []})
