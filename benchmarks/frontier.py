@@ -85,10 +85,11 @@ from benchmarks.summary_fidelity import (
 )
 from domain.compaction.authored import DECISION_RECORDED, QUESTION_CLOSED, QUESTION_OPENED
 from domain.compaction.bound import MIN_BOUND, fit_draft, summary_bound
+from domain.compaction.core.render import summary_heading
 from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary
 from domain.compaction.sources import merge_job, merge_ranges, source_items
-from domain.compaction.text_rules import apply_text_rules, summary_heading
+from domain.compaction.text_rules import apply_text_rules
 from domain.compaction.validate import check_coverage
 from domain.context.blocks import AUTHORED_KINDS, authored_note
 from domain.context.frontier_blocks import frontier_messages
@@ -402,7 +403,7 @@ class Jobs:
         rolled = 0
         if count(merged.text()) > BOUND:
             merged, _, info = await self.summarizer.roll_up(merged, BOUND, "f", None, plan)
-            rolled = 1 if info["error"] is None else 0
+            rolled = 1 if info.error is None else 0
         merged, _ = apply_text_rules(merged, plan, declared)
         heading = summary_heading(plan)
         merged, _ = fit_draft(merged, BOUND - (count(f"{heading}\n") if heading else 0), count)

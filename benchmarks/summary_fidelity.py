@@ -152,7 +152,7 @@ class Pipeline:
         rolled = 0
         if self.count(merged.text()) > bound:
             merged, _, info = await self.summarizer.roll_up(merged, bound, "bench", None)
-            assert info["error"] is None, info
+            assert info.error is None, info
             rolled = 1
         merged, _ = fit_draft(merged, bound, self.count)
         covered = [g for s in segments for g in s.groups]

@@ -54,6 +54,7 @@ from schemas.payload_rules import (
 from schemas.payload_rules import count as _count
 from schemas.payload_rules import fail as _fail
 from schemas.payload_rules import within as _text
+from schemas.summary_body import summary_body
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 
 # R3.4: inline content is at most this many UTF-8 bytes; larger content goes to the
@@ -371,12 +372,8 @@ def _validate_outcome(out: CompactionOutcome) -> None:
     if not out.summary_json:
         return  # an empty candidate is refused by the commit rules (R8.4), not here
     summary = parse_json(out.summary_json, "summary_json", "bad_summary")
-    if out.status == "succeeded" and not (
-        isinstance(summary, dict)
-        and isinstance(summary.get("draft"), dict)
-        and isinstance(summary.get("text"), str)
-    ):
-        raise _fail("bad_summary", "summary_json needs an object with draft and text")
+    if out.status == "succeeded":
+        summary_body(summary)  # the shape of a summary (schemas/summary_body.py)
 
 
 # --- Prepare ----------------------------------------------------------------------------

@@ -4,7 +4,6 @@ calls ``decide_outcome`` and hands the ``ControlEffects`` to the one writer."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -12,6 +11,7 @@ from domain.commit import Candidate, CommitDecision, Dependencies, budget_after,
 from domain.compaction.control import ControlEffects, JobFinish, JobRow
 from domain.compaction.triggers import REBUILD_DUE, REBUILD_STARTED, Counters, LastAttempt
 from domain.frontier import Plan
+from schemas.summary_body import parse_summary
 from schemas.wire import CompactionOutcome, ControlEvent, ObservabilityEvent
 
 
@@ -147,7 +147,8 @@ def _commit(inp: OutcomeInputs, job: JobRow, now_ms: int) -> ControlEffects:
 
 def _summary_row(inp: OutcomeInputs, job: JobRow, after: int) -> dict[str, Any]:
     out, request, observed = inp.outcome, job.request, job.observed
-    summary = json.loads(out.summary_json or "{}")
+    # admitted, so well-formed (schemas/validation.py); a commit needs one (commit_decision)
+    summary = parse_summary(out.summary_json or "")
     return {
         "summary_id": out.summary_id,
         "session_id": inp.event.session_id,
@@ -159,12 +160,12 @@ def _summary_row(inp: OutcomeInputs, job: JobRow, after: int) -> dict[str, Any]:
         "source_watermark": out.source_watermark,
         "covered_ranges": out.covered_ranges,
         "covered_record_ids": list(out.covered_record_ids),
-        "summary": summary["draft"],
-        "summary_text": summary["text"],
-        "retained_reference_ids": list(summary.get("retained_reference_ids") or []),
-        "bound_tokens": summary.get("bound_tokens"),
-        "rollup": summary.get("rollup"),
-        "text_rules": list(summary.get("text_rules") or []),
+        "summary": summary.draft,
+        "summary_text": summary.text,
+        "retained_reference_ids": list(summary.retained_reference_ids),
+        "bound_tokens": summary.bound_tokens,
+        "rollup": None if summary.rollup is None else summary.rollup.to_json(),
+        "text_rules": list(summary.text_rules),
         "summary_tokens": out.summary_tokens,
         "covered_tokens": out.covered_tokens,
         "model_operation_id": out.model_operation_id,

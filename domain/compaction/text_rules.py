@@ -161,14 +161,3 @@ def _entry(
             )
             statement = past(statement, plan)
     return fact if statement == fact.statement else dataclasses.replace(fact, statement=statement)
-
-
-def summary_heading(plan: Plan) -> str:
-    """The first line of a summary written while the thread had a plan: the whole summary
-    — paraphrases and pronouns included — is dated to that plan version."""
-    if not plan.version:
-        return ""
-    return (
-        f"(written at plan v{plan.version}: what it says of plan items is history; the"
-        " current plan is the plan block)"
-    )

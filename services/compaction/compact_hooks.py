@@ -18,13 +18,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from domain.compaction.core.steps import HOOK_AFTER, HOOK_BEFORE
 from domain.compaction.drafts import SummaryDraft
 from domain.compaction.errors import InvalidSummary
 from domain.policy.sections import HookBinding
 from schemas.errors import HookFailed
 from services.hooks import bound, call
 
-BEFORE, AFTER = "context.compact.before", "context.compact.after"
+BEFORE, AFTER = HOOK_BEFORE, HOOK_AFTER
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ a summary back within its bound (R11.8)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
+from collections.abc import Sequence
 
-from domain.compaction.authored import keep_recorded
-from domain.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, chunk, concat, rollup_items
+from domain.compaction.core.rollup import rolled_up, rollup_requests
+from domain.compaction.core.steps import Drafts, Failure
 from domain.compaction.drafts import SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
 from domain.compaction.gateway import SummaryGateway
@@ -18,6 +18,7 @@ from domain.compaction.validate import validate_draft
 from domain.context.tokens import CachedCounter
 from domain.frontier import Plan
 from domain.usage import Usage
+from schemas.summary_body import RollupNote
 from services import metrics
 from services.compaction.costs import AnsweredCall, Spent
 from services.compaction.openai_compat import render_segment
@@ -83,6 +84,23 @@ class BoundedSummarizer:
             output_tokens=self.counter.count(draft.text()),
         )
 
+    async def answer(
+        self, requests: Sequence[SummaryRequest], spent: Spent | None = None
+    ) -> Drafts:
+        """The drafts of ``requests``, called one after another; the first call that
+        fails ends the step (``Drafts.failure``), and no later request is sent."""
+        drafts: list[SummaryDraft] = []
+        for calls, req in enumerate(requests, start=1):
+            try:
+                drafts.append(await self.summarize(req, spent))
+            except InvalidSummary as exc:
+                failure = Failure("validate", exc.code, str(exc.details.get("reason")))
+                return Drafts(tuple(drafts), calls, failure)
+            except (SummarizerFailed, TimeoutError) as exc:
+                code = getattr(exc, "code", "summarizer_timeout")
+                return Drafts(tuple(drafts), calls, Failure("summarize", code))
+        return Drafts(tuple(drafts), len(requests))
+
     async def roll_up(
         self,
         draft: SummaryDraft,
@@ -91,49 +109,21 @@ class BoundedSummarizer:
         parent_id: str | None,
         plan: Plan | None = None,
         spent: Spent | None = None,
-    ) -> tuple[SummaryDraft, int, dict[str, object]]:
-        """Hierarchical re-summarization (R11.8): the parent's entries and the new drafts
-        become one summary within ``bound``. Each request holds at most one segment's
-        worth of entries (R11.2). If the summarizer fails here, the deterministic fit
-        still bounds the summary — a roll-up never leaves the session uncompactable.
-        Returns the draft, the calls made and what the roll-up did (for the outcome)."""
-        items = rollup_items(draft)
-        chunks = chunk(items, self.segment_tokens, self.counter.count)
-        per_chunk = max(MIN_BOUND, bound // max(1, len(chunks)))
-        parts: list[SummaryDraft] = []
-        calls = 0
-        error = None
-        for k, part in enumerate(chunks):
-            calls += 1
-            try:
-                parts.append(
-                    await self.summarize(
-                        SummaryRequest(
-                            part, None, per_chunk, f"{op_id}:rollup:{k}", plan=plan or Plan()
-                        ),
-                        spent,
-                    )
-                )
-            except (InvalidSummary, SummarizerFailed, TimeoutError) as exc:
-                error = getattr(exc, "code", "summarizer_timeout")
-                log.warning("roll-up call %d failed (%s): fitting deterministically", k, error)
-                break
-        # A recorded decision or question is never reworded or lost by a roll-up.
-        rolled = keep_recorded(draft, concat(parts)) if error is None else draft
-        note = (
-            f"rolled up summary {parent_id or '-'} and new segments: {len(items)} entries"
-            f" condensed to fit {bound} tokens; every covered record stays readable by id"
+    ) -> tuple[SummaryDraft, int, RollupNote]:
+        """``draft`` rolled up within ``bound`` on its own (R11.8), for the benchmarks:
+        the job's roll-up is a step of ``domain.compaction.core``. Returns the draft, the
+        calls made and what the roll-up did."""
+        requests, entries = rollup_requests(
+            draft, bound, op_id, plan or Plan(), self.segment_tokens, self.counter.count
         )
-        rolled = dataclasses.replace(
-            rolled,
-            work_artifact_refs=tuple(draft.work_artifact_refs[-ARTIFACTS_KEPT:]),
-            observations=(*rolled.observations[-3:], note),
+        answered = await self.answer(requests, spent)
+        if answered.failure is not None:
+            log.warning("roll-up failed (%s): fitting deterministically", answered.failure.code)
+        note = RollupNote(
+            calls=answered.calls,
+            requests=len(requests),
+            entries_in=entries,
+            error=None if answered.failure is None else answered.failure.code,
         )
-        info: dict[str, object] = {
-            "calls": calls,
-            "entries_in": len(items),
-            "entries_out": len(rolled.all_facts()),
-            "requests": len(chunks),
-            "error": error,
-        }
-        return rolled, calls, info
+        rolled, note = rolled_up(draft, answered.drafts, note, bound, parent_id)
+        return rolled, answered.calls, note

@@ -9,12 +9,12 @@ published — so that a redelivered job republishes it instead of calling the mo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import asyncpg
 
+from domain.compaction.core.job import ParentSummary as ParentSummary  # the port returns it
 from domain.context.rendering import RecordView
 from domain.frontier import Frontier
 from domain.policy.context_policy import ContextPolicy, validate_policy
@@ -27,18 +27,6 @@ from storage.records.threads import (
     thread_records,
     uncovered_records,
 )
-
-
-@dataclass(frozen=True)
-class ParentSummary:
-    """The committed summary a job extends (R11.8): its content is carried forward and
-    what it covers is never summarized again."""
-
-    summary: Mapping[str, Any]  # the draft, as ``SummaryDraft.to_dict`` wrote it
-    summary_text: str
-    summary_tokens: int
-    covered_record_ids: frozenset[str]
-    covered_ranges: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,9 @@ import pathlib
 
 import pytest
 
+from domain.compaction.core.render import summary_heading
 from domain.compaction.drafts import Fact, SummaryDraft
-from domain.compaction.text_rules import (
-    STRUCTURAL_FAILURES,
-    apply_text_rules,
-    framed,
-    summary_heading,
-)
+from domain.compaction.text_rules import STRUCTURAL_FAILURES, apply_text_rules, framed
 from domain.frontier import Item, Plan, plan_contradiction
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
