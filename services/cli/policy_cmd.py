@@ -33,6 +33,14 @@ KnownHooks = Annotated[
 
 
 def read_doc(path: Path) -> dict[str, Any]:
+    doc = read_any(path)
+    if not isinstance(doc, dict):
+        raise typer.BadParameter(f"{path} must hold an object")
+    return doc
+
+
+def read_any(path: Path) -> Any:
+    """A JSON or YAML file's value; a missing or malformed file is a usage error (exit 2)."""
     try:
         text = path.read_text("utf-8")
     except OSError as exc:
@@ -46,8 +54,6 @@ def read_doc(path: Path) -> dict[str, Any]:
             doc = json.loads(text)
     except Exception as exc:
         raise typer.BadParameter(f"{path} is not valid JSON/YAML: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise typer.BadParameter(f"{path} must hold an object")
     return doc
 
 
@@ -83,7 +89,9 @@ def validate(file: FileArg, known_hook: KnownHooks = None, as_json: JsonOption =
 def _profiles(doc: dict[str, Any], files: list[Path]) -> list[ModelProfile]:
     raws: list[Any] = []
     for f in files:
-        d = read_doc(f) if f.suffix != ".json" else json.loads(f.read_text("utf-8"))
+        d = read_any(f)
+        if not isinstance(d, dict | list):
+            raise typer.BadParameter(f"{f} must hold a model profile or a list of them")
         raws += d if isinstance(d, list) else [d.get("model_profile", d)]
     if not raws and is_release(doc) and doc.get("model_profile"):
         raws = [doc["model_profile"]]
@@ -148,7 +156,7 @@ def _render_preview(data: dict[str, Any]) -> None:
     out.print(b)
     proj = Table(title="projected steady session (cache share, cost per model call)")
     cols = ("purpose", "model_profile", "cache share", "ideal", "cost per call")
-    for c in (*cols, "calls per compaction"):
+    for c in (*cols, "calls per compaction", "cache_expired at"):
         proj.add_column(c)
     for row in data["budgets"]:
         if row["error"] is None:
@@ -159,8 +167,16 @@ def _render_preview(data: dict[str, Any]) -> None:
                 f"{row['projected_ideal_cache_share']:.1%}",
                 f"{row['projected_cost_per_call']:.6f} {row['cost_unit']}",
                 str(row["calls_per_compaction"]),
+                _idle_compaction(row),
             )
     out.print(proj)
+
+
+def _idle_compaction(row: dict[str, Any]) -> str:
+    """When ``cache_expired`` compacts: idle the cache's lifetime at the target or above."""
+    if row["cache_expired_tokens"] is None:
+        return "off"
+    return f"{row['cache_expired_tokens']} tok, {row['cache_ttl_s']} s idle"
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -81,9 +81,16 @@ def test_policy_validate_and_preview(tmp_path: Path) -> None:
     action = next(r for r in doc["budgets"] if r["purpose"] == "action")
     assert (action["input_budget"], action["context_trigger_tokens"]) == (6912, 5530)
     assert (action["target_tokens"], action["user_turns"]) == (4148, 20)
+    assert (action["cache_expired_tokens"], action["cache_ttl_s"]) == (4148, 300)
     table = run("policy", "preview", str(good), "--model-profile", str(profile))
     assert table.returncode == 0 and "compaction.user_turns" in table.stdout
+    assert "cache_expired at" in table.stdout and "4148 tok, 300 s idle" in table.stdout
     assert run("policy", "preview", str(bad), "--model-profile", str(profile)).returncode == 2
+    # A profile file that is not one is a usage error, never a traceback.
+    for broken in ("", "5"):
+        (tmp_path / "broken.json").write_text(broken)
+        p = run("policy", "preview", str(good), "--model-profile", str(tmp_path / "broken.json"))
+        assert p.returncode == 2 and "Traceback" not in p.stdout + p.stderr, p.stderr
 
 
 @pytest.mark.spec("R17", "R1.4")
