@@ -10,6 +10,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from pydantic import BaseModel
+
 from domain.context.rendering import RecordView
 from domain.window.budget import ModelProfile
 from domain.window.model_catalog import ModelCatalog
@@ -81,7 +83,8 @@ def prepare_probe(
             out = await w.svc.preparer.prepare(SID, RUN, body)
         except ContextError as exc:
             return ("refused", exc.code, exc.details.get("reason"))
-        return observe(out)
+        # The answer as the API serves it (the typed PreparedContext, or its dict form).
+        return observe(out.model_dump(mode="json") if isinstance(out, BaseModel) else out)
 
     return probe
 
