@@ -119,10 +119,10 @@ def probe(
 
     def report(r: ProbeResult) -> None:
         mark = "[green]ok[/]  " if r.ok else "[red]FAIL[/]"
-        console.print(f"[probe] {mark} {r.surface:<7} {r.name}")
+        console.print(f"\\[probe] {mark} {r.surface:<7} {r.name}")
 
     started = time.monotonic()
-    console.print(f"[probe] two spaces on {target.prepare_url}, {target.console_url} ...")
+    console.print(f"\\[probe] two spaces on {target.prepare_url}, {target.console_url} ...")
     results = asyncio.run(run_probe(target, report))
     took = time.monotonic() - started
     console.print(table(results))
