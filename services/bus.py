@@ -11,6 +11,8 @@ The runtime's bus sends the current trace context in each message's headers
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from aiokafka import AIOKafkaProducer
 
 from domain.auth import key_id_of
@@ -37,10 +39,13 @@ async def send_control(publisher: Publisher, topic: str, event: ControlEvent) ->
     await publisher.send_advisory(topic, event.session_id.encode(), encode_control(event))
 
 
+SESSIONS_REMEMBERED = 100_000  # sessions whose own last append a bus keeps (LRU)
+
+
 class EventBus:
     """A runtime's producer of context events (the SDK, load tools): an
-    ``AiokafkaPublisher`` and the highest offset acknowledged per partition, which the
-    runtime hands to prepare as ``after``.
+    ``AiokafkaPublisher``, the highest offset acknowledged per partition, and each
+    session's own last append; the runtime hands ``after(session_id)`` to prepare.
 
     ``api_key``: the runtime's host key of its space; every event is signed with it
     (domain.context.envelope), and the processor refuses an event whose space is not the key's.
@@ -56,6 +61,19 @@ class EventBus:
             bootstrap, auth or kafka_auth(Settings(), "runtime"), signer=signer
         )
         self.last_offsets: dict[int, int] = {}
+        self._sessions: OrderedDict[str, tuple[int, int]] = OrderedDict()
+
+    def after(self, session_id: str) -> dict[str, int]:
+        """What a prepare (or a run's start, resume or finish) in ``session_id`` waits
+        for: the session's own last append — one session is one key, so one partition,
+        and its view holds its own records only. Other sessions' appends on other
+        partitions are not waited for. A session this bus no longer remembers (past
+        ``SESSIONS_REMEMBERED``) or never appended to waits for every partition's last
+        append, as before any was known."""
+        own = self._sessions.get(session_id)
+        if own is None:
+            return {str(p): o for p, o in self.last_offsets.items()}
+        return {str(own[0]): own[1]}
 
     @property
     def _producer(self) -> AIOKafkaProducer:
@@ -75,7 +93,7 @@ class EventBus:
             encode_event(event),
             headers=tracing.kafka_headers(),
         )
-        self._remember(md.partition, md.offset)
+        self._remember(event.scope.session_id, md.partition, md.offset)
         return md.partition, md.offset
 
     async def send_many(self, events: list[ContextEvent]) -> list[tuple[int, int]]:
@@ -90,9 +108,9 @@ class EventBus:
             (self._message(e, headers) for e in events),
         )
         out = []
-        for p in placed:
+        for e, p in zip(events, placed, strict=True):
             partition, offset = await p.delivered()
-            self._remember(partition, offset)
+            self._remember(e.scope.session_id, partition, offset)
             out.append((partition, offset))
         return out
 
@@ -102,9 +120,15 @@ class EventBus:
         key, value = e.scope.session_id.encode(), encode_event(e)
         return self.topic, key, value, self.publisher._signed(key, value, headers)
 
-    def _remember(self, partition: int, offset: int) -> None:
+    def _remember(self, session_id: str, partition: int, offset: int) -> None:
         if offset > self.last_offsets.get(partition, -1):
             self.last_offsets[partition] = offset
+        own = self._sessions.pop(session_id, None)
+        if own is None or own[0] != partition or offset > own[1]:
+            own = (partition, offset)
+        self._sessions[session_id] = own
+        if len(self._sessions) > SESSIONS_REMEMBERED:
+            self._sessions.popitem(last=False)
 
 
 def signer_for(api_key: str | None) -> KeySigner | None:

@@ -174,7 +174,7 @@ class ContextClient(AuthoredAppends):
         r = await self._call(
             "POST",
             f"/v1/sessions/{run.session_id}/runs/{run.run_id}/{action}",
-            json=body | {"after": {str(p): o for p, o in self.producer.last_offsets.items()}},
+            json=body | {"after": self.producer.after(run.session_id)},
         )
         self.key_check.seen(run.session_id)
         return int(r["partition"]), int(r["offset"])
@@ -278,7 +278,7 @@ class ContextClient(AuthoredAppends):
                     "material": material or [],
                     "reserve_tokens": reserve_tokens,
                     "reprepare_of": reprepare_of,
-                    "after": {str(p): o for p, o in self.producer.last_offsets.items()},
+                    "after": self.producer.after(run.session_id),
                 },
             )
         # Prepare waited for this client's appends: what became of them is final now.
