@@ -82,6 +82,7 @@ def worker_config(settings: Settings, crash_after_save: bool = False) -> WorkerC
         settings.summarizer_timeout_s * 3,
         crash_after_save=crash_after_save,
         rederive_tokens=settings.compaction_rederive_tokens if extractive else 0,
+        billed=not extractive,
     )
 
 

@@ -65,6 +65,7 @@ class WorkerConfig:
     # Over its bound, re-summarize from the records what the job covers while they are
     # at most this many tokens (``_rederived``); 0: always roll the parent's entries up.
     rederive_tokens: int = 0
+    billed: bool = False  # a model summarizer: ``compaction.rollup`` auto fits, no call
 
 
 class CompactionWorker:
@@ -90,7 +91,9 @@ class CompactionWorker:
             gateway, counter, config.segment_tokens, config.call_timeout_s
         )
         self.views = JobRecords(jobs)
-        self.limits = JobLimits(config.segment_tokens, config.output_tokens, config.rederive_tokens)
+        self.limits = JobLimits(
+            config.segment_tokens, config.output_tokens, config.rederive_tokens, config.billed
+        )
 
     async def handle(self, req: CompactionRequest) -> CompactionOutcome:
         saved = await self.jobs.saved_outcome(req.job_id)

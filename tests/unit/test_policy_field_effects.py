@@ -35,6 +35,7 @@ from tests.unit.policy_effects.decision_path import (
     job_in_flight_for,
     request_probe,
     retried_after,
+    rolled_up,
 )
 from tests.unit.policy_effects.prepare_path import (
     Overrides,
@@ -155,6 +156,11 @@ DIRECT: dict[str, Row] = {
     # The compaction worker's job (R11).
     C + "summary_max_ratio": ({}, {"compaction": {"summary_max_ratio": 0.3}}, compacted),
     "recent_complete_groups": ({}, {"recent_complete_groups": 5}, _covered),
+    C + "rollup": (
+        {"compaction": {"summary_max_ratio": 0.02}},  # the first job outgrows its bound
+        {"compaction": {"summary_max_ratio": 0.02, "rollup": "fit"}},
+        rolled_up,
+    ),
     # What a prepare shows.
     "large_result_policy.inline_max_tokens": (
         {},

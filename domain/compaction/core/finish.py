@@ -14,7 +14,7 @@ from domain.compaction.core.job import Job
 from domain.compaction.core.outcome import stopped, succeeded
 from domain.compaction.core.plan import after_before_hooks, requests
 from domain.compaction.core.render import draft_room
-from domain.compaction.core.rollup import rolled_up, rollup_requests
+from domain.compaction.core.rollup import fitted, rolled_up, rollup_requests
 from domain.compaction.core.steps import (
     HOOK_AFTER,
     Answer,
@@ -101,8 +101,11 @@ def _reread(step: ReadCovered, history: Sequence[RecordView] | None) -> Step:
     return Summarize(job, tuple(segments), reqs, step.covered, rederive_from=job.calls)
 
 
-def _roll_up(job: Job, merged: SummaryDraft, covered: tuple[Group, ...]) -> RollUp:
+def _roll_up(job: Job, merged: SummaryDraft, covered: tuple[Group, ...]) -> Step:
     limits, plan = job.inputs.limits, job.inputs.frontier.plan
+    if job.inputs.policy.compaction.rolls_up_by(limits.billed) == "fit":
+        kept, note = fitted(merged, job.bound, job.inputs.count, job.req.parent_summary_id)
+        return _bounded(job, kept, covered, note)
     reqs, entries = rollup_requests(
         merged, job.bound, job.op_id, plan, limits.segment_tokens, job.inputs.count
     )

@@ -49,6 +49,9 @@ class JobLimits:
     # Over its bound, re-summarize from the records what the job covers while they are
     # at most this many tokens; 0: always roll the parent's entries up (R11.8).
     rederive_tokens: int = 0
+    # The summarizer is a billed model (not the built-in one): ``compaction.rollup``
+    # ``auto`` fits a summary over its bound instead of a roll-up call.
+    billed: bool = False
 
 
 @dataclass(frozen=True)

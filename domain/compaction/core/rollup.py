@@ -2,7 +2,8 @@
 summarized again as one summary within it. ``rollup_requests`` makes the summarizer's
 requests, each at most one segment's worth of entries (R11.2); ``rolled_up`` joins
 their drafts — or, if the summarizer failed, keeps the draft for the deterministic fit
-to bound: a roll-up never leaves the session uncompactable."""
+to bound: a roll-up never leaves the session uncompactable. ``fitted`` is the roll-up
+without a call (``compaction.rollup`` ``fit``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ import dataclasses
 from collections.abc import Sequence
 
 from domain.compaction.authored import keep_recorded
-from domain.compaction.bound import ARTIFACTS_KEPT, MIN_BOUND, CountFn, chunk, concat, rollup_items
+from domain.compaction.bound import (
+    ARTIFACTS_KEPT,
+    MIN_BOUND,
+    CountFn,
+    chunk,
+    concat,
+    fit_draft,
+    rollup_items,
+)
 from domain.compaction.drafts import SummaryDraft, SummaryRequest
 from domain.frontier import Plan
+from domain.policy.context_policy import ROLLUP_FIT_SHARE
 from schemas.summary_body import RollupNote
 
 
@@ -56,3 +66,25 @@ def rolled_up(
         observations=(*rolled.observations[-3:], said),
     )
     return rolled, dataclasses.replace(note, entries_out=len(rolled.all_facts()))
+
+
+def fitted(
+    draft: SummaryDraft, bound: int, count: CountFn, parent_id: str | None
+) -> tuple[SummaryDraft, RollupNote]:
+    """``draft`` within ``ROLLUP_FIT_SHARE`` of ``bound`` with no summarizer call: the
+    deterministic fit (``fit_draft``: notes, refs and the oldest plain facts go first, the
+    user's requests and recorded entries last), which leaves the next jobs room for their
+    new entries before another roll-up. A billed summarizer's default (``auto``): a
+    roll-up call reads the whole summary and writes it again, at output prices."""
+    room = max(MIN_BOUND, int(bound * ROLLUP_FIT_SHARE))
+    entries = len(draft.all_facts())
+    refs = tuple(draft.work_artifact_refs[-ARTIFACTS_KEPT:])
+    kept, dropped = fit_draft(dataclasses.replace(draft, work_artifact_refs=refs), room, count)
+    said = (
+        f"fitted summary {parent_id or '-'} and new segments: {entries - dropped} of"
+        f" {entries} entries kept within {room} tokens, the oldest dropped; every covered"
+        " record stays readable by id"
+    )
+    kept = dataclasses.replace(kept, observations=(*kept.observations[-3:], said))
+    note = RollupNote(calls=0, entries_in=entries, fitted_out=dropped)
+    return kept, dataclasses.replace(note, entries_out=len(kept.all_facts()))

@@ -9,6 +9,7 @@ with the job store reading the session's release (``ReleaseCompactionJobs``)."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -175,3 +176,18 @@ async def compacted(overrides: Overrides) -> tuple[tuple[str, ...], tuple[int, .
     worker = bootstrap.build_worker(SETTINGS, jobs, FakePublisher(), gateway, counter)
     outcome = await worker.handle(job_request())
     return outcome.covered_record_ids, tuple(r.max_output_tokens for r in gateway.requests)
+
+
+async def rolled_up(overrides: Overrides) -> tuple[int, int | None]:
+    """A job over its bound run by the worker (built-in summarizer): the roll-up calls
+    it made and the calls its roll-up note reports (0: fitted without a call)."""
+    w = world()
+    await publish(w, overrides)
+    jobs = ReleaseCompactionJobs(history(3, SID), world=w)
+    gateway = ScriptedSummarizer(["ok"])
+    counter = CachedCounter(ByteEstimateCounter())
+    worker = bootstrap.build_worker(SETTINGS, jobs, FakePublisher(), gateway, counter)
+    outcome = await worker.handle(job_request())
+    note = json.loads(outcome.summary_json or "{}").get("rollup") or {}
+    calls = sum(":rollup:" in r.model_operation_id for r in gateway.requests)
+    return calls, note.get("calls")
