@@ -30,6 +30,7 @@ from domain.window.budget import ModelProfile
 from domain.window.model_catalog import purpose_prices
 from schemas.wire import CompactionRequest, ObservabilityEvent, encode_observability
 from services.model_profiles import load_catalog
+from storage.compaction.jobs import ReleasePricing
 from streams import genai
 from streams.kafka.publish import Publisher
 
@@ -127,9 +128,7 @@ class PriceSource(Protocol):
 
 
 class ReleaseReads(Protocol):
-    async def release_pricing(
-        self, session_id: str
-    ) -> tuple[ContextPolicy, dict[str, Any]] | None: ...
+    async def release_pricing(self, session_id: str) -> ReleasePricing | None: ...
 
 
 @dataclass(frozen=True)
@@ -144,8 +143,7 @@ class ReleasePrices:
         found = await self.reads.release_pricing(session_id)
         if found is None:
             return None
-        policy, profile = found
-        return compaction_prices(policy, profile, self.catalog)
+        return compaction_prices(found.policy, found.model_profile, self.catalog)
 
 
 def catalog_profiles(path: str | None) -> dict[str, ModelProfile]:

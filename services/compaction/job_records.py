@@ -89,11 +89,9 @@ class AgentRequests:
         found = None if last is None else await self.releases.release_pricing(req.session_id)
         if last is None or found is None:
             return None
-        policy, profile = found
         try:
-            summarizer = for_purpose(
-                policy, COMPACTION_PURPOSE, ModelProfile.from_dict(profile), self.catalog
-            )
+            profile = ModelProfile.from_dict(found.model_profile)
+            summarizer = for_purpose(found.policy, COMPACTION_PURPOSE, profile, self.catalog)
             return agent_request(orjson.loads(last.body), last.space_id, summarizer)
         except (KeyError, TypeError, ValueError) as exc:  # an older or foreign body
             log.warning("job %s: the agent's request is not forked: %r", req.job_id, exc)

@@ -119,7 +119,8 @@ async def frontier_of(
     return await thread_frontier(conn, session_id, run_id, instance_id)
 
 
-def _columns(state: Any) -> dict[str, Any]:
+def _columns(state: Mapping[str, object]) -> dict[str, object]:
+    """The lineage's columns to update, a ``LastAttempt`` as its JSON."""
     return {
         k: repo.last_attempt_json(v) if isinstance(v, LastAttempt) else v for k, v in state.items()
     }

@@ -9,6 +9,7 @@ published — so that a redelivered job republishes it instead of calling the mo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -41,6 +42,15 @@ class SavedOperation:
     model_operation_id: str | None
     model_calls: int
     error: str | None
+
+
+@dataclass(frozen=True)
+class ReleasePricing:
+    """What a session's compaction is priced on: its release's policy and model profile
+    (the profile as published: ``ModelProfile.from_dict`` reads it)."""
+
+    policy: ContextPolicy
+    model_profile: Mapping[str, Any]
 
 
 class CompactionJobs(Protocol):
@@ -153,7 +163,7 @@ class PgCompactionJobs:
             return validate_policy(None)
         return policy_of(row["policy_revision"], row["context_policy"])
 
-    async def release_pricing(self, session_id: str) -> tuple[ContextPolicy, dict[str, Any]] | None:
+    async def release_pricing(self, session_id: str) -> ReleasePricing | None:
         """The session's release policy and model profile (what a compaction is priced
         on), or None for an unknown session."""
         row = await self.pool.fetchrow(
@@ -164,7 +174,7 @@ class PgCompactionJobs:
         if row is None:
             return None
         policy = policy_of(row["policy_revision"], row["context_policy"])
-        return policy, dict(row["model_profile"])
+        return ReleasePricing(policy, dict(row["model_profile"]))
 
     async def revocation_epoch(self, session_id: str) -> str:
         async with self.pool.acquire() as conn:

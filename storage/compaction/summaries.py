@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import asyncpg
 
@@ -44,7 +44,23 @@ def _last_attempt(raw: Any) -> LastAttempt | None:
     )
 
 
-def last_attempt_json(a: LastAttempt) -> dict[str, Any]:
+class CountersJson(TypedDict):
+    user_turns: int
+    model_steps: int
+
+
+class LastAttemptJson(TypedDict):
+    """``LastAttempt`` as the ``last_attempt`` column holds it (``last_attempt_of``)."""
+
+    fingerprint: str
+    compressible_tokens: int
+    counters: CountersJson
+    input_budget: int
+    required_tokens: int
+    rebuild: str
+
+
+def last_attempt_json(a: LastAttempt) -> LastAttemptJson:
     return {
         "fingerprint": a.fingerprint,
         "compressible_tokens": a.compressible_tokens,
