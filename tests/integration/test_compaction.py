@@ -874,7 +874,8 @@ async def test_the_openai_summarizer_input_stays_bounded_and_the_summary_rolls_u
         model_profile=profile(2000),
         context_policy={
             "recent_complete_groups": 1,
-            "compaction": {"user_turns": 1, "summary_max_ratio": ratio},
+            # roll-ups by the model (a billed summarizer's default fits, with no call)
+            "compaction": {"user_turns": 1, "summary_max_ratio": ratio, "rollup": "summarizer"},
             # a summarizer model of its own: today's request (the agent's model would
             # continue the agent's last request, issue 39 item 3)
             "purpose_profiles": {"compaction": {"model_profile_ref": "priced-compactor"}},
