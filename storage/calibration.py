@@ -14,9 +14,10 @@ from typing import Any, Protocol
 import asyncpg
 
 from domain.window.budget import Calibration
+from schemas.answers.prepared import Drift
 
 # previous calibration -> (next calibration, the drift to store with the call)
-Step = Callable[[Calibration], tuple[Calibration, dict[str, Any]]]
+Step = Callable[[Calibration], tuple[Calibration, Drift]]
 
 
 class Calibrations(Protocol):
@@ -35,7 +36,7 @@ def _cal(row: Any) -> Calibration:
 
 async def fold(
     conn: asyncpg.Connection, space_id: str, model: str, step: Step
-) -> tuple[Calibration, Any]:
+) -> tuple[Calibration, Drift]:
     """Apply ``step`` to the space's calibration of the model under its row lock; inside
     a transaction."""
     # The upsert takes the row lock (a first report creates the row): a concurrent fold

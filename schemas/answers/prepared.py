@@ -3,13 +3,17 @@ gateway's final check and the report of the result.
 
 Messages, tools and the provider request stay free-form objects: their shape is the
 provider format's (``domain.context.providers``), not ours. Everything around them is typed.
+A block's ``Decision`` is a TypedDict: a context holds one per block not sent as it is
+(thousands in a long thread), built as plain dicts by ``domain.context`` and answered as
+they are.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NotRequired
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, with_config
+from typing_extensions import TypedDict
 
 
 class CalibrationState(BaseModel):
@@ -56,16 +60,15 @@ class ProtectedBlock(BaseModel):
     source_ids: list[str]
 
 
-class Decision(BaseModel):
+@with_config(ConfigDict(extra="allow"))
+class Decision(TypedDict):
     """What became of one block that is not a message as sent: kept, summarized,
     externalized, dropped, and why; some decisions carry more (a summary's record
     count)."""
 
-    model_config = ConfigDict(extra="allow")
-
     block_id: str
     decision: str
-    reason: str | None = None
+    reason: NotRequired[str | None]
 
 
 class DependencyVersions(BaseModel):

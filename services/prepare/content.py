@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 from domain.context.tokens import CachedCounter
+from schemas.answers.content import Blob
 from storage.blobs import Blobs
 
 
@@ -25,7 +25,7 @@ class ContentStore:
         data: bytes,
         media_type: str,
         counted: tuple[int, str] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Blob:
         """Store ``data`` in ``space_id``'s content store (only its records reference it).
         ``counted``: a token count the caller already has, with its method — the
         gateway's final input is its own estimate, not worth a second tokenizer pass."""
@@ -39,4 +39,4 @@ class ContentStore:
             except UnicodeDecodeError:
                 tokens, method = len(data), "estimate:utf8_bytes"
         await self.blobs.put(space_id, sha, data, media_type, tokens, method)
-        return {"sha256": sha, "length": len(data), "token_count": tokens, "token_method": method}
+        return Blob(sha256=sha, length=len(data), token_count=tokens, token_method=method)

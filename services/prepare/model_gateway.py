@@ -8,7 +8,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from domain.context.providers import prompt_cache_key
 from domain.context.providers import render as render_provider
@@ -17,15 +17,23 @@ from domain.policy.sections import HookBinding
 from domain.pricing import ModelPrices, cost_dict
 from domain.usage import parse_usage
 from domain.window.budget import Calibration, calibrate
+from schemas.answers.prepared import (
+    CalibrationState,
+    CallBudget,
+    Drift,
+    ModelCall,
+    ModelResult,
+    ProtectedBlock,
+)
 from schemas.errors import NotFound
-from services.prepare.assembly.prepare_hooks import HookRegistry, ModelCall
+from services.prepare.assembly.prepare_hooks import HookCall, HookRegistry
 from services.prepare.assembly.prepared import PreparedEntry, PreparedStore
 from services.prepare.bodies import ModelCallIn, ModelResultIn
 from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
-from storage.calls.model_calls import ModelCalls, NewCall, Sample, StoredCall
+from storage.calls.model_calls import ModelCalls, NewCall, Sample, StoredCall, UsageRecord
 from streams import genai
 
 CALIBRATION_WINDOW = 20  # reported calls per model replayed into an empty calibration
@@ -58,7 +66,7 @@ class Gateway:
     async def _bindings(self, sid: str) -> tuple[HookBinding, ...]:
         return (await self.releases.of_session(sid)).release.policy.hook_bindings
 
-    async def model_call(self, sid: str, run_id: str, body: ModelCallIn) -> dict[str, Any]:
+    async def model_call(self, sid: str, run_id: str, body: ModelCallIn) -> ModelCall:
         """The gateway's final check before a model call: ``model.chat.before`` hooks, the
         protected manifest, the same BudgetPolicy, then the model call record. Returns the
         provider-ready request to send. Idempotent per prepared context: a retry returns
@@ -79,28 +87,30 @@ class Gateway:
         if not await self.calls.insert(call):
             # A concurrent check of the same context won: send its input.
             return await self.model_call(sid, run_id, body)
-        return {
-            "call_id": call.call_id,
-            "prepared_id": prepared_id,
-            "status": "ready",
-            "request": request,
-            "budget": call.budget,
-            "hook_versions": call.hook_versions,
-            "idempotent_replay": False,
-        }
+        # Built without validation: ``request`` is the provider's body, as large as the
+        # prompt; the budget was validated as it was made.
+        return ModelCall.model_construct(
+            call_id=call.call_id,
+            prepared_id=prepared_id,
+            status="ready",
+            request=request,
+            budget=call.budget,
+            hook_versions=call.hook_versions,
+            idempotent_replay=False,
+        )
 
-    async def _replay(self, space_id: str, existing: StoredCall) -> dict[str, Any]:
+    async def _replay(self, space_id: str, existing: StoredCall) -> ModelCall:
         text = await self.content.blobs.text(space_id, existing.final_input_sha256)
         request = json.loads(text or "null")
-        return {
-            "call_id": existing.call_id,
-            "prepared_id": existing.prepared_id,
-            "status": existing.status,
-            "request": request,
-            "budget": existing.budget,
-            "hook_versions": existing.hook_versions,
-            "idempotent_replay": True,
-        }
+        return ModelCall.model_construct(
+            call_id=existing.call_id,
+            prepared_id=existing.prepared_id,
+            status=existing.status,
+            request=request,
+            budget=existing.budget,
+            hook_versions=existing.hook_versions,
+            idempotent_replay=True,
+        )
 
     async def _check(self, p: PreparedEntry, body: ModelCallIn) -> tuple[NewCall, Any]:
         """Hooks, manifest, tool groups and budget (R9.8, R14): the call to record and the
@@ -146,12 +156,12 @@ class Gateway:
             instance_id=p.instance_id,
             purpose=p.purpose,
             model=p.profile.name,
-            final_input_sha256=blob["sha256"],
+            final_input_sha256=blob.sha256,
             tool_catalog_version=p.tool_schema_sha256,
             model_config=model_config,
             dependency_versions=p.dependency_versions,
-            manifest=[b.to_dict() for b in p.manifest],
-            budget=budget,
+            manifest=[ProtectedBlock.model_validate(b.as_dict) for b in p.manifest],
+            budget=CallBudget.model_validate(budget),
             hook_versions=used,
         )
         return new, request
@@ -160,7 +170,7 @@ class Gateway:
         """``model.chat.before`` hooks, then what they may not do: remove or alter a
         protected block, break a tool group, or push the call over the budget."""
         report = p.report
-        call = ModelCall(
+        call = HookCall(
             p.session_id,
             p.run_id,
             p.instance_id,
@@ -193,14 +203,14 @@ class Gateway:
         )
         return messages, decision, used
 
-    async def model_result(self, sid: str, call_id: str, body: ModelResultIn) -> dict[str, Any]:
+    async def model_result(self, sid: str, call_id: str, body: ModelResultIn) -> ModelResult:
         """The runtime reports the response: ``model.chat.after`` (read-only), the response
         reference and the provider's usage, which calibrates later estimates (R6.4)."""
         call = await self.calls.get(call_id, sid)
         if call is None:
             raise NotFound(f"model call {call_id} not found")
         if call.status == "completed":
-            return {"call_id": call_id, "status": "completed", "drift": call.drift}
+            return ModelResult(call_id=call_id, status="completed", drift=call.drift)
         response = body.response
         space_id = await self.space_of(sid)
         blob = await self.content.put(space_id, _json_bytes(response), "application/json")
@@ -210,30 +220,30 @@ class Gateway:
         # Claim the call first: of concurrent reports (on any instance) exactly one
         # calibrates and runs the after-hooks; the others read what it stored.
         sample = _sample(space_id, call, usage)
-        done = await self.calls.complete(call_id, blob["sha256"], usage, sample)
+        done = await self.calls.complete(call_id, blob.sha256, usage, sample)
         if not done.claimed:
-            return {"call_id": call_id, "status": "completed", "drift": done.drift}
+            return ModelResult(call_id=call_id, status="completed", drift=done.drift)
         drift = done.drift
         if done.calibration is not None:
             self.calibration.put(space_id, call.model, done.calibration)
         bindings = await self._bindings(call.session_id)
         if bindings:
             await self.hooks.model_after(
-                ModelCall(
+                HookCall(
                     call.session_id,
                     call.run_id,
                     call.instance_id,
                     call.prepared_id,
                     call.purpose,
                     (),
-                    call.budget,
+                    call.budget.model_dump(exclude_unset=True),
                 ),
                 response,
                 bindings,
             )
         self.notes.usage(call, usage)
         genai.record(*_span(call, usage, time.time_ns()))
-        return {"call_id": call_id, "status": "completed", "drift": drift}
+        return ModelResult(call_id=call_id, status="completed", drift=drift)
 
     async def seed_calibration(self) -> None:
         """At start: a space's model without a stored calibration (calls reported before
@@ -248,20 +258,24 @@ class Gateway:
             await self.calibration.stored.seed(space_id, model, cal)
 
 
-def _usage_record(raw: dict[str, Any], prices: ModelPrices | None) -> dict[str, Any]:
+def _usage_record(raw: dict[str, Any], prices: ModelPrices | None) -> UsageRecord:
     """The usage stored and published: the neutral shape (domain.usage), its cache
     share and, with prices, its exact cost; an empty report stays empty."""
     usage = parse_usage(raw)
     if usage is None:
-        return {}
-    out: dict[str, Any] = dict(usage.to_dict())
+        return UsageRecord()
     share = usage.cache_share
+    out = cast(UsageRecord, dict(usage.to_dict()))  # token counts by kind (domain.usage)
     out["cache_share"] = None if share is None else round(share, 6)
-    return out | (cost_dict(usage, prices) if prices is not None else {})
+    if prices is not None:
+        cost = cost_dict(usage, prices)
+        out["cost"], out["cost_picos"] = cost["cost"], cost["cost_picos"]
+        out["currency"] = cost["currency"]
+    return out
 
 
 def _span(
-    call: StoredCall, usage: dict[str, Any], now_ns: int
+    call: StoredCall, usage: UsageRecord, now_ns: int
 ) -> tuple[genai.ModelCallSpan, int, int]:
     """The reported call as a GenAI span (R18): from the gateway's check, just before the
     runtime sent it, to this report of its result."""
@@ -282,26 +296,26 @@ def _span(
 
 def _prices(call: StoredCall) -> ModelPrices | None:
     """The prices of the call's model profile, as the prepare recorded them in its budget."""
-    raw = call.budget.get("prices")
+    raw = call.budget.prices
     return ModelPrices.from_dict(raw) if isinstance(raw, dict) else None
 
 
-def _sample(space_id: str, call: StoredCall, usage: dict[str, Any]) -> Sample | None:
+def _sample(space_id: str, call: StoredCall, usage: UsageRecord) -> Sample | None:
     """The report's calibration step (R6.4): the model's factor moved by the reported
     input, bounded; None without a usable report."""
-    estimated = int(call.budget.get("final_estimated_input_raw") or 0)
+    estimated = int(call.budget.final_estimated_input_raw or 0)
     actual = usage.get("input_tokens")
     if not (isinstance(actual, int) and actual > 0 and estimated > 0):
         return None
     reported: int = actual
 
-    def step(previous: Calibration) -> tuple[Calibration, dict[str, Any]]:
+    def step(previous: Calibration) -> tuple[Calibration, Drift]:
         cal = calibrate(previous, estimated, _bounded(reported, estimated))
-        return cal, {
-            "estimated_input": estimated,
-            "reported_input": reported,
-            "drift_ratio": round(reported / estimated - 1.0, 6),
-            "calibration": cal.to_dict(),
-        }
+        return cal, Drift(
+            estimated_input=estimated,
+            reported_input=reported,
+            drift_ratio=round(reported / estimated - 1.0, 6),
+            calibration=CalibrationState.model_validate(cal.to_dict()),
+        )
 
     return Sample(space_id, call.model, step)

@@ -14,7 +14,7 @@ from typing import Any
 
 from domain.window.budget import BudgetReport
 from schemas.wire import ObservabilityEvent, encode_observability
-from storage.calls.model_calls import StoredCall
+from storage.calls.model_calls import StoredCall, UsageRecord
 from streams.kafka.publish import Publisher
 
 
@@ -57,7 +57,7 @@ class Notes:
         )
         self._publish(sid, ev)
 
-    def usage(self, call: StoredCall, usage: dict[str, Any]) -> None:
+    def usage(self, call: StoredCall, usage: UsageRecord) -> None:
         """A model call's reported usage beside its estimate: its tokens by kind and, for
         a priced call, its exact cost (pico-units of ``currency``)."""
         if not self.topic:
@@ -68,11 +68,11 @@ class Notes:
             call.run_id,
             call.instance_id,
             int(time.time() * 1000),
-            str(call.dependency_versions.get("policy_revision", "")),
+            call.dependency_versions.policy_revision,
             purpose=call.purpose,
-            input_budget=int(call.budget["input_budget"]),
-            estimated_input=int(call.budget["final_estimated_input"]),
-            counting_method=str(call.budget.get("counting_method", "")),
+            input_budget=call.budget.input_budget,
+            estimated_input=int(call.budget.final_estimated_input or 0),
+            counting_method=call.budget.counting_method,
             budget_items={
                 k: int(v) for k, v in usage.items() if isinstance(v, int) and k.endswith("tokens")
             },

@@ -7,9 +7,9 @@ what its session shares and — for a child thread — what its parent exported 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from domain.auth import Action, Principal, granted_by
+from schemas.answers.content import Grant, GrantRevoked, RecordPage
 from schemas.errors import InvalidRequest, NotFound, NotGranted
 from services.prepare.access import Access
 from services.prepare.assembly.views import ThreadViews
@@ -37,7 +37,7 @@ class ReadBack:
         limit: int = 65536,
         run_id: str | None = None,
         instance_id: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> RecordPage:
         """Read a source record back by id, paged by character offset (R11.8: sources
         stay readable after any number of compactions). Scoped to its session."""
         if offset < 0 or not 0 < limit <= MAX_READ:
@@ -61,7 +61,7 @@ class ReadBack:
         page = _page(r, offset, limit)
         if self.notes is not None:
             scope = (sid, run_id or "", instance_id or "")
-            self.notes.readback(scope, record_id, offset, len(page["content"]))
+            self.notes.readback(scope, record_id, offset, len(page.content))
         return page
 
     async def check_grant(self, sid: str, run_id: str, instance_id: str, record_id: str) -> None:
@@ -88,16 +88,16 @@ class ReadBack:
             instance_id=instance_id,
         )
 
-    async def grant(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
+    async def grant(self, sid: str, who: Principal, actor_id: str) -> Grant:
         """Let another actor read this session (R3.3): only its owner, or the host acting
         for it, grants; who granted is derived from the credential (idempotent)."""
         scope = await self.access.authorize(sid, who, Action.SESSION_GRANT)
         sid, by = scope.session_id, granted_by(who, scope)  # the global id
         await self.sessions.add_grant(sid, actor_id, by, who.key_id)
         self.access.granted(sid, actor_id)
-        return {"session_id": sid, "actor_id": actor_id, "granted": True, "granted_by": by}
+        return Grant(session_id=sid, actor_id=actor_id, granted=True, granted_by=by)
 
-    async def revoke(self, sid: str, who: Principal, actor_id: str) -> dict[str, Any]:
+    async def revoke(self, sid: str, who: Principal, actor_id: str) -> GrantRevoked:
         """Take a grant back: whoever may grant — the owner, or the host acting
         as itself or for it — revokes; anyone else is refused before any grant is looked
         up (403, or 404 from another space), so a refusal tells nothing about grants.
@@ -107,26 +107,26 @@ class ReadBack:
         sid, by = scope.session_id, granted_by(who, scope)
         revoked = await self.sessions.revoke_grant(sid, actor_id, by, who.key_id)
         self.access.revoked(sid, actor_id)
-        return {"session_id": sid, "actor_id": actor_id, "revoked": revoked, "revoked_by": by}
+        return GrantRevoked(session_id=sid, actor_id=actor_id, revoked=revoked, revoked_by=by)
 
 
-def _page(r: StoredRecord, offset: int, limit: int) -> dict[str, Any]:
+def _page(r: StoredRecord, offset: int, limit: int) -> RecordPage:
     # R15.3: a revoked resource's content is withdrawn here too, not only in views.
     text = f"[withdrawn: resource {r.resource_ref} was revoked]" if r.revoked else r.text or ""
-    return {
-        "record_id": r.record_id,
-        "session_sequence": r.session_sequence,
-        "run_id": r.run_id,
-        "instance_id": r.instance_id,
-        "kind": r.kind,
-        "authority": r.authority,
-        "payload": r.payload,
-        "content_sha256": r.content_sha256,
-        "content": text[offset : offset + limit],
-        "offset": offset,
-        "total_chars": len(text),
-        "next_offset": offset + limit if offset + limit < len(text) else None,
+    return RecordPage(
+        record_id=r.record_id,
+        session_sequence=r.session_sequence,
+        run_id=r.run_id,
+        instance_id=r.instance_id,
+        kind=r.kind,
+        authority=r.authority,
+        payload=r.payload,
+        content_sha256=r.content_sha256,
+        content=text[offset : offset + limit],
+        offset=offset,
+        total_chars=len(text),
+        next_offset=offset + limit if offset + limit < len(text) else None,
         # A retracted record is out of every view but stays readable by id.
-        "retracted": r.retracted_by is not None,
-        "retracted_by": r.retracted_by,
-    }
+        retracted=r.retracted_by is not None,
+        retracted_by=r.retracted_by,
+    )

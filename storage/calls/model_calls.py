@@ -7,13 +7,32 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 import asyncpg
 
 from domain.window.budget import Calibration
+from schemas.answers.prepared import CallBudget, DependencyVersions, Drift, ProtectedBlock
 from storage.calibration import Step, fold
 from storage.calls import views as call_views
+
+
+class UsageRecord(TypedDict, total=False):
+    """A reported call's usage as stored and published: the neutral shape
+    (``domain.usage``: ``input_tokens`` is all input), its cache share and, for a priced
+    call, its exact cost. An empty report stays empty."""
+
+    input_tokens: int
+    fresh_input_tokens: int
+    cached_input_tokens: int
+    cache_write_tokens: int
+    cache_write_1h_tokens: int
+    output_tokens: int
+    reasoning_tokens: int
+    cache_share: float | None
+    cost: str
+    cost_picos: int
+    currency: str
 
 
 @dataclass(frozen=True)
@@ -27,10 +46,10 @@ class StoredCall:
     model: str
     status: str  # ready | completed
     final_input_sha256: str
-    budget: dict[str, Any]
+    budget: CallBudget
     hook_versions: list[str]
-    dependency_versions: dict[str, Any]
-    drift: dict[str, Any] | None
+    dependency_versions: DependencyVersions
+    drift: Drift | None
     provider_format: str = ""  # the request format the call was rendered in
     created_at: datetime | None = None  # when the gateway checked it (the call's start)
 
@@ -46,10 +65,10 @@ class NewCall:
     model: str
     final_input_sha256: str
     tool_catalog_version: str
-    model_config: dict[str, Any]
-    dependency_versions: dict[str, Any]
-    manifest: list[dict[str, Any]]
-    budget: dict[str, Any]
+    model_config: dict[str, Any]  # the runtime's, as given, with the model and format
+    dependency_versions: DependencyVersions
+    manifest: list[ProtectedBlock]
+    budget: CallBudget
     hook_versions: list[str]
 
 
@@ -81,7 +100,7 @@ class Completion:
     calibration after this report (claimed, with a sample)."""
 
     claimed: bool
-    drift: dict[str, Any] | None
+    drift: Drift | None
     calibration: Calibration | None = None
 
 
@@ -98,7 +117,7 @@ class ModelCalls(Protocol):
         """False when a call for the same prepared context exists (nothing written)."""
 
     async def complete(
-        self, call_id: str, response_sha256: str, usage: dict[str, Any], sample: Sample | None
+        self, call_id: str, response_sha256: str, usage: UsageRecord, sample: Sample | None
     ) -> Completion:
         """Claim a ready call as completed and, in the same transaction, fold ``sample``
         into its model's calibration and store the drift; not claimed when another report
@@ -117,7 +136,24 @@ _CALL = (
 
 
 def _call(row: Any) -> StoredCall | None:
-    return None if row is None else StoredCall(**dict(row))
+    if row is None:
+        return None
+    return StoredCall(
+        **(
+            dict(row)
+            | {
+                "budget": CallBudget.model_validate(row["budget"]),
+                "dependency_versions": DependencyVersions.model_validate(
+                    row["dependency_versions"]
+                ),
+                "drift": _drift(row["drift"]),
+            }
+        )
+    )
+
+
+def _drift(raw: Any) -> Drift | None:
+    return None if raw is None else Drift.model_validate(raw)
 
 
 class PgModelCalls:
@@ -172,15 +208,15 @@ class PgModelCalls:
             call.final_input_sha256,
             call.tool_catalog_version,
             call.model_config,
-            call.dependency_versions,
-            call.manifest,
-            call.budget,
+            call.dependency_versions.model_dump(),
+            [b.model_dump() for b in call.manifest],
+            call.budget.model_dump(exclude_unset=True),
             call.hook_versions,
         )
         return inserted is not None
 
     async def complete(
-        self, call_id: str, response_sha256: str, usage: dict[str, Any], sample: Sample | None
+        self, call_id: str, response_sha256: str, usage: UsageRecord, sample: Sample | None
     ) -> Completion:
         async with self.pool.acquire() as conn, conn.transaction():
             # A concurrent report of the same call waits on the row lock here, then finds
@@ -196,11 +232,13 @@ class PgModelCalls:
                 stored = await conn.fetchval(
                     "SELECT drift FROM model_calls WHERE call_id=$1", call_id
                 )
-                return Completion(False, stored)
+                return Completion(False, _drift(stored))
             if sample is None:
                 return Completion(True, None)
             cal, drift = await fold(conn, sample.space_id, sample.model, sample.step)
-            await conn.execute("UPDATE model_calls SET drift=$2 WHERE call_id=$1", call_id, drift)
+            await conn.execute(
+                "UPDATE model_calls SET drift=$2 WHERE call_id=$1", call_id, drift.model_dump()
+            )
             return Completion(True, drift, cal)
 
     async def recent_usage(self, per_model: int) -> list[Usage]:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from services.prepare.assembly.prepare_hooks import ModelCall, PrepareAdjust, PrepareRequest
+from services.prepare.assembly.prepare_hooks import HookCall, PrepareAdjust, PrepareRequest
 
 SEEN: list[dict[str, Any]] = []
 
@@ -40,7 +40,7 @@ class MarkerHook:
         return PrepareAdjust()
 
     async def model_before(
-        self, call: ModelCall, messages: list[dict[str, Any]]
+        self, call: HookCall, messages: list[dict[str, Any]]
     ) -> list[dict[str, Any]]:
         task = _task(messages)
         m = re.search(r"\[hook-add (\d+)\]", task)
@@ -59,7 +59,7 @@ class MarkerHook:
             ]
         return messages
 
-    async def model_after(self, call: ModelCall, response: Mapping[str, Any]) -> None:
+    async def model_after(self, call: HookCall, response: Mapping[str, Any]) -> None:
         SEEN.append({"prepared_id": call.prepared_id, "response": dict(response)})
 
 

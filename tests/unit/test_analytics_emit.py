@@ -73,5 +73,5 @@ async def test_a_refused_prepare_is_reported_with_its_reason_not_as_a_prepare() 
         ("prepare_budget", "refused", "history_over_budget"),
     ]
     # The prepare that was sent counts its decisions by kind (ids and counts only).
-    assert notes[0].counts == dict(Counter(d["decision"] for d in sent["decisions"]))
+    assert notes[0].counts == dict(Counter(d["decision"] for d in sent.decisions))
     assert notes[1].counts == {}

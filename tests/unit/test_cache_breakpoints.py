@@ -254,7 +254,7 @@ async def test_a_prepare_renders_the_release_profiles_cache_rules() -> None:
         w.run("s1", "r1")
         w.say("s1", "r1", "user_input", "Why is CI red?")
         out = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="action", render=True))
-        body: dict[str, Any] = out["provider"]["request"]
+        body: dict[str, Any] = out.provider.request
         return body
 
     def marks(body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -111,11 +111,9 @@ async def test_a_reported_model_call_is_a_span_once(spans: InMemorySpanExporter)
     prepared = await w.svc.preparer.prepare(
         "s1", "r1", PrepareIn(model_profile={**PROFILE, "provider_format": "anthropic_messages"})
     )
-    call = await w.svc.gateway.model_call(
-        "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
-    )
-    await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=ANTHROPIC))
-    await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=ANTHROPIC))
+    call = await w.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=prepared.prepared_id))
+    await w.svc.gateway.model_result("s1", call.call_id, ModelResultIn(usage=ANTHROPIC))
+    await w.svc.gateway.model_result("s1", call.call_id, ModelResultIn(usage=ANTHROPIC))
     span = only_chat(spans)  # a repeated report is not a second call
     assert span.name == "chat m" and span.attributes is not None
     assert {k: v for k, v in span.attributes.items() if k.startswith("gen_ai.")} == {
@@ -131,7 +129,7 @@ async def test_a_reported_model_call_is_a_span_once(spans: InMemorySpanExporter)
         "gen_ai.usage.reasoning.output_tokens": 0,
     }
     assert span.attributes["agentloom.purpose"] == "action"
-    assert span.attributes["agentloom.call_id"] == call["call_id"]
+    assert span.attributes["agentloom.call_id"] == call.call_id
 
 
 def test_a_summarizer_call_is_a_priced_span_of_its_job() -> None:

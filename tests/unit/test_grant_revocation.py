@@ -51,7 +51,7 @@ async def test_a_revoked_grant_stops_on_this_instance_at_once_and_on_another_wit
     await a.svc.readback.grant("s1", owner, "bob")
     assert await reads(a, bob) and await reads(b, bob)  # B caches the grant it found
     out = await a.svc.readback.revoke("s1", owner, "bob")
-    assert (out["revoked"], out["revoked_by"]) == (True, "alice")
+    assert (out.revoked, out.revoked_by) == (True, "alice")
     assert not await reads(a, bob)  # the answering instance: at once
     ttl = b.options.key_cache_s
     a.clock[0] += ttl - 1
@@ -59,7 +59,7 @@ async def test_a_revoked_grant_stops_on_this_instance_at_once_and_on_another_wit
     a.clock[0] += 2
     assert not await reads(b, bob)  # ...never past it (was: cached for the process's life)
     # Idempotent: revoking again says there was nothing; granting again works at once.
-    assert (await b.svc.readback.revoke("s1", owner, "bob"))["revoked"] is False
+    assert (await b.svc.readback.revoke("s1", owner, "bob")).revoked is False
     await b.svc.readback.grant("s1", owner, "bob")
     assert await reads(a, bob) and await reads(b, bob)
 
@@ -83,7 +83,7 @@ async def test_only_who_may_grant_may_revoke_and_a_refusal_tells_nothing() -> No
     assert ("s1", "bob") in w.sessions.grants
     host = await who(w, KeyKind.HOST, None)
     out = await w.svc.readback.revoke("s1", host, "bob")  # the runtime, acting as itself
-    assert (out["revoked"], out["revoked_by"]) == (True, "alice")
+    assert (out.revoked, out.revoked_by) == (True, "alice")
     assert not await reads(w, bob)
 
 

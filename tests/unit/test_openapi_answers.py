@@ -7,9 +7,11 @@ import json
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from schemas.answers.prepared import ModelCall, ModelResult, PreparedContext
 from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn
+from services.prepare.http.answer_json import AnswerResponse
 from services.prepare.http.openapi import DOC
 from tests.unit.test_prepare_context_gateway import history, world
 
@@ -84,20 +86,24 @@ async def test_prepare_gateway_and_result_answers_fit_their_models() -> None:
     w = await world()
     history(w, 1, 10)
     first = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion", render=True))
-    assert PreparedContext.model_validate(first).provider is not None
-    call = await w.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
-    checked = ModelCall.model_validate(call)
+    # The use cases build the large answers without validation: what the routes write
+    # (``AnswerResponse``) is validated here against the published models.
+    assert PreparedContext.model_validate_json(written(first)).provider is not None
+    call = await w.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=first.prepared_id))
+    checked = ModelCall.model_validate_json(written(call))
     assert checked.budget.final_estimated_input_raw is not None
-    replay = await w.svc.gateway.model_call(
-        "s1", "r1", ModelCallIn(prepared_id=first["prepared_id"])
-    )
-    assert ModelCall.model_validate(replay).idempotent_replay
-    usage = {"input_tokens": 2 * int(call["budget"]["final_estimated_input_raw"])}
-    result = await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
-    assert ModelResult.model_validate(result).drift is not None
+    replay = await w.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=first.prepared_id))
+    assert ModelCall.model_validate_json(written(replay)).idempotent_replay
+    usage = {"input_tokens": 2 * int(call.budget.final_estimated_input_raw)}
+    result = await w.svc.gateway.model_result("s1", call.call_id, ModelResultIn(usage=usage))
+    assert ModelResult.model_validate_json(written(result)).drift is not None
     # Calibrated now: the budget carries the calibration and the calibrated input.
     second = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    assert PreparedContext.model_validate(second).budget.calibration is not None
+    assert PreparedContext.model_validate_json(written(second)).budget.calibration is not None
+
+
+def written(answer: BaseModel) -> bytes:
+    return bytes(AnswerResponse(answer).body)
 
 
 def test_a_changed_field_type_is_refused_by_the_model() -> None:

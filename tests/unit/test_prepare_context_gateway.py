@@ -57,13 +57,13 @@ async def test_a_prepare_assembles_the_thread_within_the_budget_and_holds_it() -
     w = await world()
     history(w, 1, 10)
     out = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    texts = [m["content"] for m in out["messages"]]
+    texts = [m["content"] for m in out.messages]
     assert texts[-1] == "And now?" and "Answer." in texts[0]
-    assert out["budget"]["input_budget"] == 3400
-    assert out["dependency_versions"]["release_id"] == "rel"
-    assert await w.svc.gateway.prepared.get(out["prepared_id"]) is not None
+    assert out.budget.input_budget == 3400
+    assert out.dependency_versions.release_id == "rel"
+    assert await w.svc.gateway.prepared.get(out.prepared_id) is not None
     await w.svc.gateway.prepared.flush()  # written behind the answer
-    assert out["prepared_id"] in w.prepared.rows  # stored for any instance (issue 13)
+    assert out.prepared_id in w.prepared.rows  # stored for any instance (issue 13)
 
 
 @pytest.mark.spec("R6.3", "R9.7")
@@ -98,9 +98,9 @@ async def test_an_action_over_the_budget_is_prepared_on_the_summary_the_job_comm
     w.compaction.outcomes = [{"status": "committed", "stage": "done", "reason": None}]
     w.compaction.after_job = (Counters(4, 3), summary)
     out = await w.svc.preparer.prepare("s1", "r1", PrepareIn())
-    assert out["dependency_versions"]["summary_id"] == "sum1"
-    assert out["budget"]["estimated_input"] <= out["budget"]["input_budget"]
-    assert not any("xxxx" in str(m["content"]) for m in out["messages"])
+    assert out.dependency_versions.summary_id == "sum1"
+    assert out.budget.estimated_input <= out.budget.input_budget
+    assert not any("xxxx" in str(m["content"]) for m in out.messages)
 
 
 @pytest.mark.spec("R10.5", "R15.1", "R6.4")
@@ -108,18 +108,18 @@ async def test_the_gateway_records_a_call_once_and_its_usage_calibrates() -> Non
     w = await world()
     history(w, 1, 10)
     prepared = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    body = ModelCallIn(prepared_id=prepared["prepared_id"])
+    body = ModelCallIn(prepared_id=prepared.prepared_id)
     call = await w.svc.gateway.model_call("s1", "r1", body)
     again = await w.svc.gateway.model_call("s1", "r1", body)
-    assert (call["idempotent_replay"], again["idempotent_replay"]) == (False, True)
-    assert again["request"] == call["request"] and len(w.model_calls.inserted) == 1
-    estimated = call["budget"]["final_estimated_input_raw"]
+    assert (call.idempotent_replay, again.idempotent_replay) == (False, True)
+    assert again.request == call.request and len(w.model_calls.inserted) == 1
+    estimated = call.budget.final_estimated_input_raw
     usage = {"input_tokens": estimated * 3}  # far off: moves the factor, bounded (x2)
-    result = await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
-    assert result["drift"]["reported_input"] == estimated * 3
+    result = await w.svc.gateway.model_result("s1", call.call_id, ModelResultIn(usage=usage))
+    assert result.drift.reported_input == estimated * 3
     assert w.calibrations.rows[("space", "m")].factor > 1.0
-    repeat = await w.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
-    assert repeat["drift"] == result["drift"]  # claimed once: not calibrated twice
+    repeat = await w.svc.gateway.model_result("s1", call.call_id, ModelResultIn(usage=usage))
+    assert repeat.drift == result.drift  # claimed once: not calibrated twice
 
 
 @pytest.mark.spec("R10.5")
@@ -144,14 +144,13 @@ async def test_a_thread_reads_its_own_and_shared_records_and_a_child_its_transfe
     page = await w.svc.readback.read_record(
         "s1", "shared", offset=2, limit=3, run_id="r1", instance_id="r1.main"
     )
-    assert (page["content"], page["next_offset"], page["total_chars"]) == ("234", 5, 10)
+    assert (page.content, page.next_offset, page.total_chars) == ("234", 5, 10)
     with pytest.raises(NotGranted):
         await w.svc.readback.read_record("s1", "private", run_id="r1", instance_id="r1.main")
     with pytest.raises(NotGranted):
         await w.svc.readback.read_record("s1", "private")  # on behalf of no thread
-    assert (await w.svc.readback.read_record("s1", "private", run_id="r1", instance_id="r1.c1"))[
-        "content"
-    ] == ""
+    page = await w.svc.readback.read_record("s1", "private", run_id="r1", instance_id="r1.c1")
+    assert page.content == ""
     with pytest.raises(NotGranted):
         await w.svc.readback.read_record("s1", "shared", run_id="r1", instance_id="r1.c1")
     w.records.transfers[("s1", "r1", "r1.c1")] = ["shared"]
@@ -176,4 +175,4 @@ async def test_a_revoked_resource_is_withdrawn_from_read_back() -> None:
         True,
     )
     page = await w.svc.readback.read_record("s1", "gone")
-    assert "secret" not in page["content"] and "withdrawn" in page["content"]
+    assert "secret" not in page.content and "withdrawn" in page.content

@@ -33,21 +33,19 @@ async def test_a_context_prepared_on_one_instance_is_checked_and_reported_on_ano
     a = await instance_a()
     b = a.instance()
     prepared = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    call = await b.svc.gateway.model_call(
-        "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
-    )
-    assert call["status"] == "ready" and not call["idempotent_replay"]
+    call = await b.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=prepared.prepared_id))
+    assert call.status == "ready" and not call.idempotent_replay
     # B had it in no memory: read from the store (waiting for A's write behind its answer)
-    assert a.prepared.loads >= 1 and prepared["prepared_id"] in a.prepared.rows
-    sent = [m["content"] for m in call["request"]["messages"]]
-    assert sent == [m["content"] for m in prepared["messages"]]
+    assert a.prepared.loads >= 1 and prepared.prepared_id in a.prepared.rows
+    sent = [m["content"] for m in call.request["messages"]]
+    assert sent == [m["content"] for m in prepared.messages]
     # The same call retried on A is the one B recorded.
     again = await a.svc.gateway.model_call(
-        "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
+        "s1", "r1", ModelCallIn(prepared_id=prepared.prepared_id)
     )
-    assert again["idempotent_replay"] and again["call_id"] == call["call_id"]
-    done = await a.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage={}))
-    assert done["status"] == "completed"
+    assert again.idempotent_replay and again.call_id == call.call_id
+    done = await a.svc.gateway.model_result("s1", call.call_id, ModelResultIn(usage={}))
+    assert done.status == "completed"
 
 
 @pytest.mark.spec("R10.5")
@@ -57,11 +55,11 @@ async def test_a_context_of_another_run_or_pruned_is_not_found_on_any_instance()
     b = a.instance()
     a.run("s1", "r2")
     with pytest.raises(NotFound):  # held for r1 only
-        await b.svc.gateway.model_call("s1", "r2", ModelCallIn(prepared_id=prepared["prepared_id"]))
+        await b.svc.gateway.model_call("s1", "r2", ModelCallIn(prepared_id=prepared.prepared_id))
     assert await a.prepared.prune(0.0) == 1
     with pytest.raises(NotFound) as exc:
         await a.instance().svc.gateway.model_call(
-            "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
+            "s1", "r1", ModelCallIn(prepared_id=prepared.prepared_id)
         )
     assert exc.value.details["reason"] == "prepared_not_found"
 
@@ -71,24 +69,24 @@ async def test_usage_reported_on_one_instance_calibrates_the_other_within_the_ca
     a = await instance_a()
     b = a.instance()
     first = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    assert "calibration" not in first["budget"]
-    call = await b.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=first["prepared_id"]))
-    estimated = call["budget"]["final_estimated_input_raw"]
+    assert "calibration" not in first.budget.model_fields_set
+    call = await b.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=first.prepared_id))
+    estimated = call.budget.final_estimated_input_raw
     usage = {"input_tokens": estimated * 3 // 2}
-    await b.svc.gateway.model_result("s1", call["call_id"], ModelResultIn(usage=usage))
+    await b.svc.gateway.model_result("s1", call.call_id, ModelResultIn(usage=usage))
     factor = a.calibrations.rows[("space", "m")].factor
     assert factor == pytest.approx(1.5, rel=0.01)
     # B folded the report in: its own next prepare uses it at once.
     on_b = await b.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    assert on_b["budget"]["calibration"]["factor"] == round(factor, 6)
+    assert on_b.budget.calibration.factor == round(factor, 6)
     # A read "no calibration yet" moments ago and keeps it for the cache's TTL, then
     # reads what B stored.
     cached = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    assert "calibration" not in cached["budget"]
+    assert "calibration" not in cached.budget.model_fields_set
     a.clock[0] += a.options.calibration_ttl_s
     on_a = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    assert on_a["budget"]["calibration"] == on_b["budget"]["calibration"]
-    assert on_a["budget"]["calibrated_input"] > on_a["budget"]["estimated_input"]
+    assert on_a.budget.calibration == on_b.budget.calibration
+    assert on_a.budget.calibrated_input > on_a.budget.estimated_input
 
 
 @pytest.mark.spec("R6.4", "R15.1")
@@ -96,13 +94,11 @@ async def test_reports_of_one_call_on_two_instances_calibrate_once() -> None:
     a = await instance_a()
     b = a.instance()
     prepared = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    call = await a.svc.gateway.model_call(
-        "s1", "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
-    )
-    usage = ModelResultIn(usage={"input_tokens": call["budget"]["final_estimated_input_raw"]})
-    first = await a.svc.gateway.model_result("s1", call["call_id"], usage)
-    second = await b.svc.gateway.model_result("s1", call["call_id"], usage)
-    assert second["drift"] == first["drift"] and first["drift"] is not None
+    call = await a.svc.gateway.model_call("s1", "r1", ModelCallIn(prepared_id=prepared.prepared_id))
+    usage = ModelResultIn(usage={"input_tokens": call.budget.final_estimated_input_raw})
+    first = await a.svc.gateway.model_result("s1", call.call_id, usage)
+    second = await b.svc.gateway.model_result("s1", call.call_id, usage)
+    assert second.drift == first.drift and first.drift is not None
     assert a.calibrations.rows[("space", "m")].samples == 1
 
 
@@ -123,7 +119,7 @@ async def test_the_stored_form_of_a_prepared_context_is_the_context() -> None:
     a = await instance_a()
     a.calibrations.rows[("space", "m")] = Calibration(1.123456789012, 3, 0.0987654321)
     prepared = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
-    held = await a.svc.gateway.prepared.get(prepared["prepared_id"])
+    held = await a.svc.gateway.prepared.get(prepared.prepared_id)
     assert held is not None and held.report.calibration is not None
     back = PreparedEntry.from_json(held.to_json())
     assert back == held

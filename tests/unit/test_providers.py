@@ -251,10 +251,8 @@ async def test_two_prepares_with_unchanged_inputs_render_byte_identical_requests
 
     async def request() -> bytes:
         out = await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion", render=True))
-        assert out["provider"]["format"] == fmt
-        return json.dumps(
-            out["provider"]["request"], sort_keys=True, separators=(",", ":")
-        ).encode()
+        assert out.provider.format == fmt
+        return json.dumps(out.provider.request, sort_keys=True, separators=(",", ":")).encode()
 
     first, second = await request(), await request()
     assert first == second

@@ -11,8 +11,8 @@ import pytest
 
 from schemas.errors import HookFailed
 from services.prepare.assembly.prepare_hooks import (
+    HookCall,
     HookRegistry,
-    ModelCall,
     PrepareAdjust,
     PrepareRequest,
 )
@@ -38,11 +38,11 @@ class Spy:
     async def prepare_after(self, prepared: Mapping[str, Any]) -> None:
         self.seen.append(("context.prepare.after", ""))
 
-    async def model_before(self, call: ModelCall, messages: list[Any]) -> list[Any]:
+    async def model_before(self, call: HookCall, messages: list[Any]) -> list[Any]:
         self.seen.append(("model.chat.before", call.session_id))
         return [*messages, {"role": "user", "content": "spy note"}]
 
-    async def model_after(self, call: ModelCall, response: Mapping[str, Any]) -> None:
+    async def model_after(self, call: HookCall, response: Mapping[str, Any]) -> None:
         self.seen.append(("model.chat.after", call.session_id))
 
 
@@ -69,12 +69,8 @@ async def _release(w: PrepareWorld, sid: str, bind: list[dict[str, Any]]) -> Non
 
 async def _call(w: PrepareWorld, sid: str) -> tuple[dict[str, Any], dict[str, Any]]:
     prepared = await w.svc.preparer.prepare(sid, "r1", PrepareIn(purpose="action"))
-    call = await w.svc.gateway.model_call(
-        sid, "r1", ModelCallIn(prepared_id=prepared["prepared_id"])
-    )
-    await w.svc.gateway.model_result(
-        sid, call["call_id"], ModelResultIn(usage={"input_tokens": 50})
-    )
+    call = await w.svc.gateway.model_call(sid, "r1", ModelCallIn(prepared_id=prepared.prepared_id))
+    await w.svc.gateway.model_result(sid, call.call_id, ModelResultIn(usage={"input_tokens": 50}))
     return prepared, call
 
 
@@ -87,12 +83,10 @@ async def test_only_the_release_that_binds_the_hook_has_it_run_at_each_point() -
     prep_b, call_b = await _call(w, "b")
     assert [p for p, _ in spy.seen] == list(POINTS)  # A's four points, B's none
     assert {s for _, s in spy.seen} <= {"a", ""}
-    assert [m["origins"] for m in prep_a["messages"] if m["block"] == "material"] == [
-        ["hook:spy@2"]
-    ]
-    assert not [m for m in prep_b["messages"] if m["block"] == "material"]
-    assert call_a["hook_versions"] == ["spy@2"] and call_b["hook_versions"] == []
-    assert "spy note" in str(call_a["request"]) and "spy note" not in str(call_b["request"])
+    assert [m["origins"] for m in prep_a.messages if m["block"] == "material"] == [["hook:spy@2"]]
+    assert not [m for m in prep_b.messages if m["block"] == "material"]
+    assert call_a.hook_versions == ["spy@2"] and call_b.hook_versions == []
+    assert "spy note" in str(call_a.request) and "spy note" not in str(call_b.request)
 
 
 @pytest.mark.spec("R14", "R17")
@@ -101,8 +95,8 @@ async def test_a_release_binding_one_point_runs_the_hook_at_that_point_only() ->
     w = await _world(spy, {"a": [{"point": "model.chat.before", "hook": "spy"}]})
     prepared, call = await _call(w, "a")
     assert spy.seen == [("model.chat.before", "a")]
-    assert call["hook_versions"] == ["spy@2"]  # unversioned: the loaded version
-    assert not [m for m in prepared["messages"] if m["block"] == "material"]
+    assert call.hook_versions == ["spy@2"]  # unversioned: the loaded version
+    assert not [m for m in prepared.messages if m["block"] == "material"]
 
 
 @pytest.mark.spec("R14", "R17")

@@ -98,7 +98,7 @@ async def _publish_then_prepare(release: dict[str, Any]) -> None:
     w.say(sid, "r1", "user_input", "Go on.")
     try:
         out = await w.svc.preparer.prepare(sid, "r1", PrepareIn(render=True))
-        await w.svc.gateway.model_call(sid, "r1", ModelCallIn(prepared_id=out["prepared_id"]))
+        await w.svc.gateway.model_call(sid, "r1", ModelCallIn(prepared_id=out.prepared_id))
     except ContextBudgetExceeded:
         pass  # its own tools and instructions over its budget (R6.3): a 422, not a 500
 

@@ -12,6 +12,7 @@ import pytest
 from domain.pricing import ModelPrices, cost_dict, format_cost
 from domain.rollup import Dims, Fact, observability_increments, rollup
 from domain.usage import parse_usage
+from schemas.answers.prepared import CallBudget, DependencyVersions
 from schemas.wire import ObservabilityEvent, decode_observability
 from services.prepare.notes import Notes
 from storage.calls.model_calls import StoredCall
@@ -162,9 +163,13 @@ def test_a_compaction_attempt_counts_its_summarizer_calls_and_their_cost() -> No
 
 
 def _call() -> StoredCall:
-    budget = {"input_budget": 14500, "final_estimated_input": 990, "counting_method": "x"}
+    # only the fields the usage note reads
+    budget = CallBudget.model_construct(
+        input_budget=14500, final_estimated_input=990, counting_method="x"
+    )
+    deps = DependencyVersions.model_construct(policy_revision="p")
     return StoredCall("c", "pc", "s", "r", "i", "completion", "m", "completed", "sha",
-                      budget, [], {"policy_revision": "p"}, None)  # fmt: skip
+                      budget, [], deps, None)  # fmt: skip
 
 
 @pytest.mark.spec("R18", "R6.4")

@@ -10,6 +10,7 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
+from typing import NotRequired, TypedDict, cast
 
 from domain.compaction.triggers import (
     CACHE_EXPIRED,
@@ -42,6 +43,17 @@ class Observed:
     due: bool
     key: str
     cache_expired: bool = False
+
+
+class JobStatus(TypedDict):
+    """What became of the compaction a prepare waited for: the job's ``status`` (or the
+    processor's decision when it started none, or ``timeout``), its stage and reason,
+    and its id when one ran. Reported in a refusal's details (``job``)."""
+
+    status: str
+    reason: NotRequired[str | None]
+    stage: NotRequired[str | None]
+    job_id: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -133,7 +145,7 @@ class CompactionCheck:
         target = ratio_threshold(policy.target_context_ratio, report.input_budget)
         return await self.reads.idle_ms(sid) if report.estimated_input >= target else None
 
-    async def wait_for_job(self, sid: str, obs_key: str) -> dict[str, object]:
+    async def wait_for_job(self, sid: str, obs_key: str) -> JobStatus:
         """Until the processor checked our observation and the job it started (or the one
         in flight) finished: committed, failed or rejected."""
         loop = asyncio.get_running_loop()
@@ -141,9 +153,9 @@ class CompactionCheck:
         while loop.time() < deadline:
             outcome = await self.reads.observation_outcome(sid, obs_key)
             if outcome is not None:
-                return outcome
+                return cast(JobStatus, outcome)  # the reads' rows, in this shape
             await self.waiter.changed(0.1)
-        return {"status": "timeout", "reason": f"no commit within {self.wait_s}s"}
+        return JobStatus(status="timeout", reason=f"no commit within {self.wait_s}s")
 
 
 def _fingerprint(last_sequence: int, summary_id: str | None, revision: str, r: BudgetReport) -> str:

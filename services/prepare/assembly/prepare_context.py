@@ -18,11 +18,25 @@ from domain.context.rendering import ThreadRenderer
 from domain.frontier import Frontier
 from domain.window.budget import ModelProfile, counting_label, enforce
 from domain.window.model_catalog import for_purpose
+from schemas.answers.prepared import (
+    DependencyVersions,
+    FrontierState,
+    Inherited,
+    PreparedContext,
+    ProtectedBlock,
+    ProviderRequest,
+    Timing,
+)
 from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
 from services.model_profiles import model_profile
-from services.prepare.assembly.compaction_check import CompactionCheck, Lineage
+from services.prepare.assembly.answer_parts import (
+    READ_CONTENT_TOOL,
+    assembly_decisions,
+    view_decisions,
+)
+from services.prepare.assembly.compaction_check import CompactionCheck, JobStatus, Lineage
 from services.prepare.assembly.prepare_hooks import HookRegistry, PrepareRequest
-from services.prepare.assembly.prepared import PreparedEntry, PreparedStore
+from services.prepare.assembly.prepared import PreparedEntry, PreparedStore, budget_of
 from services.prepare.assembly.views import Snapshot, ThreadViews
 from services.prepare.assembly.waiter import Waiter
 from services.prepare.bodies import PrepareIn, offsets_of
@@ -32,23 +46,6 @@ from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
 from storage.records.frontier import FrontierReads
 from storage.releases import Release
-
-# R10.3: offered to the model when something was externalized; the runtime executes it with
-# ``ContextClient.read_content`` (scope-checked, paged).
-READ_CONTENT_TOOL: dict[str, Any] = {
-    "name": "read_content",
-    "description": "Read part of a result that was shown truncated. ref is the reference"
-    " given in the truncation note; offset and limit are in characters.",
-    "parameters": {
-        "type": "object",
-        "properties": {
-            "ref": {"type": "string"},
-            "offset": {"type": "integer", "minimum": 0},
-            "limit": {"type": "integer", "minimum": 1, "maximum": 65536},
-        },
-        "required": ["ref"],
-    },
-}
 
 
 @dataclass(frozen=True)
@@ -110,7 +107,7 @@ class Preparer:
     # A session's space (``Access.space_of``): whose calibration its estimates use.
     space_of: Callable[[str], Awaitable[str]]
 
-    async def prepare(self, sid: str, run_id: str, body: PrepareIn) -> dict[str, Any]:
+    async def prepare(self, sid: str, run_id: str, body: PrepareIn) -> PreparedContext:
         t0 = time.perf_counter()
         material = _material(body)
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
@@ -141,18 +138,22 @@ class Preparer:
             self.notes.budget(scope, target.purpose, revision, report, refused=reason)
             raise
         out = await self._answer(target, built, lineage, body)
-        counts = Counter(str(d.get("decision")) for d in out["decisions"])
+        counts = Counter(d["decision"] for d in out.decisions)
         self.notes.budget(scope, target.purpose, revision, report, counts=dict(counts))
-        out["timing"] = {
-            "commit_wait_ms": round(waited * 1000, 3),
-            "assemble_ms": round((time.perf_counter() - t0 - waited) * 1000, 3),
-        }
+        timing = Timing(
+            commit_wait_ms=round(waited * 1000, 3),
+            assemble_ms=round((time.perf_counter() - t0 - waited) * 1000, 3),
+        )
+        out = out.model_copy(update={"timing": timing})
         # R14: the hooks this call's release binds, never every loaded one.
         if target.release.policy.hook_bindings:
-            await self.hooks.prepare_after(
-                {k: out[k] for k in ("prepared_id", "purpose", "budget", "decisions")},
-                target.release.policy.hook_bindings,
-            )
+            seen = {
+                "prepared_id": out.prepared_id,
+                "purpose": out.purpose,
+                "budget": out.budget.model_dump(exclude_unset=True),
+                "decisions": out.decisions,
+            }
+            await self.hooks.prepare_after(seen, target.release.policy.hook_bindings)
         return out
 
     async def _target(
@@ -200,7 +201,7 @@ class Preparer:
 
     async def _check_triggers(
         self, target: Target, built: Built, lineage: Lineage, reprepare_of: str | None
-    ) -> tuple[Built, Lineage, dict[str, Any] | None]:
+    ) -> tuple[Built, Lineage, JobStatus | None]:
         """R9.1: checked at every action prepare; the processor (state owner) decides and
         records the report; here we only decide whether this call must wait."""
         report = built.assembled.report
@@ -279,7 +280,7 @@ class Preparer:
         )
         return Built(rend, snap, assembled, tools, frontier)
 
-    async def _provider(self, target: Target, built: Built) -> dict[str, Any]:
+    async def _provider(self, target: Target, built: Built) -> ProviderRequest:
         """The provider-ready request, with the profile's cache hints."""
         fmt, assembled = target.profile.provider_format, built.assembled
         sid, run, inst = target.session_id, target.run_id, target.instance_id
@@ -295,11 +296,14 @@ class Preparer:
             )
         except ValueError as exc:
             raise InvalidRequest(str(exc), field="provider_format") from exc
-        return {"format": fmt, "request": request}
+        return ProviderRequest(format=fmt, request=request)
 
     async def _answer(
         self, target: Target, built: Built, lineage: Lineage, body: PrepareIn
-    ) -> dict[str, Any]:
+    ) -> PreparedContext:
+        """The answer, held for the gateway's final check. Built without validation: its
+        messages, tools and decisions are the plain values assembly made (thousands in a
+        long thread), the models around them are validated as they are made."""
         rend, snap, assembled = built.rend, built.snap, built.assembled
         provider = await self._provider(target, built) if body.render else None
         deps = _dependencies(target, built, lineage)
@@ -323,56 +327,40 @@ class Preparer:
                 target.instance_id if target.child else "main",
             )
         )
-        return {
-            "prepared_id": prepared_id,
-            "provider": provider,
-            "purpose": target.purpose,
-            "session_id": target.session_id,
-            "run_id": target.run_id,
-            "instance_id": target.instance_id,
-            "messages": assembled.messages,
-            "tools": built.tools,
-            "budget": assembled.report.to_dict(),
-            "protected_block_manifest": [p.as_dict for p in assembled.manifest],
-            "decisions": assembled.decisions + _view_decisions(rend, lineage),
-            "read_content_tool": READ_CONTENT_TOOL if rend.externalized else None,
-            "reprepare_of": body.reprepare_of,
-            "dependency_versions": deps,
+        return PreparedContext.model_construct(
+            prepared_id=prepared_id,
+            provider=provider,
+            purpose=target.purpose,
+            session_id=target.session_id,
+            run_id=target.run_id,
+            instance_id=target.instance_id,
+            messages=assembled.messages,
+            tools=built.tools,
+            budget=budget_of(assembled.report),
+            protected_block_manifest=[
+                ProtectedBlock.model_validate(p.as_dict) for p in assembled.manifest
+            ],
+            decisions=assembly_decisions(assembled.decisions) + view_decisions(rend, lineage),
+            read_content_tool=READ_CONTENT_TOOL if rend.externalized else None,
+            reprepare_of=body.reprepare_of,
+            dependency_versions=deps,
             # the plan and constraints the frontier's blocks show, with the
             # records that set them (R4.4, R18).
-            "frontier": built.frontier.to_dict(),
-            "inherited": {"through_session_sequence": snap.through_session_sequence},
-            "record_count": rend.record_count,
-        }
+            frontier=FrontierState.model_validate(built.frontier.to_dict()),
+            inherited=Inherited(through_session_sequence=snap.through_session_sequence),
+            record_count=rend.record_count,
+        )
 
 
-def _dependencies(target: Target, built: Built, lineage: Lineage) -> dict[str, Any]:
+def _dependencies(target: Target, built: Built, lineage: Lineage) -> DependencyVersions:
     """What this context was built from (R11.6): the view's watermarks, the release and
     its policy, the summary, and the task, plan and constraint versions."""
     summary = lineage.summary
-    return {
-        "through_session_sequence": built.snap.through_session_sequence,
-        "thread_last_sequence": built.rend.last_sequence,
-        "policy_revision": target.release.policy_revision,
-        "release_id": target.release.release_id,
-        "summary_id": summary.summary_id if summary else None,
+    return DependencyVersions(
+        through_session_sequence=built.snap.through_session_sequence,
+        thread_last_sequence=built.rend.last_sequence,
+        policy_revision=target.release.policy_revision,
+        release_id=target.release.release_id,
+        summary_id=summary.summary_id if summary else None,
         **built.frontier.versions(),
-    }
-
-
-def _view_decisions(rend: ThreadRenderer, lineage: Lineage) -> list[dict[str, Any]]:
-    """What the view did beyond assembly: externalized results, the summary shown."""
-    out: list[dict[str, Any]] = [
-        {"block_id": f"rec:{r}", "decision": "externalized", "reason": "large_result_view"}
-        for r in rend.externalized
-    ]
-    if lineage.summary:
-        out.append(
-            {
-                "block_id": f"summary:{lineage.summary.summary_id}",
-                "decision": "summarized",
-                "reason": "covered_by_summary",
-                "records": len(lineage.summary.covered),
-            }
-        )
-    return out
+    )

@@ -66,8 +66,9 @@ class PrepareAdjust:
 
 
 @dataclass(frozen=True)
-class ModelCall:
-    """What ``model.chat.before/after`` see."""
+class HookCall:
+    """What ``model.chat.before/after`` hooks see of a model call (its budget as the
+    report's JSON)."""
 
     session_id: str
     run_id: str
@@ -121,7 +122,7 @@ class HookRegistry:
 
     async def model_before(
         self,
-        call: ModelCall,
+        call: HookCall,
         messages: list[Message],
         manifest: Sequence[ProtectedBlock],
         count: Callable[[str], int],
@@ -147,7 +148,7 @@ class HookRegistry:
         return messages, added, removed, used
 
     async def model_after(
-        self, call: ModelCall, response: Mapping[str, Any], bindings: Bindings
+        self, call: HookCall, response: Mapping[str, Any], bindings: Bindings
     ) -> None:
         await self._read_only("model.chat.after", bindings, call, response)
 

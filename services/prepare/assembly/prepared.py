@@ -19,9 +19,15 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_expo
 
 from domain.context.assemble import ProtectedBlock
 from domain.window.budget import BudgetReport, Calibration, ModelProfile
+from schemas.answers.prepared import Budget, DependencyVersions
 from storage.calls.prepared_contexts import PreparedContexts
 
 log = logging.getLogger(__name__)
+
+
+def budget_of(report: BudgetReport) -> Budget:
+    """The budget report as answered (``calibration`` only once the model has one)."""
+    return Budget.model_validate(report.to_dict())
 
 
 @dataclass
@@ -41,7 +47,7 @@ class PreparedEntry:
     profile: ModelProfile
     soft_ratio: float | None
     reprepare_of: str | None
-    dependency_versions: dict[str, Any]
+    dependency_versions: DependencyVersions
     # "main" or the child instance id: the stored row's thread, not part of the context
     # (not in the body, not compared).
     lineage: str | None = field(default=None, compare=False)
@@ -65,7 +71,7 @@ class PreparedEntry:
                 "profile": {f.name: getattr(self.profile, f.name) for f in fields(ModelProfile)},
                 "soft_ratio": self.soft_ratio,
                 "reprepare_of": self.reprepare_of,
-                "dependency_versions": self.dependency_versions,
+                "dependency_versions": self.dependency_versions.model_dump(),
             }
         )
 
@@ -92,7 +98,7 @@ class PreparedEntry:
             profile=ModelProfile(**d["profile"]),
             soft_ratio=d["soft_ratio"],
             reprepare_of=d["reprepare_of"],
-            dependency_versions=d["dependency_versions"],
+            dependency_versions=DependencyVersions.model_validate(d["dependency_versions"]),
         )
 
 

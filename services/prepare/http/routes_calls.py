@@ -11,7 +11,6 @@ import time
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import ORJSONResponse
 
 from domain.auth import Action, Principal
 from schemas.answers.prepared import ModelCall, ModelResult, PreparedContext
@@ -19,6 +18,7 @@ from schemas.errors import ContextError
 from services.metrics import PREPARE_SECONDS
 from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn
 from services.prepare.fields import PathId
+from services.prepare.http.answer_json import AnswerResponse
 from services.prepare.http.errors import HOOKS
 from services.prepare.service import PrepareService
 from streams import tracing
@@ -35,7 +35,7 @@ def prepare_route(app: FastAPI, svc: PrepareService, auth: Any) -> None:
 
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/prepare",
-        response_class=ORJSONResponse,
+        response_class=AnswerResponse,
         response_model=PreparedContext,
         responses={
             200: {
@@ -47,10 +47,11 @@ def prepare_route(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     )
     async def prepare(
         session_id: PathId, run_id: PathId, body: PrepareIn, request: Request, who: Principal = auth
-    ) -> ORJSONResponse:
-        # Returned as a ready response: FastAPI's generic pydantic serialization of a
-        # 10k-message dict cost ~3x the assembly itself. ``response_model`` publishes its
-        # schema; tests/unit/test_openapi_answers.py validates real answers against it.
+    ) -> AnswerResponse:
+        # Returned as a ready response written by orjson (``AnswerResponse``): FastAPI's
+        # generic pydantic serialization of a 10k-message context cost ~3x the assembly
+        # itself. ``response_model`` publishes its schema;
+        # tests/unit/test_openapi_answers.py validates real answers against it.
         with tracing.server_span(tracing.PREPARE_SPAN, request.scope["headers"]) as span:
             sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
             started, outcome = time.perf_counter(), "error"
@@ -64,8 +65,8 @@ def prepare_route(app: FastAPI, svc: PrepareService, auth: Any) -> None:
                 elapsed = time.perf_counter() - started
                 PREPARE_SECONDS.labels(body.purpose, outcome).observe(elapsed)
                 span.set_attribute("agentloom.outcome", outcome)
-            span.set_attribute("agentloom.prepared_id", str(out.get("prepared_id", "")))
-        return ORJSONResponse(out)
+            span.set_attribute("agentloom.prepared_id", out.prepared_id)
+        return AnswerResponse(out)
 
 
 def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
@@ -74,23 +75,22 @@ def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
     @app.post(
         "/v1/sessions/{session_id}/runs/{run_id}/model-calls",
         status_code=201,
-        response_class=ORJSONResponse,
+        response_class=AnswerResponse,
         response_model=ModelCall,
         responses=HOOKS,
     )
     async def model_call(
         session_id: PathId, run_id: PathId, body: ModelCallIn, who: Principal = auth
-    ) -> ORJSONResponse:
+    ) -> AnswerResponse:
         """The gateway's final check (R9.8, R10.5, R14): ``model.chat.before`` hooks, the
         protected block manifest, the same budget. 201 with the provider-ready
         ``request`` to send; 409 ``context_reprepare_required`` (once); 422
         ``context_budget_exceeded`` or ``protected_block_violation`` — nothing is sent."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
         out = await svc.gateway.model_call(sid, run_id, body)
-        # the envelope is checked; the provider request (as large as the prompt) is sent
-        # as rendered, not walked again by a generic serializer.
-        ModelCall.model_validate(out)
-        return ORJSONResponse(out, status_code=201)
+        # the provider request (as large as the prompt) is sent as rendered, not walked
+        # again by a generic serializer.
+        return AnswerResponse(out, status_code=201)
 
     @app.post("/v1/sessions/{session_id}/model-calls/{call_id}/result", responses=HOOKS)
     async def model_result(
@@ -105,5 +105,4 @@ def gateway_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         GenAI span (R18) joins the reporter's trace."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_WRITE)).session_id
         with tracing.joined(request.scope["headers"]):
-            out = await svc.gateway.model_result(sid, call_id, body)
-        return ModelResult.model_validate(out)
+            return await svc.gateway.model_result(sid, call_id, body)

@@ -30,14 +30,13 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         read is made on behalf of that thread and scope-checked (a child thread reads
         only its own records and its transfer: ``not_granted`` otherwise)."""
         sid = (await svc.access.authorize(session_id, who, Action.SESSION_READ)).session_id
-        page = await svc.readback.read_record(sid, record_id, offset, limit, run_id, instance_id)
-        return RecordPage.model_validate(page)
+        return await svc.readback.read_record(sid, record_id, offset, limit, run_id, instance_id)
 
     @app.post("/v1/sessions/{session_id}/grants", status_code=201)
     async def grant(session_id: PathId, body: GrantIn, who: Principal = auth) -> Grant:
         """Let ``actor_id`` read the session (R3.3): only its owner, or the host key acting
         as itself or for the owner; ``granted_by`` is derived from the key."""
-        return Grant.model_validate(await svc.readback.grant(session_id, who, body.actor_id))
+        return await svc.readback.grant(session_id, who, body.actor_id)
 
     @app.delete("/v1/sessions/{session_id}/grants/{actor_id}")
     async def revoke_grant(
@@ -48,11 +47,11 @@ def content_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         grant (403; 404 from another space). Idempotent (``revoked``: there was one).
         Every Prepare instance refuses the actor's reads within 10 s (its key cache's
         TTL), the answering one at once."""
-        return GrantRevoked.model_validate(await svc.readback.revoke(session_id, who, actor_id))
+        return await svc.readback.revoke(session_id, who, actor_id)
 
     @app.put("/v1/blobs")
     async def put_blob(request: Request, who: Principal = auth) -> Blob:
         """Content store (R3.4): any key; content-addressed in the key's space, readable
         only through the records of that space that reference it."""
         media = request.headers.get("content-type", "text/plain")
-        return Blob.model_validate(await svc.content.put(who.space_id, await request.body(), media))
+        return await svc.content.put(who.space_id, await request.body(), media)
