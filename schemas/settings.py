@@ -79,9 +79,11 @@ class Settings(BaseSettings):
     # Prometheus /metrics of the processes without an HTTP API (processor, compaction,
     # analytics): a port to serve it on, or None (off). Prepare serves it on its own port.
     metrics_port: int | None = None
-    # the summarizer behind the model gateway: "extractive" (built in, no model) or
-    # "openai" (an OpenAI-compatible Chat Completions endpoint).
-    summarizer: str = "extractive"
+    # the summarizer behind the model gateway: "extractive" (built in, no model),
+    # "openai" (an OpenAI-compatible Chat Completions endpoint) or "anthropic" (Anthropic's
+    # Messages API, its SDK; the base URL without /v1, default https://api.anthropic.com;
+    # the API key is required). Base URL, model, key and timeout below serve either.
+    summarizer: Literal["extractive", "openai", "anthropic"] = "extractive"
     summarizer_base_url: str | None = None
     summarizer_model: str | None = None
     summarizer_api_key: SecretStr | None = None

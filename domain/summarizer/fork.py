@@ -3,18 +3,20 @@ Claude Code compacts by forking the conversation).
 
 When a compaction's summarizer is the agent's own model (the ``compaction`` purpose's
 profile has the agent's name and provider format), its request is the agent's last
-rendered request of the thread — same messages, same tools, same ``prompt_cache_key`` —
-plus one final instruction message. The covered history is then the start of a prefix
-the provider already cached, billed at the cached rate; only the instruction and the
-answer are fresh. OpenAI Chat Completions only (the summarizer client speaks it alone);
-any other format, or another model, gets the summarizer's own request.
+rendered request of the thread — same messages, same tools, same ``prompt_cache_key`` or
+``cache_control`` marks — plus one final instruction. The covered history is then the
+start of a prefix the provider already cached, billed at the cached rate; only the
+instruction and the answer are fresh. Each summarizer client forks only the format it
+speaks (``fork_format``: OpenAI Chat here, ``forked_body``; Anthropic Messages in
+``domain.summarizer.anthropic_fork``); any other format, or another model, gets the
+summarizer's own request.
 
 R11.3 (the summarizer runs no tools): the tool definitions are sent unchanged, since
-they are the start of the cached prefix, with ``tool_choice: "none"`` so that no tool can
-be called. No ``response_format`` is added: OpenAI puts a structured-output schema in
-front of the system message, which would change the prefix; the JSON schema travels in
-the instruction and the answer is read leniently, as for a server without structured
-output (``domain.compaction.model_answer``).
+they are the start of the cached prefix; OpenAI's fork adds ``tool_choice: "none"`` so
+that no tool can be called. No ``response_format`` is added: OpenAI puts a
+structured-output schema in front of the system message, which would change the
+prefix; the JSON schema travels in the instruction and the answer is read leniently, as
+for a server without structured output (``domain.compaction.model_answer``).
 
 Pure: the stored context is handed in as parsed JSON; rendering is
 ``domain.context.providers.render``, deterministic, so the request re-rendered here is the
@@ -30,8 +32,6 @@ from typing import Any
 from domain.compaction.drafts import SourceItem
 from domain.context.providers import prompt_cache_key, render
 from domain.window.budget import ModelProfile
-
-FORK_FORMAT = "openai_chat"  # the one format a fork is rendered in
 
 
 @dataclass(frozen=True)
@@ -60,32 +60,35 @@ class AgentRequest:
         )
 
 
-def same_model(agent: ModelProfile, summarizer: ModelProfile) -> bool:
-    """The summarizer can read the agent's cache: one model, one provider format, and the
-    format one the fork is rendered in."""
+def same_model(agent: ModelProfile, summarizer: ModelProfile, fork_format: str) -> bool:
+    """The summarizer can read the agent's cache: one model, one provider format, and
+    that format ``fork_format``, the one the summarizer client speaks."""
     return (
         agent.name == summarizer.name
-        and agent.provider_format == summarizer.provider_format == FORK_FORMAT
+        and agent.provider_format == summarizer.provider_format == fork_format
     )
 
 
 def agent_request(
-    stored: Mapping[str, Any], space_id: str, summarizer: ModelProfile
+    stored: Mapping[str, Any], space_id: str, summarizer: ModelProfile, fork_format: str
 ) -> AgentRequest | None:
     """The request Prepare rendered for ``stored`` (a prepared context's JSON: its ids,
-    purpose, messages, tools and profile) with the thread's ``prompt_cache_key``, or None
-    when it is not an action context or the summarizer is another model or format."""
+    purpose, messages, tools, budget report and profile) in ``fork_format``, with the
+    thread's ``prompt_cache_key`` and the cache marks placed over the same token counts
+    (the report's ``tool_schemas`` item, as Prepare passes it); None when it is not an
+    action context or the summarizer is another model or format."""
     profile = ModelProfile(**stored["profile"])
-    if stored.get("purpose") != "action" or not same_model(profile, summarizer):
+    if stored.get("purpose") != "action" or not same_model(profile, summarizer, fork_format):
         return None
     _prepared, session_id, run_id, instance_id = stored["ids"]
     messages = stored["messages"]
     body = render(
         messages,
         stored["tools"],
-        FORK_FORMAT,
+        fork_format,
         prompt_cache_key(space_id, session_id, run_id, instance_id),
         profile.cache_rules,
+        (stored.get("report") or {}).get("items", {}).get("tool_schemas"),
     )
     ids = frozenset(str(i) for m in messages for i in m.get("record_ids") or ())
     deps = stored["dependency_versions"]

@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer
 
 from domain.compaction.gateway import SummaryGateway
 from domain.context.tokens import CachedCounter
+from domain.summarizer.wording import Wording
 from schemas.settings import Settings
 from services import metrics
 from services.compaction.compact_hooks import HookChain
@@ -25,9 +26,15 @@ from services.compaction.dispatch import Dispatcher
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.job_loop import LoopConfig, RequestLoop
 from services.compaction.job_records import AgentRequests
-from services.compaction.openai_compat import OpenAICompatibleSummarizer
+from services.compaction.openai_compat import (
+    SYSTEM_PROMPT,
+    OpenAICompatibleSummarizer,
+    fork_instruction,
+    render_segment,
+)
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.hooks import load
+from services.summarizers.anthropic_messages import ANTHROPIC_API, AnthropicMessagesSummarizer
 from storage.calls.agent_contexts import PgAgentContexts
 from storage.compaction.jobs import CompactionJobs, PgCompactionJobs
 from storage.migrate import apply_dsn
@@ -57,7 +64,29 @@ def make_gateway(settings: Settings, count: Callable[[str], int] | None = None) 
             settings.summarizer_timeout_s,
             count=count,
         )
+    if settings.summarizer == "anthropic":
+        key = settings.summarizer_key()
+        if not (settings.summarizer_model and key):
+            raise SystemExit(
+                "ALC_SUMMARIZER=anthropic needs ALC_SUMMARIZER_MODEL and ALC_SUMMARIZER_API_KEY"
+            )
+        return AnthropicMessagesSummarizer(
+            settings.summarizer_model,
+            key,
+            Wording(SYSTEM_PROMPT, render_segment, fork_instruction),
+            base_url=settings.summarizer_base_url or ANTHROPIC_API,
+            timeout_s=settings.summarizer_timeout_s,
+            count=count,
+        )
     return ExtractiveSummarizer()
+
+
+def fork_format(gateway: SummaryGateway) -> str | None:
+    """The provider format the summarizer client speaks (its ``fork_format``): a job
+    continues the agent's request only when the agent's model is rendered in it. None:
+    a summarizer that forks nothing (the built-in one, no model)."""
+    fmt = getattr(gateway, "fork_format", None)
+    return fmt if isinstance(fmt, str) else None
 
 
 def load_hooks(spec: str) -> HookChain:
@@ -183,14 +212,16 @@ async def start(settings: Settings) -> Running:
     store = PgCompactionJobs(pool)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
     catalog = catalog_profiles(settings.model_profiles_file)
-    # A model summarizer of the agent's model continues the agent's request (its cache).
-    forks = settings.summarizer == "openai"
-    agents = AgentRequests(PgAgentContexts(pool), store, catalog) if forks else None
+    gateway = make_gateway(settings, counter.count)
+    # A model summarizer of the agent's model continues the agent's request (its cache),
+    # in the format the summarizer speaks.
+    fmt = fork_format(gateway)
+    agents = AgentRequests(PgAgentContexts(pool), store, fmt, catalog) if fmt else None
     requests = compose(
         settings,
         store,
         publisher,
-        make_gateway(settings, counter.count),
+        gateway,
         counter,
         load_hooks(settings.compaction_hooks),
         crash_after_save=os.environ.get("ALC_FAULT_CRASH_AFTER_SAVE") == "1",

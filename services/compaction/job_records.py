@@ -77,11 +77,13 @@ class JobRecords:
 class AgentRequests:
     """The agent's last rendered request of a job's thread (a prepared action context,
     any Prepare instance's: they are stored), when the ``compaction`` purpose's profile
-    (the release's, or the one it references in ``catalog``) is the agent's model and
-    format; None otherwise, and the summarizer sends its own request."""
+    (the release's, or the one it references in ``catalog``) is the agent's model in
+    ``fork_format``, the summarizer client's own; None otherwise, and the summarizer sends
+    its own request."""
 
     contexts: AgentContexts
     releases: ReleaseReads
+    fork_format: str
     catalog: Mapping[str, ModelProfile] = field(default_factory=dict)
 
     async def request(self, req: CompactionRequest) -> AgentRequest | None:
@@ -92,7 +94,8 @@ class AgentRequests:
         try:
             profile = ModelProfile.from_dict(found.model_profile)
             summarizer = for_purpose(found.policy, COMPACTION_PURPOSE, profile, self.catalog)
-            return agent_request(orjson.loads(last.body), last.space_id, summarizer)
+            stored = orjson.loads(last.body)
+            return agent_request(stored, last.space_id, summarizer, self.fork_format)
         except (KeyError, TypeError, ValueError) as exc:  # an older or foreign body
             log.warning("job %s: the agent's request is not forked: %r", req.job_id, exc)
             return None

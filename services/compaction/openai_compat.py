@@ -149,6 +149,8 @@ PROVIDER = "openai"
 
 class OpenAICompatibleSummarizer:
     name = "openai_compatible"
+    # The provider format it speaks: a job forks the agent's request only in this one.
+    fork_format = "openai_chat"
 
     def __init__(
         self,

@@ -26,6 +26,7 @@ from services.compaction.openai_compat import (
 from tests.support.model_server import Script, model_server
 
 PROFILE = ModelProfile("gpt-test", 128_000, 4_000, 1_000)
+CHAT = OpenAICompatibleSummarizer.fork_format  # the format this client forks
 TOOLS = [
     {
         "name": "read_file",
@@ -95,7 +96,7 @@ def server() -> Iterator[tuple[str, Script]]:
 
 @pytest.mark.spec("R11.3")
 def test_the_forked_request_is_the_agents_last_request_byte_for_byte_then_the_instruction() -> None:
-    agent = agent_request(stored(), "space_1", PROFILE)
+    agent = agent_request(stored(), "space_1", PROFILE, CHAT)
     assert agent is not None
     # the request Prepare rendered for this context, with the thread's cache key
     key = prompt_cache_key("space_1", "ses_1", "run_1", "run_1.main")
@@ -129,11 +130,12 @@ def test_the_forked_request_is_the_agents_last_request_byte_for_byte_then_the_in
 @pytest.mark.spec("R11.3")
 def test_another_model_or_format_or_purpose_is_not_forked() -> None:
     other = dataclasses.replace(PROFILE, name="gpt-small")
-    assert agent_request(stored(), "space_1", other) is None
+    assert agent_request(stored(), "space_1", other, CHAT) is None
     anthropic = dataclasses.replace(PROFILE, provider_format="anthropic_messages")
-    assert agent_request(stored(anthropic), "space_1", anthropic) is None
-    assert not same_model(anthropic, anthropic)  # the client speaks OpenAI Chat only
-    assert agent_request(stored(purpose="completion"), "space_1", PROFILE) is None
+    assert agent_request(stored(anthropic), "space_1", anthropic, CHAT) is None
+    assert not same_model(anthropic, anthropic, CHAT)  # this client speaks OpenAI Chat only
+    assert same_model(anthropic, anthropic, "anthropic_messages")
+    assert agent_request(stored(purpose="completion"), "space_1", PROFILE, CHAT) is None
     # without a fork, the summarizer's own request: its prompt, no tools
     body = OpenAICompatibleSummarizer("http://unused", "gpt-test").request_body(
         SummaryRequest(segment(), None, 800, "op-1")
@@ -154,7 +156,7 @@ async def test_a_forked_call_is_answered_and_validated_as_any_other(
             "completion_tokens": 40,
             "prompt_tokens_details": {"cached_tokens": 768},
         }
-    agent = agent_request(stored(), "space_1", PROFILE)
+    agent = agent_request(stored(), "space_1", PROFILE, CHAT)
     assert agent is not None
     req = forked_request(agent)
     result = await OpenAICompatibleSummarizer(url, "gpt-test", backoff_s=0).summarize(req)

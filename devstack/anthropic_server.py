@@ -1,0 +1,130 @@
+"""A scripted Anthropic Messages server on 127.0.0.1 (``POST /v1/messages``), run in a
+thread of the calling process, as ``devstack.model_server`` is for Chat Completions: a
+test or a benchmark points ``ALC_SUMMARIZER=anthropic`` at it and counts real calls.
+
+Its answer is a valid summary draft citing the first and last record ids of the segment
+the request's last user text indexes (``[rec_…]`` lines after "Segment to summarize:"),
+with the usage the script sets — by default a call that read most of its input from the
+prompt cache, as a forked summarizer call does."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+_ID = re.compile(r"^\[(rec_[0-9a-f]+)\]", re.M)
+Reply = tuple[int, dict[str, Any]]
+
+
+def _usage() -> dict[str, Any]:
+    return {
+        "input_tokens": 40,
+        "cache_read_input_tokens": 1_200,
+        "cache_creation_input_tokens": 0,
+        "output_tokens": 30,
+    }
+
+
+@dataclass
+class MessagesScript:
+    """``mode``: ok (a short valid draft) | fail (HTTP 500) | tool_use (a request that
+    offers tools is answered with a call of the first one and no text).
+    ``delay_s``: each reply waits this long first."""
+
+    mode: str = "ok"
+    delay_s: float = 0.0
+    usage: dict[str, Any] = field(default_factory=_usage)
+    hits: int = 0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    # each request's credential: its x-api-key, or its Authorization bearer token
+    api_keys: list[str | None] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def reply(self, body: dict[str, Any], api_key: str | None) -> Reply:
+        with self.lock:
+            self.hits += 1
+            self.requests.append(body)
+            self.api_keys.append(api_key)
+            mode, delay, usage = self.mode, self.delay_s, dict(self.usage)
+        if delay:
+            time.sleep(delay)  # this handler's own thread (ThreadingHTTPServer)
+        if mode == "fail":
+            return 500, {"type": "error", "error": {"type": "api_error", "message": "scripted"}}
+        if mode == "tool_use" and body.get("tools"):
+            call = {"type": "tool_use", "id": "toolu_1", "name": body["tools"][0]["name"]}
+            return 200, _message(body, [call | {"input": {}}], "tool_use", usage)
+        ids = _ID.findall(last_user_text(body).split("Segment to summarize:", 1)[-1])
+        draft = {
+            "verified_facts": [
+                {"statement": "earlier work was done", "source_ids": ids[:1] + ids[-1:]}
+            ],
+            "decisions": [],
+            "failures": [],
+            "unresolved_questions": [],
+            "work_artifact_refs": [],
+            "observations": [],
+        }
+        return 200, _message(body, [{"type": "text", "text": json.dumps(draft)}], "end_turn", usage)
+
+
+def last_user_text(body: dict[str, Any]) -> str:
+    """The text of the request's last user message (its last text block)."""
+    content = body["messages"][-1]["content"]
+    if isinstance(content, str):
+        return content
+    texts = [b["text"] for b in content if b.get("type") == "text"]
+    return texts[-1] if texts else ""
+
+
+def _message(
+    body: dict[str, Any], content: list[dict[str, Any]], stop: str, usage: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "id": "msg_scripted",
+        "type": "message",
+        "role": "assistant",
+        "model": body.get("model", "scripted"),
+        "content": content,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
+
+
+@contextmanager
+def anthropic_server() -> Iterator[tuple[str, MessagesScript]]:
+    """The server's base URL (the SDK appends ``/v1/messages``) and its script."""
+    script = MessagesScript()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            if self.path.split("?", 1)[0] != "/v1/messages":
+                status, out = 404, {"type": "error", "error": {"type": "not_found_error"}}
+            else:
+                bearer = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                status, out = script.reply(body, self.headers.get("x-api-key") or bearer or None)
+            data = json.dumps(out).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", script
+    finally:
+        server.shutdown()
