@@ -66,7 +66,7 @@ def create(
 def list_(space: Annotated[str | None, typer.Option(help="only this space")] = None) -> None:
     """Key ids, spaces, kinds and actors (never the keys)."""
 
-    async def run() -> list[dict[str, object]]:
+    async def run() -> list[api_keys.KeyRecord]:
         conn = await asyncpg.connect(dsn_of(Settings(), "cli"))
         try:
             return await api_keys.list_keys(conn, space)
@@ -74,11 +74,8 @@ def list_(space: Annotated[str | None, typer.Option(help="only this space")] = N
             await conn.close()
 
     for k in asyncio.run(run()):
-        state = "revoked" if k["revoked_at"] else "live"
-        typer.echo(
-            f"{k['key_id']}  {k['space_id']}  {k['kind']}  {k['actor_id'] or '-'}  {state}"
-            f"  {k['label']}"
-        )
+        state = "revoked" if k.revoked_at else "live"
+        typer.echo(f"{k.key_id}  {k.space_id}  {k.kind}  {k.actor_id or '-'}  {state}  {k.label}")
 
 
 @app.command()

@@ -13,6 +13,7 @@ import asyncpg
 
 from domain.pricing import format_cost
 from domain.rollup import COST_METRIC, Dims, Fact, RollupKey, distributions, rollup
+from schemas.answers.ops import RollupRow
 
 __all__ = ["Consumed", "apply", "distributions", "query", "session_dims"]
 
@@ -180,7 +181,7 @@ async def query(
     agent_id: str | None,
     purpose: str | None,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[RollupRow]:
     """Rollup rows of one space, oldest window first, ``[start, end)`` on the window start.
     Derived values ride on the row they are read from: a ``usage_cached_input_tokens``
     row carries ``cache_share`` (its group's cached / all input tokens, None without
@@ -209,7 +210,7 @@ async def query(
     return [_row(space_id, r) for r in rows]
 
 
-def _row(space_id: str, r: Mapping[str, Any]) -> dict[str, Any]:
+def _row(space_id: str, r: Mapping[str, Any]) -> RollupRow:
     row: dict[str, Any] = {
         "bucket_start": r["bucket_start"].isoformat(),
         "space_id": space_id,
@@ -226,4 +227,4 @@ def _row(space_id: str, r: Mapping[str, Any]) -> dict[str, Any]:
         row["cache_share"] = round(int(r["value"]) / total, 6) if total else None
     elif r["metric"] == COST_METRIC:
         row["cost"] = format_cost(r["value"])
-    return row
+    return RollupRow.model_validate(row)  # only the keys given: what the API answers

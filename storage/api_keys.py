@@ -10,6 +10,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 import asyncpg
@@ -35,6 +36,19 @@ class _Executor(Protocol):
 class StoredKey:
     credential: Credential
     digest: str
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    """A key as listed: who it is for and whether it was revoked (never its secret)."""
+
+    key_id: str
+    space_id: str
+    kind: str
+    actor_id: str | None
+    label: str
+    created_at: datetime
+    revoked_at: datetime | None
 
 
 @dataclass(frozen=True)
@@ -99,13 +113,13 @@ async def revoke_key(db: _Executor, key_id: str) -> bool:
     return r is not None
 
 
-async def list_keys(db: _Executor, space_id: str | None = None) -> list[dict[str, Any]]:
+async def list_keys(db: _Executor, space_id: str | None = None) -> list[KeyRecord]:
     rows = await db.fetch(
         "SELECT key_id, space_id, kind, actor_id, label, created_at, revoked_at FROM api_keys"
         " WHERE $1::text IS NULL OR space_id=$1 ORDER BY created_at",
         space_id,
     )
-    return [dict(r) for r in rows]
+    return [KeyRecord(**dict(r)) for r in rows]
 
 
 async def issue(

@@ -82,9 +82,36 @@ async def has_grant(pool: asyncpg.Pool, session_id: str, actor_id: str) -> bool:
     return found is not None
 
 
+@dataclass(frozen=True)
+class SessionListing:
+    """A session as the inspector lists it: owner, release, active run, counters and how
+    many runs it has had."""
+
+    session_id: str
+    actor_id: str
+    release_id: str
+    active_run_id: str | None
+    user_turns: int
+    model_steps: int
+    created_at: datetime
+    runs: int
+
+
+@dataclass(frozen=True)
+class RunListing:
+    """A run as the inspector lists it, with how many model calls it made."""
+
+    run_id: str
+    main_instance_id: str
+    status: str
+    created_at: datetime
+    ended_at: datetime | None
+    calls: int
+
+
 async def visible_sessions(
     pool: asyncpg.Pool, space_id: str, actor_id: str | None, limit: int = 100
-) -> list[dict[str, Any]]:
+) -> list[SessionListing]:
     """Sessions of the space the actor owns or holds a grant on (every one for a host
     acting as the runtime itself), newest first."""
     rows = await pool.fetch(
@@ -99,10 +126,10 @@ async def visible_sessions(
         actor_id,
         limit,
     )
-    return [dict(r) for r in rows]
+    return [SessionListing(**dict(r)) for r in rows]
 
 
-async def runs(pool: asyncpg.Pool, session_id: str) -> list[dict[str, Any]]:
+async def runs(pool: asyncpg.Pool, session_id: str) -> list[RunListing]:
     rows = await pool.fetch(
         "SELECT u.run_id, u.main_instance_id, u.status, u.created_at, u.ended_at,"
         " (SELECT count(*) FROM model_calls m"
@@ -110,7 +137,7 @@ async def runs(pool: asyncpg.Pool, session_id: str) -> list[dict[str, Any]]:
         " FROM runs u WHERE u.session_id=$1 ORDER BY u.started_sequence",
         session_id,
     )
-    return [dict(r) for r in rows]
+    return [RunListing(**dict(r)) for r in rows]
 
 
 async def calls(pool: asyncpg.Pool, session_id: str) -> list[CallSummary]:

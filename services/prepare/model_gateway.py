@@ -8,7 +8,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from domain.context.providers import prompt_cache_key
 from domain.context.providers import render as render_provider
@@ -47,6 +47,15 @@ def _bounded(reported: int, estimated: int) -> int:
     """One report moves the factor by at most a bounded ratio, so a wrong usage figure
     cannot lock a model out of every session at once."""
     return min(max(reported, estimated // 2), estimated * 2)
+
+
+class Gated(NamedTuple):
+    """A context through the final check: the messages as the hooks left them (the
+    provider format's, free-form), the gate's decision and the hooks that ran."""
+
+    messages: list[dict[str, Any]]
+    decision: GateDecision
+    hooks: list[str]
 
 
 @dataclass
@@ -166,7 +175,7 @@ class Gateway:
         )
         return new, request
 
-    async def _gate(self, p: PreparedEntry) -> tuple[list[dict[str, Any]], GateDecision, list[str]]:
+    async def _gate(self, p: PreparedEntry) -> Gated:
         """``model.chat.before`` hooks, then what they may not do: remove or alter a
         protected block, break a tool group, or push the call over the budget."""
         report = p.report
@@ -201,7 +210,7 @@ class Gateway:
             reprepared=p.reprepare_of is not None,
             details={"prepared_id": p.prepared_id, "hooks": used},
         )
-        return messages, decision, used
+        return Gated(messages, decision, used)
 
     async def model_result(self, sid: str, call_id: str, body: ModelResultIn) -> ModelResult:
         """The runtime reports the response: ``model.chat.after`` (read-only), the response

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from domain.policy.sections import HOOK_POINTS
 from domain.window.budget import ModelProfile
@@ -42,7 +42,7 @@ class ToolSpec(BaseModel):
     parameters: dict[str, Any] | None = None
     input_schema: dict[str, Any] | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> dict[str, JsonValue]:
         """As published (defaults not spelled out): what the model is shown and counted."""
         return self.model_dump(mode="json", exclude_unset=True)
 
@@ -60,7 +60,8 @@ class SkillBinding(BaseModel):
     load_entry: Id = "load_skill"
     content_sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = None
 
-    def wire(self) -> dict[str, Any]:
+    def wire(self) -> dict[str, JsonValue]:
+        """As published (defaults not spelled out)."""
         return self.model_dump(mode="json", exclude_unset=True)
 
 

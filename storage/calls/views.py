@@ -12,7 +12,7 @@ and are pruned after the prepared-context retention (``prune``).
 from __future__ import annotations
 
 from dataclasses import asdict, replace
-from typing import Any
+from typing import Any, TypedDict, cast
 
 import asyncpg
 import orjson
@@ -114,7 +114,19 @@ async def record(
     return True
 
 
-async def load(pool: asyncpg.Pool, session_id: str, call_id: str) -> dict[str, Any] | None:
+class StoredView(TypedDict, total=False):
+    """A call's stored view (``domain.context.sent_view`` packs it): the blocks as they
+    were sent, the summary chain as it stood, the request's hash and the summary shown.
+    A block and a chain link stay the JSON they were packed as."""
+
+    blocks: list[dict[str, Any]]
+    chain: list[dict[str, Any]]
+    request_sha256: str | None
+    summary_id: str | None
+    summary_version: int | None
+
+
+async def load(pool: asyncpg.Pool, session_id: str, call_id: str) -> StoredView | None:
     """The stored view of the call, written now if it was not at the call (see above);
     None when there is none to be had."""
     async with pool.acquire() as conn:
@@ -133,7 +145,7 @@ async def load(pool: asyncpg.Pool, session_id: str, call_id: str) -> dict[str, A
             ):
                 return None
             body = await conn.fetchval("SELECT body FROM call_views WHERE call_id=$1", call_id)
-    return unpack(bytes(body))
+    return cast(StoredView, unpack(bytes(body)))
 
 
 async def changed_since(

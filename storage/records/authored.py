@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict
 
 import asyncpg
 
@@ -56,12 +56,22 @@ class Authored:
     def open_questions(self) -> tuple[Question, ...]:
         return tuple(q for q in self.questions if q.closed_by is None)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "decisions": [asdict(d) for d in self.decisions],
-            "questions": [asdict(q) | {"status": q.status} for q in self.questions],
-            "unmatched_closings": list(self.unmatched_closings),
-        }
+    def to_dict(self) -> AuthoredJson:
+        """As the CLI prints it: each question with its status."""
+        return AuthoredJson(
+            decisions=[asdict(d) for d in self.decisions],
+            questions=[asdict(q) | {"status": q.status} for q in self.questions],
+            unmatched_closings=list(self.unmatched_closings),
+        )
+
+
+class AuthoredJson(TypedDict):
+    """``Authored`` as JSON: its decisions and questions (``Decision``, ``Question`` as
+    dicts, a question with its ``status``) and the closings that matched no question."""
+
+    decisions: list[dict[str, object]]
+    questions: list[dict[str, object]]
+    unmatched_closings: list[str]
 
 
 def fold(rows: Iterable[Mapping[str, Any]]) -> Authored:

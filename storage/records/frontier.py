@@ -14,6 +14,7 @@ import json
 from typing import Any, Protocol
 
 import asyncpg
+from pydantic import JsonValue
 
 from domain.frontier import (
     CONSTRAINT_RETIRED,
@@ -60,7 +61,8 @@ _COLS = (
 _CONSTRAINT_KINDS = f"r.kind IN ('{CONSTRAINT_SET}', '{CONSTRAINT_RETIRED}')"
 
 
-def _payload(raw: Any) -> dict[str, Any]:
+def _payload(raw: Any) -> dict[str, JsonValue]:
+    """The record's payload (its kind's JSON, as the event carried it)."""
     value = json.loads(raw) if isinstance(raw, str) else raw
     return dict(value or {})
 

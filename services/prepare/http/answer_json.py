@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 
-def fields_of(value: object) -> dict[str, Any]:
+def fields_of(value: object) -> dict[str, object]:
     """A model's set fields in declaration order, then its extra fields (orjson's
     ``default``: called for a value orjson does not write itself)."""
     if not isinstance(value, BaseModel):

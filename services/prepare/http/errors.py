@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import email.message
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 from fastapi import FastAPI, Request, params
@@ -182,17 +182,27 @@ def _printable(value: object, limit: int = 120) -> str | int:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _validation_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+class FieldProblem(TypedDict):
+    """One reason a request does not match the API: where (``loc``; ``json_path`` as the
+    policy's refusals name it), the validator's message and its error type."""
+
+    loc: list[str | int]
+    msg: str | int
+    type: str
+    json_path: str | int
+
+
+def _validation_errors(exc: RequestValidationError) -> list[FieldProblem]:
     # Not exc.errors() as is: ``input`` may be the whole 8 MiB body (or bytes) and
     # ``ctx`` may hold exception objects, which no JSON encoder takes.
     return [
-        {
-            "loc": [_printable(p) for p in e.get("loc", ())],
-            "msg": _printable(e.get("msg", ""), 500),
-            "type": e.get("type", ""),
+        FieldProblem(
+            loc=[_printable(p) for p in e.get("loc", ())],
+            msg=_printable(e.get("msg", ""), 500),
+            type=e.get("type", ""),
             # Where in the body, as the policy's refusals name it.
-            "json_path": _printable(json_path(e.get("loc", ())), 500),
-        }
+            json_path=_printable(json_path(e.get("loc", ())), 500),
+        )
         for e in exc.errors()[:50]
     ]
 

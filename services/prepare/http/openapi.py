@@ -9,14 +9,15 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+
+from pydantic import JsonValue
 
 from services.prepare.http.api import create_api
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "openapi.json"
 
 
-def document() -> dict[str, Any]:
+def document() -> dict[str, JsonValue]:
     # Routes only reference the service when called, so none is needed to describe them.
     return create_api(None).openapi()  # type: ignore[arg-type]
 

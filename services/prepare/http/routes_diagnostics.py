@@ -22,7 +22,7 @@ from storage import inspection
 from storage.calls import views as call_views
 
 
-def diagnostics(session_id: str, view: CallView) -> dict[str, Any]:
+def diagnostics(session_id: str, view: CallView) -> Diagnostics:
     """The call view, each source record with its read-back reference (the
     ``read_content`` ref and the paged read route), the blocks' ids by decision and the
     summary in effect."""
@@ -40,7 +40,7 @@ def diagnostics(session_id: str, view: CallView) -> dict[str, Any]:
     for blk in view.blocks:
         by.setdefault(blk.decision, []).append(blk.block_id)
     out["by_decision"] = by
-    return out
+    return Diagnostics.model_validate(out)
 
 
 def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
@@ -68,4 +68,4 @@ def diagnostics_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         view = await call_views.view_of(svc.pool, session_id, call_id)
         if view is None:  # never expected: the row was just found
             raise unknown
-        return Diagnostics.model_validate(diagnostics(session_id, view))
+        return diagnostics(session_id, view)

@@ -10,7 +10,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from domain.auth import KeyKind, Principal
-from schemas.answers.ops import Health, Rollups
+from schemas.answers.ops import Distribution, Health, Rollups
 from schemas.errors import InvalidRequest, NotFound, NotGranted
 from services.prepare.fields import QueryId
 from services.prepare.service import PrepareService
@@ -68,12 +68,12 @@ def ops_routes(app: FastAPI, svc: PrepareService, auth: Any) -> None:
         rows = await analytics.query(
             svc.pool, window, who.space_id, _utc(start), _utc(end), agent, purpose, limit + 1
         )
-        return Rollups.model_validate(
-            {
-                "window": window,
-                "space_id": who.space_id,
-                "rows": rows[:limit],
-                "distributions": analytics.distributions(rows[:limit]),
-                "truncated": len(rows) > limit,
-            }
+        shown = rows[:limit]
+        given = [r.model_dump(exclude_unset=True) for r in shown]
+        return Rollups(
+            window=window,
+            space_id=who.space_id,
+            rows=shown,
+            distributions=[Distribution.model_validate(d) for d in analytics.distributions(given)],
+            truncated=len(rows) > limit,
         )
