@@ -68,7 +68,11 @@ class PreparedEntry:
                 "report": report,
                 "manifest": [p.to_dict() for p in self.manifest],
                 "tool_schema_sha256": self.tool_schema_sha256,
-                "profile": {f.name: getattr(self.profile, f.name) for f in fields(ModelProfile)},
+                "profile": {f.name: getattr(self.profile, f.name) for f in fields(ModelProfile)}
+                # exact decimals as JSON (orjson writes no Decimal); read back by from_dict
+                | {
+                    "prices": None if self.profile.prices is None else self.profile.prices.to_dict()
+                },
                 "soft_ratio": self.soft_ratio,
                 "reprepare_of": self.reprepare_of,
                 "dependency_versions": self.dependency_versions.model_dump(),
