@@ -34,7 +34,7 @@ def test_without_roll_up_calls_a_forked_model_summarizer_costs_less_than_the_ref
     from benchmarks.cost import measure
 
     r = measure()
-    for cache in ("openai 5m", "openai 24h"):
+    for cache in ("anthropic 5m", "anthropic 1h", "openai 5m", "openai 24h"):
         rows = r["real_rules"][cache]
         fitted = rows["ours, model summarizer"]["cost_per_question_usd"]
         rolled = rows["ours, model roll-ups"]["cost_per_question_usd"]
