@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from domain.planning import BatchPlan
+from domain.planning.state import BatchPlan
 from schemas.contracts import to_wire
 
 RECORD_COLUMNS = (

@@ -20,7 +20,7 @@ from schemas.contracts import (
 from schemas.errors import InvalidEvent
 from schemas.json_text import parse_json
 
-RECORD_ID = re.compile(r"rec_[0-9a-f]{32}")  # domain.planning.record_id_for
+RECORD_ID = re.compile(r"rec_[0-9a-f]{32}")  # domain.planning.state.record_id_for
 # Sizes, counts, sequences, revisions and timestamps: 0 <= n <= 2^53 (exact as JSON
 # numbers and doubles; sums of a few stay inside a bigint).
 MAX_COUNT = 2**53

@@ -17,7 +17,7 @@ import asyncpg
 from domain.compaction.control import ControlEffects, ObservationInputs
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
-from domain.planning import BatchPlan, SessionState
+from domain.planning.state import BatchPlan, SessionState
 from domain.window.record_view import RecordView
 from schemas.contracts import ResourceActivationPayload
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent

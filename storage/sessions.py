@@ -11,7 +11,7 @@ from typing import Protocol
 
 import asyncpg
 
-from domain.planning import RunState
+from domain.planning.state import RunState
 from schemas.answers.sessions import EventOutcome, Session
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from domain.accounting import text_key, token_text
 from domain.context.envelope import UNAUTHENTICATED, Headers
 from domain.context.tokens import CachedCounter
-from domain.planning import Incoming
+from domain.planning.state import Incoming
 from schemas import codec
 from schemas.contracts import ContextEvent
 from schemas.errors import InvalidEvent

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from domain.planning import SCOPE_MISMATCH, BatchPlan, Incoming, NewRecord
+from domain.planning.state import SCOPE_MISMATCH, BatchPlan, Incoming, NewRecord
 from schemas.contracts import built
 from schemas.wire import (
     CommittedRecord,

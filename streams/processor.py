@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from typing import NoReturn
 
 from domain.context.tokens import CachedCounter
-from domain.planning import BatchPlan, Incoming, plan_batch
+from domain.planning.batch import plan_batch
+from domain.planning.state import BatchPlan, Incoming
 from schemas.contracts import ConstraintPayload, RecordKind
 from schemas.wire import (
     CompactionRequest,

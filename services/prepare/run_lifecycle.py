@@ -11,7 +11,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from domain.planning import lifecycle_key
+from domain.planning.lifecycle import lifecycle_key
 from schemas.answers.sessions import EventOutcome, RunLifecycle, RunSnapshot, RunStarted, Session
 from schemas.contracts import (
     Authority,

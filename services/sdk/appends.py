@@ -22,7 +22,7 @@ from opentelemetry.trace import SpanKind
 
 from domain.frontier import constraint_id_for
 from domain.plan_tool import PlanItemLike, plan_items
-from domain.planning import record_id_for
+from domain.planning.state import record_id_for
 from schemas.contracts import (
     AssistantMessagePayload,
     Authority,

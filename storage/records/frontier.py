@@ -26,7 +26,7 @@ from domain.frontier import (
     declared_texts,
     plan_of,
 )
-from domain.planning import SessionState
+from domain.planning.state import SessionState
 
 _FROM = (
     " FROM records r LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from domain.planning import BatchPlan, RunState, SessionState
+from domain.planning.state import BatchPlan, RunState, SessionState
 from domain.record_rows import RECORD_COLUMNS, record_rows
 from storage.records import frontier, outcomes, retraction
 from storage.records.outcomes import NOT_BINDING, RefusedEvent

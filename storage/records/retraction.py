@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from domain.planning import SessionState
+from domain.planning.state import SessionState
 from domain.policy.retraction_rules import RetractionTarget
 
 RETRACTED = "record_retracted"

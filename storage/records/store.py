@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.planning import BatchPlan, SessionState
+from domain.planning.state import BatchPlan, SessionState
 from storage.records import ingest, outcomes
 from storage.records.ingest import ExistingRecord
 from storage.records.outcomes import RefusedEvent

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from domain.compaction.drafts import SummaryDraft
-from domain.planning import record_id_for
+from domain.planning.state import record_id_for
 from schemas.contracts import Authority, Content, QuestionPayload, RecordKind
 from services.sdk.client import ContextClient, RunHandle
 from storage.records.authored import session_authored

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from domain.planning import record_id_for
+from domain.planning.state import record_id_for
 from schemas.contracts import Authority, Content, RecordKind, RetractionPayload
 from services.sdk.client import ContextClient, RunHandle
 from tests.support.flows import client, new_session

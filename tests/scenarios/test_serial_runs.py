@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from domain.planning import record_id_for
+from domain.planning.state import record_id_for
 from schemas.contracts import ChildResultPayload, ToolStatus
 from schemas.wire import decode_dead_letter
 from services.sdk.client import ApiError, ContextClient, RunHandle

@@ -274,7 +274,7 @@ def test_a_summary_never_restates_a_declared_constraint_in_force_or_retired() ->
 
 
 def test_retiring_a_constraint_never_set_is_refused_and_one_set_is_recorded() -> None:
-    from domain.planning import plan_batch
+    from domain.planning.batch import plan_batch
     from schemas.contracts import ConstraintPayload
 
     from .test_planning import active_state, batch_of

@@ -1,4 +1,4 @@
-"""domain/planning.py ``plan_batch``: dedupe, sequences, runs, counters (pure)."""
+"""domain/planning/ ``plan_batch``: dedupe, sequences, runs, counters (pure)."""
 
 from __future__ import annotations
 
@@ -9,16 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from domain.planning import (
-    BatchPlan,
-    Incoming,
-    RunState,
-    SessionState,
-    accepts_appends,
-    lifecycle_key,
-    plan_batch,
-    record_id_for,
-)
+from domain.planning.batch import plan_batch
+from domain.planning.lifecycle import accepts_appends, lifecycle_key
+from domain.planning.state import BatchPlan, Incoming, RunState, SessionState, record_id_for
 from schemas.contracts import (
     AssistantMessagePayload,
     ContextEvent,

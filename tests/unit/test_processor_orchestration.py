@@ -15,7 +15,7 @@ from domain.compaction.control import LockedState, ObservationInputs
 from domain.compaction.triggers import Counters
 from domain.context.envelope import BusKey, KeySigner, ServiceSigner, VerifyKeys
 from domain.context.tokens import ByteEstimateCounter, CachedCounter
-from domain.planning import RunState, SessionState
+from domain.planning.state import RunState, SessionState
 from domain.policy.context_policy import validate_compaction
 from schemas import codec
 from schemas.contracts import ContextEvent, RecordKind

@@ -144,7 +144,7 @@ def test_import_scanner_sees_io_modules() -> None:
     # The scanner must be able to fail: the processor's store adapter imports asyncpg.
     names = _imports(ROOT / "storage" / "records" / "store.py")
     assert "asyncpg" in names
-    assert "domain.planning" in names
+    assert "domain.planning.state" in names
 
 
 def _impure_imports(module: str) -> set[str]:

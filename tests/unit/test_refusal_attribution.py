@@ -9,7 +9,7 @@ import dataclasses
 
 import pytest
 
-from domain.planning import SessionState
+from domain.planning.state import SessionState
 from domain.rollup import Dims, attributed
 from schemas.contracts import Content, RecordKind
 from schemas.wire import decode_dead_letter, decode_observability, encode_event

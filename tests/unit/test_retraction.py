@@ -10,13 +10,9 @@ from typing import Any
 import pytest
 
 from domain.context.rendering import RecordView, ThreadRenderer
-from domain.planning import (
-    RETRACTABLE,
-    RetractionTarget,
-    SessionState,
-    plan_batch,
-    record_id_for,
-)
+from domain.planning.batch import plan_batch
+from domain.planning.state import SessionState, record_id_for
+from domain.policy.retraction_rules import RETRACTABLE, RetractionTarget
 from schemas.contracts import Authority, ContextEvent, RecordKind, RetractionPayload
 from schemas.errors import InvalidEvent
 from schemas.validation import validate_event

@@ -8,7 +8,9 @@ import dataclasses
 
 import pytest
 
-from domain.planning import RetractionTarget, RunState, SessionState, plan_batch, record_id_for
+from domain.planning.batch import plan_batch
+from domain.planning.state import RunState, SessionState, record_id_for
+from domain.policy.retraction_rules import RetractionTarget
 from schemas.contracts import (
     AssistantMessagePayload,
     ContextEvent,

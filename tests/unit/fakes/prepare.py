@@ -17,7 +17,7 @@ from domain.auth import Credential, KeyKind
 from domain.compaction.triggers import Counters
 from domain.context.rendering import RecordView
 from domain.context.tokens import ByteEstimateCounter, CachedCounter
-from domain.planning import RunState
+from domain.planning.state import RunState
 from domain.policy.context_policy import validate_policy
 from domain.window.budget import Calibration
 from schemas.answers.sessions import EventOutcome, Session

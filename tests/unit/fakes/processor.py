@@ -22,7 +22,7 @@ from domain.compaction.control import ControlEffects, ObservationInputs
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
 from domain.context.rendering import RecordView
-from domain.planning import BatchPlan, SessionState
+from domain.planning.state import BatchPlan, SessionState
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
