@@ -19,6 +19,7 @@ from schemas.settings import Settings
 from storage.migrate import apply_dsn
 from storage.roles import configured_dsn
 from streams import tracing
+from streams.crash_only import handle_or_exit
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
 from streams.drivers.offload import OffloadedProcessor, handle_offloaded_or_exit
@@ -27,7 +28,6 @@ from streams.kafka.auth import kafka_auth
 from streams.kafka.publish import AiokafkaPublisher, FaustPublisher
 from streams.kafka.topics import require_topics
 from streams.metrics import serve
-from streams.processor import handle_or_exit
 from streams.wiring import build_processor, open_pool
 
 log = logging.getLogger("agentloom.processor")

@@ -14,7 +14,9 @@ redelivery, and redelivery is a no-op (unique keys + tracking rows).
 
 No record stops the partition: whatever fails the transaction is isolated
 by bisecting the batch and dead-lettered, and the rest commits once. Only infrastructure
-loss (``streams.faults.is_transient``) is retried, and past its bound ends the process.
+loss (``streams.faults.is_transient``) is raised; the drivers call ``handle`` through
+``streams.crash_only.handle_or_exit``, which retries it and past its bound ends the
+process.
 """
 
 from __future__ import annotations
@@ -22,11 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import NoReturn
 
 from domain.context.tokens import CachedCounter
 from domain.planning.batch import plan_batch
@@ -47,11 +46,11 @@ from storage.records.outcomes import RefusedEvent
 from streams.admission import Admission, Admitted, Control, Item, RawMessage, record_refusals
 from streams.control import apply_controls, preempt
 from streams.envelopes import Authenticator
-from streams.faults import describe_failure, is_transient, retry_transient
+from streams.faults import describe_failure, is_transient
 from streams.kafka.publish import Message, Publisher
 from streams.outgoing import Effects, ProcessorConfig, dead_letter_note, encode_applied
 
-__all__ = ["BatchProcessor", "BatchResult", "Control", "Item", "RawMessage", "handle_or_exit"]
+__all__ = ["BatchProcessor", "BatchResult", "Control", "Item", "RawMessage"]
 
 log = logging.getLogger("agentloom.processor")
 
@@ -328,58 +327,6 @@ class BatchProcessor:
         plan.records += part.records
         plan.duplicates += part.duplicates
         plan.rejections += part.rejections
-
-
-CRASH_EXIT_CODE = 70
-
-
-async def handle_or_exit(
-    proc: BatchProcessor,
-    batch: list[RawMessage],
-    transient_retry_s: float = 300.0,
-    attempts: int = 3,
-    ahead: Admitted | None = None,
-) -> BatchResult:
-    """Handle a batch; exit the process at once when the infrastructure stays lost.
-
-    ``handle`` isolates and dead-letters whatever record it cannot apply, so what
-    reaches here is infrastructure: a transient failure (connection loss, serialization
-    failure, deadlock) is retried with backoff for ``transient_retry_s``; anything else
-    — a defect outside record isolation — is tried ``attempts`` times.
-
-    Exiting (rather than raising) is deliberate: faust's ``take_events`` acks a batch in a
-    ``finally`` even when the loop body raises, so an exception could let its offsets be
-    committed. A dead process commits nothing; the batch is redelivered after restart,
-    and redelivery is a no-op for whatever did commit.
-    """
-    for attempt in range(1, attempts + 1):
-        try:
-            result = await retry_transient(lambda: proc.handle(batch, ahead), transient_retry_s)
-            log.info(
-                "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d isolated=%d",
-                len(batch),
-                result.committed,
-                result.duplicates,
-                result.dead_letters,
-                result.rejected,
-                result.isolated,
-            )
-            return result
-        except Exception as exc:
-            if is_transient(exc):
-                log.critical("infrastructure lost for %.0fs", transient_retry_s, exc_info=True)
-                break
-            log.exception("batch of %d failed (attempt %d/%d)", len(batch), attempt, attempts)
-            await asyncio.sleep(0.5 * attempt)
-    exit_for_redelivery("giving up on batch: exiting so that it is redelivered after restart")
-
-
-def exit_for_redelivery(why: str) -> NoReturn:
-    """End the process at once, before anything more can be acked (crash-only): what was
-    not acknowledged is redelivered after the restart, and redelivery is a no-op."""
-    log.critical(why, exc_info=sys.exc_info()[0] is not None)
-    logging.shutdown()
-    os._exit(CRASH_EXIT_CODE)
 
 
 def _chunks(batch: list[RawMessage], size: int) -> list[list[RawMessage]]:

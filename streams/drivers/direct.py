@@ -22,8 +22,9 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from domain.context.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
+from streams.crash_only import handle_or_exit
 from streams.kafka.auth import kafka_auth
-from streams.processor import BatchProcessor, RawMessage, handle_or_exit
+from streams.processor import BatchProcessor, RawMessage
 
 log = logging.getLogger("agentloom.processor")
 

@@ -38,8 +38,9 @@ from dataclasses import dataclass, field
 
 from schemas.settings import Settings
 from streams.admission import RawMessage
+from streams.crash_only import exit_for_redelivery
 from streams.metrics import DEAD_LETTERS
-from streams.processor import BatchResult, exit_for_redelivery
+from streams.processor import BatchResult
 
 log = logging.getLogger("agentloom.processor")
 
@@ -216,7 +217,7 @@ class OffloadedProcessor:
 async def handle_offloaded_or_exit(worker: OffloadedProcessor, batch: list[RawMessage]) -> Reply:
     """``handle_or_exit`` for the offloaded processor: the child retries transient faults
     itself and exits past their bound; a lost child ends this process too, at once,
-    before faust can ack the batch (see ``streams.processor.handle_or_exit``)."""
+    before faust can ack the batch (see ``streams.crash_only.handle_or_exit``)."""
     try:
         reply = await worker.handle(batch)
     except WorkerLost:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from streams.processor import exit_for_redelivery
+from streams.crash_only import exit_for_redelivery
 
 
 class PipelinedBatches:

@@ -18,6 +18,7 @@ import signal
 import sys
 
 from streams.admission import Admitted, RawMessage
+from streams.crash_only import handle_or_exit
 from streams.drivers.offload import (
     Reply,
     decode_batch,
@@ -29,7 +30,7 @@ from streams.drivers.offload import (
 from streams.kafka.auth import kafka_auth
 from streams.kafka.publish import AiokafkaPublisher
 from streams.metrics import MeteredPublisher
-from streams.processor import BatchProcessor, handle_or_exit
+from streams.processor import BatchProcessor
 from streams.wiring import build_processor, open_pool
 
 log = logging.getLogger("agentloom.processor")

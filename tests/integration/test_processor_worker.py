@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from schemas.contracts import ToolStatus
-from streams.processor import CRASH_EXIT_CODE
+from streams.crash_only import CRASH_EXIT_CODE
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
 from tests.support.services import Services

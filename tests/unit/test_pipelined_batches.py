@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams import processor
+from streams import crash_only
 from streams.drivers.pipelined import PipelinedBatches, ticking
 
 
@@ -149,7 +149,7 @@ def _exit(code: int) -> None:
 async def test_a_failed_apply_ends_the_process_and_acks_nothing_of_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(processor.os, "_exit", _exit)
+    monkeypatch.setattr(crash_only.os, "_exit", _exit)
     acked: list[int] = []
 
     async def apply(events: list[int]) -> None:
@@ -164,7 +164,7 @@ async def test_a_failed_apply_ends_the_process_and_acks_nothing_of_it(
         for i in range(6):
             await batches.add(i)
         await batches.drain()
-    assert exited.value.args == (processor.CRASH_EXIT_CODE,)
+    assert exited.value.args == (crash_only.CRASH_EXIT_CODE,)
     assert 2 not in acked and 3 not in acked  # the failed batch (2, 3) is redelivered
     assert acked in ([], [0, 1])  # an earlier batch may or may not have been acked yet
 
