@@ -19,9 +19,10 @@ from typing import Any
 import asyncpg
 
 from domain.auth import Credential, SessionScope
-from domain.context.call_view import CallCost, CallFacts, SummaryLink, call_cost
+from domain.context.call_view import CallFacts, call_cost
 from domain.context.rendering import RecordView
 from domain.policy.context_policy import LargeResultSettings, validate_policy
+from schemas.answers.diagnostics import CallCost, SummaryLink
 from schemas.errors import InvalidPolicy
 from storage.api_keys import find_key
 from storage.records.frontier import frontier_at

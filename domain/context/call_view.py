@@ -12,6 +12,9 @@ the thread's last sequence and the summary in effect; the protected manifest; th
 itemized budget) and the source records, with the assembler's own tables
 (``domain.context.rendering.RETENTION`` / ``KEPT_BECAUSE``), so a record's category there follows
 the same rules rather than a stored copy.
+
+The view's budget bar, summary chain and cost are the diagnostics answer's records
+(``schemas.answers.diagnostics``): the answer publishes them as the domain builds them.
 """
 
 from __future__ import annotations
@@ -23,6 +26,14 @@ from typing import Any
 from domain.authority import DERIVED_ROLE
 from domain.context.rendering import KEPT_BECAUSE, RETENTION, RecordView
 from domain.pricing import format_cost
+from schemas.answers.diagnostics import (
+    NO_RESULT,
+    NO_SHARE,
+    BarSegment,
+    BudgetBar,
+    CallCost,
+    SummaryLink,
+)
 
 ROLE = {
     "user_input": "user",
@@ -41,20 +52,6 @@ OWN_CATEGORY = {
     "tool_outcome": "tool_results",
     "child_result": "material",
 }
-
-
-@dataclass(frozen=True)
-class SummaryLink:
-    """One summary of the chain (newest first) and what it covers (R11.7)."""
-
-    summary_id: str
-    parent_summary_id: str | None
-    covered_ranges: tuple[tuple[int, int], ...]
-    covered_record_ids: tuple[str, ...]
-    summary_tokens: int
-    covered_tokens: int
-    trigger_reasons: tuple[str, ...]
-    status: str
 
 
 @dataclass(frozen=True)
@@ -79,35 +76,9 @@ class CallFacts:
     priced: bool = False  # the call's model profile had prices
 
 
-NO_RESULT = "no result yet"
 NO_USAGE = "no usage reported"
 NOT_PRICED = "not priced"
-NO_SHARE = "—"
-
-
-@dataclass(frozen=True)
-class CallCost:
-    """A call's reported tokens by kind (the input kinds are disjoint), the share of its
-    input read from the provider's cache and its cost; ``cost_label`` says why there is
-    no cost (``NO_RESULT``, ``NO_USAGE``, ``NOT_PRICED``) when there is none."""
-
-    reported: bool
-    priced: bool = False  # the call's model profile had prices when it was prepared
-    fresh_input_tokens: int = 0
-    cached_input_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cache_share_percent: float | None = None
-    cache_share_label: str = NO_SHARE
-    cost: str | None = None  # a decimal amount of ``currency``
-    cost_picos: int | None = None
-    currency: str | None = None
-    cost_label: str = NO_RESULT
-
-    @property
-    def input_tokens(self) -> int:
-        return self.fresh_input_tokens + self.cached_input_tokens + self.cache_write_tokens
+NO_COST = CallCost(reported=False)  # a view before its cost is known
 
 
 @dataclass(frozen=True)
@@ -139,22 +110,6 @@ class Block:
 
 
 @dataclass(frozen=True)
-class BarSegment:
-    item: str
-    tokens: int
-    percent: float
-
-
-@dataclass(frozen=True)
-class BudgetBar:
-    input_budget: int
-    estimated_input: int
-    segments: tuple[BarSegment, ...]
-    free: int
-    free_percent: float
-
-
-@dataclass(frozen=True)
 class CallView:
     call_id: str
     run_id: str
@@ -177,7 +132,7 @@ class CallView:
     request_sha256: str | None = None
     summary_id: str | None = None
     summary_version: int | None = None
-    cost: CallCost = CallCost(reported=False)
+    cost: CallCost = NO_COST
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,12 +1,17 @@
 """The diagnostics answer of one model call (R18): its blocks with their decisions and
 read-back references, the summary chain, the budget bar and the call's cost
-(``domain.context.call_view``)."""
+(``domain.context.call_view``). The budget bar, the summary chain and the cost are the
+records the domain's call view is made of (frozen dataclasses, ``schemas.answers.records``),
+declared here once."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+
+from schemas.answers.records import record_config
 
 
 class ReadBack(BaseModel):
@@ -41,60 +46,77 @@ class DiagnosticBlock(BaseModel):
     read_back: ReadBack | None = None
 
 
-class BarSegment(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+# What no call has: its cost's label before a result, its cache share without input.
+NO_RESULT = "no result yet"
+NO_SHARE = "—"
+
+
+@dataclass(frozen=True)
+class BarSegment:
+    __pydantic_config__ = record_config("forbid")
 
     item: str
     tokens: int
     percent: float
 
 
-class BudgetBar(BaseModel):
+@dataclass(frozen=True)
+class BudgetBar:
     """The budget items as shares of the input budget, and what is left free."""
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__ = record_config("forbid")
 
     input_budget: int
     estimated_input: int
-    segments: list[BarSegment]
+    segments: tuple[BarSegment, ...]
     free: int
     free_percent: float
 
 
-class SummaryLink(BaseModel):
+@dataclass(frozen=True)
+class SummaryLink:
     """One summary of the chain (newest first) and what it covers (R11.7)."""
 
-    model_config = ConfigDict(extra="allow")
+    __pydantic_config__ = record_config("allow")
 
     summary_id: str
     parent_summary_id: str | None
-    covered_ranges: list[tuple[int, int]]
-    covered_record_ids: list[str]
+    covered_ranges: tuple[tuple[int, int], ...]
+    covered_record_ids: tuple[str, ...]
     summary_tokens: int
     covered_tokens: int
-    trigger_reasons: list[str]
+    trigger_reasons: tuple[str, ...]
     status: str
 
 
-class CallCost(BaseModel):
+@dataclass(frozen=True)
+class CallCost:
     """The call's reported tokens by kind, its cache share and exact cost; ``cost_label``
     says why there is no cost when there is none."""
 
-    model_config = ConfigDict(extra="allow")
+    # The input kinds are disjoint; ``priced``: the call's model profile had prices when
+    # it was prepared; ``cost`` is a decimal amount of ``currency``; ``cost_label`` says
+    # why there is none (``NO_RESULT``, or ``domain.context.call_view``'s ``NO_USAGE``,
+    # ``NOT_PRICED``).
+    __pydantic_config__ = record_config("allow")
 
     reported: bool
-    priced: bool
-    fresh_input_tokens: int
-    cached_input_tokens: int
-    cache_write_tokens: int
-    output_tokens: int
-    reasoning_tokens: int
-    cache_share_percent: float | None
-    cache_share_label: str
-    cost: str | None
-    cost_picos: int | None
-    currency: str | None
-    cost_label: str
+    priced: bool = False
+    fresh_input_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_share_percent: float | None = None
+    cache_share_label: str = NO_SHARE
+    cost: str | None = None
+    cost_picos: int | None = None
+    currency: str | None = None
+    cost_label: str = NO_RESULT
+
+    @property
+    def input_tokens(self) -> int:
+        return self.fresh_input_tokens + self.cached_input_tokens + self.cache_write_tokens
 
 
 class Diagnostics(BaseModel):

@@ -17,8 +17,9 @@ from typing import Any, TypedDict, cast
 import asyncpg
 import orjson
 
-from domain.context.call_view import CallView, SummaryLink, call_view, stored_view
+from domain.context.call_view import CallView, call_view, stored_view
 from domain.context.sent_view import Source, pack, sent_view, unpack
+from schemas.answers.diagnostics import SummaryLink
 from storage.calls.batches import delete_in_batches
 from storage.inspection import call_facts, summary_chain
 

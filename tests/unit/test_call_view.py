@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from domain.context.call_view import CallFacts, SummaryLink, budget_bar, call_view
+from domain.context.call_view import CallFacts, budget_bar, call_view
 from domain.context.rendering import RecordView
+from schemas.answers.diagnostics import SummaryLink
 
 
 def rec(seq: int, kind: str, tokens: int = 10, text: str = "", length: int = -1) -> RecordView:

@@ -9,15 +9,14 @@ from typing import Any
 import pytest
 
 from domain.context.call_view import (
-    NO_RESULT,
     NO_USAGE,
     NOT_PRICED,
-    CallCost,
     CallFacts,
     call_cost,
     call_view,
     session_cost,
 )
+from schemas.answers.diagnostics import NO_RESULT, CallCost
 
 # The normalized usage as the gateway stores it for an Anthropic-shaped report of
 # 100 fresh, 800 cached and 100 cache-write input tokens and 50 output tokens, priced

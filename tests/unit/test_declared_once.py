@@ -120,10 +120,6 @@ PENDING: set[frozenset[str]] = {
         # schemas/answers re-types domain records it cannot import (schemas is the bottom
         # layer): the records should move down to schemas and the domain import them.
         ("domain/context/assemble.py:ProtectedBlock", "schemas/answers/prepared.py:ProtectedBlock"),
-        ("domain/context/call_view.py:BarSegment", "schemas/answers/diagnostics.py:BarSegment"),
-        ("domain/context/call_view.py:BudgetBar", "schemas/answers/diagnostics.py:BudgetBar"),
-        ("domain/context/call_view.py:CallCost", "schemas/answers/diagnostics.py:CallCost"),
-        ("domain/context/call_view.py:SummaryLink", "schemas/answers/diagnostics.py:SummaryLink"),
         ("domain/frontier.py:Constraint", "schemas/answers/prepared.py:Constraint"),
         ("domain/frontier.py:Plan", "schemas/answers/prepared.py:Plan"),
         ("domain/window/budget.py:Calibration", "schemas/answers/prepared.py:CalibrationState"),
