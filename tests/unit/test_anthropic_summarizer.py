@@ -215,3 +215,22 @@ async def test_the_sdks_errors_become_ours_and_the_key_stays_out(
     with pytest.raises(SummarizerFailed) as unreachable:
         await summarizer("http://127.0.0.1:9", max_retries=0).summarize(req)
     assert "unreachable" in str(unreachable.value)
+
+
+@pytest.mark.spec("R11.3", "R17")
+def test_the_deployment_wires_the_anthropic_client_and_forks_in_its_format() -> None:
+    from schemas.settings import Settings
+    from services.compaction.bootstrap import fork_format, make_gateway
+
+    anthropic = Settings(
+        summarizer="anthropic", summarizer_model="claude-test", summarizer_api_key=KEY
+    )
+    gateway = make_gateway(anthropic)
+    assert isinstance(gateway, AnthropicMessagesSummarizer)
+    assert gateway.base_url == "https://api.anthropic.com" and KEY not in repr(gateway)
+    assert fork_format(gateway) == "anthropic_messages"
+    openai = Settings(summarizer="openai", summarizer_base_url="http://m/v1", summarizer_model="m")
+    assert fork_format(make_gateway(openai)) == "openai_chat"
+    assert fork_format(make_gateway(Settings(summarizer="extractive"))) is None
+    with pytest.raises(SystemExit, match="ALC_SUMMARIZER_API_KEY"):
+        make_gateway(Settings(summarizer="anthropic", summarizer_model="claude-test"))
