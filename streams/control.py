@@ -24,7 +24,8 @@ from domain.compaction.control import (
     redelivered,
 )
 from domain.compaction.outcome import decide_outcome
-from domain.compaction.preemption import preemptive_event, probe_fires
+from domain.compaction.preemption import preemptive_event, probe_fires, reads_counters
+from domain.compaction.triggers import Counters
 from schemas.wire import (
     BudgetObservation,
     CompactionOutcome,
@@ -132,6 +133,10 @@ async def preempt(store: ControlStore, session_ids: list[str]) -> list[ControlEf
     done: list[ControlEffects] = []
     for c in await store.preempt_candidates(session_ids):
         policy = c.policy.compaction
+        # Without a counter trigger the probe reads no view state (2-3 round trips per
+        # session a batch touched); the view is read once it fires.
+        if not reads_counters(policy) and not probe_fires(c, policy, Counters(), Counters()):
+            continue
         view = await store.main_view(c.session_id, c.run_id)
         if not probe_fires(c, policy, view.counters, view.baseline):
             continue
