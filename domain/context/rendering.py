@@ -19,16 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
+from domain.context.block_log import BlockLog
 from domain.context.blocks import (
     AUTHORED_KINDS,
     KEPT_BECAUSE,
     RETENTION,
     authored_note,
-    block_id,
     skills_catalog_text,
     tool_schema_text,
 )
-from domain.context.redaction import redact
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
 from domain.window.active_skills import track as track_skill
@@ -60,9 +59,11 @@ __all__ = [
 RETRACTION = "record_retracted"  # withdraws another record from views; shows nothing
 
 
-class ThreadRenderer:
-    """``covered`` are the records a committed summary replaces (R11): they are counted
-    as seen but not rendered; ``add_summary`` puts the summary block first."""
+class ThreadRenderer(BlockLog):
+    """Decides what each record becomes and where it goes (its group, deferred behind an
+    open one, or now); ``BlockLog`` writes the blocks. ``covered`` are the records a
+    committed summary replaces (R11): they are counted as seen but not rendered;
+    ``add_summary`` puts the summary block first."""
 
     def __init__(
         self,
@@ -73,18 +74,10 @@ class ThreadRenderer:
         large: LargeResultSettings | None = None,
         transfer: ChildTransferPolicy | None = None,
     ) -> None:
-        self.count = count
-        self.overhead = message_overhead
+        super().__init__(count, message_overhead, large or LargeResultSettings())
         self.covered = covered
         self.summary_id = summary_id
-        self.large = large or LargeResultSettings()
         self.transfer = transfer  # None: background and child results unlimited
-        self.messages: list[Message] = []
-        self.tokens: dict[str, int] = {}
-        self.message_counts: dict[str, int] = {}
-        self.task_indices: list[int] = []  # messages of the current task: required (R10.1)
-        self.protected_cache: list[Any] = []  # their manifest entries, filled by the assembler
-        self.externalized: list[str] = []  # record ids shown as views (R10.3)
         self.skill_loads: dict[str, SkillLoad] = {}  # by content hash
         self.activations: dict[str, SkillActivation] = {}  # latest per skill name
         self.skill_used: dict[str, tuple[int, int]] = {}  # last use: run number, sequence
@@ -272,14 +265,6 @@ class ThreadRenderer:
             tokens = self._framed(rec.token_count, msg["content"], rec.text)
         self._add(msg, [rec], "state", tokens)
 
-    def _state_note(self, rec: RecordView, note: str) -> None:
-        self._add(
-            {"role": DERIVED_ROLE, "content": note, "block": "state"},
-            [rec],
-            "state",
-            self.count(note),
-        )
-
     def _close(self, grp: OpenGroup) -> None:
         self._open = None
         a = grp.assistant
@@ -339,58 +324,3 @@ class ThreadRenderer:
             )
         for d in grp.deferred:
             self._route(d, grp.inherited)
-
-    def _is_large(self, r: RecordView) -> bool:
-        # Metadata only: the stored count and length decide, not the content (R10.3).
-        return r.token_count > self.large.inline_max_tokens or (
-            r.full_length > len(r.text)  # only a prefix was loaded: never inline
-        )
-
-    def _view_of(self, r: RecordView, call_id: str, name: str, status: str) -> str:
-        """R5.4/R10.3: call id, real status, a truncation note, a real reference, the
-        length, the readable range and how to read the rest."""
-        shown = r.text[: self.large.preview_chars]
-        total = r.full_length
-        unit = "bytes" if r.content_length >= 0 else "characters"  # blob: bytes known
-        return (
-            f"[result truncated: call_id={call_id} name={name} status={status}; "
-            f"{total} {unit}, {r.token_count} tokens; showing characters 0-{len(shown)}."
-            f' Read the rest with read_content(ref="rec:{r.record_id}", offset={len(shown)},'
-            f" limit=8000); readable range 0-{total} {unit}.]\n{shown}"
-        )
-
-    def _framed(self, tokens: int, shown: str, text: str) -> int:
-        """The stored count of ``text`` plus what the header around it adds (R6.2): the
-        model sees the header too."""
-        return tokens + self.count(shown) - self.count(text)
-
-    def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
-        # R15.4: credentials never enter context. A placeholder can be longer than the
-        # secret it replaces ("pwd=x" → "pwd=[credential redacted]"): the growth is
-        # counted, so the estimate never falls below what is sent (R6.2).
-        original = msg.get("content") or ""
-        content, redacted = redact(original)
-        if redacted:
-            msg["content"] = content
-            msg["redactions"] = redacted
-            tokens += max(0, self.count(content) - self.count(original))
-        # the keys are set in this order (the stored state and the prepared context keep
-        # it); a key the caller set keeps its place and value.
-        msg["record_ids"] = [s.record_id for s in sources]
-        msg["category"] = category
-        msg["tokens"] = tokens + self.overhead
-        if "block_id" not in msg:
-            msg["block_id"] = block_id(msg, sources[0].record_id if sources else None)
-        if "retention" not in msg:
-            msg["retention"] = RETENTION.get(category, "compressible")
-        if "decision" not in msg:
-            msg["decision"] = "kept"  # R4.2: every block says why it is there
-        if "reason" not in msg:
-            msg["reason"] = KEPT_BECAUSE.get(category, "in_thread")
-        if category == "task":
-            self.task_indices.append(len(self.messages))
-        self.messages.append(msg)
-        counts = self.tokens
-        counts[category] = counts.get(category, 0) + tokens
-        self.message_counts[category] = self.message_counts.get(category, 0) + 1
-        counts["envelope"] = counts.get("envelope", 0) + self.overhead
