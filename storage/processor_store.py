@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import asyncpg
 
-from domain.compaction.control import ControlEffects, ObservationInputs
+from domain.compaction.control.effects import ControlEffects, ObservationInputs
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
 from domain.planning.state import BatchPlan, SessionState

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from domain.commit import Candidate, CommitDecision, Dependencies, budget_after, decide_commit
-from domain.compaction.control import ControlEffects, JobFinish, JobRow
+from domain.compaction.control.effects import ControlEffects, JobFinish, JobRow
 from domain.compaction.triggers import REBUILD_DUE, REBUILD_STARTED, Counters, LastAttempt
 from domain.frontier import Plan
 from schemas.summary_body import parse_summary

@@ -9,13 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from domain.compaction.control import (
-    JobStart,
-    LockedState,
-    ObservationInputs,
-    judge_observation,
-    observation_effects,
-)
+from domain.compaction.control.effects import JobStart, LockedState, ObservationInputs
+from domain.compaction.control.observation import judge_observation, observation_effects
 from domain.compaction.gain import (
     NO_GAIN,
     TOKEN_RATES,

@@ -11,12 +11,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from domain.compaction.control import (
+from domain.compaction.control.effects import (
     ControlEffects,
     JobRow,
     JobStart,
     LockedState,
     ObservationInputs,
+)
+from domain.compaction.control.observation import (
     judge_observation,
     observation_effects,
     redelivered,

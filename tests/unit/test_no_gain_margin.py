@@ -32,13 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from domain.compaction.control import (
-    JobStart,
-    LockedState,
-    ObservationInputs,
-    judge_observation,
-    observation_effects,
-)
+from domain.compaction.control.effects import JobStart, LockedState, ObservationInputs
+from domain.compaction.control.observation import judge_observation, observation_effects
 from domain.compaction.gain import NO_GAIN
 from domain.compaction.triggers import Counters, LastAttempt
 from domain.policy.context_policy import ContextPolicy, effective_policy

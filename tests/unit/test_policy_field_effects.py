@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from domain.compaction import control
+from domain.compaction.control import observation
 from domain.compaction.triggers import Counters, job_expired
 from domain.policy.context_policy import ContextPolicy, LargeResultSettings, effective_policy
 from domain.window.model_catalog import for_purpose
@@ -336,7 +336,7 @@ async def test_the_table_catches_a_field_that_does_nothing(monkeypatch: pytest.M
     monkeypatch.undo()
     default_timeout = ContextPolicy().compaction.job_timeout_s
     monkeypatch.setattr(
-        control, "job_expired", lambda at, _timeout, now: job_expired(at, default_timeout, now)
+        observation, "job_expired", lambda at, _timeout, now: job_expired(at, default_timeout, now)
     )
     with pytest.raises(AssertionError, match="the product did the same"):
         await check_row(C + "job_timeout_s")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from domain.auth import host_key
-from domain.compaction.control import LockedState, ObservationInputs
+from domain.compaction.control.effects import LockedState, ObservationInputs
 from domain.compaction.triggers import Counters
 from domain.context.envelope import BusKey, KeySigner, ServiceSigner, VerifyKeys
 from domain.context.tokens import ByteEstimateCounter, CachedCounter

@@ -10,14 +10,8 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from domain.compaction.control import (
-    JobRow,
-    JobStart,
-    LockedState,
-    ObservationInputs,
-    judge_observation,
-    observation_effects,
-)
+from domain.compaction.control.effects import JobRow, JobStart, LockedState, ObservationInputs
+from domain.compaction.control.observation import judge_observation, observation_effects
 from domain.compaction.outcome import OutcomeInputs, after_conflict, decide_outcome
 from domain.compaction.triggers import Counters, LastAttempt
 from domain.policy.context_policy import validate_compaction

@@ -18,7 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from domain.compaction.control import ControlEffects, ObservationInputs
+from domain.compaction.control.effects import ControlEffects, ObservationInputs
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
 from domain.context.rendering import RecordView

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from domain.compaction.control import JobRow, LockedState, ObservationInputs
+from domain.compaction.control.effects import JobRow, LockedState, ObservationInputs
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.parsed import policy_of
 from schemas.wire import BudgetObservation, ControlEvent

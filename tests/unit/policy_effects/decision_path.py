@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from domain.compaction.control import ControlEffects, JobRow, LockedState
+from domain.compaction.control.effects import ControlEffects, JobRow, LockedState
 from domain.compaction.triggers import Counters, LastAttempt
 from domain.context.tokens import ByteEstimateCounter, CachedCounter
 from schemas.settings import Settings
