@@ -18,7 +18,7 @@ from schemas.wire import (
     encode_compaction_request,
     encode_observability,
 )
-from storage.records.ingest import ExistingRecord
+from storage.records.session_states import ExistingRecord
 from streams.kafka.publish import Message
 
 

@@ -41,8 +41,8 @@ from schemas.wire import (
 )
 from storage.processor_store import ProcessingStore, ProcessingStores
 from storage.records.frontier import RETIRED
-from storage.records.ingest import ExistingRecord
 from storage.records.outcomes import RefusedEvent
+from storage.records.session_states import ExistingRecord
 from streams.admission import Admission, Admitted, Control, Item, RawMessage, record_refusals
 from streams.control import apply_controls, preempt
 from streams.envelopes import Authenticator

@@ -1,185 +1,17 @@
-"""The session processor's storage: load touched sessions under row locks, write a
-planned batch in the same transaction (records, runs, snapshots, threads, outcomes,
-consumer offsets), and notify waiting readers."""
+"""The session processor's writes: a planned batch in the transaction that loaded its
+sessions (``storage.records.session_states``) — records, runs, snapshots, threads,
+outcomes, consumer offsets — and the notification that wakes waiting readers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import asyncpg
 
-from domain.planning.state import BatchPlan, RunState, SessionState
+from domain.planning.state import BatchPlan, SessionState
 from domain.record_rows import RECORD_COLUMNS, record_rows
-from storage.records import frontier, outcomes, retraction
-from storage.records.outcomes import NOT_BINDING, RefusedEvent
+from storage.records import outcomes
+from storage.records.outcomes import RefusedEvent
 
 NOTIFY_CHANNEL = "ctx_committed"
-
-
-@dataclass(frozen=True)
-class ExistingRecord:
-    record_id: str
-    session_id: str
-    session_sequence: int
-    run_id: str | None
-    instance_id: str | None
-    instance_sequence: int | None
-    event_key: str
-    kind: str
-    token_count: int
-    token_method: str
-    content_sha256: str
-
-
-async def load_states(
-    conn: asyncpg.Connection,
-    keys: dict[str, set[str]],
-    operations: dict[str, set[tuple[str, str]]],
-    scopes: dict[str, set[tuple[str, str | None]]],
-) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
-    """Lock and load the sessions named in ``keys`` (session_id -> event_keys seen in the
-    batch). Returns states plus the already-committed records among those keys.
-    ``scopes`` (session_id -> the (run_id, instance_id) the batch's events name) limits
-    the runs and threads loaded to those: planning looks up no other, and a session of
-    a thousand runs would otherwise load them all for every batch."""
-    states = await _lock_sessions(conn, keys)
-    if not states:
-        return states, {}
-    present = list(states)
-    await _load_runs_and_threads(conn, states, scopes)
-    existing = await _load_known_keys(conn, states, present, keys)
-    await _load_known_operations(conn, states, present, operations)
-    await retraction.load_targets(conn, states, operations)
-    await frontier.load_constraint_ids(conn, states, operations)
-    return states, existing
-
-
-async def _lock_sessions(
-    conn: asyncpg.Connection, keys: dict[str, set[str]]
-) -> dict[str, SessionState]:
-    """The batch's sessions, locked in id order (no deadlock between processors)."""
-    ids = sorted(keys)
-    rows = await conn.fetch(
-        "SELECT s.*, r.policy_revision FROM sessions s JOIN releases r USING (release_id)"
-        " WHERE s.session_id = ANY($1::text[]) ORDER BY s.session_id FOR UPDATE OF s",
-        ids,
-    )
-    states: dict[str, SessionState] = {}
-    for r in rows:
-        states[r["session_id"]] = SessionState(
-            session_id=r["session_id"],
-            space_id=r["space_id"],
-            actor_id=r["actor_id"],
-            policy_revision=r["policy_revision"],
-            next_session_sequence=r["next_session_sequence"],
-            active_run_id=r["active_run_id"],
-            revision=r["revision"],
-            user_turns=r["user_turns"],
-            model_steps=r["model_steps"],
-        )
-    return states
-
-
-def _add_run(states: dict[str, SessionState], r: asyncpg.Record) -> None:
-    states[r["session_id"]].runs[r["run_id"]] = RunState(
-        r["run_id"], r["main_instance_id"], r["status"], r["resumes"], r["ends"],
-        r["refused_resumes"],
-    )  # fmt: skip
-
-
-def _add_thread(states: dict[str, SessionState], r: asyncpg.Record) -> None:
-    states[r["session_id"]].threads[(r["run_id"], r["instance_id"])] = r["next_instance_sequence"]
-
-
-async def _load_runs_and_threads(
-    conn: asyncpg.Connection,
-    states: dict[str, SessionState],
-    scopes: dict[str, set[tuple[str, str | None]]],
-) -> None:
-    named = sorted((s, r, i) for s in states for r, i in scopes.get(s, ()))
-    runs = sorted({(s, r) for s, r, _ in named})
-    threads = [(s, r, i) for s, r, i in named if i is not None]
-    if runs:
-        for r in await conn.fetch(
-            "SELECT u.session_id, u.run_id, u.main_instance_id, u.status, u.resumes, u.ends,"
-            " u.refused_resumes FROM runs u JOIN unnest($1::text[], $2::text[])"
-            " AS k(session_id, run_id) USING (session_id, run_id)",
-            [s for s, _ in runs],
-            [r for _, r in runs],
-        ):
-            _add_run(states, r)
-    if threads:
-        for r in await conn.fetch(
-            "SELECT t.session_id, t.run_id, t.instance_id, t.next_instance_sequence"
-            " FROM threads t JOIN unnest($1::text[], $2::text[], $3::text[])"
-            " AS k(session_id, run_id, instance_id) USING (session_id, run_id, instance_id)",
-            [s for s, _, _ in threads],
-            [r for _, r, _ in threads],
-            [i for _, _, i in threads],
-        ):
-            _add_thread(states, r)
-
-
-async def _load_known_keys(
-    conn: asyncpg.Connection,
-    states: dict[str, SessionState],
-    present: list[str],
-    keys: dict[str, set[str]],
-) -> dict[tuple[str, str], ExistingRecord]:
-    """Committed records among the batch's keys, and refused keys (which stay refused)."""
-    sess, evk = [], []
-    for sid in present:
-        for k in keys[sid]:
-            sess.append(sid)
-            evk.append(k)
-    existing: dict[tuple[str, str], ExistingRecord] = {}
-    for r in await conn.fetch(
-        "SELECT r.record_id, r.session_id, r.session_sequence, r.run_id, r.instance_id,"
-        " r.instance_sequence, r.event_key, r.kind, r.token_count, r.token_method,"
-        " r.content_sha256 FROM records r"
-        " JOIN unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        "   ON r.session_id = k.sid AND r.event_key = k.ek",
-        sess,
-        evk,
-    ):
-        existing[(r["session_id"], r["event_key"])] = ExistingRecord(**dict(r))
-        states[r["session_id"]].known_keys.add(r["event_key"])
-    # Refused/dead-lettered keys stay refused on redelivery (an authentication refusal
-    # binds nothing: storage.records.outcomes).
-    for r in await conn.fetch(
-        "SELECT o.session_id, o.event_key FROM event_outcomes o"
-        " JOIN unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        "   ON o.session_id = k.sid AND o.event_key = k.ek WHERE NOT o.code = ANY($3::text[])",
-        sess,
-        evk,
-        sorted(NOT_BINDING),
-    ):
-        states[r["session_id"]].known_keys.add(r["event_key"])
-    return existing
-
-
-async def _load_known_operations(
-    conn: asyncpg.Connection,
-    states: dict[str, SessionState],
-    present: list[str],
-    operations: dict[str, set[tuple[str, str]]],
-) -> None:
-    op_s, op_id, op_kind = [], [], []
-    for sid in present:
-        for op, kind in operations.get(sid, ()):
-            op_s.append(sid)
-            op_id.append(op)
-            op_kind.append(kind)
-    if op_s:
-        for r in await conn.fetch(
-            "SELECT r.session_id, r.operation_id, r.kind FROM records r"
-            " JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(sid, op, kind)"
-            "   ON r.session_id = k.sid AND r.operation_id = k.op AND r.kind = k.kind",
-            op_s,
-            op_id,
-            op_kind,
-        ):
-            states[r["session_id"]].known_operations.add((r["operation_id"], r["kind"]))
 
 
 async def write_plan(
@@ -190,7 +22,8 @@ async def write_plan(
     topic: str,
     next_offsets: dict[int, int],
 ) -> None:
-    """Write the whole plan; the caller holds the transaction opened by ``load_states``."""
+    """Write the whole plan; the caller holds the transaction opened by
+    ``storage.records.session_states.load_states``."""
     await _write_runs(conn, plan)
     if plan.records:
         # The session rows are locked and keys were checked under that lock, so COPY

@@ -12,9 +12,9 @@ from typing import Any, Protocol
 import asyncpg
 
 from domain.planning.state import BatchPlan, SessionState
-from storage.records import ingest, outcomes
-from storage.records.ingest import ExistingRecord
+from storage.records import ingest, outcomes, session_states
 from storage.records.outcomes import RefusedEvent
+from storage.records.session_states import ExistingRecord
 
 
 class IngestStore(Protocol):
@@ -72,7 +72,7 @@ class PgIngestStore:
         operations: dict[str, set[tuple[str, str]]],
         scopes: dict[str, set[tuple[str, str | None]]],
     ) -> tuple[dict[str, SessionState], dict[tuple[str, str], ExistingRecord]]:
-        return await ingest.load_states(self.conn, keys, operations, scopes)
+        return await session_states.load_states(self.conn, keys, operations, scopes)
 
     async def write_records(
         self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str

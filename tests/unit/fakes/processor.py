@@ -27,8 +27,8 @@ from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
 from storage.processor_store import ProcessingStore
-from storage.records.ingest import ExistingRecord
 from storage.records.outcomes import NOT_BINDING, UNSCOPED_REFUSALS, RefusedEvent
+from storage.records.session_states import ExistingRecord
 
 
 class InjectedFailure(Exception):
