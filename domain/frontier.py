@@ -17,7 +17,6 @@ states of an item: a diagnostic, never a reason to refuse a summary.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import re
@@ -25,6 +24,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# The plan and the constraints in force are the records the prepared context publishes
+# (``schemas.answers.prepared``), declared there once and the frontier's here.
+from schemas.answers.prepared import Constraint as Constraint
+from schemas.answers.prepared import Plan as Plan
 from schemas.contracts import PlanItem
 
 PLAN_UPDATED = "plan_updated"
@@ -48,46 +51,6 @@ class FrontierRecord:
 
 
 Item = PlanItem  # a plan's item is the event's (schemas.contracts)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """A thread's current plan; version 0 is "no plan yet"."""
-
-    version: int = 0
-    items: tuple[Item, ...] = ()
-    record_id: str | None = None
-    explanation: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "record_id": self.record_id,
-            "explanation": self.explanation,
-            "items": [dataclasses.asdict(i) for i in self.items],
-        }
-
-
-@dataclass(frozen=True)
-class Constraint:
-    constraint_id: str
-    text: str
-    scope: str  # session | run
-    version: int  # declarations of this id so far
-    record_id: str  # the declaration in force
-    source_record_id: str | None
-    run_id: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "constraint_id": self.constraint_id,
-            "text": self.text,
-            "scope": self.scope,
-            "version": self.version,
-            "record_id": self.record_id,
-            "source_record_id": self.source_record_id,
-            "run_id": self.run_id,
-        }
 
 
 @dataclass(frozen=True)
@@ -123,7 +86,12 @@ def plan_of(latest: FrontierRecord | None, updates: int) -> Plan:
     items = tuple(
         Item(str(i["item_id"]), str(i["text"]), str(i["status"]), i.get("note")) for i in raw
     )
-    return Plan(updates, items, latest.record_id, latest.payload.get("explanation"))
+    return Plan(
+        version=updates,
+        record_id=latest.record_id,
+        explanation=latest.payload.get("explanation"),
+        items=items,
+    )
 
 
 def declared_texts(records: Iterable[FrontierRecord]) -> tuple[str, ...]:

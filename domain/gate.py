@@ -16,7 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from domain.context.assemble import ProtectedBlock, sha256
+from domain.context.assemble import sha256
+from schemas.answers.prepared import ProtectedBlock
 from schemas.errors import ContextBudgetExceeded, ContextReprepareRequired, ProtectedBlockViolation
 
 Message = dict[str, Any]

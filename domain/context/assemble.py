@@ -22,7 +22,6 @@ cut; alone over budget it is a precise error.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from domain.window.active_skills import apply_policy, candidates
 from domain.window.budget import BudgetReport, Calibration, ModelProfile, make_report
 from domain.window.retention import by_rule, classes, reduce, relabel
 from domain.window.retention import required_tokens as required_by_rules
+from schemas.answers.prepared import ProtectedBlock
 
 CountFn = Callable[[str], int]
 
@@ -72,32 +72,6 @@ class Material:
             record_id=d.get("record_id"),
             origin=origin,
         )
-
-
-@dataclass(frozen=True)
-class ProtectedBlock:
-    """R10.5: what no hook may remove, alter or downgrade."""
-
-    block_id: str
-    kind: str
-    role: str
-    authority: str
-    sha256: str
-    source_ids: tuple[str, ...]
-
-    @functools.cached_property
-    def as_dict(self) -> dict[str, Any]:
-        return self.to_dict()
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "block_id": self.block_id,
-            "kind": self.kind,
-            "role": self.role,
-            "authority": self.authority,
-            "sha256": self.sha256,
-            "source_ids": list(self.source_ids),
-        }
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,13 @@ from typing import Any
 
 from domain.caching.rules import CACHE_TTLS, DEFAULT_MIN_TOKENS, DEFAULT_TTL, CacheRules
 from domain.pricing import ModelPrices
+from schemas.answers.prepared import CalibrationState
 from schemas.errors import ContextBudgetExceeded, InvalidPolicy
 from schemas.limits import MAX_ID_LEN, MAX_INT32, MAX_KEY_LEN
+
+# A model's calibration (provider-reported input tokens over our estimate, smoothed per
+# model: ``calibrate``) is the record the budget report and the drift answer publish.
+Calibration = CalibrationState
 
 CATEGORIES = (
     "instructions",
@@ -185,22 +190,6 @@ class BudgetReport:
             if self.calibration is not None
             else {}
         )
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """Provider-reported input tokens over our estimate, smoothed (EWMA) per model."""
-
-    factor: float = 1.0
-    samples: int = 0
-    last_drift: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "factor": round(self.factor, 6),
-            "samples": self.samples,
-            "last_drift": round(self.last_drift, 6),
-        }
 
 
 def calibrate(cal: Calibration, estimated: int, actual: int, alpha: float = 0.2) -> Calibration:

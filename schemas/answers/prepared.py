@@ -10,20 +10,39 @@ they are.
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any, NotRequired
 
 from pydantic import BaseModel, ConfigDict, with_config
 from typing_extensions import TypedDict
 
+from schemas.answers.records import record_config
+from schemas.contracts import PlanItem
 
-class CalibrationState(BaseModel):
+
+@dataclass(frozen=True)
+class CalibrationState:
     """Provider-reported input over our estimate, smoothed per model (R6.4)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # ``domain.window.budget.Calibration``: folded in by ``calibrate`` (an EWMA), stored
+    # per space and model, answered rounded (``rounded``).
+    __pydantic_config__ = record_config("forbid")
 
-    factor: float
-    samples: int
-    last_drift: float
+    factor: float = 1.0
+    samples: int = 0
+    last_drift: float = 0.0
+
+    def rounded(self) -> CalibrationState:
+        """As answered and reported: the ratios to 6 decimals."""
+        return CalibrationState(round(self.factor, 6), self.samples, round(self.last_drift, 6))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "factor": round(self.factor, 6),
+            "samples": self.samples,
+            "last_drift": round(self.last_drift, 6),
+        }
 
 
 class Budget(BaseModel):
@@ -47,17 +66,30 @@ class Budget(BaseModel):
     calibrated_input: int | None = None
 
 
-class ProtectedBlock(BaseModel):
+@dataclass(frozen=True)
+class ProtectedBlock:
     """A block no hook may remove, alter or downgrade (R10.5)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # The assembler's manifest entry (``domain.context.assemble``), checked by the gateway
+    # (``domain.gate``) and published as it is.
+    __pydantic_config__ = record_config("forbid")
 
     block_id: str
     kind: str
     role: str
     authority: str
     sha256: str
-    source_ids: list[str]
+    source_ids: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "block_id": self.block_id,
+            "kind": self.kind,
+            "role": self.role,
+            "authority": self.authority,
+            "sha256": self.sha256,
+            "source_ids": list(self.source_ids),
+        }
 
 
 @with_config(ConfigDict(extra="allow"))
@@ -87,38 +119,52 @@ class DependencyVersions(BaseModel):
     constraints_version: int
 
 
-class PlanItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    item_id: str
-    text: str
-    status: str
-    note: str | None
-
-
-class Plan(BaseModel):
+@dataclass(frozen=True, kw_only=True)
+class Plan:
     """The thread's plan: its latest update (``record_id``), as version ``version``."""
 
-    model_config = ConfigDict(extra="forbid")
+    # ``domain.frontier``'s: version 0 is "no plan yet"; its items are the plan event's
+    # (``schemas.contracts.PlanItem``).
+    __pydantic_config__ = record_config("forbid")
 
-    version: int
-    record_id: str | None
-    explanation: str | None
-    items: list[PlanItem]
+    version: int = 0
+    record_id: str | None = None
+    explanation: str | None = None
+    items: tuple[PlanItem, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "record_id": self.record_id,
+            "explanation": self.explanation,
+            "items": [dataclasses.asdict(i) for i in self.items],
+        }
 
 
-class Constraint(BaseModel):
+@dataclass(frozen=True)
+class Constraint:
     """A constraint in force, with the declaration that set it."""
 
-    model_config = ConfigDict(extra="forbid")
+    __pydantic_config__ = record_config("forbid")
 
     constraint_id: str
     text: str
-    scope: str
-    version: int
-    record_id: str
+    scope: str  # session | run
+    version: int  # declarations of this id so far
+    record_id: str  # the declaration in force
     source_record_id: str | None
     run_id: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "constraint_id": self.constraint_id,
+            "text": self.text,
+            "scope": self.scope,
+            "version": self.version,
+            "record_id": self.record_id,
+            "source_record_id": self.source_record_id,
+            "run_id": self.run_id,
+        }
 
 
 class FrontierState(BaseModel):

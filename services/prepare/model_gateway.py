@@ -18,12 +18,10 @@ from domain.pricing import ModelPrices, cost_dict
 from domain.usage import parse_usage
 from domain.window.budget import Calibration, calibrate
 from schemas.answers.prepared import (
-    CalibrationState,
     CallBudget,
     Drift,
     ModelCall,
     ModelResult,
-    ProtectedBlock,
 )
 from schemas.errors import NotFound
 from services.prepare.assembly.prepare_hooks import HookCall, HookRegistry
@@ -169,7 +167,7 @@ class Gateway:
             tool_catalog_version=p.tool_schema_sha256,
             model_config=model_config,
             dependency_versions=p.dependency_versions,
-            manifest=[ProtectedBlock.model_validate(b.as_dict) for b in p.manifest],
+            manifest=list(p.manifest),
             budget=CallBudget.model_validate(budget),
             hook_versions=used,
         )
@@ -324,7 +322,7 @@ def _sample(space_id: str, call: StoredCall, usage: UsageRecord) -> Sample | Non
             estimated_input=estimated,
             reported_input=reported,
             drift_ratio=round(reported / estimated - 1.0, 6),
-            calibration=CalibrationState.model_validate(cal.to_dict()),
+            calibration=cal.rounded(),
         )
 
     return Sample(space_id, call.model, step)

@@ -209,7 +209,7 @@ class PgModelCalls:
             call.tool_catalog_version,
             call.model_config,
             call.dependency_versions.model_dump(),
-            [b.model_dump() for b in call.manifest],
+            [b.to_dict() for b in call.manifest],
             call.budget.model_dump(exclude_unset=True),
             call.hook_versions,
         )

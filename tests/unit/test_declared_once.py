@@ -106,7 +106,7 @@ ALLOWED: dict[frozenset[str], str] = {
     ): "what a hostile probe aims at vs what one prepare builds",
     frozenset(
         (
-            "domain/compaction/control.py:JobFinish",
+            "domain/compaction/control/effects.py:JobFinish",
             "services/prepare/assembly/compaction_check.py:JobStatus",
         )
     ): "the processor's write finishing a job vs what a waiting prepare reads back",
@@ -119,12 +119,7 @@ PENDING: set[frozenset[str]] = {
     for pair in (
         # schemas/answers re-types domain records it cannot import (schemas is the bottom
         # layer): the records should move down to schemas and the domain import them.
-        ("domain/context/assemble.py:ProtectedBlock", "schemas/answers/prepared.py:ProtectedBlock"),
-        ("domain/frontier.py:Constraint", "schemas/answers/prepared.py:Constraint"),
-        ("domain/frontier.py:Plan", "schemas/answers/prepared.py:Plan"),
-        ("domain/window/budget.py:Calibration", "schemas/answers/prepared.py:CalibrationState"),
         ("domain/policy/sections.py:HookBinding", "services/prepare/release_spec.py:ReleaseHook"),
-        ("schemas/answers/prepared.py:PlanItem", "schemas/contracts.py:PlanItem"),
         # the compaction core's (another helper's modules, in flight)
         (
             "domain/compaction/triggers.py:LastAttempt",

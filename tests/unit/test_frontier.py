@@ -36,13 +36,13 @@ from schemas.validation import validate_event
 from .factories import make_event
 
 PLAN = Plan(
-    3,
-    (
+    version=3,
+    items=(
         Item("p1", "read the parser module", "done"),
         Item("p2", "write the failing test", "in_progress"),
         Item("p3", "fix the tokenizer bug", "pending"),
     ),
-    "rec_" + "1" * 32,
+    record_id="rec_" + "1" * 32,
 )
 
 
@@ -296,8 +296,8 @@ def test_retiring_a_constraint_never_set_is_refused_and_one_set_is_recorded() ->
 # --- what a hostile but fair reviewer tried ------------------------------------------------
 
 REVIEW_PLAN = Plan(
-    3,
-    (
+    version=3,
+    items=(
         Item("s1", "Write the migration script", "done"),
         Item("s2", "Add integration tests", "in_progress"),
         Item("s3", "Update the README", "pending"),
@@ -415,14 +415,18 @@ def test_the_user_repeating_the_hosts_rule_is_its_next_version_and_either_id_ret
 def test_questions_never_state_a_status_and_natural_claims_do(
     statement: str, status: str | None
 ) -> None:
-    plan = Plan(2, (Item("m", "Database migration", "in_progress"),))
+    plan = Plan(version=2, items=(Item("m", "Database migration", "in_progress"),))
     found = plan_contradiction(statement, plan)
     assert (found[1] if found else None) == status
 
 
 def test_an_item_named_like_the_start_of_another_is_told_apart() -> None:
     plan = Plan(
-        3, (Item("a", "Write tests", "pending"), Item("b", "Write tests for the parser", "done"))
+        version=3,
+        items=(
+            Item("a", "Write tests", "pending"),
+            Item("b", "Write tests for the parser", "done"),
+        ),
     )
     assert plan_contradiction("1. [done] Write tests for the parser (id b)", plan) is None
     assert plan_contradiction("done: write tests for the parser", plan) is None
@@ -431,7 +435,10 @@ def test_an_item_named_like_the_start_of_another_is_told_apart() -> None:
 
 def test_the_plan_check_stays_cheap_for_a_long_plan() -> None:
     plan = Plan(
-        1, tuple(Item(f"i{n}", f"step number {n} of the long plan", "pending") for n in range(100))
+        version=1,
+        items=tuple(
+            Item(f"i{n}", f"step number {n} of the long plan", "pending") for n in range(100)
+        ),
     )
     statements = [f"Step number {n} of the long plan: pending; tests pass." for n in range(300)]
     # 300 statements x 100 items: compiled once per item (a recompiling check took minutes)

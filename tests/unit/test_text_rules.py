@@ -15,8 +15,8 @@ from domain.frontier import Item, Plan, plan_contradiction
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PLAN = Plan(
-    3,
-    (
+    version=3,
+    items=(
         Item("p1", "Fix the parser", "in_progress"),
         Item("p2", "Run tests", "pending"),
         Item("p3", "收集场地报价", "done"),
@@ -98,7 +98,7 @@ def test_an_entry_naming_a_plan_item_is_dated_and_recorded_never_refused(
 
 def test_the_rules_are_idempotent_a_parents_framed_entry_keeps_its_date() -> None:
     once, _ = apply_text_rules(draft("Fix the parser is done."), PLAN)
-    later = Plan(7, PLAN.items)
+    later = Plan(version=7, items=PLAN.items)
     twice, decisions = apply_text_rules(once, later)
     assert twice == once and decisions == ()
     assert framed(twice.verified_facts[0].statement)

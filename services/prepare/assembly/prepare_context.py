@@ -23,7 +23,6 @@ from schemas.answers.prepared import (
     FrontierState,
     Inherited,
     PreparedContext,
-    ProtectedBlock,
     ProviderRequest,
     Timing,
 )
@@ -337,16 +336,18 @@ class Preparer:
             messages=assembled.messages,
             tools=built.tools,
             budget=budget_of(assembled.report),
-            protected_block_manifest=[
-                ProtectedBlock.model_validate(p.as_dict) for p in assembled.manifest
-            ],
+            protected_block_manifest=list(assembled.manifest),
             decisions=assembly_decisions(assembled.decisions) + view_decisions(rend, lineage),
             read_content_tool=READ_CONTENT_TOOL if rend.externalized else None,
             reprepare_of=body.reprepare_of,
             dependency_versions=deps,
             # the plan and constraints the frontier's blocks show, with the
             # records that set them (R4.4, R18).
-            frontier=FrontierState.model_validate(built.frontier.to_dict()),
+            frontier=FrontierState(
+                **built.frontier.versions(),
+                plan=built.frontier.plan,
+                constraints=list(built.frontier.constraints),
+            ),
             inherited=Inherited(through_session_sequence=snap.through_session_sequence),
             record_count=rend.record_count,
         )

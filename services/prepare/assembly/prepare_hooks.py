@@ -25,9 +25,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from domain.context.assemble import Material, ProtectedBlock
+from domain.context.assemble import Material
 from domain.gate import HookEffect, apply_hook
 from domain.policy.sections import HookBinding
+from schemas.answers.prepared import ProtectedBlock
 from schemas.errors import Conflict, HookFailed
 from services.hooks import bound, hook_id, load
 from services.hooks import call as call_hook

@@ -17,9 +17,8 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
-from domain.context.assemble import ProtectedBlock
 from domain.window.budget import BudgetReport, Calibration, ModelProfile
-from schemas.answers.prepared import Budget, DependencyVersions
+from schemas.answers.prepared import Budget, DependencyVersions, ProtectedBlock
 from storage.calls.prepared_contexts import PreparedContexts
 
 log = logging.getLogger(__name__)
