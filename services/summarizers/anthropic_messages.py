@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import anthropic
 from anthropic.types import Message, TextBlock
+from pydantic import JsonValue
 
 from domain.compaction.drafts import SummaryRequest, SummaryResult
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
@@ -90,7 +91,7 @@ class AnthropicMessagesSummarizer:
     def __repr__(self) -> str:
         return f"AnthropicMessagesSummarizer(base_url={self.base_url!r}, model={self.model!r})"
 
-    def request_body(self, req: SummaryRequest) -> dict[str, Any]:
+    def request_body(self, req: SummaryRequest) -> dict[str, JsonValue]:
         """The Messages body: the agent's request continued when ``req`` forks it, the
         summarizer's own otherwise."""
         if req.fork is not None:
@@ -99,7 +100,7 @@ class AnthropicMessagesSummarizer:
             )
         return self.own_body(req)
 
-    def own_body(self, req: SummaryRequest) -> dict[str, Any]:
+    def own_body(self, req: SummaryRequest) -> dict[str, JsonValue]:
         # No "tools" key at all (R11.3): nothing the model could call.
         return {
             "model": self.model,
@@ -145,7 +146,7 @@ class AnthropicMessagesSummarizer:
             provider=PROVIDER,
         )
 
-    async def _create(self, body: dict[str, Any], req: SummaryRequest) -> Message:
+    async def _create(self, body: Mapping[str, Any], req: SummaryRequest) -> Message:
         """One call, the SDK's retries included; its errors as ours (R15.3)."""
         common = {"model_operation_id": req.model_operation_id}
         try:
