@@ -21,7 +21,7 @@ from domain.planning.state import BatchPlan, SessionState
 from domain.window.record_view import RecordView
 from schemas.contracts import ResourceActivationPayload
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
-from storage.compaction import summaries as compaction
+from storage.compaction import resource_revocation
 from storage.compaction.control import GainSettings, PgControlStore
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
@@ -100,7 +100,7 @@ class PgProcessingStore(PgIngestStore, PgControlStore):
         for nr in plan.records:
             p = nr.incoming.event.payload
             if isinstance(p, ResourceActivationPayload):
-                await compaction.set_resource_state(
+                await resource_revocation.set_resource_state(
                     self.conn,
                     nr.incoming.event.scope.session_id,
                     p.resource_id,

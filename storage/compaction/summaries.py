@@ -13,7 +13,8 @@ from typing import Any, TypedDict
 import asyncpg
 
 from domain.compaction.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
-from storage.compaction.view_state import MAIN_VIEW, counted_view, reusable, summary_ref
+from storage.compaction.main_view import MAIN_VIEW, counted_view
+from storage.compaction.summary_reuse import reusable, summary_ref
 from storage.compaction.withdrawals import revocation_epoch as revocation_epoch
 from storage.compaction.withdrawals import revoked_records as revoked_records
 
@@ -274,7 +275,8 @@ async def view_counters(
 async def compatible(
     conn: asyncpg.Connection, summary: asyncpg.Record, session_id: str, run_id: str, through: int
 ) -> bool:
-    """R2.7 reuse of a summary row by a run's view: ``storage.compaction.view_state.reusable``."""
+    """R2.7 reuse of a summary row by a run's view
+    (``storage.compaction.summary_reuse.reusable``)."""
     return await reusable(conn, summary_ref(summary), session_id, run_id, through)
 
 
@@ -283,62 +285,6 @@ def summary_baseline(summary: asyncpg.Record | None) -> Counters:
         return Counters()
     b = summary["counter_baseline"]
     return Counters(int(b["user_turns"]), int(b["model_steps"]))
-
-
-async def set_resource_state(
-    conn: asyncpg.Connection, session_id: str, resource_id: str, active: bool, sequence: int
-) -> list[str]:
-    """R11.8/R15.3: revoking a resource withdraws its content from views and invalidates
-    every summary that covers a record derived from it (descendants included: covered
-    sets are cumulative). Each lineage falls back to its newest still-valid summary and
-    that summary's baseline. Returns the invalidated summary ids."""
-    if active:
-        await conn.execute(
-            "DELETE FROM revoked_resources WHERE session_id=$1 AND resource_id=$2",
-            session_id,
-            resource_id,
-        )
-        return []
-    await conn.execute(
-        "INSERT INTO revoked_resources (session_id, resource_id, revoked_sequence)"
-        " VALUES ($1,$2,$3) ON CONFLICT DO NOTHING",
-        session_id,
-        resource_id,
-        sequence,
-    )
-    rows = await conn.fetch(
-        "UPDATE summary_revisions s SET status = 'invalidated' WHERE s.session_id=$1"
-        " AND s.status = 'committed' AND EXISTS (SELECT 1 FROM records r"
-        "  WHERE r.session_id = $1 AND r.resource_ref = $2"
-        "  AND r.record_id = ANY(s.covered_record_ids)) RETURNING s.summary_id",
-        session_id,
-        resource_id,
-    )
-    if not rows:
-        return []
-    for st in await conn.fetch(
-        "SELECT lineage, current_summary_id FROM compaction_state WHERE session_id=$1 FOR UPDATE",
-        session_id,
-    ):
-        sid = st["current_summary_id"]
-        while sid is not None:
-            s = await current_summary(conn, sid)
-            if s is None or s["status"] == "committed":
-                break
-            sid = s["parent_summary_id"]
-        valid = await current_summary(conn, sid) if sid else None
-        base = summary_baseline(valid)
-        await conn.execute(
-            "UPDATE compaction_state SET current_summary_id=$3, baseline_user_turns=$4,"
-            " baseline_model_steps=$5, last_attempt=NULL, updated_at=now()"
-            " WHERE session_id=$1 AND lineage=$2",
-            session_id,
-            st["lineage"],
-            sid,
-            base.user_turns,
-            base.model_steps,
-        )
-    return [r["summary_id"] for r in rows]
 
 
 async def child_counters(

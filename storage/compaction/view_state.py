@@ -15,39 +15,14 @@ invalidated summary, R11.8, must never be reused, even as a parent further up th
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import asyncpg
 
 from domain.compaction.triggers import Counters
+from storage.compaction.main_view import MAIN_COUNTS, MAIN_VIEW, counted_view
+from storage.compaction.summary_reuse import SUMMARY_COLUMNS, SummaryRef, reusable, summary_ref
 from storage.records import retraction
 from storage.records.threads import snapshot_boundary
-
-# The main threads of a session's records: the part of a run's view that compacts.
-MAIN_VIEW = (
-    " FROM records r LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
-    " WHERE r.session_id = $1"
-    " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
-)
-
-_SUMMARY_COLUMNS = (
-    "summary_id, parent_summary_id, view_run_id, view_through, source_watermark,"
-    " covered_record_ids, counter_baseline"
-)
-
-
-@dataclass(frozen=True)
-class SummaryRef:
-    """What a view needs of a summary revision. Immutable once written (only its status
-    changes, which is why the status is not part of it)."""
-
-    summary_id: str
-    parent_summary_id: str | None
-    view_run_id: str
-    view_through: int
-    source_watermark: int
-    covered_record_ids: tuple[str, ...]
-    baseline: Counters  # R8.4: the counters observed by the check that started its job
 
 
 @dataclass(frozen=True)
@@ -247,28 +222,6 @@ async def _child_view(
     )
 
 
-# R8.1/R8.2: a main view counts a question at run start and every valid action step.
-_MAIN_COUNTS = (
-    "SELECT count(*) FILTER (WHERE r.kind = 'run_started') AS turns,"
-    " count(*) FILTER (WHERE r.kind = 'assistant_message'"
-    " AND r.payload->>'purpose' = 'action') AS steps"
-)
-
-
-async def counted_view(
-    conn: asyncpg.Connection, session_id: str, run_id: str, through: int
-) -> Counters:
-    """A resumed old run's counters, record by record: questions and valid action steps
-    of the main threads up to its snapshot plus its own (never by adding up runs, R2.6)."""
-    r = await conn.fetchrow(
-        _MAIN_COUNTS + MAIN_VIEW + " AND (r.session_sequence <= $2 OR r.run_id = $3)",
-        session_id,
-        through,
-        run_id,
-    )
-    return Counters(int(r["turns"]), int(r["steps"]))
-
-
 async def counted_after(conn: asyncpg.Connection, view: ViewState, watermark: int) -> Counters:
     """What ``view``'s counters count after sequence ``watermark``: records the view got
     after an observer (a prepare) saw it through ``watermark``. A trigger check
@@ -291,7 +244,7 @@ async def counted_after(conn: asyncpg.Connection, view: ViewState, watermark: in
         )
     else:
         r = await conn.fetchrow(
-            _MAIN_COUNTS
+            MAIN_COUNTS
             + MAIN_VIEW
             + " AND r.session_sequence > $2 AND (r.session_sequence <= $3 OR r.run_id = $4)",
             view.session_id,
@@ -302,27 +255,13 @@ async def counted_after(conn: asyncpg.Connection, view: ViewState, watermark: in
     return Counters(int(r["turns"]), int(r["steps"]))
 
 
-def summary_ref(row: Any) -> SummaryRef:
-    """A ``summary_revisions`` row (any mapping with its columns) as a ``SummaryRef``."""
-    b = row["counter_baseline"] or {}
-    return SummaryRef(
-        row["summary_id"],
-        row["parent_summary_id"],
-        row["view_run_id"],
-        int(row["view_through"]),
-        int(row["source_watermark"]),
-        tuple(row["covered_record_ids"]),
-        Counters(int(b.get("user_turns", 0)), int(b.get("model_steps", 0))),
-    )
-
-
 async def _summary(
     conn: asyncpg.Connection, summary_id: str, cache: ViewStateCache
 ) -> SummaryRef | None:
     found = cache.summaries.get(summary_id)
     if found is None:
         row = await conn.fetchrow(
-            f"SELECT {_SUMMARY_COLUMNS} FROM summary_revisions WHERE summary_id=$1", summary_id
+            f"SELECT {SUMMARY_COLUMNS} FROM summary_revisions WHERE summary_id=$1", summary_id
         )
         if row is None:
             return None
@@ -346,39 +285,3 @@ async def _reusable(
         cache.bound()
         cache.reusable[key] = known
     return known
-
-
-async def reusable(
-    conn: asyncpg.Connection, summary: SummaryRef, session_id: str, run_id: str, through: int
-) -> bool:
-    """R2.7: a summary may serve a run's view only if the view it compacted is an ordered
-    prefix of this one — nothing of this view before its watermark is missing from it,
-    and it covers nothing this view does not contain. (Status is the caller's concern.)"""
-    if summary.view_run_id == run_id:
-        return True
-    missing = await conn.fetchval(
-        "SELECT 1" + MAIN_VIEW + " AND r.session_sequence > $2 AND r.session_sequence <= $3"
-        " AND r.run_id IS DISTINCT FROM $4 AND (r.session_sequence <= $5 OR r.run_id = $6)"
-        " LIMIT 1",
-        session_id,
-        summary.view_through,
-        summary.source_watermark,
-        summary.view_run_id,
-        through,
-        run_id,
-    )
-    if missing:
-        return False
-    # The records after this run's snapshot that are not its own, checked against the
-    # covered ids here: they are few (other runs' since this one started), while the
-    # covered ids grow with the history (``= ANY`` of them cost ~20 ms per new run in the
-    # 1,000-question session, growing).
-    later = await conn.fetch(
-        "SELECT record_id FROM records WHERE session_id=$1 AND session_sequence > $2"
-        " AND run_id IS DISTINCT FROM $3",
-        session_id,
-        through,
-        run_id,
-    )
-    covered = set(summary.covered_record_ids)
-    return not any(r["record_id"] in covered for r in later)

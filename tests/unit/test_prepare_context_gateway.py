@@ -17,7 +17,7 @@ from services.prepare.bodies import (
     SessionIn,
 )
 from storage.blobs import StoredRecord
-from storage.compaction.view_state import SummaryRef
+from storage.compaction.summary_reuse import SummaryRef
 from storage.records.threads import SummaryView
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 

@@ -28,7 +28,8 @@ from storage.api_keys import StoredKey, new_key
 from storage.blobs import RecordScope, StoredRecord
 from storage.calls.model_calls import Completion, NewCall, Sample, StoredCall, Usage
 from storage.calls.prepared_contexts import StoredPrepared
-from storage.compaction.view_state import SummaryRef, ViewState
+from storage.compaction.summary_reuse import SummaryRef
+from storage.compaction.view_state import ViewState
 from storage.records.threads import Inherited, Snapshot, SummaryView
 from storage.releases import RELEASE_CONTENT, Release
 from storage.sessions import Refusal

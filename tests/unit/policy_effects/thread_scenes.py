@@ -12,7 +12,7 @@ from typing import Any
 from domain.compaction.triggers import Counters
 from services.prepare.assembly.prepare_hooks import PrepareAdjust, PrepareRequest
 from services.prepare.bodies import PrepareIn
-from storage.compaction.view_state import SummaryRef
+from storage.compaction.summary_reuse import SummaryRef
 from storage.records.threads import SummaryView
 from tests.unit.fakes.child_threads import ExportingThreads
 from tests.unit.fakes.prepare import PrepareWorld
