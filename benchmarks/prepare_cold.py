@@ -43,8 +43,9 @@ import asyncpg
 
 from benchmarks import cold_session
 from domain.context.assemble import assemble
-from domain.context.render_state import dump, load, pack
+from domain.context.render_state import dump, load
 from domain.context.rendering import RecordView, ThreadRenderer
+from domain.context.state_packing import pack
 from domain.context.tokens import CachedCounter, TokenCounter
 from domain.window.budget import ModelProfile, enforce
 from schemas.settings import Settings

@@ -15,7 +15,8 @@ to that message.
 Layout: magic; the lengths of the head, messages, records and texts (8 bytes each); the
 head (JSON); the messages (a pickle, read by an unpickler that refuses every global);
 the records (JSON, kept apart: a prepare rarely reads them, so a cold load parses them
-only on first use); then the record texts no message shows, as one UTF-8 run.
+only on first use); then the record texts no message shows, as one UTF-8 run. Packed
+for storage (two zstd frames) by ``domain.context.state_packing``.
 """
 
 from __future__ import annotations
@@ -23,13 +24,11 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
-import zlib
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import orjson
-import zstandard
 
 from domain.context.rendering import (
     CountFn,
@@ -38,22 +37,23 @@ from domain.context.rendering import (
     SkillLoad,
     ThreadRenderer,
 )
+from domain.context.state_packing import (
+    MAGIC,
+    PACKED,
+    Unreadable,
+    decompress,
+    eager_end,
+    frames,
+)
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
 from domain.window.record_view import OpenGroup
 
 FORMAT = 5  # what the head holds; the layout (magic) is unchanged
-_MAGIC = b"ALC-render-state/4\n"
-_PACKED = b"ALC-render-state/4+zstd\n"
 
 
 # What ``load`` enters around its allocation-heavy parts (a context manager factory).
 Building = Callable[[], AbstractContextManager[None]]
-
-
-class Unreadable(ValueError):
-    """A stored state of this format that cannot be read back (damaged or forged): the
-    caller renders in full instead."""
 
 
 def fingerprint(
@@ -186,53 +186,7 @@ def dump(rend: ThreadRenderer) -> bytes:
     recs = orjson.dumps(records)
     body = "".join(texts.items).encode("utf-8", "surrogatepass")
     sizes = b"".join(len(x).to_bytes(8, "big") for x in (head, messages, recs, body))
-    return b"".join((_MAGIC, sizes, head, messages, recs, body))
-
-
-def _eager_end(data: bytes) -> int:
-    """Where the records section starts: head and messages before it are read by every
-    load; records and their texts after it only when first used."""
-    n = len(_MAGIC)
-    return n + 32 + sum(int.from_bytes(data[n + 8 * k : n + 8 * k + 8], "big") for k in range(2))
-
-
-def pack(data: bytes) -> bytes:
-    """``dump``'s bytes compressed for storage (zstd level 1: a fifth of the size, so a
-    cold prepare reads a fifth from PostgreSQL; reading 100 MB took 0.8 s), in two
-    frames: what every load reads, and the records with their texts, decompressed only
-    when first read. A CRC of both catches a damaged row before anything is built from
-    it. zstd releases the GIL: callers run this in a worker thread."""
-    z = zstandard.ZstdCompressor(level=1)
-    cut = _eager_end(data)
-    eager, rest = z.compress(data[:cut]), z.compress(data[cut:])
-    sizes = len(eager).to_bytes(8, "big") + zlib.crc32(eager + rest).to_bytes(4, "big")
-    return b"".join((_PACKED, sizes, eager, rest))
-
-
-def _frames(data: bytes) -> tuple[bytes, bytes]:
-    """``pack``'s two frames, checked."""
-    n = len(_PACKED)
-    cut = n + 12 + int.from_bytes(data[n : n + 8], "big")
-    eager, rest = data[n + 12 : cut], data[cut:]
-    if zlib.crc32(eager + rest) != int.from_bytes(data[n + 8 : n + 12], "big"):
-        raise Unreadable("damaged render state: checksum mismatch")
-    return eager, rest
-
-
-def _decompress(frame: bytes) -> bytes:
-    try:
-        return zstandard.ZstdDecompressor().decompress(frame)
-    except zstandard.ZstdError as exc:
-        raise Unreadable(f"damaged render state: {exc}") from exc
-
-
-def unpack(data: bytes) -> bytes:
-    """``pack``'s input back; anything else is returned as it is (``load`` judges it).
-    A damaged row raises ``Unreadable``. (``load`` takes packed bytes as they are.)"""
-    if not data.startswith(_PACKED):
-        return data
-    eager, rest = _frames(data)
-    return _decompress(eager) + _decompress(rest)
+    return b"".join((MAGIC, sizes, head, messages, recs, body))
 
 
 def _texts(lengths: list[int], body: str) -> list[str]:
@@ -255,12 +209,12 @@ def load(
     around what allocates many objects and frees none (the messages, and the records
     when first read): the caller may pause its process's cyclic collector there
     (``services.prepare.assembly.views.built_to_keep``)."""
-    if data.startswith(_PACKED):
-        eager, rest = _frames(data)
-        data = _decompress(eager)
-        lazy: Callable[[], bytes] = lambda: _decompress(rest)  # noqa: E731
-    elif data.startswith(_MAGIC):
-        cut = _eager_end(data)
+    if data.startswith(PACKED):
+        eager, rest = frames(data)
+        data = decompress(eager)
+        lazy: Callable[[], bytes] = lambda: decompress(rest)  # noqa: E731
+    elif data.startswith(MAGIC):
+        cut = eager_end(data)
         lazy = lambda: data[cut:]  # noqa: E731
     else:
         return None
@@ -306,7 +260,7 @@ def _load(
 ) -> ThreadRenderer:
     """``data`` holds at least the head and the messages; ``lazy`` gives the records and
     their texts."""
-    n = len(_MAGIC)
+    n = len(MAGIC)
     sizes = [int.from_bytes(data[n + 8 * k : n + 8 * k + 8], "big") for k in range(4)]
     a = n + 32
     b, c = a + sizes[0], a + sizes[0] + sizes[1]

@@ -12,8 +12,9 @@ import orjson
 import pytest
 
 from domain.context.assemble import Assembled, assemble
-from domain.context.render_state import Unreadable, dump, fingerprint, load, pack, unpack
+from domain.context.render_state import dump, fingerprint, load
 from domain.context.rendering import RecordView, ThreadRenderer
+from domain.context.state_packing import Unreadable, pack, unpack
 from domain.policy.context_policy import LargeResultSettings
 from domain.window.budget import ModelProfile
 from storage.tokenizers import make_counter

@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
-from domain.context import render_state
+from domain.context import render_state, state_packing
 from domain.context.rendering import CountFn, ThreadRenderer
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
@@ -170,7 +170,7 @@ class ThreadViews:
         covered = summary.covered if summary else frozenset()
         try:  # packed as stored: the records' frame is decompressed if ever read
             rend = render_state.load(stored.data, self.count, covered, self.building)
-        except render_state.Unreadable:  # a cache: a damaged entry costs a full render
+        except state_packing.Unreadable:  # a cache: a damaged entry costs a full render
             log.warning("render state of %s unreadable; rendering in full", key, exc_info=True)
             return None
         if rend is not None:
@@ -196,7 +196,7 @@ class ThreadViews:
     async def _save(self, key: tuple[str, str, str], fp: str, state: StoredState) -> None:
         assert self.states is not None
         try:
-            packed = await asyncio.to_thread(render_state.pack, state.data)
+            packed = await asyncio.to_thread(state_packing.pack, state.data)
             await self.states.save(*key, fp, StoredState(state.last_sequence, packed))
         except Exception:  # a cache: the next cold prepare renders in full instead
             log.warning("render state of %s not stored", key, exc_info=True)
