@@ -26,12 +26,8 @@ from services.compaction.dispatch import Dispatcher
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.job_loop import LoopConfig, RequestLoop
 from services.compaction.job_records import AgentRequests
-from services.compaction.openai_compat import (
-    SYSTEM_PROMPT,
-    OpenAICompatibleSummarizer,
-    fork_instruction,
-    render_segment,
-)
+from services.compaction.openai_compat import OpenAICompatibleSummarizer
+from services.compaction.wording import SYSTEM_PROMPT, fork_instruction, render_segment
 from services.compaction.worker import CompactionWorker, WorkerConfig
 from services.hooks import load
 from services.summarizers.anthropic_messages import ANTHROPIC_API, AnthropicMessagesSummarizer

@@ -21,7 +21,7 @@ from domain.usage import Usage
 from schemas.summary_body import RollupNote
 from services import metrics
 from services.compaction.costs import AnsweredCall, Spent
-from services.compaction.openai_compat import render_segment
+from services.compaction.wording import render_segment
 
 log = logging.getLogger("agentloom.compaction")
 MAX_CHARS_PER_TOKEN = 6  # a draft far over its output cap is refused

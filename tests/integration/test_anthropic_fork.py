@@ -15,7 +15,7 @@ import asyncpg
 import pytest
 
 from devstack.anthropic_server import MessagesScript, anthropic_server, last_user_text
-from services.compaction.openai_compat import SYSTEM_PROMPT
+from services.compaction.wording import SYSTEM_PROMPT
 from services.sdk.client import ContextClient
 from tests.integration.test_compaction import question, settled
 from tests.integration.test_compaction_cost_event import compaction_events

@@ -24,12 +24,8 @@ from domain.summarizer.fork import AgentRequest, agent_request
 from domain.summarizer.wording import Wording
 from domain.usage import Usage
 from domain.window.budget import ModelProfile
-from services.compaction.openai_compat import (
-    SYSTEM_PROMPT,
-    OpenAICompatibleSummarizer,
-    fork_instruction,
-    render_segment,
-)
+from services.compaction.openai_compat import OpenAICompatibleSummarizer
+from services.compaction.wording import SYSTEM_PROMPT, fork_instruction, render_segment
 from services.summarizers.anthropic_messages import AnthropicMessagesSummarizer
 from tests.unit.test_summarizer_fork import TOOLS, messages, segment, stored
 

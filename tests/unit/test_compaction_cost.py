@@ -26,11 +26,11 @@ from services.compaction.costs import CostNotes, Spent, compaction_prices, model
 from services.compaction.extractive import ExtractiveSummarizer
 from services.compaction.openai_compat import (
     RESPONSE_FORMATS,
-    SYSTEM_PROMPT,
     OpenAICompatibleSummarizer,
     completion_usage,
 )
 from services.compaction.scripted import ScriptedSummarizer
+from services.compaction.wording import SYSTEM_PROMPT
 from streams.wiring import gain_settings
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
 from tests.unit.fakes.publisher import FakePublisher

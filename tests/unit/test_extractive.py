@@ -15,7 +15,7 @@ from domain.compaction.sources import source_items
 from domain.compaction.validate import validate_draft
 from domain.context.rendering import RecordView
 from domain.context.selection import Group, Segment
-from services.compaction.openai_compat import SYSTEM_PROMPT, render_segment
+from services.compaction.wording import SYSTEM_PROMPT, render_segment
 from storage.tokenizers import make_counter
 
 COUNT = make_counter("cl100k_base").count

@@ -16,13 +16,11 @@ from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.model_answer import SECTIONS, read_answer
 from domain.compaction.validate import validate_draft
 from services.compaction.openai_compat import (
-    ANSWER_SCHEMA,
-    PROMPT_FILE,
     RESPONSE_FORMATS,
-    SYSTEM_PROMPT,
     ModelSummaryResult,
     OpenAICompatibleSummarizer,
 )
+from services.compaction.wording import ANSWER_SCHEMA, PROMPT_FILE, SYSTEM_PROMPT
 from storage.tokenizers import make_counter
 from tests.support.model_server import Script, model_server
 
