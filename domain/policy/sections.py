@@ -12,6 +12,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from domain.policy.rules import choice, count, flag, join, known_keys, name, refuse, tokens
 from schemas.limits import MAX_INT32
 
@@ -83,9 +85,13 @@ class ActiveSkillPolicy:
     idle_runs_before_release: int | None
 
 
-@dataclass(frozen=True)
-class HookBinding:
-    """R14: a hook bound to one point for this release. Its id is ``hook@version``."""
+class HookBinding(BaseModel):
+    """R14: a hook bound to one point for this release. Its id is ``hook@version``.
+
+    A frozen pydantic model: the release body's open binding
+    (``services.prepare.release_spec.ReleaseHook``) derives from it."""
+
+    model_config = ConfigDict(frozen=True)
 
     point: str
     hook: str

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from domain.policy.sections import HOOK_POINTS
+from domain.policy.sections import HOOK_POINTS, HookBinding
 from domain.window.budget import ModelProfile
 from schemas.errors import InvalidPolicy
 from services.model_profiles import model_profile
@@ -71,7 +71,7 @@ def _hook_point(v: str) -> str:
     return v
 
 
-class ReleaseHook(BaseModel):
+class ReleaseHook(HookBinding):
     """A hook binding frozen with the release (as the policy's ``hook_bindings`` bind
     them: point, hook, version); further fields are kept as given."""
 

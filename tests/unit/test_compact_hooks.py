@@ -47,13 +47,16 @@ class Hook:
 
 
 CTX = BeforeCompact("s", "r", ("r1", "r2", "r3"), ("user_turns",))
-BIND = (HookBinding(BEFORE, "h", "1"), HookBinding(AFTER, "h", "1"))
+BIND = (
+    HookBinding(point=BEFORE, hook="h", version="1"),
+    HookBinding(point=AFTER, hook="h", version="1"),
+)
 
 
 @pytest.mark.spec("R14")
 async def test_before_narrows_only_within_the_candidates_and_takes_the_tightest_output() -> None:
     chain = HookChain((Hook(frozenset({"r2", "zz"}), max_out=300), Hook(max_out=200, name="g")))
-    d = await chain.before(CTX, (*BIND, HookBinding(BEFORE, "g")))
+    d = await chain.before(CTX, (*BIND, HookBinding(point=BEFORE, hook="g")))
     assert d.keep_record_ids == {"r2"} and d.max_output_tokens == 200
 
 
@@ -105,16 +108,21 @@ async def test_only_the_hooks_the_release_binds_at_a_point_run_in_binding_order(
 
     chain = HookChain((Hook(patch=mark("h")), Hook(patch=mark("g"), name="g")))
     assert await chain.before(CTX, ()) == BeforeDecision()  # nothing bound: nothing runs
-    await chain.after(AfterCompact("s", "r", DRAFT), (HookBinding(BEFORE, "h", "1"),))
+    await chain.after(
+        AfterCompact("s", "r", DRAFT), (HookBinding(point=BEFORE, hook="h", version="1"),)
+    )
     assert seen == []  # bound at another point only
-    await chain.after(AfterCompact("s", "r", DRAFT), (HookBinding(AFTER, "g"), BIND[1]))
+    await chain.after(AfterCompact("s", "r", DRAFT), (HookBinding(point=AFTER, hook="g"), BIND[1]))
     assert seen == ["g", "h"]
 
 
 @pytest.mark.spec("R14", "R17")
 async def test_a_binding_to_a_hook_not_loaded_or_of_another_version_fails_clearly() -> None:
     chain = HookChain((Hook(),))
-    for missing in (HookBinding(AFTER, "nobody", "1"), HookBinding(AFTER, "h", "2")):
+    for missing in (
+        HookBinding(point=AFTER, hook="nobody", version="1"),
+        HookBinding(point=AFTER, hook="h", version="2"),
+    ):
         with pytest.raises(HookFailed) as err:
             await chain.after(AfterCompact("s", "r", DRAFT), (missing,))
         assert err.value.details["reason"] == "hook_not_loaded"

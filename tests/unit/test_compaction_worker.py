@@ -203,7 +203,7 @@ class FailingAfter:
 
 @pytest.mark.spec("R14")
 async def test_a_failing_after_hook_fails_the_job_at_stage_hooks() -> None:
-    bound = tuple(HookBinding(p, "fails", "1") for p in (BEFORE, AFTER))
+    bound = tuple(HookBinding(point=p, hook="fails", version="1") for p in (BEFORE, AFTER))
     jobs = FakeCompactionJobs(history(3), policy=ContextPolicy(hook_bindings=bound))
     w, gateway = worker(jobs, FakePublisher(), hooks=HookChain((FailingAfter(),)))
     outcome = await w.handle(request())
@@ -224,7 +224,7 @@ async def test_a_loaded_hook_the_release_does_not_bind_never_runs() -> None:
 
 @pytest.mark.spec("R14", "R17")
 async def test_a_bound_compaction_hook_that_is_not_loaded_fails_the_job_clearly() -> None:
-    bound = (HookBinding(AFTER, "absent", "2"),)
+    bound = (HookBinding(point=AFTER, hook="absent", version="2"),)
     jobs = FakeCompactionJobs(history(3), policy=ContextPolicy(hook_bindings=bound))
     w, _ = worker(jobs, FakePublisher(), hooks=HookChain((FailingAfter(),)))
     outcome = await w.handle(request())

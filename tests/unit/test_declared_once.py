@@ -119,7 +119,6 @@ PENDING: set[frozenset[str]] = {
     for pair in (
         # schemas/answers re-types domain records it cannot import (schemas is the bottom
         # layer): the records should move down to schemas and the domain import them.
-        ("domain/policy/sections.py:HookBinding", "services/prepare/release_spec.py:ReleaseHook"),
         # the compaction core's (another helper's modules, in flight)
         (
             "domain/compaction/triggers.py:LastAttempt",

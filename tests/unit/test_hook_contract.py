@@ -72,13 +72,17 @@ def test_a_bad_spec_stops_the_process_naming_the_entry(
 def test_a_binding_selects_by_name_and_version_in_binding_order() -> None:
     a, b = _Hook("a", "1"), _Hook("b", "2")
     point = "context.prepare.before"
-    bindings = (HookBinding(point, "b", "2"), HookBinding(point, "a"), HookBinding("x", "a"))
+    bindings = (
+        HookBinding(point=point, hook="b", version="2"),
+        HookBinding(point=point, hook="a"),
+        HookBinding(point="x", hook="a"),
+    )
     assert bound((a, b), point, bindings, "prepare_before") == [b, a]
     with pytest.raises(HookFailed) as err:
-        bound((a, b), point, (HookBinding(point, "b", "3"),), "prepare_before")
+        bound((a, b), point, (HookBinding(point=point, hook="b", version="3"),), "prepare_before")
     assert err.value.details["reason"] == "hook_not_loaded"
     with pytest.raises(HookFailed):  # loaded and bound, but without the point's method
-        bound((a,), point, (HookBinding(point, "a"),), "model_before")
+        bound((a,), point, (HookBinding(point=point, hook="a"),), "model_before")
 
 
 @pytest.mark.spec("R14")
