@@ -112,14 +112,14 @@ ALLOWED: dict[frozenset[str], str] = {
     ): "the processor's write finishing a job vs what a waiting prepare reads back",
 }
 
-# Copies still to fold into one declaration (the answer model re-typing a domain record
-# that lives below schemas/answers, or another helper's modules): each a known debt.
+# Copies still to fold into one declaration: each a known debt, with what folding it takes.
 PENDING: set[frozenset[str]] = {
     frozenset(pair)
     for pair in (
-        # schemas/answers re-types domain records it cannot import (schemas is the bottom
-        # layer): the records should move down to schemas and the domain import them.
-        # the compaction core's (another helper's modules, in flight)
+        # The ``last_attempt`` column's JSON re-types the record field for field. To fold:
+        # write the frozen LastAttempt as it is (orjson writes dataclasses) and read it back
+        # with one parser beside the record; left while storage/compaction/summaries.py is
+        # being split by another helper.
         (
             "domain/compaction/triggers.py:LastAttempt",
             "storage/compaction/summaries.py:LastAttemptJson",
