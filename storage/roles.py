@@ -71,7 +71,7 @@ PLAN: dict[str, Grants] = {
     ),
     "compaction": _g(
         "compaction_operations",
-        "blobs compaction_jobs compaction_state history_snapshots prepared_contexts records"
+        "blobs compaction_jobs history_snapshots prepared_contexts records"
         " releases revoked_resources runs schema_migrations sessions summary_revisions",
     ),
     "prepare": _g(
