@@ -9,7 +9,7 @@ a bounded LRU), so the common case costs one round trip.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
 import asyncpg
 
@@ -18,6 +18,17 @@ from storage.compaction.view_state import ViewState, ViewStateCache, load_view_s
 from storage.records.threads import SummaryView
 
 SUMMARY_CACHE = 1024  # summaries (with their covered ids) kept per Prepare process
+
+
+class JobStatus(TypedDict):
+    """What became of the compaction a prepare waited for: the job's ``status`` (or the
+    processor's decision when it started none, or ``timeout``), its stage and reason,
+    and its id when one ran. Reported in a refusal's details (``job``)."""
+
+    status: str
+    reason: NotRequired[str | None]
+    stage: NotRequired[str | None]
+    job_id: NotRequired[str]
 
 
 class CompactionReads(Protocol):
@@ -30,7 +41,7 @@ class CompactionReads(Protocol):
 
     async def summary(self, summary_id: str) -> SummaryView | None: ...
 
-    async def observation_outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+    async def observation_outcome(self, session_id: str, event_key: str) -> JobStatus | None:
         """What became of an observation: None while undecided or while the job it
         started is still requested; else the decision or the job's status."""
 
@@ -86,7 +97,7 @@ class PgCompactionReads:
                 self._summaries.popitem(last=False)
         return cached
 
-    async def observation_outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+    async def observation_outcome(self, session_id: str, event_key: str) -> JobStatus | None:
         rep = await self.pool.fetchrow(
             "SELECT decision, reason, job_id FROM trigger_reports WHERE session_id=$1"
             " AND event_key=$2",
@@ -96,13 +107,15 @@ class PgCompactionReads:
         if rep is None:
             return None
         if rep["job_id"] is None:
-            return {"status": rep["decision"], "reason": rep["reason"]}
+            return JobStatus(status=rep["decision"], reason=rep["reason"])
         job = await self.pool.fetchrow(
             "SELECT status, stage, reason FROM compaction_jobs WHERE job_id=$1", rep["job_id"]
         )
         if job is None or job["status"] == "requested":
             return None
-        return dict(job) | {"job_id": rep["job_id"]}
+        return JobStatus(
+            status=job["status"], stage=job["stage"], reason=job["reason"], job_id=rep["job_id"]
+        )
 
     async def idle_ms(self, session_id: str) -> int | None:
         # Both times are the database's: no clock of ours is compared with it.

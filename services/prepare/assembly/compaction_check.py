@@ -10,7 +10,6 @@ import json
 import time
 import uuid
 from dataclasses import dataclass
-from typing import NotRequired, TypedDict, cast
 
 from domain.compaction.triggers import (
     CACHE_EXPIRED,
@@ -29,7 +28,7 @@ from schemas.wire import BudgetObservation, ControlEvent
 from services.bus import send_control
 from services.prepare.assembly.views import SummaryView, ThreadViews
 from services.prepare.assembly.waiter import Waiter
-from storage.compaction.view import CompactionReads
+from storage.compaction.view import CompactionReads, JobStatus
 from storage.compaction.view_state import ViewState
 from storage.releases import Release
 from streams.kafka.publish import Publisher
@@ -43,17 +42,6 @@ class Observed:
     due: bool
     key: str
     cache_expired: bool = False
-
-
-class JobStatus(TypedDict):
-    """What became of the compaction a prepare waited for: the job's ``status`` (or the
-    processor's decision when it started none, or ``timeout``), its stage and reason,
-    and its id when one ran. Reported in a refusal's details (``job``)."""
-
-    status: str
-    reason: NotRequired[str | None]
-    stage: NotRequired[str | None]
-    job_id: NotRequired[str]
 
 
 @dataclass(frozen=True)
@@ -153,7 +141,7 @@ class CompactionCheck:
         while loop.time() < deadline:
             outcome = await self.reads.observation_outcome(sid, obs_key)
             if outcome is not None:
-                return cast(JobStatus, outcome)  # the reads' rows, in this shape
+                return outcome
             await self.waiter.changed(0.1)
         return JobStatus(status="timeout", reason=f"no commit within {self.wait_s}s")
 

@@ -33,7 +33,7 @@ from services.prepare.assembly.answer_parts import (
     assembly_decisions,
     view_decisions,
 )
-from services.prepare.assembly.compaction_check import CompactionCheck, JobStatus, Lineage
+from services.prepare.assembly.compaction_check import CompactionCheck, Lineage
 from services.prepare.assembly.prepare_hooks import HookRegistry, PrepareRequest
 from services.prepare.assembly.prepared import PreparedEntry, PreparedStore, budget_of
 from services.prepare.assembly.views import Snapshot, ThreadViews
@@ -43,6 +43,7 @@ from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
+from storage.compaction.view import JobStatus
 from storage.records.frontier import FrontierReads
 from storage.releases import Release
 

@@ -29,6 +29,7 @@ from storage.blobs import RecordScope, StoredRecord
 from storage.calls.model_calls import Completion, NewCall, Sample, StoredCall, Usage
 from storage.calls.prepared_contexts import StoredPrepared
 from storage.compaction.summary_reuse import SummaryRef
+from storage.compaction.view import JobStatus
 from storage.compaction.view_state import ViewState
 from storage.records.threads import Inherited, Snapshot, SummaryView
 from storage.releases import RELEASE_CONTENT, Release
@@ -306,7 +307,7 @@ class FakeCompactionReads:
     summaries: dict[str, SummaryView] = field(default_factory=dict)
     active_job_id: str | None = None
     # What the processor decides about each observation, in order (None: undecided yet).
-    outcomes: list[dict[str, Any] | None] = field(default_factory=list)
+    outcomes: list[JobStatus | None] = field(default_factory=list)
     # Applied once the first decided outcome is read: the state a finished job leaves.
     after_job: tuple[Counters, SummaryRef | None] | None = None
     idle: int | None = None  # ms since the session's last model call
@@ -328,7 +329,7 @@ class FakeCompactionReads:
     async def summary(self, summary_id: str) -> SummaryView | None:
         return self.summaries.get(summary_id)
 
-    async def observation_outcome(self, session_id: str, event_key: str) -> dict[str, Any] | None:
+    async def observation_outcome(self, session_id: str, event_key: str) -> JobStatus | None:
         outcome = self.outcomes.pop(0) if self.outcomes else None
         if outcome is not None and self.after_job is not None:
             self.counters, self.summary_ref = self.after_job
