@@ -16,15 +16,15 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from domain.compaction.control import (
-    ControlEffects,
-    JobStart,
+from domain.compaction.control.effects import ControlEffects, JobStart
+from domain.compaction.control.observation import (
     judge_observation,
     observation_effects,
     redelivered,
 )
 from domain.compaction.outcome import decide_outcome
-from domain.compaction.preemption import preemptive_event, probe_fires
+from domain.compaction.preemption import preemptive_event, probe_fires, reads_counters
+from domain.compaction.triggers import Counters
 from schemas.wire import (
     BudgetObservation,
     CompactionOutcome,
@@ -132,9 +132,9 @@ async def preempt(store: ControlStore, session_ids: list[str]) -> list[ControlEf
     done: list[ControlEffects] = []
     for c in await store.preempt_candidates(session_ids):
         policy = c.policy.compaction
-        # First on the candidate's own row (no view state read: 2-3 round trips per
-        # session a batch touched), then, once that fires, on the view's.
-        if not probe_fires(c, policy, c.counters, c.baseline):
+        # Without a counter trigger the probe reads no view state (2-3 round trips per
+        # session a batch touched); the view is read once it fires.
+        if not reads_counters(policy) and not probe_fires(c, policy, Counters(), Counters()):
             continue
         view = await store.main_view(c.session_id, c.run_id)
         if not probe_fires(c, policy, view.counters, view.baseline):

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from domain.compaction.trigger_kinds.table import TRIGGER_KINDS
 from domain.compaction.triggers import CompactionState, Counters, Observation, evaluate_triggers
 from domain.context.rendering import RecordView
 from domain.context.selection import OPEN_CALL, build_groups, select_prefix
@@ -32,15 +33,16 @@ class PreemptCandidate:
     view_tokens: int
     input_budget: int
     required_tokens: int
-    # The session's counters and the main lineage's committed baseline: what the probe
-    # checks counter triggers on before any view is read (the view's own, read once the
-    # probe fires, decide).
-    counters: Counters = field(default_factory=Counters)
-    baseline: Counters = field(default_factory=Counters)
 
     @property
     def estimate(self) -> int:
         return self.fixed_overhead + self.view_tokens
+
+
+def reads_counters(policy: CompactionPolicy) -> bool:
+    """Whether a kind ``policy`` enables reads the counters: without one (the default
+    policy: the ratio alone) the probe needs no view state, only the cached estimate."""
+    return any(k.reads_counters and k.enabled(policy) for k in TRIGGER_KINDS.values())
 
 
 def probe_fires(

@@ -24,8 +24,19 @@ def policy_of(revision: str, raw: Any) -> ContextPolicy:
     if found is not None:
         _parsed.move_to_end(revision)
         return found
-    policy = validate_policy(json.loads(raw) if isinstance(raw, str) else raw)
+    policy = validate_policy(as_frozen(json.loads(raw) if isinstance(raw, str) else raw))
     _parsed[revision] = policy
     if len(_parsed) > MAX_CACHED:
         _parsed.popitem(last=False)
     return policy
+
+
+def as_frozen(stored: Any) -> Any:
+    """A stored policy as it was frozen: every field of its defaults version is explicit
+    in it, so a field added since is one it never had. ``compaction.rollup`` (defaults
+    version 2) absent: the release rolls up by its summarizer, as every release did
+    before the field existed — never the newer default."""
+    compaction = stored.get("compaction") if isinstance(stored, dict) else None
+    if isinstance(compaction, dict) and "rollup" not in compaction:
+        return {**stored, "compaction": {**compaction, "rollup": "summarizer"}}
+    return stored

@@ -16,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from domain.compaction.control import (
+from domain.compaction.control.effects import (
     ControlEffects,
     JobRow,
     LockedState,
@@ -288,8 +288,7 @@ class PgControlStore:
         rows = await conn.fetch(
             "SELECT c.session_id, s.active_run_id, r.context_policy,"
             " r.policy_revision AS release_policy, c.fixed_overhead, c.view_tokens,"
-            " c.input_budget, c.required_tokens, s.user_turns, s.model_steps,"
-            " c.baseline_user_turns, c.baseline_model_steps FROM compaction_state c"
+            " c.input_budget, c.required_tokens FROM compaction_state c"
             " JOIN sessions s USING (session_id) JOIN releases r USING (release_id)"
             " WHERE c.session_id = ANY($1::text[]) AND c.lineage = 'main'"
             " AND c.input_budget > 0 AND c.active_job_id IS NULL AND (c.last_attempt IS NULL"
@@ -307,8 +306,6 @@ class PgControlStore:
                 int(r["view_tokens"]),
                 int(r["input_budget"]),
                 int(r["required_tokens"]),
-                Counters(int(r["user_turns"]), int(r["model_steps"])),
-                Counters(int(r["baseline_user_turns"]), int(r["baseline_model_steps"])),
             )
             for r in rows
         ]

@@ -107,7 +107,7 @@ ALLOWED: dict[frozenset[str], str] = {
     frozenset(
         (
             "domain/compaction/control/effects.py:JobFinish",
-            "services/prepare/assembly/compaction_check.py:JobStatus",
+            "storage/compaction/view.py:JobStatus",
         )
     ): "the processor's write finishing a job vs what a waiting prepare reads back",
 }

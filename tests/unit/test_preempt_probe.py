@@ -1,7 +1,7 @@
-"""The processor's pre-emptive probe reads a session's view state only once a check on
-the candidate's own row fires (issue 37): its cached estimate, the session's counters and
-the main lineage's committed baseline. A probe that does not fire costs no read; one that
-does reads the view and decides on the view's own values (R9.1, R7.1-R7.3, R8.4)."""
+"""The processor's pre-emptive probe reads a session's view state only when it needs it
+(issue 37): with no counter trigger enabled (the default policy: the ratio alone) a probe
+on the cached estimate that does not fire costs no read; one that fires, or a policy with a
+counter trigger, reads the view as before (R9.1, R7.1-R7.3)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from domain.compaction.preemption import PreemptCandidate
+from domain.compaction.preemption import PreemptCandidate, reads_counters
 from domain.compaction.trigger_kinds.kind import Counters
 from domain.policy.context_policy import ContextPolicy, effective_policy
 from streams.control import preempt
@@ -19,10 +19,8 @@ class Store:
     """The ``ControlStore`` reads ``preempt`` makes, counted; a view no job can start on
     (its main instance unknown), so a probe that fires stops after reading the view."""
 
-    def __init__(self, policy: ContextPolicy, view_tokens: int, turns: int = 0) -> None:
-        self.candidate = PreemptCandidate(
-            "s1", "r1", policy, "pol", 100, view_tokens, 1000, 100, Counters(turns, 0)
-        )
+    def __init__(self, policy: ContextPolicy, view_tokens: int) -> None:
+        self.candidate = PreemptCandidate("s1", "r1", policy, "pol", 100, view_tokens, 1000, 100)
         self.views = 0
 
     async def preempt_candidates(self, session_ids: list[str]) -> list[PreemptCandidate]:
@@ -32,8 +30,8 @@ class Store:
         self.views += 1
 
         class View:
-            counters = self.candidate.counters
-            baseline = self.candidate.baseline
+            counters = Counters(3, 9)
+            baseline = Counters()
 
         return View()
 
@@ -45,19 +43,25 @@ def policy(**compaction: Any) -> ContextPolicy:
     return effective_policy({"compaction": compaction})[0]
 
 
-async def views_read(store: Store) -> int:
-    await preempt(store, ["s1"])  # type: ignore[arg-type]
-    return store.views
+@pytest.mark.spec("R9.1", "R7.1")
+async def test_a_ratio_only_probe_below_its_threshold_reads_no_view() -> None:
+    store = Store(policy(), view_tokens=300)  # 400 of 1,000: below 0.8
+    assert not reads_counters(store.candidate.policy.compaction)
+    assert await preempt(store, ["s1"]) == []  # type: ignore[arg-type]
+    assert store.views == 0
 
 
 @pytest.mark.spec("R9.1", "R7.1")
-async def test_a_probe_below_every_threshold_reads_no_view() -> None:
-    assert await views_read(Store(policy(), view_tokens=300)) == 0  # 400 of 1,000 < 0.8
-    # Counters below their period, on the candidate's row: no read either.
-    assert await views_read(Store(policy(user_turns=4), view_tokens=300, turns=3)) == 0
+async def test_a_ratio_probe_that_fires_reads_the_view() -> None:
+    store = Store(policy(), view_tokens=800)  # 900 of 1,000: past 0.8
+    await preempt(store, ["s1"])  # type: ignore[arg-type]
+    assert store.views == 1
 
 
-@pytest.mark.spec("R9.1", "R7.1", "R7.2")
-async def test_a_probe_that_fires_reads_the_view() -> None:
-    assert await views_read(Store(policy(), view_tokens=800)) == 1  # 900 of 1,000
-    assert await views_read(Store(policy(user_turns=4), view_tokens=300, turns=4)) == 1
+@pytest.mark.spec("R9.1", "R7.2", "R7.3")
+@pytest.mark.parametrize("counter", ["user_turns", "model_steps"])
+async def test_a_counter_trigger_reads_the_view_even_below_the_ratio(counter: str) -> None:
+    store = Store(policy(**{counter: 2}), view_tokens=300)
+    assert reads_counters(store.candidate.policy.compaction)
+    await preempt(store, ["s1"])  # type: ignore[arg-type]
+    assert store.views == 1

@@ -45,3 +45,15 @@ def test_without_roll_up_calls_a_forked_model_summarizer_costs_less_than_the_ref
     assert r["policies"]["ours"]["compaction_cost_usd"] == 0
     # Every user back within the cache's lifetime: the marks keep 90% under every rule.
     assert all(v >= 0.9 for v in r["warm_steady_cacheable_share"].values())
+
+
+@pytest.mark.spec("R17", "R11.8")
+def test_a_release_frozen_before_the_field_keeps_rolling_up_by_its_summarizer() -> None:
+    from domain.policy.parsed import policy_of
+
+    frozen = effective_policy({})[0].to_dict()
+    del frozen["compaction"]["rollup"]  # a defaults-v1 release's stored policy
+    old = policy_of("rev-frozen-v1", frozen).compaction
+    assert old.rollup == "summarizer" and old.rolls_up_by(billed_summarizer=True) == "summarizer"
+    # A policy frozen with the field keeps what it says.
+    assert policy_of("rev-v2", effective_policy({})[0].to_dict()).compaction.rollup == "auto"

@@ -102,6 +102,11 @@ class TriggerKind:
     check: Check
     period_passed: PeriodPassed | None = None
     settle: Settle | None = None
+    reads_counters: bool = False  # its check reads ``TriggerInputs.since``
+
+    def enabled(self, policy: CompactionPolicy) -> bool:
+        """The policy turns it on (a kind without a policy field always is)."""
+        return self.policy_field is None or getattr(policy, self.policy_field) is not None
 
 
 def ratio_threshold(ratio: float, input_budget: int) -> int:
@@ -139,4 +144,4 @@ def counter_kind(name: str) -> TriggerKind:
         threshold = getattr(policy, name)
         return period_passed(name, threshold, getattr(since, name), getattr(at_last, name))
 
-    return TriggerKind(name, name, check, period_passed=period)
+    return TriggerKind(name, name, check, period_passed=period, reads_counters=True)
