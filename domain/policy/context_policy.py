@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 from domain.policy import rules
 from domain.policy.defaults import (
@@ -36,7 +36,8 @@ from domain.policy.sections import (
 from schemas.errors import InvalidPolicy
 
 PLATFORM_MAX_COMPACTION_CALLS = 16
-ROLLUPS = ("auto", "summarizer", "fit")
+Rollup = Literal["auto", "summarizer", "fit"]
+ROLLUPS: tuple[Rollup, ...] = ("auto", "summarizer", "fit")
 ROLLUP_FIT_SHARE = 0.5  # a ``fit`` roll-up leaves room for the next jobs' new entries
 _P = platform_defaults()
 _C = _P["compaction"]
@@ -61,9 +62,9 @@ class CompactionPolicy:
     # the summarizer to condense it (a billed call with a model summarizer); ``fit`` keeps
     # its newest and recorded entries within ``ROLLUP_FIT_SHARE`` of the bound, no call; ``auto`` is
     # ``summarizer`` with the built-in summarizer (free) and ``fit`` with a billed one.
-    rollup: str = _C["rollup"]
+    rollup: Rollup = _C["rollup"]
 
-    def rolls_up_by(self, billed_summarizer: bool) -> str:
+    def rolls_up_by(self, billed_summarizer: bool) -> Literal["summarizer", "fit"]:
         """``summarizer`` or ``fit``: how this policy condenses a summary over its bound
         when the deployment's summarizer is (or is not) a billed model."""
         if self.rollup == "auto":
@@ -151,7 +152,7 @@ def _build_compaction(v: Mapping[str, Any], at: str) -> CompactionPolicy:
             p("summary_max_ratio"), v["summary_max_ratio"], nullable=False
         )
         or 0.0,
-        rollup=rules.choice(p("rollup"), v["rollup"], ROLLUPS),
+        rollup=cast(Rollup, rules.choice(p("rollup"), v["rollup"], ROLLUPS)),
     )
     if c.context_ratio is None and c.user_turns is None and c.model_steps is None:
         raise InvalidPolicy(

@@ -42,4 +42,6 @@ def forked_messages_body(
         turns[-1] = {**last, "content": [*last["content"], block]}
     else:
         turns.append({"role": "user", "content": [block]})
-    return {"model": model, **agent, "messages": turns, "max_tokens": max_tokens}
+    body = {"model": model, **agent, "messages": turns, "max_tokens": max_tokens}
+    body["model"] = model  # the summarizer's, whatever the agent's request named
+    return body

@@ -159,7 +159,7 @@ class AnthropicMessagesSummarizer:
             raise SummarizerFailed(
                 f"summarizer answered HTTP {exc.status_code}",
                 status=exc.status_code,
-                body=self._redact(exc.response.text[:ERROR_SNIPPET_CHARS]),
+                body=self._redact(exc.response.text)[:ERROR_SNIPPET_CHARS],  # whole key first
                 **common,
             ) from exc
         except anthropic.APIError as exc:  # unreachable, or an answer that is not JSON

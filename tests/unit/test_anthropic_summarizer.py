@@ -230,3 +230,11 @@ def test_the_deployment_wires_the_anthropic_client_and_forks_in_its_format() -> 
     assert fork_format(make_gateway(Settings(summarizer="extractive"))) is None
     with pytest.raises(SystemExit, match="ALC_SUMMARIZER_API_KEY"):
         make_gateway(Settings(summarizer="anthropic", summarizer_model="claude-test"))
+
+
+def test_a_forked_body_names_the_summarizers_model_whatever_the_agents_named() -> None:
+    from domain.summarizer.anthropic_fork import forked_messages_body
+
+    agent = {"model": "agent-model", "messages": [{"role": "user", "content": "hi"}]}
+    body = forked_messages_body(agent, "summarize", "summarizer-model", 100)
+    assert body["model"] == "summarizer-model" and agent["model"] == "agent-model"

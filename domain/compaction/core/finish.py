@@ -139,8 +139,9 @@ def _final(
     merged, rules = apply_text_rules(merged, frontier.plan, frontier.declared)
     # the bound holds whatever a model or a hook answered (R11.2).
     merged, fitted = fit_draft(merged, draft_room(job.bound, frontier.plan, count), count)
-    if fitted:
-        rollup = dataclasses.replace(rollup or RollupNote(), fitted_out=fitted)
+    if fitted:  # on top of what a ``fit`` roll-up dropped already
+        before = (rollup.fitted_out if rollup else None) or 0
+        rollup = dataclasses.replace(rollup or RollupNote(), fitted_out=before + fitted)
     if rollup is not None:
         rollup = dataclasses.replace(rollup, entries_out=len(merged.all_facts()))
     # R11.4: every covered record is cited or in a covered range; every citation is a
