@@ -16,8 +16,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from typing import Any
+
+from devstack.scripted_http import serve_scripted
 
 _ID = re.compile(r"^\[(rec_[0-9a-f]+)\]", re.M)
 Reply = tuple[int, dict[str, Any]]
@@ -103,28 +105,11 @@ def anthropic_server() -> Iterator[tuple[str, MessagesScript]]:
     """The server's base URL (the SDK appends ``/v1/messages``) and its script."""
     script = MessagesScript()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            if self.path.split("?", 1)[0] != "/v1/messages":
-                status, out = 404, {"type": "error", "error": {"type": "not_found_error"}}
-            else:
-                bearer = self.headers.get("Authorization", "").removeprefix("Bearer ")
-                status, out = script.reply(body, self.headers.get("x-api-key") or bearer or None)
-            data = json.dumps(out).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def reply(path: str, headers: Message, body: dict[str, Any]) -> Reply:
+        if path.split("?", 1)[0] != "/v1/messages":
+            return 404, {"type": "error", "error": {"type": "not_found_error"}}
+        bearer = headers.get("Authorization", "").removeprefix("Bearer ")
+        return script.reply(body, headers.get("x-api-key") or bearer or None)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", script
-    finally:
-        server.shutdown()
+    with serve_scripted(reply) as url:
+        yield url, script

@@ -6,8 +6,10 @@ way — keys as ``agentloom-keys`` issues them, B's broker principal as
 ``streams.kafka.provision --runtime`` adds it — gives A a session with a few records, a
 prepared context and a model call, then acts as tenant B with B's credentials only and
 checks that each attack is refused the way docs/security.md says ("Probing as a hostile
-tenant"). Progress goes to the terminal as each probe ends; a table at the end; every
-result in ``build/probe/hostile.json``. Exit 0 only when every probe is ok.
+tenant"). When it ends (also on a failure or Ctrl-C) it revokes the keys it issued and
+removes B's principal: nothing it made can log in or call afterwards. Progress goes to
+the terminal as each probe ends; a table at the end; every result in
+``build/probe/hostile.json``. Exit 0 only when every probe is ok.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from rich.table import Table
 from devstack.probe_bus import bus_probes
 from devstack.probe_console import console_probes
 from devstack.probe_http import http_probes, last_probes
-from devstack.probe_world import ProbeResult, Target, provisioned
+from devstack.probe_world import ProbeResult, Target, World, provisioned
 from devstack.serve import read_stack_env
 from schemas.settings import Settings
 from services.console.settings import ConsoleSettings
@@ -41,13 +43,19 @@ OUT = REPO / "build" / "probe" / "hostile.json"
 async def run_probe(
     target: Target, report: Callable[[ProbeResult], None] = lambda r: None
 ) -> list[ProbeResult]:
-    """Every probe against ``target``, in order (bus, HTTP, console; the probe that
-    changes what B's names resolve to last); ``report`` hears each result as it ends."""
+    """Every probe against ``target`` in a world provisioned for the run (and cleaned
+    up after it: ``probe_world.provisioned``); ``report`` hears each result as it ends."""
     async with provisioned(target) as world:
-        results = await bus_probes(world, report)
-        results += await http_probes(world, report)
-        results += await console_probes(world, report)
-        results += await last_probes(world, report)
+        return await probes(world, report)
+
+
+async def probes(world: World, report: Callable[[ProbeResult], None]) -> list[ProbeResult]:
+    """Every probe in ``world``, in order (bus, HTTP, console; the probe that changes
+    what B's names resolve to last)."""
+    results = await bus_probes(world, report)
+    results += await http_probes(world, report)
+    results += await console_probes(world, report)
+    results += await last_probes(world, report)
     return results
 
 

@@ -11,8 +11,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from devstack.scripted_http import serve_scripted
 
 _ID = re.compile(r"^\[(rec_[0-9a-f]+)\]", re.M)
 
@@ -82,26 +83,7 @@ def _completion(content: str, usage: dict[str, Any]) -> dict[str, Any]:
 
 @contextmanager
 def model_server() -> Iterator[tuple[str, Script]]:
+    """The server's base URL (``…/v1``, what an OpenAI client takes) and its script."""
     script = Script()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            status, out = script.reply(body)
-            data = json.dumps(out).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", script
-    finally:
-        server.shutdown()
+    with serve_scripted(lambda _path, _headers, body: script.reply(body)) as url:
+        yield f"{url}/v1", script

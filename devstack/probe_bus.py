@@ -131,6 +131,29 @@ async def _refused_event(
     return await letters.at(at), at
 
 
+async def _letter_and_outcome(
+    w: World,
+    letters: Letters,
+    p: AIOKafkaProducer,
+    event: ContextEvent,
+    key: str,
+    signer: str | None = None,
+    by_position: bool = False,
+) -> tuple[str, str]:
+    """An event of B's own session, sent under message key ``key`` and signed with
+    ``signer`` (B's host key by default): its letter (``describe``) and the outcome B's
+    event-outcome route then answers for its event key (asked with the message's
+    partition and offset when ``by_position``: a letter no space is counted under)."""
+    dl, (part, off) = await _refused_event(
+        w, letters, p, event, key, lambda k, v: signed(signer or w.b.key, k, v)
+    )
+    params = {"partition": part, "offset": off} if by_position else {}
+    async with w.http(w.b.key) as http:
+        path = f"/v1/sessions/{w.b.run.session_id}/events/{event.event_key}"
+        got = (await http.get(path, params=params)).json()
+    return describe(dl), f"outcome {got.get('outcome')} {got.get('code')}"
+
+
 async def scope_mismatch(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:
     """B signs with its own key an event of its own space naming A's session."""
     as_b = dataclasses.replace(w.a.run, space_id=w.b.space)
@@ -155,16 +178,10 @@ async def claims_a_space(w: World, letters: Letters, p: AIOKafkaProducer) -> Pro
 
 async def key_mismatch(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:
     """B's event of its own session, keyed by A's session (A's partition)."""
-    key = f"b-key-{w.tag}"
-    event = ev.user(w.b.run, f"B on A's partition {w.marker}", key)
-    dl, _ = await _refused_event(
-        w, letters, p, event, w.a.run.session_id, lambda k, v: signed(w.b.key, k, v)
-    )
-    async with w.http(w.b.key) as http:
-        got = (await http.get(f"/v1/sessions/{w.b.run.session_id}/events/{key}")).json()
-    told = f"; B's outcome {got.get('outcome')} {got.get('code')}"
+    event = ev.user(w.b.run, f"B on A's partition {w.marker}", f"b-key-{w.tag}")
+    letter, told = await _letter_and_outcome(w, letters, p, event, w.a.run.session_id)
     expected = f"dead letter key_mismatch, space {w.b.space}; B's outcome dead_letter key_mismatch"
-    return verdict("bus.key_mismatch", "bus", expected, describe(dl) + told)
+    return verdict("bus.key_mismatch", "bus", expected, f"{letter}; B's {told}")
 
 
 async def unsigned(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:
@@ -189,34 +206,24 @@ async def wrong_signature(w: World, letters: Letters, p: AIOKafkaProducer) -> Pr
 
 async def user_key_append(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:
     """An append of B's own session signed with B's user (not host) key."""
-    key = f"b-user-{w.tag}"
-    event = ev.user(w.b.run, f"user key {w.marker}", key)
-    dl, (part, off) = await _refused_event(
-        w, letters, p, event, w.b.run.session_id, lambda k, v: signed(w.b.user_key, k, v)
+    event = ev.user(w.b.run, f"user key {w.marker}", f"b-user-{w.tag}")
+    letter, told = await _letter_and_outcome(
+        w, letters, p, event, w.b.run.session_id, signer=w.b.user_key, by_position=True
     )
-    async with w.http(w.b.key) as http:
-        path = f"/v1/sessions/{w.b.run.session_id}/events/{key}"
-        got = (await http.get(path, params={"partition": part, "offset": off})).json()
-    told = f"; outcome {got.get('outcome')} {got.get('code')}"
     expected = "dead letter unauthenticated_event, space -; outcome dead_letter not_applied"
-    return verdict("bus.user_key_append", "bus", expected, describe(dl) + told)
+    return verdict("bus.user_key_append", "bus", expected, f"{letter}; {told}")
 
 
 async def foreign_blob(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:
     """An append of B's own session whose content is a reference to A's blob (its hash
     and length): only the event's space's blobs may be referenced."""
-    key = f"b-blob-{w.tag}"
     event = dataclasses.replace(
-        ev.user(w.b.run, "", key), content=Content.reference(*w.a.blob, "text/plain")
+        ev.user(w.b.run, "", f"b-blob-{w.tag}"),
+        content=Content.reference(*w.a.blob, "text/plain"),
     )
-    dl, _ = await _refused_event(
-        w, letters, p, event, w.b.run.session_id, lambda k, v: signed(w.b.key, k, v)
-    )
-    async with w.http(w.b.key) as http:
-        got = (await http.get(f"/v1/sessions/{w.b.run.session_id}/events/{key}")).json()
-    told = f"; B's outcome {got.get('outcome')} {got.get('code')}"
+    letter, told = await _letter_and_outcome(w, letters, p, event, w.b.run.session_id)
     expected = f"dead letter blob_missing, space {w.b.space}; B's outcome dead_letter blob_missing"
-    return verdict("bus.foreign_blob_reference", "bus", expected, describe(dl) + told)
+    return verdict("bus.foreign_blob_reference", "bus", expected, f"{letter}; B's {told}")
 
 
 async def forged_outcome(w: World, letters: Letters, p: AIOKafkaProducer) -> ProbeResult:

@@ -12,13 +12,13 @@ from collections.abc import Callable
 
 import httpx
 
-from devstack.probe_http import a_ids, unknown_ids
+from devstack.probe_http import a_ids, alike, like_unknown, unknown_ids
 from devstack.probe_world import Answer, ProbeResult, World, verdict
 
 _TOKEN = re.compile(r'name="csrf_token" value="([^"]+)"')
 _META = re.compile(r'<meta name="csrf-token" content="([^"]+)">')
 PUBLISH = "/settings/context-compaction/publish"
-LIKE_UNKNOWN = "404, like an unknown id, naming nothing of A"
+LIKE_UNKNOWN = alike(404, None)  # a page: no error code
 
 
 async def sign_in(http: httpx.AsyncClient, key: str) -> str | None:
@@ -33,32 +33,6 @@ async def sign_in(http: httpx.AsyncClient, key: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _normal(text: str, ids: dict[str, str]) -> str:
-    for k, v in sorted(ids.items(), key=lambda kv: -len(kv[1])):
-        text = text.replace(v, f"<{k}>")
-    return text
-
-
-def page_like_unknown(
-    foreign: Answer,
-    unknown: Answer,
-    ids: dict[str, str],
-    nowhere: dict[str, str],
-    secrets: list[str],
-    status: int = 404,
-) -> str:
-    """B's page for A's ids against the page for ids nobody has (the probe's
-    observation): the same status and page, and none of A's secrets on it."""
-    if foreign.status != status:
-        return f"{foreign.status}"
-    if _normal(foreign.text, ids) != _normal(unknown.text, nowhere):
-        return f"{status}, unlike an unknown id's page"
-    named = [s for s in secrets if s in foreign.text]
-    if named:
-        return f"{status}, naming {named}"
-    return LIKE_UNKNOWN if status == 404 else f"{status}, like unknown ids, naming nothing of A"
-
-
 def hidden(w: World) -> list[str]:
     """What only A holds and B never sends."""
     return [w.secret, w.a.agent, w.a.space]
@@ -69,7 +43,7 @@ async def page_probe(w: World, http: httpx.AsyncClient, name: str, path: str) ->
     nowhere = unknown_ids(ids) | {"attacker": ids["attacker"]}
     foreign = Answer.of(await http.get(path.format(**ids)))
     unknown = Answer.of(await http.get(path.format(**nowhere)))
-    observed = page_like_unknown(foreign, unknown, ids, nowhere, hidden(w))
+    observed = like_unknown(foreign, unknown, ids, nowhere, hidden(w), (404, None), "page")
     return verdict(name, "console", LIKE_UNKNOWN, observed)
 
 
@@ -80,9 +54,8 @@ async def dry_run_probe(w: World, http: httpx.AsyncClient) -> ProbeResult:
     path = "/settings/context-compaction?release={release}&dry_run_session={sid}"
     foreign = Answer.of(await http.get(path.format(**ids)))
     unknown = Answer.of(await http.get(path.format(**nowhere)))
-    observed = page_like_unknown(foreign, unknown, ids, nowhere, hidden(w), status=200)
-    expected = "200, like unknown ids, naming nothing of A"
-    return verdict("console.dry_run_of_a", "console", expected, observed)
+    observed = like_unknown(foreign, unknown, ids, nowhere, hidden(w), (200, None), "page")
+    return verdict("console.dry_run_of_a", "console", alike(200, None), observed)
 
 
 async def own_lists(w: World, http: httpx.AsyncClient) -> ProbeResult:

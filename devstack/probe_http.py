@@ -61,7 +61,6 @@ ROUTES = (
 # Operations no id of another space reaches: they act in the key's own space (a blob is
 # content-addressed in it; a release or session it opens is its own: see the last probes).
 OWN_SPACE_ONLY = {("post", "/v1/releases"), ("post", "/v1/sessions"), ("put", "/v1/blobs")}
-LIKE_UNKNOWN = "404 not_found, like an unknown id, naming nothing of A"
 
 
 def a_ids(w: World) -> dict[str, str]:
@@ -100,21 +99,38 @@ def _normal(text: str, ids: dict[str, str]) -> str:
     return text
 
 
+def _head(status: int, code: str | None) -> str:
+    return f"{status} {code}" if code else str(status)
+
+
+def alike(status: int, code: str | None) -> str:
+    """The observation of an answer with this status and error code that tells nothing
+    of A: what ``like_unknown`` says when the probe finds nothing."""
+    return f"{_head(status, code)}, like an unknown id, naming nothing of A"
+
+
 def like_unknown(
     foreign: Answer,
     unknown: Answer,
     ids: dict[str, str],
     nowhere: dict[str, str],
     secrets: list[str],
+    want: tuple[int, str | None] = (404, "not_found"),
+    noun: str = "answer",
 ) -> str:
-    """How B's answer for A's ids compares with the answer for ids nobody has: the
-    probe's observation (``LIKE_UNKNOWN`` when nothing tells A's ids from made-up ones)."""
-    if (foreign.status, foreign.code) != (404, "not_found"):
-        return f"{foreign.status} {foreign.code}"
+    """How B's answer (or console page) for A's ids compares with the one for ids nobody
+    has: the probe's observation (``alike(*want)`` when nothing tells A's ids from
+    made-up ones; else the status, a difference, or the secrets of A it names)."""
+    head = _head(*want)
+    if (foreign.status, foreign.code) != want:
+        return _head(foreign.status, foreign.code)
     if _normal(foreign.text, ids) != _normal(unknown.text, nowhere):
-        return "404 not_found, unlike an unknown id's answer"
+        return f"{head}, unlike an unknown id's {noun}"
     named = [s for s in secrets if s in foreign.text]
-    return f"404 not_found, naming {named}" if named else LIKE_UNKNOWN
+    return f"{head}, naming {named}" if named else alike(*want)
+
+
+LIKE_UNKNOWN = alike(404, "not_found")
 
 
 def _request(route: Route, ids: dict[str, str]) -> tuple[str, Any]:

@@ -6,6 +6,7 @@ prepared context and a model call. Space B is the attacker: its own host key, a 
 a revoked key, its own broker principal (``streams.kafka.provision.add_runtime``) and a
 session of its own. Keys are issued as ``agentloom-keys`` issues them (the ``cli``
 login, the key issuer secret); everything else goes through the SDK and Prepare's API.
+When the probe ends, every key is revoked and B's principal removed (``provisioned``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 import asyncpg
@@ -28,7 +29,7 @@ from storage.api_keys import IssuedKey, issue, revoke_key
 from storage.roles import dsn_of
 from streams.kafka.auth import KafkaAuth, kafka_auth
 from streams.kafka.bus_secrets import issuer_secret
-from streams.kafka.provision import add_runtime
+from streams.kafka.provision import add_runtime, remove_runtime
 
 Surface = Literal["bus", "http", "console"]
 T = TypeVar("T")
@@ -87,10 +88,10 @@ class Answer:
 
 @dataclass(frozen=True)
 class Victim:
-    """Space A: what only A's credentials may reach."""
+    """Space A: what only A's credentials may reach (its key kept out of the repr)."""
 
     space: str
-    key: str
+    key: str = field(repr=False)
     actor: str
     agent: str
     release_id: str
@@ -105,12 +106,13 @@ class Victim:
 
 @dataclass(frozen=True)
 class Attacker:
-    """Space B: its credentials and its own session."""
+    """Space B: its credentials and its own session. No key is in the repr (nor the
+    broker password: ``KafkaAuth``), so a traceback or a log line shows none."""
 
     space: str
-    key: str
-    user_key: str
-    revoked_key: str
+    key: str = field(repr=False)
+    user_key: str = field(repr=False)
+    revoked_key: str = field(repr=False)
     actor: str
     release_id: str
     run: RunHandle
@@ -158,22 +160,36 @@ def release_body(agent: str, instructions: str, **extra: Any) -> dict[str, Any]:
     } | extra
 
 
-async def _keys(settings: Settings, space: str, tag: str) -> dict[str, IssuedKey]:
+async def _keys(
+    settings: Settings, space: str, tag: str, issued: list[IssuedKey]
+) -> dict[str, IssuedKey]:
     """The keys of a space as ``agentloom-keys create`` makes them; ``revoked`` is
-    revoked before anyone used it."""
+    revoked before anyone used it. Each key goes into ``issued`` as soon as it exists
+    (what ``_revoke`` takes back, even when a later one fails)."""
     dsn, issuer = dsn_of(settings, "cli"), issuer_secret(settings)
     label = f"hostile probe {tag}"
-    out = {
-        "host": await issue(dsn, space, KeyKind.HOST, label=label, issuer=issuer),
-        "user": await issue(dsn, space, KeyKind.USER, f"user-{tag}", label, issuer=None),
-        "revoked": await issue(dsn, space, KeyKind.HOST, label=label, issuer=issuer),
-    }
-    conn = await asyncpg.connect(dsn)
+    out: dict[str, IssuedKey] = {}
+    for name, kind, actor in (
+        ("host", KeyKind.HOST, None),
+        ("user", KeyKind.USER, f"user-{tag}"),
+        ("revoked", KeyKind.HOST, None),
+    ):
+        mint = issuer if kind is KeyKind.HOST else None
+        out[name] = await issue(dsn, space, kind, actor, label, issuer=mint)
+        issued.append(out[name])
+    await _revoke(settings, [out["revoked"]])
+    return out
+
+
+async def _revoke(settings: Settings, keys: list[IssuedKey]) -> None:
+    """Revoke ``keys`` the way ``agentloom-keys revoke`` does (the ``cli`` login); a key
+    already revoked stays so."""
+    conn = await asyncpg.connect(dsn_of(settings, "cli"))
     try:
-        await revoke_key(conn, out["revoked"].key_id)
+        for k in keys:
+            await revoke_key(conn, k.key_id)
     finally:
         await conn.close()
-    return out
 
 
 def _client(target: Target, key: str, auth: KafkaAuth) -> ContextClient:
@@ -216,15 +232,23 @@ async def _victim(target: Target, c: ContextClient, key: str, tag: str, secret: 
 @asynccontextmanager
 async def provisioned(target: Target) -> AsyncIterator[World]:
     """Two fresh spaces A and B on ``target`` (names tagged per run), A's client open
-    while the world is in use."""
+    while the world is in use. On the way out — after the probes, a failure or Ctrl-C —
+    every key the world issued is revoked and B's broker principal removed with its ACLs
+    and quotas (``streams.kafka.provision.remove_runtime``): a run against a live
+    deployment leaves no working credential behind."""
     s, tag = target.settings, uuid.uuid4().hex[:8]
     secret, marker = f"a-secret-{tag}", f"hostile-{tag}"
-    a_keys, b_keys = await _keys(s, f"probe-a-{tag}", tag), await _keys(s, f"probe-b-{tag}", tag)
     b_principal = f"probe-b-{tag}"
-    password = await add_runtime(s, b_principal)
-    base = kafka_auth(s, "runtime")
-    b_auth = KafkaAuth(base.protocol, base.mechanism, b_principal, password, base.cafile)
     async with AsyncExitStack() as stack:
+        issued: list[IssuedKey] = []
+        stack.push_async_callback(_revoke, s, issued)  # run last: the keys that were made
+        a_keys = await _keys(s, f"probe-a-{tag}", tag, issued)
+        b_keys = await _keys(s, f"probe-b-{tag}", tag, issued)
+        # registered first: a principal half made by a failing add_runtime goes as well
+        stack.push_async_callback(remove_runtime, s, b_principal)
+        password = await add_runtime(s, b_principal)
+        base = kafka_auth(s, "runtime")
+        b_auth = KafkaAuth(base.protocol, base.mechanism, b_principal, password, base.cafile)
         a_client = await stack.enter_async_context(_client(target, a_keys["host"].key, base))
         victim = await _victim(target, a_client, a_keys["host"].key, tag, secret)
         async with _client(target, b_keys["host"].key, b_auth) as b:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -53,8 +53,10 @@ class KeyRecord:
 
 @dataclass(frozen=True)
 class IssuedKey:
+    """A key just made: ``key`` is shown once (and never in the repr)."""
+
     key_id: str
-    key: str
+    key: str = field(repr=False)
     space_id: str
     kind: KeyKind
     actor_id: str | None

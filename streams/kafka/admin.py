@@ -9,7 +9,7 @@ import secrets
 from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.protocol.admin import CreateAclsRequest_v1
+from aiokafka.protocol.admin import CreateAclsRequest_v1, DeleteAclsRequest_v1
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
     CompactArray,
@@ -29,6 +29,8 @@ SCRAM_SHA_512 = 2  # Kafka's ScramMechanism code
 SCRAM_ITERATIONS = 8192  # Kafka's minimum is 4096
 _ANY_HOST = "*"
 _ALLOW = 3
+_ANY = 1  # as a DeleteAcls filter: any resource type, pattern, operation or permission
+_NO_CREDENTIAL = 91  # RESOURCE_NOT_FOUND: a SCRAM credential to delete that is not there
 
 
 class BusAdminFailed(ContextError):
@@ -112,6 +114,27 @@ class _CreateAcls(Request[CreateAclsRequest_v1]):  # type: ignore[misc]
         )
 
 
+class _DeleteScram(Request[_ScramStruct]):  # type: ignore[misc]
+    API_KEY = 51
+
+    def __init__(self, users: Sequence[str]) -> None:
+        self.users = users
+
+    def build(self, request_struct_class: type[_ScramStruct]) -> _ScramStruct:
+        return request_struct_class([(n, SCRAM_SHA_512, {}) for n in sorted(self.users)], [], {})
+
+
+class _DeleteAcls(Request[DeleteAclsRequest_v1]):  # type: ignore[misc]
+    API_KEY = 31
+
+    def __init__(self, principal: str) -> None:
+        self.principal = principal
+
+    def build(self, request_struct_class: type[DeleteAclsRequest_v1]) -> DeleteAclsRequest_v1:
+        # a null name and host match any: every ACL of the principal
+        return request_struct_class([(_ANY, None, _ANY, self.principal, None, _ANY, _ANY)])
+
+
 async def upsert_scram_users(admin: AIOKafkaAdminClient, users: dict[str, str]) -> None:
     """Set each user's SCRAM-SHA-512 password (created if new)."""
     if not users:
@@ -134,3 +157,26 @@ async def create_acls(admin: AIOKafkaAdminClient, acls: Sequence[Acl]) -> None:
         ]
         if failed:
             raise BusAdminFailed(f"ACLs not created: {failed[:5]}", failed=len(failed))
+
+
+async def delete_scram_users(admin: AIOKafkaAdminClient, users: Sequence[str]) -> None:
+    """Delete each user's SCRAM-SHA-512 credential: the broker refuses its logins from
+    then on. A user without one is no failure (deleting twice is deleting once)."""
+    if not users:
+        return
+    resp = await admin._send_to_controller(_DeleteScram(users))
+    failed = {
+        u: msg or str(code) for u, code, msg, _ in resp.results if code not in (0, _NO_CREDENTIAL)
+    }
+    if failed:
+        raise BusAdminFailed(f"SCRAM users not deleted: {failed}", users=failed)
+
+
+async def delete_acls(admin: AIOKafkaAdminClient, principal: str) -> int:
+    """Delete every ACL of ``principal`` (``User:<name>``); how many there were."""
+    resp = await admin._send_to_controller(_DeleteAcls(principal))
+    (code, msg, matching) = resp.filter_responses[0]
+    failed = [m for m in matching if m[0]]
+    if code or failed:
+        raise BusAdminFailed(f"ACLs of {principal} not deleted: {msg or code or failed[:5]}")
+    return len(matching)

@@ -11,7 +11,7 @@ each process takes the principal of its role from ``<state_dir>/secrets/kafka-us
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -52,10 +52,13 @@ def read_credentials(path: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class KafkaAuth:
+    """A principal's broker login; the password is kept out of the repr (a log line or
+    a traceback that shows the object shows no secret)."""
+
     protocol: str
     mechanism: str
     username: str | None = None
-    password: str | None = None
+    password: str | None = field(default=None, repr=False)
     cafile: str | None = None
 
     @property

@@ -7,6 +7,9 @@ at start (``streams.kafka.topics``: each may create only its own).
 
     python -m streams.kafka.provision                 # the users and ACLs of ALC_*
     python -m streams.kafka.provision --runtime NAME  # also a runtime principal (its password)
+
+``remove_runtime`` undoes ``add_runtime`` (the hostile-tenant probe's principal goes when
+the probe ends).
 """
 
 from __future__ import annotations
@@ -16,12 +19,19 @@ import asyncio
 import logging
 import secrets
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from aiokafka.admin import AIOKafkaAdminClient
 
 from domain.bus_access import ROLES, BusNames, Quota, acl_plan, quota_plan
 from schemas.settings import Settings
-from streams.kafka.admin import create_acls, upsert_scram_users
+from streams.kafka.admin import (
+    create_acls,
+    delete_acls,
+    delete_scram_users,
+    upsert_scram_users,
+)
 from streams.kafka.auth import credentials_path, kafka_auth, read_credentials
 from streams.kafka.quotas import set_quotas
 from streams.kafka.topics import ensure_topics
@@ -50,6 +60,16 @@ async def provision(settings: Settings, runtimes: dict[str, str] | None = None) 
     users = read_credentials(credentials_path(settings))
     wanted = {r: users[r] for r in ROLES if r in users} | (runtimes or {})
     extra = tuple(n for n in (runtimes or {}) if n != "runtime")
+    async with _admin(settings) as admin:
+        await upsert_scram_users(admin, wanted)
+        acls = acl_plan(bus_names(settings), ("runtime", *extra))
+        await create_acls(admin, acls)
+        await set_quotas(admin, runtime_quotas(settings, ("runtime", *extra)))
+    return len(acls)
+
+
+@asynccontextmanager
+async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.kafka_bootstrap,
         request_timeout_ms=30_000,
@@ -57,13 +77,9 @@ async def provision(settings: Settings, runtimes: dict[str, str] | None = None) 
     )
     await admin.start()
     try:
-        await upsert_scram_users(admin, wanted)
-        acls = acl_plan(bus_names(settings), ("runtime", *extra))
-        await create_acls(admin, acls)
-        await set_quotas(admin, runtime_quotas(settings, ("runtime", *extra)))
+        yield admin
     finally:
         await admin.close()
-    return len(acls)
 
 
 def runtime_quotas(settings: Settings, runtimes: tuple[str, ...]) -> tuple[Quota, ...]:
@@ -79,6 +95,21 @@ async def add_runtime(settings: Settings, name: str) -> str:
     password = secrets.token_hex(24)
     await provision(settings, {name: password})
     return password
+
+
+async def remove_runtime(settings: Settings, name: str) -> int:
+    """``add_runtime``'s inverse: the principal's ACLs, quotas and SCRAM credential go
+    (the broker refuses its logins from then on); how many ACLs it had. Idempotent. The
+    roles of the deployment (``runtime`` included) are never removed this way."""
+    if name in ROLES or name == "admin":
+        raise ValueError(f"{name!r} is a role of the deployment, not an added runtime")
+    if not kafka_auth(settings, "admin").sasl:
+        return 0
+    async with _admin(settings) as admin:
+        n = await delete_acls(admin, f"User:{name}")
+        await set_quotas(admin, runtime_quotas(settings, (name,)), remove=True)
+        await delete_scram_users(admin, [name])
+    return n
 
 
 async def ensure_bus(settings: Settings, names: list[str] | None = None) -> None:

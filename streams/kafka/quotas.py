@@ -66,22 +66,25 @@ class _AlterQuotasStruct(RequestStruct):  # type: ignore[misc]
 class _AlterQuotas(Request[_AlterQuotasStruct]):  # type: ignore[misc]
     API_KEY = 49
 
-    def __init__(self, quotas: Sequence[Quota]) -> None:
-        self.quotas = quotas
+    def __init__(self, quotas: Sequence[Quota], remove: bool = False) -> None:
+        self.quotas, self.remove = quotas, remove
 
     def build(self, request_struct_class: type[_AlterQuotasStruct]) -> _AlterQuotasStruct:
         entries = [
-            ([(USER, q.user)], [(k, v, False) for k, v in sorted(q.values().items())])
+            ([(USER, q.user)], [(k, v, self.remove) for k, v in sorted(q.values().items())])
             for q in self.quotas
         ]
         return request_struct_class(entries, False)
 
 
-async def set_quotas(admin: AIOKafkaAdminClient, quotas: Sequence[Quota]) -> None:
-    """Set each principal's quotas (idempotent: the same values again change nothing)."""
+async def set_quotas(
+    admin: AIOKafkaAdminClient, quotas: Sequence[Quota], remove: bool = False
+) -> None:
+    """Set each principal's quotas (idempotent: the same values again change nothing);
+    with ``remove``, take those quotas off the principal instead."""
     if not quotas:
         return
-    resp = await admin._send_to_controller(_AlterQuotas(quotas))
+    resp = await admin._send_to_controller(_AlterQuotas(quotas, remove))
     failed = {
         entity[0][1]: msg or str(code) for code, msg, entity in resp.entries if code and entity
     }

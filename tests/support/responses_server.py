@@ -16,8 +16,10 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from email.message import Message
 from typing import Any
+
+from devstack.scripted_http import serve_scripted
 
 _TABLE = re.compile(r"\b(t\d+)\b")
 
@@ -98,25 +100,10 @@ def responses_server() -> Iterator[tuple[str, ResponsesScript]]:
     """The base URL (``…/v1``, what ``OPENAI_BASE_URL`` takes) and the script."""
     script = ResponsesScript()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            found = self.path.rstrip("/").endswith("/responses")
-            out = script.reply(body) if found else {"error": {"message": "not scripted"}}
-            data = json.dumps(out).encode()
-            self.send_response(200 if found else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def reply(path: str, _headers: Message, body: dict[str, Any]) -> tuple[int, Any]:
+        if not path.rstrip("/").endswith("/responses"):
+            return 404, {"error": {"message": "not scripted"}}
+        return 200, script.reply(body)
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", script
-    finally:
-        server.shutdown()
+    with serve_scripted(reply) as url:
+        yield f"{url}/v1", script
