@@ -17,15 +17,18 @@ from devstack.probe_console import LIKE_UNKNOWN as PAGE_LIKE_UNKNOWN
 from devstack.probe_console import page_probe
 from devstack.probe_http import LIKE_UNKNOWN, ROUTES, like_unknown, route_probe
 from devstack.probe_world import Answer, Attacker, Target, Victim, World, verdict
+from domain.auth import KeyKind
 from schemas.settings import Settings
 from schemas.wire import DeadLetter
 from services.sdk.client import ContextClient, RunHandle
+from storage.api_keys import IssuedKey
 from streams.kafka.auth import KafkaAuth
+from streams.kafka.provision import remove_runtime
 
 pytestmark = pytest.mark.spec("R3.3", "R15.4")
 
 
-def _world() -> World:
+def _world(password: str | None = None) -> World:
     a_run = RunHandle("ses_a", "run_a", "inst_a", "probe-a-t", "alice-t", {})
     b_run = RunHandle("ses_b", "run_b", "inst_b", "probe-b-t", "user-t", {})
     a = Victim(
@@ -34,7 +37,7 @@ def _world() -> World:
     )  # fmt: skip
     b = Attacker(
         "probe-b-t", "key-b", "user-b", "revoked-b", "user-t", "rel_b", b_run,
-        KafkaAuth("PLAINTEXT", "PLAIN"),
+        KafkaAuth("SASL_PLAINTEXT", "SCRAM-SHA-512", "probe-b-t", password),
     )  # fmt: skip
     target = Target(Settings(), "http://prepare", "http://console")
     return World("t", "hostile-t", "a-secret-t", a, b, target)
@@ -124,3 +127,29 @@ def test_results_are_plain_json() -> None:
     doc: dict[str, Any] = json.loads(json.dumps(r.__dict__))
     assert doc == {"name": "bus.unsigned", "surface": "bus", "expected": "a", "observed": "b",
                    "ok": False}  # fmt: skip
+
+
+def test_no_secret_shows_in_a_repr() -> None:
+    """A traceback or a log line that prints the probe's world, a broker login or a key
+    just issued shows no key and no password; what they are for still shows."""
+    w = _world(password="pw-of-b")
+    issued = IssuedKey("kid0123", "alk_kid0123_secret", "space-s", KeyKind.HOST, None)
+    login = KafkaAuth("SASL_SSL", "SCRAM-SHA-512", "probe-b-t", "pw-of-b")
+    shown = {
+        "world": repr(w),
+        "victim": repr(w.a),
+        "attacker": repr(w.b),
+        "issued": repr(issued),
+        "login": repr(login),
+    }
+    secrets = ["key-a", "key-b", "user-b", "revoked-b", "pw-of-b", "alk_kid0123_secret"]
+    leaks = {k: found for k, text in shown.items() if (found := [s for s in secrets if s in text])}
+    assert leaks == {}
+    assert "probe-b-t" in shown["login"] and "kid0123" in shown["issued"]
+    assert login.password == "pw-of-b" and issued.key == "alk_kid0123_secret"
+
+
+@pytest.mark.parametrize("role", ["runtime", "processor", "admin"])
+async def test_removing_a_runtime_never_removes_a_role_of_the_deployment(role: str) -> None:
+    with pytest.raises(ValueError, match="role of the deployment"):
+        await remove_runtime(Settings(), role)
