@@ -11,7 +11,7 @@ when the effects are written.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import asyncpg
@@ -120,10 +120,9 @@ async def frontier_of(
 
 
 def _columns(state: Mapping[str, object]) -> dict[str, object]:
-    """The lineage's columns to update, a ``LastAttempt`` as its JSON."""
-    return {
-        k: repo.last_attempt_json(v) if isinstance(v, LastAttempt) else v for k, v in state.items()
-    }
+    """The lineage's columns to update, a ``LastAttempt`` as its JSON (its fields as they
+    are, read back by ``summaries.last_attempt_of``)."""
+    return {k: asdict(v) if isinstance(v, LastAttempt) else v for k, v in state.items()}
 
 
 class PgControlStore:

@@ -8,34 +8,16 @@ session page and ``agentloom session inspect``. Read only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any
 
 import asyncpg
+from pydantic import JsonValue
 
 from storage.records.retraction import live_sql
 
 JOBS_SHOWN = 20
-
-
-class OpenCallJson(TypedDict):
-    call_id: str
-    tool: str
-    record_id: str
-    run_id: str | None
-    session_sequence: int
-    state: str
-
-
-class JobLineJson(TypedDict):
-    job_id: str
-    status: str
-    stage: str | None
-    reason: str | None
-    trigger_reasons: list[str]
-    created_at: str  # ISO 8601
-    text_rules: list[dict[str, Any]]  # ``RuleDecision.to_dict`` of each
 
 
 @dataclass(frozen=True)
@@ -51,15 +33,9 @@ class OpenCall:
     session_sequence: int
     state: str
 
-    def to_dict(self) -> OpenCallJson:
-        return OpenCallJson(
-            call_id=self.call_id,
-            tool=self.tool,
-            record_id=self.record_id,
-            run_id=self.run_id,
-            session_sequence=self.session_sequence,
-            state=self.state,
-        )
+    def to_dict(self) -> dict[str, JsonValue]:
+        """As ``agentloom session inspect --json`` prints it: the fields as they are."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -72,16 +48,10 @@ class JobLine:
     created_at: datetime
     text_rules: list[dict[str, Any]] = field(default_factory=list)
 
-    def to_dict(self) -> JobLineJson:
-        return JobLineJson(
-            job_id=self.job_id,
-            status=self.status,
-            stage=self.stage,
-            reason=self.reason,
-            trigger_reasons=list(self.trigger_reasons),
-            created_at=self.created_at.isoformat(),
-            text_rules=[dict(r) for r in self.text_rules],
-        )
+    def to_dict(self) -> dict[str, JsonValue]:
+        """As ``agentloom session inspect --json`` prints it: the fields as they are,
+        ``created_at`` in ISO 8601."""
+        return asdict(self) | {"created_at": self.created_at.isoformat()}
 
 
 _CALLS = f"""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 import asyncpg
 
@@ -31,7 +31,9 @@ class StateRow:
     attempts: int = 0
 
 
-def _last_attempt(raw: Any) -> LastAttempt | None:
+def last_attempt_of(raw: Any) -> LastAttempt | None:
+    """The ``last_attempt`` column read back: the one parser of what ``_columns`` in
+    ``storage.compaction.control`` writes there, ``dataclasses.asdict`` of the record."""
     if not raw:
         return None
     c = raw["counters"]
@@ -43,33 +45,6 @@ def _last_attempt(raw: Any) -> LastAttempt | None:
         raw["required_tokens"],
         raw.get("rebuild") or "",
     )
-
-
-class CountersJson(TypedDict):
-    user_turns: int
-    model_steps: int
-
-
-class LastAttemptJson(TypedDict):
-    """``LastAttempt`` as the ``last_attempt`` column holds it (``last_attempt_of``)."""
-
-    fingerprint: str
-    compressible_tokens: int
-    counters: CountersJson
-    input_budget: int
-    required_tokens: int
-    rebuild: str
-
-
-def last_attempt_json(a: LastAttempt) -> LastAttemptJson:
-    return {
-        "fingerprint": a.fingerprint,
-        "compressible_tokens": a.compressible_tokens,
-        "counters": {"user_turns": a.counters.user_turns, "model_steps": a.counters.model_steps},
-        "input_budget": a.input_budget,
-        "required_tokens": a.required_tokens,
-        "rebuild": a.rebuild,
-    }
 
 
 async def lock_state(
@@ -94,7 +69,7 @@ async def lock_state(
         r["policy_revision"],
         r["current_summary_id"],
         Counters(r["baseline_user_turns"], r["baseline_model_steps"]),
-        _last_attempt(r["last_attempt"]),
+        last_attempt_of(r["last_attempt"]),
         r["active_job_id"],
         int(r["attempts"]),
     )

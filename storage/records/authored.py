@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, TypedDict
+from typing import Any
 
 import asyncpg
+from pydantic import JsonValue
 
 from storage.records.retraction import live_sql
 
@@ -56,22 +57,14 @@ class Authored:
     def open_questions(self) -> tuple[Question, ...]:
         return tuple(q for q in self.questions if q.closed_by is None)
 
-    def to_dict(self) -> AuthoredJson:
-        """As the CLI prints it: each question with its status."""
-        return AuthoredJson(
-            decisions=[asdict(d) for d in self.decisions],
-            questions=[asdict(q) | {"status": q.status} for q in self.questions],
-            unmatched_closings=list(self.unmatched_closings),
-        )
-
-
-class AuthoredJson(TypedDict):
-    """``Authored`` as JSON: its decisions and questions (``Decision``, ``Question`` as
-    dicts, a question with its ``status``) and the closings that matched no question."""
-
-    decisions: list[dict[str, object]]
-    questions: list[dict[str, object]]
-    unmatched_closings: list[str]
+    def to_dict(self) -> dict[str, JsonValue]:
+        """As the CLI prints it: the fields as JSON arrays, each question with its
+        status."""
+        return {
+            "decisions": [asdict(d) for d in self.decisions],
+            "questions": [asdict(q) | {"status": q.status} for q in self.questions],
+            "unmatched_closings": list(self.unmatched_closings),
+        }
 
 
 def fold(rows: Iterable[Mapping[str, Any]]) -> Authored:

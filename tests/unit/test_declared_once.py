@@ -1,5 +1,6 @@
 """One declaration per concept (issue 40 item 2): no record class of the product is
-declared twice, field for field or by name, in two modules.
+declared twice, field for field or by name, whether in two modules or in one (a record
+beside its JSON TypedDict is a copy: write the record's JSON from it, ``asdict``).
 
 The walk reads every product module with ``ast`` and collects its record classes
 (dataclasses, pydantic models, TypedDicts, NamedTuples, and their subclasses). Two of them
@@ -113,19 +114,7 @@ ALLOWED: dict[frozenset[str], str] = {
 }
 
 # Copies still to fold into one declaration: each a known debt, with what folding it takes.
-PENDING: set[frozenset[str]] = {
-    frozenset(pair)
-    for pair in (
-        # The ``last_attempt`` column's JSON re-types the record field for field. To fold:
-        # write the frozen LastAttempt as it is (orjson writes dataclasses) and read it back
-        # with one parser beside the record; left while storage/compaction/summaries.py is
-        # being split by another helper.
-        (
-            "domain/compaction/triggers.py:LastAttempt",
-            "storage/compaction/summaries.py:LastAttemptJson",
-        ),
-    )
-}
+PENDING: set[frozenset[str]] = set()
 
 
 @dataclass(frozen=True)
@@ -173,8 +162,8 @@ def records_of(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> list[
 
 
 def copies(records: list[Record]) -> set[frozenset[str]]:
-    """Groups of classes in different modules sharing a name or a field set of at least
-    ``MIN_FIELDS`` fields, a class derived from another of its group left out."""
+    """Groups of classes, in one module or several, sharing a name or a field set of at
+    least ``MIN_FIELDS`` fields, a class derived from another of its group left out."""
     groups: dict[object, list[Record]] = defaultdict(list)
     for r in records:
         groups[("name", r.name)].append(r)
@@ -183,7 +172,7 @@ def copies(records: list[Record]) -> set[frozenset[str]]:
     out: set[frozenset[str]] = set()
     for members in groups.values():
         kept = [r for r in members if not any(o is not r and o.name in r.bases for o in members)]
-        if len({r.module for r in kept}) > 1:
+        if len({r.key for r in kept}) > 1:
             out.add(frozenset(r.key for r in kept))
     return out
 
@@ -225,4 +214,22 @@ def test_the_walk_finds_a_copy_by_name_or_fields(tmp_path: Path, second: str, fo
     first = "@dataclass\nclass Plan:\n    a: int\n    b: int\n    c: int\n"
     (pkg / "first.py").write_text(header + first)
     (pkg / "second.py").write_text(header + second)
+    assert bool(copies(records_of(tmp_path, ("pkg",)))) is found
+
+
+@pytest.mark.parametrize(
+    ("second", "found"),
+    [
+        # a record beside its JSON, field for field (the folded OpenCall / OpenCallJson)
+        ("class PlanJson(TypedDict):\n    a: int\n    b: int\n    c: str\n", True),
+        ("class Other(BaseModel):\n    a: int\n    b: int\n    d: int\n", False),
+        ("class Wider(Plan):\n    d: int\n", False),
+    ],
+)
+def test_the_walk_finds_a_copy_in_the_same_module(tmp_path: Path, second: str, found: bool) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    header = "from typing import TypedDict\nfrom pydantic import BaseModel\n"
+    first = "class Plan(BaseModel):\n    a: int\n    b: int\n    c: int\n"
+    (pkg / "only.py").write_text(header + first + second)
     assert bool(copies(records_of(tmp_path, ("pkg",)))) is found
