@@ -29,9 +29,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
+from pydantic import JsonValue
 
 from domain.compaction.drafts import (
     SummaryRequest,
@@ -56,7 +56,7 @@ MAX_BACKOFF_S = 2.0
 ERROR_SNIPPET_CHARS = 300
 
 # Tried in this order; a server that refuses one (HTTP 400/422) gets the next (R11.3).
-RESPONSE_FORMATS: tuple[dict[str, Any] | None, ...] = (
+RESPONSE_FORMATS: tuple[dict[str, JsonValue] | None, ...] = (
     {
         "type": "json_schema",
         "json_schema": {"name": "compaction_summary", "strict": True, "schema": ANSWER_SCHEMA},
@@ -112,13 +112,13 @@ class OpenAICompatibleSummarizer:
     def __repr__(self) -> str:
         return f"OpenAICompatibleSummarizer(url={self.url!r}, model={self.model!r})"
 
-    def request_body(self, req: SummaryRequest, fmt: int | None = None) -> dict[str, Any]:
+    def request_body(self, req: SummaryRequest, fmt: int | None = None) -> dict[str, JsonValue]:
         """The Chat Completions body; ``fmt`` indexes ``RESPONSE_FORMATS`` (default: the
         first this server accepted). A forked request continues the agent's (no format)."""
         if req.fork is not None:
             return forked_body(req.fork, fork_instruction(req), self.model, req.max_output_tokens)
         # No "tools" key at all (R11.3): even an empty list invites tool-call parsing.
-        body: dict[str, Any] = {
+        body: dict[str, JsonValue] = {
             "model": self.model,
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
@@ -156,7 +156,9 @@ class OpenAICompatibleSummarizer:
             dropped=dropped,
         )
 
-    async def _complete(self, client: httpx.AsyncClient, req: SummaryRequest) -> dict[str, Any]:
+    async def _complete(
+        self, client: httpx.AsyncClient, req: SummaryRequest
+    ) -> dict[str, JsonValue]:
         """The completion; a server that refuses the response format (``_refuses_format``)
         is asked again with the next one, remembered, so later calls start there."""
         if req.fork is not None:  # no response_format to refuse
@@ -177,8 +179,8 @@ class OpenAICompatibleSummarizer:
                 )
 
     async def _post_with_retries(
-        self, client: httpx.AsyncClient, body: dict[str, Any], req: SummaryRequest
-    ) -> dict[str, Any]:
+        self, client: httpx.AsyncClient, body: dict[str, JsonValue], req: SummaryRequest
+    ) -> dict[str, JsonValue]:
         headers = {"Content-Type": "application/json"}
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
@@ -226,7 +228,7 @@ class OpenAICompatibleSummarizer:
         return text.replace(self._api_key, "***") if self._api_key else text
 
 
-def completion_usage(payload: dict[str, Any]) -> Usage | None:
+def completion_usage(payload: Mapping[str, JsonValue]) -> Usage | None:
     """The completion's ``usage``, normalized (``domain.usage.parse_usage``: cached
     prompt tokens and reasoning tokens kept); None when the provider reports none or
     what it reports cannot be attributed to kinds of tokens. Usage is accounting (R18): a
@@ -242,7 +244,7 @@ def completion_usage(payload: dict[str, Any]) -> Usage | None:
         return None
 
 
-def _json_body(resp: httpx.Response) -> dict[str, Any]:
+def _json_body(resp: httpx.Response) -> dict[str, JsonValue]:
     try:
         payload = resp.json()
     except ValueError as exc:
@@ -268,16 +270,23 @@ def _format_name(index: int) -> str:
     return str(fmt["type"]) if fmt else "text"
 
 
-def completion_content(payload: dict[str, Any]) -> str:
+def completion_content(payload: Mapping[str, JsonValue]) -> str:
     """``choices[0].message.content`` (text parts joined); ``InvalidSummary`` otherwise."""
-    try:
-        content = payload["choices"][0]["message"]["content"]
-    except (KeyError, IndexError, TypeError) as exc:
+    choices = payload.get("choices")
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict) or "content" not in message:
         raise InvalidSummary(
             "completion has no message content", reason="unparseable", where="envelope"
-        ) from exc
+        )
+    content = message["content"]
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
-        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        content = "".join(_text_of(p) for p in content)
     if not isinstance(content, str) or not content.strip():
         raise InvalidSummary("completion content is not text", reason="unparseable")
     return content
+
+
+def _text_of(part: JsonValue) -> str:
+    text = part.get("text") if isinstance(part, dict) else None
+    return text if isinstance(text, str) else ""

@@ -8,14 +8,15 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+
+from pydantic import JsonValue
 
 from domain.compaction.drafts import SummaryRequest
 
 PROMPT_FILE = Path(__file__).with_name("prompt.md")
 
 
-def load_prompt(path: Path = PROMPT_FILE) -> tuple[str, dict[str, Any]]:
+def load_prompt(path: Path = PROMPT_FILE) -> tuple[str, dict[str, JsonValue]]:
     """The system prompt (the whole file, its JSON schema included, so that a server
     without structured output still sees it) and the schema from its ``json`` block."""
     text = path.read_text("utf-8").strip()
