@@ -49,7 +49,7 @@ from domain.context.state_packing import pack
 from domain.context.tokens import CachedCounter, TokenCounter
 from domain.window.budget import ModelProfile, enforce
 from schemas.settings import Settings
-from services.prepare.assembly.views import SAVE_MIN, SAVE_SHARE
+from services.prepare.assembly.views import SAVE_MIN, SAVE_SHARE, built_to_keep
 from storage.tokenizers import make_counter
 
 TARGET_MS = {10_000: 100.0, 100_000: 1000.0}  # issue 13: p99 of a cold prepare
@@ -159,7 +159,7 @@ async def measure(
             gc.collect()
             t0, c0 = time.perf_counter(), time.process_time()
             count = _counter(raw)
-            rend = load(await row.read(), count)
+            rend = load(await row.read(), count, building=built_to_keep)  # as Prepare's wiring
             assert rend is not None
             estimates.add(prepare(rend, records[stored_at:], count))
             cold.append((time.perf_counter() - t0) * 1000)
