@@ -6,8 +6,10 @@ or a package resource. The sub-packages import one another one way (no loops).""
 from __future__ import annotations
 
 import ast
+import functools
 import itertools
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,7 +54,12 @@ EDGE_MODULES = _modules(EDGE_FOLDERS)
 
 
 def _module_path(module: str) -> Path | None:
-    base = ROOT.joinpath(*module.split("."))
+    return _module_path_under(str(ROOT), module)
+
+
+@functools.lru_cache(maxsize=16384)
+def _module_path_under(root: str, module: str) -> Path | None:
+    base = Path(root).joinpath(*module.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -68,10 +75,37 @@ IO_METHODS = {
 }  # fmt: skip
 
 
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed, once per version of the file (each check walks the import closure
+    of its module: without this every module is parsed again for every test)."""
+    return _parse(str(path), path.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(path: str, _version: int) -> ast.Module:
+    return ast.parse(Path(path).read_text("utf-8"), filename=path)
+
+
 def _io_calls(path: Path) -> set[str]:
     """``line: name`` of every call in ``path`` that opens a file or a package resource."""
+    return set(_cached(_find_io_calls, path))
+
+
+def _cached(find: Callable[[Path], set[str]], path: Path) -> frozenset[str]:
+    """``find(path)``, once per version of the file and project root: every check walks
+    the import closure of its module, so without this each module is walked again for
+    every test."""
+    return _memo(find, str(path), path.stat().st_mtime_ns, str(ROOT))
+
+
+@functools.lru_cache(maxsize=16384)
+def _memo(find: Callable[[Path], set[str]], path: str, _version: int, _root: str) -> frozenset[str]:
+    return frozenset(find(Path(path)))
+
+
+def _find_io_calls(path: Path) -> set[str]:
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text("utf-8"), filename=str(path))):
+    for node in ast.walk(_tree(path)):
         if not isinstance(node, ast.Call):
             continue
         func = node.func
@@ -85,7 +119,11 @@ def _io_calls(path: Path) -> set[str]:
 def _imports(path: Path) -> set[str]:
     """Every module named by an import statement anywhere in ``path`` (absolute names):
     at module level, inside a function or a class, under ``if TYPE_CHECKING`` alike."""
-    tree = ast.parse(path.read_text("utf-8"), filename=str(path))
+    return set(_cached(_find_imports, path))
+
+
+def _find_imports(path: Path) -> set[str]:
+    tree = _tree(path)
     package = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
     found: set[str] = set()
     for node in ast.walk(tree):
