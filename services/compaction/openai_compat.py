@@ -28,7 +28,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import httpx
 from pydantic import JsonValue
@@ -38,7 +37,6 @@ from domain.compaction.drafts import (
     SummaryResult,
 )
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
-from domain.compaction.model_answer import read_answer
 from domain.summarizer.fork import forked_body
 from domain.usage import Usage, parse_usage
 from schemas.errors import InvalidRequest
@@ -48,6 +46,7 @@ from services.compaction.wording import (
     fork_instruction,
     render_segment,
 )
+from services.summarizers.answer import Caller, model_result
 from storage.tokenizers import make_counter
 
 log = logging.getLogger(__name__)
@@ -64,14 +63,6 @@ RESPONSE_FORMATS: tuple[dict[str, JsonValue] | None, ...] = (
     {"type": "json_object"},
     None,  # plain text: the schema is in the prompt, and the answer parser is lenient
 )
-
-
-@dataclass(frozen=True)
-class ModelSummaryResult(SummaryResult):
-    """A ``SummaryResult`` that also counts what ``read_answer`` left out of the model's
-    answer, by reason (``uncited``, ``outside_segment``, ``trimmed`` …)."""
-
-    dropped: Mapping[str, int] = field(default_factory=dict)
 
 
 # gen_ai.provider.name of a Chat Completions server (any OpenAI-compatible one included).
@@ -139,22 +130,10 @@ class OpenAICompatibleSummarizer:
         else:
             async with httpx.AsyncClient() as client:
                 payload = await self._complete(client, req)
-        draft, dropped = read_answer(completion_content(payload), req, self.count)
-        if dropped:
-            log.info("summary %s: left out of the answer %s", req.model_operation_id, dropped)
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        caller = Caller(self.name, self.model, PROVIDER)
         usage = completion_usage(payload)
-        return ModelSummaryResult(
-            draft=draft,
-            model_operation_id=req.model_operation_id,
-            input_tokens=usage.input_tokens if usage else 0,
-            output_tokens=usage.output_tokens if usage else 0,
-            elapsed_ms=(time.perf_counter() - started) * 1000.0,
-            adapter=self.name,
-            usage=usage,
-            model=self.model,
-            provider=PROVIDER,
-            dropped=dropped,
-        )
+        return model_result(req, completion_content(payload), self.count, usage, elapsed_ms, caller)
 
     async def _complete(
         self, client: httpx.AsyncClient, req: SummaryRequest

@@ -40,11 +40,11 @@ from pydantic import JsonValue
 
 from domain.compaction.drafts import SummaryRequest, SummaryResult
 from domain.compaction.errors import InvalidSummary, SummarizerFailed, SummarizerTimeout
-from domain.compaction.model_answer import read_answer
 from domain.summarizer.anthropic_fork import FORMAT, forked_messages_body
 from domain.summarizer.wording import Wording
 from domain.usage import Usage, parse_usage
 from schemas.errors import InvalidRequest
+from services.summarizers.answer import Caller, model_result
 from storage.tokenizers import make_counter
 
 log = logging.getLogger(__name__)
@@ -131,20 +131,9 @@ class AnthropicMessagesSummarizer:
                 where="content",
                 stop_reason=message.stop_reason,
             )
-        draft, dropped = read_answer(text, req, self.count)
-        if dropped:
-            log.info("summary %s: left out of the answer %s", req.model_operation_id, dropped)
-        return SummaryResult(
-            draft=draft,
-            model_operation_id=req.model_operation_id,
-            input_tokens=usage.input_tokens if usage else 0,
-            output_tokens=usage.output_tokens if usage else 0,
-            elapsed_ms=(time.perf_counter() - started) * 1000.0,
-            adapter=self.name,
-            usage=usage,
-            model=self.model,
-            provider=PROVIDER,
-        )
+        elapsed_ms = (time.perf_counter() - started) * 1000.0
+        caller = Caller(self.name, self.model, PROVIDER)
+        return model_result(req, text, self.count, usage, elapsed_ms, caller)
 
     async def _create(self, body: Mapping[str, Any], req: SummaryRequest) -> Message:
         """One call, the SDK's retries included; its errors as ours (R15.3)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from domain.compaction.gateway import SummaryGateway
 from domain.context.tokens import CachedCounter
 from schemas.settings import Settings
 from schemas.wire import CompactionOutcome, CompactionRequest
@@ -45,11 +46,12 @@ def _request(job: int, run: int, parent: str | None) -> CompactionRequest:
     )
 
 
-async def _chain(settings: Settings, jobs: FakeCompactionJobs) -> list[CompactionOutcome]:
+async def _chain(
+    settings: Settings, jobs: FakeCompactionJobs, summarizer: SummaryGateway | None = None
+) -> list[CompactionOutcome]:
     """A job every third run, each extending the previous summary."""
-    worker = bootstrap.build_worker(
-        settings, jobs, FakePublisher(), ExtractiveSummarizer(), COUNTER
-    )
+    gateway = summarizer or ExtractiveSummarizer()
+    worker = bootstrap.build_worker(settings, jobs, FakePublisher(), gateway, COUNTER)
     outcomes: list[CompactionOutcome] = []
     parent: str | None = None
     for k, run in enumerate(range(3, RUNS + 1, 3)):

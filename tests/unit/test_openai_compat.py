@@ -15,12 +15,9 @@ from domain.compaction.drafts import SourceItem, SummaryDraft, SummaryRequest
 from domain.compaction.errors import InvalidSummary, SummarizerFailed
 from domain.compaction.model_answer import SECTIONS, read_answer
 from domain.compaction.validate import validate_draft
-from services.compaction.openai_compat import (
-    RESPONSE_FORMATS,
-    ModelSummaryResult,
-    OpenAICompatibleSummarizer,
-)
+from services.compaction.openai_compat import RESPONSE_FORMATS, OpenAICompatibleSummarizer
 from services.compaction.wording import ANSWER_SCHEMA, PROMPT_FILE, SYSTEM_PROMPT
+from services.summarizers.answer import ModelSummaryResult
 from storage.tokenizers import make_counter
 from tests.support.model_server import Script, model_server
 

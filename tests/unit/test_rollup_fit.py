@@ -13,12 +13,9 @@ from domain.compaction.drafts import SummaryRequest, SummaryResult
 from domain.policy.context_policy import ROLLUP_FIT_SHARE, effective_policy
 from schemas.settings import Settings
 from schemas.wire import CompactionOutcome
-from services.compaction import bootstrap
 from services.compaction.extractive import ExtractiveSummarizer
-from storage.compaction.jobs import ParentSummary
 from tests.unit.fakes.compaction import FakeCompactionJobs, history
-from tests.unit.fakes.publisher import FakePublisher
-from tests.unit.test_compaction_rederive import COUNTER, RUNS, _request
+from tests.unit.test_compaction_rederive import RUNS, _chain
 
 MODEL = {"summarizer": "openai", "summarizer_base_url": "http://x", "summarizer_model": "m"}
 
@@ -36,26 +33,13 @@ class CountingSummarizer(ExtractiveSummarizer):
 
 
 async def chain(rollup: str, **settings: Any) -> tuple[list[CompactionOutcome], list[str]]:
-    """A job every third run, each extending the previous summary; the outcomes and the
-    summarizer's calls by op id."""
+    """The shared chain (a job every third run, each extending the previous summary) under
+    ``rollup``; the outcomes and the summarizer's calls by op id."""
     jobs = FakeCompactionJobs(history(RUNS, tokens=40))
     jobs.policy = effective_policy({"compaction": {"rollup": rollup}})[0]
     summarizer = CountingSummarizer()
     s = Settings(topic_records="records", topic_dead_letter="dead", **settings)
-    worker = bootstrap.build_worker(s, jobs, FakePublisher(), summarizer, COUNTER)
-    outcomes: list[CompactionOutcome] = []
-    parent: str | None = None
-    for k, run in enumerate(range(3, RUNS + 1, 3)):
-        out = await worker.handle(_request(k, run, parent))
-        assert out.status == "succeeded", (out.stage, out.reason)
-        body = json.loads(out.summary_json or "{}")
-        assert out.summary_id is not None
-        jobs.parents[out.summary_id] = ParentSummary(
-            body["draft"], body["text"], out.summary_tokens,
-            frozenset(out.covered_record_ids), out.covered_ranges,
-        )  # fmt: skip
-        parent = out.summary_id
-        outcomes.append(out)
+    outcomes = await _chain(s, jobs, summarizer)
     return outcomes, [r.model_operation_id for r in summarizer.requests]
 
 

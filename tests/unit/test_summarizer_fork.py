@@ -18,8 +18,9 @@ from domain.compaction.validate import validate_draft
 from domain.context.providers import prompt_cache_key, render
 from domain.summarizer.fork import AgentRequest, agent_request, same_model
 from domain.window.budget import ModelProfile
-from services.compaction.openai_compat import ModelSummaryResult, OpenAICompatibleSummarizer
+from services.compaction.openai_compat import OpenAICompatibleSummarizer
 from services.compaction.wording import SYSTEM_PROMPT
+from services.summarizers.answer import ModelSummaryResult
 from tests.support.model_server import Script, model_server
 
 PROFILE = ModelProfile("gpt-test", 128_000, 4_000, 1_000)
