@@ -4,23 +4,17 @@ Pure."""
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-
 import domain.compaction.extractive.salience as sal
 from domain.compaction.drafts import SourceItem
 from domain.compaction.extractive.fill import Candidates, Cap, Frag, _rank
 from domain.compaction.extractive.floor import ANSWERS, ASKS
+from domain.compaction.extractive.reading import ResultLines, Signal, read_result
 from domain.compaction.extractive.segmentation import (
     CJK_STOPS,
     echo_grams,
     is_question,
-    one_line,
     sentences,
 )
-from domain.compaction.extractive.signals import signal_lines
-
-READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
 
 # Tiers of the floor (``fill.Frag.tier``): dropped highest first when the bound binds.
 # ``T_STUB``: the stub of a result that succeeded and shows no error line ("read ok") —
@@ -41,13 +35,8 @@ FIXED = Cap(0.0, 0)  # a stub: never shortened (its text is a few characters)
 # A tool result's status as its stub says it.
 STATUS = {"ok": "ok", "error": "failed", "cancelled": "was cancelled", "unknown": "outcome unknown"}
 
-# Worth of a tool result's other lines in the greedy, by where they sit.
-PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
-PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
-PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
 DECAY_OUTPUT = 0.75  # repeated fragments of one part are worth less each time
 PRIOR_ROLLED = 0.2  # a rolled-up result line beyond its stub
-REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
 
 
 def _gap(before: str) -> str:
@@ -123,37 +112,19 @@ class Builder(Candidates):
             call = sal.render_call(name, args)
             self.floor(part, call, T_SIGNAL, CALL, sep="; " if k else " → ", cue=troubled)
 
-    def output(self, part: int, lines: list[str], found: list[int], failed: bool) -> None:
-        """A tool result's lines: those with an error signal (``found``) on the floor,
-        the last ranked up (a failed call's first line too when it has none); the
-        others for the greedy, with the shape of a line repeated n times worth about
-        sqrt(n) lines together."""
-        signal = {k: n for n, k in enumerate(found)}
-        if failed and not signal and lines:
-            signal = {0: 0}
-        shapes = [sal.shape(ln) for ln in lines]
-        counts = Counter(shapes)
-        for k, ln in enumerate(lines):
-            sep = ": " if k == 0 else " | "
-            if k in signal:
-                # the last error line (an exception, a verdict) ranks up; frames do not
-                text = sal.one_line(ln) or one_line(ln)
-                last = signal[k] == len(signal) - 1
-                self.floor(part, text, T_SIGNAL, SIGNAL, sep=sep, cue=last, inner=signal[k])
-                continue
-            if sal.is_noise(ln):
-                continue
-            scale = 1 / math.sqrt(counts[shapes[k]])
-            base = sal.W_ERROR * scale if sal.is_error(ln) else 0.0  # orders only
-            if k + 1 in signal or k + 2 in signal:
-                base += PRIOR_NEAR_SIGNAL
-            if k == 0:
-                base += PRIOR_OUTPUT_HEAD
-            elif k >= len(lines) - 2:
-                base += PRIOR_OUTPUT_TAIL
-            # a line whose shape repeats (progress, rows, hits) is never filler
-            layer = 1 if k == 0 else 2 if counts[shapes[k]] < REPEATED else 3
-            self.extra(part, sal.clip(ln, 200), base, sep=sep, layer=layer, scale=scale)
+    def output(self, part: int, read: ResultLines) -> None:
+        """A tool result's lines as ``reading`` read them: those with an error signal
+        on the floor, the others for the greedy (the inert ones counted only)."""
+        for use in read.uses:
+            if use is None:
+                self.skip(part)
+            elif isinstance(use, Signal):
+                cue = use.last
+                self.floor(part, use.text, T_SIGNAL, SIGNAL, sep=use.sep, cue=cue, inner=use.inner)
+            else:
+                worth = use.base
+                frag = Frag(use.text, part, 0, use.sep, use.feats, worth, DECAY_OUTPUT, use.layer)
+                self.frag(part, frag)
 
 
 def calls_of(item: SourceItem) -> list[tuple[str, str]]:
@@ -164,10 +135,6 @@ def calls_of(item: SourceItem) -> list[tuple[str, str]]:
     return []
 
 
-def result_lines(item: SourceItem) -> tuple[list[str], list[int]]:
-    """A result's non-blank lines (a huge one's head and tail) and its signal lines."""
-    text = item.text
-    if len(text) > READ_HEAD + READ_TAIL:
-        text = text[:READ_HEAD] + "\n" + text[-READ_TAIL:]
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    return lines, signal_lines(lines)
+def result_lines(item: SourceItem) -> ResultLines:
+    """A result read (``reading.read_result``): its lines, its signal lines, their uses."""
+    return read_result(item.text, (item.tool_status or "unknown") != "ok")

@@ -62,6 +62,7 @@ from domain.compaction.extractive.builder import (
 from domain.compaction.extractive.entries import add_entry
 from domain.compaction.extractive.fill import Fill, fact, path_list, render
 from domain.compaction.extractive.floor import keep_floor
+from domain.compaction.extractive.reading import ResultLines
 from domain.compaction.extractive.segmentation import (
     CHARS_PER_TOKEN,
     is_question,
@@ -90,9 +91,7 @@ ROLLUP_LEVEL = 60.0
 USER_KINDS = frozenset({"user_input", "supplement"})
 
 
-def _troubled(
-    segment: tuple[SourceItem, ...], results: dict[int, tuple[list[str], list[int]]]
-) -> set[int]:
+def _troubled(segment: tuple[SourceItem, ...], results: dict[int, ResultLines]) -> set[int]:
     """Assistant messages (by index) whose calls' results failed or show error lines:
     results after a message, up to the next one, answer its calls."""
     out: set[int] = set()
@@ -100,7 +99,7 @@ def _troubled(
     for i in range(len(segment) - 1, -1, -1):
         item = segment[i]
         if item.kind == "tool_outcome":
-            trouble = trouble or (item.tool_status or "unknown") != "ok" or bool(results[i][1])
+            trouble = trouble or (item.tool_status or "unknown") != "ok" or results[i].signals
         elif item.kind == "assistant_message":
             if trouble:
                 out.add(i)
@@ -213,9 +212,7 @@ def _assistant(
         b.floor(b.part(b.line("unresolved_questions"), item.record_id), q, T_SIGNAL, QUESTION)
 
 
-def _outcome(
-    b: Builder, item: SourceItem, read: tuple[list[str], list[int]], call: SourceItem | None
-) -> None:
+def _outcome(b: Builder, item: SourceItem, read: ResultLines, call: SourceItem | None) -> None:
     """A tool result: a cited stub (tool, status; the record id reads it back, R10.3)
     and its lines (``Builder.output``). Failures, or results with error lines, go to
     Failures, with the call's arguments when the call is a record of its own."""
@@ -224,11 +221,10 @@ def _outcome(
     line = b.line("failures")
     name = item.tool_name or "unnamed"
     part = b.part(line, item.record_id, f" {name} ", f"{name} ")
-    lines, found = read
-    trouble = failed or bool(found)
+    trouble = failed or read.signals
     tier = T_SIGNAL if trouble else T_STUB
-    b.floor(part, STATUS.get(status, status), tier, FIXED, cue=trouble, inner=len(lines) + 1)
-    b.output(part, lines, found, failed)
+    b.floor(part, STATUS.get(status, status), tier, FIXED, cue=trouble, inner=read.lines + 1)
+    b.output(part, read)
     if call is not None and failed:
         b.calls(b.part(line, call.record_id, " | call: "), call, troubled=True)
     if not trouble:
@@ -275,7 +271,7 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
         best = max(b.frags, key=lambda f: (f.tier is not None, -(f.tier or 0), f.part))
         best.text, best.kept = shorten(best.full or best.text, max(16, cap // 3)), True
     shortened = sum(1 for f in b.frags if f.kept and f.full and f.text != f.full)
-    left = sum(1 for f in b.frags if not f.kept)
+    left = sum(1 for f in b.frags if not f.kept) + b.inert
     sections = render(b)
     facts = [f for name in SECTION_TITLES for f in sections[name]]
     if not facts:
@@ -288,7 +284,7 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
     # id), or else what the draft covers.
     notes = [_notes(segment)]
     if left or shortened:
-        notes = [f"omitted {left} of {len(b.frags)} fragments, shortened {shortened}"]
+        notes = [f"omitted {left} of {len(b.frags) + b.inert} fragments, shortened {shortened}"]
     draft = SummaryDraft(
         verified_facts=tuple(sections["verified_facts"]),
         decisions=tuple(sections["decisions"]),

@@ -83,6 +83,7 @@ class Part:
     frags: list[int] = field(default_factory=list)
     kept: int = 0
     rank: int | None = None  # its place in time when not its record's (a rolled-up entry)
+    skipped: int = 0  # its inert fragments so far (``Candidates.skip``): not built
 
 
 @dataclass
@@ -105,6 +106,7 @@ class Candidates:
         self.parts: list[Part] = []
         self.frags: list[Frag] = []
         self.order: dict[str, int] = {}  # record id -> its place in the request
+        self.inert = 0  # fragments skipped (``skip``): counted, never built
 
     def line(
         self, section: str, head: str = "", bonus: float = 0.0, origin: str = "", key: str = ""
@@ -128,9 +130,18 @@ class Candidates:
 
     def frag(self, part: int, frag: Frag) -> None:
         p = self.parts[part]
-        frag.part, frag.index = part, len(p.frags)
+        frag.part, frag.index = part, len(p.frags) + p.skipped
         self.frags.append(frag)
         p.frags.append(len(self.frags) - 1)
+
+    def skip(self, part: int) -> None:
+        """A fragment of ``part`` that nothing would keep, counted but not built: tool
+        output of a repeated shape (``layer`` 3: never a top-up) worth less than
+        ``MIN_GAIN`` at most (its prior plus all its features, before any decay), so the
+        greedy finds it never eligible either. It still takes its place in the part
+        (``Frag.index``: what is adjacent) and counts among the fragments left out."""
+        self.parts[part].skipped += 1
+        self.inert += 1
 
 
 def id_cost(source_id: str) -> int:

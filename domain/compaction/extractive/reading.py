@@ -1,0 +1,141 @@
+"""A tool result read once: its lines, which carry an error signal, and what each of the
+others is worth to the greedy — a pure function of the result's text and whether the
+call failed, memoised by that content. Pure.
+
+A job over its bound summarizes everything it covers again from the records (R11.8,
+``core.finish``), so the same results are read at every job of a session: reading is
+most of what a draft costs, and it never changes. ``read_result`` keeps the last
+readings in a bounded LRU, keyed by the content itself (equal content, equal reading;
+no record id or session in the key), bounded by the characters it holds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import domain.compaction.extractive.salience as sal
+from domain.compaction.extractive.fill import MIN_GAIN
+from domain.compaction.extractive.segmentation import one_line
+from domain.compaction.extractive.signals import signal_lines
+
+READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
+# Worth of a tool result's other lines in the greedy, by where they sit.
+PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
+PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
+PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
+REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
+MEMO_CHARS = 8_000_000  # characters of result text whose readings stay memoised
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A line with an error signal: a floor fragment (``Builder.output``)."""
+
+    text: str
+    sep: str
+    inner: int  # its place among the result's signal lines
+    last: bool  # the last of them (the exception, the verdict): ranked up
+
+
+@dataclass(frozen=True)
+class Other:
+    """Any other line worth a fragment for the greedy: its features scaled by how often
+    its shape repeats in the result."""
+
+    text: str
+    sep: str
+    base: float  # prior and cue, scaled
+    layer: int  # ``fill.Frag.layer``
+    feats: Mapping[sal.Feature, float]
+
+
+# What a line becomes; None: an inert line (``fill.Candidates.skip``), counted only.
+LineUse = Signal | Other | None
+
+
+@dataclass(frozen=True)
+class ResultLines:
+    lines: int  # the result's non-blank lines (of a huge one: its head and tail)
+    signals: bool  # some line shows an error signal (by its shape, ``signals``)
+    uses: tuple[LineUse, ...]  # one per line that is not noise, in order
+
+
+def _read(text: str, failed: bool, inert: bool = True) -> ResultLines:
+    """``text``'s non-blank lines: those with an error signal (``found``) for the floor,
+    the last ranked up (a failed call's first line too when it has none); the others for
+    the greedy, with the shape of a line repeated n times worth about sqrt(n) lines
+    together. ``inert``: lines nothing would keep are marked None, not built."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    found = signal_lines(lines)
+    signal = {k: n for n, k in enumerate(found)}
+    if failed and not signal and lines:
+        signal = {0: 0}
+    shapes = [sal.shape(ln) for ln in lines]
+    counts = Counter(shapes)
+    uses: list[LineUse] = []
+    for k, ln in enumerate(lines):
+        sep = ": " if k == 0 else " | "
+        if k in signal:
+            said = sal.one_line(ln) or one_line(ln)
+            uses.append(Signal(said, sep, signal[k], signal[k] == len(signal) - 1))
+            continue
+        if sal.is_noise(ln):
+            continue
+        scale = 1 / math.sqrt(counts[shapes[k]])
+        base = sal.W_ERROR * scale if sal.is_error(ln) else 0.0  # orders only
+        if k + 1 in signal or k + 2 in signal:
+            base += PRIOR_NEAR_SIGNAL
+        if k == 0:
+            base += PRIOR_OUTPUT_HEAD
+        elif k >= len(lines) - 2:
+            base += PRIOR_OUTPUT_TAIL
+        # a line whose shape repeats (progress, rows, hits) is never filler
+        layer = 1 if k == 0 else 2 if counts[shapes[k]] < REPEATED else 3
+        clipped = sal.clip(ln, 200)
+        has = sal.features(clipped, path_weight=sal.W_PATH_OUTPUT, code_weight=sal.W_CODE)
+        feats = {f: w * scale for f, w in has.items()} if scale != 1.0 else has
+        if inert and layer == 3 and base + sum(feats.values()) < MIN_GAIN:
+            uses.append(None)  # never eligible in the greedy, never a top-up
+            continue
+        uses.append(Other(clipped, sep, base, layer, feats))
+    return ResultLines(len(lines), bool(found), tuple(uses))
+
+
+class _Memo:
+    """Readings by (text, failed), least recently used first out, bounded by the
+    characters of the texts they were read from."""
+
+    def __init__(self, chars: int, reader: Callable[[str, bool], ResultLines] = _read) -> None:
+        self.chars = chars
+        self.reader = reader
+        self.held = 0
+        self._readings: OrderedDict[tuple[str, bool], ResultLines] = OrderedDict()
+
+    def read(self, text: str, failed: bool) -> ResultLines:
+        key = (text, failed)
+        found = self._readings.get(key)
+        if found is not None:
+            self._readings.move_to_end(key)
+            return found
+        reading = self.reader(text, failed)
+        if len(text) <= self.chars:
+            self._readings[key] = reading
+            self.held += len(text)
+            while self.held > self.chars:
+                (old, _), _ = self._readings.popitem(last=False)
+                self.held -= len(old)
+        return reading
+
+
+_MEMO = _Memo(MEMO_CHARS)
+
+
+def read_result(text: str, failed: bool) -> ResultLines:
+    """``text`` (a tool result's, or a child's) read as ``Builder.output`` uses it;
+    memoised (the same content always reads the same)."""
+    if len(text) > READ_HEAD + READ_TAIL:  # key by what is read: a huge text's ends
+        text = text[:READ_HEAD] + "\n" + text[-READ_TAIL:]
+    return _MEMO.read(text, failed)

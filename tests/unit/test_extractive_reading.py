@@ -1,0 +1,127 @@
+"""A tool result is read once (``domain.compaction.extractive.reading``): the memoised
+reading is the reading, and a draft built from memoised readings, with the lines nothing
+would keep counted instead of built, is the draft built from every line read afresh
+(R11.3: the built-in summarizer is deterministic; R11.8: a job over its bound reads the
+same records again). Pure."""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+
+import pytest
+
+from domain.compaction.drafts import SourceItem, SummaryRequest
+from domain.compaction.extractive import extract_draft, reading
+from domain.compaction.extractive.reading import Other, ResultLines, Signal, read_result
+
+TRACEBACK = """collected 12 items
+tests/test_pay.py::test_refund PASSED
+Traceback (most recent call last):
+  File "src/pay/ledger.py", line 88, in post
+    raise LedgerError(code)
+LedgerError: LEDGER_SYNC_TIMEOUT after 30.5 s
+=== 1 failed, 11 passed in 4.20s ==="""
+
+
+def _listing(rng: random.Random, n: int) -> str:
+    """Lines of one shape (``benchmarks.agents``'s file): the greedy's inert lines."""
+    return "\n".join(
+        f"    v{rng.randrange(10**6)} = compute(a{rng.randrange(99)}, {rng.random():.6f})"
+        for _ in range(n)
+    )
+
+
+def _hits(rng: random.Random, n: int) -> str:
+    """A grep's hits: one shape, each naming a path (worth keeping, not inert)."""
+    return "\n".join(f"src/m{rng.randrange(9)}/f{k}.py:{rng.randrange(400)}: x" for k in range(n))
+
+
+def _segment(seed: int, questions: int) -> tuple[SourceItem, ...]:
+    rng = random.Random(seed)
+    items: list[SourceItem] = []
+
+    def add(kind: str, role: str, text: str, **kw: object) -> None:
+        n = len(items) + 1
+        items.append(SourceItem(f"rec_{n:032x}", n, kind, role, text, **kw))  # type: ignore[arg-type]
+
+    for q in range(questions):
+        add("user_input", "user", f"Q{q}: why does module m{rng.randrange(40)} fail?")
+        args = (("read_file", json.dumps({"path": f"src/m{q % 7}/file{q}.py"})),)
+        add("assistant_message", "assistant", "ResultLines it.", call_id=f"c{q}", arguments=args)
+        kind = q % 4
+        text = (_listing, _hits)[kind % 2](rng, 10 + 30 * (q % 3)) if kind < 2 else TRACEBACK
+        status = "error" if kind == 3 else "ok"
+        call = f"c{q}"
+        add("tool_outcome", "tool", text, tool_name="read_file", tool_status=status, call_id=call)
+        add("assistant_message", "assistant", f"Answer {q}: the guard in m{q}.py is missing.")
+    return tuple(items)
+
+
+def _request(segment: tuple[SourceItem, ...], tokens: int) -> SummaryRequest:
+    return SummaryRequest(segment, None, tokens, "job:model:0")
+
+
+def _fresh() -> reading._Memo:
+    """Readings that are never memoised and build every line."""
+    return reading._Memo(0, functools.partial(reading._read, inert=False))
+
+
+@pytest.mark.spec("R11.3")
+def test_a_memoised_reading_is_the_reading_and_its_text_is_the_key() -> None:
+    rng = random.Random(3)
+    for text, failed in [(TRACEBACK, False), (TRACEBACK, True), (_listing(rng, 40), False)]:
+        first = read_result(text, failed)
+        assert read_result(text, failed) is first  # memoised
+        assert first == reading._read(text, failed)  # what reading it again gives
+    # the same words, another record: the same reading; a failed call's reads otherwise
+    assert read_result(str(TRACEBACK), False) is read_result(TRACEBACK, False)
+    assert read_result(TRACEBACK, True) is not read_result(TRACEBACK, False)
+
+
+@pytest.mark.spec("R11.3")
+def test_the_memo_is_bounded_by_the_characters_it_holds() -> None:
+    memo = reading._Memo(100)
+    texts = [f"line {k}\n" * 4 for k in range(10)]  # 28 characters each
+    for t in texts:
+        memo.read(t, False)
+    assert memo.held <= 100
+    assert [key for key, _ in memo._readings] == texts[-3:]  # the least recently used out
+    memo.read(texts[-3], False)  # used again: now the newest
+    memo.read(texts[0], False)  # read again: the least recently used goes
+    assert [key for key, _ in memo._readings] == [texts[-1], texts[-3], texts[0]]
+    assert memo.held == 3 * 28
+
+
+@pytest.mark.spec("R11.3")
+def test_inert_lines_are_lines_of_a_repeated_shape_worth_too_little_to_keep() -> None:
+    rng = random.Random(5)
+    listing = read_result(_listing(rng, 40), False)
+    assert isinstance(listing.uses[0], Other)  # the first line: the trace the call ran
+    assert all(u is None for u in listing.uses[1:])
+    few = read_result(_hits(rng, 2), False)  # a shape not repeated: never inert
+    assert all(isinstance(u, Other) for u in few.uses)
+    many = read_result(_hits(rng, 40), False)  # forty hits of one shape: each worth little
+    assert many.uses[1:] == (None,) * 39
+    failed = read_result(TRACEBACK, True)
+    assert [u.text for u in failed.uses if isinstance(u, Signal)][
+        -1
+    ] == "1 failed, 11 passed in 4.20s"
+    assert failed == ResultLines(failed.lines, True, failed.uses)
+
+
+@pytest.mark.spec("R11.3", "R11.8")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("tokens", [120, 600, 2_000, 8_000])
+def test_a_draft_from_memoised_readings_is_the_draft_read_afresh(
+    seed: int, tokens: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    req = _request(_segment(seed, 24), tokens)
+    memoised = [extract_draft(req), extract_draft(req)]  # cold, then warm
+    # the segment has inert lines: skipped in the memoised drafts, built in the fresh one
+    results = [i for i in req.segment if i.kind == "tool_outcome"]
+    assert any(None in read_result(i.text, i.tool_status != "ok").uses for i in results)
+    monkeypatch.setattr(reading, "_MEMO", _fresh())
+    afresh = extract_draft(req)
+    assert memoised[0] == afresh and memoised[1] == afresh
