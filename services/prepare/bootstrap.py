@@ -163,6 +163,12 @@ def _gateway(
     return Gateway(calls, content, prepared, notes, hooks, calibration, access.space_of, releases)
 
 
+# Render states are stored for views of this many records or more: a smaller view
+# renders in full in a few tens of milliseconds after a restart, less than storing its
+# state at every new run costs.
+STORE_MIN_RECORDS = 1000
+
+
 def _thread_views(ports: Adapters, counter: CachedCounter) -> ThreadViews:
     # A cold load pauses this process's cyclic collector while it builds (built_to_keep).
     return ThreadViews(
@@ -171,6 +177,7 @@ def _thread_views(ports: Adapters, counter: CachedCounter) -> ThreadViews:
         states=ports.render_states,
         counting=counter.method,
         building=built_to_keep,
+        store_min=STORE_MIN_RECORDS,
     )
 
 

@@ -109,15 +109,19 @@ def record_view(r: asyncpg.Record) -> RecordView:
 
 # A hash join on the covered ids (``= ANY`` of a parameter array would scan the array
 # once per row: quadratic at 100k covered records).
-_INHERITED_FROM = (
+_RECORDS_OF_RUNS = (
     " FROM records r"
     " LEFT JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
     " LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
-    " LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"
-    " WHERE r.session_id=$1 AND r.session_sequence <= $2"
+)
+_INHERITABLE = (
     " AND r.visibility IN ('session', 'actor')"
     " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
     f"{_LIVE}"
+)
+_INHERITED_FROM = (
+    f"{_RECORDS_OF_RUNS} LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"
+    f" WHERE r.session_id=$1 AND r.session_sequence <= $2{_INHERITABLE}"
 )
 _ORDER = " ORDER BY r.session_sequence"
 _INHERITED = f"SELECT {_cols('c.id IS NOT NULL')}{_INHERITED_FROM}{_ORDER}"
@@ -132,6 +136,13 @@ _INHERITED_SHOWN = (
 )
 _INHERITED_UNREAD = f"SELECT count(*){_INHERITED_FROM} AND c.id IS NOT NULL AND NOT {_TRACKED}"
 _INHERITED_UNCOVERED = f"SELECT {_COLS}{_INHERITED_FROM} AND c.id IS NULL{_ORDER}"
+# The inherited records after $2, through $3 (a view continued from an earlier one): few,
+# read whole with whether a renderer tracks them; covered ids are checked in memory.
+_INHERITED_TAIL = (
+    f"SELECT {_COLS}, {_TRACKED} AS tracked{_RECORDS_OF_RUNS}"
+    f" WHERE r.session_id=$1 AND r.session_sequence > $2 AND r.session_sequence <= $3"
+    f"{_INHERITABLE}{_ORDER}"
+)
 
 
 class Inherited(NamedTuple):
@@ -280,6 +291,11 @@ class Threads(Protocol):
         """Records before the snapshot; ``covered`` ones only where a renderer tracks
         them (and then maybe without content), the others counted."""
 
+    async def inherited_tail(
+        self, session_id: str, after: int, through: int, covered: frozenset[str]
+    ) -> Inherited:
+        """``inherited``'s records after sequence ``after`` (through ``through``)."""
+
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int
     ) -> list[RecordView]:
@@ -302,6 +318,18 @@ class PgThreads:
     ) -> Inherited:
         async with self.pool.acquire() as conn:
             return await inherited_view(conn, session_id, through, covered)
+
+    async def inherited_tail(
+        self, session_id: str, after: int, through: int, covered: frozenset[str]
+    ) -> Inherited:
+        shown: list[RecordView] = []
+        unread = 0  # covered and untracked: counted, as ``inherited_view`` counts them
+        for r in await self.pool.fetch(_INHERITED_TAIL, session_id, after, through):
+            if r["record_id"] in covered and not r["tracked"]:
+                unread += 1
+            else:
+                shown.append(record_view(r))
+        return Inherited(shown, unread)
 
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int

@@ -11,6 +11,7 @@ import pytest
 from domain.context.rendering import RecordView, ThreadRenderer
 from storage.compaction.view_state import load_view_state
 from storage.records.threads import (
+    PgThreads,
     inherited_records,
     inherited_view,
     run_snapshot,
@@ -65,6 +66,11 @@ async def test_a_new_run_reads_the_records_it_shows_and_counts_the_covered_ones(
         every = await inherited_records(conn, sid, through, covered)
         shown = await inherited_view(conn, sid, through, covered)
         uncovered = await uncovered_records(conn, sid, through, covered)
+        # A view continued from an earlier boundary (services.prepare.assembly.history):
+        # the records before it as read then, the tail after it read alone.
+        cuts = sorted({0, 1, through // 3, through // 2, through - 1})
+        heads = [await inherited_view(conn, sid, cut, covered) for cut in cuts]
+    tails = [await PgThreads(db).inherited_tail(sid, cut, through, covered) for cut in cuts]
     assert covered and shown.unread > 0  # a summarized history: most of it not read
     assert len(shown.records) + shown.unread == len(every)
     assert [r.record_id for r in uncovered] == [
@@ -75,3 +81,9 @@ async def test_a_new_run_reads_the_records_it_shows_and_counts_the_covered_ones(
     assert lean.messages == full.messages
     assert lean.record_count == full.record_count == len(every)
     assert lean.tokens == full.tokens and lean.skill_loads == full.skill_loads
+    for head, tail in zip(heads, tails, strict=True):
+        records, unread = head.records + tail.records, head.unread + tail.unread
+        continued = _render(records, unread, covered, view.summary.summary_id)
+        assert continued.messages == full.messages
+        assert continued.record_count == full.record_count
+        assert continued.tokens == full.tokens and continued.skill_loads == full.skill_loads

@@ -24,6 +24,7 @@ from domain.context.rendering import CountFn, ThreadRenderer
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
 from schemas.errors import NotFound
+from services.prepare.assembly.history import Histories
 from storage.calls.render_states import RenderStates, StoredState
 from storage.records.threads import Snapshot, SummaryView, Threads
 
@@ -57,9 +58,12 @@ def built_to_keep() -> Iterator[None]:
 
 
 class ThreadViews:
-    """``states`` (optional) stores render states; ``counting`` names the counting method
-    behind ``count``, part of what a stored state must match; ``building`` is entered
-    around a stored state's load (``built_to_keep``: the process's collector paused)."""
+    """``states`` (optional) stores render states, of views of at least ``store_min``
+    records (a smaller one renders in full quickly); ``counting`` names the counting
+    method behind ``count``, part of what a stored state must match; ``building`` is
+    entered around a stored state's load (``built_to_keep``: the collector paused). A
+    new run's main view is continued from the session's inherited history kept in
+    memory (``history.Histories``) when one serves."""
 
     def __init__(
         self,
@@ -69,8 +73,11 @@ class ThreadViews:
         states: RenderStates | None = None,
         counting: str = "",
         building: render_state.Building = nullcontext,
+        store_min: int = 0,
     ) -> None:
         self.threads = threads
+        self.store_min = store_min
+        self.histories = Histories(capacity)
         self.building = building
         self.count = count
         self.capacity = capacity
@@ -136,11 +143,13 @@ class ThreadViews:
                 or (transfer is not None and rend.transfer != transfer)
             ):
                 # A new summary revision changes the view: rebuilt once (or continued from
-                # its stored state), then incremental.
-                rend = await self._restore(key, fp, summary)
+                # the session's history or its stored state), then incremental.
+                rend = await self._continued(snap, instance_id, fp, summary)
+                if rend is None:
+                    rend = await self._restore(key, fp, summary)
                 if rend is None:
                     rend = await self._rebuild(
-                        snap, instance_id, message_overhead, summary, large, transfer
+                        snap, instance_id, message_overhead, summary, large, transfer, fp
                     )
                 self._views[key] = rend
                 self._epochs[key] = epoch
@@ -157,6 +166,16 @@ class ThreadViews:
         return render_state.fingerprint(
             rend.overhead, rend.summary_id, epoch, rend.large, self.counting, rend.transfer
         )
+
+    async def _continued(
+        self, snap: Snapshot, instance_id: str, fp: str, summary: SummaryView | None
+    ) -> ThreadRenderer | None:
+        """A main view continued from the session's kept history (a new run's)."""
+        if instance_id != snap.main_instance_id:
+            return None
+        self._saved.pop((snap.session_id, snap.run_id, instance_id), None)
+        covered = summary.covered if summary else frozenset()
+        return await self.histories.continued(self.threads, snap, fp, covered)
 
     async def _restore(
         self, key: tuple[str, str, str], fp: str, summary: SummaryView | None
@@ -180,7 +199,7 @@ class ThreadViews:
     def _store(self, key: tuple[str, str, str], fp: str, rend: ThreadRenderer) -> None:
         """Store the state when none is (a full render) or the view grew enough since. The
         bytes are taken now, under the view's lock; the write runs beside the prepare."""
-        if self.states is None:
+        if self.states is None or rend.record_count < self.store_min:
             return
         saved = self._saved.get(key)
         if saved is not None and rend.last_sequence - saved < max(
@@ -216,6 +235,7 @@ class ThreadViews:
         summary: SummaryView | None,
         large: LargeResultSettings | None,
         transfer: ChildTransferPolicy | None = None,
+        fp: str = "",
     ) -> ThreadRenderer:
         rend = ThreadRenderer(
             self.count,
@@ -242,6 +262,8 @@ class ThreadViews:
             for rec in inherited.records:
                 rend.feed(rec, inherited=True)
             rend.record_count += inherited.unread  # fed, they would only be counted
+            through = snap.through_session_sequence
+            self.histories.keep(snap.session_id, fp, through, rend)  # the next run's start
             rend.seal_inherited()
         rend.last_sequence = snap.through_session_sequence
         return rend

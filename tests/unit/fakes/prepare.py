@@ -287,6 +287,11 @@ class FakeThreads:
         # it anyway (PgThreads reads only the tracked ones and counts the others).
         return Inherited([r for r in self.records if r.session_sequence <= through])
 
+    async def inherited_tail(
+        self, session_id: str, after: int, through: int, covered: frozenset[str]
+    ) -> Inherited:
+        return Inherited([r for r in self.records if after < r.session_sequence <= through])
+
     async def own(
         self, session_id: str, run_id: str, instance_id: str, after: int
     ) -> list[RecordView]:
