@@ -9,7 +9,7 @@ SCALE_SECONDS ?= 100
 export ALC_TOPIC_PARTITIONS ?= 4
 
 .DEFAULT_GOAL := help
-.PHONY: help setup up down status demo serve probe test lint typecheck unit bench soak clean peer-tests test-scale
+.PHONY: help setup up down status demo serve probe test lint typecheck unit bench gate soak clean peer-tests test-scale
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -70,6 +70,9 @@ bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, c
 	@$(PY) -m benchmarks.cost
 	@$(PY) -m benchmarks.agents
 	@$(PY) -m benchmarks.summary
+
+gate: up ## Regression gate (issue 37): HEAD against the last landed commit (.ci/gate-baseline), 2 alternating rounds of benchmarks.gate_probe; fails on a measure > 25% worse beyond the noise (build/bench/gate.json)
+	@$(PY) -m benchmarks.compare --gate
 
 soak: up ## Reliability soak: load + kill -9 of every service, Kafka/PG restarts; SOAK_SECONDS=300 (build/soak)
 	@$(PY) -m benchmarks.soak --seconds $(SOAK_SECONDS)

@@ -19,15 +19,18 @@ own defaults):
 Prints a markdown table (median of the rounds, min..max, after/before ratio) and writes
 ``build/bench/compare.json``. Needs the stack (``make up``), as ``make bench`` does.
 
-``--gate`` (issue 37's regression gate): ``--baseline`` (default ``HEAD~1``, the last
-landed commit in a fresh clone of main) against ``HEAD``, 2 alternating rounds of the
-short set ``GATE`` — ``benchmarks.run`` with the aiokafka driver (the processor's CPU
-per event while draining, Prepare's server-side p99 at 10k records) and
-``benchmarks.agents --quick`` (CPU per agent step of our processes, 8 agents). It fails
-(exit 1, the table printed) when a gated measure is more than 25% worse beyond the
-rounds' noise: when even the after side's best round is worse than 1.25 x the before
-side's worst round (``gate_verdicts``). A measure the baseline does not have yet (a
-benchmark it lacks) is not gated; one the after side lost fails.
+``--gate`` (issue 37's regression gate, a step of ``.ci/run``): the last landed commit
+(``.ci/gate-baseline``; ``--baseline`` another) against ``HEAD``, 2 alternating rounds of
+the short set ``GATE``: ``benchmarks.gate_probe`` (one service set a round, ~30 s: CPU
+per agent step of our processes at 8 agents, the processor's CPU per event over a
+15k-event burst, Prepare's server-side p99 at 10k records). This checkout's probe runs
+on both sides (``python -P``, the side's worktree first on ``PYTHONPATH``), so that both
+run one workload on their own code. It fails (exit 1, the table printed) when a gated
+measure is more than 25% worse beyond the rounds' noise: when even the after side's
+best round is worse than 1.25 x the before side's worst round (``gate_verdicts``). A
+measure the baseline does not have (its code cannot run the probe) is not gated; one
+the after side lost fails. A baseline that is not in the clone (a shallow clone, a
+rewritten history), or no code change since it, is reported and passes.
 """
 
 from __future__ import annotations
@@ -81,20 +84,20 @@ FULL: dict[str, list[str]] = {
     "prepare_cold": ["--sizes", "100000"],
 }
 
-# The gate's short set: ~1.5 min a round of both sides on our 2-core machine.
-GATE: dict[str, list[str]] = {
-    "run_aiokafka": [
-        *("--drivers", "aiokafka", "--events", "10000"),
-        *("--prepare-sizes", "10000", "--prepare-calls", "200"),
-    ],
-    "agents": ["--quick"],
-}
+# The gate's short set: ~35 s a round of each side on our 2-core machine.
+GATE: dict[str, list[str]] = {"gate_probe": []}
 # Gated measures (all lower is better) and the worsening that fails the gate.
 GATED = (
-    "processor CPU µs/event (aiokafka, drain)",
+    "processor CPU µs/event (ingest burst)",
     "CPU ms per agent step, our processes (8 agents)",
     "prepare 10k p99 ms (HTTP, server)",
 )
+# The commit the gate compares with: the last landed one (.ci/gate-baseline says how it
+# is updated); its first word that is not a comment is a full sha.
+BASELINE_FILE = REPO / ".ci" / "gate-baseline"
+# Run from this checkout (``python -P`` the file: the side's worktree stays first on
+# sys.path), not from the side's worktree: one workload for both sides.
+OWN_SCRIPT = {"gate_probe"}
 GATE_LIMIT = 0.25
 
 Metrics = dict[str, float]
@@ -180,6 +183,15 @@ def _agents(data: dict[str, Any]) -> Metrics:
     return m
 
 
+def _probe(data: dict[str, Any]) -> Metrics:
+    m = _agents({"levels": [data["agents"]]})
+    p = data["prepare"]
+    m["processor CPU µs/event (ingest burst)"] = data["processor_cpu_us_per_event"]
+    m["prepare 10k p50 ms (HTTP, server)"] = p["server_p50_ms"]
+    m["prepare 10k p99 ms (HTTP, server)"] = p["server_p99_ms"]
+    return m
+
+
 # Where each benchmark's numbers are read: its JSON report, or (the faust driver's run)
 # its log: benchmarks.run prints the processor's CPU per event while draining, before its
 # no-op faust ceiling, which does not authenticate to a SASL broker and then fails the run.
@@ -189,7 +201,14 @@ READERS: dict[str, tuple[str, Callable[[Any], Metrics]]] = {
     "run_aiokafka": ("results.json", _aiokafka),
     "prepare_cold": ("prepare_cold.json", _cold),
     "agents": ("agents.json", _agents),
+    "gate_probe": ("gate_probe.json", _probe),
 }
+
+
+def _command(name: str) -> list[str]:
+    if name in OWN_SCRIPT:
+        return [sys.executable, "-P", str(REPO / "benchmarks" / f"{name}.py")]
+    return [sys.executable, "-m", f"benchmarks.{'run' if name.startswith('run_') else name}"]
 
 
 def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, list[str]]:
@@ -213,12 +232,7 @@ def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, li
         t0 = time.monotonic()
         with log_file.open("w") as fh:
             rc = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    f"benchmarks.{'run' if name.startswith('run_') else name}",
-                    *args,
-                ],
+                [*_command(name), *args],
                 cwd=wt,
                 env=env,
                 stdout=fh,
@@ -288,6 +302,29 @@ def table(
     return "\n".join(lines)
 
 
+def recorded_baseline(path: Path = BASELINE_FILE) -> str | None:
+    """The commit ``path`` records: its first word outside ``#`` comments."""
+    if not path.is_file():
+        return None
+    for line in path.read_text().splitlines():
+        if words := line.split("#", 1)[0].split():
+            return words[0]
+    return None
+
+
+def gate_skip(before: str | None, after: str) -> str | None:
+    """Why the gate has nothing to compare (None: it has)."""
+    if before is None:
+        return f"no baseline recorded in {BASELINE_FILE.relative_to(REPO)}"
+    known = ["git", "-C", str(REPO), "cat-file", "-e", f"{before}^{{commit}}"]
+    if subprocess.run(known, capture_output=True).returncode != 0:
+        return f"no baseline: {before[:12]} is not in this clone"
+    same = ["git", "-C", str(REPO), "diff", "--quiet", before, after, "--", "."]
+    if subprocess.run([*same, f":(exclude){BASELINE_FILE.relative_to(REPO)}"]).returncode == 0:
+        return f"no change since the baseline {before[:12]}"
+    return None
+
+
 def rounds(
     trees: dict[str, Path], opts: dict[str, list[str]], n: int
 ) -> tuple[dict[str, list[Metrics]], dict[str, list[str]]]:
@@ -311,13 +348,17 @@ def main() -> None:
     )
     ap.add_argument("--full", action="store_true", help="the benchmarks' larger defaults")
     ap.add_argument("--gate", action="store_true", help="the regression gate (module doc)")
-    ap.add_argument("--baseline", default="HEAD~1", help="--gate: the commit to compare with")
+    ap.add_argument("--baseline", help="--gate: the commit to compare with (.ci/gate-baseline)")
     ap.add_argument("--only", help="these benchmarks of the set (e.g. agents,run_aiokafka)")
     ap.add_argument("--agents", help="benchmarks.agents at these K (e.g. 48) for the set's")
     ap.add_argument("--keep-worktrees", action="store_true")
     args = ap.parse_args()
     if args.gate:
-        args.before, args.after = args.before or args.baseline, args.after or "HEAD"
+        args.before = args.before or args.baseline or recorded_baseline()
+        args.after = args.after or "HEAD"
+        if (why := gate_skip(args.before, args.after)) is not None:
+            print(f"gate: ok, nothing compared: {why}")
+            return
     if not (args.before and args.after):
         ap.error("BEFORE and AFTER, or --gate")
     n = max(2, args.rounds or (2 if args.gate else 3))

@@ -3,9 +3,19 @@ measure fails only when it is more than 25% worse beyond the rounds' spread."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from benchmarks.compare import GATED, _agents, _aiokafka, gate_verdicts, summarize, table
+from benchmarks.compare import (
+    GATED,
+    _probe,
+    gate_skip,
+    gate_verdicts,
+    git,
+    recorded_baseline,
+    summarize,
+    table,
+)
 
 CPU, STEP, P99 = GATED
 
@@ -38,12 +48,34 @@ def test_the_table_shows_the_gate_column() -> None:
     assert f"| {CPU} | 100.00 (100.00..100.00) | 200.00 (200.00..200.00) | 2.00 | FAILED" in text
 
 
-def test_readers_name_the_gated_measures() -> None:
-    agents = {"levels": [{"agents": 8, "cpu_ms_per_step": {"ours": 60.0},
-                          "steps_per_s": 9.0, "prepare_p99_ms": 800.0}]}  # fmt: skip
-    run = {
-        "ingest": {"processor_cpu_us_per_event": 300, "processor_drain_events_per_s": 3000},
-        "prepare": [{"records": 10_004, "server_p50_ms": 5.0, "server_p99_ms": 12.0}],
-    }
-    found = {**_agents(agents), **_aiokafka(run)}
-    assert {k: found[k] for k in GATED} == {CPU: 300, STEP: 60.0, P99: 12.0}
+def test_the_probe_reader_names_the_gated_measures() -> None:
+    probe = {
+        "agents": {"agents": 8, "cpu_ms_per_step": {"ours": 60.0}, "steps_per_s": 9.0,
+                   "prepare_p99_ms": 800.0},
+        "processor_cpu_us_per_event": 300.0,
+        "prepare": {"records": 10_001, "server_p50_ms": 5.0, "server_p99_ms": 12.0},
+    }  # fmt: skip
+    assert {k: _probe(probe)[k] for k in GATED} == {CPU: 300.0, STEP: 60.0, P99: 12.0}
+
+
+def test_the_baseline_is_the_first_word_outside_comments(tmp_path: Path) -> None:
+    f = tmp_path / "gate-baseline"
+    f.write_text("# how it is updated\n\n  " + "a" * 40 + "  landed # note\n" + "b" * 40 + "\n")
+    assert recorded_baseline(f) == "a" * 40
+    f.write_text("# only comments\n")
+    assert recorded_baseline(f) is None
+    assert recorded_baseline(tmp_path / "absent") is None
+
+
+def test_the_recorded_baseline_is_a_commit_of_this_repository() -> None:
+    sha = recorded_baseline()
+    assert sha is not None and len(sha) == 40
+    assert git("rev-parse", f"{sha}^{{commit}}") == sha
+
+
+def test_a_baseline_missing_from_the_clone_or_unchanged_is_reported_not_compared() -> None:
+    head = git("rev-parse", "HEAD")
+    assert gate_skip(None, "HEAD") == "no baseline recorded in .ci/gate-baseline"
+    assert gate_skip("0" * 40, "HEAD") == "no baseline: 000000000000 is not in this clone"
+    assert gate_skip(head, "HEAD") == f"no change since the baseline {head[:12]}"
+    assert gate_skip(git("rev-list", "--max-parents=0", "HEAD").split()[0], "HEAD") is None

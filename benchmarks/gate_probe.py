@@ -1,0 +1,199 @@
+"""``python -m benchmarks.gate_probe``: one round of the regression gate's three measures
+(issue 37 item 4) on one service set, started once: ~30 s on our 2-core machine.
+
+``benchmarks.compare --gate`` runs it once per side per round, alternating, with the
+code of the side's commit (cwd and ``PYTHONPATH`` the side's worktree; the probe itself
+is this checkout's file, run with ``python -P``, so that both sides run one workload).
+What it measures, in this order, on a database, topics and groups of its own against
+the stack ``make up`` (or the tests) started — Prepare, the processor, the compaction
+and analytics services as their own OS processes, as ``benchmarks.agents`` runs them:
+
+1. CPU per agent step: ``--agents`` agents (``benchmarks.agents``' loop: a question, a
+   tool call, two prepares, compaction every 4 questions), ``--warmup`` s, then a window
+   of ``--seconds``: CPU ms per step of our processes (SDK, services, broker,
+   PostgreSQL), as ``benchmarks.agents`` reports it;
+2. the processor's CPU per event: ``--events`` events over 50 sessions (as
+   ``benchmarks.run`` ingests) sent at once, the processor's CPU (its offloaded child
+   included) from the send until the last one is committed, per event;
+3. Prepare's p99 at 10k records: a thread of ``--records`` records, then
+   ``--prepare-calls`` prepares of it, one at a time: the server's assemble time
+   (``timing.assemble_ms``) p50 and p99, as ``benchmarks.run`` measures it.
+
+Writes ``build/bench/gate_probe.json`` under the cwd (the side's worktree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from benchmarks import agents as ag
+from benchmarks import run as rn
+from benchmarks.soak import admin, free_port, provision, scratch_env
+from devstack.launcher import Proc, ServiceSet, service_set
+from schemas.settings import Settings
+from services.sdk.client import ContextClient
+from storage.pool import create_pool
+
+OUT = Path.cwd() / "build" / "bench"
+SESSIONS = 50
+T0 = time.monotonic()
+
+
+def log(msg: str) -> None:
+    print(f"[gate-probe {time.monotonic() - T0:5.1f} s] {msg}", flush=True)
+
+
+def last(sent: list[tuple[int, int]]) -> dict[int, int]:
+    """The last offset sent to each partition."""
+    out: dict[int, int] = {}
+    for p, o in sent:
+        out[p] = max(out.get(p, -1), o)
+    return out
+
+
+def start(services: ServiceSet) -> None:
+    """The four services at once (``ServiceSet.start`` starts them one after the other,
+    for Prepare to create the topics first: ``provision`` has created them here)."""
+    procs = [services.prepare, services.processor, services.compaction, services.analytics]
+    with ThreadPoolExecutor(len(procs)) as pool:
+        for done in [pool.submit(p.start) for p in procs if p is not None]:
+            done.result()
+
+
+async def agent_steps(
+    c: ContextClient, args: argparse.Namespace, services: ServiceSet, s: Settings, db: str
+) -> dict[str, Any]:
+    rel = await c.register_release(
+        agent_id="agents", instructions="You are a careful engineer. Answer from the tools.",
+        tool_catalog=ag.TOOLS, model_profile=ag.PROFILE, context_policy=ag.POLICY,
+    )  # fmt: skip
+    lv = ag.Level(args.agents, args.warmup, args.seconds)
+    row = await ag.level(c, rel["release_id"], lv, services, s, db)
+    log(ag.line(row))
+    return row
+
+
+async def ingest(
+    c: ContextClient, rel: str, s: Settings, processor: Proc, args: argparse.Namespace
+) -> tuple[float, Any]:
+    """One burst, sent at once: a thread of ``--records`` records (the prepares' thread)
+    and ``--events`` events over 50 sessions (as ``benchmarks.run`` ingests), interleaved;
+    the processor's CPU µs per event from the send until the last one is committed, and
+    the thread's run."""
+    thread = await c.start_run(await c.open_session(ag.SPACE, "bench", rel))
+    runs = [thread]
+    for _ in range(SESSIONS):
+        runs.append(await c.start_run(await c.open_session(ag.SPACE, "bench", rel)))
+    rounds = max(1, args.events // (SESSIONS * 5))
+    per_run = [await rn._events_for(r, rounds, "g") for r in runs[1:]]
+    stream = [evs[i] for i in range(rounds * 5) for evs in per_run]
+    own = (await rn._events_for(thread, max(1, args.records // 5), "p"))[: args.records]
+    stream = [e for pair in zip(own, stream, strict=False) for e in pair] + (
+        own[len(stream) :] + stream[len(own) :]
+    )
+    pool = await create_pool(s.pg_dsn, 1, 2)
+    try:
+        cpu0 = rn.cpu_seconds(processor)[1]
+        t0 = time.perf_counter()
+        await rn.wait_offsets(pool, s, last(await c.producer.send_many(stream)), timeout=180)
+        took, cpu = time.perf_counter() - t0, rn.cpu_seconds(processor)[1] - cpu0
+    finally:
+        await pool.close()
+    us = cpu / len(stream) * 1e6
+    log(f"{len(stream)} events committed in {took:.1f} s; processor CPU {us:,.0f} µs per event")
+    return us, thread
+
+
+async def prepare_p99(c: ContextClient, url: str, run: Any, calls: int) -> dict[str, Any]:
+    """``calls`` prepares of the thread ``run``, one at a time (after a first one that
+    builds its view): the server's assemble time."""
+    first = await rn.first_prepare(c, run)
+    server = []
+    body = {"purpose": "action", "instance_id": run.instance_id}
+    path = f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare"
+    async with httpx.AsyncClient(base_url=url, timeout=60, headers=c.http.headers) as http:
+        for _ in range(calls):
+            r = await http.post(path, json=body)
+            r.raise_for_status()
+            server.append(orjson.loads(r.content)["timing"]["assemble_ms"])
+    row = {
+        "records": first["record_count"],
+        "calls": calls,
+        "server_p50_ms": round(rn.pct(server, 50), 3),
+        "server_p99_ms": round(rn.pct(server, 99), 3),
+    }
+    log(f"prepare at {row['records']} records: server p50 {row['server_p50_ms']} ms,"
+        f" p99 {row['server_p99_ms']} ms ({calls} calls)")  # fmt: skip
+    return row
+
+
+async def probe(
+    args: argparse.Namespace, services: ServiceSet, s: Settings, url: str, key: str, db: str
+) -> dict[str, Any]:
+    async with ContextClient(s.kafka_bootstrap, url, s.topic_records, api_key=key) as c:
+        steps = await agent_steps(c, args, services, s, db)
+        rel = await c.register_release(
+            agent_id="bench", instructions="Benchmark agent.", model_profile=rn.PROFILE
+        )
+        cpu_us, thread = await ingest(c, rel["release_id"], s, services.processor, args)
+        prep = await prepare_p99(c, url, thread, args.prepare_calls)
+    return {"agents": steps, "processor_cpu_us_per_event": round(cpu_us, 1), "prepare": prep}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agents", type=int, default=8)
+    ap.add_argument("--warmup", type=float, default=3.0)
+    ap.add_argument("--seconds", type=float, default=8.0)
+    ap.add_argument("--events", type=int, default=5_000)
+    ap.add_argument("--records", type=int, default=10_000)
+    ap.add_argument("--prepare-calls", type=int, default=120)
+    args = ap.parse_args()
+    t0 = time.monotonic()
+    base = Settings()
+    tag = uuid.uuid4().hex[:6]
+    db = f"alc_gate_{tag}"
+    asyncio.run(admin(base.pg_dsn, f'CREATE DATABASE "{db}"'))
+    port = free_port()
+    os.environ.update(scratch_env("gate", tag, base.pg_dsn))
+    os.environ.update({
+        "ALC_ANALYTICS_GROUP": f"alc-gate-analytics-{tag}",
+        "ALC_PROCESSOR_INSTANCE_ID": f"gate-{tag}",
+        "ALC_COMPACTION_INSTANCE_ID": f"gate-compaction-{tag}",
+        "ALC_PREPARE_PORT": str(port),
+    })  # fmt: skip
+    s = Settings()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    services = service_set(env, OUT / f"logs-gate-{tag}", Path.cwd(), "127.0.0.1", port,
+                           sys.executable)  # fmt: skip
+    try:
+        key = asyncio.run(provision(s, ag.SPACE))
+        start(services)
+        log(f"services up in {time.monotonic() - t0:.1f} s (database {db})")
+        result = asyncio.run(probe(args, services, s, f"http://127.0.0.1:{port}", key, db))
+    finally:
+        log("stopping")
+        services.stop()
+        log("stopped")
+        asyncio.run(admin(base.pg_dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+    result["seconds"] = round(time.monotonic() - t0, 1)
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "gate_probe.json").write_text(json.dumps(result, indent=2))
+    log(f"done in {result['seconds']} s; wrote {OUT / 'gate_probe.json'}")
+    sys.exit(1 if result["agents"]["errors"] else 0)
+
+
+if __name__ == "__main__":
+    main()
