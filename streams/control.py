@@ -12,6 +12,7 @@ the effects are published only once the transaction has committed.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -63,23 +64,31 @@ def _new_job_id() -> str:
     return f"cmp_{uuid.uuid4().hex[:16]}"
 
 
-async def apply_controls(store: ControlStore, events: list[ControlEvent]) -> ControlResult:
+async def apply_controls(
+    store: ControlStore, events: list[ControlEvent], *, isolate: bool = True
+) -> ControlResult:
     """Apply ``events`` in order, each in a savepoint of the caller's transaction: one
     that raises (anything but a transient infrastructure error, which is re-raised so
     the batch is retried) is undone alone and returned in ``failures`` for the dead-letter
-    topic — it never stops the partition (R15.3)."""
+    topic — it never stops the partition (R15.3).
+
+    ``isolate=False``: no savepoints (two round trips each), and whatever raises is
+    raised — for a caller that then applies the whole batch again with ``isolate``
+    (``streams.processor``: failures are rare, savepoints cost every event)."""
     requests: list[CompactionRequest] = []
     notes: list[ObservabilityEvent] = []
     failures: list[ControlFailure] = []
     reports = commits = refusals = 0
     for ev in events:
         try:
-            async with store.transaction():  # nested: a savepoint
+            async with store.transaction() if isolate else contextlib.nullcontext():
                 if isinstance(ev.body, BudgetObservation):
                     effects = await observe(store, ev, ev.body)
                 else:
                     effects = await settle(store, ev, ev.body)
         except Exception as exc:
+            if not isolate:
+                raise
             if is_transient(exc):
                 raise
             # Nothing of it is published: its effects were undone with the savepoint.

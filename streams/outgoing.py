@@ -4,8 +4,10 @@ sent only once it committed."""
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 from domain.planning.state import SCOPE_MISMATCH, BatchPlan, Incoming, NewRecord
 from schemas.contracts import built
@@ -16,10 +18,14 @@ from schemas.wire import (
     ObservabilityEvent,
     encode_committed,
     encode_compaction_request,
+    encode_dead_letter,
     encode_observability,
+    fit_dead_letter,
 )
 from storage.records.session_states import ExistingRecord
 from streams.kafka.publish import Message
+
+log = logging.getLogger("agentloom.processor")
 
 
 @dataclass(frozen=True)
@@ -214,3 +220,31 @@ def dead_letter_note(dl: DeadLetter) -> ObservabilityEvent:
 
 def _committed(config: ProcessorConfig, rec: CommittedRecord) -> Message:
     return (config.topic_committed, rec.session_id.encode(), encode_committed(rec))
+
+
+def messages(
+    config: ProcessorConfig,
+    effects: Effects,
+    originals: Mapping[tuple[int, int], tuple[bytes | None, bytes | None]],
+) -> list[Message]:
+    """Everything ``effects`` publishes, in order: the committed records, each dead letter
+    with the original key and value of its (partition, offset) in ``originals`` and its
+    note, then the rest."""
+    out: list[Message] = list(effects.committed)
+    for dl in effects.dead:
+        raw = originals.get((dl.source_partition, dl.source_offset))
+        if raw is not None and dl.value is None:
+            dl = replace(dl, key=raw[0], value=raw[1])
+        # Cut to what the producer accepts: a ~1 MB original must not stall us.
+        dl = fit_dead_letter(dl)
+        out.append((config.topic_dead_letter, dl.key, encode_dead_letter(dl)))
+        note = encode_observability(dead_letter_note(dl))  # R18: by reason, for analytics
+        out.append((config.topic_observability, dl.key, note))
+        log.warning(
+            "dead letter %s at %s:%d: %s",
+            dl.reason_code,
+            config.topic_records,
+            dl.source_offset,
+            dl.reason[:300],
+        )
+    return out + effects.other

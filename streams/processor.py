@@ -35,9 +35,6 @@ from schemas.wire import (
     CompactionRequest,
     DeadLetter,
     ObservabilityEvent,
-    encode_dead_letter,
-    encode_observability,
-    fit_dead_letter,
 )
 from storage.processor_store import ProcessingStore, ProcessingStores
 from storage.records.frontier import RETIRED
@@ -47,8 +44,8 @@ from streams.admission import Admission, Admitted, Control, Item, RawMessage, re
 from streams.control import apply_controls, preempt
 from streams.envelopes import Authenticator
 from streams.faults import describe_failure, is_transient
-from streams.kafka.publish import Message, Publisher
-from streams.outgoing import Effects, ProcessorConfig, dead_letter_note, encode_applied
+from streams.kafka.publish import Publisher
+from streams.outgoing import Effects, ProcessorConfig, encode_applied, messages
 
 __all__ = ["BatchProcessor", "BatchResult", "Control", "Item", "RawMessage"]
 
@@ -149,7 +146,15 @@ class BatchProcessor:
         effects = Effects(dead=await record_refusals(store, admitted))
         items = admitted.items
         try:
-            effects.add(await self._attempt(store, items, offsets))
+            try:
+                effects.add(await self._attempt(store, items, offsets, careful=False))
+            except Exception as exc:
+                if is_transient(exc):
+                    raise
+                # Again with a savepoint around each control event and the pre-emptive
+                # check: what fails there is undone alone and the rest commits.
+                log.warning("batch of %d failed (%r): applying it again", len(items), exc)
+                effects.add(await self._attempt(store, items, offsets))
             return effects
         except Exception as exc:
             if is_transient(exc):
@@ -170,32 +175,22 @@ class BatchProcessor:
     async def publish(self, batch: list[RawMessage], effects: Effects) -> None:
         """Send what the transactions committed. ``handle`` then waits for every
         acknowledgement (``flush``): only then may the caller commit the offsets."""
-        out: list[Message] = list(effects.committed)
-        raw_by_offset = {(m.partition, m.offset): m for m in batch}
-        for dl in effects.dead:
-            raw = raw_by_offset.get((dl.source_partition, dl.source_offset))
-            if raw is not None and dl.value is None:
-                dl = DeadLetter(**{**dl.__dict__, "key": raw.key, "value": raw.value})
-            # Cut to what the producer accepts: a ~1 MB original must not stall us.
-            dl = fit_dead_letter(dl)
-            out.append((self.config.topic_dead_letter, dl.key, encode_dead_letter(dl)))
-            note = encode_observability(dead_letter_note(dl))  # R18: by reason, for analytics
-            out.append((self.config.topic_observability, dl.key, note))
-            log.warning(
-                "dead letter %s at %s:%d: %s",
-                dl.reason_code,
-                self.config.topic_records,
-                dl.source_offset,
-                dl.reason[:300],
-            )
-        out += effects.other
-        await self.publisher.send_many(out)
+        originals = {(m.partition, m.offset): (m.key, m.value) for m in batch}
+        await self.publisher.send_many(messages(self.config, effects, originals))
 
     async def _attempt(
-        self, store: ProcessingStore, items: list[Item], offsets: dict[int, int]
+        self,
+        store: ProcessingStore,
+        items: list[Item],
+        offsets: dict[int, int],
+        careful: bool = True,
     ) -> Effects:
         """One transaction over ``items`` (in offset order); everything to publish is
-        encoded inside it, so that not even an encoding error can follow a commit."""
+        encoded inside it, so that not even an encoding error can follow a commit.
+        ``careful``: each control event and the pre-emptive check in a savepoint, what
+        fails there undone alone; without, the first failure fails the transaction
+        (``transact`` then applies the batch again, carefully: no savepoint's two round
+        trips while nothing fails)."""
         plan = BatchPlan()
         existing: dict[tuple[str, str], ExistingRecord] = {}
         requests: list[CompactionRequest] = []
@@ -212,7 +207,7 @@ class BatchProcessor:
                     continue
                 await self._apply_records(store, chunk, plan, existing)
                 chunk = []
-                applied = await apply_controls(store, [item.event])
+                applied = await apply_controls(store, [item.event], isolate=careful)
                 requests += applied.requests
                 notes += applied.observability
                 failed += [
@@ -220,7 +215,8 @@ class BatchProcessor:
                 ]
             await self._apply_records(store, chunk, plan, existing)
             if plan.touched_sessions:
-                requests += await self._preempt(store, sorted(plan.touched_sessions), notes)
+                touched = sorted(plan.touched_sessions)
+                requests += await self._preempt(store, touched, notes, careful)
             await store.write_offsets(self.config.consumer, self.config.topic_records, offsets)
             out = encode_applied(self.config, plan, existing, notes, requests)
         out.dead += failed
@@ -279,16 +275,20 @@ class BatchProcessor:
             await store.write_offsets(self.config.consumer, self.config.topic_records, offsets)
 
     async def _preempt(
-        self, store: ProcessingStore, session_ids: list[str], notes: list[ObservabilityEvent]
+        self,
+        store: ProcessingStore,
+        session_ids: list[str],
+        notes: list[ObservabilityEvent],
+        careful: bool,
     ) -> list[CompactionRequest]:
         """Pre-emptive checks are an optimisation (Prepare checks again at the next
-        action prepare): one that fails is undone (a savepoint) and skipped, never a
-        reason to lose the batch's records."""
+        action prepare): one that fails is undone (``careful``: a savepoint) and skipped,
+        never a reason to lose the batch's records."""
         try:
-            async with store.transaction():
+            async with store.transaction() if careful else contextlib.nullcontext():
                 done = await preempt(store, session_ids)
         except Exception as exc:
-            if is_transient(exc):
+            if is_transient(exc) or not careful:
                 raise
             log.exception("pre-emptive check of %d sessions skipped", len(session_ids))
             return []

@@ -1,0 +1,76 @@
+"""The batch transaction is optimistic (issue 37): while nothing fails, control events and
+the pre-emptive check run without savepoints (two round trips each); when one fails, the
+whole batch is applied again with a savepoint around each of them, so that the outcome
+is the one a savepoint gives — the failing part undone and dead-lettered or skipped, the
+rest committed once (R15.3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from domain.compaction.preemption import PreemptCandidate
+from domain.policy.context_policy import effective_policy
+from schemas.wire import decode_dead_letter, encode_event
+
+from .fakes.processor import InjectedFailure
+from .fakes.publisher import FakePublisher
+from .test_processor_orchestration import (
+    CONFIG,
+    SESSION,
+    batch,
+    control,
+    make,
+    observation_inputs,
+    user,
+)
+
+
+@pytest.mark.spec("R15.3")
+async def test_a_batch_that_fails_nowhere_opens_no_savepoint() -> None:
+    proc, store = make()
+    store.observations[SESSION] = observation_inputs()
+    result = await proc.handle(batch(encode_event(user("a")), control("obs-1", 100)))
+    assert result.committed == 1
+    assert [e.report.event_key for e in store.data.applied if e.report] == ["obs-1"]
+    assert "release" not in store.log and "rollback" not in store.log
+    assert store.log.count("commit") == 1
+
+
+@pytest.mark.spec("R15.3")
+async def test_a_failing_control_event_rolls_the_batch_back_once_then_fails_alone() -> None:
+    proc, store = make()
+    store.observations[SESSION] = observation_inputs()
+    store.poison_keys = {"obs-bad"}
+    result = await proc.handle(
+        batch(control("obs-bad", 900), encode_event(user("a")), control("obs-ok", 100))
+    )
+    assert (result.committed, result.dead_letters) == (1, 1)
+    # The optimistic attempt (no savepoint) is undone whole; the careful one commits.
+    assert store.log[: store.log.index("commit") + 1].count("rollback") == 2  # tx, savepoint
+    assert store.committed_keys() == ["a"]
+    assert [e.report.event_key for e in store.data.applied if e.report] == ["obs-ok"]
+    pub = proc.publisher
+    assert isinstance(pub, FakePublisher)
+    (letter,) = [decode_dead_letter(m.value) for m in pub.flushed if m.topic == "ctx.dead"]
+    assert (letter.event_key, letter.reason_code) == ("obs-bad", "apply_failed")
+    assert pub.on(CONFIG.topic_compaction_requests) == []
+
+
+@pytest.mark.spec("R15.3")
+async def test_a_failing_preemptive_check_is_skipped_and_the_records_commit_once() -> None:
+    proc, store = make()
+    policy = effective_policy({"compaction": {"user_turns": 2}})[0]
+    store.candidates = [PreemptCandidate(SESSION, "run-1", policy, "pol-1", 10, 10, 1000, 10)]
+    reads = 0
+
+    async def failing(session_id: str, run_id: str) -> object:
+        nonlocal reads
+        reads += 1
+        raise InjectedFailure("view unreadable")
+
+    store.main_view = failing  # type: ignore[assignment, method-assign]
+    result = await proc.handle(batch(encode_event(user("a")), encode_event(user("b"))))
+    assert (result.committed, result.dead_letters, result.isolated) == (2, 0, 0)
+    assert store.committed_keys() == ["a", "b"]
+    assert reads == 2  # the optimistic attempt, then the careful one that skips it
+    assert store.log.count("commit") == 1
