@@ -50,6 +50,12 @@ class Sessions(Protocol):
     async def refusal(self, session_id: str, event_key: str) -> Refusal | None:
         """The refusal recorded for an event, if it was refused."""
 
+    async def settled(
+        self, session_id: str, run_id: str, event_key: str
+    ) -> tuple[Refusal | None, RunState | None]:
+        """``refusal`` of the event and ``run`` of the run, in one read (a lifecycle
+        event's answer, once the processor committed it)."""
+
     async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         """The committed record of an event, or its recorded outcome; None if neither."""
 
@@ -132,6 +138,32 @@ class PgSessions:
             event_key,
         )
         return None if o is None else Refusal(o["code"], o["message"])
+
+    async def settled(
+        self, session_id: str, run_id: str, event_key: str
+    ) -> tuple[Refusal | None, RunState | None]:
+        r = await self.pool.fetchrow(
+            "SELECT o.code, o.message, u.main_instance_id, u.status, u.resumes, u.ends,"
+            " u.refused_resumes FROM (SELECT 1) one"
+            " LEFT JOIN LATERAL (SELECT code, message FROM event_outcomes"
+            "  WHERE session_id=$1 AND event_key=$3 LIMIT 1) o ON true"
+            " LEFT JOIN runs u ON u.session_id=$1 AND u.run_id=$2",
+            session_id,
+            run_id,
+            event_key,
+        )
+        refusal = None if r["code"] is None else Refusal(r["code"], r["message"])
+        if r["main_instance_id"] is None:
+            return refusal, None
+        run = RunState(
+            run_id,
+            r["main_instance_id"],
+            r["status"],
+            r["resumes"],
+            r["ends"],
+            r["refused_resumes"],
+        )
+        return refusal, run
 
     async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         r = await self.pool.fetchrow(

@@ -36,7 +36,7 @@ from services.prepare.assembly.views import ThreadViews
 from services.prepare.assembly.waiter import Waiter
 from services.prepare.bodies import FinishIn, RunIn, RunLifecycleIn, SessionIn, offsets_of
 from services.prepare.publishing import ReleaseBook
-from storage.sessions import Sessions
+from storage.sessions import Refusal, Sessions
 from streams.kafka.publish import Publisher
 
 # An append the processor passed without a record or a refusal of this session.
@@ -170,20 +170,26 @@ class Runs:
         # (a resume the caller appended itself, say).
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
         s = await self.identity(sid)
-        run = await self.sessions.run(sid, run_id)
-        if run is None:
-            raise NotFound(f"run {run_id} of session {sid} not found")
-        # Durable counters, not a client's memory: a restarted runtime's next resume gets
-        # a new key, a retry of the same one the same key (a duplicate, answered alike).
-        event_key = body.event_key or lifecycle_key(kind, run)
-        scope = Scope(s.space_id, s.actor_id, sid, run_id, run.main_instance_id)
+        event_key = body.event_key
+        if event_key:  # the run's main instance never changes: its snapshot's, cached
+            main = (await self.views.snapshot(sid, run_id)).main_instance_id
+        else:
+            run = await self.sessions.run(sid, run_id)
+            if run is None:
+                raise NotFound(f"run {run_id} of session {sid} not found")
+            # Durable counters, not a client's memory: a restarted runtime's next resume
+            # gets a new key, a retry of the same one the same key (a duplicate, answered
+            # alike).
+            event_key, main = lifecycle_key(kind, run), run.main_instance_id
+        scope = Scope(s.space_id, s.actor_id, sid, run_id, main)
         payload = RunLifecyclePayload(reason=body.reason)
-        part, off = await self._publish(scope, event_key, kind, payload)
-        after = await self.sessions.run(sid, run_id)
+        part, off = await self._publish(scope, event_key, kind, payload, checked=False)
+        refusal, after = await self.sessions.settled(sid, run_id, event_key)  # one read
+        _raise(sid, refusal)
         return RunLifecycle(
             session_id=sid,
             run_id=run_id,
-            instance_id=run.main_instance_id,
+            instance_id=main,
             status=after.status if after else None,
             event_key=event_key,
             partition=part,
@@ -191,10 +197,15 @@ class Runs:
         )
 
     async def _publish(
-        self, scope: Scope, event_key: str, kind: RecordKind, payload: RunLifecyclePayload
+        self,
+        scope: Scope,
+        event_key: str,
+        kind: RecordKind,
+        payload: RunLifecyclePayload,
+        checked: bool = True,
     ) -> tuple[int, int]:
         """Publish a lifecycle event, wait until the processor committed it, and report
-        its refusal if it refused it."""
+        its refusal if it refused it (``checked=False``: the caller reads it)."""
         ev = ContextEvent(
             event_id=str(uuid.uuid4()),
             event_key=event_key,
@@ -211,20 +222,9 @@ class Runs:
             validate_event(ev)
         md = await send_event(self.publisher, self.topic, ev)
         await self.waiter.wait({md.partition: md.offset}, self.commit_wait_s)
-        await self._raise_if_refused(scope.session_id, event_key)
+        if checked:
+            _raise(scope.session_id, await self.sessions.refusal(scope.session_id, event_key))
         return md.partition, md.offset
-
-    async def _raise_if_refused(self, sid: str, event_key: str) -> None:
-        """Report the processor's refusal of a committed lifecycle event (the outcome of
-        its first delivery: a duplicate is answered like the original)."""
-        o = await self.sessions.refusal(sid, event_key)
-        if o is None:
-            return
-        if o.code == "run_active":
-            raise RunActive(o.message, session_id=sid)
-        if o.code == "run_not_active":
-            raise RunNotActive(o.message, session_id=sid)
-        raise Conflict(o.message, reason=o.code)
 
     async def outcome(
         self, sid: str, event_key: str, at: tuple[int, int] | None = None
@@ -250,3 +250,15 @@ class Runs:
         if found is not None:
             return found
         return NOT_APPLIED.model_copy() if passed else EventOutcome(outcome="unknown")
+
+
+def _raise(sid: str, o: Refusal | None) -> None:
+    """Report the processor's refusal of a committed lifecycle event (the outcome of its
+    first delivery: a duplicate is answered like the original)."""
+    if o is None:
+        return
+    if o.code == "run_active":
+        raise RunActive(o.message, session_id=sid)
+    if o.code == "run_not_active":
+        raise RunNotActive(o.message, session_id=sid)
+    raise Conflict(o.message, reason=o.code)

@@ -6,12 +6,14 @@ from __future__ import annotations
 import pytest
 
 from domain.auth import Action, KeyKind
+from domain.planning.state import RunState
 from schemas.errors import (
     Conflict,
     NotFound,
     NotGranted,
     ReleaseConflict,
     RunActive,
+    RunNotActive,
     Unauthenticated,
 )
 from schemas.wire import decode_event as decode
@@ -112,6 +114,22 @@ async def test_a_resume_key_derives_from_durable_counters_so_a_retry_is_the_same
     assert [decode(m.value).event_key for m in w.publisher.sent] == [first.event_key] * 2
     with pytest.raises(NotFound):
         await w.svc.runs.finish_run("s1", "nope", FinishIn())
+
+
+@pytest.mark.spec("R1.2")
+async def test_a_keyed_finish_reports_the_status_after_it_or_its_refusal() -> None:
+    w = PrepareWorld()
+    await opened(w)
+    w.run("s1", "r1")
+    w.sessions.runs[("s1", "r1")] = RunState("r1", "r1.main", "finished", ends=1)
+    done = await w.svc.runs.finish_run("s1", "r1", FinishIn(event_key="finish:r1"))
+    assert (done.instance_id, done.status, done.event_key) == ("r1.main", "finished", "finish:r1")
+    assert decode(w.publisher.sent[-1].value).scope.instance_id == "r1.main"
+    w.sessions.refusals[("s1", "finish:again")] = Refusal("run_not_active", "r1 is finished")
+    with pytest.raises(RunNotActive):
+        await w.svc.runs.finish_run("s1", "r1", FinishIn(event_key="finish:again"))
+    with pytest.raises(NotFound):
+        await w.svc.runs.finish_run("s1", "nope", FinishIn(event_key="finish:nope"))
 
 
 @pytest.mark.spec("R3.3", "R15.4")

@@ -121,6 +121,11 @@ class FakeSessions:
     async def refusal(self, session_id: str, event_key: str) -> Refusal | None:
         return self.refusals.get((session_id, event_key))
 
+    async def settled(
+        self, session_id: str, run_id: str, event_key: str
+    ) -> tuple[Refusal | None, RunState | None]:
+        return self.refusals.get((session_id, event_key)), self.runs.get((session_id, run_id))
+
     async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         found = self.outcomes.get((session_id, event_key))
         return None if found is None else EventOutcome.model_validate(found)
