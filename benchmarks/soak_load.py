@@ -131,15 +131,10 @@ class SessionDriver:
         self.cfg, self.ledger, self.release_id = cfg, ledger, release_id
         self.sid = f"{cfg.space}-s{idx:03d}"
         self.rng = random.Random(cfg.seed * 1000 + idx)
-        self.client = ContextClient(cfg.bootstrap, cfg.prepare_url, cfg.topic, api_key=cfg.api_key)
-        if cfg.http_transport is not None:
-            http = self.client.http  # unused so far: nothing to close
-            self.client.http = httpx.AsyncClient(
-                base_url=http.base_url,
-                headers=http.headers,
-                timeout=http.timeout,
-                transport=cfg.http_transport(idx),
-            )
+        transport = cfg.http_transport(idx) if cfg.http_transport is not None else None
+        self.client = ContextClient(
+            cfg.bootstrap, cfg.prepare_url, cfg.topic, api_key=cfg.api_key, http_transport=transport
+        )
         self._producer_broken = False
         self._step_first_ack: float | None = None
 

@@ -12,6 +12,7 @@ When the probe ends, every key is revoked and B's principal removed (``provision
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -212,7 +213,8 @@ async def _victim(target: Target, c: ContextClient, key: str, tag: str, secret: 
     prepared = await c.prepare(run)
     record_id = next(i for m in prepared["messages"] for i in m.get("record_ids") or ())
     call = await c.check_model_call(run, prepared)
-    blob = (await c.http.put("/v1/blobs", content=f"A's blob {secret}".encode())).json()
+    put = await c.http.request("PUT", "/v1/blobs", body=f"A's blob {secret}".encode())
+    blob = json.loads(put.body)
     return Victim(
         space,
         key,

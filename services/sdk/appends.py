@@ -43,6 +43,7 @@ from schemas.contracts import (
     UserInputPayload,
 )
 from services.bus import EventBus
+from services.sdk.http import Params
 from services.sdk.key_check import BusKeyCheck
 from streams import tracing
 
@@ -93,7 +94,16 @@ class EventAppends:
     host_id: str
     key_check: BusKeyCheck
 
-    async def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        content: bytes | None = None,
+        params: Params | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
         raise NotImplementedError  # ContextClient's HTTP call (content store uploads)
 
     async def _content(self, text: str, media_type: str = "text/plain") -> Content:

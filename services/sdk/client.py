@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 import httpx
+import orjson
 from opentelemetry.trace import SpanKind
 
 from schemas.contracts import (
@@ -31,6 +32,7 @@ from schemas.errors import ApiError
 from services.bus import EventBus
 from services.sdk.appends import INLINE_LIMIT, RunHandle
 from services.sdk.authored import AuthoredAppends
+from services.sdk.http import Params, http_calls, json_body
 from services.sdk.key_check import BusKeyCheck
 from streams import tracing
 from streams.kafka.auth import KafkaAuth
@@ -59,9 +61,7 @@ class ContextClient(AuthoredAppends):
         key = api_key if api_key is not None else os.environ.get("ALC_API_KEY")
         self.producer = EventBus(kafka_bootstrap, topic, key, kafka_auth)
         headers = {"Authorization": f"Bearer {key}"} if key else None
-        self.http = httpx.AsyncClient(
-            base_url=prepare_url, timeout=30.0, headers=headers, transport=http_transport
-        )
+        self.http = http_calls(prepare_url, headers, http_transport)
         self.producer_name = producer_name
         self.host_id = host_id
         self.key_check = BusKeyCheck(self._event_outcome)
@@ -74,31 +74,36 @@ class ContextClient(AuthoredAppends):
         await self.producer.stop()
         await self.http.aclose()
 
-    async def _call(self, method: str, path: str, **kw: Any) -> dict[str, Any]:
-        """One HTTP call; anything but a JSON object with a 2xx raises ``ApiError``."""
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        content: bytes | None = None,
+        params: Params | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """One HTTP call; anything but a JSON object with a 2xx raises ``ApiError``.
+        ``json``: a body written as JSON; ``content``: raw bytes (their type in ``headers``)."""
         what = f"{method} {path}"
-        trace_headers = tracing.http_headers()
-        if trace_headers:  # inside a span: the server's span joins this trace
-            kw["headers"] = {**(kw.get("headers") or {}), **trace_headers}
+        sent = dict(headers or {})
+        if json is not None:
+            content = json_body(json)
+            sent["content-type"] = "application/json"
+        sent |= tracing.http_headers()  # inside a span: the server's span joins this trace
+        r = await self.http.request(method, path, body=content, params=params, headers=sent)
         try:
-            r = await self.http.request(method, path, **kw)
-        except httpx.TimeoutException as exc:
-            raise ApiError.of(0, "timeout", f"{what}: no answer in time ({exc!r})", True) from exc
-        except httpx.TransportError as exc:  # refused, reset, dropped mid-answer
-            raise ApiError.of(0, "unavailable", f"{what}: {exc!r}", True) from exc
-        except httpx.RequestError as exc:  # an answer that cannot be decoded
-            raise ApiError.of(0, "bad_response", f"{what}: {exc!r}", False) from exc
-        try:
-            body = r.json()
+            body = orjson.loads(r.body)
         except ValueError:  # not JSON (or not UTF-8): a proxy's page, a crash text
             body = None
-        if r.status_code >= 400:
+        if r.status >= 400:
             if not isinstance(body, dict):
-                body = {"error": {"code": f"http_{r.status_code}", "message": r.text[:500]}}
-            raise ApiError(r.status_code, body)
+                body = {"error": {"code": f"http_{r.status}", "message": r.text[:500]}}
+            raise ApiError(r.status, body)
         if not isinstance(body, dict):
             raise ApiError.of(
-                r.status_code, "bad_response", f"{what}: not a JSON object: {r.text[:200]!r}", False
+                r.status, "bad_response", f"{what}: not a JSON object: {r.text[:200]!r}", False
             )
         return body
 

@@ -397,7 +397,7 @@ async def test_the_sdk_raises_api_error_with_a_code(
     async with _http_only(url) as c:
         # Only the slow answer must time out: a tight timeout on the others made a loaded
         # machine's 502 a timeout now and then (seen in a fresh-clone CI run).
-        c.http.timeout = httpx.Timeout(0.3 if mode == "slow" else 30.0)
+        c.http.timeout = 0.3 if mode == "slow" else 30.0
         with pytest.raises(ApiError) as info:
             await c.register_release(agent_id="a", instructions="x", model_profile={})
     assert (info.value.status, info.value.code, info.value.retriable) == (status, code, retriable)

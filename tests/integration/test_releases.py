@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from typing import Any
 
@@ -126,9 +127,14 @@ async def test_republishing_identical_content_is_idempotent(services: Services) 
             **dict(reversed(list(body.items())))
             | {"context_policy": {"compaction": {"user_turns": 3, "context_ratio": 0.8}}}
         )
-        r = await c.http.post("/v1/releases", json=body)
+        r = await c.http.request(
+            "POST",
+            "/v1/releases",
+            body=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
     assert again == first
-    assert (r.status_code, r.json()) == (201, first)
+    assert (r.status, json.loads(r.body)) == (201, first)
     assert first["release_id"] == body["release_id"] and len(first["content_hash"]) == 64
 
 
