@@ -21,11 +21,12 @@ Prints a markdown table (median of the rounds, min..max, after/before ratio) and
 
 ``--gate`` (issue 37's regression gate, a step of ``.ci/run``): the last landed commit
 (``.ci/gate-baseline``; ``--baseline`` another) against ``HEAD``, 2 alternating rounds of
-the short set ``GATE``: ``benchmarks.gate_probe`` (one service set a round, ~30 s: CPU
-per agent step of our processes at 8 agents, the processor's CPU per event over a
-15k-event burst, Prepare's server-side p99 at 10k records). This checkout's probe runs
-on both sides (``python -P``, the side's worktree first on ``PYTHONPATH``), so that both
-run one workload on their own code. It fails (exit 1, the table printed) when a gated
+the short set ``GATE``: ``benchmarks.gate_probe`` (~25 s a round: CPU per agent step of
+our processes at 8 agents, the processor's CPU per event over a 15k-event burst,
+Prepare's server-side p99 at 10k records). Both sides' probes start together, each
+with its own services (up for all its rounds), and are told in turn to run a round
+(``driven_rounds``). This checkout's probe runs on both sides (``python -P``, the
+side's worktree first on ``PYTHONPATH``): one workload, each side's own code. It fails (exit 1, the table printed) when a gated
 measure is more than 25% worse beyond the rounds' noise: when even the after side's
 best round is worse than 1.25 x the before side's worst round (``gate_verdicts``). A
 measure the baseline does not have (its code cannot run the probe) is not gated; one
@@ -84,7 +85,7 @@ FULL: dict[str, list[str]] = {
     "prepare_cold": ["--sizes", "100000"],
 }
 
-# The gate's short set: ~35 s a round of each side on our 2-core machine.
+# The gate's short set: ~25 s a round of each side on our 2-core machine.
 GATE: dict[str, list[str]] = {"gate_probe": []}
 # Gated measures (all lower is better) and the worsening that fails the gate.
 GATED = (
@@ -211,8 +212,8 @@ def _command(name: str) -> list[str]:
     return [sys.executable, "-m", f"benchmarks.{'run' if name.startswith('run_') else name}"]
 
 
-def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, list[str]]:
-    """One round of every benchmark in the worktree ``wt``; what failed is named, not fatal."""
+def _env(wt: Path) -> dict[str, str]:
+    """The environment of a benchmark run on the worktree ``wt``'s code."""
     env = {**os.environ, "PYTHONPATH": str(wt), "PYTHONUNBUFFERED": "1"}
     env.setdefault("ALC_TOPIC_PARTITIONS", "4")  # as the Makefile exports for make bench
     # The stack's secrets live in this checkout's state dir (deploy/kafka.sh wrote them);
@@ -220,6 +221,12 @@ def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, li
     secrets = REPO / ".state" / "secrets"
     env.setdefault("ALC_KAFKA_CREDENTIALS_FILE", str(secrets / "kafka-users.env"))
     env.setdefault("ALC_BUS_SECRETS_DIR", str(secrets))
+    return env
+
+
+def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, list[str]]:
+    """One round of every benchmark in the worktree ``wt``; what failed is named, not fatal."""
+    env = _env(wt)
     metrics: Metrics = {}
     failed: list[str] = []
     logs = REPO / "build" / "bench" / "compare-logs"
@@ -302,6 +309,79 @@ def table(
     return "\n".join(lines)
 
 
+class _Driven:
+    """One side's ``benchmarks.gate_probe --driven``: its services up throughout, a round
+    run each time it is told; its output kept in ``log``."""
+
+    def __init__(self, wt: Path, log_path: Path) -> None:
+        self.log_path, self.out = log_path, log_path.open("w")
+        self.proc = subprocess.Popen(
+            [*_command("gate_probe"), "--driven"],
+            cwd=wt,
+            env=_env(wt),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def until(self, prefix: str) -> str | None:
+        """Its output up to the first line starting with ``prefix`` (None: it exited)."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.out.write(line)
+            self.out.flush()
+            if line.startswith(prefix):
+                return line
+        return None
+
+    def round(self) -> dict[str, Any] | None:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write("go\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            return None
+        line = self.until("ROUND ")
+        return None if line is None else dict(json.loads(line[len("ROUND ") :]))
+
+    def close(self) -> int:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.until("\0")  # the rest of its output, to its exit
+        rc = self.proc.wait(timeout=120)
+        self.out.close()
+        return rc
+
+
+def driven_rounds(
+    trees: dict[str, Path], n: int
+) -> tuple[dict[str, list[Metrics]], dict[str, list[str]]]:
+    """The gate's ``n`` rounds: both sides' probes start together, each with its own
+    services, which stay up; then each is told to run a round in turn: before, after,
+    before, after... (start-up once per side, not once per round)."""
+    logs = REPO / "build" / "bench" / "compare-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    probes = {side: _Driven(wt, logs / f"gate-{side}.log") for side, wt in trees.items()}
+    runs: dict[str, list[Metrics]] = {"before": [], "after": []}
+    failures: dict[str, list[str]] = {"before": [], "after": []}
+    alive = {side: p.until("READY") is not None for side, p in probes.items()}
+    for i in range(n):
+        for side in ("before", "after"):
+            t0 = time.monotonic()
+            got = probes[side].round() if alive[side] else None
+            if got is None:
+                alive[side] = False
+                failures[side].append(f"round {i + 1}: gate_probe exited (see {logs})")
+                continue
+            runs[side].append(_probe(got))
+            log(f"r{i + 1}-{side} gate_probe: {time.monotonic() - t0:.0f} s")
+    for side, p in probes.items():
+        if (rc := p.close()) != 0:
+            failures[side].append(f"gate_probe rc {rc} (see {p.log_path})")
+    return runs, failures
+
+
 def recorded_baseline(path: Path = BASELINE_FILE) -> str | None:
     """The commit ``path`` records: its first word outside ``#`` comments."""
     if not path.is_file():
@@ -371,7 +451,10 @@ def main() -> None:
     trees = {side: worktree(sha) for side, sha in shas.items()}
     t0 = time.monotonic()
     try:
-        runs, failures = rounds(trees, opts, n)
+        if opts == GATE:
+            runs, failures = driven_rounds(trees, n)
+        else:
+            runs, failures = rounds(trees, opts, n)
     finally:
         if not args.keep_worktrees:
             for wt in trees.values():

@@ -152,6 +152,31 @@ async def probe(
     return {"agents": steps, "processor_cpu_us_per_event": round(cpu_us, 1), "prepare": prep}
 
 
+async def serve(
+    args: argparse.Namespace, services: ServiceSet, s: Settings, url: str, key: str, db: str
+) -> list[dict[str, Any]]:
+    """One round; ``--driven``: one round per line read from stdin, until its end, each
+    printed as one line ``ROUND <json>`` (``benchmarks.compare --gate`` alternates two
+    of these, one per side, each with its services up throughout)."""
+    if not args.driven:
+        return [await probe(args, services, s, url, key, db)]
+    out = []
+    print("READY", flush=True)
+    while await asyncio.to_thread(sys.stdin.readline):
+        t = time.monotonic()
+        out.append(await probe(args, services, s, url, key, db))
+        out[-1]["seconds"] = round(time.monotonic() - t, 1)
+        print("ROUND " + json.dumps(out[-1]), flush=True)
+    return out
+
+
+def stop(services: ServiceSet) -> None:
+    procs = [services.analytics, services.prepare, services.compaction, services.processor]
+    with ThreadPoolExecutor(len(procs)) as pool:
+        for done in [pool.submit(p.stop) for p in procs if p is not None]:
+            done.result()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agents", type=int, default=8)
@@ -160,8 +185,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=5_000)
     ap.add_argument("--records", type=int, default=10_000)
     ap.add_argument("--prepare-calls", type=int, default=120)
+    ap.add_argument("--driven", action="store_true", help="a round per stdin line (serve)")
     args = ap.parse_args()
-    t0 = time.monotonic()
     base = Settings()
     tag = uuid.uuid4().hex[:6]
     db = f"alc_gate_{tag}"
@@ -181,18 +206,15 @@ def main() -> None:
     try:
         key = asyncio.run(provision(s, ag.SPACE))
         start(services)
-        log(f"services up in {time.monotonic() - t0:.1f} s (database {db})")
-        result = asyncio.run(probe(args, services, s, f"http://127.0.0.1:{port}", key, db))
+        log(f"services up (database {db})")
+        results = asyncio.run(serve(args, services, s, f"http://127.0.0.1:{port}", key, db))
     finally:
-        log("stopping")
-        services.stop()
-        log("stopped")
+        stop(services)
         asyncio.run(admin(base.pg_dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
-    result["seconds"] = round(time.monotonic() - t0, 1)
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "gate_probe.json").write_text(json.dumps(result, indent=2))
-    log(f"done in {result['seconds']} s; wrote {OUT / 'gate_probe.json'}")
-    sys.exit(1 if result["agents"]["errors"] else 0)
+    (OUT / "gate_probe.json").write_text(json.dumps(results[-1] if results else {}, indent=2))
+    log(f"{len(results)} rounds in {time.monotonic() - T0:.1f} s; wrote {OUT / 'gate_probe.json'}")
+    sys.exit(1 if any(r["agents"]["errors"] for r in results) else 0)
 
 
 if __name__ == "__main__":
