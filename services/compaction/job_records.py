@@ -5,6 +5,11 @@ view read for one job is extended with the records committed since, instead of b
 read again. A revocation rewrites past records (withdrawn content, R15.3), so a cached
 view read before one is never reused.
 
+A job over its bound reads again every record its parent covers (R11.8,
+``CompactionJobs.covered_records``); its successor's parent covers those and a few more.
+So what one job read is kept per session, and the next reads only the records it did
+not (same epoch: no revocation since).
+
 ``AgentRequests`` reads the other thing a job may use of its thread: the agent's last
 rendered request, which a summarizer of the agent's own model continues
 (``domain.summarizer.fork``).
@@ -31,6 +36,7 @@ from storage.compaction.jobs import CompactionJobs
 log = logging.getLogger("agentloom.compaction")
 
 THREAD_CACHE = 64  # threads whose views stay cached between jobs
+SESSION_CACHE = 64  # sessions whose covered records stay cached between jobs
 
 
 @dataclass(frozen=True)
@@ -41,12 +47,23 @@ class _Cached:
     omitted: frozenset[str]  # inherited records left out: covered by the parent summary
 
 
+@dataclass(frozen=True)
+class _Covered:
+    epoch: str  # the session's revocation epoch when they were read
+    records: dict[str, RecordView]  # as ``covered_records`` answered them: by id
+
+
 class JobRecords:
-    def __init__(self, jobs: CompactionJobs, capacity: int = THREAD_CACHE) -> None:
+    def __init__(
+        self, jobs: CompactionJobs, capacity: int = THREAD_CACHE, sessions: int = SESSION_CACHE
+    ) -> None:
         self.jobs = jobs
         self.capacity = capacity
+        self.sessions = sessions
         # (session, run, instance) -> view; insertion order doubles as LRU order.
         self._threads: dict[tuple[str, str, str], _Cached] = {}
+        # session -> the records its jobs read again; insertion order = LRU order.
+        self._covered: dict[str, _Covered] = {}
 
     async def view(self, req: CompactionRequest, covered: frozenset[str]) -> list[RecordView]:
         """The job's view up to its watermark, in session order, without the inherited
@@ -56,6 +73,7 @@ class JobRecords:
         key = (req.session_id, req.run_id, req.instance_id)
         cached = self._threads.pop(key, None)
         epoch = await self.jobs.revocation_epoch(req.session_id)
+        self._keep_covered(req.session_id, epoch)
         if (
             cached is None
             or cached.seen > req.view_watermark
@@ -71,6 +89,36 @@ class JobRecords:
         while len(self._threads) > self.capacity:
             self._threads.pop(next(iter(self._threads)))
         return records
+
+    def _keep_covered(self, session_id: str, epoch: str) -> None:
+        """The session's covered records kept for this job if read in ``epoch``."""
+        kept = self._covered.pop(session_id, None)
+        same = kept is not None and kept.epoch == epoch
+        self._covered[session_id] = kept if kept is not None and same else _Covered(epoch, {})
+        while len(self._covered) > self.sessions:
+            self._covered.pop(next(iter(self._covered)))
+
+    async def covered(
+        self, session_id: str, ids: frozenset[str], max_tokens: int
+    ) -> list[RecordView] | None:
+        """``CompactionJobs.covered_records`` of ``ids`` (in session order; None over
+        ``max_tokens``), reading only the ids no earlier job of the session read in the
+        epoch ``view`` found: the answer is the same, the records read once."""
+        kept = self._covered.get(session_id) or _Covered("", {})
+        known = [r for i in ids if (r := kept.records.get(i)) is not None]
+        tokens = sum(r.token_count for r in known)
+        if tokens > max_tokens:
+            return None
+        missing = ids.difference(kept.records)
+        more = (
+            await self.jobs.covered_records(session_id, missing, max_tokens - tokens)
+            if missing
+            else []
+        )
+        if more is None:
+            return None
+        kept.records.update((r.record_id, r) for r in more)
+        return sorted([*known, *more], key=lambda r: r.session_sequence)
 
 
 @dataclass(frozen=True)

@@ -180,7 +180,7 @@ class CompactionWorker:
             return await self.summarizer.answer(step.requests, spent)
         if isinstance(step, ReadCovered):
             session_id = step.job.req.session_id
-            return await self.jobs.covered_records(session_id, step.ids, step.max_tokens)
+            return await self.views.covered(session_id, step.ids, step.max_tokens)
         req = step.job.req
         if isinstance(step, AskBefore):
             ctx = BeforeCompact(req.session_id, req.run_id, step.candidates, req.trigger_reasons)
