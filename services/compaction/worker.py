@@ -11,6 +11,7 @@ model returned resumes from the saved candidate with no second model call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import time
@@ -168,7 +169,9 @@ class CompactionWorker:
             await self.jobs.session_policy(req.session_id),
             await self.jobs.current_frontier(req.session_id, req.run_id, req.instance_id),
             self.limits,
-            self.counter.count,
+            # a job counts its draft's text more than once (the bound, the fit, the
+            # outcome): each text is encoded once per job
+            functools.lru_cache(maxsize=16)(self.counter.count),
             f"sum_{uuid.uuid4().hex[:16]}",
             # the agent's own model continues its last request (issue 39 item 3).
             await self.agents.request(req) if self.agents else None,
