@@ -1,8 +1,9 @@
 """A tool result is read once (``domain.compaction.extractive.reading``): the memoised
 reading is the reading, and a draft built from memoised readings, with the lines nothing
-would keep counted instead of built, is the draft built from every line read afresh
-(R11.3: the built-in summarizer is deterministic; R11.8: a job over its bound reads the
-same records again). Pure."""
+would keep counted instead of built, is the draft built from every line read afresh;
+the lines of a result read together are read as each alone (R11.3: the built-in
+summarizer is deterministic; R11.8: a job over its bound reads the same records again).
+Pure."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import random
 
 import pytest
 
+import domain.compaction.extractive.salience as sal
 from domain.compaction.drafts import SourceItem, SummaryRequest
 from domain.compaction.extractive import extract_draft, reading
 from domain.compaction.extractive.reading import Other, ResultLines, Signal, read_result
@@ -125,3 +127,41 @@ def test_a_draft_from_memoised_readings_is_the_draft_read_afresh(
     monkeypatch.setattr(reading, "_MEMO", _fresh())
     afresh = extract_draft(req)
     assert memoised[0] == afresh and memoised[1] == afresh
+
+
+# Lines where a pattern could reach past a line's edge if lines were read together: a
+# number at the end and a unit at the start of the next, quotes and names at the edges,
+# error words, paths, ids, CJK and accented words, decoration.
+EDGES = [
+    "took 5",
+    "ms later, then 3.5 s and 1,024 rows in src/app/main.py",
+    "`quoted",
+    "name` KeyError: 'currency_code' at LEDGER_SYNC_TIMEOUT",
+    "timed out after 30s; HTTP 503 from svc-7f3a2c1d",
+    "status: 404",
+    "ValueError",
+    "PAY-4821 E4127 acct_81a2 req-77f CamelCaseName snake_case_name",
+    "    v123456 = compute(a12, 0.123456)",
+    "=====  [58%]  =====",
+    "错误\uff1a无法连接数据库 timeout 5 ms",
+    "Ошибка: файл не найден ./config/app.yaml",
+    "v3.11.4 ~/work/x.txt ../up/a.md 9f8e7d6c5b4a",
+    "exit code 2",
+    "",
+    "aaaa",
+    "aaab",
+]
+
+
+@pytest.mark.spec("R11.3")
+def test_features_read_together_are_each_lines_own_in_their_order() -> None:
+    rng = random.Random(11)
+    lines = EDGES + [sal.clip(ln, 200) for ln in (_listing(rng, 30) + "\n" + TRACEBACK).split("\n")]
+    for texts in (lines, lines[::-1], lines[:1], []):
+        together = sal.features_each(texts, path_weight=sal.W_PATH_OUTPUT)
+        alone = [sal.features(t, path_weight=sal.W_PATH_OUTPUT) for t in texts]
+        assert [list(d.items()) for d in together] == [list(d.items()) for d in alone]
+        assert sal.errors_each(texts) == [sal.is_error(t) for t in texts]
+        assert sal.shapes(texts) == [sal.shape(t) for t in texts]
+    assert any(sal.errors_each(EDGES)) and not all(sal.errors_each(EDGES))
+    assert ("num", "5ms") not in sal.features_each(EDGES[:2])[0]  # no unit from the next line

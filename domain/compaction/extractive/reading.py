@@ -73,8 +73,16 @@ def _read(text: str, failed: bool, inert: bool = True) -> ResultLines:
     signal = {k: n for n, k in enumerate(found)}
     if failed and not signal and lines:
         signal = {0: 0}
-    shapes = [sal.shape(ln) for ln in lines]
+    shapes = sal.shapes(lines)
     counts = Counter(shapes)
+    # the other lines (not signal, not noise), read together: their features and cues
+    others = [k for k, ln in enumerate(lines) if k not in signal and not sal.is_noise(ln)]
+    clipped = {k: sal.clip(lines[k], 200) for k in others}
+    found_in = sal.features_each(
+        list(clipped.values()), path_weight=sal.W_PATH_OUTPUT, code_weight=sal.W_CODE
+    )
+    has = dict(zip(others, found_in, strict=True))
+    cue = dict(zip(others, sal.errors_each([lines[k] for k in others]), strict=True))
     uses: list[LineUse] = []
     for k, ln in enumerate(lines):
         sep = ": " if k == 0 else " | "
@@ -82,10 +90,10 @@ def _read(text: str, failed: bool, inert: bool = True) -> ResultLines:
             said = sal.one_line(ln) or one_line(ln)
             uses.append(Signal(said, sep, signal[k], signal[k] == len(signal) - 1))
             continue
-        if sal.is_noise(ln):
+        if k not in has:  # noise
             continue
         scale = 1 / math.sqrt(counts[shapes[k]])
-        base = sal.W_ERROR * scale if sal.is_error(ln) else 0.0  # orders only
+        base = sal.W_ERROR * scale if cue[k] else 0.0  # orders only
         if k + 1 in signal or k + 2 in signal:
             base += PRIOR_NEAR_SIGNAL
         if k == 0:
@@ -94,13 +102,11 @@ def _read(text: str, failed: bool, inert: bool = True) -> ResultLines:
             base += PRIOR_OUTPUT_TAIL
         # a line whose shape repeats (progress, rows, hits) is never filler
         layer = 1 if k == 0 else 2 if counts[shapes[k]] < REPEATED else 3
-        clipped = sal.clip(ln, 200)
-        has = sal.features(clipped, path_weight=sal.W_PATH_OUTPUT, code_weight=sal.W_CODE)
-        feats = {f: w * scale for f, w in has.items()} if scale != 1.0 else has
+        feats = {f: w * scale for f, w in has[k].items()} if scale != 1.0 else has[k]
         if inert and layer == 3 and base + sum(feats.values()) < MIN_GAIN:
             uses.append(None)  # never eligible in the greedy, never a top-up
             continue
-        uses.append(Other(clipped, sep, base, layer, feats))
+        uses.append(Other(clipped[k], sep, base, layer, feats))
     return ResultLines(len(lines), bool(found), tuple(uses))
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from domain.compaction.extractive.segmentation import CLAUSE_END, SENTENCE_END
@@ -131,6 +131,74 @@ def features(
     return out
 
 
+# Texts read together are joined by a blank line: no pattern here matches across a line
+# break (``_MEASURE``'s one optional space stops at the second), and a line break before
+# or after a text is what its edge is to every lookaround and ``\b``.
+_JOIN = "\n\n"
+
+
+def _joined(texts: Sequence[str]) -> tuple[str, list[int]]:
+    """``texts`` joined, and where each ends in the joined text."""
+    ends, at = [], 0
+    for t in texts:
+        at += len(t)
+        ends.append(at)
+        at += len(_JOIN)
+    return _JOIN.join(texts), ends
+
+
+def _by_text(
+    pattern: re.Pattern[str], joined: str, ends: list[int]
+) -> Iterator[tuple[int, re.Match[str]]]:
+    """``pattern``'s matches in ``joined``, each with the index of the text it is in."""
+    i = 0
+    for m in pattern.finditer(joined):
+        while m.start() >= ends[i]:
+            i += 1
+        yield i, m
+
+
+def features_each(
+    texts: Sequence[str], *, path_weight: float = W_PATH, code_weight: float = W_CODE
+) -> list[dict[Feature, float]]:
+    """``features`` of each of ``texts`` (one line each: no line break), the same
+    features in the same order, read with one pass of each pattern over them all (a
+    pattern's call costs more than a short line's matching)."""
+    joined, ends = _joined(texts)
+    out: list[dict[Feature, float]] = [{} for _ in texts]
+
+    def put(i: int, kind: str, value: str, weight: float) -> None:
+        key = (kind, value)
+        if out[i].get(key, 0.0) < weight:
+            out[i][key] = weight
+
+    for i, m in _by_text(PATH, joined, ends):
+        put(i, "path", m.group(0).rstrip("."), path_weight)
+    for i, m in _by_text(_MEASURE, joined, ends):
+        put(i, "num", m.group(0).replace(" ", "").lower(), W_MEASURE)
+    for i, m in _by_text(_INTEGER, joined, ends):
+        put(i, "num", m.group(0), W_INTEGER)
+    for i, m in _by_text(_IDENT, joined, ends):
+        put(i, "id", m.group(0), W_IDENT)
+    for i, m in _by_text(_QUOTED, joined, ends):
+        put(i, "id", m.group(1), W_IDENT)
+    for i, m in _by_text(_CODE_NAME, joined, ends):
+        put(i, "id", m.group(0), code_weight)
+    cued = {i for i, _ in _by_text(ERROR_CUE, joined, ends)}
+    for i, m in _by_text(_ERROR_NAMES, joined, ends):
+        if i in cued:  # what an error names: KeyError: 'currency_code'
+            put(i, "id", next(g for g in m.groups() if g), W_IDENT)
+    return out
+
+
+def errors_each(lines: Sequence[str]) -> list[bool]:
+    """``is_error`` of each of ``lines`` (no line break in any), in one pass."""
+    out = [False] * len(lines)
+    for i, _ in _by_text(ERROR_CUE, *_joined(lines)):
+        out[i] = True
+    return out
+
+
 def is_decision(sentence: str) -> bool:
     """Decision wording (English; a heuristic that only orders, never classifies)."""
     return DECISION_CUE.search(sentence) is not None
@@ -216,6 +284,12 @@ def shape(line: str) -> str:
     abstracted: log lines, table rows, grep hits and code lines of one output share a
     few shapes, while the error, the summary or the odd line out has its own."""
     return _SHAPE_RUN.sub(r"\1", _SHAPE_WORD.sub(_lower_word, _SHAPE_NUM.sub("9", line)))
+
+
+def shapes(lines: Sequence[str]) -> list[str]:
+    """``shape`` of each of ``lines`` (no line break in any), in one pass: no pattern of
+    a shape matches a line break."""
+    return shape("\n".join(lines)).split("\n") if lines else []
 
 
 def is_noise(line: str) -> bool:
