@@ -1,6 +1,7 @@
 # AgentLoom Context — every set-up step lives in deploy/*.sh and is idempotent.
 PY := .venv/bin/python
 JUNIT := build/test-results/junit.xml
+JUNIT_UNIT := build/test-results/junit-unit.xml
 CHECKS_LOG := build/test-results/checks.log
 SOAK_SECONDS ?= 300
 SCALE_SECONDS ?= 100
@@ -50,16 +51,17 @@ unit: setup ## Unit tests only (no services)
 client-check: setup ## A client generated from docs/openapi.json type-checks tests/client_check/program.py
 	@bash tests/client_check/run.sh
 
-# The checks run beside pytest (the tests mostly wait on the stack, a cold mypy is a
-# core for ~40 s): their output is kept and printed after pytest's, and either failing
-# fails the target.
-test: setup ## ruff + mypy + the generated-client check beside all tests against the real stack; JUnit XML in build/
+# The unit tests (CPU-bound, ~1 min, no services) run beside the checks (a cold mypy is
+# a core for ~40 s; the checks' output is kept and printed after the unit tests'), then
+# everything else against the real stack, alone. Either failing fails the target.
+test: setup ## ruff + mypy + the generated-client check beside the unit tests, then all other tests against the real stack; JUnit XML in build/test-results/
 	@mkdir -p $(dir $(JUNIT))
 	@$(MAKE) --no-print-directory -j3 lint typecheck client-check >$(CHECKS_LOG) 2>&1 & checks=$$!; \
-	$(PY) -m pytest -ra --junitxml=$(JUNIT); tests=$$?; \
+	$(PY) -m pytest tests/unit -ra --junitxml=$(JUNIT_UNIT); unit=$$?; \
 	wait $$checks; rc=$$?; cat $(CHECKS_LOG); \
 	if [ $$rc -ne 0 ]; then echo "[test] lint/typecheck/client-check FAILED (exit $$rc, above)"; fi; \
-	exit $$(( tests != 0 ? tests : rc ))
+	$(PY) -m pytest -ra --junitxml=$(JUNIT) --ignore=tests/unit; tests=$$?; \
+	for code in $$unit $$rc $$tests; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 
 bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier (and phrasing-blind, en/zh), public agent transcripts, analytics, the cost of a session under three context policies, K agents sharing one runtime (CPU per step per process); one summary table last (build/bench)
 	@$(PY) -m benchmarks.run

@@ -7,7 +7,7 @@ every step's exit code, each failed test with the first lines of its failure, an
 verdict line of the soak and the scale test that is not ok. Standard library only, so
 it works even when the project's virtualenv is what broke.
 
-Usage: python3 .ci/summary.py test=RC soak=RC scale=RC peer=RC
+Usage: python3 .ci/summary.py test=RC gate=RC soak=RC scale=RC peer=RC
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 _BUILD = Path(__file__).resolve().parent.parent / "build"
 _JUNIT = {
-    "test": [_BUILD / "test-results" / "junit.xml"],
+    "test": [_BUILD / "test-results" / "junit-unit.xml", _BUILD / "test-results" / "junit.xml"],
     "peer": [
         _BUILD / "test-results" / "peer-openai-agents.xml",
         _BUILD / "test-results" / "peer-langchain.xml",

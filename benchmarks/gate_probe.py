@@ -1,25 +1,27 @@
-"""``python -m benchmarks.gate_probe``: one round of the regression gate's three measures
-(issue 37 item 4) on one service set, started once: ~30 s on our 2-core machine.
+"""``python -m benchmarks.gate_probe``: the regression gate's three measures (issue 37
+item 4) on one service set, started once; a round is ~20 s on our 2-core machine.
 
-``benchmarks.compare --gate`` runs it once per side per round, alternating, with the
-code of the side's commit (cwd and ``PYTHONPATH`` the side's worktree; the probe itself
-is this checkout's file, run with ``python -P``, so that both sides run one workload).
-What it measures, in this order, on a database, topics and groups of its own against
-the stack ``make up`` (or the tests) started — Prepare, the processor, the compaction
-and analytics services as their own OS processes, as ``benchmarks.agents`` runs them:
+``benchmarks.compare --gate`` runs two of these with ``--driven`` (a round each time it
+is told on stdin), one per side, each with the code of the side's commit (cwd and
+``PYTHONPATH`` the side's worktree; the probe itself is this checkout's file, run with
+``python -P``, so that both sides run one workload). On a database, topics and groups
+of its own against the stack ``make up`` (or the tests) started, with Prepare, the
+processor, the compaction and analytics services as their own OS processes (as
+``benchmarks.agents`` runs them), it first seeds a thread of ``--records`` records and
+builds its view; then each round measures:
 
 1. CPU per agent step: ``--agents`` agents (``benchmarks.agents``' loop: a question, a
    tool call, two prepares, compaction every 4 questions), ``--warmup`` s, then a window
    of ``--seconds``: CPU ms per step of our processes (SDK, services, broker,
    PostgreSQL), as ``benchmarks.agents`` reports it;
-2. the processor's CPU per event: ``--events`` events over 50 sessions (as
+2. the processor's CPU per event: ``--events`` events over 50 new sessions (as
    ``benchmarks.run`` ingests) sent at once, the processor's CPU (its offloaded child
    included) from the send until the last one is committed, per event;
-3. Prepare's p99 at 10k records: a thread of ``--records`` records, then
-   ``--prepare-calls`` prepares of it, one at a time: the server's assemble time
-   (``timing.assemble_ms``) p50 and p99, as ``benchmarks.run`` measures it.
+3. Prepare's p99 at 10k records: ``--prepare-calls`` prepares of the seeded thread, one
+   at a time: the server's assemble time (``timing.assemble_ms``) p50 and p99, as
+   ``benchmarks.run`` measures it (warm).
 
-Writes ``build/bench/gate_probe.json`` under the cwd (the side's worktree).
+Without ``--driven``: one round; ``build/bench/gate_probe.json`` under the cwd.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +44,7 @@ import orjson
 from benchmarks import agents as ag
 from benchmarks import run as rn
 from benchmarks.soak import admin, free_port, provision, scratch_env
-from devstack.launcher import Proc, ServiceSet, service_set
+from devstack.launcher import ServiceSet, service_set
 from schemas.settings import Settings
 from services.sdk.client import ContextClient
 from storage.pool import create_pool
@@ -72,64 +75,84 @@ def start(services: ServiceSet) -> None:
             done.result()
 
 
-async def agent_steps(
-    c: ContextClient, args: argparse.Namespace, services: ServiceSet, s: Settings, db: str
-) -> dict[str, Any]:
-    rel = await c.register_release(
+@dataclass
+class World:
+    """One side's services and what every round reuses: the client, the two releases,
+    and the thread of ``--records`` records the prepares read (seeded once)."""
+
+    c: ContextClient
+    services: ServiceSet
+    s: Settings
+    url: str
+    db: str
+    agents_release: str = ""
+    bench_release: str = ""
+    thread: Any = None
+
+
+async def seed(w: World, records: int) -> None:
+    """The releases, and the prepares' thread: ``records`` records sent at once, then a
+    first prepare that builds its view (the rounds' prepares are warm, as in
+    ``benchmarks.run``)."""
+    agents = await w.c.register_release(
         agent_id="agents", instructions="You are a careful engineer. Answer from the tools.",
         tool_catalog=ag.TOOLS, model_profile=ag.PROFILE, context_policy=ag.POLICY,
     )  # fmt: skip
-    lv = ag.Level(args.agents, args.warmup, args.seconds)
-    row = await ag.level(c, rel["release_id"], lv, services, s, db)
-    log(ag.line(row))
-    return row
-
-
-async def ingest(
-    c: ContextClient, rel: str, s: Settings, processor: Proc, args: argparse.Namespace
-) -> tuple[float, Any]:
-    """One burst, sent at once: a thread of ``--records`` records (the prepares' thread)
-    and ``--events`` events over 50 sessions (as ``benchmarks.run`` ingests), interleaved;
-    the processor's CPU µs per event from the send until the last one is committed, and
-    the thread's run."""
-    thread = await c.start_run(await c.open_session(ag.SPACE, "bench", rel))
-    runs = [thread]
-    for _ in range(SESSIONS):
-        runs.append(await c.start_run(await c.open_session(ag.SPACE, "bench", rel)))
-    rounds = max(1, args.events // (SESSIONS * 5))
-    per_run = [await rn._events_for(r, rounds, "g") for r in runs[1:]]
-    stream = [evs[i] for i in range(rounds * 5) for evs in per_run]
-    own = (await rn._events_for(thread, max(1, args.records // 5), "p"))[: args.records]
-    stream = [e for pair in zip(own, stream, strict=False) for e in pair] + (
-        own[len(stream) :] + stream[len(own) :]
-    )
-    pool = await create_pool(s.pg_dsn, 1, 2)
+    w.agents_release = agents["release_id"]
+    w.bench_release = (
+        await w.c.register_release(
+            agent_id="bench", instructions="Benchmark agent.", model_profile=rn.PROFILE
+        )
+    )["release_id"]
+    w.thread = await w.c.start_run(await w.c.open_session(ag.SPACE, "bench", w.bench_release))
+    evs = (await rn._events_for(w.thread, max(1, records // 5), "p"))[:records]
+    sent = await w.c.producer.send_many(evs)
+    pool = await create_pool(w.s.pg_dsn, 1, 1)
     try:
-        cpu0 = rn.cpu_seconds(processor)[1]
+        await rn.wait_offsets(pool, w.s, last(sent), timeout=180)
+    finally:
+        await pool.close()
+    first = await rn.first_prepare(w.c, w.thread)
+    log(f"a thread of {first['record_count']} records, its view built")
+
+
+async def ingest(w: World, n: int) -> float:
+    """``n`` events over 50 new sessions (as ``benchmarks.run`` ingests), interleaved and
+    sent at once; the processor's CPU (its offloaded child included) from the send until
+    the last one is committed, µs per event."""
+
+    async def one() -> Any:
+        return await w.c.start_run(await w.c.open_session(ag.SPACE, "bench", w.bench_release))
+
+    runs = await asyncio.gather(*(one() for _ in range(SESSIONS)))
+    rounds = max(1, n // (SESSIONS * 5))
+    per_run = [await rn._events_for(r, rounds, "g") for r in runs]
+    stream = [evs[i] for i in range(rounds * 5) for evs in per_run]
+    pool = await create_pool(w.s.pg_dsn, 1, 2)
+    try:
+        cpu0 = rn.cpu_seconds(w.services.processor)[1]
         t0 = time.perf_counter()
-        await rn.wait_offsets(pool, s, last(await c.producer.send_many(stream)), timeout=180)
-        took, cpu = time.perf_counter() - t0, rn.cpu_seconds(processor)[1] - cpu0
+        await rn.wait_offsets(pool, w.s, last(await w.c.producer.send_many(stream)), timeout=180)
+        took, cpu = time.perf_counter() - t0, rn.cpu_seconds(w.services.processor)[1] - cpu0
     finally:
         await pool.close()
     us = cpu / len(stream) * 1e6
     log(f"{len(stream)} events committed in {took:.1f} s; processor CPU {us:,.0f} µs per event")
-    return us, thread
+    return us
 
 
-async def prepare_p99(c: ContextClient, url: str, run: Any, calls: int) -> dict[str, Any]:
-    """``calls`` prepares of the thread ``run``, one at a time (after a first one that
-    builds its view): the server's assemble time."""
-    first = await rn.first_prepare(c, run)
-    server = []
+async def prepare_p99(w: World, calls: int) -> dict[str, Any]:
+    """``calls`` prepares of the seeded thread, one at a time: the server's assemble time."""
+    run, server = w.thread, []
     body = {"purpose": "action", "instance_id": run.instance_id}
     path = f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare"
-    async with httpx.AsyncClient(base_url=url, timeout=60, headers=c.http.headers) as http:
+    async with httpx.AsyncClient(base_url=w.url, timeout=60, headers=w.c.http.headers) as http:
         for _ in range(calls):
             r = await http.post(path, json=body)
             r.raise_for_status()
             server.append(orjson.loads(r.content)["timing"]["assemble_ms"])
     row = {
-        "records": first["record_count"],
+        "records": int(orjson.loads(r.content)["record_count"]),
         "calls": calls,
         "server_p50_ms": round(rn.pct(server, 50), 3),
         "server_p99_ms": round(rn.pct(server, 99), 3),
@@ -139,34 +162,34 @@ async def prepare_p99(c: ContextClient, url: str, run: Any, calls: int) -> dict[
     return row
 
 
-async def probe(
-    args: argparse.Namespace, services: ServiceSet, s: Settings, url: str, key: str, db: str
-) -> dict[str, Any]:
-    async with ContextClient(s.kafka_bootstrap, url, s.topic_records, api_key=key) as c:
-        steps = await agent_steps(c, args, services, s, db)
-        rel = await c.register_release(
-            agent_id="bench", instructions="Benchmark agent.", model_profile=rn.PROFILE
-        )
-        cpu_us, thread = await ingest(c, rel["release_id"], s, services.processor, args)
-        prep = await prepare_p99(c, url, thread, args.prepare_calls)
+async def probe(w: World, args: argparse.Namespace) -> dict[str, Any]:
+    """One round: agents, the ingest burst, the prepares."""
+    lv = ag.Level(args.agents, args.warmup, args.seconds)
+    steps = await ag.level(w.c, w.agents_release, lv, w.services, w.s, w.db)
+    log(ag.line(steps))
+    cpu_us = await ingest(w, args.events)
+    prep = await prepare_p99(w, args.prepare_calls)
     return {"agents": steps, "processor_cpu_us_per_event": round(cpu_us, 1), "prepare": prep}
 
 
 async def serve(
     args: argparse.Namespace, services: ServiceSet, s: Settings, url: str, key: str, db: str
 ) -> list[dict[str, Any]]:
-    """One round; ``--driven``: one round per line read from stdin, until its end, each
-    printed as one line ``ROUND <json>`` (``benchmarks.compare --gate`` alternates two
-    of these, one per side, each with its services up throughout)."""
-    if not args.driven:
-        return [await probe(args, services, s, url, key, db)]
-    out = []
-    print("READY", flush=True)
-    while await asyncio.to_thread(sys.stdin.readline):
-        t = time.monotonic()
-        out.append(await probe(args, services, s, url, key, db))
-        out[-1]["seconds"] = round(time.monotonic() - t, 1)
-        print("ROUND " + json.dumps(out[-1]), flush=True)
+    """Seeded, one round; ``--driven``: one round per line read from stdin, until its
+    end, each printed as one line ``ROUND <json>`` (``benchmarks.compare --gate``
+    alternates two of these, one per side, each with its services up throughout)."""
+    out: list[dict[str, Any]] = []
+    async with ContextClient(s.kafka_bootstrap, url, s.topic_records, api_key=key) as c:
+        w = World(c, services, s, url, db)
+        await seed(w, args.records)
+        if not args.driven:
+            return [await probe(w, args)]
+        print("READY", flush=True)
+        while await asyncio.to_thread(sys.stdin.readline):
+            t = time.monotonic()
+            out.append(await probe(w, args))
+            out[-1]["seconds"] = round(time.monotonic() - t, 1)
+            print("ROUND " + json.dumps(out[-1]), flush=True)
     return out
 
 
