@@ -21,17 +21,18 @@ Prints a markdown table (median of the rounds, min..max, after/before ratio) and
 
 ``--gate`` (issue 37's regression gate, a step of ``.ci/run``): the last landed commit
 (``.ci/gate-baseline``; ``--baseline`` another) against ``HEAD``, 2 alternating rounds of
-the short set ``GATE``: ``benchmarks.gate_probe`` (~25 s a round: CPU per agent step of
-our processes at 8 agents, the processor's CPU per event over a 15k-event burst,
-Prepare's server-side p99 at 10k records). Both sides' probes start together, each
-with its own services (up for all its rounds), and are told in turn to run a round
-(``driven_rounds``). This checkout's probe runs on both sides (``python -P``, the
-side's worktree first on ``PYTHONPATH``): one workload, each side's own code. It fails (exit 1, the table printed) when a gated
-measure is more than 25% worse beyond the rounds' noise: when even the after side's
-best round is worse than 1.25 x the before side's worst round (``gate_verdicts``). A
-measure the baseline does not have (its code cannot run the probe) is not gated; one
-the after side lost fails. A baseline that is not in the clone (a shallow clone, a
-rewritten history), or no code change since it, is reported and passes.
+the short set ``GATE``: ``benchmarks.gate_probe`` (~20 s a round: CPU per agent step of
+our processes at 8 agents, the processor's CPU per event over a 5k-event burst,
+Prepare's server-side p99 at 10k records). Both sides' probes start together, each with
+its own services (up for all its rounds), and are told in turn what to run; the
+prepares alternate between the sides in batches of 20 (``driven_rounds``). This
+checkout's probe runs on both sides (``python -P``, the side's worktree first on
+``PYTHONPATH``): one workload, each side's own code. It fails (exit 1, the table
+printed) when a gated measure is more than 25% worse beyond the rounds' noise: when
+even the after side's best round is worse than 1.25 x the before side's worst round
+(``gate_verdicts``). A measure the baseline does not have (its code cannot run the
+probe) is not gated; one the after side lost fails. A baseline that is not in the clone
+(a shallow clone, a rewritten history), or no change since it, is reported and passes.
 """
 
 from __future__ import annotations
@@ -96,6 +97,9 @@ GATED = (
 # The commit the gate compares with: the last landed one (.ci/gate-baseline says how it
 # is updated); its first word that is not a comment is a full sha.
 BASELINE_FILE = REPO / ".ci" / "gate-baseline"
+# The gate's prepares at 10k records, per side per round: batches alternating between
+# the sides.
+PREP_BATCHES, PREP_BATCH = 6, 20
 # Run from this checkout (``python -P`` the file: the side's worktree stays first on
 # sys.path), not from the side's worktree: one workload for both sides.
 OWN_SCRIPT = {"gate_probe"}
@@ -335,15 +339,16 @@ class _Driven:
                 return line
         return None
 
-    def round(self) -> dict[str, Any] | None:
+    def ask(self, command: str, answer: str) -> Any:
+        """Send ``command``; the JSON of its ``answer`` line (None: the probe exited)."""
         assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write("go\n")
+            self.proc.stdin.write(command + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             return None
-        line = self.until("ROUND ")
-        return None if line is None else dict(json.loads(line[len("ROUND ") :]))
+        line = self.until(answer + " ")
+        return None if line is None else json.loads(line[len(answer) + 1 :])
 
     def close(self) -> int:
         if self.proc.stdin is not None:
@@ -358,28 +363,45 @@ def driven_rounds(
     trees: dict[str, Path], n: int
 ) -> tuple[dict[str, list[Metrics]], dict[str, list[str]]]:
     """The gate's ``n`` rounds: both sides' probes start together, each with its own
-    services, which stay up; then each is told to run a round in turn: before, after,
-    before, after... (start-up once per side, not once per round)."""
+    services, which stay up; a round is each side's agents and burst in turn (before,
+    after), then their prepares in alternating batches (``PREP_BATCHES`` of
+    ``PREP_BATCH`` each), so that both see the same machine."""
     logs = REPO / "build" / "bench" / "compare-logs"
     logs.mkdir(parents=True, exist_ok=True)
     probes = {side: _Driven(wt, logs / f"gate-{side}.log") for side, wt in trees.items()}
     runs: dict[str, list[Metrics]] = {"before": [], "after": []}
     failures: dict[str, list[str]] = {"before": [], "after": []}
     alive = {side: p.until("READY") is not None for side, p in probes.items()}
+
+    def ask(side: str, command: str, answer: str, i: int) -> Any:
+        got = probes[side].ask(command, answer) if alive[side] else None
+        if got is None and alive[side]:
+            alive[side] = False
+            failures[side].append(f"round {i + 1}: gate_probe exited (see {logs})")
+        return got
+
     for i in range(n):
-        for side in ("before", "after"):
-            t0 = time.monotonic()
-            got = probes[side].round() if alive[side] else None
-            if got is None:
-                alive[side] = False
-                failures[side].append(f"round {i + 1}: gate_probe exited (see {logs})")
-                continue
-            runs[side].append(_probe(got))
-            log(f"r{i + 1}-{side} gate_probe: {time.monotonic() - t0:.0f} s")
+        t0 = time.monotonic()
+        rows = {side: ask(side, "round", "ROUND", i) for side in ("before", "after")}
+        times: dict[str, list[float]] = {"before": [], "after": []}
+        for _ in range(PREP_BATCHES):
+            for side in ("before", "after"):
+                times[side] += ask(side, f"prep {PREP_BATCH}", "PREP", i) or []
+        for side, row in rows.items():
+            if row is not None and times[side]:
+                p = sorted(times[side])
+                row["prepare"] = {"server_p50_ms": _pct(p, 50), "server_p99_ms": _pct(p, 99)}
+                runs[side].append(_probe(row))
+        log(f"round {i + 1}: {time.monotonic() - t0:.0f} s")
     for side, p in probes.items():
         if (rc := p.close()) != 0:
             failures[side].append(f"gate_probe rc {rc} (see {p.log_path})")
     return runs, failures
+
+
+def _pct(s: list[float], p: float) -> float:
+    """Of sorted ``s``, as ``benchmarks.run.pct``."""
+    return round(s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))], 3)
 
 
 def recorded_baseline(path: Path = BASELINE_FILE) -> str | None:

@@ -19,7 +19,9 @@ builds its view; then each round measures:
    included) from the send until the last one is committed, per event;
 3. Prepare's p99 at 10k records: ``--prepare-calls`` prepares of the seeded thread, one
    at a time: the server's assemble time (``timing.assemble_ms``) p50 and p99, as
-   ``benchmarks.run`` measures it (warm).
+   ``benchmarks.run`` measures it (warm). ``--driven``, the driver asks for them in
+   batches, the two sides' batches alternating (a machine's load moves within a round:
+   the sides see the same).
 
 Without ``--driven``: one round; ``build/bench/gate_probe.json`` under the cwd.
 """
@@ -141,8 +143,9 @@ async def ingest(w: World, n: int) -> float:
     return us
 
 
-async def prepare_p99(w: World, calls: int) -> dict[str, Any]:
-    """``calls`` prepares of the seeded thread, one at a time: the server's assemble time."""
+async def prepare_times(w: World, calls: int) -> list[float]:
+    """``calls`` prepares of the seeded thread, one at a time: the server's assemble
+    times (ms)."""
     run, server = w.thread, []
     body = {"purpose": "action", "instance_id": run.instance_id}
     path = f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare"
@@ -150,34 +153,40 @@ async def prepare_p99(w: World, calls: int) -> dict[str, Any]:
         for _ in range(calls):
             r = await http.post(path, json=body)
             r.raise_for_status()
-            server.append(orjson.loads(r.content)["timing"]["assemble_ms"])
-    row = {
-        "records": int(orjson.loads(r.content)["record_count"]),
-        "calls": calls,
+            server.append(float(orjson.loads(r.content)["timing"]["assemble_ms"]))
+    return server
+
+
+def prepare_row(server: list[float]) -> dict[str, Any]:
+    return {
+        "calls": len(server),
         "server_p50_ms": round(rn.pct(server, 50), 3),
         "server_p99_ms": round(rn.pct(server, 99), 3),
     }
-    log(f"prepare at {row['records']} records: server p50 {row['server_p50_ms']} ms,"
-        f" p99 {row['server_p99_ms']} ms ({calls} calls)")  # fmt: skip
-    return row
 
 
-async def probe(w: World, args: argparse.Namespace) -> dict[str, Any]:
-    """One round: agents, the ingest burst, the prepares."""
+async def probe(w: World, args: argparse.Namespace, prepares: bool = True) -> dict[str, Any]:
+    """One round: agents, the ingest burst, the prepares (``prepares``: else the driver
+    asks for them in batches)."""
     lv = ag.Level(args.agents, args.warmup, args.seconds)
     steps = await ag.level(w.c, w.agents_release, lv, w.services, w.s, w.db)
     log(ag.line(steps))
-    cpu_us = await ingest(w, args.events)
-    prep = await prepare_p99(w, args.prepare_calls)
-    return {"agents": steps, "processor_cpu_us_per_event": round(cpu_us, 1), "prepare": prep}
+    out = {"agents": steps, "processor_cpu_us_per_event": round(await ingest(w, args.events), 1)}
+    if prepares:
+        out["prepare"] = row = prepare_row(await prepare_times(w, args.prepare_calls))
+        log(f"prepare at {args.records} records: server p50 {row['server_p50_ms']} ms,"
+            f" p99 {row['server_p99_ms']} ms ({row['calls']} calls)")  # fmt: skip
+    return out
 
 
 async def serve(
     args: argparse.Namespace, services: ServiceSet, s: Settings, url: str, key: str, db: str
 ) -> list[dict[str, Any]]:
-    """Seeded, one round; ``--driven``: one round per line read from stdin, until its
-    end, each printed as one line ``ROUND <json>`` (``benchmarks.compare --gate``
-    alternates two of these, one per side, each with its services up throughout)."""
+    """Seeded, one round; ``--driven``: what each line read from stdin asks, until its
+    end — ``round``: agents and the burst, answered ``ROUND <json>``; ``prep N``: N
+    prepares, answered ``PREP <json list of assemble ms>``. ``benchmarks.compare --gate``
+    drives two of these, one per side, each with its services up throughout, and
+    alternates the sides' prepares in small batches."""
     out: list[dict[str, Any]] = []
     async with ContextClient(s.kafka_bootstrap, url, s.topic_records, api_key=key) as c:
         w = World(c, services, s, url, db)
@@ -185,9 +194,13 @@ async def serve(
         if not args.driven:
             return [await probe(w, args)]
         print("READY", flush=True)
-        while await asyncio.to_thread(sys.stdin.readline):
+        while line := await asyncio.to_thread(sys.stdin.readline):
+            if line.startswith("prep "):
+                times = await prepare_times(w, int(line.split()[1]))
+                print("PREP " + json.dumps(times), flush=True)
+                continue
             t = time.monotonic()
-            out.append(await probe(w, args))
+            out.append(await probe(w, args, prepares=False))
             out[-1]["seconds"] = round(time.monotonic() - t, 1)
             print("ROUND " + json.dumps(out[-1]), flush=True)
     return out
