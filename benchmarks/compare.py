@@ -389,8 +389,8 @@ def driven_rounds(
                 times[side] += ask(side, f"prep {PREP_BATCH}", "PREP", i) or []
         for side, row in rows.items():
             if row is not None and times[side]:
-                p = sorted(times[side])
-                row["prepare"] = {"server_p50_ms": _pct(p, 50), "server_p99_ms": _pct(p, 99)}
+                ms = sorted(times[side])
+                row["prepare"] = {"server_p50_ms": _pct(ms, 50), "server_p99_ms": _pct(ms, 99)}
                 runs[side].append(_probe(row))
         log(f"round {i + 1}: {time.monotonic() - t0:.0f} s")
     for side, p in probes.items():
