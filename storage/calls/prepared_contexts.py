@@ -9,12 +9,25 @@ read a thread's newest action context (storage/calls/agent_contexts.py).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
 import asyncpg
 
 from storage.calls.batches import delete_in_batches
+
+
+@dataclass(frozen=True)
+class PreparedRow:
+    """One prepared context to store (``PreparedContexts.save``'s arguments)."""
+
+    prepared_id: str
+    session_id: str
+    run_id: str
+    body: bytes
+    purpose: str | None = None
+    lineage: str | None = None
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,9 @@ class PreparedContexts(Protocol):
     ) -> None:
         """Store one (ids are fresh per prepare: a second save of one id changes nothing);
         ``lineage``: "main" for a session's main thread, else the child instance id."""
+
+    async def save_many(self, rows: list[PreparedRow]) -> None:
+        """``save`` of each, in one statement."""
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:
         """The stored context, or None (never prepared, or pruned)."""
@@ -69,6 +85,15 @@ class PgPreparedContexts:
             body,
             purpose,
             lineage,
+        )
+
+    async def save_many(self, rows: list[PreparedRow]) -> None:
+        cols = list(zip(*(dataclasses.astuple(r) for r in rows), strict=True))
+        await self.pool.execute(
+            "INSERT INTO prepared_contexts (prepared_id, session_id, run_id, body, purpose,"
+            " lineage) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[],"
+            " $5::text[], $6::text[]) ON CONFLICT (prepared_id) DO NOTHING",
+            *(list(c) for c in cols),
         )
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:

@@ -124,6 +124,7 @@ async def test_prepared_contexts_are_kept_for_the_retention_then_pruned(
         pool = await create_pool(pg_dsn, 1, 2)
         try:
             await _age(pool, old["prepared_id"], hours=25)
+            await _age(pool, fresh["prepared_id"], hours=0)  # landed too (written behind)
             assert await PgPreparedContexts(pool).prune(24 * 3600.0) >= 1
             left = {
                 r["prepared_id"]

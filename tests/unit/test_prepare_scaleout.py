@@ -133,3 +133,18 @@ async def test_a_context_not_stored_at_all_is_not_found_after_a_bounded_wait() -
     b.svc.gateway.prepared.miss_wait_s = 0.2
     assert await b.svc.gateway.prepared.get("prep_never_written") is None
     assert a.prepared.loads >= 2  # it looked again before giving up
+
+
+@pytest.mark.spec("R10.5")
+async def test_contexts_prepared_while_a_write_is_in_flight_are_stored_in_one_statement() -> None:
+    a = await instance_a()
+    ids = []
+    for _ in range(3):  # no await yields between them: the writer has not run yet
+        ids.append(await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion")))
+    await a.svc.gateway.prepared.flush()
+    assert sorted(a.prepared.rows) == sorted(p.prepared_id for p in ids)
+    assert sum(a.prepared.batches) == 3 and len(a.prepared.batches) < 3
+    b = a.instance()  # every one readable by another instance, as stored
+    for p in ids:
+        held = await b.svc.gateway.prepared.get(p.prepared_id)
+        assert held is not None and held.messages == p.messages

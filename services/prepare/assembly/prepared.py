@@ -19,7 +19,7 @@ from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_expo
 
 from domain.window.budget import BudgetReport, Calibration, ModelProfile
 from schemas.answers.prepared import Budget, DependencyVersions, ProtectedBlock
-from storage.calls.prepared_contexts import PreparedContexts
+from storage.calls.prepared_contexts import PreparedContexts, PreparedRow
 
 log = logging.getLogger(__name__)
 
@@ -116,36 +116,33 @@ class PreparedStore:
         self.capacity = capacity
         self.miss_wait_s = miss_wait_s
         self._entries: OrderedDict[str, PreparedEntry] = OrderedDict()
-        self._saving: dict[str, asyncio.Task[None]] = {}
+        self._pending: list[PreparedEntry] = []  # remembered, not written yet
+        self._writer: asyncio.Task[None] | None = None
 
     async def remember(self, entry: PreparedEntry) -> None:
         """Kept in memory at once and written to PostgreSQL behind the answer: the write
         of a large context (all its messages) would otherwise sit on every prepare's
         latency, while the usual model call comes back to this instance and finds it in
-        memory. Another instance that misses waits briefly for the write (``get``)."""
+        memory. Another instance that misses waits briefly for the write (``get``).
+        One writer writes what was remembered while its last write was in flight in one
+        statement: under load, one round trip stores many."""
         self._keep(entry)
-        task = asyncio.get_running_loop().create_task(self._save(entry))
-        self._saving[entry.prepared_id] = task
-        pid = entry.prepared_id
-        task.add_done_callback(lambda _done: self._saving.pop(pid, None))
+        self._pending.append(entry)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write())
 
-    async def _save(self, entry: PreparedEntry) -> None:
-        try:
-            await self.stored.save(
-                entry.prepared_id,
-                entry.session_id,
-                entry.run_id,
-                entry.to_json(),
-                entry.purpose,
-                entry.lineage,
-            )
-        except Exception:  # the context stays usable here; another instance re-prepares
-            log.exception("prepared context %s not stored", entry.prepared_id)
+    async def _write(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                await self.stored.save_many([_row(e) for e in batch])
+            except Exception:  # the contexts stay usable here; another instance re-prepares
+                log.exception("prepared contexts %s not stored", [e.prepared_id for e in batch])
 
     async def flush(self) -> None:
         """Wait for every write in flight (shutdown; tests)."""
-        if self._saving:
-            await asyncio.gather(*list(self._saving.values()), return_exceptions=True)
+        while self._writer is not None and not self._writer.done():
+            await asyncio.wait([self._writer])
 
     async def get(self, prepared_id: str) -> PreparedEntry | None:
         entry = self._entries.get(prepared_id)
@@ -174,3 +171,14 @@ class PreparedStore:
         self._entries[entry.prepared_id] = entry
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
+
+
+def _row(entry: PreparedEntry) -> PreparedRow:
+    return PreparedRow(
+        entry.prepared_id,
+        entry.session_id,
+        entry.run_id,
+        entry.to_json(),
+        entry.purpose,
+        entry.lineage,
+    )

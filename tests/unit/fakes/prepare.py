@@ -27,7 +27,7 @@ from services.prepare.service import PrepareService
 from storage.api_keys import StoredKey, new_key
 from storage.blobs import RecordScope, StoredRecord
 from storage.calls.model_calls import Completion, NewCall, Sample, StoredCall, Usage
-from storage.calls.prepared_contexts import StoredPrepared
+from storage.calls.prepared_contexts import PreparedRow, StoredPrepared
 from storage.compaction.summary_reuse import SummaryRef
 from storage.compaction.view import JobStatus
 from storage.compaction.view_state import ViewState
@@ -225,6 +225,7 @@ class FakeCalibrations:
 class FakePreparedContexts:
     rows: dict[str, StoredPrepared] = field(default_factory=dict)
     loads: int = 0
+    batches: list[int] = field(default_factory=list)  # rows per save_many
 
     async def save(
         self,
@@ -236,6 +237,11 @@ class FakePreparedContexts:
         lineage: str | None = None,
     ) -> None:
         self.rows.setdefault(prepared_id, StoredPrepared(prepared_id, session_id, run_id, body))
+
+    async def save_many(self, rows: list[PreparedRow]) -> None:
+        self.batches.append(len(rows))
+        for r in rows:
+            await self.save(r.prepared_id, r.session_id, r.run_id, r.body, r.purpose, r.lineage)
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:
         self.loads += 1
