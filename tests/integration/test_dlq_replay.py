@@ -116,15 +116,19 @@ async def forge(services: Services, letters: list[DeadLetter]) -> list[str]:
 
 
 async def messages_at(services: Services, partition: int, offset: int) -> list[Any]:
-    """The records topic's messages of ``partition`` from ``offset`` on."""
+    """The records topic's messages of ``partition`` from ``offset`` to its end now (the
+    replay has returned: what it sent is acknowledged, below the end offset)."""
     c = AIOKafkaConsumer(bootstrap_servers=services.stack.kafka_bootstrap, **auth())
     await c.start()
     try:
         tp = TopicPartition(services.env("ALC_TOPIC_RECORDS"), partition)
         c.assign([tp])
         c.seek(tp, offset)
+        end = (await c.end_offsets([tp]))[tp]
         got: list[Any] = []
-        for _ in range(5):
+        deadline = time.monotonic() + 30
+        while await c.position(tp) < end:
+            assert time.monotonic() < deadline, f"{tp} not read to {end} in 30 s"
             got += (await c.getmany(tp, timeout_ms=1_000)).get(tp, [])
         return got
     finally:
