@@ -184,9 +184,12 @@ def features_each(
         put(i, "id", m.group(1), W_IDENT)
     for i, m in _by_text(_CODE_NAME, joined, ends):
         put(i, "id", m.group(0), code_weight)
-    cued = {i for i, _ in _by_text(ERROR_CUE, joined, ends)}
-    for i, m in _by_text(_ERROR_NAMES, joined, ends):
-        if i in cued:  # what an error names: KeyError: 'currency_code'
+    # what an error names (KeyError: 'currency_code'), in a text with an error cue: the
+    # cue is looked for only in texts that name something
+    names = list(_by_text(_ERROR_NAMES, joined, ends))
+    cued = {i: ERROR_CUE.search(texts[i]) is not None for i in dict.fromkeys(i for i, _ in names)}
+    for i, m in names:
+        if cued[i]:
             put(i, "id", next(g for g in m.groups() if g), W_IDENT)
     return out
 
