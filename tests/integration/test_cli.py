@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +50,16 @@ def as_json(p: subprocess.CompletedProcess[str]) -> Any:
 
 @pytest.mark.spec("R17")
 def test_help_everywhere_and_usage_errors_exit_2() -> None:
-    for cmd in ([], ["policy"], ["dlq"], ["topics"], ["session"], ["keys"], ["migrate"]):
-        p = run(*cmd, "--help")
+    cmds = [[], ["policy"], ["dlq"], ["topics"], ["session"], ["keys"], ["migrate"]]
+    # Nine processes, two at a time: each is mostly its interpreter's start-up.
+    with ThreadPoolExecutor(2) as pool:
+        helps = list(pool.map(lambda cmd: run(*cmd, "--help"), cmds))
+        usage = list(pool.map(lambda args: run(*args), [["policy", "validate"], ["no-such"]]))
+    for cmd, p in zip(cmds, helps, strict=True):
         assert p.returncode == 0, (cmd, p.stderr)
         assert "Usage" in p.stdout
-    assert run("policy", "validate").returncode == 2  # missing FILE
-    assert run("no-such-command").returncode == 2
+    assert usage[0].returncode == 2  # missing FILE
+    assert usage[1].returncode == 2  # no such command
 
 
 @pytest.mark.spec("R17", "R7.7")
