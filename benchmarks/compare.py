@@ -38,6 +38,7 @@ probe) is not gated; one the after side lost fails. A baseline that is not in th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -120,8 +121,9 @@ def git(*args: str) -> str:
 
 
 def worktree(sha: str) -> Path:
-    """The detached worktree of ``sha`` under /tmp (reused when it is already there)."""
-    path = Path(f"/tmp/bench-{sha[:12]}")
+    """The detached worktree of ``sha`` under /tmp (reused when it is already there),
+    named after this checkout too: a CI clone and a working copy never share one."""
+    path = Path(f"/tmp/bench-{sha[:12]}-{hashlib.sha1(str(REPO).encode()).hexdigest()[:6]}")
     if not (path / ".git").exists():
         git("worktree", "add", "--detach", str(path), sha)
     return path
