@@ -157,7 +157,8 @@ EDGES = [
 def test_features_read_together_are_each_lines_own_in_their_order() -> None:
     rng = random.Random(11)
     lines = EDGES + [sal.clip(ln, 200) for ln in (_listing(rng, 30) + "\n" + TRACEBACK).split("\n")]
-    for texts in (lines, lines[::-1], lines[:1], []):
+    ascii_only = [t for t in lines if t.isascii()] + ["abcD Dabc aBc abc_def x1y ABC", "a"]
+    for texts in (lines, lines[::-1], lines[:1], [], ascii_only):
         together = sal.features_each(texts, path_weight=sal.W_PATH_OUTPUT)
         alone = [sal.features(t, path_weight=sal.W_PATH_OUTPUT) for t in texts]
         assert [list(d.items()) for d in together] == [list(d.items()) for d in alone]

@@ -275,6 +275,8 @@ def pieces(text: str, *, prose: bool = False, head: int = 12_000, tail: int = 4_
 _SHAPE_NUM = re.compile(r"\b[0-9a-f]{7,}\b|\d+")
 _SHAPE_WORD = re.compile(r"[^\W\d_]+")  # letters of any script
 _SHAPE_RUN = re.compile(r"(.)\1+")
+# In ASCII text the words ``_lower_word`` makes "a": whole letter runs without a capital.
+_SHAPE_LOWER_ASCII = re.compile(r"(?<![A-Za-z])[a-z]+(?![A-Za-z])")
 
 
 def _lower_word(m: re.Match[str]) -> str:
@@ -292,7 +294,14 @@ def shape(line: str) -> str:
 def shapes(lines: Sequence[str]) -> list[str]:
     """``shape`` of each of ``lines`` (no line break in any), in one pass: no pattern of
     a shape matches a line break."""
-    return shape("\n".join(lines)).split("\n") if lines else []
+    if not lines:
+        return []
+    text = "\n".join(lines)
+    if not text.isascii():
+        return shape(text).split("\n")
+    # ASCII: the letter runs to abstract are told by a pattern, not a call per word
+    words = _SHAPE_LOWER_ASCII.sub("a", _SHAPE_NUM.sub("9", text))
+    return _SHAPE_RUN.sub(r"\1", words).split("\n")
 
 
 def is_noise(line: str) -> bool:
