@@ -275,8 +275,9 @@ def pieces(text: str, *, prose: bool = False, head: int = 12_000, tail: int = 4_
 _SHAPE_NUM = re.compile(r"\b[0-9a-f]{7,}\b|\d+")
 _SHAPE_WORD = re.compile(r"[^\W\d_]+")  # letters of any script
 _SHAPE_RUN = re.compile(r"(.)\1+")
-# In ASCII text the words ``_lower_word`` makes "a": whole letter runs without a capital.
-_SHAPE_LOWER_ASCII = re.compile(r"(?<![A-Za-z])[a-z]+(?![A-Za-z])")
+# In ASCII text the words ``_lower_word`` makes "a": whole letter runs without a capital
+# (there the only capitals are A-Z).
+_SHAPE_LOWER_ASCII = re.compile(r"(?<![^\W\d_])[^\W\d_A-Z]+(?![^\W\d_])")
 
 
 def _lower_word(m: re.Match[str]) -> str:
