@@ -166,3 +166,26 @@ def test_features_read_together_are_each_lines_own_in_their_order() -> None:
         assert sal.shapes(texts) == [sal.shape(t) for t in texts]
     assert any(sal.errors_each(EDGES)) and not all(sal.errors_each(EDGES))
     assert ("num", "5ms") not in sal.features_each(EDGES[:2])[0]  # no unit from the next line
+
+
+@pytest.mark.spec("R11.3")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_the_floors_needs_of_every_suffix_are_needs_of_each(seed: int) -> None:
+    """``_Floor.suffix_needs`` (one pass for the drop search) gives what ``need`` of each
+    suffix of a drop order gives, at any level."""
+    from domain.compaction.extractive.draft import _candidates
+    from domain.compaction.extractive.fill import Fill
+    from domain.compaction.extractive.floor import _Floor
+
+    fill = Fill(_candidates(_segment(seed, 24)), 2_000)
+    frags = [f for f in fill.c.frags if f.tier is not None]
+    for f in frags:
+        f.full = f.full or f.text
+    floor = _Floor(fill, frags)
+    rng = random.Random(seed)
+    for level in (0.0, 40.0, 400.0):
+        order = list(range(len(frags)))
+        rng.shuffle(order)
+        needs = floor.suffix_needs(order, level)
+        assert needs == [floor.need(sorted(order[n:]), level) for n in range(len(order) + 1)]
+        assert needs[0] > needs[len(order) // 2] > needs[-1] == 0

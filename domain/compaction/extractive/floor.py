@@ -62,6 +62,12 @@ class _Floor:
     def need(self, alive: Sequence[int], level: float) -> int:
         """Characters the ``alive`` fragments take at ``level``, with their frames: a
         part's prefix and citation, a line's frame, a section's title, once each."""
+        return sum(self.cap(k, level) for k in alive) + self.frames(alive)
+
+    def frames(self, alive: Sequence[int]) -> int:
+        """What ``need`` adds to the fragments' own widths: each part's prefix and
+        suffix (and the separators of its fragments after its first), each cited record
+        of a line, each line's frame and each section's title."""
         c = self.fill.c
         parts: set[int] = set()
         lines: set[int] = set()
@@ -70,7 +76,6 @@ class _Floor:
         cited: set[tuple[int, str]] = set()
         for k in alive:
             f = self.frags[k]
-            total += self.cap(k, level)
             if f.part in parts:
                 total += len(f.sep)
                 continue
@@ -89,14 +94,52 @@ class _Floor:
                     total += len(SECTION_TITLES.get(line.section, line.section)) + 4
         return total
 
+    def suffix_needs(self, order: Sequence[int], level: float) -> list[int]:
+        """``need(sorted(order[n:]), level)`` for every n, in one pass from the end: the
+        same sums (integers, in any order), each fragment added to the last set's."""
+        c = self.fill.c
+        firsts: dict[int, int] = {}  # part -> its first fragment (lowest index) so far
+        cited: set[tuple[int, str]] = set()
+        lines: set[int] = set()
+        sections: set[str] = set()
+        out = [0] * (len(order) + 1)
+        total = 0
+        for n in range(len(order) - 1, -1, -1):
+            k = order[n]
+            f = self.frags[k]
+            total += self.cap(k, level)
+            first = firsts.get(f.part)
+            if first is not None:  # the part's fragments pay their separators but the first
+                new_first = min(first, k)
+                total += len(f.sep) + len(self.frags[first].sep) - len(self.frags[new_first].sep)
+                firsts[f.part] = new_first
+                out[n] = total
+                continue
+            firsts[f.part] = k
+            part = c.parts[f.part]
+            total += max(len(part.prefix), len(part.first_prefix)) + len(part.suffix)
+            if (part.line, part.source_id) not in cited:
+                cited.add((part.line, part.source_id))
+                total += id_cost(part.source_id)
+            if part.line not in lines:
+                lines.add(part.line)
+                line = c.lines[part.line]
+                total += len(line.head) + 6
+                if line.section not in sections:
+                    sections.add(line.section)
+                    total += len(SECTION_TITLES.get(line.section, line.section)) + 4
+            out[n] = total
+        return out
+
     def level(self, alive: Sequence[int], budget: int) -> float:
         """The highest level at which ``alive`` fits ``budget`` (0 when none does)."""
         lo, hi = 0.0, float(max(self.full, default=0) + 1)
-        if self.need(alive, hi) <= budget:
+        frames = self.frames(alive)  # the same at every level
+        if sum(self.cap(k, hi) for k in alive) + frames <= budget:
             return hi
         for _ in range(24):
             mid = (lo + hi) / 2
-            if self.need(alive, mid) <= budget:
+            if sum(self.cap(k, mid) for k in alive) + frames <= budget:
                 lo = mid
             else:
                 hi = mid
@@ -178,10 +221,11 @@ class _Floor:
         if self.need(every, least) <= budget:
             return every
         order = self.order(budget)
+        needs = self.suffix_needs(order, least)  # needs[n]: what order[n:] needs
         lo, hi = 1, len(order)  # drop order[:n]: the smallest n that fits
         while lo < hi:
             mid = (lo + hi) // 2
-            if self.need(sorted(order[mid:]), least) <= budget:
+            if needs[mid] <= budget:
                 hi = mid
             else:
                 lo = mid + 1
