@@ -23,7 +23,9 @@ from schemas.contracts import ResourceActivationPayload
 from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction import resource_revocation
 from storage.compaction.control import GainSettings, PgControlStore
+from storage.compaction.preempt_reads import PgPreemptReads
 from storage.compaction.state import Checked
+from storage.compaction.view_cache import TxViews, ViewCache
 from storage.compaction.view_state import ViewState
 from storage.records.store import IngestStore, PgIngestStore
 
@@ -84,12 +86,43 @@ class ProcessingStore(IngestStore, ControlStore, Protocol):
     """Both, over the batch's one connection."""
 
 
-class PgProcessingStore(PgIngestStore, PgControlStore):
-    """``ProcessingStore`` over one asyncpg connection."""
+class PgProcessingStore(PgIngestStore, PgControlStore, PgPreemptReads):
+    """``ProcessingStore`` over one asyncpg connection. With ``cache`` (the processor's,
+    ``storage.compaction.view_cache``), each outermost transaction reads main views
+    through it and keeps what it read once it committed."""
 
-    def __init__(self, conn: asyncpg.Connection, gain: GainSettings | None = None) -> None:
+    def __init__(
+        self,
+        conn: asyncpg.Connection,
+        gain: GainSettings | None = None,
+        cache: ViewCache | None = None,
+    ) -> None:
         self.conn = conn
         self.gain = gain or GainSettings()
+        self.cache = cache
+        self.views = None
+        self.probed = {}
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """A transaction, or inside one a savepoint."""
+        if self.views is not None or self.cache is None:
+            try:
+                async with self.conn.transaction():
+                    yield
+            except BaseException:
+                if self.views is not None:
+                    self.views.spoil()  # a savepoint undone: keep nothing read in it
+                raise
+            return
+        self.views = TxViews(self.cache)
+        try:
+            async with self.conn.transaction():
+                yield
+            self.views.commit()
+        finally:
+            self.views = None
+            self.probed = {}
 
     async def write_records(
         self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
@@ -97,6 +130,11 @@ class PgProcessingStore(PgIngestStore, PgControlStore):
         """The records, then their resource (de)activations: R11.8 revocation withdraws a
         resource's content and invalidates the summaries covering it."""
         await PgIngestStore.write_records(self, plan, states, consumer, topic)
+        for nr in plan.records:
+            sid = nr.incoming.event.scope.session_id
+            self.probed.pop(sid, None)
+            if self.views is not None:
+                self.views.wrote(sid, nr.session_sequence, str(nr.incoming.event.kind))
         for nr in plan.records:
             p = nr.incoming.event.payload
             if isinstance(p, ResourceActivationPayload):
@@ -117,11 +155,13 @@ class PgProcessing:
     def __init__(self, pool: asyncpg.Pool, gain: GainSettings | None = None) -> None:
         self.pool = pool
         self.gain = gain or GainSettings()
+        # Main views between batches: the processor is their sessions' one writer.
+        self.cache = ViewCache()
 
     @asynccontextmanager
     async def acquire(self) -> AsyncIterator[ProcessingStore]:
         async with self.pool.acquire() as conn:
-            yield PgProcessingStore(conn, self.gain)
+            yield PgProcessingStore(conn, self.gain, self.cache)
 
 
 class ProcessingStores(Protocol):

@@ -23,9 +23,7 @@ from domain.compaction.control.effects import (
     ObservationInputs,
 )
 from domain.compaction.outcome import OutcomeInputs
-from domain.compaction.preemption import PreemptCandidate
-from domain.compaction.triggers import REBUILD_DUE, Counters, LastAttempt
-from domain.context.rendering import RecordView
+from domain.compaction.triggers import Counters, LastAttempt
 from domain.frontier import Frontier
 from domain.policy.context_policy import ContextPolicy
 from domain.policy.parsed import policy_of
@@ -36,43 +34,9 @@ from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
 from storage.compaction import state as compaction_state
 from storage.compaction import summaries as repo
 from storage.compaction.state import Checked
-from storage.compaction.view_state import (
-    ViewState,
-    ViewStateCache,
-    counted_after,
-    load_view_state,
-)
-from storage.records import processing, threads
+from storage.compaction.view_cache import CachedViews, session_counters, stamp_of
+from storage.compaction.view_state import counted_after
 from storage.records.frontier import read_frontier, thread_frontier
-
-
-async def lineage_of(conn: asyncpg.Connection, ev: ControlEvent) -> str:
-    """ "main" for the run's main thread, else the child instance (R13.1)."""
-    main = await processing.main_instance_id(conn, ev.session_id, ev.run_id)
-    return "main" if main == ev.instance_id else ev.instance_id
-
-
-# The facts of compaction views that never change (a summary's content, "may run R
-# reuse summary S"), kept for the process's life as Prepare keeps its own: the processor
-# reads a touched session's view at every batch (its pre-emptive check, observations,
-# outcomes), and without them each read cost up to three more round trips (issue 37).
-_FACTS = ViewStateCache()
-
-
-async def view_of(
-    conn: asyncpg.Connection, session_id: str, run_id: str, lineage: str
-) -> ViewState:
-    """The compaction view of ``lineage`` ("main" or a child instance) for ``run_id``."""
-    view = await load_view_state(
-        conn,
-        session_id,
-        run_id,
-        child_instance_id=None if lineage == "main" else lineage,
-        cache=_FACTS,
-    )
-    if view is None:
-        raise LookupError(f"session {session_id} not found")
-    return view
 
 
 async def job_row(conn: asyncpg.Connection, job_id: str) -> JobRow | None:
@@ -125,7 +89,7 @@ def _columns(state: Mapping[str, object]) -> dict[str, object]:
     return {k: asdict(v) if isinstance(v, LastAttempt) else v for k, v in state.items()}
 
 
-class PgControlStore:
+class PgControlStore(CachedViews):
     """The control half of the processor's store (``streams.control``): the facts a
     budget observation or a compaction outcome is decided on, and the one writer of the
     decided effects, over the batch's connection."""
@@ -151,17 +115,23 @@ class PgControlStore:
         does not depend on the state columns the decision writes, so reading it first is
         the same as reading it after them.)"""
         conn = self.conn
-        ctx = await repo.session_context(conn, ev.session_id)
+        lineage = await self.lineage_of(ev)
+        locked = await compaction_state.lock_with_context(conn, ev.session_id, lineage)
+        ctx, row, job = locked.context, locked.row, locked.job
         full = policy_of(ctx["policy_revision"], ctx["context_policy"])
         policy = full.compaction
-        lineage = await lineage_of(conn, ev)
-        row = await repo.lock_state(conn, ev.session_id, lineage, ctx["policy_revision"])
-        job = None if row.active_job_id is None else await job_row(conn, row.active_job_id)
         # R2.6/R2.7: counters of this run's view, and the baseline of the newest summary
         # this view may reuse — not simply the newest summary of the session. (R13.1: a
         # child has its own counters and its own summary chain.) The job in flight is the
         # locked row's, not the view's: the decision may just let it go (R15.3).
-        view = await view_of(conn, ev.session_id, ev.run_id, lineage)
+        view = await self._view(
+            ev.session_id,
+            ev.run_id,
+            lineage,
+            stamp_of(ctx, row.current_summary_id),
+            session_counters(ctx),
+            row.active_job_id,
+        )
         # Decided on the view the observer saw, not on records that overtook its observation.
         later = await counted_after(conn, view, obs.view_watermark)
         prices, summarizer_prices = self.gain.prices(full, ctx["model_profile"])
@@ -208,11 +178,18 @@ class PgControlStore:
         job = await job_row(conn, out.job_id)
         if job is None or job.status != "requested":
             return OutcomeInputs(ev, out, job)
-        ctx = await repo.session_context(conn, ev.session_id)
-        row = await repo.lock_state(conn, ev.session_id, job.lineage, ctx["policy_revision"])
+        locked = await compaction_state.lock_with_context(conn, ev.session_id, job.lineage)
+        ctx, row = locked.context, locked.row
         if out.status != "succeeded":
             return OutcomeInputs(ev, out, job, ctx["policy_revision"])
-        view = await view_of(conn, ev.session_id, job.run_id, job.lineage)
+        view = await self._view(
+            ev.session_id,
+            job.run_id,
+            job.lineage,
+            stamp_of(ctx, row.current_summary_id),
+            session_counters(ctx),
+            row.active_job_id,
+        )
         covered = list(out.covered_record_ids)
         frontier = await frontier_of(conn, ev.session_id, job.lineage, job.run_id, job.instance_id)
         return OutcomeInputs(
@@ -244,10 +221,14 @@ class PgControlStore:
         transaction."""
         conn = self.conn
         sid, lineage = effects.session_id, effects.lineage
+        self.probed.pop(sid, None)  # its stamp moves
         if effects.summary is not None:
             await repo.insert_summary(conn, **effects.summary)
         for done in effects.finished:
             await repo.finish_job(conn, done.job_id, done.status, done.stage, done.reason)
+        # The lineage's state goes with the report unless a new job must be inserted first.
+        state = _columns(effects.state) if effects.state else None
+        with_report = state if effects.new_job is None else None
         if (r := effects.report) is not None:
             await repo.insert_report(
                 conn,
@@ -263,7 +244,9 @@ class PgControlStore:
                 r.view_watermark,
                 r.totals,
                 r.baseline,
+                then=with_report,
             )
+            state = None if with_report else state
         if (job := effects.new_job) is not None:
             req = job.request
             await repo.insert_job(
@@ -276,55 +259,8 @@ class PgControlStore:
                 {**req.__dict__, "trigger_reasons": list(req.trigger_reasons)},
                 job.observed,
             )
-        if effects.state:
-            await repo.update_lineage(conn, sid, lineage, _columns(effects.state))
+        if state:
+            await repo.update_lineage(conn, sid, lineage, state)
         if effects.view_tokens is not None:
             covered, summary = effects.view_tokens
             await compaction_state.replace_view_tokens(conn, sid, lineage, covered, summary)
-
-    async def preempt_candidates(self, session_ids: list[str]) -> list[PreemptCandidate]:
-        conn = self.conn
-        rows = await conn.fetch(
-            "SELECT c.session_id, s.active_run_id, r.context_policy,"
-            " r.policy_revision AS release_policy, c.fixed_overhead, c.view_tokens,"
-            " c.input_budget, c.required_tokens FROM compaction_state c"
-            " JOIN sessions s USING (session_id) JOIN releases r USING (release_id)"
-            " WHERE c.session_id = ANY($1::text[]) AND c.lineage = 'main'"
-            " AND c.input_budget > 0 AND c.active_job_id IS NULL AND (c.last_attempt IS NULL"
-            f" OR c.last_attempt->>'rebuild' = '{REBUILD_DUE}')"
-            " AND s.active_run_id IS NOT NULL",
-            session_ids,
-        )
-        return [
-            PreemptCandidate(
-                r["session_id"],
-                r["active_run_id"],
-                policy_of(r["release_policy"], r["context_policy"]),
-                r["release_policy"],
-                int(r["fixed_overhead"]),
-                int(r["view_tokens"]),
-                int(r["input_budget"]),
-                int(r["required_tokens"]),
-            )
-            for r in rows
-        ]
-
-    async def main_view(self, session_id: str, run_id: str) -> ViewState:
-        return await view_of(self.conn, session_id, run_id, "main")
-
-    async def main_instance_id(self, session_id: str, run_id: str) -> str | None:
-        return await processing.main_instance_id(self.conn, session_id, run_id)
-
-    async def view_records(
-        self,
-        session_id: str,
-        run_id: str,
-        main_instance_id: str,
-        through: int,
-        covered: frozenset[str] = frozenset(),
-    ) -> list[RecordView]:
-        # Selection ignores covered records: a long, summarized history is not read again
-        # (with its content) on every pre-emptive check.
-        inherited = await threads.uncovered_records(self.conn, session_id, through, covered)
-        own = await threads.thread_records(self.conn, session_id, run_id, main_instance_id, through)
-        return inherited + own

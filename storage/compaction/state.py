@@ -1,6 +1,6 @@
 """The processor's writes and scans of ``compaction_state`` beyond lock/update
-(``storage.compaction.summaries``): the view-token estimate, an observation already checked and the
-sessions due a pre-emptive check."""
+(``storage.compaction.summaries``): the view-token estimate, an observation already
+checked, and a lineage's row locked with its session's context and job in flight."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+
+from domain.compaction.control.effects import JobRow
+from domain.compaction.triggers import Counters
+from storage.compaction.summaries import StateRow, last_attempt_of, lock_state, session_context
 
 
 async def replace_view_tokens(
@@ -31,3 +35,64 @@ class Checked:
     job_id: str | None
     job_status: str | None
     job_request: dict[str, Any] | None
+
+
+# A lineage's row (locked), its session's counters and sequence, its release's policy
+# and profile, and the job in flight: what a control decision starts from.
+_LOCKED = (
+    "SELECT c.session_id, c.lineage, c.policy_revision AS state_policy,"
+    " c.current_summary_id, c.baseline_user_turns, c.baseline_model_steps,"
+    " c.last_attempt, c.active_job_id, c.attempts,"
+    " s.user_turns, s.model_steps, s.next_session_sequence, r.policy_revision,"
+    " r.context_policy, r.model_profile, j.status AS job_status, j.lineage AS job_lineage,"
+    " j.run_id AS job_run_id, j.instance_id AS job_instance_id, j.request AS job_request,"
+    " j.observed_user_turns AS job_turns, j.observed_model_steps AS job_steps"
+    " FROM compaction_state c JOIN sessions s ON s.session_id = c.session_id"
+    " JOIN releases r ON r.release_id = s.release_id"
+    " LEFT JOIN compaction_jobs j ON j.job_id = c.active_job_id"
+    " WHERE c.session_id=$1 AND c.lineage=$2 FOR UPDATE OF c"
+)
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A lineage's ``compaction_state`` row, locked, with what its decisions read beside
+    it: ``context`` has the columns of ``summaries.session_context``."""
+
+    row: StateRow
+    context: Any
+    job: JobRow | None  # the row's job in flight, if it is known
+
+
+async def lock_with_context(conn: asyncpg.Connection, session_id: str, lineage: str) -> Locked:
+    """``summaries.session_context``, ``summaries.lock_state`` and the job in flight in
+    one round trip once the lineage has its row (rows are never deleted); its first
+    decision inserts it."""
+    r = await conn.fetchrow(_LOCKED, session_id, lineage)
+    if r is None:
+        ctx = await session_context(conn, session_id)
+        await lock_state(conn, session_id, lineage, ctx["policy_revision"])
+        r = await conn.fetchrow(_LOCKED, session_id, lineage)
+        assert r is not None
+    row = StateRow(
+        r["session_id"],
+        r["lineage"],
+        r["state_policy"],
+        r["current_summary_id"],
+        Counters(r["baseline_user_turns"], r["baseline_model_steps"]),
+        last_attempt_of(r["last_attempt"]),
+        r["active_job_id"],
+        int(r["attempts"]),
+    )
+    job = None
+    if r["active_job_id"] is not None and r["job_status"] is not None:
+        job = JobRow(
+            r["active_job_id"],
+            r["job_status"],
+            r["job_lineage"],
+            r["job_run_id"],
+            r["job_instance_id"],
+            r["job_request"],
+            Counters(r["job_turns"], r["job_steps"]),
+        )
+    return Locked(row, r, job)

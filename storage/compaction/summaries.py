@@ -81,7 +81,8 @@ def to_state(row: StateRow, totals: Counters) -> CompactionState:
 
 async def session_context(conn: asyncpg.Connection, session_id: str) -> asyncpg.Record:
     r = await conn.fetchrow(
-        "SELECT s.user_turns, s.model_steps, r.policy_revision, r.context_policy, r.model_profile"
+        "SELECT s.user_turns, s.model_steps, s.next_session_sequence, r.policy_revision,"
+        " r.context_policy, r.model_profile"
         " FROM sessions s JOIN releases r USING (release_id) WHERE s.session_id=$1",
         session_id,
     )
@@ -119,11 +120,11 @@ async def insert_report(
     view_watermark: int,
     totals: Counters,
     baseline: Counters,
+    then: Mapping[str, Any] | None = None,
 ) -> None:
-    await conn.execute(
-        "INSERT INTO trigger_reports (session_id, lineage, run_id, event_key, fired, values,"
-        " thresholds, decision, reason, job_id, policy_revision, view_watermark, counters)"
-        " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)",
+    """A trigger report; with ``then``, ``update_lineage``'s changes of the same lineage
+    in the same statement (one round trip)."""
+    args: list[Any] = [
         session_id,
         lineage,
         run_id,
@@ -137,7 +138,15 @@ async def insert_report(
         policy_revision,
         view_watermark,
         {"totals": totals.__dict__, "baseline": baseline.__dict__},
+    ]
+    sql = (
+        "INSERT INTO trigger_reports (session_id, lineage, run_id, event_key, fired, values,"
+        " thresholds, decision, reason, job_id, policy_revision, view_watermark, counters)"
+        " VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13)"
     )
+    if then:
+        sql = f"WITH report AS ({sql}) {_update_sql(then, args)}"
+    await conn.execute(sql, *args)
 
 
 async def update_state(conn: asyncpg.Connection, row: StateRow, **changes: Any) -> None:
@@ -148,15 +157,20 @@ async def update_lineage(
     conn: asyncpg.Connection, session_id: str, lineage: str, changes: Mapping[str, Any]
 ) -> None:
     """Set ``changes`` (column -> value) on a lineage's ``compaction_state`` row."""
-    cols = []
     args: list[Any] = [session_id, lineage]
+    await conn.execute(_update_sql(changes, args), *args)
+
+
+def _update_sql(changes: Mapping[str, Any], args: list[Any]) -> str:
+    """The UPDATE of ``changes`` on the lineage of ``args``' first two (session id,
+    lineage); the values are appended to ``args``."""
+    cols = []
     for k, v in changes.items():
         args.append(v)
         cols.append(f"{k}=${len(args)}")
-    await conn.execute(
+    return (
         f"UPDATE compaction_state SET {', '.join(cols)}, updated_at=now()"
-        " WHERE session_id=$1 AND lineage=$2",
-        *args,
+        " WHERE session_id=$1 AND lineage=$2"
     )
 
 

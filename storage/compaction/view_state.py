@@ -38,6 +38,9 @@ class ViewState:
     active_job_id: str | None  # R7.4: the lineage's job in flight, if any
     # Changes whenever a resource is revoked or reactivated, or a record is retracted.
     revocation_epoch: str
+    # A run started after this one's snapshot (a resumed older run): its counters are
+    # counted record by record, not the session's (R2.6).
+    resumed: bool = False
 
     @property
     def baseline(self) -> Counters:
@@ -112,6 +115,7 @@ async def load_view_state(
         summary,
         r["active_job_id"],
         str(r["revocations"]),
+        bool(r["later"]),
     )
 
 
