@@ -32,6 +32,7 @@ _OTHER_SPACE = "the event's space is not the signing key's space (or the key is 
 _OTHER_KEY = "the message key is not the event's session id"
 KEY_MISMATCH = "key_mismatch"
 MAX_OUTCOME_MESSAGE = 2000  # characters of a refusal's reason kept as its outcome
+KNOWN_SESSIONS = 65_536  # sessions remembered as existing, then forgotten at once
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,9 @@ class Admission:
         self.counter = counter
         self.config = config
         self.auth = auth
+        # Sessions known to exist: a session is never deleted, so once seen it is not
+        # asked for again (a control event per agent step asked every batch, issue 37).
+        self.sessions: set[str] = set()
 
     async def admit(self, store: IngestStore, batch: list[RawMessage]) -> Admitted:
         out = Admitted()
@@ -155,7 +159,12 @@ class Admission:
         controls = [i for i in admitted.items if isinstance(i, Control)]
         if not controls:
             return admitted
-        known = await store.open_sessions(sorted({c.event.session_id for c in controls}))
+        named = {c.event.session_id for c in controls}
+        if not named <= self.sessions:
+            if len(self.sessions) > KNOWN_SESSIONS:
+                self.sessions.clear()
+            self.sessions |= await store.open_sessions(sorted(named - self.sessions))
+        known = self.sessions
         out = Admitted(dead=list(admitted.dead))
         for item in admitted.items:
             if not isinstance(item, Control) or item.event.session_id in known:

@@ -1,8 +1,9 @@
-"""The batch transaction is optimistic (issue 37): while nothing fails, control events and
-the pre-emptive check run without savepoints (two round trips each); when one fails, the
-whole batch is applied again with a savepoint around each of them, so that the outcome
-is the one a savepoint gives — the failing part undone and dead-lettered or skipped, the
-rest committed once (R15.3)."""
+"""What a batch costs besides its work (issue 37). The transaction is optimistic: while
+nothing fails, control events and the pre-emptive check run without savepoints (two
+round trips each); when one fails, the whole batch is applied again with a savepoint
+around each of them, so that the outcome is the one a savepoint gives — the failing part
+undone and dead-lettered or skipped, the rest committed once (R15.3). And a session once
+seen to exist is not asked for again."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ import pytest
 
 from domain.compaction.preemption import PreemptCandidate
 from domain.policy.context_policy import effective_policy
-from schemas.wire import decode_dead_letter, encode_event
+from schemas.wire import ControlEvent, decode_dead_letter, encode_control, encode_event
 
 from .fakes.processor import InjectedFailure
 from .fakes.publisher import FakePublisher
 from .test_processor_orchestration import (
     CONFIG,
     SESSION,
+    _observation,
     batch,
     control,
     make,
@@ -74,3 +76,25 @@ async def test_a_failing_preemptive_check_is_skipped_and_the_records_commit_once
     assert store.committed_keys() == ["a", "b"]
     assert reads == 2  # the optimistic attempt, then the careful one that skips it
     assert store.log.count("commit") == 1
+
+
+@pytest.mark.spec("R15.3")
+async def test_a_session_seen_to_exist_is_not_asked_for_again() -> None:
+    proc, store = make()
+    store.observations[SESSION] = observation_inputs()
+    asked: list[list[str]] = []
+    ask = store.open_sessions
+
+    async def counted(session_ids: list[str]) -> set[str]:
+        asked.append(session_ids)
+        return await ask(session_ids)
+
+    store.open_sessions = counted  # type: ignore[method-assign]
+    await proc.handle(batch(control("obs-1", 100)))
+    await proc.handle(batch(control("obs-2", 100)))
+    ev = ControlEvent("obs-x", "sess-unknown", "run-1", "main", 0, _observation(900))
+    for _ in range(2):  # an unknown session is asked for each time: it may open later
+        result = await proc.handle(batch(encode_control(ev), session="sess-unknown"))
+        assert result.dead_letters == 1
+    assert asked == [[SESSION], ["sess-unknown"], ["sess-unknown"]]
+    assert [e.report.event_key for e in store.data.applied if e.report] == ["obs-1", "obs-2"]
