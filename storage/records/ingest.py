@@ -146,15 +146,22 @@ async def write_offsets(
 ) -> None:
     if not next_offsets:
         return
-    await conn.executemany(
-        "INSERT INTO consumer_offsets (consumer, topic, partition, next_offset)"
-        " VALUES ($1,$2,$3,$4) ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
+    parts = sorted(next_offsets.items())
+    # One round trip: the tracking rows, and the notification (delivered at commit) that
+    # wakes Prepare's read-your-writes waiters without polling.
+    await conn.execute(
+        "WITH tracked AS (INSERT INTO consumer_offsets (consumer, topic, partition, next_offset)"
+        " SELECT $1, $2, t.p, t.o FROM unnest($3::integer[], $4::bigint[]) AS t(p, o)"
+        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = GREATEST(consumer_offsets.next_offset, EXCLUDED.next_offset),"
-        " updated_at = now()",
-        [(consumer, topic, p, o) for p, o in sorted(next_offsets.items())],
+        " updated_at = now() RETURNING 1)"
+        " SELECT pg_notify($5, $2)",
+        consumer,
+        topic,
+        [p for p, _ in parts],
+        [o for _, o in parts],
+        NOTIFY_CHANNEL,
     )
-    # Delivered at commit: Prepare's read-your-writes waiters wake without polling.
-    await conn.execute("SELECT pg_notify($1, $2)", NOTIFY_CHANNEL, topic)
 
 
 # Records that render nothing in a view (lifecycle markers, retractions).
