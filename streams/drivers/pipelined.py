@@ -49,11 +49,13 @@ class PipelinedBatches:
         self._inflight: collections.deque[asyncio.Task[list[Any]]] = collections.deque()
         self._applied: collections.deque[Any] = collections.deque()  # due for acks
         self._lock = asyncio.Lock()
+        self._work = asyncio.Event()  # set once an event is buffered: the timer runs
 
     async def add(self, event: Any) -> None:
         """Buffer ``event``; a full buffer waits for room in flight, then goes."""
         if not self._buffer:
             self._first_at = time.monotonic()
+            self._work.set()
         self._buffer.append(event)
         if len(self._buffer) >= self.max_:
             await self.flush()
@@ -110,8 +112,13 @@ class PipelinedBatches:
 
     async def tick(self) -> None:
         """Forever: send a buffer that waited ``within``, and ack a batch applied since
-        (a quiet stream still flows and commits its offsets)."""
+        (a quiet stream still flows and commits its offsets). With nothing buffered, in
+        flight or due for acks it waits for the next event instead: an idle processor
+        does not wake every ``within``."""
         while True:
+            if not (self._buffer or self._inflight or self._applied):
+                self._work.clear()
+                await self._work.wait()
             await asyncio.sleep(self.within)
             stale = self._buffer and time.monotonic() - self._first_at >= self.within
             if stale or (self._inflight and self._inflight[0].done()):

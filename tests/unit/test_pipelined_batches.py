@@ -6,6 +6,7 @@ it — was applied (offsets after commit, R8.1)."""
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams import crash_only
+from streams.drivers import pipelined
 from streams.drivers.pipelined import PipelinedBatches, ticking
 
 
@@ -184,3 +186,33 @@ async def test_stopping_the_timer_does_not_cancel_the_batch_in_flight() -> None:
     log.gate.set()  # the ticker was cancelled while waiting: the batch still completes
     await batches.drain()
     _check(log, 2, 1000, depth=2)
+
+
+async def test_an_idle_timer_waits_for_the_next_event_instead_of_waking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 37: background work scales with the load — with nothing buffered, in flight
+    or due for acks the timer sleeps until an event comes, then flushes it as before."""
+    sleeps: list[float] = []
+    sleep = asyncio.sleep
+
+    async def counted(seconds: float) -> None:
+        sleeps.append(seconds)
+        await sleep(seconds)
+
+    patched = SimpleNamespace(**{**vars(asyncio), "sleep": counted})
+    monkeypatch.setattr(pipelined, "asyncio", patched)
+    log = Log()
+    batches = PipelinedBatches(log.apply, log.ack, 1000, within=0.001)
+    async with ticking(batches):
+        await sleep(0.05)  # idle: ~50 periods of the timer
+        assert sleeps == []
+        await batches.add(0)
+        for _ in range(200):
+            if ("ack", 0) in log.timeline:
+                break
+            await sleep(0.005)
+        woken = len(sleeps)
+        await sleep(0.05)  # idle again once it is acked
+    assert log.timeline == [("apply", [0]), ("applied", [0]), ("ack", 0)]
+    assert 1 <= woken <= 5 and len(sleeps) <= woken + 1
