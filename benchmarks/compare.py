@@ -28,11 +28,12 @@ its own services (up for all its rounds), and are told in turn what to run; the
 prepares alternate between the sides in batches of 20 (``driven_rounds``). This
 checkout's probe runs on both sides (``python -P``, the side's worktree first on
 ``PYTHONPATH``): one workload, each side's own code. It fails (exit 1, the table
-printed) when a gated measure is more than 25% worse beyond the rounds' noise: when
-even the after side's best round is worse than 1.25 x the before side's worst round
-(``gate_verdicts``). A measure the baseline does not have (its code cannot run the
-probe) is not gated; one the after side lost fails. A baseline that is not in the clone
-(a shallow clone, a rewritten history), or no change since it, is reported and passes.
+printed) when a gated measure is more than 25% worse beyond the rounds' noise: every
+after round worse than every before round, and the after median above 1.25 x the before
+median plus the before rounds' spread (``gate_verdicts``). A measure the baseline does
+not have (its code cannot run the probe) is not gated; one the after side lost fails.
+A baseline that is not in the clone (a shallow clone, a rewritten history), or no
+change since it, is reported and passes.
 """
 
 from __future__ import annotations
@@ -279,17 +280,22 @@ def _cell(s: dict[str, Any] | None) -> str:
 def gate_verdicts(
     before: dict[str, Any], after: dict[str, Any], limit: float = GATE_LIMIT
 ) -> dict[str, str]:
-    """Per gated measure: "ok", "FAILED (...)" or "n/a (...)". Worse beyond the noise:
-    the after side's best round above ``1 + limit`` times the before side's worst."""
+    """Per gated measure: "ok", "FAILED (...)" or "n/a (...)". More than ``limit`` worse
+    beyond the noise: every after round worse than every before round, and the after
+    median above the before median by more than ``limit`` of it plus the before rounds'
+    spread (max - min: the noise the machine showed on the same code)."""
     out = {}
     for k in GATED:
         sb, sa = before.get(k), after.get(k)
         if sb is None:
             out[k] = "n/a (not measured before)"
-        elif sa is None:
+            continue
+        if sa is None:
             out[k] = "FAILED (not measured after)"
-        elif sa["min"] > sb["max"] * (1 + limit):
-            out[k] = f"FAILED (best after > {1 + limit:.2f} x worst before)"
+            continue
+        bar = sb["median"] * (1 + limit) + (sb["max"] - sb["min"])
+        if sa["min"] > sb["max"] and sa["median"] > bar:
+            out[k] = f"FAILED (median after > {bar:,.2f}: before x {1 + limit:.2f} + its spread)"
         else:
             out[k] = "ok"
     return out
