@@ -51,6 +51,7 @@ from storage.compaction.view import CompactionReads, PgCompactionReads
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.records.frontier import FrontierReads, NoFrontier, PgFrontier
+from storage.records.thread_frontier import PgThreadFrontier, ThreadFrontierReads
 from storage.records.threads import PgThreads, Threads
 from storage.releases import PgReleases, Releases
 from storage.roles import configured_dsn, dsn_of
@@ -82,6 +83,8 @@ class Adapters:
     pool: asyncpg.Pool | None = None  # the analytics query's
     render_states: RenderStates | None = None  # thread render states (cold prepare)
     frontier: FrontierReads | None = None  # plan, constraints; None: none
+    # a thread's new records and its frontier in one read (None: each apart)
+    thread_frontier: ThreadFrontierReads | None = None
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ def _thread_views(ports: Adapters, counter: CachedCounter) -> ThreadViews:
         counting=counter.method,
         building=built_to_keep,
         store_min=STORE_MIN_RECORDS,
+        frontier=ports.thread_frontier,
     )
 
 
@@ -257,6 +261,7 @@ def pg_adapters(
         pool=pool,
         render_states=PgRenderStates(pool) if render_states else None,
         frontier=PgFrontier(pool),
+        thread_frontier=PgThreadFrontier(pool),
     )
 
 

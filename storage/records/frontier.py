@@ -11,6 +11,7 @@ of its own and sees the main thread's constraints when its policy inherits them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import asyncpg
@@ -67,7 +68,7 @@ def _payload(raw: Any) -> dict[str, JsonValue]:
     return dict(value or {})
 
 
-def _record(r: asyncpg.Record) -> FrontierRecord:
+def _record(r: Mapping[str, Any]) -> FrontierRecord:
     return FrontierRecord(
         r["record_id"],
         r["session_sequence"],
@@ -97,8 +98,20 @@ async def read_frontier(
 ) -> Frontier:
     """The frontier of the thread ``(run_id, instance_id)`` as committed now, in one round
     trip (it is read at every prepare)."""
-    thread, where = _where(child, inherit_constraints)
-    rows = await conn.fetch(_frontier_sql(thread, where), session_id, run_id, instance_id)
+    rows = await conn.fetch(
+        frontier_sql(child, inherit_constraints), session_id, run_id, instance_id
+    )
+    return fold_frontier(rows, run_id)
+
+
+def frontier_sql(child: bool, inherit_constraints: bool) -> str:
+    """The frontier's rows (``fold_frontier`` reads them); ``$1`` the session, ``$2`` the
+    run, ``$3`` the instance."""
+    return _frontier_sql(*_where(child, inherit_constraints))
+
+
+def fold_frontier(rows: Sequence[Mapping[str, Any]], run_id: str) -> Frontier:
+    """The frontier from its rows (as ``frontier_sql`` selects them, or their JSON)."""
     latest = next((r for r in rows if r["part"] == "plan"), None)
     tasks = next(int(r["n"]) for r in rows if r["part"] == "task")
     records = [_record(r) for r in rows if r["part"] == "constraint"]

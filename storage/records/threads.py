@@ -145,6 +145,17 @@ _INHERITED_TAIL = (
 )
 
 
+# A thread's own records: $1 session, $2 run, $3 instance, after $4 (through $5 if not null).
+OWN_RECORDS = (
+    f"SELECT {_COLS} FROM records r LEFT JOIN blobs b"
+    " ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
+    " WHERE r.session_id=$1 AND r.run_id=$2"
+    " AND r.instance_id=$3 AND r.session_sequence > $4"
+    " AND ($5::bigint IS NULL OR r.session_sequence <= $5)"
+    f"{_LIVE} ORDER BY r.session_sequence"
+)
+
+
 class Inherited(NamedTuple):
     """A view's inherited history as read: the records to feed, and how many covered
     records were not read (nothing to show or track; counted only)."""
@@ -206,12 +217,7 @@ async def thread_records(
 ) -> list[RecordView]:
     """The thread's own records with ``after < session_sequence <= upto``."""
     rows = await conn.fetch(
-        f"SELECT {_COLS} FROM records r LEFT JOIN blobs b"
-        " ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
-        " WHERE r.session_id=$1 AND r.run_id=$2"
-        " AND r.instance_id=$3 AND r.session_sequence > $4"
-        " AND ($5::bigint IS NULL OR r.session_sequence <= $5)"
-        f"{_LIVE} ORDER BY r.session_sequence",
+        OWN_RECORDS,
         session_id,
         run_id,
         instance_id,

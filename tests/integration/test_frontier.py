@@ -13,6 +13,9 @@ import asyncpg
 import pytest
 
 from services.sdk.client import ContextClient, RunHandle
+from storage.records.frontier import read_frontier
+from storage.records.thread_frontier import FrontierQuery, own_and_frontier
+from storage.records.threads import thread_records
 from tests.integration.test_compaction import round_, script, settled
 from tests.integration.test_poison import dead_letters_at
 from tests.support.flows import client, new_session
@@ -186,6 +189,17 @@ async def test_a_childs_plan_is_its_own_and_it_inherits_the_constraints(
     parent = await ctx.prepare(run)
     assert "read file one" not in everything(parent)
     assert "read the parser module" in block(parent, "plan")["content"]  # type: ignore[index]
+    # Prepare reads a thread's new records and its frontier in one statement: the same
+    # as each read apart, for the child and the main thread, with and without records.
+    sid = session["session_id"]
+    async with db.acquire() as conn:
+        for inst, child_ in ((child.instance_id, True), (run.instance_id, False)):
+            for after in (0, 10**9):
+                apart = await thread_records(conn, sid, run.run_id, inst, after)
+                frontier = await read_frontier(conn, sid, run.run_id, inst, child=child_)
+                query = FrontierQuery(child_)
+                both = await own_and_frontier(conn, sid, run.run_id, inst, after, query)
+                assert both == (apart, frontier) and (after > 0 or apart)
     await asyncio.sleep(0)
 
 

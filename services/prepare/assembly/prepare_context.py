@@ -45,6 +45,7 @@ from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
 from storage.compaction.view import JobStatus
 from storage.records.frontier import FrontierReads
+from storage.records.thread_frontier import FrontierQuery
 from storage.releases import Release
 
 
@@ -227,10 +228,12 @@ class Preparer:
 
     async def _build(self, target: Target, lineage: Lineage) -> Built:
         policy = target.release.policy
-        rend, snap = await self.views.view(
-            target.session_id,
-            target.run_id,
-            target.instance_id,
+        scope = (target.session_id, target.run_id, target.instance_id)
+        inherit = policy.child_transfer_policy.inherit_constraints
+        rend, snap, frontier = await self.views.view_and_frontier(
+            scope,
+            self.frontier,
+            FrontierQuery(target.child, inherit),
             target.profile.message_overhead,
             lineage.summary,
             lineage.state.revocation_epoch,
@@ -253,13 +256,6 @@ class Preparer:
             # R10.3: views point at read_content, so the model is offered it (and its
             # schema is counted like every other tool's).
             tools = [*tools, READ_CONTENT_TOOL]
-        frontier = await self.frontier.read(
-            target.session_id,
-            target.run_id,
-            target.instance_id,
-            child=target.child,
-            inherit_constraints=policy.child_transfer_policy.inherit_constraints,
-        )
         assembled = assemble(
             profile=target.profile,
             counting_method=counting_label(target.profile.counting, self.content.counter.method),

@@ -21,11 +21,14 @@ from contextlib import contextmanager, nullcontext
 
 from domain.context import render_state, state_packing
 from domain.context.rendering import CountFn, ThreadRenderer
+from domain.frontier import Frontier
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
 from schemas.errors import NotFound
 from services.prepare.assembly.history import Histories
 from storage.calls.render_states import RenderStates, StoredState
+from storage.records.frontier import FrontierReads
+from storage.records.thread_frontier import FrontierQuery, ThreadFrontierReads
 from storage.records.threads import Snapshot, SummaryView, Threads
 
 log = logging.getLogger(__name__)
@@ -74,8 +77,10 @@ class ThreadViews:
         counting: str = "",
         building: render_state.Building = nullcontext,
         store_min: int = 0,
+        frontier: ThreadFrontierReads | None = None,
     ) -> None:
         self.threads = threads
+        self.frontier = frontier
         self.store_min = store_min
         self.histories = Histories(capacity)
         self.building = building
@@ -118,6 +123,47 @@ class ThreadViews:
         """``epoch`` changes when a resource of the session is revoked or reactivated:
         rendered history may hold its content, so the view is rebuilt (R15.3).
         ``transfer``: the release's child_transfer_policy (None: no limits, R13.2)."""
+        rend, snap, _ = await self.view_at(
+            session_id, run_id, instance_id, message_overhead, summary, epoch, large, transfer
+        )
+        return rend, snap
+
+    async def view_and_frontier(
+        self,
+        scope: tuple[str, str, str],
+        frontier: FrontierReads,
+        query: FrontierQuery,
+        message_overhead: int,
+        summary: SummaryView | None = None,
+        epoch: str = "",
+        large: LargeResultSettings | None = None,
+        transfer: ChildTransferPolicy | None = None,
+    ) -> tuple[ThreadRenderer, Snapshot, Frontier]:
+        """``view``, and the thread's frontier (R4.4) as committed now: read with the
+        view's new records when ``frontier`` of the constructor is given, else from
+        ``frontier`` here after the view."""
+        sid, run_id, instance_id = scope
+        rend, snap, found = await self.view_at(
+            sid, run_id, instance_id, message_overhead, summary, epoch, large, transfer, query
+        )
+        if found is None:
+            found = await frontier.read(
+                *scope, child=query.child, inherit_constraints=query.inherit_constraints
+            )
+        return rend, snap, found
+
+    async def view_at(
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        message_overhead: int,
+        summary: SummaryView | None = None,
+        epoch: str = "",
+        large: LargeResultSettings | None = None,
+        transfer: ChildTransferPolicy | None = None,
+        query: FrontierQuery | None = None,
+    ) -> tuple[ThreadRenderer, Snapshot, Frontier | None]:
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
@@ -153,14 +199,19 @@ class ThreadViews:
                     )
                 self._views[key] = rend
                 self._epochs[key] = epoch
-            for rec in await self.threads.own(session_id, run_id, instance_id, rend.last_sequence):
+            found = None
+            if query is not None and self.frontier is not None:
+                own, found = await self.frontier.own_and_frontier(*key, rend.last_sequence, query)
+            else:
+                own = await self.threads.own(session_id, run_id, instance_id, rend.last_sequence)
+            for rec in own:
                 rend.feed(rec, inherited=False)
             # Stored under what the renderer was built with (``large=None`` reuses any).
             self._store(key, self._fingerprint(rend, epoch), rend)
             self._views[key] = rend
             self._views.move_to_end(key)
             self._evict()
-            return rend, snap
+            return rend, snap, found
 
     def _fingerprint(self, rend: ThreadRenderer, epoch: str) -> str:
         return render_state.fingerprint(

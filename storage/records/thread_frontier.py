@@ -1,0 +1,74 @@
+"""A thread's new records and its frontier in one statement: what every prepare reads
+after its view (``storage.records.threads`` ``thread_records`` and
+``storage.records.frontier`` ``read_frontier``, the same SQL, one round trip).
+
+The frontier's rows come as one JSON array beside each record row (a prepare's new
+records are a step's few); with no new record, one row holds the frontier alone.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Protocol
+
+import asyncpg
+
+from domain.frontier import Frontier
+from domain.window.record_view import RecordView
+from storage.records.frontier import fold_frontier, frontier_sql
+from storage.records.threads import OWN_RECORDS, record_view
+
+
+@dataclass(frozen=True)
+class FrontierQuery:
+    """Which frontier a thread has (``FrontierReads.read``'s keywords)."""
+
+    child: bool
+    inherit_constraints: bool = True
+
+
+@functools.cache
+def own_and_frontier_sql(query: FrontierQuery) -> str:
+    # $1 session, $2 run, $3 instance (both reads'), $4 the sequence the view is at.
+    return (
+        f"WITH f AS ({frontier_sql(query.child, query.inherit_constraints)}),"
+        " fj AS (SELECT coalesce(jsonb_agg(to_jsonb(f)), '[]'::jsonb) AS frontier FROM f)"
+        f" SELECT fj.frontier, o.* FROM fj LEFT JOIN LATERAL ({OWN_RECORDS}) o ON true"
+        " ORDER BY o.session_sequence"
+    )
+
+
+async def own_and_frontier(
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    after: int,
+    query: FrontierQuery,
+) -> tuple[list[RecordView], Frontier]:
+    """The thread's own records after ``after`` and its frontier as committed now."""
+    rows = await conn.fetch(
+        own_and_frontier_sql(query), session_id, run_id, instance_id, after, None
+    )
+    frontier = fold_frontier(rows[0]["frontier"], run_id)
+    return [record_view(r) for r in rows if r["record_id"] is not None], frontier
+
+
+class ThreadFrontierReads(Protocol):
+    """Port: a thread's own records after a sequence and its frontier, read together."""
+
+    async def own_and_frontier(
+        self, session_id: str, run_id: str, instance_id: str, after: int, query: FrontierQuery
+    ) -> tuple[list[RecordView], Frontier]: ...
+
+
+class PgThreadFrontier:
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+
+    async def own_and_frontier(
+        self, session_id: str, run_id: str, instance_id: str, after: int, query: FrontierQuery
+    ) -> tuple[list[RecordView], Frontier]:
+        async with self.pool.acquire() as conn:
+            return await own_and_frontier(conn, session_id, run_id, instance_id, after, query)
