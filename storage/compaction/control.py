@@ -133,7 +133,9 @@ class PgControlStore(CachedViews):
             row.active_job_id,
         )
         # Decided on the view the observer saw, not on records that overtook its observation.
-        later = await counted_after(conn, view, obs.view_watermark)
+        later = await counted_after(
+            conn, view, obs.view_watermark, int(ctx["next_session_sequence"])
+        )
         prices, summarizer_prices = self.gain.prices(full, ctx["model_profile"])
         return ObservationInputs(
             ev,

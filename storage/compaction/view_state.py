@@ -226,14 +226,19 @@ async def _child_view(
     )
 
 
-async def counted_after(conn: asyncpg.Connection, view: ViewState, watermark: int) -> Counters:
+async def counted_after(
+    conn: asyncpg.Connection, view: ViewState, watermark: int, next_sequence: int | None = None
+) -> Counters:
     """What ``view``'s counters count after sequence ``watermark``: records the view got
     after an observer (a prepare) saw it through ``watermark``. A trigger check
     subtracts them, so it is decided on the view the observer saw, whichever reached
     the processor first — an observation is advisory and is not waited for, so the
     runtime's next appends can overtake it (R7.2/R7.3, R8.4: and the baseline a job
     records is that of the view it summarizes). A range scan of the view's tail; empty
-    when nothing came after."""
+    when nothing came after — and not read when ``next_sequence``, the session's next
+    sequence, says no record is past the watermark."""
+    if next_sequence is not None and watermark >= next_sequence - 1:
+        return Counters()
     if view.lineage != "main":  # a child thread: its own tasks and steps (R13.1)
         r = await conn.fetchrow(
             "SELECT count(*) FILTER (WHERE kind = 'user_input') AS turns,"
