@@ -13,6 +13,7 @@ import asyncpg
 
 from domain.planning.state import RunState
 from schemas.answers.sessions import EventOutcome, Session
+from storage.records.threads import Snapshot
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,11 @@ class Sessions(Protocol):
         """``refusal`` of the event and ``run`` of the run, in one read (a lifecycle
         event's answer, once the processor committed it)."""
 
+    async def started(
+        self, session_id: str, run_id: str, event_key: str
+    ) -> tuple[Refusal | None, Snapshot | None]:
+        """``refusal`` of a run's start and the run's snapshot, in one read."""
+
     async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         """The committed record of an event, or its recorded outcome; None if neither."""
 
@@ -76,6 +82,13 @@ class Sessions(Protocol):
 _SESSION = (
     "session_id, space_id, actor_id, release_id, active_run_id, revision, user_turns,"
     " model_steps, next_session_sequence - 1 AS last_sequence, session_name"
+)
+
+
+# The refusal recorded for event $3 of session $1 (``refusal``), joined beside a run's row.
+_OUTCOME = (
+    " LEFT JOIN LATERAL (SELECT code, message FROM event_outcomes"
+    "  WHERE session_id=$1 AND event_key=$3 LIMIT 1) o ON true"
 )
 
 
@@ -145,9 +158,7 @@ class PgSessions:
         r = await self.pool.fetchrow(
             "SELECT o.code, o.message, u.main_instance_id, u.status, u.resumes, u.ends,"
             " u.refused_resumes FROM (SELECT 1) one"
-            " LEFT JOIN LATERAL (SELECT code, message FROM event_outcomes"
-            "  WHERE session_id=$1 AND event_key=$3 LIMIT 1) o ON true"
-            " LEFT JOIN runs u ON u.session_id=$1 AND u.run_id=$2",
+            f"{_OUTCOME} LEFT JOIN runs u ON u.session_id=$1 AND u.run_id=$2",
             session_id,
             run_id,
             event_key,
@@ -164,6 +175,26 @@ class PgSessions:
             r["refused_resumes"],
         )
         return refusal, run
+
+    async def started(
+        self, session_id: str, run_id: str, event_key: str
+    ) -> tuple[Refusal | None, Snapshot | None]:
+        r = await self.pool.fetchrow(
+            "SELECT o.code, o.message, x.snapshot_id, x.session_id, x.run_id,"
+            " u.main_instance_id, x.through_session_sequence, x.policy_revision,"
+            " u.status AS run_status FROM (SELECT 1) one"
+            f"{_OUTCOME} LEFT JOIN runs u ON u.session_id=$1 AND u.run_id=$2"
+            " LEFT JOIN history_snapshots x ON x.snapshot_id = u.snapshot_id",
+            session_id,
+            run_id,
+            event_key,
+        )
+        refusal = None if r["code"] is None else Refusal(r["code"], r["message"])
+        if r["snapshot_id"] is None:
+            return refusal, None
+        fields = ("snapshot_id", "session_id", "run_id", "main_instance_id")
+        more = ("through_session_sequence", "policy_revision", "run_status")
+        return refusal, Snapshot(**{k: r[k] for k in (*fields, *more)})
 
     async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         r = await self.pool.fetchrow(

@@ -138,8 +138,12 @@ class Runs:
         event_key = f"run_started:{run_id}"
         scope = Scope(s.space_id, s.actor_id, sid, run_id, instance_id)
         payload = RunLifecyclePayload(release_id=s.release_id)
-        await self._publish(scope, event_key, RecordKind.RUN_STARTED, payload)
-        snap = await self.views.snapshot(sid, run_id)
+        await self._publish(scope, event_key, RecordKind.RUN_STARTED, payload, checked=False)
+        refusal, snap = await self.sessions.started(sid, run_id, event_key)  # one read
+        _raise(sid, refusal)
+        if snap is None:
+            raise NotFound(f"run {run_id} of session {sid} not found")
+        self.views.remember(snap)  # its prepares read it from memory
         return RunStarted(
             session_id=sid,
             run_id=run_id,

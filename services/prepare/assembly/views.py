@@ -104,10 +104,14 @@ class ThreadViews:
         snap = await self.threads.snapshot(session_id, run_id)
         if snap is None:
             raise NotFound(f"run {run_id} of session {session_id} not found")
+        self.remember(snap)
+        return snap
+
+    def remember(self, snap: Snapshot) -> None:
+        """Cache a run's snapshot read elsewhere (a run's start reads it)."""
         if len(self._snapshots) > 16 * self.capacity:
             self._snapshots.clear()
-        self._snapshots[(session_id, run_id)] = snap
-        return snap
+        self._snapshots[(snap.session_id, snap.run_id)] = snap
 
     async def view(
         self,

@@ -78,6 +78,7 @@ class FakeSessions:
     rows: dict[str, Session] = field(default_factory=dict)
     runs: dict[tuple[str, str], RunState] = field(default_factory=dict)
     refusals: dict[tuple[str, str], Refusal] = field(default_factory=dict)
+    snapshots: dict[tuple[str, str], Snapshot] = field(default_factory=dict)  # runs'
     outcomes: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     grants: dict[tuple[str, str], tuple[str, str | None]] = field(default_factory=dict)
 
@@ -125,6 +126,11 @@ class FakeSessions:
         self, session_id: str, run_id: str, event_key: str
     ) -> tuple[Refusal | None, RunState | None]:
         return self.refusals.get((session_id, event_key)), self.runs.get((session_id, run_id))
+
+    async def started(
+        self, session_id: str, run_id: str, event_key: str
+    ) -> tuple[Refusal | None, Snapshot | None]:
+        return self.refusals.get((session_id, event_key)), self.snapshots.get((session_id, run_id))
 
     async def outcome(self, session_id: str, event_key: str) -> EventOutcome | None:
         found = self.outcomes.get((session_id, event_key))
@@ -448,9 +454,8 @@ class PrepareWorld:
         """A run as the processor leaves it once it accepted the start."""
         main = f"{run_id}.main"
         self.sessions.runs[(sid, run_id)] = RunState(run_id, main, status)
-        self.threads.snapshots[(sid, run_id)] = Snapshot(
-            1, sid, run_id, main, through, "pol_x", status
-        )
+        snap = Snapshot(1, sid, run_id, main, through, "pol_x", status)
+        self.threads.snapshots[(sid, run_id)] = self.sessions.snapshots[(sid, run_id)] = snap
 
     def say(self, sid: str, run_id: str, kind: str, text: str, **payload: Any) -> RecordView:
         """A committed record of the run's main thread."""
