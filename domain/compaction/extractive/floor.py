@@ -49,6 +49,7 @@ class _Floor:
         self.frags = list(frags)
         self.least_level = least_level  # the level the alive set must fit at
         self.full = [width(f.full or f.text) for f in self.frags]
+        self._again: set[int] | None = None  # ``repeats``, once read
 
     def cap(self, k: int, level: float) -> int:
         f, full = self.frags[k], self.full[k]
@@ -170,6 +171,14 @@ class _Floor:
             said.add(text)
         return out
 
+    def repeats(self) -> set[int]:
+        """``repeated`` at the fragments' ages: the same at every call (their whole
+        texts, groups and records do not change), so found once."""
+        if self._again is None:
+            parts, order = self.fill.c.parts, self.fill.c.order
+            self._again = self.repeated([_rank(parts[f.part], order) for f in self.frags])
+        return self._again
+
     def order(self, budget: int) -> list[int]:
         """The drop order: the highest tier first, within a tier the repetitions
         (``repeated``), then what nothing ranks up (``Frag.cue``), then the oldest. But
@@ -179,7 +188,7 @@ class _Floor:
         frags = self.frags
         parts, order = self.fill.c.parts, self.fill.c.order
         age = [_rank(parts[f.part], order) for f in frags]
-        again = self.repeated(age)
+        again = self.repeats()
         tier = {k: frags[k].tier or 0 for k in range(len(frags))}
         group = {k: frags[k].group or str(tier[k]) for k in tier}
         shared: set[int] = set()  # kept by their group's share: the last of the tier to go
@@ -255,7 +264,7 @@ def keep_floor(fill: Fill, least_level: float = 0.0) -> None:
     # the last dropped first, at its least (or, in a tiny bound, what is left); never a
     # repetition of a newer fragment.
     kept = set(alive)
-    again = floor.repeated([_rank(fill.c.parts[f.part], fill.c.order) for f in frags])
+    again = floor.repeats()
     for k in reversed(floor.order(fill.budget + 1)):
         f = frags[k]
         if k in kept or k in again or fill.budget <= 0:  # a repetition adds nothing
