@@ -4,6 +4,7 @@ usage reported on one calibrates the other's estimates."""
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from domain.window.budget import Calibration
@@ -123,6 +124,8 @@ async def test_the_stored_form_of_a_prepared_context_is_the_context() -> None:
     assert held is not None and held.report.calibration is not None
     back = PreparedEntry.from_json(held.to_json())
     assert back == held
+    stored = orjson.loads(held.to_json())["manifest"]  # each block as its to_dict
+    assert held.manifest and stored == [p.to_dict() for p in held.manifest]
     assert back.report.calibration == held.report.calibration  # every digit of the factor
 
 

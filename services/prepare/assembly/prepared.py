@@ -65,7 +65,9 @@ class PreparedEntry:
                 "messages": self.messages,
                 "tools": self.tools,
                 "report": report,
-                "manifest": [p.to_dict() for p in self.manifest],
+                # written by orjson as dataclasses (ProtectedBlock.to_dict's JSON, a
+                # fourth of the time: thousands of blocks in a long thread's context)
+                "manifest": self.manifest,
                 "tool_schema_sha256": self.tool_schema_sha256,
                 "profile": {f.name: getattr(self.profile, f.name) for f in fields(ModelProfile)}
                 # exact decimals as JSON (orjson writes no Decimal); read back by from_dict
