@@ -10,15 +10,18 @@ import socket
 import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from devstack.launcher import Proc, service_set
+from devstack.launcher import Proc, ServiceSet, service_set
 from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
+from storage.migrate import apply_dsn
 from streams.kafka.bus_secrets import issuer_secret
 from streams.kafka.provision import provision
+from streams.kafka.topics import ensure_topics
 from tests.support.model_server import Script, model_server
 from tests.support.stack import REPO, Stack
 
@@ -58,9 +61,11 @@ class Services:
         )
 
     def stop(self) -> None:
-        self.prepare.stop()
-        self.compaction.stop()
-        self.processor.stop()
+        """The three at once (each waits for its own exit)."""
+        with ThreadPoolExecutor(3) as pool:
+            parts = (self.prepare, self.compaction, self.processor)
+            for done in [pool.submit(p.stop) for p in parts]:
+                done.result()
 
 
 def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
@@ -98,15 +103,41 @@ def provision_for(env: dict[str, str]) -> None:
         loop.close()
 
 
+def _ready_to_start(env: dict[str, str]) -> None:
+    """What Prepare does first at its start, done before it: the migrations, and the
+    topics (as the operator, ``streams.kafka.provision.ensure_bus`` does), so that the
+    three services can start at once (``ServiceSet.start`` starts them one after the
+    other for this); in a private loop, like ``provision_for``."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(apply_dsn(env["ALC_PG_DSN"]))
+        loop.run_until_complete(ensure_topics(settings_of(env)))
+    finally:
+        loop.close()
+
+
+def _start_all(procs: ServiceSet) -> None:
+    """Prepare, the processor and compaction at once, each waiting for its own
+    readiness (their start-ups are mostly imports and joining a consumer group: ~3 s
+    less than one after the other); if one fails, all are stopped."""
+    parts = (procs.prepare, procs.processor, procs.compaction)
+    with ThreadPoolExecutor(len(parts)) as pool:
+        errors = [f.exception() for f in [pool.submit(p.start) for p in parts]]
+    if (failed := next((e for e in errors if e is not None), None)) is not None:
+        procs.stop()
+        raise failed
+
+
 def start_services(stack: Stack, pg_dsn: str, **overrides: str) -> Services:
     settings_env = services_env(stack, pg_dsn) | overrides
     provision_for(settings_env)
+    _ready_to_start(settings_env)
     env = {**os.environ, **settings_env, "PYTHONUNBUFFERED": "1"}
     logs = LOG_DIR / settings_env["ALC_PROCESSOR_ID"]
     procs = service_set(
         env, logs, REPO, "127.0.0.1", settings_env["ALC_PREPARE_PORT"], sys.executable
     )
-    procs.start()
+    _start_all(procs)
     # Prepare applied the migrations at start: the keys table is there.
     # A private loop: this runs in sync fixtures, beside pytest-asyncio's own loop.
     loop = asyncio.new_event_loop()
