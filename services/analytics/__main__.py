@@ -21,7 +21,7 @@ from aiokafka import AIOKafkaConsumer
 
 from schemas.settings import Settings
 from services import metrics
-from services.analytics.pipeline import Pipeline
+from services.analytics.pipeline import FLUSH_WITHIN_S, Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.roles import configured_dsn, dsn_of
@@ -30,6 +30,7 @@ from streams.kafka.topics import require_topics
 
 log = logging.getLogger("agentloom.analytics")
 READY = "[analytics]: Ready"
+FETCH_MIN_BYTES = 1 << 20
 
 
 def consumer_of(settings: Settings) -> AIOKafkaConsumer:
@@ -43,6 +44,11 @@ def consumer_of(settings: Settings) -> AIOKafkaConsumer:
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=settings.analytics_batch_max,
+        # Rollups may lag by a batch's wait (pipeline.FLUSH_WITHIN_S): the broker answers
+        # a fetch once a MiB has gathered or that wait passed, instead of once for every
+        # observation as it arrives (each one a round trip the broker pays for).
+        fetch_min_bytes=FETCH_MIN_BYTES,
+        fetch_max_wait_ms=int(FLUSH_WITHIN_S * 1000),
     )
 
 
