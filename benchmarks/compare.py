@@ -287,11 +287,11 @@ def gate_verdicts(
     out = {}
     for k in GATED:
         sb, sa = before.get(k), after.get(k)
+        if sa is None:  # the change (or the machine) broke the measure: not a pass
+            out[k] = "FAILED (not measured after)"
+            continue
         if sb is None:
             out[k] = "n/a (not measured before)"
-            continue
-        if sa is None:
-            out[k] = "FAILED (not measured after)"
             continue
         bar = sb["median"] * (1 + limit) + (sb["max"] - sb["min"])
         if sa["min"] > sb["max"] and sa["median"] > bar:

@@ -53,6 +53,9 @@ from storage.pool import create_pool
 
 OUT = Path.cwd() / "build" / "bench"
 SESSIONS = 50
+# Both sides' services start at once (8 processes on 2 cores, maybe beside other work):
+# more than Proc.start's default 90 s may pass before the last one is ready.
+START_TIMEOUT_S = 240.0
 T0 = time.monotonic()
 
 
@@ -73,7 +76,7 @@ def start(services: ServiceSet) -> None:
     for Prepare to create the topics first: ``provision`` has created them here)."""
     procs = [services.prepare, services.processor, services.compaction, services.analytics]
     with ThreadPoolExecutor(len(procs)) as pool:
-        for done in [pool.submit(p.start) for p in procs if p is not None]:
+        for done in [pool.submit(p.start, START_TIMEOUT_S) for p in procs if p is not None]:
             done.result()
 
 

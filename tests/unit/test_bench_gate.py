@@ -52,6 +52,8 @@ def test_a_measure_lost_after_fails_and_one_new_is_not_gated() -> None:
     verdict = gate_verdicts(stats(cpu=[1, 1]), stats(step=[5, 5], p99=[1, 1]))
     assert verdict[CPU].startswith("FAILED (not measured after")
     assert verdict[STEP].startswith("n/a")
+    # Neither side measured (the probe failed to start): the gate fails, never passes.
+    assert gate_verdicts(stats(), stats())[P99].startswith("FAILED (not measured after")
 
 
 def test_the_table_shows_the_gate_column() -> None:
