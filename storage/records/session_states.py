@@ -98,24 +98,27 @@ async def _load_runs_and_threads(
     named = sorted((s, r, i) for s in states for r, i in scopes.get(s, ()))
     runs = sorted({(s, r) for s, r, _ in named})
     threads = [(s, r, i) for s, r, i in named if i is not None]
-    if runs:
-        for r in await conn.fetch(
-            "SELECT u.session_id, u.run_id, u.main_instance_id, u.status, u.resumes, u.ends,"
-            " u.refused_resumes FROM runs u JOIN unnest($1::text[], $2::text[])"
-            " AS k(session_id, run_id) USING (session_id, run_id)",
-            [s for s, _ in runs],
-            [r for _, r in runs],
-        ):
+    if not runs:
+        return
+    # One round trip: the runs, then the threads (``what``), their columns side by side.
+    for r in await conn.fetch(
+        "SELECT 'run' AS what, u.session_id, u.run_id, u.main_instance_id, u.status,"
+        " u.resumes, u.ends, u.refused_resumes, NULL::text AS instance_id,"
+        " NULL::bigint AS next_instance_sequence FROM runs u"
+        " JOIN unnest($1::text[], $2::text[]) AS k(session_id, run_id) USING (session_id, run_id)"
+        " UNION ALL SELECT 'thread', t.session_id, t.run_id, NULL, NULL, NULL, NULL, NULL,"
+        " t.instance_id, t.next_instance_sequence FROM threads t"
+        " JOIN unnest($3::text[], $4::text[], $5::text[]) AS k(session_id, run_id, instance_id)"
+        " USING (session_id, run_id, instance_id)",
+        [s for s, _ in runs],
+        [r for _, r in runs],
+        [s for s, _, _ in threads],
+        [r for _, r, _ in threads],
+        [i for _, _, i in threads],
+    ):
+        if r["what"] == "run":
             _add_run(states, r)
-    if threads:
-        for r in await conn.fetch(
-            "SELECT t.session_id, t.run_id, t.instance_id, t.next_instance_sequence"
-            " FROM threads t JOIN unnest($1::text[], $2::text[], $3::text[])"
-            " AS k(session_id, run_id, instance_id) USING (session_id, run_id, instance_id)",
-            [s for s, _, _ in threads],
-            [r for _, r, _ in threads],
-            [i for _, _, i in threads],
-        ):
+        else:
             _add_thread(states, r)
 
 
@@ -132,28 +135,37 @@ async def _load_known_keys(
             sess.append(sid)
             evk.append(k)
     existing: dict[tuple[str, str], ExistingRecord] = {}
-    for r in await conn.fetch(
-        "SELECT r.record_id, r.session_id, r.session_sequence, r.run_id, r.instance_id,"
-        " r.instance_sequence, r.event_key, r.kind, r.token_count, r.token_method,"
-        " r.content_sha256 FROM records r"
-        " JOIN unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        "   ON r.session_id = k.sid AND r.event_key = k.ek",
-        sess,
-        evk,
-    ):
-        existing[(r["session_id"], r["event_key"])] = ExistingRecord(**dict(r))
-        states[r["session_id"]].known_keys.add(r["event_key"])
+    # One round trip: each key's committed record, if any, and whether it was refused.
     # Refused/dead-lettered keys stay refused on redelivery (an authentication refusal
     # binds nothing: storage.records.outcomes).
     for r in await conn.fetch(
-        "SELECT o.session_id, o.event_key FROM event_outcomes o"
-        " JOIN unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        "   ON o.session_id = k.sid AND o.event_key = k.ek WHERE NOT o.code = ANY($3::text[])",
+        "SELECT k.sid, k.ek, r.record_id, r.session_sequence, r.run_id, r.instance_id,"
+        " r.instance_sequence, r.kind, r.token_count, r.token_method, r.content_sha256,"
+        " EXISTS (SELECT 1 FROM event_outcomes o WHERE o.session_id = k.sid"
+        "   AND o.event_key = k.ek AND NOT o.code = ANY($3::text[])) AS refused"
+        " FROM unnest($1::text[], $2::text[]) AS k(sid, ek)"
+        " LEFT JOIN records r ON r.session_id = k.sid AND r.event_key = k.ek",
         sess,
         evk,
         sorted(NOT_BINDING),
     ):
-        states[r["session_id"]].known_keys.add(r["event_key"])
+        sid, key = r["sid"], r["ek"]
+        if r["record_id"] is not None:
+            existing[(sid, key)] = ExistingRecord(
+                r["record_id"],
+                sid,
+                r["session_sequence"],
+                r["run_id"],
+                r["instance_id"],
+                r["instance_sequence"],
+                key,
+                r["kind"],
+                r["token_count"],
+                r["token_method"],
+                r["content_sha256"],
+            )
+        if r["record_id"] is not None or r["refused"]:
+            states[sid].known_keys.add(key)
     return existing
 
 
