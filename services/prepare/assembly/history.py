@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from domain.context.rendering import ThreadRenderer
 from domain.window.record_view import DeferredRecords
-from storage.records.threads import Snapshot, Threads
+from storage.records.threads import Inherited, Snapshot, Threads
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,9 @@ class Histories:
         if found is None or found.fingerprint != fingerprint or found.through > through:
             return None
         start = found.through
-        tail = await threads.inherited_tail(sid, start, through, covered)
+        tail = Inherited([])  # the same boundary (the run's view again): nothing to read
+        if through > start:
+            tail = await threads.inherited_tail(sid, start, through, covered)
         if self._kept.get(sid) is not found or found.through != start:
             return None  # advanced or replaced meanwhile: not this read's starting point
         hist = found.rend
