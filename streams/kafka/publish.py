@@ -8,6 +8,12 @@ settings that the guarantees depend on:
   (with ``min.insync.replicas`` > 1) and a retried send after a lost ack is not written
   twice.
 - Keys are session ids, so one session's messages land on one partition in order.
+- ``linger_ms`` 0 by default: a message goes out at once, and what is sent while a
+  request is in flight shares the next one (aiokafka keeps one produce request in flight
+  per broker), so batches still form under load. A linger only delayed the awaited sends
+  of a runtime or Prepare (each on its own at low load) and cost aiokafka's sender a
+  second wake-up per request (~20 % of a lone send's CPU, measured); ``send_many``
+  queues all of its batches before the sender runs, so they share a request either way.
 
 Three ways to send, because callers need three different promises:
 
@@ -122,7 +128,7 @@ class AiokafkaPublisher(_Tracked):
         auth: KafkaAuth,
         *,
         signer: Signer | None = None,
-        linger_ms: int = 2,
+        linger_ms: int = 0,
         max_batch_size: int = 1 << 20,
     ):
         super().__init__()
