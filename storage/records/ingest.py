@@ -32,8 +32,7 @@ async def write_plan(
         await conn.copy_records_to_table(
             "records", records=list(record_rows(plan)), columns=RECORD_COLUMNS
         )
-    await _write_threads(conn, plan, states)
-    await _write_sessions(conn, plan, states)
+    await _write_threads_and_sessions(conn, plan, states)
     await _write_rejections(conn, plan)
     await write_offsets(conn, consumer, topic, next_offsets)
 
@@ -75,50 +74,47 @@ async def _write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
         )
 
 
-async def _write_threads(
+async def _write_threads_and_sessions(
     conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
 ) -> None:
+    """The threads the plan touched (upserted) and its sessions' counters and sequences,
+    in one statement (a round trip less per batch)."""
     touched_threads = {(s, r, i) for (s, r, i) in plan.new_threads}
     for nr in plan.records:
         ev = nr.incoming.event
         if ev.scope.run_id and ev.scope.instance_id:
             touched_threads.add((ev.scope.session_id, ev.scope.run_id, ev.scope.instance_id))
-    if touched_threads:
-        rows = [(s, r, i, states[s].threads[(r, i)]) for (s, r, i) in sorted(touched_threads)]
-        await conn.executemany(
-            "INSERT INTO threads (session_id, run_id, instance_id, next_instance_sequence,"
-            " revision) VALUES ($1,$2,$3,$4::bigint,$4::bigint-1)"
-            " ON CONFLICT (session_id, run_id, instance_id)"
-            " DO UPDATE SET next_instance_sequence = EXCLUDED.next_instance_sequence,"
-            " revision = EXCLUDED.revision",
-            rows,
-        )
-
-
-async def _write_sessions(
-    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
-) -> None:
+    threads = sorted(touched_threads)
     changed = (
         plan.touched_sessions
         | {r.session_id for r in plan.new_runs}
         | {c.session_id for c in plan.run_changes}
     )
-    if changed:
-        await conn.executemany(
-            "UPDATE sessions SET next_session_sequence=$2, active_run_id=$3, revision=$4,"
-            " user_turns=$5, model_steps=$6 WHERE session_id=$1",
-            [
-                (
-                    s.session_id,
-                    s.next_session_sequence,
-                    s.active_run_id,
-                    s.revision,
-                    s.user_turns,
-                    s.model_steps,
-                )
-                for s in (states[x] for x in sorted(changed))
-            ],
-        )
+    sessions = [states[x] for x in sorted(changed)]
+    if not threads and not sessions:
+        return
+    await conn.execute(
+        "WITH upserted AS (INSERT INTO threads (session_id, run_id, instance_id,"
+        " next_instance_sequence, revision) SELECT t.s, t.r, t.i, t.n, t.n - 1"
+        " FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS t(s, r, i, n)"
+        " ON CONFLICT (session_id, run_id, instance_id)"
+        " DO UPDATE SET next_instance_sequence = EXCLUDED.next_instance_sequence,"
+        " revision = EXCLUDED.revision RETURNING 1)"
+        " UPDATE sessions SET next_session_sequence = d.n, active_run_id = d.a,"
+        " revision = d.v, user_turns = d.u, model_steps = d.m"
+        " FROM unnest($5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[],"
+        " $10::bigint[]) AS d(sid, n, a, v, u, m) WHERE sessions.session_id = d.sid",
+        [s for s, _, _ in threads],
+        [r for _, r, _ in threads],
+        [i for _, _, i in threads],
+        [states[s].threads[(r, i)] for s, r, i in threads],
+        [x.session_id for x in sessions],
+        [x.next_session_sequence for x in sessions],
+        [x.active_run_id for x in sessions],
+        [x.revision for x in sessions],
+        [x.user_turns for x in sessions],
+        [x.model_steps for x in sessions],
+    )
 
 
 async def _write_rejections(conn: asyncpg.Connection, plan: BatchPlan) -> None:
