@@ -61,6 +61,7 @@ test: setup ## ruff + mypy + the generated-client check beside the unit tests, t
 	wait $$checks; rc=$$?; cat $(CHECKS_LOG); \
 	if [ $$rc -ne 0 ]; then echo "[test] lint/typecheck/client-check FAILED (exit $$rc, above)"; fi; \
 	$(PY) -m pytest -ra --junitxml=$(JUNIT) --ignore=tests/unit; tests=$$?; \
+	$(PY) -m tests.support.junit_merge $(JUNIT_UNIT) $(JUNIT); \
 	for code in $$unit $$rc $$tests; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 
 bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier (and phrasing-blind, en/zh), public agent transcripts, analytics, the cost of a session under three context policies, K agents sharing one runtime (CPU per step per process); one summary table last (build/bench)

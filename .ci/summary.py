@@ -19,7 +19,7 @@ from pathlib import Path
 
 _BUILD = Path(__file__).resolve().parent.parent / "build"
 _JUNIT = {
-    "test": [_BUILD / "test-results" / "junit-unit.xml", _BUILD / "test-results" / "junit.xml"],
+    "test": [_BUILD / "test-results" / "junit.xml"],
     "peer": [
         _BUILD / "test-results" / "peer-openai-agents.xml",
         _BUILD / "test-results" / "peer-langchain.xml",
