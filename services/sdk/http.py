@@ -72,12 +72,13 @@ def json_body(value: Any) -> bytes:
 
 
 def proxy_for(url: str) -> str | None:
-    """The proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``, none
-    for a host in ``NO_PROXY``), as httpx reads it."""
+    """The proxy the environment names for ``url`` (``HTTP_PROXY``/``HTTPS_PROXY``, else
+    ``ALL_PROXY``; none for a host in ``NO_PROXY``), as httpx reads it."""
     parts = urlsplit(url)
     if urllib.request.proxy_bypass(parts.hostname or ""):
         return None
-    return urllib.request.getproxies().get(parts.scheme)
+    found = urllib.request.getproxies()
+    return found.get(parts.scheme) or found.get("all")
 
 
 def _failed(what: str, code: str, exc: BaseException, retriable: bool) -> ApiError:
@@ -113,7 +114,11 @@ class AiohttpCalls:
         headers: Mapping[str, str] | None = None,
     ) -> HttpAnswer:
         what = f"{method} {path}"
-        timeout = aiohttp.ClientTimeout(sock_connect=self.timeout, sock_read=self.timeout)
+        # Every phase bounded, as httpx's timeout is: name resolution and the connection
+        # (``connect``), a stalled upload or answer (``total``), each read (``sock_read``).
+        timeout = aiohttp.ClientTimeout(
+            total=self.timeout, connect=self.timeout, sock_read=self.timeout
+        )
         try:
             async with self._opened().request(
                 method,
@@ -127,7 +132,11 @@ class AiohttpCalls:
                 return HttpAnswer(r.status, await r.read())
         except TimeoutError as exc:
             raise ApiError.of(0, "timeout", f"{what}: no answer in time ({exc!r})", True) from exc
-        except (aiohttp.ClientError, OSError) as exc:  # refused, reset, dropped, garbled
+        except aiohttp.ClientResponseError as exc:
+            # an answer came that is not HTTP (a bad status line or header): asking again
+            # would get the same
+            raise _failed(what, "bad_response", exc, False) from exc
+        except (aiohttp.ClientError, OSError) as exc:  # refused, reset, dropped mid-answer
             raise _failed(what, "unavailable", exc, True) from exc
 
     async def aclose(self) -> None:

@@ -90,9 +90,13 @@ class PgPreparedContexts:
     async def save_many(self, rows: list[PreparedRow]) -> None:
         cols = list(zip(*(dataclasses.astuple(r) for r in rows), strict=True))
         await self.pool.execute(
+            # created_at per row, in the rows' order (now() is one time for the whole
+            # statement): the newest of a thread's contexts is the last one remembered.
             "INSERT INTO prepared_contexts (prepared_id, session_id, run_id, body, purpose,"
-            " lineage) SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[],"
-            " $5::text[], $6::text[]) ON CONFLICT (prepared_id) DO NOTHING",
+            " lineage, created_at) SELECT u.a, u.b, u.c, u.d, u.e, u.f,"
+            " clock_timestamp() + u.n * interval '1 microsecond' FROM unnest($1::text[],"
+            " $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[]) WITH ORDINALITY"
+            " AS u(a, b, c, d, e, f, n) ON CONFLICT (prepared_id) DO NOTHING",
             *(list(c) for c in cols),
         )
 

@@ -83,17 +83,19 @@ def test_a_memoised_reading_is_the_reading_and_its_text_is_the_key() -> None:
 
 
 @pytest.mark.spec("R11.3")
-def test_the_memo_is_bounded_by_the_characters_it_holds() -> None:
-    memo = reading._Memo(100)
-    texts = [f"line {k}\n" * 4 for k in range(10)]  # 28 characters each
+def test_the_memo_is_bounded_by_the_characters_and_lines_it_holds() -> None:
+    texts = [f"line {k}\n" * 4 for k in range(10)]  # 28 characters, 5 lines each
+    weight = reading._weight(texts[0])
+    assert weight == 28 + 5 * reading.LINE_WEIGHT
+    memo = reading._Memo(3 * weight + weight // 2)
     for t in texts:
         memo.read(t, False)
-    assert memo.held <= 100
+    assert memo.held <= 3 * weight + weight // 2
     assert [key for key, _ in memo._readings] == texts[-3:]  # the least recently used out
     memo.read(texts[-3], False)  # used again: now the newest
     memo.read(texts[0], False)  # read again: the least recently used goes
     assert [key for key, _ in memo._readings] == [texts[-1], texts[-3], texts[0]]
-    assert memo.held == 3 * 28
+    assert memo.held == 3 * weight
 
 
 @pytest.mark.spec("R11.3")

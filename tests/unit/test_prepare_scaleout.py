@@ -9,8 +9,10 @@ import pytest
 
 from domain.window.budget import Calibration
 from schemas.errors import NotFound
+from services.prepare.assembly import prepared as prepared_module
 from services.prepare.assembly.prepared import PreparedEntry
 from services.prepare.bodies import ModelCallIn, ModelResultIn, PrepareIn, ReleaseIn, SessionIn
+from storage.calls.prepared_contexts import PreparedRow
 from tests.unit.fakes.prepare import PROFILE, PrepareWorld
 
 
@@ -151,3 +153,26 @@ async def test_contexts_prepared_while_a_write_is_in_flight_are_stored_in_one_st
     for p in ids:
         held = await b.svc.gateway.prepared.get(p.prepared_id)
         assert held is not None and held.messages == p.messages
+
+
+@pytest.mark.spec("R10.5")
+async def test_a_batch_that_fails_is_written_one_by_one_and_capped_in_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a = await instance_a()
+    monkeypatch.setattr(prepared_module, "WRITE_ROWS", 2)
+    failing = a.prepared.save_many
+
+    async def refuse_batches(rows: list[PreparedRow]) -> None:
+        if len(rows) > 1:  # a statement of many fails (a lost connection, a bad row)
+            a.prepared.batches.append(-len(rows))
+            raise ConnectionError("connection lost")
+        await failing(rows)
+
+    monkeypatch.setattr(a.prepared, "save_many", refuse_batches)
+    ids = [
+        await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion")) for _ in range(3)
+    ]
+    await a.svc.gateway.prepared.flush()
+    assert sorted(a.prepared.rows) == sorted(p.prepared_id for p in ids)  # none lost
+    assert max(abs(n) for n in a.prepared.batches) <= 2  # no statement over the cap

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from schemas.errors import ApiError
 from services.sdk.http import AiohttpCalls, json_body, proxy_for
 
 
@@ -63,3 +64,33 @@ async def test_calls_in_a_row_share_one_connection() -> None:
         server.close()
     assert [(a.status, a.body) for a in answers] == [(200, b'{"i":%d}' % i) for i in range(3)]
     assert len(peers) == 1
+
+
+def test_all_proxy_serves_a_scheme_without_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "no_proxy", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    monkeypatch.setenv("ALL_PROXY", "http://all:3128")
+    assert proxy_for("https://prepare.internal") == "http://all:3128"
+    monkeypatch.setenv("HTTPS_PROXY", "http://tls:3128")
+    assert proxy_for("https://prepare.internal") == "http://tls:3128"
+
+
+async def test_an_answer_that_is_not_http_is_a_bad_response_not_retried() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    calls = AiohttpCalls(f"http://127.0.0.1:{port}", None)
+    try:
+        with pytest.raises(ApiError) as caught:
+            await calls.request("GET", "/v1/health")
+        assert caught.value.code == "bad_response" and not caught.value.retriable
+    finally:
+        await calls.aclose()
+        server.close()
+        await server.wait_closed()

@@ -27,7 +27,10 @@ PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
 PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
 PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
 REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
-MEMO_CHARS = 8_000_000  # characters of result text whose readings stay memoised
+# Memoised readings held, in characters of their texts plus LINE_WEIGHT a line (a line's
+# reading, its features and clipped text, outweighs its characters when lines are short).
+MEMO_CHARS = 8_000_000
+LINE_WEIGHT = 200
 
 
 @dataclass(frozen=True)
@@ -127,13 +130,17 @@ class _Memo:
             self._readings.move_to_end(key)
             return found
         reading = self.reader(text, failed)
-        if len(text) <= self.chars:
+        if _weight(text) <= self.chars:
             self._readings[key] = reading
-            self.held += len(text)
+            self.held += _weight(text)
             while self.held > self.chars:
                 (old, _), _ = self._readings.popitem(last=False)
-                self.held -= len(old)
+                self.held -= _weight(old)
         return reading
+
+
+def _weight(text: str) -> int:
+    return len(text) + LINE_WEIGHT * (text.count("\n") + 1)
 
 
 _MEMO = _Memo(MEMO_CHARS)

@@ -23,6 +23,11 @@ from storage.calls.prepared_contexts import PreparedContexts, PreparedRow
 
 log = logging.getLogger(__name__)
 
+# One statement of the writer holds at most this many contexts or bytes of their bodies,
+# so a batch of large contexts holds back little behind it.
+WRITE_ROWS = 64
+WRITE_BYTES = 8 << 20
+
 
 def budget_of(report: BudgetReport) -> Budget:
     """The budget report as answered (``calibration`` only once the model has one)."""
@@ -135,11 +140,23 @@ class PreparedStore:
 
     async def _write(self) -> None:
         while self._pending:
-            batch, self._pending = self._pending, []
+            rows: list[PreparedRow] = []
+            size = 0
+            while self._pending and len(rows) < WRITE_ROWS and size < WRITE_BYTES:
+                rows.append(_row(self._pending.pop(0)))
+                size += len(rows[-1].body)
             try:
-                await self.stored.save_many([_row(e) for e in batch])
-            except Exception:  # the contexts stay usable here; another instance re-prepares
-                log.exception("prepared contexts %s not stored", [e.prepared_id for e in batch])
+                await self.stored.save_many(rows)
+            except Exception:  # one row alone, so that one bad row loses only itself
+                log.warning("prepared contexts written together failed; one by one")
+                for row in rows:
+                    await self._write_one(row)
+
+    async def _write_one(self, row: PreparedRow) -> None:
+        try:
+            await self.stored.save_many([row])
+        except Exception:  # the context stays usable here; another instance re-prepares
+            log.exception("prepared context %s not stored", row.prepared_id)
 
     async def flush(self) -> None:
         """Wait for every write in flight (shutdown; tests)."""
