@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -106,11 +107,48 @@ async def drive(
     await step(c, run, "s0")
     first = await c.prepare(run)
     assert first["budget"]["ratio"] < 0.8
+    sid = session["session_id"]
+    paced = Paced(db, sid, await record_count(db, sid)) if db is not None else None
     for i in range(1, 28):
         await step(c, run, f"s{i}")
-        if db is not None and i > 20 and await ratio_reports(db, session["session_id"]):
-            break
-    return session["session_id"], run
+        if paced is not None:
+            await paced.committed(i)
+            if i > 20 and await ratio_reports(paced.db, sid):
+                break
+    return sid, run
+
+
+async def record_count(db: asyncpg.Pool, sid: str) -> int:
+    return int(await db.fetchval("SELECT count(*) FROM records WHERE session_id=$1", sid))
+
+
+@dataclass
+class Paced:
+    """Each step waits until the processor has committed it, so that its pre-emptive
+    check sees the context grow a step at a time (under load, a processor behind the
+    agent would otherwise check first at a batch of several steps, past the point a
+    test decides at)."""
+
+    db: asyncpg.Pool
+    sid: str
+    start: int
+    per_step: int = 0
+
+    async def committed(self, steps: int) -> None:
+        if not self.per_step:  # the first step: its record count, once stable
+            seen = -1
+            for _ in range(100):
+                now = await record_count(self.db, self.sid)
+                if now == seen and now > self.start:
+                    break
+                seen = now
+                await asyncio.sleep(0.3)
+            self.per_step = max(1, seen - self.start)
+        for _ in range(200):
+            if await record_count(self.db, self.sid) >= self.start + self.per_step * steps:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"step {steps} of {self.sid} not committed in 10 s")
 
 
 async def ratio_reports(db: asyncpg.Pool, sid: str) -> list[Any]:
@@ -214,7 +252,7 @@ async def test_a_billed_summarizer_is_part_of_what_a_compaction_costs(
     async with client(services) as c:
         extractive, _ = await drive(c, DEAR_OUTPUT)
     async with client(model_summarized) as c:
-        billed, _ = await drive(c, DEAR_OUTPUT)
+        billed, _ = await drive(c, DEAR_OUTPUT, db)
     assert (await first_ratio_report(db, extractive))["decision"] == "job_started"
     rep = await first_ratio_report(db, billed)
     assert (rep["decision"], rep["reason"]) == ("deferred", "no_gain"), dict(rep)
