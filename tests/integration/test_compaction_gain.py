@@ -14,14 +14,13 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import pytest
 
 from services.sdk.client import ContextClient, RunHandle
-from tests.support.flows import client, new_session
+from tests.support.flows import client, new_session, wait_committed
 from tests.support.services import Services, scripted_services
 from tests.support.stack import Stack
 
@@ -57,21 +56,23 @@ def profile(prices: dict[str, float] | None) -> dict[str, Any]:
     return base if prices is None else base | {"prices": prices}
 
 
-async def step(c: ContextClient, run: RunHandle, tag: str) -> None:
-    """Two model steps around a tool result of about 300 tokens."""
+async def step(c: ContextClient, run: RunHandle, tag: str) -> tuple[int, int]:
+    """Two model steps around a tool result of about 300 tokens; the last append's
+    (partition, offset)."""
     await c.append_model_result(
         run, f"Looking at {tag}.", f"{tag}-m1", [(f"{tag}-c", "read_file", json.dumps({"p": tag}))]
     )
     body = " ".join(f"row{i}={i * 7}" for i in range(100))
     await c.append_tool_outcome(run, f"{tag}-c", "read_file", body)
-    await c.append_model_result(run, f"{tag} read.", f"{tag}-m2")
+    return await c.append_model_result(run, f"{tag} read.", f"{tag}-m2")
 
 
 async def pre_reports(db: asyncpg.Pool, sid: str, source: str = "pre:") -> list[Any]:
     """The session's trigger reports: the processor's pre-emptive ones ("pre:"), or all."""
     return list(
         await db.fetch(
-            "SELECT decision, reason, fired, values, thresholds FROM trigger_reports"
+            "SELECT event_key, decision, reason, fired, values, thresholds, view_watermark"
+            " FROM trigger_reports"
             " WHERE session_id=$1 AND event_key LIKE $2 ORDER BY report_id",
             sid,
             source + "%",
@@ -93,12 +94,16 @@ SMALL_RESULTS = {"recent_complete_groups": 1, "large_result_policy": {"inline_ma
 async def drive(
     c: ContextClient,
     prices: dict[str, float] | None,
-    db: asyncpg.Pool | None = None,
+    on: tuple[Services, asyncpg.Pool],
     policy: dict[str, Any] | None = None,
 ) -> tuple[str, RunHandle]:
     """The same session each time: one prepare (the processor learns the fixed overhead),
-    then the agent works on without asking until past 80% of the budget (with ``db``:
-    only until the processor has checked the ratio)."""
+    then the agent works on without asking until the processor has checked the ratio
+    (past 80% of the budget). Each step waits until the processor of ``on`` has committed
+    it, as a model call's time between steps would: its pre-emptive check sees the context
+    grow a step at a time (a processor behind a test that appends without pause checks
+    first at a batch of several steps, past the point the test decides at)."""
+    svc, db = on
     session = await new_session(
         c, model_profile=profile(prices), context_policy=SMALL_RESULTS if policy is None else policy
     )
@@ -108,47 +113,12 @@ async def drive(
     first = await c.prepare(run)
     assert first["budget"]["ratio"] < 0.8
     sid = session["session_id"]
-    paced = Paced(db, sid, await record_count(db, sid)) if db is not None else None
     for i in range(1, 28):
-        await step(c, run, f"s{i}")
-        if paced is not None:
-            await paced.committed(i)
-            if i > 20 and await ratio_reports(paced.db, sid):
-                break
+        partition, offset = await step(c, run, f"s{i}")
+        await wait_committed(db, svc, {partition: offset})
+        if await ratio_reports(db, sid):
+            break
     return sid, run
-
-
-async def record_count(db: asyncpg.Pool, sid: str) -> int:
-    return int(await db.fetchval("SELECT count(*) FROM records WHERE session_id=$1", sid))
-
-
-@dataclass
-class Paced:
-    """Each step waits until the processor has committed it, so that its pre-emptive
-    check sees the context grow a step at a time (under load, a processor behind the
-    agent would otherwise check first at a batch of several steps, past the point a
-    test decides at)."""
-
-    db: asyncpg.Pool
-    sid: str
-    start: int
-    per_step: int = 0
-
-    async def committed(self, steps: int) -> None:
-        if not self.per_step:  # the first step: its record count, once stable
-            seen = -1
-            for _ in range(100):
-                now = await record_count(self.db, self.sid)
-                if now == seen and now > self.start:
-                    break
-                seen = now
-                await asyncio.sleep(0.3)
-            self.per_step = max(1, seen - self.start)
-        for _ in range(200):
-            if await record_count(self.db, self.sid) >= self.start + self.per_step * steps:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"step {steps} of {self.sid} not committed in 10 s")
 
 
 async def ratio_reports(db: asyncpg.Pool, sid: str) -> list[Any]:
@@ -164,9 +134,9 @@ async def test_a_compaction_that_pays_starts_and_one_that_does_not_is_deferred_n
     services: Services, db: asyncpg.Pool
 ) -> None:
     async with client(services) as c:
-        unpriced, _ = await drive(c, None)
-        pays, _ = await drive(c, PAYS)
-        loses, _ = await drive(c, DOES_NOT_PAY)
+        unpriced, _ = await drive(c, None, (services, db))
+        pays, _ = await drive(c, PAYS, (services, db))
+        loses, _ = await drive(c, DOES_NOT_PAY, (services, db))
     for sid in (unpriced, pays):
         rep = await first_ratio_report(db, sid)
         assert rep["decision"] == "job_started", dict(rep)
@@ -209,7 +179,7 @@ async def prepared_step(
 @pytest.mark.spec("R7.1", "R9.4", "R6.1")
 async def test_no_gain_never_blocks_the_hard_budget(services: Services, db: asyncpg.Pool) -> None:
     async with client(services) as c:
-        sid, run = await drive(c, DOES_NOT_PAY, db)
+        sid, run = await drive(c, DOES_NOT_PAY, (services, db))
         rep = await first_ratio_report(db, sid)
         assert rep["reason"] == "no_gain", dict(rep)
         # The agent keeps working toward the hard budget, preparing each model call (the
@@ -250,12 +220,13 @@ async def test_a_billed_summarizer_is_part_of_what_a_compaction_costs(
     services: Services, model_summarized: Services, db: asyncpg.Pool
 ) -> None:
     async with client(services) as c:
-        extractive, _ = await drive(c, DEAR_OUTPUT)
+        extractive, _ = await drive(c, DEAR_OUTPUT, (services, db))
     async with client(model_summarized) as c:
-        billed, _ = await drive(c, DEAR_OUTPUT, db)
+        billed, _ = await drive(c, DEAR_OUTPUT, (model_summarized, db))
     assert (await first_ratio_report(db, extractive))["decision"] == "job_started"
     rep = await first_ratio_report(db, billed)
-    assert (rep["decision"], rep["reason"]) == ("deferred", "no_gain"), dict(rep)
+    every = [dict(r) for r in await pre_reports(db, billed, "")]
+    assert (rep["decision"], rep["reason"]) == ("deferred", "no_gain"), every
 
 
 @pytest.mark.spec("R9.4", "R9.7")
@@ -266,7 +237,7 @@ async def test_no_gain_keeps_room_for_the_releases_largest_tool_result(
     # 4,000-token tool result in (the default): at 80% of 10,000 one such result would
     # put the next call over the budget, so the job starts although it does not pay.
     async with client(services) as c:
-        sid, _ = await drive(c, DOES_NOT_PAY, policy={"recent_complete_groups": 1})
+        sid, _ = await drive(c, DOES_NOT_PAY, (services, db), {"recent_complete_groups": 1})
     rep = await first_ratio_report(db, sid)
     assert rep["decision"] == "job_started", dict(rep)
     assert rep["values"]["gain_saved"] < rep["thresholds"]["gain_saved"]
@@ -283,7 +254,7 @@ async def test_a_billed_summarizer_is_priced_at_the_compaction_profile(
         "purpose_profiles": {"compaction": {"model_profile_ref": "priced-compactor"}},
     }
     async with client(model_summarized) as c:
-        sid, _ = await drive(c, DEAR_OUTPUT, policy=cheap)
+        sid, _ = await drive(c, DEAR_OUTPUT, (model_summarized, db), cheap)
     rep = await first_ratio_report(db, sid)
     assert rep["decision"] == "job_started", dict(rep)
     assert rep["values"]["gain_saved"] >= rep["thresholds"]["gain_saved"]
