@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import tracemalloc
 
 import pytest
 
@@ -83,10 +84,10 @@ def test_a_memoised_reading_is_the_reading_and_its_text_is_the_key() -> None:
 
 
 @pytest.mark.spec("R11.3")
-def test_the_memo_is_bounded_by_the_characters_and_lines_it_holds() -> None:
-    texts = [f"line {k}\n" * 4 for k in range(10)]  # 28 characters, 5 lines each
-    weight = reading._weight(texts[0])
-    assert weight == 28 + 5 * reading.LINE_WEIGHT
+def test_the_memo_is_bounded_by_the_bytes_its_readings_hold() -> None:
+    texts = [f"line {k}\n" * 4 for k in range(10)]  # one shape: the same weight each
+    weight = reading._weight(texts[0], reading._read(texts[0], False))
+    assert weight > len(texts[0]) + reading.READING_BYTES
     memo = reading._Memo(3 * weight + weight // 2)
     for t in texts:
         memo.read(t, False)
@@ -96,6 +97,37 @@ def test_the_memo_is_bounded_by_the_characters_and_lines_it_holds() -> None:
     memo.read(texts[0], False)  # read again: the least recently used goes
     assert [key for key, _ in memo._readings] == [texts[-1], texts[-3], texts[0]]
     assert memo.held == 3 * weight
+
+
+@pytest.mark.spec("R11.3")
+def test_a_readings_weight_is_at_least_the_memory_it_holds() -> None:
+    # Measured, not assumed: the memo's bound holds only if no shape of result costs
+    # more memory than it is weighed at (short distinct lines, repeated rows, tracebacks,
+    # long lines full of features).
+    rng = random.Random(11)
+    shapes = {
+        "listing": [_listing(rng, 40) for _ in range(50)],
+        "few hits": [_hits(rng, 2) for _ in range(50)],
+        "many hits": [_hits(rng, 40) for _ in range(50)],
+        "traceback": [f"{TRACEBACK}\n{k}" for k in range(50)],
+        "distinct": [  # no two lines of one shape: every line kept, with its features
+            "\n".join(
+                f"{'step ' * j}{w} src/{w}/m{k}.py:{j} size={j * k}kB 'key_{w}'"
+                for j, w in enumerate(("alpha", "beta", "gamma", "delta", "omega", "sigma"))
+            )
+            for k in range(50)
+        ],
+    }
+    for name, texts in shapes.items():
+        reading._read(texts.pop(), False)  # the patterns' and the interpreter's first use
+        tracemalloc.start()
+        try:
+            readings = [reading._read(t, False) for t in texts]
+            held, _ = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        weighed = sum(reading._weight(t, r) - len(t) for t, r in zip(texts, readings, strict=True))
+        assert held <= weighed <= 4 * held, (name, held, weighed)
 
 
 @pytest.mark.spec("R11.3")

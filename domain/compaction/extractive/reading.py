@@ -27,10 +27,13 @@ PRIOR_OUTPUT_HEAD = 0.25  # a result's first line
 PRIOR_OUTPUT_TAIL = 0.3  # its last two lines: totals, exit codes, the verdict
 PRIOR_NEAR_SIGNAL = 0.5  # the line or two before an error line: what led to it
 REPEATED = 3  # lines of one shape in a result: the greedy may keep them, the top-up not
-# Memoised readings held, in characters of their texts plus LINE_WEIGHT a line (a line's
-# reading, its features and clipped text, outweighs its characters when lines are short).
-MEMO_CHARS = 8_000_000
-LINE_WEIGHT = 200
+# Memoised readings held, in bytes: each one's text (its key) and the reading it keeps,
+# weighed by ``_weight``. A long session's compaction reads its covered results again
+# (``domain.compaction.core.finish`` re-derives), so the memo holds many sessions' worth.
+MEMO_BYTES = 32_000_000
+# What a reading's parts cost in CPython (measured with tracemalloc, rounded up): the
+# reading and its tuple, a slot a line, a use kept (object, clipped text aside), a feature.
+READING_BYTES, SLOT_BYTES, USE_BYTES, FEATURE_BYTES = 1_000, 8, 300, 250
 
 
 @dataclass(frozen=True)
@@ -114,36 +117,45 @@ def _read(text: str, failed: bool, inert: bool = True) -> ResultLines:
 
 
 class _Memo:
-    """Readings by (text, failed), least recently used first out, bounded by the
-    characters of the texts they were read from."""
+    """Readings by (text, failed), least recently used first out, bounded by about the
+    bytes they hold (``_weight``)."""
 
-    def __init__(self, chars: int, reader: Callable[[str, bool], ResultLines] = _read) -> None:
-        self.chars = chars
+    def __init__(self, limit: int, reader: Callable[[str, bool], ResultLines] = _read) -> None:
+        self.limit = limit
         self.reader = reader
         self.held = 0
-        self._readings: OrderedDict[tuple[str, bool], ResultLines] = OrderedDict()
+        self._readings: OrderedDict[tuple[str, bool], tuple[ResultLines, int]] = OrderedDict()
 
     def read(self, text: str, failed: bool) -> ResultLines:
         key = (text, failed)
         found = self._readings.get(key)
         if found is not None:
             self._readings.move_to_end(key)
-            return found
+            return found[0]
         reading = self.reader(text, failed)
-        if _weight(text) <= self.chars:
-            self._readings[key] = reading
-            self.held += _weight(text)
-            while self.held > self.chars:
-                (old, _), _ = self._readings.popitem(last=False)
-                self.held -= _weight(old)
+        weight = _weight(text, reading)
+        if weight <= self.limit:
+            self._readings[key] = (reading, weight)
+            self.held += weight
+            while self.held > self.limit:
+                _, (_, gone) = self._readings.popitem(last=False)
+                self.held -= gone
         return reading
 
 
-def _weight(text: str) -> int:
-    return len(text) + LINE_WEIGHT * (text.count("\n") + 1)
+def _weight(text: str, reading: ResultLines) -> int:
+    """About the bytes ``text`` and its reading hold."""
+    kept = [u for u in reading.uses if u is not None]
+    return (
+        len(text)
+        + READING_BYTES
+        + SLOT_BYTES * len(reading.uses)
+        + sum(USE_BYTES + len(u.text) for u in kept)
+        + FEATURE_BYTES * sum(len(u.feats) for u in kept if isinstance(u, Other))
+    )
 
 
-_MEMO = _Memo(MEMO_CHARS)
+_MEMO = _Memo(MEMO_BYTES)
 
 
 def read_result(text: str, failed: bool) -> ResultLines:
