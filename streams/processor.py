@@ -197,16 +197,21 @@ class BatchProcessor:
         notes: list[ObservabilityEvent] = []
         failed: list[DeadLetter] = []
         async with store.transaction():
-            # Records and control events in offset order: a budget check must see the
-            # counters as they were when Prepare observed, not those of later records
-            # that happen to share its batch.
+            # Each session's records and control events in offset order: a budget check
+            # must see its session's counters as they were when Prepare observed, not
+            # those of later records that happen to share its batch. A session's state is
+            # its own, so other sessions' records wait and are applied together (each
+            # application costs round trips: split at every observation, they doubled).
             chunk: list[Incoming] = []
+            waiting: set[str] = set()  # the sessions with records in ``chunk``
             for item in items:
                 if isinstance(item, Incoming):
                     chunk.append(item)
+                    waiting.add(item.event.scope.session_id)
                     continue
-                await self._apply_records(store, chunk, plan, existing)
-                chunk = []
+                if item.event.session_id in waiting:
+                    await self._apply_records(store, chunk, plan, existing)
+                    chunk, waiting = [], set()
                 applied = await apply_controls(store, [item.event], isolate=careful)
                 requests += applied.requests
                 notes += applied.observability

@@ -107,8 +107,7 @@ def record_view(r: asyncpg.Record) -> RecordView:
     )
 
 
-# A hash join on the covered ids (``= ANY`` of a parameter array would scan the array
-# once per row: quadratic at 100k covered records).
+# A record with its blob (content over 64 KiB) and its run (a view inherits main threads).
 _RECORDS_OF_RUNS = (
     " FROM records r"
     " LEFT JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
@@ -119,10 +118,10 @@ _INHERITABLE = (
     " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
     f"{_LIVE}"
 )
-# The session's records through $2, each marked covered or not, in a subquery of its own
-# (OFFSET 0 keeps it apart): planned with the joins below, the covered ids were joined
-# last, to a row count the runs filter misestimates as one, by a nested loop over the
-# ids for every record — quadratic (18 ms at 600 records and 532 covered ids).
+# The session's records through $2, each marked covered by a hash join on the ids, in a
+# subquery of its own (OFFSET 0): planned with the joins below, the ids were joined last,
+# after a runs filter estimated at one row, by a nested loop over every id for every
+# record — quadratic (``= ANY`` of the array would be too): 18 ms at 600 records.
 _INHERITED_FROM = (
     " FROM (SELECT r.*, c.id IS NOT NULL AS covered FROM records r"
     " LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"

@@ -291,6 +291,31 @@ async def test_a_trigger_that_fires_publishes_a_compaction_request_after_commit(
     assert store.log.index("commit") < store.log.index(f"send {CONFIG.topic_compaction_requests}")
 
 
+@pytest.mark.spec("R7.2", "R9.1")
+async def test_an_observation_sees_its_sessions_records_before_it_and_splits_no_other() -> None:
+    # Offset order within a session; across sessions, records wait for one write: an
+    # observation of session 1 does not cut session 2's records in two.
+    proc, store = make()
+    store.add_session(dataclasses.replace(open_session(), session_id="sess-2"))
+    store.observations[SESSION] = observation_inputs()
+    other = [make_event(RecordKind.USER_INPUT, k, session="sess-2") for k in ("b1", "b2", "b3")]
+    sent = [
+        ("sess-2", encode_event(other[0])),
+        (SESSION, control("obs-1", 100)),
+        ("sess-2", encode_event(other[1])),
+        (SESSION, encode_event(user("a1"))),
+        (SESSION, control("obs-2", 100)),
+        ("sess-2", encode_event(other[2])),
+    ]
+    messages = [
+        RawMessage(sid.encode(), v, 0, i, _signer(v).headers(sid.encode(), v))
+        for i, (sid, v) in enumerate(sent)
+    ]
+    result = await proc.handle(messages)
+    assert result.committed == 4
+    assert store.steps == ["control obs-1", "records b1 b2 a1", "control obs-2", "records b3"]
+
+
 @pytest.mark.spec("R15.3")
 async def test_a_control_event_that_fails_is_dead_lettered_alone() -> None:
     proc, store = make()

@@ -308,15 +308,7 @@ def shapes(lines: Sequence[str]) -> list[str]:
 def is_noise(line: str) -> bool:
     """Separator rules, progress dots and bare punctuation carry nothing."""
     core = line.strip("=-_*#.>|:+~ \t")
-    if len(core) < 3:
-        return True
-    letters = 0  # fewer than two: "[58%]", "| 4006 |"
-    for ch in core:
-        if ch.isalpha():
-            letters += 1
-            if letters == 2:
-                return False
-    return True
+    return len(core) < 3 or sum(ch.isalpha() for ch in core) < 2  # "[58%]", "| 4006 |"
 
 
 def render_call(name: str, arguments: str) -> str:

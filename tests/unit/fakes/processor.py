@@ -62,6 +62,9 @@ class FakeProcessingStore:
     records_of_view: dict[tuple[str, str], list[RecordView]] = field(default_factory=dict)
     mains: dict[tuple[str, str], str] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)  # commit / rollback, in order
+    # What was applied, in order: "records <keys>" per write of records, "control <key>"
+    # per control decision written.
+    steps: list[str] = field(default_factory=list)
     _depth: int = 0
 
     def add_session(self, state: SessionState) -> None:
@@ -129,6 +132,7 @@ class FakeProcessingStore:
         keys |= {r.incoming.event.event_key for r in plan.rejections}
         if keys & self.poison_keys:
             raise InjectedFailure(f"injected failure for {sorted(keys & self.poison_keys)}")
+        self.steps.append("records " + " ".join(nr.incoming.event.event_key for nr in plan.records))
         for nr in plan.records:
             ev = nr.incoming.event
             sid = ev.scope.session_id
@@ -212,6 +216,7 @@ class FakeProcessingStore:
             raise InjectedFailure(f"injected failure for {effects.report.event_key}")
         self.data.applied.append(effects)
         if (report := effects.report) is not None:
+            self.steps.append(f"control {report.event_key}")
             job = effects.new_job
             request: dict[str, Any] | None = None
             if job is not None:
