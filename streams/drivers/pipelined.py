@@ -3,9 +3,11 @@
 faust's ``take_events`` stops filling its buffer while its loop body runs, so with the
 processor in a child process (``streams.drivers.offload``) the two would only take turns: faust
 reads, the child applies, faust reads. Here the agent iterates a ``noack`` stream and
-this class cuts batches (``max_`` events, or whatever came within ``within`` seconds) and
-hands them to ``apply`` in offset order, at most ``depth`` at a time, while the agent goes
-on reading the next.
+this class cuts batches and hands them to ``apply`` in offset order, at most ``depth`` at
+a time, while the agent goes on reading the next. A batch is cut at ``max_`` events, once
+its first event waited ``within`` seconds, or as soon as no batch is being applied (group
+commit): an idle child takes what came at once, a busy one what came while it worked —
+batches as large as the load makes them, and no event waits out a timer for nothing.
 
 Acknowledgement is manual and comes last: a batch's events are acked (and so may have
 their offsets committed by faust) only after ``apply`` returned — the PostgreSQL commit
@@ -50,6 +52,8 @@ class PipelinedBatches:
         self._applied: collections.deque[Any] = collections.deque()  # due for acks
         self._lock = asyncio.Lock()
         self._work = asyncio.Event()  # set once an event is buffered: the timer runs
+        # Wakes the timer before ``within``: a batch applied, or an event for an idle child.
+        self._wake = asyncio.Event()
 
     async def add(self, event: Any) -> None:
         """Buffer ``event``; a full buffer waits for room in flight, then goes."""
@@ -59,6 +63,11 @@ class PipelinedBatches:
         self._buffer.append(event)
         if len(self._buffer) >= self.max_:
             await self.flush()
+        elif not self._busy():
+            self._wake.set()  # sent by the timer once this burst of events is read
+
+    def _busy(self) -> bool:
+        return any(not t.done() for t in self._inflight)
 
     async def flush(self) -> None:
         """Send what is buffered once fewer than ``depth`` batches are in flight; then
@@ -94,6 +103,7 @@ class PipelinedBatches:
     async def _run(self, events: list[Any]) -> list[Any]:
         try:
             await self._apply(events)
+            self._wake.set()
             return events
         except asyncio.CancelledError:
             raise  # the worker stops: nothing acked that was not applied
@@ -111,17 +121,20 @@ class PipelinedBatches:
             )
 
     async def tick(self) -> None:
-        """Forever: send a buffer that waited ``within``, and ack a batch applied since
-        (a quiet stream still flows and commits its offsets). With nothing buffered, in
-        flight or due for acks it waits for the next event instead: an idle processor
-        does not wake every ``within``."""
+        """Forever: send the buffer when no batch is being applied, or once it waited
+        ``within``, and ack a batch applied since (a quiet stream still flows and commits
+        its offsets). With nothing buffered, in flight or due for acks it waits for the
+        next event instead: an idle processor does not wake every ``within``."""
         while True:
             if not (self._buffer or self._inflight or self._applied):
                 self._work.clear()
                 await self._work.wait()
-            await asyncio.sleep(self.within)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.within)
+            self._wake.clear()
             stale = self._buffer and time.monotonic() - self._first_at >= self.within
-            if stale or (self._inflight and self._inflight[0].done()):
+            due = self._buffer and (stale or not self._busy())
+            if due or (self._inflight and self._inflight[0].done()):
                 await self.flush()
 
 

@@ -193,26 +193,56 @@ async def test_an_idle_timer_waits_for_the_next_event_instead_of_waking(
 ) -> None:
     """Issue 37: background work scales with the load — with nothing buffered, in flight
     or due for acks the timer sleeps until an event comes, then flushes it as before."""
-    sleeps: list[float] = []
-    sleep = asyncio.sleep
+    waits: list[float] = []
+    wait_for = asyncio.wait_for
 
-    async def counted(seconds: float) -> None:
-        sleeps.append(seconds)
-        await sleep(seconds)
+    async def counted(aw: Any, timeout: float) -> Any:
+        waits.append(timeout)
+        return await wait_for(aw, timeout)
 
-    patched = SimpleNamespace(**{**vars(asyncio), "sleep": counted})
+    patched = SimpleNamespace(**{**vars(asyncio), "wait_for": counted})
     monkeypatch.setattr(pipelined, "asyncio", patched)
     log = Log()
     batches = PipelinedBatches(log.apply, log.ack, 1000, within=0.001)
     async with ticking(batches):
-        await sleep(0.05)  # idle: ~50 periods of the timer
-        assert sleeps == []
+        await asyncio.sleep(0.05)  # idle: ~50 periods of the timer
+        assert waits == []
         await batches.add(0)
         for _ in range(200):
             if ("ack", 0) in log.timeline:
                 break
-            await sleep(0.005)
-        woken = len(sleeps)
-        await sleep(0.05)  # idle again once it is acked
+            await asyncio.sleep(0.005)
+        woken = len(waits)
+        await asyncio.sleep(0.05)  # idle again once it is acked
     assert log.timeline == [("apply", [0]), ("applied", [0]), ("ack", 0)]
-    assert 1 <= woken <= 5 and len(sleeps) <= woken + 1
+    assert 1 <= woken <= 5 and len(waits) <= woken + 1
+
+
+@pytest.mark.spec("R8.1")
+async def test_a_batch_is_cut_when_the_child_is_free_not_when_a_timer_says() -> None:
+    """Group commit: an event for an idle child goes at once, a burst read together goes
+    together, and what came while a batch was applied goes the moment it is applied —
+    ``within`` (a minute here) only bounds the wait behind a batch that takes long."""
+    log = Log()
+    log.gate = asyncio.Event()
+    batches = PipelinedBatches(log.apply, log.ack, 1000, within=60, depth=3)
+
+    async def seen(entry: tuple[str, Any]) -> None:
+        for _ in range(400):
+            if entry in log.timeline:
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"{entry} not within 2 s: {log.timeline}")
+
+    async with ticking(batches):
+        await batches.add(0)
+        await batches.add(1)  # read in the same burst as 0
+        await seen(("apply", [0, 1]))
+        for i in (2, 3, 4):  # while [0, 1] is applied: held, not cut by a timer
+            await batches.add(i)
+        await asyncio.sleep(0.02)
+        assert [x for w, x in log.timeline if w == "apply"] == [[0, 1]]
+        log.gate.set()
+        await seen(("apply", [2, 3, 4]))
+        await seen(("ack", 4))
+    _check(log, 5, 1000, depth=1)
