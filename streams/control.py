@@ -5,9 +5,10 @@ checks. Each one is read → decide → write: the facts are read through the
 ``domain.compaction.outcome``, ``domain.compaction.preemption``) returning ``ControlEffects``, and
 the store's one writer applies them.
 
-Runs inside the batch transaction, after the batch's records, so counters and sequences
-are those the records just produced. The compaction requests and observability events in
-the effects are published only once the transaction has committed.
+Runs inside the batch transaction, after its own session's records that came before it
+in the batch, so its counters and sequences are those the records just produced. The
+compaction requests and observability events in the effects are published only once the
+transaction has committed.
 """
 
 from __future__ import annotations

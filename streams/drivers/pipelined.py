@@ -134,8 +134,12 @@ class PipelinedBatches:
             if not (self._buffer or self._inflight or self._applied):
                 self._work.clear()
                 await self._work.wait()
+            # (asyncio.timeout, not wait_for: wait_for swallows a cancellation that comes
+            # as the event is set — a batch applied just as the timer is stopped — and
+            # the stopped timer would then wait for work for ever.)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.within)
+                async with asyncio.timeout(self.within):
+                    await self._wake.wait()
             self._wake.clear()
             if self._buffer and not self._busy():
                 await asyncio.sleep(self._first_at + self.linger - time.monotonic())

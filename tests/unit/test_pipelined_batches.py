@@ -194,13 +194,13 @@ async def test_an_idle_timer_waits_for_the_next_event_instead_of_waking(
     """Issue 37: background work scales with the load — with nothing buffered, in flight
     or due for acks the timer sleeps until an event comes, then flushes it as before."""
     waits: list[float] = []
-    wait_for = asyncio.wait_for
+    timeout = asyncio.timeout
 
-    async def counted(aw: Any, timeout: float) -> Any:
-        waits.append(timeout)
-        return await wait_for(aw, timeout)
+    def counted(delay: float) -> Any:
+        waits.append(delay)
+        return timeout(delay)
 
-    patched = SimpleNamespace(**{**vars(asyncio), "wait_for": counted})
+    patched = SimpleNamespace(**{**vars(asyncio), "timeout": counted})
     monkeypatch.setattr(pipelined, "asyncio", patched)
     log = Log()
     batches = PipelinedBatches(log.apply, log.ack, 1000, within=0.001)
@@ -265,3 +265,24 @@ async def test_an_idle_childs_batch_waits_linger_for_the_rest_of_a_burst() -> No
             await asyncio.sleep(0.005)
     assert [x for w, x in log.timeline if w == "apply"] == [[0, 1]]
     _check(log, 2, 1000)
+
+
+async def test_a_timer_stopped_as_a_batch_is_applied_stops() -> None:
+    """The timer waits for a batch to be applied; a stop that comes in the same step as
+    that batch's end is not lost (the driver then waits for the timer to end)."""
+    log = Log()
+    log.gate = asyncio.Event()
+    batches = PipelinedBatches(log.apply, log.ack, 1000, within=60)
+    ticker = asyncio.create_task(batches.tick())
+    await batches.add(0)
+    for _ in range(400):  # sent, and being applied: the timer waits for it to end
+        if log.applying:
+            break
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.01)
+    batches._wake.set()  # the batch's end and the stop, in one step
+    ticker.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(ticker, 2)
+    log.gate.set()
+    await batches.drain()
