@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import random
+import sys
 import tracemalloc
 
 import pytest
@@ -117,6 +118,10 @@ def test_a_readings_weight_is_at_least_the_memory_it_holds() -> None:
             )
             for k in range(50)
         ],
+        "cjk": [  # outside Latin-1: two bytes a character, weighed at four
+            "\n".join(f"第{j}行 文件 src/模块{k}.py:{j} 大小={j * k}KB 状态正常" for j in range(8))
+            for k in range(50)
+        ],
     }
     for name, texts in shapes.items():
         reading._read(texts.pop(), False)  # the patterns' and the interpreter's first use
@@ -126,7 +131,11 @@ def test_a_readings_weight_is_at_least_the_memory_it_holds() -> None:
             held, _ = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        weighed = sum(reading._weight(t, r) - len(t) for t, r in zip(texts, readings, strict=True))
+        weighed = sum(
+            reading._weight(t, r) - reading._bytes(t) for t, r in zip(texts, readings, strict=True)
+        )
+        # the key: a text's characters take one to four bytes each (plus a fixed header)
+        assert all(sys.getsizeof(t) <= reading._bytes(t) + 100 for t in texts), name
         assert held <= weighed <= 4 * held, (name, held, weighed)
 
 

@@ -147,12 +147,18 @@ def _weight(text: str, reading: ResultLines) -> int:
     """About the bytes ``text`` and its reading hold."""
     kept = [u for u in reading.uses if u is not None]
     return (
-        len(text)
+        _bytes(text)
         + READING_BYTES
         + SLOT_BYTES * len(reading.uses)
-        + sum(USE_BYTES + len(u.text) for u in kept)
+        + sum(USE_BYTES + _bytes(u.text) for u in kept)
         + FEATURE_BYTES * sum(len(u.feats) for u in kept if isinstance(u, Other))
     )
+
+
+def _bytes(text: str) -> int:
+    """At most the bytes CPython holds ``text`` in: one a character when it is ASCII, up
+    to four otherwise (a script outside Latin-1 takes two or four)."""
+    return len(text) if text.isascii() else 4 * len(text)
 
 
 _MEMO = _Memo(MEMO_BYTES)
