@@ -108,11 +108,11 @@ def record_view(r: asyncpg.Record) -> RecordView:
 
 
 # A record with its blob (content over 64 KiB) and its run (a view inherits main threads).
-_RECORDS_OF_RUNS = (
-    " FROM records r"
+_BLOB_AND_RUN = (
     " LEFT JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
     " LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
 )
+_RECORDS_OF_RUNS = f" FROM records r{_BLOB_AND_RUN}"
 _INHERITABLE = (
     " AND r.visibility IN ('session', 'actor')"
     " AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
@@ -125,9 +125,7 @@ _INHERITABLE = (
 _INHERITED_FROM = (
     " FROM (SELECT r.*, c.id IS NOT NULL AS covered FROM records r"
     " LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"
-    " WHERE r.session_id=$1 AND r.session_sequence <= $2 OFFSET 0) r"
-    " LEFT JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
-    " LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
+    f" WHERE r.session_id=$1 AND r.session_sequence <= $2 OFFSET 0) r{_BLOB_AND_RUN}"
     f" WHERE true{_INHERITABLE}"
 )
 _ORDER = " ORDER BY r.session_sequence"

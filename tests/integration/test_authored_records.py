@@ -6,7 +6,6 @@ input is dead-lettered with its reason, and the inspector's read model lists the
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,6 +20,7 @@ from schemas.contracts import Authority, Content, QuestionPayload, RecordKind
 from services.sdk.client import ContextClient, RunHandle
 from storage.records.authored import session_authored
 from tests.integration.test_compaction import profile, round_, script, settled
+from tests.integration.test_compaction_gain import checked_prepare
 from tests.integration.test_poison import dead_letters_at
 from tests.support.console import session_inspect, sign_in
 from tests.support.flows import client, new_session
@@ -65,30 +65,13 @@ def _draft(row: Any) -> SummaryDraft:
     return SummaryDraft.from_dict(row["summary"])
 
 
-async def _checks(db: asyncpg.Pool, sid: str) -> int:
-    """How many of the session's prepares the processor has checked (their reports)."""
-    return int(
-        await db.fetchval(
-            "SELECT count(*) FROM trigger_reports WHERE session_id=$1 AND event_key LIKE 'obs:%'",
-            sid,
-        )
-    )
-
-
 async def _prepared_and_done(ctx: ContextClient, db: asyncpg.Pool, run: RunHandle) -> None:
     """A prepare, then until the processor has checked it (the job it starts, if any, is
     then in compaction_jobs) and no job of the session is running. Counting the jobs
     before the check lands would miss this question's job, and the next question would
     start two: a session with one more question (and recorded entry) than the summaries."""
     sid = run.session_id
-    before = await _checks(db, sid)
-    await ctx.prepare(run)  # a new user turn: the trigger starts a job
-    for _ in range(600):
-        if await _checks(db, sid) > before:
-            break
-        await asyncio.sleep(0.05)
-    else:
-        raise AssertionError("the processor did not check the prepare's observation")
+    await checked_prepare(ctx, db, run, timeout=30)  # a new user turn: the trigger starts a job
     n = await db.fetchval("SELECT count(*) FROM compaction_jobs WHERE session_id=$1", sid)
     await settled(db, sid, timeout=30, at_least=n)
 

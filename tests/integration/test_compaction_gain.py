@@ -148,13 +148,15 @@ async def test_a_compaction_that_pays_starts_and_one_that_does_not_is_deferred_n
     assert await jobs(db, loses) == []
 
 
-async def checked_prepare(c: ContextClient, db: asyncpg.Pool, run: RunHandle) -> dict[str, Any]:
+async def checked_prepare(
+    c: ContextClient, db: asyncpg.Pool, run: RunHandle, timeout: float = 10
+) -> dict[str, Any]:
     """A prepare, once the processor has checked its observation (a model call takes
     longer than that; the processor checks only a session's newest observation in a
     batch, so a test that prepares faster would skip checks a real agent gets)."""
     before = len(await pre_reports(db, run.session_id, "obs:"))
     view = await c.prepare(run)
-    for _ in range(200):
+    for _ in range(int(timeout / 0.05)):
         if len(await pre_reports(db, run.session_id, "obs:")) > before:
             return view
         await asyncio.sleep(0.05)
