@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+import uvloop
 
 from schemas.settings import Settings
 from storage.migrate import apply_dsn
@@ -114,9 +115,10 @@ def main() -> None:
     if settings.metrics_port is not None:
         serve(settings.metrics_port)  # a thread of its own, for either driver
     if settings.processor_driver == "aiokafka":
-        asyncio.run(run_direct(settings))
+        uvloop.run(run_direct(settings))
         return
     from faust.worker import Worker
 
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # the loop faust's Worker makes
     worker = Worker(faust_app(settings), loglevel=settings.log_level.lower(), quiet=True)
     worker.execute_from_commandline()

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 
+import uvloop
 from aiokafka import AIOKafkaConsumer
 
 from schemas.settings import Settings
@@ -98,7 +99,7 @@ def main() -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     yield_cpu(settings.analytics_cpu)
-    asyncio.run(run(settings))
+    uvloop.run(run(settings))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ import gc
 import logging
 import signal
 
+import uvloop
+
 from schemas.settings import Settings
 from services.compaction import bootstrap
 from services.compaction.consume import consume_until
@@ -50,7 +52,7 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    asyncio.run(run(settings))
+    uvloop.run(run(settings))
 
 
 if __name__ == "__main__":

@@ -55,6 +55,8 @@ def main() -> None:
         port=settings.prepare_port,
         log_level=settings.log_level.lower(),
         access_log=False,
+        loop="uvloop",
+        http="httptools",
     )
     server = uvicorn.Server(config)
     asyncio.run(server.serve())

@@ -17,6 +17,8 @@ import os
 import signal
 import sys
 
+import uvloop
+
 from streams.admission import Admitted, RawMessage
 from streams.crash_only import handle_or_exit
 from streams.drivers.offload import (
@@ -130,7 +132,7 @@ def main() -> None:
     # stop): the parent decides when we end, by closing our input or by dying.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    asyncio.run(main_async())
+    uvloop.run(main_async())
 
 
 if __name__ == "__main__":
