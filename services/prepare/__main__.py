@@ -59,7 +59,7 @@ def main() -> None:
         http="httptools",
     )
     server = uvicorn.Server(config)
-    asyncio.run(server.serve())
+    server.run()  # on the loop the config names
     if not server.started:
         raise SystemExit(3)  # uvicorn's own code for a failed start-up
 
