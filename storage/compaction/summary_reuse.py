@@ -55,10 +55,17 @@ async def reusable(
     and it covers nothing this view does not contain. (Status is the caller's concern.)"""
     if summary.view_run_id == run_id:
         return True
-    missing = await conn.fetchval(
-        "SELECT 1" + MAIN_VIEW + " AND r.session_sequence > $2 AND r.session_sequence <= $3"
-        " AND r.run_id IS DISTINCT FROM $4 AND (r.session_sequence <= $5 OR r.run_id = $6)"
-        " LIMIT 1",
+    # One round trip. Whether a record of this view before the summary's watermark is
+    # missing from the view it compacted; and the records after this run's snapshot that
+    # are not its own, checked against the covered ids here: they are few (other runs'
+    # since this one started), while the covered ids grow with the history (``= ANY`` of
+    # them cost ~20 ms per new run in the 1,000-question session, growing).
+    r = await conn.fetchrow(
+        "SELECT EXISTS (SELECT 1" + MAIN_VIEW + " AND r.session_sequence > $2"
+        " AND r.session_sequence <= $3 AND r.run_id IS DISTINCT FROM $4"
+        " AND (r.session_sequence <= $5 OR r.run_id = $6)) AS missing,"
+        " ARRAY(SELECT record_id FROM records WHERE session_id=$1 AND session_sequence > $5"
+        " AND run_id IS DISTINCT FROM $6) AS later",
         session_id,
         summary.view_through,
         summary.source_watermark,
@@ -66,18 +73,7 @@ async def reusable(
         through,
         run_id,
     )
-    if missing:
+    if r["missing"]:
         return False
-    # The records after this run's snapshot that are not its own, checked against the
-    # covered ids here: they are few (other runs' since this one started), while the
-    # covered ids grow with the history (``= ANY`` of them cost ~20 ms per new run in the
-    # 1,000-question session, growing).
-    later = await conn.fetch(
-        "SELECT record_id FROM records WHERE session_id=$1 AND session_sequence > $2"
-        " AND run_id IS DISTINCT FROM $3",
-        session_id,
-        through,
-        run_id,
-    )
     covered = set(summary.covered_record_ids)
-    return not any(r["record_id"] in covered for r in later)
+    return not any(record_id in covered for record_id in r["later"])

@@ -87,14 +87,15 @@ async def load_view_state(
     Returns None when the session does not exist. Reads only; inside a transaction it
     sees that transaction's writes (the processor calls it in its batch transaction).
     """
-    if through is None:
-        through = await snapshot_boundary(conn, session_id, run_id)
     cache = cache if cache is not None else ViewStateCache()
     if child_instance_id is not None:
+        if through is None:
+            through = await snapshot_boundary(conn, session_id, run_id)
         return await _child_view(conn, session_id, run_id, child_instance_id, through, cache)
     r = await _main_row(conn, session_id, run_id, through, CHAIN_DEPTH)
     if r is None:
         return None
+    through = int(r["through"])
     counters = (
         await counted_view(conn, session_id, run_id, through)
         if r["later"]
@@ -138,18 +139,26 @@ async def _effective(
 
 
 async def _main_row(
-    conn: asyncpg.Connection, session_id: str, run_id: str, through: int, depth: int | None
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    through: int | None,
+    depth: int | None,
 ) -> asyncpg.Record | None:
-    """Everything of a main view but record counts and reuse checks, in one round trip.
-    The summary chain is walked ``depth`` summaries back (None: all the way); ``more``
-    says it goes further. (A long session's chain holds hundreds of roll-ups, and the
-    newest one nearly always serves.)"""
+    """Everything of a main view but record counts and reuse checks, in one round trip,
+    with the run's snapshot boundary (``through``, read here when None: 0 for a run not
+    known). The summary chain is walked ``depth`` summaries back (None: all the way);
+    ``more`` says it goes further. (A long session's chain holds hundreds of roll-ups,
+    and the newest one nearly always serves.)"""
     return await conn.fetchrow(
-        "SELECT s.user_turns, s.model_steps, c.active_job_id,"
+        "WITH b AS (SELECT coalesce($2::bigint, (SELECT x.through_session_sequence"
+        "   FROM runs u JOIN history_snapshots x USING (snapshot_id)"
+        "   WHERE u.session_id = $1 AND u.run_id = $3), 0) AS through)"
+        " SELECT b.through, s.user_turns, s.model_steps, c.active_job_id,"
         # A run started after this one's snapshot: only then is this view not the whole
         # session (runs is small; the records after a snapshot may be many).
         " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
-        "   AND x.started_sequence > $2 AND x.run_id <> $3) AS later,"
+        "   AND x.started_sequence > b.through AND x.run_id <> $3) AS later,"
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
         "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
         f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
@@ -158,7 +167,7 @@ async def _main_row(
         "  ORDER BY depth) AS chain,"
         f" ({_CHAIN} SELECT parent_summary_id IS NOT NULL FROM chain"
         "  ORDER BY depth DESC LIMIT 1) AS more"
-        " FROM sessions s LEFT JOIN compaction_state c"
+        " FROM b, sessions s LEFT JOIN compaction_state c"
         " ON c.session_id = s.session_id AND c.lineage = 'main'"
         " WHERE s.session_id = $1",
         session_id,

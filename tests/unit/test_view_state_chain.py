@@ -22,23 +22,20 @@ class _Conn:
         self.depths: list[int | None] = []
 
     async def fetchrow(self, sql: str, *args: Any) -> dict[str, Any] | None:
+        if "AS missing" in sql:  # a summary of another run's view never serves here
+            return {"missing": True, "later": []}
         if "ARRAY(" in sql:  # the view's row
             depth = args[3]
             self.depths.append(depth)
             walked = self.chain if depth is None else self.chain[:depth]
             more = depth is not None and len(self.chain) > depth
-            return {"user_turns": 1, "model_steps": 2, "active_job_id": None, "later": False,
-                    "revocations": "0:0:0", "chain": walked, "more": more}  # fmt: skip
+            return {"through": args[1], "user_turns": 1, "model_steps": 2,
+                    "active_job_id": None, "later": False, "revocations": "0:0:0",
+                    "chain": walked, "more": more}  # fmt: skip
         summary_id = args[0]
         return {"summary_id": summary_id, "parent_summary_id": None, "source_watermark": 5,
                 "view_run_id": RUN if summary_id in self.own else "run_other",
                 "view_through": 3, "covered_record_ids": [], "counter_baseline": {}}  # fmt: skip
-
-    async def fetchval(self, sql: str, *args: Any) -> Any:
-        return 1  # "missing": a summary of another run's view never serves here
-
-    async def fetch(self, sql: str, *args: Any) -> list[Any]:
-        return []
 
 
 @pytest.mark.spec("R2.7")
