@@ -11,10 +11,11 @@ they are.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NotRequired
 
-from pydantic import BaseModel, ConfigDict, with_config
+from pydantic import BaseModel, ConfigDict, PrivateAttr, with_config
 from typing_extensions import TypedDict
 
 from schemas.answers.records import record_config
@@ -227,6 +228,18 @@ class PreparedContext(BaseModel):
     inherited: Inherited
     record_count: int
     timing: Timing
+    # The messages' JSON, written once for this answer and the stored context (a long
+    # thread's messages are most of both): the answer splices it in.
+    _messages_json: Callable[[], bytes] | None = PrivateAttr(default=None)
+
+    def with_messages_json(self, written: Callable[[], bytes]) -> PreparedContext:
+        """This answer, its ``messages``' JSON given by ``written`` (written once)."""
+        self._messages_json = written
+        return self
+
+    def json_fragments(self) -> dict[str, bytes]:
+        """Fields whose JSON is written elsewhere (``AnswerResponse`` splices them)."""
+        return {} if self._messages_json is None else {"messages": self._messages_json()}
 
 
 class CallBudget(Budget):

@@ -35,7 +35,12 @@ from services.prepare.assembly.answer_parts import (
 )
 from services.prepare.assembly.compaction_check import CompactionCheck, Lineage
 from services.prepare.assembly.prepare_hooks import HookRegistry, PrepareRequest
-from services.prepare.assembly.prepared import PreparedEntry, PreparedStore, budget_of
+from services.prepare.assembly.prepared import (
+    PreparedEntry,
+    PreparedStore,
+    WrittenOnce,
+    budget_of,
+)
 from services.prepare.assembly.views import Snapshot, ThreadViews
 from services.prepare.assembly.waiter import Waiter
 from services.prepare.bodies import PrepareIn, offsets_of
@@ -304,6 +309,8 @@ class Preparer:
         provider = await self._provider(target, built) if body.render else None
         deps = _dependencies(target, built, lineage)
         prepared_id = f"prep_{uuid.uuid4().hex[:16]}"
+        # Written once, for the answer and the stored context (a long thread's are MBs).
+        messages_json = WrittenOnce(assembled.messages)
         await self.prepared.remember(
             PreparedEntry(
                 prepared_id,
@@ -321,6 +328,7 @@ class Preparer:
                 body.reprepare_of,
                 deps,
                 target.instance_id if target.child else "main",
+                messages_json,
             )
         )
         return PreparedContext.model_construct(
@@ -347,7 +355,7 @@ class Preparer:
             ),
             inherited=Inherited(through_session_sequence=snap.through_session_sequence),
             record_count=rend.record_count,
-        )
+        ).with_messages_json(messages_json)
 
 
 def _dependencies(target: Target, built: Built, lineage: Lineage) -> DependencyVersions:

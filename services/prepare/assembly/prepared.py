@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -27,6 +28,22 @@ log = logging.getLogger(__name__)
 # so a batch of large contexts holds back little behind it.
 WRITE_ROWS = 64
 WRITE_BYTES = 8 << 20
+
+
+class WrittenOnce:
+    """A context's messages as JSON, written at their first use — the answer or the
+    stored context, whichever comes first — and shared by the other."""
+
+    __slots__ = ("_json", "_messages")
+
+    def __init__(self, messages: list[dict[str, Any]]) -> None:
+        self._messages = messages
+        self._json: bytes | None = None
+
+    def __call__(self) -> bytes:
+        if self._json is None:
+            self._json = orjson.dumps(self._messages)
+        return self._json
 
 
 def budget_of(report: BudgetReport) -> Budget:
@@ -55,6 +72,9 @@ class PreparedEntry:
     # "main" or the child instance id: the stored row's thread, not part of the context
     # (not in the body, not compared).
     lineage: str | None = field(default=None, compare=False)
+    # ``messages``' JSON, shared with the answer (``WrittenOnce``): the stored form
+    # splices it in instead of writing the messages again.
+    messages_json: Callable[[], bytes] | None = field(default=None, compare=False)
 
     def to_json(self) -> bytes:
         """The stored form. Floats keep every digit (the gate recomputes the calibrated
@@ -67,7 +87,9 @@ class PreparedEntry:
             {
                 "ids": [self.prepared_id, self.session_id, self.run_id, self.instance_id],
                 "purpose": self.purpose,
-                "messages": self.messages,
+                "messages": self.messages
+                if self.messages_json is None
+                else orjson.Fragment(self.messages_json()),
                 "tools": self.tools,
                 "report": report,
                 # written by orjson as dataclasses (ProtectedBlock.to_dict's JSON, a

@@ -20,7 +20,8 @@ from pydantic import BaseModel
 
 def fields_of(value: object) -> dict[str, object]:
     """A model's set fields in declaration order, then its extra fields (orjson's
-    ``default``: called for a value orjson does not write itself)."""
+    ``default``: called for a value orjson does not write itself); a field whose JSON
+    the model already holds (``json_fragments``) is written as those bytes."""
     if not isinstance(value, BaseModel):
         raise TypeError(f"{type(value).__name__} is not JSON serializable")
     given = value.model_fields_set
@@ -28,6 +29,10 @@ def fields_of(value: object) -> dict[str, object]:
     extra = value.__pydantic_extra__
     if extra:
         out.update(extra)
+    written = getattr(value, "json_fragments", None)
+    if written is not None:
+        for k, raw in written().items():
+            out[k] = orjson.Fragment(raw)
     return out
 
 
