@@ -99,8 +99,14 @@ async def test_recorded_decisions_and_questions_stay_verbatim_and_cited_across_t
 ) -> None:
     """A budget small enough that the history outgrows the summary's bound: the built-in
     summarizer then summarizes the covered records again (``rollup.rederived``), read
-    back from PostgreSQL, and keeps every recorded entry as a roll-up would."""
-    sid = await _kept_across(ctx, db, MIN_COMPACTIONS, profile(4_000))
+    back from PostgreSQL, and keeps every recorded entry as a roll-up would.
+
+    The budget (a ~720-token summary bound) leaves the tenth summary's recorded entries
+    room for three to five plain facts besides them. At 4k (~600) it left one or none,
+    so one question more than the summaries, or record ids that tokenize long (14-29
+    tokens each, by their hash), could push a recorded entry out: the test failed now
+    and then."""
+    sid = await _kept_across(ctx, db, MIN_COMPACTIONS, profile(4_800))
     rollups = await db.fetch(
         "SELECT rollup FROM summary_revisions WHERE session_id=$1 AND rollup IS NOT NULL", sid
     )
