@@ -31,5 +31,9 @@ async def test_the_answer_and_the_stored_context_carry_the_messages_written_once
     stored = a.prepared.rows[prepared.prepared_id].body
     assert written in stored
     assert PreparedEntry.from_json(stored).messages == prepared.messages
+    # Written, the entry kept in memory for the gateway no longer holds the JSON.
+    kept = await a.svc.preparer.prepared.get(prepared.prepared_id)
+    assert kept is not None and kept.messages_json is None
+    assert kept.messages == prepared.messages
     # A copy of the answer (the route adds its timing) keeps the written messages.
     assert prepared.model_copy().json_fragments() == {"messages": written}

@@ -165,7 +165,11 @@ class PreparedStore:
             rows: list[PreparedRow] = []
             size = 0
             while self._pending and len(rows) < WRITE_ROWS and size < WRITE_BYTES:
-                rows.append(_row(self._pending.pop(0)))
+                entry = self._pending.pop(0)
+                rows.append(_row(entry))
+                # The entry stays in memory for the gateway; its JSON (as large as the
+                # context) goes with the row and the answer.
+                entry.messages_json = None
                 size += len(rows[-1].body)
             try:
                 await self.stored.save_many(rows)
