@@ -37,13 +37,11 @@ class ControlStore(Protocol):
     def transaction(self) -> AbstractAsyncContextManager[Any]:
         """A savepoint inside the batch's transaction."""
 
-    async def checked(self, session_id: str, event_key: str) -> Checked | None:
-        """An observation already checked, and the job it started."""
-
     async def observation_inputs(
         self, ev: ControlEvent, obs: BudgetObservation
-    ) -> ObservationInputs:
-        """Lock the lineage's compaction state; the facts an observation is decided on."""
+    ) -> ObservationInputs | Checked:
+        """Lock the lineage's compaction state; the facts an observation is decided on, or
+        its earlier check's outcome when it was checked already."""
 
     async def task_version(
         self, session_id: str, lineage: str, run_id: str, instance_id: str, through: int
@@ -130,6 +128,9 @@ class PgProcessingStore(PgIngestStore, PgControlStore, PgPreemptReads):
         """The records, then their resource (de)activations: R11.8 revocation withdraws a
         resource's content and invalidates the summaries covering it."""
         await PgIngestStore.write_records(self, plan, states, consumer, topic)
+        if self.views is not None:  # a run's main instance is written once, with the run
+            for run in plan.new_runs:
+                self.views.mains[(run.session_id, run.run_id)] = run.main_instance_id
         for nr in plan.records:
             sid = nr.incoming.event.scope.session_id
             self.probed.pop(sid, None)

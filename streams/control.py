@@ -34,6 +34,7 @@ from schemas.wire import (
     ControlEvent,
     ObservabilityEvent,
 )
+from storage.compaction.state import Checked
 from storage.processor_store import ControlStore
 from streams.faults import describe_failure, is_transient
 
@@ -108,10 +109,9 @@ async def apply_controls(
 
 async def observe(store: ControlStore, ev: ControlEvent, obs: BudgetObservation) -> ControlEffects:
     """A budget observation: read → decide (R7, R9, R15.3) → write."""
-    done = await store.checked(ev.session_id, ev.event_key)
-    if done is not None:
-        return redelivered(done.job_status, done.job_request)
     inputs = await store.observation_inputs(ev, obs)
+    if isinstance(inputs, Checked):
+        return redelivered(inputs.job_status, inputs.job_request)
     now = _now_ms()
     verdict = judge_observation(inputs, now)
     start = None

@@ -97,26 +97,20 @@ class PgControlStore(CachedViews):
     conn: asyncpg.Connection
     gain: GainSettings = GainSettings()
 
-    async def checked(self, session_id: str, event_key: str) -> Checked | None:
-        conn = self.conn
-        r = await conn.fetchrow(
-            "SELECT t.job_id, j.status, j.request FROM trigger_reports t"
-            " LEFT JOIN compaction_jobs j ON j.job_id = t.job_id"
-            " WHERE t.session_id=$1 AND t.event_key=$2",
-            session_id,
-            event_key,
-        )
-        return None if r is None else Checked(r["job_id"], r["status"], r["request"])
-
     async def observation_inputs(
         self, ev: ControlEvent, obs: BudgetObservation
-    ) -> ObservationInputs:
-        """Lock the lineage's state and read what the observation is decided on. (The view
-        does not depend on the state columns the decision writes, so reading it first is
-        the same as reading it after them.)"""
+    ) -> ObservationInputs | Checked:
+        """Lock the lineage's state and read what the observation is decided on, or what
+        its check decided when it was checked already (a redelivery). (The view does not
+        depend on the state columns the decision writes, so reading it first is the same
+        as reading it after them.)"""
         conn = self.conn
         lineage = await self.lineage_of(ev)
-        locked = await compaction_state.lock_with_context(conn, ev.session_id, lineage)
+        locked = await compaction_state.lock_with_context(
+            conn, ev.session_id, lineage, ev.event_key
+        )
+        if locked.checked is not None:
+            return locked.checked
         ctx, row, job = locked.context, locked.row, locked.job
         full = policy_of(ctx["policy_revision"], ctx["context_policy"])
         policy = full.compaction

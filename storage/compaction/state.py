@@ -46,10 +46,17 @@ _LOCKED = (
     " s.user_turns, s.model_steps, s.next_session_sequence, r.policy_revision,"
     " r.context_policy, r.model_profile, j.status AS job_status, j.lineage AS job_lineage,"
     " j.run_id AS job_run_id, j.instance_id AS job_instance_id, j.request AS job_request,"
-    " j.observed_user_turns AS job_turns, j.observed_model_steps AS job_steps"
+    " j.observed_user_turns AS job_turns, j.observed_model_steps AS job_steps,"
+    # The trigger report of the observation ``$3`` (NULL: none), if it was checked already,
+    # and the job it started.
+    " t.report_id AS checked, t.job_id AS checked_job_id, tj.status AS checked_status,"
+    " tj.request AS checked_request"
     " FROM compaction_state c JOIN sessions s ON s.session_id = c.session_id"
     " JOIN releases r ON r.release_id = s.release_id"
     " LEFT JOIN compaction_jobs j ON j.job_id = c.active_job_id"
+    " LEFT JOIN LATERAL (SELECT report_id, job_id FROM trigger_reports"
+    "   WHERE session_id = $1 AND event_key = $3 LIMIT 1) t ON true"
+    " LEFT JOIN compaction_jobs tj ON tj.job_id = t.job_id"
     " WHERE c.session_id=$1 AND c.lineage=$2 FOR UPDATE OF c"
 )
 
@@ -62,17 +69,21 @@ class Locked:
     row: StateRow
     context: Any
     job: JobRow | None  # the row's job in flight, if it is known
+    checked: Checked | None = None  # the observation asked about, if checked already
 
 
-async def lock_with_context(conn: asyncpg.Connection, session_id: str, lineage: str) -> Locked:
+async def lock_with_context(
+    conn: asyncpg.Connection, session_id: str, lineage: str, event_key: str | None = None
+) -> Locked:
     """``summaries.session_context``, ``summaries.lock_state`` and the job in flight in
     one round trip once the lineage has its row (rows are never deleted); its first
-    decision inserts it."""
-    r = await conn.fetchrow(_LOCKED, session_id, lineage)
+    decision inserts it. With ``event_key`` (an observation's), whether that observation
+    was checked already (its trigger report), read under the same lock."""
+    r = await conn.fetchrow(_LOCKED, session_id, lineage, event_key)
     if r is None:
         ctx = await session_context(conn, session_id)
         await lock_state(conn, session_id, lineage, ctx["policy_revision"])
-        r = await conn.fetchrow(_LOCKED, session_id, lineage)
+        r = await conn.fetchrow(_LOCKED, session_id, lineage, event_key)
         assert r is not None
     row = StateRow(
         r["session_id"],
@@ -95,4 +106,7 @@ async def lock_with_context(conn: asyncpg.Connection, session_id: str, lineage: 
             r["job_request"],
             Counters(r["job_turns"], r["job_steps"]),
         )
-    return Locked(row, r, job)
+    checked = None
+    if r["checked"] is not None:
+        checked = Checked(r["checked_job_id"], r["checked_status"], r["checked_request"])
+    return Locked(row, r, job, checked)

@@ -187,12 +187,12 @@ class FakeProcessingStore:
         authentication refusal gives way: storage.records.outcomes)."""
         return self.data.outcomes.get(key) in (None, *NOT_BINDING)
 
-    async def checked(self, session_id: str, event_key: str) -> Checked | None:
-        return self.data.checked.get((session_id, event_key))
-
     async def observation_inputs(
         self, ev: ControlEvent, obs: BudgetObservation
-    ) -> ObservationInputs:
+    ) -> ObservationInputs | Checked:
+        done = self.data.checked.get((ev.session_id, ev.event_key))
+        if done is not None:
+            return done
         return replace(self.observations[ev.session_id], event=ev, observation=obs)
 
     async def task_version(
