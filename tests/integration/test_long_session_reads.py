@@ -14,7 +14,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from storage.compaction import state as compaction_state
 from storage.compaction import view_state
+from storage.records import frontier
 from tests.support.flows import client, new_session
 from tests.support.services import Services
 
@@ -91,3 +93,87 @@ async def test_whether_a_later_run_started_is_an_index_read_in_a_session_of_thou
     async with db.acquire() as conn:
         state = await view_state.load_view_state(conn, sid, run.run_id)
     assert state is not None and not state.resumed
+
+
+@pytest.mark.spec("R9.3")
+async def test_whether_an_observation_was_checked_is_an_index_read_among_thousands_of_reports(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """Every budget observation asks, under its lineage's lock, whether it was checked
+    already (``storage.compaction.state``): its trigger report by event key. A session
+    has a report per prepare; ``trigger_reports_event`` (migration 029) finds it without
+    reading the others."""
+    async with client(services) as c:
+        run = await c.start_run(await new_session(c))
+    sid = run.session_id
+    await _run_row(db, sid, run.run_id)
+    await db.execute(
+        "INSERT INTO trigger_reports (session_id, lineage, run_id, event_key, fired, values,"
+        " thresholds, decision, policy_revision, view_watermark, counters)"
+        " SELECT $1, 'main', $2, 'observed-' || g, '{}', '{}', '{}', 'none', 'p', g, '{}'"
+        " FROM generate_series(1, $3::int) g",
+        sid,
+        run.run_id,
+        EARLIER_RUNS,
+    )
+    await db.execute("ANALYZE trigger_reports")
+    plan = json.loads(
+        await db.fetchval(
+            "EXPLAIN (FORMAT JSON) " + compaction_state._LOCKED, sid, "main", "observed-7"
+        )
+    )
+    on_reports = {s[1] for s in _scans(plan) if "trigger_reports" in (s[1] or "")}
+    assert "trigger_reports_event" in on_reports, on_reports
+    assert "trigger_reports_session" not in on_reports, on_reports
+
+
+def _record_scans(plan: Any) -> list[tuple[str, str]]:
+    """(index, index condition) of every index scan on ``records`` in an EXPLAIN plan."""
+    found: list[tuple[str, str]] = []
+    if isinstance(plan, dict):
+        if plan.get("Index Name", "").startswith("records_"):
+            found.append((plan["Index Name"], str(plan.get("Index Cond", ""))))
+        for v in plan.values():
+            found.extend(_record_scans(v))
+    elif isinstance(plan, list):
+        for v in plan:
+            found.extend(_record_scans(v))
+    return found
+
+
+@pytest.mark.spec("R11.6")
+async def test_the_frontier_reads_each_kind_by_its_own_range_in_a_session_of_thousands_of_inputs(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """Every prepare reads its thread's frontier (plan, constraints, task count). Among a
+    long session's thousands of user inputs, ``records_frontier_kinds`` (migration 030)
+    keeps the plan and the constraints reads to their own kinds' ranges."""
+    async with client(services) as c:
+        run = await c.start_run(await new_session(c))
+    sid = run.session_id
+    await _run_row(db, sid, run.run_id)
+    await db.execute(
+        "INSERT INTO records SELECT r.session_id, r.session_sequence + g,"
+        " r.record_id || '-q' || g, r.event_key || '-q' || g, r.space_id, r.actor_id,"
+        " r.run_id, r.instance_id, g, 'user_input', r.authority, r.visibility, NULL,"
+        " 'question ' || g, NULL, r.content_sha256, r.content_length, r.media_type, '{}',"
+        " 3, r.token_method, r.producer, r.occurred_at_ms, r.source_partition,"
+        " r.source_offset, r.committed_at, NULL FROM records r, generate_series(1, $2::int) g"
+        " WHERE r.session_id = $1 AND r.kind = 'run_started'",
+        sid,
+        EARLIER_RUNS,
+    )
+    await db.execute("ANALYZE records")
+    sql = frontier.frontier_sql(child=False, inherit_constraints=True)
+    plan = json.loads(
+        await db.fetchval("EXPLAIN (FORMAT JSON) " + sql, sid, run.run_id, run.instance_id)
+    )
+    # (A constraint's "withdrawn" check reads the retractions index: not the session's.)
+    scans = [s for s in _record_scans(plan) if s[0] != "records_retractions"]
+    assert {name for name, _ in scans} == {"records_frontier_kinds"}, scans
+    assert all("kind" in cond for _, cond in scans), scans
+    # And the answer: no plan, no constraint, every input counted.
+    async with db.acquire() as conn:
+        found = await frontier.read_frontier(conn, sid, run.run_id, run.instance_id, child=False)
+    assert found.task_version == EARLIER_RUNS, found
+    assert found.plan.version == 0 and not found.constraints
