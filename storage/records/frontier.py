@@ -104,10 +104,13 @@ async def read_frontier(
     return fold_frontier(rows, run_id)
 
 
-def frontier_sql(child: bool, inherit_constraints: bool) -> str:
+def frontier_sql(child: bool, inherit_constraints: bool, counted: bool = False) -> str:
     """The frontier's rows (``fold_frontier`` reads them); ``$1`` the session, ``$2`` the
-    run, ``$3`` the instance."""
-    return _frontier_sql(*_where(child, inherit_constraints))
+    run, ``$3`` the instance. ``counted``: the task count continues one known through
+    sequence ``$6`` (``$7`` inputs; both NULL: none known), and its row's
+    ``session_sequence`` is the sequence the new count is exact through (the session's
+    last, as this statement sees it)."""
+    return _frontier_sql(*_where(child, inherit_constraints), counted)
 
 
 def fold_frontier(rows: Sequence[Mapping[str, Any]], run_id: str) -> Frontier:
@@ -120,18 +123,28 @@ def fold_frontier(rows: Sequence[Mapping[str, Any]], run_id: str) -> Frontier:
     return Frontier(plan, constraints, seen, tasks, declared_texts(records))
 
 
-def _frontier_sql(thread: str, where: str) -> str:
+def _frontier_sql(thread: str, where: str, counted: bool) -> str:
     """The latest plan update (and how many), the constraint records, the task count
     (every input, retracted ones too: a version only grows). ``$3`` is named in every
     query, so that the main and a child thread's take the same arguments."""
+    # A thread's inputs only grow, and a session's records commit in sequence order
+    # (under its row's lock, with its next sequence): a count through the session's last
+    # sequence stays exact, and a later count adds only the inputs after it.
+    tasks = (
+        "(SELECT s.next_session_sequence - 1 FROM sessions s WHERE s.session_id = $1),"
+        " NULL, NULL, NULL, NULL, false, coalesce($7::bigint, 0) + count(*)"
+        f"{_FROM} AND r.session_sequence > coalesce($6::bigint, 0)"
+        if counted
+        else f"NULL, NULL, NULL, NULL, NULL, false, count(*){_FROM}"
+    )
     return (
         f"(SELECT 'plan' AS part, {_COLS}, count(*) OVER () AS n{_FROM}"
         f" AND r.kind = '{PLAN_UPDATED}' AND {thread} AND $3::text IS NOT NULL"
         " ORDER BY r.session_sequence DESC LIMIT 1)"
         f" UNION ALL (SELECT 'constraint', {_COLS}, 0{_FROM} AND {_CONSTRAINT_KINDS}"
         f" AND {where})"
-        " UNION ALL (SELECT 'task', NULL, NULL, NULL, NULL, NULL, NULL, false, count(*)"
-        f"{_FROM} AND r.kind IN ('user_input', 'supplement') AND {thread})"
+        f" UNION ALL (SELECT 'task', NULL, {tasks}"
+        f" AND r.kind IN ('user_input', 'supplement') AND {thread})"
     )
 
 

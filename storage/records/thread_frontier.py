@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import asyncpg
 
@@ -28,11 +28,20 @@ class FrontierQuery:
     inherit_constraints: bool = True
 
 
+class TaskCount(NamedTuple):
+    """A thread's task count (R11.6) as read: exact through a session sequence."""
+
+    through: int
+    inputs: int
+
+
 @functools.cache
 def own_and_frontier_sql(query: FrontierQuery) -> str:
-    # $1 session, $2 run, $3 instance (both reads'), $4 the sequence the view is at.
+    # $1 session, $2 run, $3 instance (both reads'), $4 the sequence the view is at, $5
+    # unused (NULL), $6/$7 the task count known before (``frontier_sql``'s ``counted``).
+    sql = frontier_sql(query.child, query.inherit_constraints, counted=True)
     return (
-        f"WITH f AS ({frontier_sql(query.child, query.inherit_constraints)}),"
+        f"WITH f AS ({sql}),"
         " fj AS (SELECT coalesce(jsonb_agg(to_jsonb(f)), '[]'::jsonb) AS frontier FROM f)"
         f" SELECT fj.frontier, o.* FROM fj LEFT JOIN LATERAL ({OWN_RECORDS}) o ON true"
         " ORDER BY o.session_sequence"
@@ -46,21 +55,34 @@ async def own_and_frontier(
     instance_id: str,
     after: int,
     query: FrontierQuery,
-) -> tuple[list[RecordView], Frontier]:
-    """The thread's own records after ``after`` and its frontier as committed now."""
+    tasks: TaskCount | None = None,
+) -> tuple[list[RecordView], Frontier, TaskCount]:
+    """The thread's own records after ``after`` and its frontier as committed now; its
+    task count continues ``tasks`` (the last one read) when given, and is returned for
+    the next read (a long thread's inputs are not counted again at every prepare)."""
+    known = (None, None) if tasks is None else tasks
     rows = await conn.fetch(
-        own_and_frontier_sql(query), session_id, run_id, instance_id, after, None
+        own_and_frontier_sql(query), session_id, run_id, instance_id, after, None, *known
     )
-    frontier = fold_frontier(rows[0]["frontier"], run_id)
-    return [record_view(r) for r in rows if r["record_id"] is not None], frontier
+    parts = rows[0]["frontier"]
+    frontier = fold_frontier(parts, run_id)
+    task = next(p for p in parts if p["part"] == "task")
+    counted = TaskCount(int(task["session_sequence"]), frontier.task_version)
+    return [record_view(r) for r in rows if r["record_id"] is not None], frontier, counted
 
 
 class ThreadFrontierReads(Protocol):
     """Port: a thread's own records after a sequence and its frontier, read together."""
 
     async def own_and_frontier(
-        self, session_id: str, run_id: str, instance_id: str, after: int, query: FrontierQuery
-    ) -> tuple[list[RecordView], Frontier]: ...
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        after: int,
+        query: FrontierQuery,
+        tasks: TaskCount | None = None,
+    ) -> tuple[list[RecordView], Frontier, TaskCount]: ...
 
 
 class PgThreadFrontier:
@@ -68,7 +90,15 @@ class PgThreadFrontier:
         self.pool = pool
 
     async def own_and_frontier(
-        self, session_id: str, run_id: str, instance_id: str, after: int, query: FrontierQuery
-    ) -> tuple[list[RecordView], Frontier]:
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        after: int,
+        query: FrontierQuery,
+        tasks: TaskCount | None = None,
+    ) -> tuple[list[RecordView], Frontier, TaskCount]:
         async with self.pool.acquire() as conn:
-            return await own_and_frontier(conn, session_id, run_id, instance_id, after, query)
+            return await own_and_frontier(
+                conn, session_id, run_id, instance_id, after, query, tasks
+            )

@@ -198,9 +198,48 @@ async def test_a_childs_plan_is_its_own_and_it_inherits_the_constraints(
                 apart = await thread_records(conn, sid, run.run_id, inst, after)
                 frontier = await read_frontier(conn, sid, run.run_id, inst, child=child_)
                 query = FrontierQuery(child_)
-                both = await own_and_frontier(conn, sid, run.run_id, inst, after, query)
-                assert both == (apart, frontier) and (after > 0 or apart)
+                own, both, tasks = await own_and_frontier(conn, sid, run.run_id, inst, after, query)
+                assert (own, both) == (apart, frontier) and (after > 0 or apart)
+                assert tasks.inputs == frontier.task_version
     await asyncio.sleep(0)
+
+
+@pytest.mark.spec("R11.6")
+async def test_a_threads_task_count_continues_from_the_count_read_before(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """Prepare keeps each thread's task count as read and counts only the inputs since
+    (a long thread's thousands are not counted again at every prepare): the same count
+    as one read from scratch, main thread and child alike."""
+    session = await new_session(ctx)
+    run = await ctx.start_run(session)
+    await ctx.append_user(run, "First question.", "q1")
+    child: RunHandle = await ctx.export_for_child(run, "child-counted", [])
+    await ctx.append_user(child, "The child's task.", "child-task")
+    await ctx.prepare(child)  # everything above committed
+    sid = session["session_id"]
+    threads = ((run.instance_id, False), (child.instance_id, True))
+    async with db.acquire() as conn:
+        before = {
+            inst: (await own_and_frontier(conn, sid, run.run_id, inst, 0, FrontierQuery(c)))[2]
+            for inst, c in threads
+        }
+    assert before[run.instance_id].inputs == 1 and before[child.instance_id].inputs == 1
+    await ctx.append_user(run, "Second question.", "q2")
+    await ctx.append_user(run, "And a supplement.", "s1", supplement=True)
+    await ctx.append_user(child, "More for the child.", "child-task-2")
+    await ctx.prepare(run)
+    await ctx.prepare(child)
+    async with db.acquire() as conn:
+        for inst, c in threads:
+            query = FrontierQuery(c)
+            _, fresh, scratch = await own_and_frontier(conn, sid, run.run_id, inst, 0, query)
+            _, _, continued = await own_and_frontier(
+                conn, sid, run.run_id, inst, 0, query, before[inst]
+            )
+            assert continued == scratch and continued.inputs == fresh.task_version
+            assert continued.through > before[inst].through
+            assert continued.inputs == (3 if inst == run.instance_id else 2)
 
 
 # --- a model summarizer (the scripted OpenAI-compatible server of test_compaction) --------

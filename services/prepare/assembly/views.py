@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 
 from domain.context import render_state, state_packing
-from domain.context.rendering import CountFn, ThreadRenderer
+from domain.context.rendering import CountFn, RecordView, ThreadRenderer
 from domain.frontier import Frontier
 from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
@@ -28,7 +28,7 @@ from schemas.errors import NotFound
 from services.prepare.assembly.history import Histories
 from storage.calls.render_states import RenderStates, StoredState
 from storage.records.frontier import FrontierReads
-from storage.records.thread_frontier import FrontierQuery, ThreadFrontierReads
+from storage.records.thread_frontier import FrontierQuery, TaskCount, ThreadFrontierReads
 from storage.records.threads import Snapshot, SummaryView, Threads
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,9 @@ class ThreadViews:
         # Snapshots are immutable (R2.1): cached without expiry. ``run_status`` in a cached
         # entry is the status when first read; callers needing it now pass fresh=True.
         self._snapshots: dict[tuple[str, str], Snapshot] = {}
+        # Each thread's task count as last read: it only grows, so the next read counts
+        # only the inputs since (``storage.records.thread_frontier``).
+        self._tasks: dict[tuple[str, str, str], TaskCount] = {}
 
     async def snapshot(self, session_id: str, run_id: str, fresh: bool = False) -> Snapshot:
         cached = self._snapshots.get((session_id, run_id))
@@ -203,11 +206,7 @@ class ThreadViews:
                     )
                 self._views[key] = rend
                 self._epochs[key] = epoch
-            found = None
-            if query is not None and self.frontier is not None:
-                own, found = await self.frontier.own_and_frontier(*key, rend.last_sequence, query)
-            else:
-                own = await self.threads.own(session_id, run_id, instance_id, rend.last_sequence)
+            own, found = await self._new_records(key, rend.last_sequence, query)
             for rec in own:
                 rend.feed(rec, inherited=False)
             # Stored under what the renderer was built with (``large=None`` reuses any).
@@ -216,6 +215,19 @@ class ThreadViews:
             self._views.move_to_end(key)
             self._evict()
             return rend, snap, found
+
+    async def _new_records(
+        self, key: tuple[str, str, str], after: int, query: FrontierQuery | None
+    ) -> tuple[list[RecordView], Frontier | None]:
+        """The thread's records after ``after``, and with ``query`` its frontier read
+        with them (its task count continued from the last read's)."""
+        if query is None or self.frontier is None:
+            return await self.threads.own(*key, after), None
+        own, found, tasks = await self.frontier.own_and_frontier(
+            *key, after, query, self._tasks.get(key)
+        )
+        self._tasks[key] = tasks
+        return own, found
 
     def _fingerprint(self, rend: ThreadRenderer, epoch: str) -> str:
         return render_state.fingerprint(
@@ -327,6 +339,7 @@ class ThreadViews:
         while len(self._views) > self.capacity:
             old, _ = self._views.popitem(last=False)
             self._epochs.pop(old, None)
+            self._tasks.pop(old, None)
             self._saved.pop(old, None)
             lock_of_old = self._locks.get(old)
             if lock_of_old is not None and not lock_of_old.locked():
