@@ -14,6 +14,8 @@ from typing import Protocol
 
 import asyncpg
 
+from storage.calls.prepared_body import BODY
+
 
 @dataclass(frozen=True)
 class LastAction:
@@ -42,7 +44,7 @@ class PgAgentContexts:
     ) -> LastAction | None:
         # One query, on the partial index (session_id, lineage, created_at DESC).
         row = await self.pool.fetchrow(
-            "SELECT p.body, s.space_id FROM prepared_contexts p"
+            f"SELECT {BODY} AS body, s.space_id FROM prepared_contexts p"
             " JOIN sessions s ON s.session_id = p.session_id"
             " WHERE p.session_id=$1 AND p.purpose='action' AND p.lineage = CASE WHEN EXISTS"
             " (SELECT 1 FROM runs r WHERE r.session_id=$1 AND r.run_id=$2"
@@ -52,4 +54,6 @@ class PgAgentContexts:
             run_id,
             instance_id,
         )
-        return None if row is None else LastAction(bytes(row["body"]), str(row["space_id"]))
+        if row is None or row["body"] is None:
+            return None
+        return LastAction(bytes(row["body"]), str(row["space_id"]))

@@ -4,7 +4,9 @@ any Prepare instance can check a call for a context another instance prepared.
 The body is opaque here (the service owns its wire mapping, services/prepare/assembly/prepared.py).
 Retention is bounded: ``prune`` deletes rows older than a given age (migration 012).
 A row also names its purpose and lineage (migration 026), so the compaction service can
-read a thread's newest action context (storage/calls/agent_contexts.py).
+read a thread's newest action context (storage/calls/agent_contexts.py). A large body may
+be stored as what it adds to an earlier context's (migration 031): every reader reads it
+whole through ``BODY``.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from typing import Protocol
 import asyncpg
 
 from storage.calls.batches import delete_in_batches
+from storage.calls.prepared_body import BODY
 
 
 @dataclass(frozen=True)
 class PreparedRow:
-    """One prepared context to store (``PreparedContexts.save``'s arguments)."""
+    """One prepared context to store (``PreparedContexts.save``'s arguments); with
+    ``base_id``, ``body`` is what follows the first ``base_bytes`` of that context's body
+    (stored whole, and written before or with this one)."""
 
     prepared_id: str
     session_id: str
@@ -28,6 +33,8 @@ class PreparedRow:
     body: bytes
     purpose: str | None = None
     lineage: str | None = None
+    base_id: str | None = None
+    base_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -93,26 +100,30 @@ class PgPreparedContexts:
             # created_at per row, in the rows' order (now() is one time for the whole
             # statement): the newest of a thread's contexts is the last one remembered.
             "INSERT INTO prepared_contexts (prepared_id, session_id, run_id, body, purpose,"
-            " lineage, created_at) SELECT u.a, u.b, u.c, u.d, u.e, u.f,"
-            " clock_timestamp() + u.n * interval '1 microsecond' FROM unnest($1::text[],"
-            " $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[]) WITH ORDINALITY"
-            " AS u(a, b, c, d, e, f, n) ON CONFLICT (prepared_id) DO NOTHING",
+            " lineage, base_id, base_bytes, created_at) SELECT u.a, u.b, u.c, u.d, u.e, u.f,"
+            " u.g, u.h, clock_timestamp() + u.n * interval '1 microsecond' FROM"
+            " unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::text[], $6::text[],"
+            " $7::text[], $8::integer[]) WITH ORDINALITY AS u(a, b, c, d, e, f, g, h, n)"
+            " ON CONFLICT (prepared_id) DO NOTHING",
             *(list(c) for c in cols),
         )
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:
         row = await self.pool.fetchrow(
-            "SELECT prepared_id, session_id, run_id, body FROM prepared_contexts"
+            f"SELECT prepared_id, session_id, run_id, {BODY} AS body FROM prepared_contexts p"
             " WHERE prepared_id=$1",
             prepared_id,
         )
-        return None if row is None else StoredPrepared(**dict(row))
+        return None if row is None or row["body"] is None else StoredPrepared(**dict(row))
 
     async def prune(self, older_than_s: float, batch: int = 5000) -> int:
         return await delete_in_batches(
             self.pool,
-            "WITH old AS (SELECT prepared_id FROM prepared_contexts"
-            " WHERE created_at < now() - make_interval(secs => $1) LIMIT $2)"
+            # A context another one names as its base stays while that one is kept.
+            "WITH old AS (SELECT prepared_id FROM prepared_contexts o"
+            " WHERE created_at < now() - make_interval(secs => $1) AND NOT EXISTS"
+            " (SELECT 1 FROM prepared_contexts d WHERE d.base_id = o.prepared_id"
+            "  AND d.created_at >= now() - make_interval(secs => $1)) LIMIT $2)"
             " , gone AS (DELETE FROM prepared_contexts p USING old"
             " WHERE p.prepared_id = old.prepared_id RETURNING 1)"
             " SELECT count(*) FROM gone",

@@ -21,6 +21,7 @@ from domain.context.call_view import CallView, call_view, stored_view
 from domain.context.sent_view import Source, pack, sent_view, unpack
 from schemas.answers.diagnostics import SummaryLink
 from storage.calls.batches import delete_in_batches
+from storage.calls.prepared_body import body_of
 from storage.inspection import call_facts, summary_chain
 
 
@@ -58,9 +59,7 @@ async def record(
 ) -> bool:
     """Build and store the call's view; False when its prepared context is not stored
     (yet). Idempotent: a second write of one call changes nothing."""
-    body = await conn.fetchval(
-        "SELECT body FROM prepared_contexts WHERE prepared_id=$1", prepared_id
-    )
+    body = await body_of(conn, prepared_id)
     if body is None:
         return False
     # The prepared context's stored form is services/prepare/assembly/prepared.py's: only its

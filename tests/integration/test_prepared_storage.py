@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
+import orjson
 import pytest
 
-from tests.support.flows import client, new_session
+from storage.calls.prepared_body import body_of
+from storage.calls.prepared_contexts import PgPreparedContexts
+from tests.support.flows import PROFILE, client, new_session
 from tests.support.services import Services
 
 pytestmark = pytest.mark.integration
@@ -44,3 +47,56 @@ async def test_a_prepared_context_is_stored_with_lz4_where_the_server_has_it(
         prepared = await c.prepare(run)
     method = await stored_compression(db, prepared["prepared_id"])
     assert method == ("lz4" if has_lz4 else "pglz")
+
+
+async def _stored_row(db: asyncpg.Pool, prepared_id: str) -> asyncpg.Record:
+    for _ in range(200):
+        row = await db.fetchrow(
+            "SELECT base_id, base_bytes, length(body) AS own FROM prepared_contexts"
+            " WHERE prepared_id=$1",
+            prepared_id,
+        )
+        if row is not None:
+            return row
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"prepared context {prepared_id} was never stored")
+
+
+@pytest.mark.spec("R10.5")
+async def test_a_large_threads_next_context_is_stored_as_what_it_adds_and_read_whole(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """A context over 64 KB whose thread's last one was stored whole is stored as the bytes
+    after what they share; every reader rebuilds it in SQL, and pruning keeps the base
+    while a context names it."""
+    async with client(services) as c:
+        wide = PROFILE | {"context_capacity": 128_000}
+        run = await c.start_run(await new_session(c, model_profile=wide))
+        long = "\n".join(f"line {i}: the measured value was {i * 13}" for i in range(3000))
+        await c.append_user(run, f"Read this log:\n{long}", "q1")
+        first = await c.prepare(run)
+        assert (await _stored_row(db, first["prepared_id"]))["base_id"] is None
+        await c.append_user(run, "And one more thing.", "q2", supplement=True)
+        second = await c.prepare(run)
+    row = await _stored_row(db, second["prepared_id"])
+    assert row["base_id"] == first["prepared_id"] and row["own"] < 8192 < row["base_bytes"]
+    contexts = PgPreparedContexts(db)
+    for p in (first, second):
+        stored = await contexts.load(p["prepared_id"])
+        assert stored is not None
+        whole = orjson.loads(stored.body)
+        assert whole["ids"][0] == p["prepared_id"] and whole["messages"] == p["messages"]
+    async with db.acquire() as conn:
+        assert await body_of(conn, second["prepared_id"]) == stored.body
+    # The base is older than the retention, the delta is not: the base stays.
+    await db.execute(
+        "UPDATE prepared_contexts SET created_at = now() - interval '1 hour' WHERE prepared_id=$1",
+        first["prepared_id"],
+    )
+    assert await contexts.prune(older_than_s=600) == 0
+    assert await contexts.load(second["prepared_id"]) is not None
+    await db.execute(
+        "UPDATE prepared_contexts SET created_at = now() - interval '1 hour' WHERE prepared_id=$1",
+        second["prepared_id"],
+    )
+    assert await contexts.prune(older_than_s=600) == 2  # the delta and its base

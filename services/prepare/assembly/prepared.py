@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
+from domain.prepared.deltas import Bases, Delta, Thread
 from domain.window.budget import BudgetReport, Calibration, ModelProfile
 from schemas.answers.prepared import Budget, DependencyVersions, ProtectedBlock
 from storage.calls.prepared_contexts import PreparedContexts, PreparedRow
@@ -85,11 +87,14 @@ class PreparedEntry:
         report["calibration"] = None if cal is None else [cal.factor, cal.samples, cal.last_drift]
         return orjson.dumps(
             {
-                "ids": [self.prepared_id, self.session_id, self.run_id, self.instance_id],
-                "purpose": self.purpose,
+                # The messages first: a thread's consecutive contexts then share their
+                # bodies' first bytes, and a large one is stored as the rest
+                # (``domain.prepared.deltas``).
                 "messages": self.messages
                 if self.messages_json is None
                 else orjson.Fragment(self.messages_json()),
+                "ids": [self.prepared_id, self.session_id, self.run_id, self.instance_id],
+                "purpose": self.purpose,
                 "tools": self.tools,
                 "report": report,
                 # written by orjson as dataclasses (ProtectedBlock.to_dict's JSON, a
@@ -146,6 +151,7 @@ class PreparedStore:
         self.miss_wait_s = miss_wait_s
         self._entries: OrderedDict[str, PreparedEntry] = OrderedDict()
         self._pending: list[PreparedEntry] = []  # remembered, not written yet
+        self.bases = Bases()  # what a large context may be stored against
         self._writer: asyncio.Task[None] | None = None
 
     async def remember(self, entry: PreparedEntry) -> None:
@@ -163,26 +169,43 @@ class PreparedStore:
     async def _write(self) -> None:
         while self._pending:
             rows: list[PreparedRow] = []
+            whole: list[tuple[Thread, PreparedRow]] = []  # stored whole: bases once stored
             size = 0
+            now = time.monotonic()
             while self._pending and len(rows) < WRITE_ROWS and size < WRITE_BYTES:
                 entry = self._pending.pop(0)
-                rows.append(_row(entry))
+                thread = (entry.session_id, entry.run_id, entry.instance_id, entry.purpose)
+                body = entry.to_json()
                 # The entry stays in memory for the gateway; its JSON (as large as the
                 # context) goes with the row and the answer.
                 entry.messages_json = None
-                size += len(rows[-1].body)
-            try:
-                await self.stored.save_many(rows)
-            except Exception:  # one row alone, so that one bad row loses only itself
-                log.warning("prepared contexts written together failed; one by one")
-                for row in rows:
-                    await self._write_one(row)
+                row = _row(entry, body, self.bases.delta(thread, body, now))
+                if row.base_id is None:
+                    whole.append((thread, row))
+                rows.append(row)
+                size += len(row.body)
+            stored = await self._save(rows)
+            now = time.monotonic()
+            for thread, row in whole:
+                if row.prepared_id in stored:
+                    self.bases.stored(thread, row.prepared_id, row.body, now)
 
-    async def _write_one(self, row: PreparedRow) -> None:
+    async def _save(self, rows: list[PreparedRow]) -> set[str]:
+        """The ids of ``rows`` stored."""
+        try:
+            await self.stored.save_many(rows)
+            return {row.prepared_id for row in rows}
+        except Exception:  # one row alone, so that one bad row loses only itself
+            log.warning("prepared contexts written together failed; one by one")
+            return {row.prepared_id for row in rows if await self._write_one(row)}
+
+    async def _write_one(self, row: PreparedRow) -> bool:
         try:
             await self.stored.save_many([row])
+            return True
         except Exception:  # the context stays usable here; another instance re-prepares
             log.exception("prepared context %s not stored", row.prepared_id)
+            return False
 
     async def flush(self) -> None:
         """Wait for every write in flight (shutdown; tests)."""
@@ -218,12 +241,19 @@ class PreparedStore:
             self._entries.popitem(last=False)
 
 
-def _row(entry: PreparedEntry) -> PreparedRow:
+def _row(entry: PreparedEntry, body: bytes, delta: Delta | None) -> PreparedRow:
+    """``entry``'s row: its body whole, or what follows its base's first bytes."""
+    if delta is None:
+        return PreparedRow(
+            entry.prepared_id, entry.session_id, entry.run_id, body, entry.purpose, entry.lineage
+        )
     return PreparedRow(
         entry.prepared_id,
         entry.session_id,
         entry.run_id,
-        entry.to_json(),
+        body[delta.shared :],
         entry.purpose,
         entry.lineage,
+        delta.base_id,
+        delta.shared,
     )

@@ -247,7 +247,14 @@ class FakePreparedContexts:
     async def save_many(self, rows: list[PreparedRow]) -> None:
         self.batches.append(len(rows))
         for r in rows:
-            await self.save(r.prepared_id, r.session_id, r.run_id, r.body, r.purpose, r.lineage)
+            body = r.body
+            if r.base_id is not None:  # rebuilt as the real readers do (``BODY``)
+                base = self.rows.get(r.base_id)
+                if base is None:
+                    continue
+                assert r.base_bytes is not None
+                body = base.body[: r.base_bytes] + r.body
+            await self.save(r.prepared_id, r.session_id, r.run_id, body, r.purpose, r.lineage)
 
     async def load(self, prepared_id: str) -> StoredPrepared | None:
         self.loads += 1
