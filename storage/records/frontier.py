@@ -130,10 +130,11 @@ def _frontier_sql(thread: str, where: str, counted: bool) -> str:
     # A thread's inputs only grow, and a session's records commit in sequence order
     # (under its row's lock, with its next sequence): a count through the session's last
     # sequence stays exact, and a later count adds only the inputs after it.
+    last = "(SELECT s.next_session_sequence - 1 FROM sessions s WHERE s.session_id = $1)"
     tasks = (
-        "(SELECT s.next_session_sequence - 1 FROM sessions s WHERE s.session_id = $1),"
-        " NULL, NULL, NULL, NULL, false, coalesce($7::bigint, 0) + count(*)"
+        f"{last}, NULL, NULL, NULL, NULL, false, coalesce($7::bigint, 0) + count(*)"
         f"{_FROM} AND r.session_sequence > coalesce($6::bigint, 0)"
+        f" AND r.session_sequence <= {last}"
         if counted
         else f"NULL, NULL, NULL, NULL, NULL, false, count(*){_FROM}"
     )
