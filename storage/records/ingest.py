@@ -38,39 +38,47 @@ async def write_plan(
 
 
 async def _write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
-    for run in plan.new_runs:
-        snap_id = await conn.fetchval(
-            "INSERT INTO history_snapshots (session_id, run_id, through_session_sequence,"
-            " policy_revision, user_turns, model_steps) VALUES ($1,$2,$3,$4,$5,$6)"
-            " RETURNING snapshot_id",
-            run.session_id,
-            run.run_id,
-            run.through_session_sequence,
-            run.policy_revision,
-            run.user_turns,
-            run.model_steps,
-        )
+    """The batch's new runs (each with its snapshot) in one statement, then their changes
+    in another."""
+    if plan.new_runs:
+        runs = plan.new_runs
         await conn.execute(
-            "INSERT INTO runs (session_id, run_id, main_instance_id, status, snapshot_id,"
-            " started_sequence) VALUES ($1,$2,$3,'active',$4,$5)",
-            run.session_id,
-            run.run_id,
-            run.main_instance_id,
-            snap_id,
-            run.started_sequence,
+            "WITH x AS (INSERT INTO history_snapshots (session_id, run_id,"
+            " through_session_sequence, policy_revision, user_turns, model_steps)"
+            " SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[],"
+            " $5::bigint[], $6::bigint[]) RETURNING snapshot_id, session_id, run_id)"
+            " INSERT INTO runs (session_id, run_id, main_instance_id, status, snapshot_id,"
+            " started_sequence) SELECT x.session_id, x.run_id, n.main, 'active',"
+            " x.snapshot_id, n.started FROM x JOIN unnest($1::text[], $2::text[], $7::text[],"
+            " $8::bigint[]) AS n(sid, rid, main, started)"
+            " ON n.sid = x.session_id AND n.rid = x.run_id",
+            [r.session_id for r in runs],
+            [r.run_id for r in runs],
+            [r.through_session_sequence for r in runs],
+            [r.policy_revision for r in runs],
+            [r.user_turns for r in runs],
+            [r.model_steps for r in runs],
+            [r.main_instance_id for r in runs],
+            [r.started_sequence for r in runs],
         )
-    for ch in plan.run_changes:
+    # Each change is the run's whole state after it: the last one of a run is its state
+    # after the batch (one statement updates a row once).
+    changes = list({(c.session_id, c.run_id): c for c in plan.run_changes}.values())
+    if changes:
         # A refused resume changes only the counters: its run keeps its ended_at.
         await conn.execute(
-            "UPDATE runs SET status=$3, ended_at = CASE WHEN $3='active' THEN NULL"
-            " WHEN runs.status = $3 THEN runs.ended_at ELSE now() END,"
-            " resumes=$4, ends=$5, refused_resumes=$6 WHERE session_id=$1 AND run_id=$2",
-            ch.session_id,
-            ch.run_id,
-            ch.status,
-            ch.resumes,
-            ch.ends,
-            ch.refused_resumes,
+            "UPDATE runs SET status = c.status, ended_at = CASE WHEN c.status = 'active'"
+            " THEN NULL WHEN runs.status = c.status THEN runs.ended_at ELSE now() END,"
+            " resumes = c.resumes, ends = c.ends, refused_resumes = c.refused FROM"
+            " unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::integer[],"
+            " $6::integer[]) AS c(sid, rid, status, resumes, ends, refused)"
+            " WHERE runs.session_id = c.sid AND runs.run_id = c.rid",
+            [c.session_id for c in changes],
+            [c.run_id for c in changes],
+            [c.status for c in changes],
+            [c.resumes for c in changes],
+            [c.ends for c in changes],
+            [c.refused_resumes for c in changes],
         )
 
 
