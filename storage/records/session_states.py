@@ -46,8 +46,7 @@ async def load_states(
         return states, {}
     present = list(states)
     await _load_runs_and_threads(conn, states, scopes)
-    existing = await _load_known_keys(conn, states, present, keys)
-    await _load_known_operations(conn, states, present, operations)
+    existing = await _load_known(conn, states, present, keys, operations)
     await retraction.load_targets(conn, states, operations)
     await frontier.load_constraint_ids(conn, states, operations)
     return states, existing
@@ -122,72 +121,62 @@ async def _load_runs_and_threads(
             _add_thread(states, r)
 
 
-async def _load_known_keys(
+async def _load_known(
     conn: asyncpg.Connection,
     states: dict[str, SessionState],
     present: list[str],
     keys: dict[str, set[str]],
+    operations: dict[str, set[tuple[str, str]]],
 ) -> dict[tuple[str, str], ExistingRecord]:
-    """Committed records among the batch's keys, and refused keys (which stay refused)."""
-    sess, evk = [], []
-    for sid in present:
-        for k in keys[sid]:
-            sess.append(sid)
-            evk.append(k)
+    """Committed records among the batch's keys, refused keys (which stay refused), and
+    the operations the batch names that are already committed, in one round trip."""
+    named = [(sid, k) for sid in present for k in keys[sid]]
+    ops = [(sid, op, kind) for sid in present for op, kind in operations.get(sid, ())]
     existing: dict[tuple[str, str], ExistingRecord] = {}
-    # One round trip: each key's committed record, if any, and whether it was refused.
-    # Refused/dead-lettered keys stay refused on redelivery (an authentication refusal
-    # binds nothing: storage.records.outcomes).
+    # Each key's committed record, if any, and whether it was refused (refused and
+    # dead-lettered keys stay refused on redelivery; an authentication refusal binds
+    # nothing: storage.records.outcomes); then (``op``) each operation committed.
     for r in await conn.fetch(
-        "SELECT k.sid, k.ek, r.record_id, r.session_sequence, r.run_id, r.instance_id,"
-        " r.instance_sequence, r.kind, r.token_count, r.token_method, r.content_sha256,"
-        " EXISTS (SELECT 1 FROM event_outcomes o WHERE o.session_id = k.sid"
-        "   AND o.event_key = k.ek AND NOT o.code = ANY($3::text[])) AS refused"
-        " FROM unnest($1::text[], $2::text[]) AS k(sid, ek)"
-        " LEFT JOIN records r ON r.session_id = k.sid AND r.event_key = k.ek",
-        sess,
-        evk,
+        "SELECT false AS op, k.sid, k.ek, r.record_id, r.session_sequence, r.run_id,"
+        " r.instance_id, r.instance_sequence, r.kind, r.token_count, r.token_method,"
+        " r.content_sha256, EXISTS (SELECT 1 FROM event_outcomes o WHERE o.session_id = k.sid"
+        "   AND o.event_key = k.ek AND NOT o.code = ANY($3::text[])) AS refused,"
+        " NULL AS operation_id FROM unnest($1::text[], $2::text[]) AS k(sid, ek)"
+        " LEFT JOIN records r ON r.session_id = k.sid AND r.event_key = k.ek"
+        " UNION ALL SELECT true, r.session_id, NULL, NULL, NULL, NULL, NULL, NULL, r.kind,"
+        " NULL, NULL, NULL, false, r.operation_id FROM records r"
+        " JOIN unnest($4::text[], $5::text[], $6::text[]) AS k(sid, op, kind)"
+        "   ON r.session_id = k.sid AND r.operation_id = k.op AND r.kind = k.kind",
+        [sid for sid, _ in named],
+        [k for _, k in named],
         sorted(NOT_BINDING),
+        [sid for sid, _, _ in ops],
+        [op for _, op, _ in ops],
+        [kind for _, _, kind in ops],
     ):
-        sid, key = r["sid"], r["ek"]
+        sid = r["sid"]
+        if r["op"]:
+            states[sid].known_operations.add((r["operation_id"], r["kind"]))
+            continue
+        key = r["ek"]
         if r["record_id"] is not None:
-            existing[(sid, key)] = ExistingRecord(
-                r["record_id"],
-                sid,
-                r["session_sequence"],
-                r["run_id"],
-                r["instance_id"],
-                r["instance_sequence"],
-                key,
-                r["kind"],
-                r["token_count"],
-                r["token_method"],
-                r["content_sha256"],
-            )
+            existing[(sid, key)] = _existing(r)
         if r["record_id"] is not None or r["refused"]:
             states[sid].known_keys.add(key)
     return existing
 
 
-async def _load_known_operations(
-    conn: asyncpg.Connection,
-    states: dict[str, SessionState],
-    present: list[str],
-    operations: dict[str, set[tuple[str, str]]],
-) -> None:
-    op_s, op_id, op_kind = [], [], []
-    for sid in present:
-        for op, kind in operations.get(sid, ()):
-            op_s.append(sid)
-            op_id.append(op)
-            op_kind.append(kind)
-    if op_s:
-        for r in await conn.fetch(
-            "SELECT r.session_id, r.operation_id, r.kind FROM records r"
-            " JOIN unnest($1::text[], $2::text[], $3::text[]) AS k(sid, op, kind)"
-            "   ON r.session_id = k.sid AND r.operation_id = k.op AND r.kind = k.kind",
-            op_s,
-            op_id,
-            op_kind,
-        ):
-            states[r["session_id"]].known_operations.add((r["operation_id"], r["kind"]))
+def _existing(r: asyncpg.Record) -> ExistingRecord:
+    return ExistingRecord(
+        r["record_id"],
+        r["sid"],
+        r["session_sequence"],
+        r["run_id"],
+        r["instance_id"],
+        r["instance_sequence"],
+        r["ek"],
+        r["kind"],
+        r["token_count"],
+        r["token_method"],
+        r["content_sha256"],
+    )
