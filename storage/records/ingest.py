@@ -85,8 +85,9 @@ async def _write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
 async def _write_threads_and_sessions(
     conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
 ) -> None:
-    """The threads the plan touched (upserted) and its sessions' counters and sequences,
-    in one statement (a round trip less per batch)."""
+    """The threads the plan touched (upserted), its sessions' counters and sequences, and
+    their main views' token estimates grown by the records just stored, in one statement
+    (two round trips less per batch)."""
     touched_threads = {(s, r, i) for (s, r, i) in plan.new_threads}
     for nr in plan.records:
         ev = nr.incoming.event
@@ -101,13 +102,18 @@ async def _write_threads_and_sessions(
     sessions = [states[x] for x in sorted(changed)]
     if not threads and not sessions:
         return
+    grow = sorted(_view_growth(plan, states).items())
     await conn.execute(
         "WITH upserted AS (INSERT INTO threads (session_id, run_id, instance_id,"
         " next_instance_sequence, revision) SELECT t.s, t.r, t.i, t.n, t.n - 1"
         " FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS t(s, r, i, n)"
         " ON CONFLICT (session_id, run_id, instance_id)"
         " DO UPDATE SET next_instance_sequence = EXCLUDED.next_instance_sequence,"
-        " revision = EXCLUDED.revision RETURNING 1)"
+        " revision = EXCLUDED.revision RETURNING 1),"
+        # Most sessions have no compaction state yet (no prepare seen): no row to grow.
+        " grown AS (UPDATE compaction_state c SET view_tokens = c.view_tokens + g.t"
+        " FROM unnest($11::text[], $12::bigint[]) AS g(sid, t)"
+        " WHERE c.session_id = g.sid AND c.lineage = 'main' RETURNING 1)"
         " UPDATE sessions SET next_session_sequence = d.n, active_run_id = d.a,"
         " revision = d.v, user_turns = d.u, model_steps = d.m"
         " FROM unnest($5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[],"
@@ -122,6 +128,8 @@ async def _write_threads_and_sessions(
         [x.revision for x in sessions],
         [x.user_turns for x in sessions],
         [x.model_steps for x in sessions],
+        [sid for sid, _ in grow],
+        [t for _, t in grow],
     )
 
 
@@ -183,10 +191,8 @@ _INVISIBLE = frozenset(
 _ENVELOPE = 4  # per message; the next observation resyncs any drift
 
 
-async def grow_view_tokens(
-    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
-) -> None:
-    """Keep each session's main-view estimate current from the counts just stored."""
+def _view_growth(plan: BatchPlan, states: dict[str, SessionState]) -> dict[str, int]:
+    """How much each session's main-view estimate grows by the records just stored."""
     grow: dict[str, int] = {}
     for nr in plan.records:
         ev = nr.incoming.event
@@ -199,14 +205,4 @@ async def grow_view_tokens(
         ):
             continue  # child threads have views of their own
         grow[st.session_id] = grow.get(st.session_id, 0) + nr.incoming.token_count + _ENVELOPE
-    if grow:
-        # One statement for the whole batch: most sessions have no compaction state yet
-        # (no prepare seen), and a per-session UPDATE would cost a round trip each.
-        sids, tokens = zip(*sorted(grow.items()), strict=True)
-        await conn.execute(
-            "UPDATE compaction_state c SET view_tokens = c.view_tokens + d.t"
-            " FROM unnest($1::text[], $2::bigint[]) AS d(sid, t)"
-            " WHERE c.session_id = d.sid AND c.lineage = 'main'",
-            list(sids),
-            list(tokens),
-        )
+    return grow

@@ -78,7 +78,6 @@ class PgIngestStore:
         self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
     ) -> None:
         await ingest.write_plan(self.conn, plan, states, consumer, topic, {})
-        await ingest.grow_view_tokens(self.conn, plan, states)
 
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
         await ingest.write_offsets(self.conn, consumer, topic, offsets)
