@@ -7,9 +7,10 @@ of the body of one stored whole before it in its thread is stored as the rest, n
 that one as its base (``storage.calls.prepared_contexts``: readers rebuild it in SQL).
 
 A base is a context stored whole, known stored (its write committed) and younger than
-``BASE_MAX_AGE_S``; pruning keeps a base while a context names it, so a base outlives
-its retention by at most that age. Bases are kept per thread and purpose, bounded by the
-bytes they hold.
+``max_age_s`` (``base_age``: at most half the contexts' retention, so that no delta is
+written naming a base pruning may already have deleted); pruning keeps a base while a
+context younger than the retention names it. Bases are kept per thread and purpose,
+bounded by the bytes they hold.
 """
 
 from __future__ import annotations
@@ -61,18 +62,26 @@ def shared_prefix(a: bytes, b: bytes) -> int:
     return lo
 
 
+def base_age(retention_s: float) -> float:
+    """How old a base a delta may name, for contexts kept ``retention_s``: a base is pruned
+    once no context younger than the retention names it, so one at most half the
+    retention old is never gone when its delta is written."""
+    return min(BASE_MAX_AGE_S, retention_s / 2)
+
+
 class Bases:
     """Each thread's last context stored whole (large enough to be a base)."""
 
-    def __init__(self, limit_bytes: int = 64 << 20) -> None:
+    def __init__(self, limit_bytes: int = 64 << 20, max_age_s: float = BASE_MAX_AGE_S) -> None:
         self.limit_bytes = limit_bytes
+        self.max_age_s = max_age_s
         self.held = 0
         self._bases: OrderedDict[Thread, _Base] = OrderedDict()
 
     def delta(self, thread: Thread, body: bytes, now: float) -> Delta | None:
         """How ``body`` may be stored against its thread's base, or None: stored whole."""
         base = self._bases.get(thread)
-        if base is None or len(body) < DELTA_MIN_BYTES or now - base.at > BASE_MAX_AGE_S:
+        if base is None or len(body) < DELTA_MIN_BYTES or now - base.at > self.max_age_s:
             return None
         shared = shared_prefix(base.body, body)
         if shared < SHARED_MIN * len(body):

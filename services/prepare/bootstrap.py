@@ -200,7 +200,9 @@ def build_service(
     releases = _release_book(ports, counter, hooks, compaction_hooks, options.models)
     views = _thread_views(ports, counter)
     content = ContentStore(ports.blobs, counter)
-    prepared = PreparedStore(ports.prepared, options.prepared_capacity)
+    prepared = PreparedStore(
+        ports.prepared, options.prepared_capacity, retention_s=options.prepared_retention_s
+    )
     notes = Notes(ports.publisher, options.topic_observability)
     calibration = CalibrationCache(ports.calibrations, options.calibration_ttl_s, clock)
     topic = options.topic_records

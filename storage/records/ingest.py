@@ -62,23 +62,26 @@ async def _write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
             [r.started_sequence for r in runs],
         )
     # Each change is the run's whole state after it: the last one of a run is its state
-    # after the batch (one statement updates a row once).
+    # after the batch (one statement updates a row once), and whether the batch reopened
+    # it (a resume) tells whether an end in the batch is a new one.
     changes = list({(c.session_id, c.run_id): c for c in plan.run_changes}.values())
+    reopened = {(c.session_id, c.run_id) for c in plan.run_changes if c.status == "active"}
     if changes:
         # A refused resume changes only the counters: its run keeps its ended_at.
         await conn.execute(
             "UPDATE runs SET status = c.status, ended_at = CASE WHEN c.status = 'active'"
-            " THEN NULL WHEN runs.status = c.status THEN runs.ended_at ELSE now() END,"
-            " resumes = c.resumes, ends = c.ends, refused_resumes = c.refused FROM"
-            " unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::integer[],"
-            " $6::integer[]) AS c(sid, rid, status, resumes, ends, refused)"
-            " WHERE runs.session_id = c.sid AND runs.run_id = c.rid",
+            " THEN NULL WHEN runs.status = c.status AND NOT c.reopened THEN runs.ended_at"
+            " ELSE now() END, resumes = c.resumes, ends = c.ends, refused_resumes = c.refused"
+            " FROM unnest($1::text[], $2::text[], $3::text[], $4::integer[], $5::integer[],"
+            " $6::integer[], $7::boolean[]) AS c(sid, rid, status, resumes, ends, refused,"
+            " reopened) WHERE runs.session_id = c.sid AND runs.run_id = c.rid",
             [c.session_id for c in changes],
             [c.run_id for c in changes],
             [c.status for c in changes],
             [c.resumes for c in changes],
             [c.ends for c in changes],
             [c.refused_resumes for c in changes],
+            [(c.session_id, c.run_id) in reopened for c in changes],
         )
 
 

@@ -67,7 +67,8 @@ async def own_and_frontier(
     parts = rows[0]["frontier"]
     frontier = fold_frontier(parts, run_id)
     task = next(p for p in parts if p["part"] == "task")
-    counted = TaskCount(int(task["session_sequence"]), frontier.task_version)
+    last = task["session_sequence"]  # None: no session row (nothing counted)
+    counted = TaskCount(0 if last is None else int(last), frontier.task_version)
     return [record_view(r) for r in rows if r["record_id"] is not None], frontier, counted
 
 

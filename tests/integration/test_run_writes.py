@@ -46,3 +46,18 @@ async def test_a_batchs_new_runs_and_their_changes_are_written_as_planned(
         ("batch-run-1", "batch-run-1.main", "finished", 1, 2, 11, True, 10, 1, 2),
         ("batch-run-2", "batch-run-2.main", "active", 0, 0, 21, False, 20, 2, 4),
     ]
+    # A later batch resumes the finished run 0 and finishes it again: a new end (its last
+    # change's status is the one it had, but the batch reopened it); a refused resume of
+    # run 1 changes only its counters.
+    ended = "SELECT ended_at FROM runs WHERE session_id = $1 AND run_id = $2"
+    before = {r: await db.fetchval(ended, sid, r) for r in ("batch-run-0", "batch-run-1")}
+    later = BatchPlan()
+    later.run_changes = [
+        RunChange(sid, "batch-run-0", "active", 1, 1, 0),
+        RunChange(sid, "batch-run-0", "finished", 1, 2, 0),
+        RunChange(sid, "batch-run-1", "finished", 1, 2, 1),
+    ]
+    async with db.acquire() as conn, conn.transaction():
+        await ingest._write_runs(conn, later)
+    assert await db.fetchval(ended, sid, "batch-run-0") > before["batch-run-0"]
+    assert await db.fetchval(ended, sid, "batch-run-1") == before["batch-run-1"]

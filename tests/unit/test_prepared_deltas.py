@@ -84,3 +84,14 @@ async def test_a_growing_threads_contexts_are_stored_as_deltas_and_read_back_who
     for entry in entries:
         back = await other.get(entry.prepared_id)
         assert back == entry
+
+
+def test_a_base_is_at_most_half_the_retention_old_when_a_delta_names_it() -> None:
+    """Pruning deletes a base once no context younger than the retention names it: a
+    delta written later must not name it (it would read as no context at all)."""
+    assert deltas.base_age(24 * 3600.0) == deltas.BASE_MAX_AGE_S
+    assert deltas.base_age(360.0) == 180.0
+    bases = Bases(max_age_s=deltas.base_age(360.0))
+    bases.stored(THREAD, "p1", b"x" * BIG, now=0.0)
+    assert bases.delta(THREAD, b"x" * BIG + b"more", now=170.0) is not None
+    assert bases.delta(THREAD, b"x" * BIG + b"more", now=190.0) is None

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 from tenacity import AsyncRetrying, retry_if_result, stop_after_delay, wait_exponential
 
-from domain.prepared.deltas import Bases, Delta, Thread
+from domain.prepared.deltas import Bases, Delta, Thread, base_age
 from domain.window.budget import BudgetReport, Calibration, ModelProfile
 from schemas.answers.prepared import Budget, DependencyVersions, ProtectedBlock
 from storage.calls.prepared_contexts import PreparedContexts, PreparedRow
@@ -144,14 +144,20 @@ class PreparedStore:
     holds its message list, pointers to shared message dicts, so the cache is bounded)."""
 
     def __init__(
-        self, stored: PreparedContexts, capacity: int = 256, miss_wait_s: float = 2.0
+        self,
+        stored: PreparedContexts,
+        capacity: int = 256,
+        miss_wait_s: float = 2.0,
+        retention_s: float = 24 * 3600.0,
     ) -> None:
+        """``retention_s``: how long stored contexts are kept (pruning's), which bounds
+        how old a base a delta may name (``domain.prepared.deltas.base_age``)."""
         self.stored = stored
         self.capacity = capacity
         self.miss_wait_s = miss_wait_s
         self._entries: OrderedDict[str, PreparedEntry] = OrderedDict()
         self._pending: list[PreparedEntry] = []  # remembered, not written yet
-        self.bases = Bases()  # what a large context may be stored against
+        self.bases = Bases(max_age_s=base_age(retention_s))  # what a large one names
         self._writer: asyncio.Task[None] | None = None
 
     async def remember(self, entry: PreparedEntry) -> None:
