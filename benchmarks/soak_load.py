@@ -151,7 +151,11 @@ class SessionDriver:
                 await self.question(session, n)  # a started question is always finished
                 n += 1
         except Exception as exc:
-            self.ledger.errors.append(f"{self.sid}: {code_of(exc)}: {str(exc)[:300]}")
+            # the error's details (a reason, the job waited for) say why, not only what
+            details = getattr(exc, "details", None) or ""
+            self.ledger.errors.append(
+                f"{self.sid}: {code_of(exc)}: {str(exc)[:300]} {str(details)[:500]}".rstrip()
+            )
             print(f"[soak] session {self.ledger.errors[-1]}", flush=True)
         finally:
             with contextlib.suppress(Exception):

@@ -49,18 +49,23 @@ async def _run_row(db: asyncpg.Pool, session_id: str, run_id: str) -> asyncpg.Re
     raise AssertionError(f"run {run_id} was never committed")
 
 
+def _nodes(plan: Any) -> list[dict[str, Any]]:
+    """Every node of an EXPLAIN (FORMAT JSON) plan."""
+    if isinstance(plan, list):
+        return [n for v in plan for n in _nodes(v)]
+    if not isinstance(plan, dict):
+        return []
+    own = [plan] if "Node Type" in plan else []
+    return own + [n for v in plan.values() for n in _nodes(v)]
+
+
 def _scans(plan: Any) -> list[tuple[str, str]]:
     """(node type, index or relation) of every scan in an EXPLAIN (FORMAT JSON) plan."""
-    found: list[tuple[str, str]] = []
-    if isinstance(plan, dict):
-        if "Scan" in str(plan.get("Node Type", "")):
-            found.append((plan["Node Type"], plan.get("Index Name") or plan.get("Relation Name")))
-        for v in plan.values():
-            found.extend(_scans(v))
-    elif isinstance(plan, list):
-        for v in plan:
-            found.extend(_scans(v))
-    return found
+    return [
+        (n["Node Type"], n.get("Index Name") or n.get("Relation Name"))
+        for n in _nodes(plan)
+        if "Scan" in str(n["Node Type"])
+    ]
 
 
 @pytest.mark.spec("R2.6")
@@ -129,16 +134,11 @@ async def test_whether_an_observation_was_checked_is_an_index_read_among_thousan
 
 def _record_scans(plan: Any) -> list[tuple[str, str]]:
     """(index, index condition) of every index scan on ``records`` in an EXPLAIN plan."""
-    found: list[tuple[str, str]] = []
-    if isinstance(plan, dict):
-        if plan.get("Index Name", "").startswith("records_"):
-            found.append((plan["Index Name"], str(plan.get("Index Cond", ""))))
-        for v in plan.values():
-            found.extend(_record_scans(v))
-    elif isinstance(plan, list):
-        for v in plan:
-            found.extend(_record_scans(v))
-    return found
+    return [
+        (n["Index Name"], str(n.get("Index Cond", "")))
+        for n in _nodes(plan)
+        if str(n.get("Index Name", "")).startswith("records_")
+    ]
 
 
 @pytest.mark.spec("R11.6")

@@ -18,16 +18,18 @@ from tests.support.services import Services
 pytestmark = pytest.mark.integration
 
 
-async def stored_compression(db: asyncpg.Pool, prepared_id: str) -> str | None:
-    """The compression of the stored context's body (it is written behind the answer)."""
+async def stored_row(db: asyncpg.Pool, prepared_id: str) -> asyncpg.Record:
+    """The stored context's row as it is kept (it is written behind the answer): its
+    body's compression, the base it names, how much of that base comes first and the
+    length of its own body."""
     for _ in range(200):
         row = await db.fetchrow(
-            "SELECT pg_column_compression(body) AS method FROM prepared_contexts"
-            " WHERE prepared_id=$1",
+            "SELECT pg_column_compression(body) AS method, base_id, base_bytes,"
+            " length(body) AS own FROM prepared_contexts WHERE prepared_id=$1",
             prepared_id,
         )
         if row is not None:
-            return str(row["method"]) if row["method"] is not None else None
+            return row
         await asyncio.sleep(0.05)
     raise AssertionError(f"prepared context {prepared_id} was never stored")
 
@@ -45,21 +47,8 @@ async def test_a_prepared_context_is_stored_with_lz4_where_the_server_has_it(
         rows = "\n".join(f"row {i}: total={i * 7} status=ok" for i in range(200))
         await c.append_user(run, f"Check these rows:\n{rows}", "q")
         prepared = await c.prepare(run)
-    method = await stored_compression(db, prepared["prepared_id"])
+    method = (await stored_row(db, prepared["prepared_id"]))["method"]
     assert method == ("lz4" if has_lz4 else "pglz")
-
-
-async def _stored_row(db: asyncpg.Pool, prepared_id: str) -> asyncpg.Record:
-    for _ in range(200):
-        row = await db.fetchrow(
-            "SELECT base_id, base_bytes, length(body) AS own FROM prepared_contexts"
-            " WHERE prepared_id=$1",
-            prepared_id,
-        )
-        if row is not None:
-            return row
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"prepared context {prepared_id} was never stored")
 
 
 @pytest.mark.spec("R10.5")
@@ -75,10 +64,10 @@ async def test_a_large_threads_next_context_is_stored_as_what_it_adds_and_read_w
         long = "\n".join(f"line {i}: the measured value was {i * 13}" for i in range(3000))
         await c.append_user(run, f"Read this log:\n{long}", "q1")
         first = await c.prepare(run)
-        assert (await _stored_row(db, first["prepared_id"]))["base_id"] is None
+        assert (await stored_row(db, first["prepared_id"]))["base_id"] is None
         await c.append_user(run, "And one more thing.", "q2", supplement=True)
         second = await c.prepare(run)
-    row = await _stored_row(db, second["prepared_id"])
+    row = await stored_row(db, second["prepared_id"])
     assert row["base_id"] == first["prepared_id"] and row["own"] < 8192 < row["base_bytes"]
     contexts = PgPreparedContexts(db)
     for p in (first, second):
