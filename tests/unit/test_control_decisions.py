@@ -121,6 +121,30 @@ def test_an_overdue_job_expires_and_the_same_check_starts_the_next() -> None:
     assert fx.state["active_job_id"] == "cmp_new"
 
 
+@pytest.mark.spec("R15.3")
+def test_a_job_waiting_a_quarter_of_its_timeout_has_its_request_published_again() -> None:
+    """Its request may have been lost between the commit that started it and its publish:
+    it is sent again (the worker answers a job it finished from its saved outcome), not
+    waited for until it expires. The check itself stays suppressed, no job is added."""
+    quarter = 15_000  # of job_timeout_s 60
+    for waited, resent in ((quarter - 1, False), (quarter, True), (59_000, True)):
+        waiting = job(requested_at_ms=NOW - waited)
+        stored = {"job_id": "cmp_1", "session_id": "s1", "run_id": "run-1"}
+        stored |= {"instance_id": "main", "parent_summary_id": "sum-0", "input_budget": 1000}
+        waiting = replace(waiting, request={**waiting.request, **stored, "max_calls": 2})
+        inp = inputs(900, state=LockedState(None, "cmp_1"), active_job=waiting)
+        starts, fx = decide(inp)
+        assert not starts and fx.new_job is None and fx.report is not None
+        assert fx.report.reason == "job_in_flight" and fx.report.job_id == "cmp_1"
+        assert (fx.request is not None) is resent, waited
+        if fx.request is not None:
+            assert (fx.request.job_id, fx.request.requested_at_ms) == ("cmp_1", NOW - waited)
+    # A job whose request cannot be read is not sent: it expires (``_expiry``).
+    unreadable = replace(job(), request={"requested_at_ms": NOW - 30_000})
+    inp = inputs(900, state=LockedState(None, "cmp_1"), active_job=unreadable)
+    assert decide(inp)[1].request is None
+
+
 def test_a_job_within_its_deadline_is_left_alone() -> None:
     inp = inputs(900, state=LockedState(None, "cmp_1"), active_job=job(requested_at_ms=NOW - 1))
     assert judge_observation(inp, NOW).expiry.state == {}

@@ -178,6 +178,7 @@ def observation_effects(
         inp.counters,
         inp.baseline,
     )
+    request = new_job.request if new_job is not None else _resent(inp, verdict, now_ms)
     return ControlEffects(
         inp.event.session_id,
         inp.lineage,
@@ -186,8 +187,32 @@ def observation_effects(
         report,
         new_job,
         notes=(*verdict.expiry.notes, _trigger_note(inp, report, now_ms)),
-        request=None if new_job is None else new_job.request,
+        request=request,
     )
+
+
+def _resent(
+    inp: ObservationInputs, verdict: ObservationVerdict, now_ms: int
+) -> CompactionRequest | None:
+    """The request of the lineage's job in flight, published again once it has waited a
+    quarter of its timeout (R15.3): it may have been lost between the commit that started
+    it and its publish (a processor killed in between, the batch then redelivered as
+    duplicates), and otherwise the lineage would wait for its expiry. A worker takes a
+    session's requests in order and answers a job it finished from its saved outcome, so
+    a request sent twice never calls the model twice."""
+    job = inp.active_job
+    if job is None or job.job_id != verdict.active_job_id or job.status != "requested":
+        return None
+    waited_ms = now_ms - int(job.request["requested_at_ms"])
+    if waited_ms < inp.policy.job_timeout_s * 1000 * RESEND_SHARE:
+        return None
+    try:
+        return request_of(job.request)
+    except (KeyError, TypeError, ValueError):  # unreadable: it expires (``_expiry``)
+        return None
+
+
+RESEND_SHARE = 0.25  # of a job's timeout, before its request is published again
 
 
 def _no_job_kind(reason: str | None) -> str:
