@@ -4,7 +4,7 @@
 -- prepare). A large context may now be stored as the bytes it adds to an earlier one of
 -- its thread: ``base_id`` names that context (stored whole) and ``base_bytes`` how much of
 -- its body comes first; ``body`` holds the rest. Readers rebuild the whole body in SQL
--- (storage/calls/prepared_contexts.py ``BODY``). Pruning keeps a context while another
--- names it as its base.
+-- (storage/calls/prepared_body.py ``BODY``). Pruning keeps a context while another
+-- younger than the retention names it as its base.
 ALTER TABLE prepared_contexts ADD COLUMN base_id text, ADD COLUMN base_bytes integer;
 CREATE INDEX prepared_contexts_base ON prepared_contexts (base_id) WHERE base_id IS NOT NULL;

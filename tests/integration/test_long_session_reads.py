@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from services.sdk.client import RunHandle
 from storage.compaction import state as compaction_state
 from storage.compaction import view_state
 from storage.records import frontier
@@ -49,6 +50,13 @@ async def _run_row(db: asyncpg.Pool, session_id: str, run_id: str) -> asyncpg.Re
     raise AssertionError(f"run {run_id} was never committed")
 
 
+async def _committed_run(services: Services, db: asyncpg.Pool) -> tuple[RunHandle, asyncpg.Record]:
+    """A new session's run, and its row once the processor committed it."""
+    async with client(services) as c:
+        run = await c.start_run(await new_session(c))
+    return run, await _run_row(db, run.session_id, run.run_id)
+
+
 def _nodes(plan: Any) -> list[dict[str, Any]]:
     """Every node of an EXPLAIN (FORMAT JSON) plan."""
     if isinstance(plan, list):
@@ -72,10 +80,8 @@ def _scans(plan: Any) -> list[tuple[str, str]]:
 async def test_whether_a_later_run_started_is_an_index_read_in_a_session_of_thousands_of_runs(
     services: Services, db: asyncpg.Pool
 ) -> None:
-    async with client(services) as c:
-        run = await c.start_run(await new_session(c))
+    run, row = await _committed_run(services, db)
     sid = run.session_id
-    row = await _run_row(db, sid, run.run_id)
     # The session's earlier questions: finished runs, all started before this one.
     await db.execute(
         "INSERT INTO runs (session_id, run_id, main_instance_id, status, snapshot_id,"
@@ -108,10 +114,8 @@ async def test_whether_an_observation_was_checked_is_an_index_read_among_thousan
     already (``storage.compaction.state``): its trigger report by event key. A session
     has a report per prepare; ``trigger_reports_event`` (migration 029) finds it without
     reading the others."""
-    async with client(services) as c:
-        run = await c.start_run(await new_session(c))
+    run, _ = await _committed_run(services, db)
     sid = run.session_id
-    await _run_row(db, sid, run.run_id)
     await db.execute(
         "INSERT INTO trigger_reports (session_id, lineage, run_id, event_key, fired, values,"
         " thresholds, decision, policy_revision, view_watermark, counters)"
@@ -148,10 +152,8 @@ async def test_the_frontier_reads_each_kind_by_its_own_range_in_a_session_of_tho
     """Every prepare reads its thread's frontier (plan, constraints, task count). Among a
     long session's thousands of user inputs, ``records_frontier_kinds`` (migration 030)
     keeps the plan and the constraints reads to their own kinds' ranges."""
-    async with client(services) as c:
-        run = await c.start_run(await new_session(c))
+    run, _ = await _committed_run(services, db)
     sid = run.session_id
-    await _run_row(db, sid, run.run_id)
     await db.execute(
         "INSERT INTO records SELECT r.session_id, r.session_sequence + g,"
         " r.record_id || '-q' || g, r.event_key || '-q' || g, r.space_id, r.actor_id,"
