@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import SecretStr
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -197,6 +197,9 @@ class Settings(BaseSettings):
     # Local .tiktoken file to count with instead of the bundled cl100k_base (R6.4).
     tiktoken_file: str | None = None
     log_level: str = "INFO"
+    # Net container allocations between two collections of the youngest generation in
+    # every service (streams/collector.py; CPython's default is 700).
+    gc_young_threshold: int = Field(default=20_000, ge=100)
 
     def summarizer_key(self) -> str | None:
         """The summarizer's API key itself (a ``SecretStr`` everywhere else, so that no

@@ -20,6 +20,7 @@ from schemas.settings import Settings
 from storage.migrate import apply_dsn
 from storage.roles import configured_dsn
 from streams import tracing
+from streams.collector import tune_collector
 from streams.crash_only import handle_or_exit
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
@@ -111,6 +112,7 @@ def main() -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     tracing.configure(settings, "agentloom-processor")  # ALC_TRACE_EXPORTER (none: off)
+    tune_collector(settings.gc_young_threshold)
     asyncio.run(prepare_infrastructure(settings))
     if settings.metrics_port is not None:
         serve(settings.metrics_port)  # a thread of its own, for either driver

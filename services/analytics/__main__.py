@@ -26,6 +26,7 @@ from services.analytics.pipeline import FLUSH_WITHIN_S, Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.roles import configured_dsn, dsn_of
+from streams.collector import tune_collector
 from streams.kafka.auth import kafka_auth
 from streams.kafka.topics import require_topics
 
@@ -99,6 +100,7 @@ def main() -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     yield_cpu(settings.analytics_cpu)
+    tune_collector(settings.gc_young_threshold)
     uvloop.run(run(settings))
 
 

@@ -23,6 +23,7 @@ from schemas.settings import Settings
 from services.compaction import bootstrap
 from services.compaction.consume import consume_until
 from streams import tracing
+from streams.collector import tune_collector
 
 log = logging.getLogger("agentloom.compaction")
 
@@ -52,6 +53,7 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    tune_collector(settings.gc_young_threshold)
     uvloop.run(run(settings))
 
 

@@ -14,6 +14,7 @@ from schemas.settings import Settings
 from services.prepare.bootstrap import running_service
 from services.prepare.http.api import create_api
 from services.prepare.service import PrepareService
+from streams.collector import tune_collector
 from streams.kafka.topics import require_topics
 
 
@@ -46,6 +47,7 @@ def main() -> None:
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
+    tune_collector(settings.gc_young_threshold)
     # Topics first, outside uvicorn: a failure in the ASGI lifespan is logged by uvicorn
     # and ends serve() normally (exit 0); here it stops the process with its code.
     asyncio.run(require_topics(settings, "prepare"))

@@ -20,6 +20,7 @@ import sys
 import uvloop
 
 from streams.admission import Admitted, RawMessage
+from streams.collector import tune_collector
 from streams.crash_only import handle_or_exit
 from streams.drivers.offload import (
     Reply,
@@ -56,6 +57,7 @@ async def serve(reader: asyncio.StreamReader) -> None:
     if first is None:
         return
     settings = settings_from(first)
+    tune_collector(settings.gc_young_threshold)
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )

@@ -6,10 +6,12 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import orjson
 import pytest
 
 from domain.prepared import deltas
 from domain.prepared.deltas import Bases, Delta, shared_prefix
+from schemas.answers.prepared import ProtectedBlock
 from services.prepare.assembly.prepared import PreparedEntry, PreparedStore
 from services.prepare.bodies import PrepareIn
 from storage.calls.prepared_contexts import PreparedRow
@@ -55,12 +57,8 @@ def test_small_bodies_are_never_bases_and_bases_are_bounded_in_bytes() -> None:
     assert bases.delta(("s", "r4", "main", "action"), b"x" * BIG, now=0.0) is not None
 
 
-@pytest.mark.spec("R10.5")
-async def test_a_growing_threads_contexts_are_stored_as_deltas_and_read_back_whole() -> None:
-    a = await instance_a()
-    first = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="action"))
-    held = await a.svc.gateway.prepared.get(first.prepared_id)
-    assert held is not None
+def _recording() -> tuple[FakePreparedContexts, list[PreparedRow]]:
+    """Stored contexts, and the rows as written (a delta as its own bytes)."""
     stored = FakePreparedContexts()
     written: list[PreparedRow] = []
     save_many = stored.save_many
@@ -70,6 +68,16 @@ async def test_a_growing_threads_contexts_are_stored_as_deltas_and_read_back_who
         await save_many(rows)
 
     stored.save_many = keep  # type: ignore[method-assign]
+    return stored, written
+
+
+@pytest.mark.spec("R10.5")
+async def test_a_growing_threads_contexts_are_stored_as_deltas_and_read_back_whole() -> None:
+    a = await instance_a()
+    first = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="action"))
+    held = await a.svc.gateway.prepared.get(first.prepared_id)
+    assert held is not None
+    stored, written = _recording()
     store = PreparedStore(stored)
     history = [{"role": "user", "content": f"message {i} " + "w" * 200} for i in range(600)]
     entries: list[PreparedEntry] = []
@@ -84,6 +92,39 @@ async def test_a_growing_threads_contexts_are_stored_as_deltas_and_read_back_who
     for entry in entries:
         back = await other.get(entry.prepared_id)
         assert back == entry
+
+
+@pytest.mark.spec("R10.5")
+async def test_a_long_threads_unchanged_context_is_stored_as_its_few_own_bytes() -> None:
+    """Prepared again with nothing new (a retry, a re-prepare), a long thread's context
+    differs from its base only by its id and report: its messages and its manifest (as
+    long as the thread) are read from the base."""
+    a = await instance_a()
+    first = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="action"))
+    held = await a.svc.gateway.prepared.get(first.prepared_id)
+    assert held is not None
+    stored, written = _recording()
+    store = PreparedStore(stored)
+    history = [{"role": "user", "content": f"message {i} " + "w" * 200} for i in range(600)]
+    manifest = tuple(
+        ProtectedBlock(f"b{i}", "message", "user", "user", "0" * 64, (f"rec{i}",))
+        for i in range(600)
+    )
+    for n in range(2):
+        await store.remember(
+            replace(
+                held,
+                prepared_id=f"again{n}",
+                messages=history,
+                manifest=manifest,
+                messages_json=None,
+            )
+        )
+        await store.flush()
+    again = written[1]
+    assert again.base_id == "again0"
+    assert len(orjson.dumps([b.to_dict() for b in manifest])) > 40_000
+    assert len(again.body) < 4096
 
 
 def test_a_base_is_at_most_half_the_retention_old_when_a_delta_names_it() -> None:

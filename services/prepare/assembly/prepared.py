@@ -87,19 +87,20 @@ class PreparedEntry:
         report["calibration"] = None if cal is None else [cal.factor, cal.samples, cal.last_drift]
         return orjson.dumps(
             {
-                # The messages first: a thread's consecutive contexts then share their
-                # bodies' first bytes, and a large one is stored as the rest
-                # (``domain.prepared.deltas``).
+                # The messages first, then the manifest (both as long as the thread):
+                # a thread's consecutive contexts then share their bodies' first bytes,
+                # and a large one is stored as the rest (``domain.prepared.deltas``).
+                # What differs at every prepare (its id, its report) comes after them.
                 "messages": self.messages
                 if self.messages_json is None
                 else orjson.Fragment(self.messages_json()),
+                # written by orjson as dataclasses (ProtectedBlock.to_dict's JSON, a
+                # fourth of the time: thousands of blocks in a long thread's context)
+                "manifest": self.manifest,
                 "ids": [self.prepared_id, self.session_id, self.run_id, self.instance_id],
                 "purpose": self.purpose,
                 "tools": self.tools,
                 "report": report,
-                # written by orjson as dataclasses (ProtectedBlock.to_dict's JSON, a
-                # fourth of the time: thousands of blocks in a long thread's context)
-                "manifest": self.manifest,
                 "tool_schema_sha256": self.tool_schema_sha256,
                 "profile": {f.name: getattr(self.profile, f.name) for f in fields(ModelProfile)}
                 # exact decimals as JSON (orjson writes no Decimal); read back by from_dict

@@ -1,0 +1,31 @@
+"""Every service's young-generation threshold (``streams.collector``)."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+from pydantic import ValidationError
+
+from schemas.settings import Settings
+from streams.collector import tune_collector
+
+
+@pytest.fixture
+def thresholds() -> Iterator[tuple[int, int, int]]:
+    before = gc.get_threshold()
+    yield before
+    gc.set_threshold(*before)
+
+
+def test_the_young_threshold_is_set_and_the_older_ratios_kept(
+    thresholds: tuple[int, int, int],
+) -> None:
+    tune_collector(Settings().gc_young_threshold)
+    assert gc.get_threshold() == (20_000, thresholds[1], thresholds[2])
+
+
+def test_a_threshold_that_would_collect_all_the_time_is_refused() -> None:
+    with pytest.raises(ValidationError):
+        Settings(gc_young_threshold=10)
