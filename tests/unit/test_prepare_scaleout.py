@@ -4,6 +4,8 @@ usage reported on one calibrates the other's estimates."""
 
 from __future__ import annotations
 
+import asyncio
+
 import orjson
 import pytest
 
@@ -141,14 +143,25 @@ async def test_a_context_not_stored_at_all_is_not_found_after_a_bounded_wait() -
 
 
 @pytest.mark.spec("R10.5")
-async def test_contexts_prepared_while_a_write_is_in_flight_are_stored_in_one_statement() -> None:
+async def test_contexts_prepared_while_a_write_is_in_flight_are_stored_in_one_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     a = await instance_a()
-    ids = []
-    for _ in range(3):  # no await yields between them: the writer has not run yet
-        ids.append(await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion")))
+    released = asyncio.Event()
+    save_many = a.prepared.save_many
+
+    async def in_flight(rows: list[PreparedRow]) -> None:
+        await released.wait()  # the first write stays in flight until released
+        await save_many(rows)
+
+    monkeypatch.setattr(a.prepared, "save_many", in_flight)
+    ids = [
+        await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion")) for _ in range(3)
+    ]
+    released.set()
     await a.svc.gateway.prepared.flush()
     assert sorted(a.prepared.rows) == sorted(p.prepared_id for p in ids)
-    assert sum(a.prepared.batches) == 3 and len(a.prepared.batches) < 3
+    assert a.prepared.batches == [1, 2]  # the first alone, the two prepared meanwhile together
     b = a.instance()  # every one readable by another instance, as stored
     for p in ids:
         held = await b.svc.gateway.prepared.get(p.prepared_id)
