@@ -30,7 +30,7 @@ from services.prepare.assembly.prepare_hooks import (
 )
 from services.prepare.assembly.prepared import PreparedStore
 from services.prepare.assembly.retention import Prunable, pruning
-from services.prepare.assembly.views import ThreadViews
+from services.prepare.assembly.views import ThreadViews, built_to_keep
 from services.prepare.assembly.waiter import CommitWaiter, Waiter
 from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
@@ -58,7 +58,6 @@ from storage.roles import configured_dsn, dsn_of
 from storage.sessions import PgSessions, Sessions
 from storage.tokenizers import make_counter
 from streams import tracing
-from streams.collector import built_to_keep
 from streams.kafka.auth import kafka_auth
 from streams.kafka.bus_secrets import service_signer
 from streams.kafka.publish import AiokafkaPublisher, Publisher

@@ -4,7 +4,6 @@ sent without it, and hold the result for the gateway's final check."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from collections import Counter
@@ -42,7 +41,7 @@ from services.prepare.assembly.prepared import (
     WrittenOnce,
     budget_of,
 )
-from services.prepare.assembly.views import Early, Snapshot, ThreadViews
+from services.prepare.assembly.views import Snapshot, ThreadViews
 from services.prepare.assembly.waiter import Waiter
 from services.prepare.bodies import PrepareIn, offsets_of
 from services.prepare.calibration import CalibrationCache
@@ -79,12 +78,6 @@ class Built:
     assembled: Assembled
     tools: list[dict[str, Any]]
     frontier: Frontier
-
-
-def _frontier_query(target: Target) -> FrontierQuery:
-    """The frontier ``target``'s thread has (R4.4, R13.2)."""
-    inherit = target.release.policy.child_transfer_policy.inherit_constraints
-    return FrontierQuery(target.child, inherit)
 
 
 def _purpose(body: PrepareIn) -> str:
@@ -126,14 +119,8 @@ class Preparer:
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
         waited = time.perf_counter() - t0
         target = await self._target(sid, run_id, body, material)
-        # The lineage's state and the thread's new records are read side by side (two
-        # round trips at once): the records are used if the view is still the one they
-        # were read after (``ThreadViews.early``).
-        lineage, early = await asyncio.gather(
-            self.compaction.lineage(sid, run_id, target.instance_id, target.child),
-            self.views.early((sid, run_id, target.instance_id), _frontier_query(target)),
-        )
-        built = await self._build(target, lineage, early)
+        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, target.child)
+        built = await self._build(target, lineage)
         job_status = None
         if target.purpose == "action":
             built, lineage, job_status = await self._check_triggers(
@@ -244,19 +231,19 @@ class Preparer:
         )
         return await self._build(target, lineage), lineage, job_status
 
-    async def _build(self, target: Target, lineage: Lineage, early: Early | None = None) -> Built:
+    async def _build(self, target: Target, lineage: Lineage) -> Built:
         policy = target.release.policy
         scope = (target.session_id, target.run_id, target.instance_id)
+        inherit = policy.child_transfer_policy.inherit_constraints
         rend, snap, frontier = await self.views.view_and_frontier(
             scope,
             self.frontier,
-            _frontier_query(target),
+            FrontierQuery(target.child, inherit),
             target.profile.message_overhead,
             lineage.summary,
             lineage.state.revocation_epoch,
             policy.large_result,
             policy.child_transfer_policy,
-            early,
         )
         pending = rend.pending_calls()
         if pending:
