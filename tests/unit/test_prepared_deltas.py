@@ -71,15 +71,20 @@ def _recording() -> tuple[FakePreparedContexts, list[PreparedRow]]:
     return stored, written
 
 
-@pytest.mark.spec("R10.5")
-async def test_a_growing_threads_contexts_are_stored_as_deltas_and_read_back_whole() -> None:
+async def _long_thread() -> tuple[PreparedEntry, list[dict[str, str]]]:
+    """A real prepared entry, and the 600 messages of a long thread to give it."""
     a = await instance_a()
     first = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="action"))
     held = await a.svc.gateway.prepared.get(first.prepared_id)
     assert held is not None
+    return held, [{"role": "user", "content": f"message {i} " + "w" * 200} for i in range(600)]
+
+
+@pytest.mark.spec("R10.5")
+async def test_a_growing_threads_contexts_are_stored_as_deltas_and_read_back_whole() -> None:
+    held, history = await _long_thread()
     stored, written = _recording()
     store = PreparedStore(stored)
-    history = [{"role": "user", "content": f"message {i} " + "w" * 200} for i in range(600)]
     entries: list[PreparedEntry] = []
     for n in range(4):  # the thread grows by a few messages between prepares
         grown = history + [{"role": "user", "content": f"new {k}"} for k in range(n * 3)]
@@ -99,13 +104,9 @@ async def test_a_long_threads_unchanged_context_is_stored_as_its_few_own_bytes()
     """Prepared again with nothing new (a retry, a re-prepare), a long thread's context
     differs from its base only by its id and report: its messages and its manifest (as
     long as the thread) are read from the base."""
-    a = await instance_a()
-    first = await a.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="action"))
-    held = await a.svc.gateway.prepared.get(first.prepared_id)
-    assert held is not None
+    held, history = await _long_thread()
     stored, written = _recording()
     store = PreparedStore(stored)
-    history = [{"role": "user", "content": f"message {i} " + "w" * 200} for i in range(600)]
     manifest = tuple(
         ProtectedBlock(f"b{i}", "message", "user", "user", "0" * 64, (f"rec{i}",))
         for i in range(600)
