@@ -179,7 +179,7 @@ async def drain_rate(
     )
     first_batch = sum(o - before.get(p, 0) for p, o in first.items())
     await wait_offsets(pool, s, last)
-    drained = len(stream) - first_batch
+    drained = max(len(stream) - first_batch, 1)
     cpu1, busy1, infra_us = cpu_seconds(processor), machine_busy(), infra_seconds()
     infra_us = (infra_us - infra0) / drained * 1e6
     own_us, cpu_us = ((b - a) / drained * 1e6 for a, b in zip(cpu0, cpu1, strict=True))

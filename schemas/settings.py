@@ -199,7 +199,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     # Net container allocations between two collections of the youngest generation in
     # every service (streams/collector.py; CPython's default is 700).
-    gc_young_threshold: int = Field(default=20_000, ge=100)
+    gc_young_threshold: int = Field(default=20_000, ge=100, le=1_000_000)
 
     def summarizer_key(self) -> str | None:
         """The summarizer's API key itself (a ``SecretStr`` everywhere else, so that no

@@ -123,6 +123,8 @@ async def test_a_long_threads_unchanged_context_is_stored_as_its_few_own_bytes()
         )
         await store.flush()
     again = written[1]
+    back = await PreparedStore(stored).get("again1")  # another instance reads it whole
+    assert back is not None and back.messages == history and back.manifest == manifest
     assert again.base_id == "again0"
     assert len(orjson.dumps([b.to_dict() for b in manifest])) > 40_000
     assert len(again.body) < 4096

@@ -87,10 +87,12 @@ class PreparedEntry:
         report["calibration"] = None if cal is None else [cal.factor, cal.samples, cal.last_drift]
         return orjson.dumps(
             {
-                # The messages first, then the manifest (both as long as the thread):
-                # a thread's consecutive contexts then share their bodies' first bytes,
-                # and a large one is stored as the rest (``domain.prepared.deltas``).
-                # What differs at every prepare (its id, its report) comes after them.
+                # The messages first: a thread's consecutive contexts share their
+                # bodies' first bytes, and a large one is stored as the rest
+                # (``domain.prepared.deltas``). Then the manifest (as long as the
+                # thread), before what differs at every prepare (its id, its report): a
+                # context prepared again with nothing new (a retry, a re-prepare) shares
+                # all but those; a grown one shares its base's messages only.
                 "messages": self.messages
                 if self.messages_json is None
                 else orjson.Fragment(self.messages_json()),
