@@ -92,6 +92,8 @@ class TxViews:
     def __init__(self, cache: ViewCache) -> None:
         self.cache = cache
         self.first_written: dict[str, int] = {}  # the lowest sequence written, by session
+        self.last_written: dict[str, int] = {}  # and the highest
+        self.spoiled = False  # a savepoint was rolled back: what was written is unknown
         self.changed: set[str] = set()  # sessions given a record that may change a fact
         self.staged: dict[str, tuple[Stamp, ViewState]] = {}
         self.mains: dict[tuple[str, str], str] = {}
@@ -100,6 +102,8 @@ class TxViews:
         """This transaction wrote a record of ``kind`` at ``sequence``."""
         low = self.first_written.get(session_id, sequence)
         self.first_written[session_id] = min(low, sequence)
+        high = self.last_written.get(session_id, sequence)
+        self.last_written[session_id] = max(high, sequence)
         if kind not in KEEPS_FACTS:
             self.changed.add(session_id)
             self.staged.pop(session_id, None)
@@ -133,13 +137,35 @@ class TxViews:
     def spoil(self) -> None:
         """A savepoint of this transaction was rolled back: keep nothing it read."""
         self.staged.clear()
+        self.spoiled = True
 
     def main_of(self, session_id: str, run_id: str) -> str | None:
         key = (session_id, run_id)
         return self.mains.get(key) or self.cache.mains.get(key)
 
     def commit(self) -> None:
+        if not self.spoiled:
+            self._advance()
         self.cache.keep(self.staged, self.mains)
+
+    def _advance(self) -> None:
+        """The views of the sessions this transaction wrote only records that keep the
+        facts to, kept at the stamp past its last record: a batch that appends a step
+        without reading the view leaves the next batch's read valid. (The session was
+        locked from its first record to its last: the records between an entry's stamp
+        and that one are all this transaction's.)"""
+        for sid, last in self.last_written.items():
+            if sid in self.changed:
+                continue
+            found = self.staged.get(sid)
+            if found is None:
+                kept = self.cache.entries.get(sid)
+                if kept is None or kept[0].sequence != self.first_written[sid]:
+                    continue  # not the stamp the session had: another writer's records
+                found = kept
+            stamp, view = found
+            if stamp.sequence <= last:
+                self.staged[sid] = (replace(stamp, sequence=last + 1), view)
 
 
 # The facts of compaction views that never change (a summary's content, "may run R

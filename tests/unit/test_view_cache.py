@@ -65,6 +65,40 @@ def test_its_own_records_that_keep_the_facts_keep_the_view_and_move_it_on_at_com
     assert TxViews(cache).lookup(SID, RUN, Stamp(12, None)) == view()
 
 
+@pytest.mark.spec("R2.6", "R2.7")
+def test_a_batch_that_only_appends_moves_the_view_on_without_reading_it() -> None:
+    """A batch that writes a step to a session and reads no view (no observation in it)
+    leaves the view kept at the stamp past its records: the next batch's is a hit."""
+    cache = committed(Stamp(10, None))
+    tx = TxViews(cache)
+    tx.wrote(SID, 10, RecordKind.ASSISTANT_MESSAGE)
+    tx.wrote(SID, 11, RecordKind.TOOL_OUTCOME)
+    tx.commit()
+    assert TxViews(cache).lookup(SID, RUN, Stamp(12, None)) == view()
+    assert TxViews(cache).lookup(SID, RUN, Stamp(12, "sum1")) is None  # a summary since
+
+
+@pytest.mark.spec("R2.6", "R2.7")
+@pytest.mark.parametrize(
+    "first, kind, spoiled",
+    [
+        (12, RecordKind.ASSISTANT_MESSAGE, False),  # records of another writer before these
+        (10, RecordKind.RUN_STARTED, False),  # a record that may change a fact
+        (10, RecordKind.ASSISTANT_MESSAGE, True),  # a savepoint rolled back: writes unknown
+    ],
+)
+def test_a_view_is_not_moved_on_past_records_it_cannot_vouch_for(
+    first: int, kind: RecordKind, spoiled: bool
+) -> None:
+    cache = committed(Stamp(10, None))
+    tx = TxViews(cache)
+    tx.wrote(SID, first, kind)
+    if spoiled:
+        tx.spoil()
+    tx.commit()
+    assert TxViews(cache).lookup(SID, RUN, Stamp(first + 1, None)) is None
+
+
 @pytest.mark.spec("R2.6", "R2.7", "R11.8")
 @pytest.mark.parametrize("kind", sorted(set(RecordKind) - KEEPS_FACTS))
 def test_its_own_record_that_may_change_a_fact_makes_the_view_be_read_again(
