@@ -9,7 +9,8 @@ a bounded LRU), so the common case costs one round trip.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import NotRequired, Protocol, TypedDict
+from collections.abc import Mapping
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import asyncpg
 
@@ -35,9 +36,15 @@ class CompactionReads(Protocol):
     """Port: compaction state as Prepare reads it."""
 
     async def state(
-        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        through: int,
+        child_instance_id: str | None = None,
+        row: Mapping[str, Any] | None = None,
     ) -> ViewState:
-        """The view's compaction state (``storage.compaction.view_state``: R2.6, R2.7, R13.1)."""
+        """The view's compaction state (``storage.compaction.view_state``: R2.6, R2.7, R13.1);
+        ``row``: a main view's row read already (``load_view_state``)."""
 
     async def summary(self, summary_id: str) -> SummaryView | None: ...
 
@@ -59,7 +66,12 @@ class PgCompactionReads:
         self._summaries: OrderedDict[str, SummaryView] = OrderedDict()
 
     async def state(
-        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        through: int,
+        child_instance_id: str | None = None,
+        row: Mapping[str, Any] | None = None,
     ) -> ViewState:
         async with self.pool.acquire() as conn:
             state = await load_view_state(
@@ -69,6 +81,7 @@ class PgCompactionReads:
                 child_instance_id=child_instance_id,
                 through=through,
                 cache=self._facts,
+                row=row,
             )
         if state is None:
             raise NotFound(f"session {session_id} not found")

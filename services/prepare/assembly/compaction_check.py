@@ -9,7 +9,9 @@ import hashlib
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from domain.compaction.triggers import (
     CACHE_EXPIRED,
@@ -61,11 +63,20 @@ class CompactionCheck:
     waiter: Waiter
     wait_s: float = 20.0
 
-    async def lineage(self, sid: str, run_id: str, instance_id: str, is_child: bool) -> Lineage:
+    async def lineage(
+        self,
+        sid: str,
+        run_id: str,
+        instance_id: str,
+        is_child: bool,
+        row: Mapping[str, Any] | None = None,
+    ) -> Lineage:
         """Child threads (R13) have their own view and no share in the run's compaction
-        lineage: no session summary, no trigger checks on the parent's counters."""
+        lineage: no session summary, no trigger checks on the parent's counters. ``row``:
+        the main view's row when it was read with the thread (``ThreadViews.early``)."""
         through = (await self.views.snapshot(sid, run_id)).through_session_sequence
-        state = await self.reads.state(sid, run_id, through, instance_id if is_child else None)
+        child = instance_id if is_child else None
+        state = await self.reads.state(sid, run_id, through, child, None if is_child else row)
         summary = None
         if state.summary_id is not None:
             summary = await self.reads.summary(state.summary_id)
