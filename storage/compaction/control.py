@@ -35,6 +35,7 @@ from storage.compaction import state as compaction_state
 from storage.compaction import summaries as repo
 from storage.compaction.state import Checked
 from storage.compaction.view_cache import CachedViews, session_counters, stamp_of
+from storage.compaction.view_state import counted_after
 from storage.records.frontier import read_frontier, thread_frontier
 
 
@@ -105,10 +106,9 @@ class PgControlStore(CachedViews):
         as reading it after them.)"""
         conn = self.conn
         lineage = await self.lineage_of(ev)
-        # Decided on the view the observer saw: what the view counts past its watermark
-        # (records that overtook the observation) is read with the lock.
-        observed = compaction_state.SeenView(ev.event_key, obs.view_watermark, ev.run_id)
-        locked = await compaction_state.lock_with_context(conn, ev.session_id, lineage, observed)
+        locked = await compaction_state.lock_with_context(
+            conn, ev.session_id, lineage, ev.event_key
+        )
         if locked.checked is not None:
             return locked.checked
         ctx, row, job = locked.context, locked.row, locked.job
@@ -126,6 +126,10 @@ class PgControlStore(CachedViews):
             session_counters(ctx),
             row.active_job_id,
         )
+        # Decided on the view the observer saw, not on records that overtook its observation.
+        later = await counted_after(
+            conn, view, obs.view_watermark, int(ctx["next_session_sequence"])
+        )
         prices, summarizer_prices = self.gain.prices(full, ctx["model_profile"])
         return ObservationInputs(
             ev,
@@ -135,7 +139,7 @@ class PgControlStore(CachedViews):
             ctx["policy_revision"],
             LockedState(row.last_attempt, row.active_job_id, row.attempts),
             job,
-            view.counters.as_seen(locked.later, view.baseline),
+            view.counters.as_seen(later, view.baseline),
             view.baseline,
             view.summary_id,
             prices,

@@ -5,13 +5,12 @@ checked, and a lineage's row locked with its session's context and job in flight
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import asyncpg
 
 from domain.compaction.control.effects import JobRow
 from domain.compaction.triggers import Counters
-from storage.compaction.main_view import LATER_COUNTS
 from storage.compaction.summaries import StateRow, last_attempt_of, lock_state, session_context
 
 
@@ -51,16 +50,13 @@ _LOCKED = (
     # The trigger report of the observation ``$3`` (NULL: none), if it was checked already,
     # and the job it started.
     " t.report_id AS checked, t.job_id AS checked_job_id, tj.status AS checked_status,"
-    " tj.request AS checked_request,"
-    # What the view counts past the observation's watermark $4 for its run $5.
-    " a.turns AS later_turns, a.steps AS later_steps"
+    " tj.request AS checked_request"
     " FROM compaction_state c JOIN sessions s ON s.session_id = c.session_id"
     " JOIN releases r ON r.release_id = s.release_id"
     " LEFT JOIN compaction_jobs j ON j.job_id = c.active_job_id"
     " LEFT JOIN LATERAL (SELECT report_id, job_id FROM trigger_reports"
     "   WHERE session_id = $1 AND event_key = $3 LIMIT 1) t ON true"
     " LEFT JOIN compaction_jobs tj ON tj.job_id = t.job_id"
-    f" LEFT JOIN LATERAL ({LATER_COUNTS}) a ON true"
     " WHERE c.session_id=$1 AND c.lineage=$2 FOR UPDATE OF c"
 )
 
@@ -73,34 +69,21 @@ class Locked:
     row: StateRow
     context: Any
     job: JobRow | None  # the row's job in flight, if it is known
-    # What the view counts past the observation's watermark (``SeenView``); none without.
-    later: Counters
     checked: Checked | None = None  # the observation asked about, if checked already
 
 
-class SeenView(NamedTuple):
-    """An observation as the lock reads it: its key, the watermark its observer saw the
-    view through, and its run."""
-
-    event_key: str
-    watermark: int
-    run_id: str
-
-
 async def lock_with_context(
-    conn: asyncpg.Connection, session_id: str, lineage: str, observed: SeenView | None = None
+    conn: asyncpg.Connection, session_id: str, lineage: str, event_key: str | None = None
 ) -> Locked:
     """``summaries.session_context``, ``summaries.lock_state`` and the job in flight in
     one round trip once the lineage has its row (rows are never deleted); its first
-    decision inserts it. With an observation, whether it was checked already (its
-    trigger report) and what the view counts past its watermark, read under the same
-    lock."""
-    args = (None, None, None) if observed is None else observed
-    r = await conn.fetchrow(_LOCKED, session_id, lineage, *args)
+    decision inserts it. With ``event_key`` (an observation's), whether that observation
+    was checked already (its trigger report), read under the same lock."""
+    r = await conn.fetchrow(_LOCKED, session_id, lineage, event_key)
     if r is None:
         ctx = await session_context(conn, session_id)
         await lock_state(conn, session_id, lineage, ctx["policy_revision"])
-        r = await conn.fetchrow(_LOCKED, session_id, lineage, *args)
+        r = await conn.fetchrow(_LOCKED, session_id, lineage, event_key)
         assert r is not None
     row = StateRow(
         r["session_id"],
@@ -126,4 +109,4 @@ async def lock_with_context(
     checked = None
     if r["checked"] is not None:
         checked = Checked(r["checked_job_id"], r["checked_status"], r["checked_request"])
-    return Locked(row, r, job, Counters(r["later_turns"], r["later_steps"]), checked)
+    return Locked(row, r, job, checked)

@@ -21,7 +21,7 @@ from typing import Any
 import asyncpg
 
 from domain.compaction.triggers import Counters
-from storage.compaction.main_view import counted_view
+from storage.compaction.main_view import MAIN_COUNTS, MAIN_VIEW, counted_view
 from storage.compaction.summary_reuse import SUMMARY_COLUMNS, SummaryRef, reusable, summary_ref
 from storage.records import retraction
 from storage.records.threads import snapshot_boundary
@@ -248,6 +248,44 @@ async def _child_view(
         r["active_job_id"],
         str(r["revocations"]),
     )
+
+
+async def counted_after(
+    conn: asyncpg.Connection, view: ViewState, watermark: int, next_sequence: int | None = None
+) -> Counters:
+    """What ``view``'s counters count after sequence ``watermark``: records the view got
+    after an observer (a prepare) saw it through ``watermark``. A trigger check
+    subtracts them, so it is decided on the view the observer saw, whichever reached
+    the processor first — an observation is advisory and is not waited for, so the
+    runtime's next appends can overtake it (R7.2/R7.3, R8.4: and the baseline a job
+    records is that of the view it summarizes). A range scan of the view's tail; empty
+    when nothing came after — and not read when ``next_sequence``, the session's next
+    sequence, says no record is past the watermark."""
+    if next_sequence is not None and watermark >= next_sequence - 1:
+        return Counters()
+    if view.lineage != "main":  # a child thread: its own tasks and steps (R13.1)
+        r = await conn.fetchrow(
+            "SELECT count(*) FILTER (WHERE kind = 'user_input') AS turns,"
+            " count(*) FILTER (WHERE kind = 'assistant_message'"
+            " AND payload->>'purpose' = 'action') AS steps"
+            " FROM records WHERE session_id=$1 AND run_id=$2 AND instance_id=$3"
+            " AND session_sequence > $4",
+            view.session_id,
+            view.run_id,
+            view.lineage,
+            watermark,
+        )
+    else:
+        r = await conn.fetchrow(
+            MAIN_COUNTS
+            + MAIN_VIEW
+            + " AND r.session_sequence > $2 AND (r.session_sequence <= $3 OR r.run_id = $4)",
+            view.session_id,
+            watermark,
+            view.through,
+            view.run_id,
+        )
+    return Counters(int(r["turns"]), int(r["steps"]))
 
 
 async def _summary(

@@ -128,12 +128,7 @@ async def test_whether_an_observation_was_checked_is_an_index_read_among_thousan
     await db.execute("ANALYZE trigger_reports")
     plan = json.loads(
         await db.fetchval(
-            "EXPLAIN (FORMAT JSON) " + compaction_state._LOCKED,
-            sid,
-            "main",
-            "observed-7",
-            None,
-            None,
+            "EXPLAIN (FORMAT JSON) " + compaction_state._LOCKED, sid, "main", "observed-7"
         )
     )
     on_reports = {s[1] for s in _scans(plan) if "trigger_reports" in (s[1] or "")}
@@ -184,42 +179,3 @@ async def test_the_frontier_reads_each_kind_by_its_own_range_in_a_session_of_tho
         found = await frontier.read_frontier(conn, sid, run.run_id, run.instance_id, child=False)
     assert found.task_version == EARLIER_RUNS, found
     assert found.plan.version == 0 and not found.constraints
-
-
-@pytest.mark.spec("R7.2", "R7.3", "R8.4")
-async def test_what_overtook_an_observation_is_counted_with_the_lock_from_the_views_tail(
-    services: Services, db: asyncpg.Pool
-) -> None:
-    """An observation is decided on the view its prepare saw: the steps the view got
-    after its watermark are counted by the lineage's lock statement, from the tail of a
-    session of thousands of records (a range of the session's sequence, not the whole
-    session), and only for that view."""
-    run, _ = await _committed_run(services, db)
-    sid = run.session_id
-    await db.execute(
-        "INSERT INTO records SELECT r.session_id, r.session_sequence + g,"
-        " r.record_id || '-s' || g, r.event_key || '-s' || g, r.space_id, r.actor_id,"
-        " r.run_id, r.instance_id, g, 'assistant_message', r.authority, r.visibility, NULL,"
-        " 'step ' || g, NULL, r.content_sha256, r.content_length, r.media_type,"
-        ' \'{"purpose": "action"}\', 3, r.token_method, r.producer, r.occurred_at_ms,'
-        " r.source_partition, r.source_offset, r.committed_at, NULL"
-        " FROM records r, generate_series(1, $2::int) g"
-        " WHERE r.session_id = $1 AND r.kind = 'run_started'",
-        sid,
-        EARLIER_RUNS,
-    )
-    await db.execute("ANALYZE records")
-    last = await db.fetchval("SELECT max(session_sequence) FROM records WHERE session_id=$1", sid)
-    seen = compaction_state.SeenView("observed-1", last - 5, run.run_id)
-    async with db.acquire() as conn, conn.transaction():
-        locked = await compaction_state.lock_with_context(conn, sid, "main", seen)
-        unasked = await compaction_state.lock_with_context(conn, sid, "main")
-        child = await compaction_state.lock_with_context(conn, sid, "child-1", seen)
-    assert (locked.later.user_turns, locked.later.model_steps) == (0, 5)
-    assert (unasked.later.user_turns, unasked.later.model_steps) == (0, 0)
-    assert (child.later.user_turns, child.later.model_steps) == (0, 0)  # not its thread
-    plan = json.loads(
-        await db.fetchval("EXPLAIN (FORMAT JSON) " + compaction_state._LOCKED, sid, "main", *seen)
-    )
-    on_records = [s for s in _record_scans(plan) if s[0] != "records_retractions"]
-    assert on_records and all("session_sequence" in cond for _, cond in on_records), on_records

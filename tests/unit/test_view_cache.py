@@ -12,7 +12,7 @@ import pytest
 from domain.compaction.triggers import Counters
 from schemas.contracts import RecordKind
 from storage.compaction.view_cache import KEEPS_FACTS, Stamp, TxViews, ViewCache
-from storage.compaction.view_state import ViewState
+from storage.compaction.view_state import ViewState, counted_after
 
 SID, RUN = "s1", "r1"
 
@@ -135,3 +135,25 @@ def test_a_view_read_earlier_in_the_transaction_serves_until_it_writes() -> None
     assert tx.lookup(SID, RUN, Stamp(11, None)) == view()  # ... and then kept
     tx.wrote(SID, 11, RecordKind.USER_INPUT)
     assert tx.lookup(SID, RUN, Stamp(12, None)) is None
+
+
+class _Tail:
+    """A connection whose view tail holds one action step past any watermark."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def fetchrow(self, sql: str, *args: object) -> dict[str, int]:
+        self.reads += 1
+        return {"turns": 0, "steps": 1}
+
+
+@pytest.mark.spec("R7.2", "R7.3", "R8.4")
+async def test_the_tail_past_a_watermark_is_read_only_when_a_record_is_past_it() -> None:
+    conn = _Tail()
+    # The session's next sequence is 10: its last record is 9.
+    assert await counted_after(conn, view(), 9, next_sequence=10) == Counters()  # type: ignore[arg-type]
+    assert conn.reads == 0
+    assert await counted_after(conn, view(), 8, next_sequence=10) == Counters(0, 1)  # type: ignore[arg-type]
+    assert await counted_after(conn, view(), 9) == Counters(0, 1)  # type: ignore[arg-type]
+    assert conn.reads == 2
