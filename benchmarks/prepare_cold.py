@@ -49,9 +49,8 @@ from domain.context.state_packing import pack
 from domain.context.tokens import CachedCounter, TokenCounter
 from domain.window.budget import ModelProfile, enforce
 from schemas.settings import Settings
-from services.prepare.assembly.views import SAVE_MIN, SAVE_SHARE
+from services.prepare.assembly.views import SAVE_MIN, SAVE_SHARE, built_to_keep
 from storage.tokenizers import make_counter
-from streams.collector import built_to_keep
 
 TARGET_MS = {10_000: 100.0, 100_000: 1000.0}  # issue 13: p99 of a cold prepare
 

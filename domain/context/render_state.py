@@ -208,7 +208,7 @@ def load(
     Raises ``Unreadable`` when it is of this format but damaged. ``building`` is entered
     around what allocates many objects and frees none (the messages, and the records
     when first read): the caller may pause its process's cyclic collector there
-    (``streams.collector.built_to_keep``)."""
+    (``services.prepare.assembly.views.built_to_keep``)."""
     if data.startswith(PACKED):
         eager, rest = frames(data)
         data = decompress(eager)

@@ -30,7 +30,7 @@ from services.prepare.assembly.prepare_hooks import (
 )
 from services.prepare.assembly.prepared import PreparedStore
 from services.prepare.assembly.retention import Prunable, pruning
-from services.prepare.assembly.views import ThreadViews
+from services.prepare.assembly.views import ThreadViews, built_to_keep
 from services.prepare.assembly.waiter import CommitWaiter, Waiter
 from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
@@ -47,18 +47,17 @@ from storage.calls.model_calls import ModelCalls, PgModelCalls
 from storage.calls.prepared_contexts import PgPreparedContexts, PreparedContexts
 from storage.calls.render_states import PgRenderStates, RenderStates
 from storage.calls.views import PgCallViews
-from storage.compaction.thread_view import PgThreadViewReads, ThreadViewReads
 from storage.compaction.view import CompactionReads, PgCompactionReads
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.records.frontier import FrontierReads, NoFrontier, PgFrontier
+from storage.records.thread_frontier import PgThreadFrontier, ThreadFrontierReads
 from storage.records.threads import PgThreads, Threads
 from storage.releases import PgReleases, Releases
 from storage.roles import configured_dsn, dsn_of
 from storage.sessions import PgSessions, Sessions
 from storage.tokenizers import make_counter
 from streams import tracing
-from streams.collector import built_to_keep
 from streams.kafka.auth import kafka_auth
 from streams.kafka.bus_secrets import service_signer
 from streams.kafka.publish import AiokafkaPublisher, Publisher
@@ -85,7 +84,7 @@ class Adapters:
     render_states: RenderStates | None = None  # thread render states (cold prepare)
     frontier: FrontierReads | None = None  # plan, constraints; None: none
     # a thread's new records and its frontier in one read (None: each apart)
-    thread_frontier: ThreadViewReads | None = None
+    thread_frontier: ThreadFrontierReads | None = None
 
 
 @dataclass(frozen=True)
@@ -264,7 +263,7 @@ def pg_adapters(
         pool=pool,
         render_states=PgRenderStates(pool) if render_states else None,
         frontier=PgFrontier(pool),
-        thread_frontier=PgThreadViewReads(pool),
+        thread_frontier=PgThreadFrontier(pool),
     )
 
 

@@ -9,8 +9,7 @@ a bounded LRU), so the common case costs one round trip.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any, NotRequired, Protocol, TypedDict
+from typing import NotRequired, Protocol, TypedDict
 
 import asyncpg
 
@@ -36,15 +35,9 @@ class CompactionReads(Protocol):
     """Port: compaction state as Prepare reads it."""
 
     async def state(
-        self,
-        session_id: str,
-        run_id: str,
-        through: int,
-        child_instance_id: str | None = None,
-        row: Mapping[str, Any] | None = None,
+        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
     ) -> ViewState:
-        """The view's compaction state (``storage.compaction.view_state``: R2.6, R2.7, R13.1);
-        ``row``: a main view's row read already (``load_view_state``)."""
+        """The view's compaction state (``storage.compaction.view_state``: R2.6, R2.7, R13.1)."""
 
     async def summary(self, summary_id: str) -> SummaryView | None: ...
 
@@ -66,12 +59,7 @@ class PgCompactionReads:
         self._summaries: OrderedDict[str, SummaryView] = OrderedDict()
 
     async def state(
-        self,
-        session_id: str,
-        run_id: str,
-        through: int,
-        child_instance_id: str | None = None,
-        row: Mapping[str, Any] | None = None,
+        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
     ) -> ViewState:
         async with self.pool.acquire() as conn:
             state = await load_view_state(
@@ -81,7 +69,6 @@ class PgCompactionReads:
                 child_instance_id=child_instance_id,
                 through=through,
                 cache=self._facts,
-                row=row,
             )
         if state is None:
             raise NotFound(f"session {session_id} not found")

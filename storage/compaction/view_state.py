@@ -14,9 +14,7 @@ invalidated summary, R11.8, must never be reused, even as a parent further up th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import asyncpg
 
@@ -80,15 +78,12 @@ async def load_view_state(
     child_instance_id: str | None = None,
     through: int | None = None,
     cache: ViewStateCache | None = None,
-    row: Mapping[str, Any] | None = None,
 ) -> ViewState | None:
     """The compaction view of run ``run_id``'s main thread, or with ``child_instance_id``
     of that child thread's own lineage (R13.1: its own counters, summary and job).
 
     ``through`` is the run's snapshot boundary when the caller already has it (Prepare's
     snapshot); otherwise it is read. ``cache`` keeps immutable facts across calls.
-    ``row``: the main view's row when the caller read it with another statement
-    (``main_row_sql`` with its columns; a NULL ``through``: no session).
     Returns None when the session does not exist. Reads only; inside a transaction it
     sees that transaction's writes (the processor calls it in its batch transaction).
     """
@@ -97,8 +92,8 @@ async def load_view_state(
         if through is None:
             through = await snapshot_boundary(conn, session_id, run_id)
         return await _child_view(conn, session_id, run_id, child_instance_id, through, cache)
-    r = row if row is not None else await _main_row(conn, session_id, run_id, through, CHAIN_DEPTH)
-    if r is None or r["through"] is None:
+    r = await _main_row(conn, session_id, run_id, through, CHAIN_DEPTH)
+    if r is None:
         return None
     through = int(r["through"])
     counters = (
@@ -143,49 +138,6 @@ async def _effective(
     return None
 
 
-def main_row_sql(session: str, through: str, run: str, depth: str) -> str:
-    """The statement of a main view's row (``_main_row``) over the placeholders named:
-    the session, the snapshot boundary (NULL: read here), the run and the chain's depth
-    (NULL: all of it). Its columns are those ``load_view_state`` reads from ``row``."""
-    return (
-        f"WITH b AS (SELECT coalesce({through}::bigint, (SELECT x.through_session_sequence"
-        "   FROM runs u JOIN history_snapshots x USING (snapshot_id)"
-        f"   WHERE u.session_id = {session} AND u.run_id = {run}), 0) AS through)"
-        " SELECT b.through, s.user_turns, s.model_steps, c.active_job_id,"
-        # A run started after this one's snapshot: only then is this view not the whole
-        # session (runs is small; the records after a snapshot may be many).
-        " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
-        f"   AND x.started_sequence > b.through AND x.run_id <> {run}) AS later,"
-        " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
-        "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
-        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
-        # The committed summaries of the chain, newest first (one round trip).
-        f" ARRAY({_chain(depth)} SELECT summary_id FROM chain WHERE status = 'committed'"
-        "  ORDER BY depth) AS chain,"
-        f" ({_chain(depth)} SELECT parent_summary_id IS NOT NULL FROM chain"
-        "  ORDER BY depth DESC LIMIT 1) AS more"
-        " FROM b, sessions s LEFT JOIN compaction_state c"
-        " ON c.session_id = s.session_id AND c.lineage = 'main'"
-        f" WHERE s.session_id = {session}"
-    )
-
-
-def _chain(depth: str) -> str:
-    """The summary chain from the lineage's current summary back, at most ``depth``
-    deep (NULL: all)."""
-    return (
-        "WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
-        "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
-        "   WHERE summary_id = c.current_summary_id"
-        "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
-        "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id"
-        f"   WHERE {depth}::int IS NULL OR chain.depth + 1 < {depth}::int)"
-    )
-
-
-_MAIN_ROW = main_row_sql("$1", "$2", "$3", "$4")
-
-
 async def _main_row(
     conn: asyncpg.Connection,
     session_id: str,
@@ -198,10 +150,43 @@ async def _main_row(
     known). The summary chain is walked ``depth`` summaries back (None: all the way);
     ``more`` says it goes further. (A long session's chain holds hundreds of roll-ups,
     and the newest one nearly always serves.)"""
-    return await conn.fetchrow(_MAIN_ROW, session_id, through, run_id, depth)
+    return await conn.fetchrow(
+        "WITH b AS (SELECT coalesce($2::bigint, (SELECT x.through_session_sequence"
+        "   FROM runs u JOIN history_snapshots x USING (snapshot_id)"
+        "   WHERE u.session_id = $1 AND u.run_id = $3), 0) AS through)"
+        " SELECT b.through, s.user_turns, s.model_steps, c.active_job_id,"
+        # A run started after this one's snapshot: only then is this view not the whole
+        # session (runs is small; the records after a snapshot may be many).
+        " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
+        "   AND x.started_sequence > b.through AND x.run_id <> $3) AS later,"
+        " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
+        "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
+        f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
+        # The committed summaries of the chain, newest first (one round trip).
+        f" ARRAY({_CHAIN} SELECT summary_id FROM chain WHERE status = 'committed'"
+        "  ORDER BY depth) AS chain,"
+        f" ({_CHAIN} SELECT parent_summary_id IS NOT NULL FROM chain"
+        "  ORDER BY depth DESC LIMIT 1) AS more"
+        " FROM b, sessions s LEFT JOIN compaction_state c"
+        " ON c.session_id = s.session_id AND c.lineage = 'main'"
+        " WHERE s.session_id = $1",
+        session_id,
+        through,
+        run_id,
+        depth,
+    )
 
 
 CHAIN_DEPTH = 8  # summaries of a chain read with a view's row; the rest only if needed
+# The summary chain from the lineage's current summary back, at most $4 deep (NULL: all).
+_CHAIN = (
+    "WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
+    "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
+    "   WHERE summary_id = c.current_summary_id"
+    "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
+    "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id"
+    "   WHERE $4::int IS NULL OR chain.depth + 1 < $4::int)"
+)
 
 
 async def _child_view(

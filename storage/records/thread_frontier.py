@@ -64,13 +64,6 @@ async def own_and_frontier(
     rows = await conn.fetch(
         own_and_frontier_sql(query), session_id, run_id, instance_id, after, None, *known
     )
-    return thread_read(rows, run_id)
-
-
-def thread_read(
-    rows: list[asyncpg.Record], run_id: str
-) -> tuple[list[RecordView], Frontier, TaskCount]:
-    """Rows of ``own_and_frontier_sql`` (and of statements that extend it) as read."""
     parts = rows[0]["frontier"]
     frontier = fold_frontier(parts, run_id)
     task = next(p for p in parts if p["part"] == "task")

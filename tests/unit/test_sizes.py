@@ -172,9 +172,6 @@ ONE_CONCEPT: dict[str, str] = {
     " it addresses are pure and would be pure logic outside domain/ on their own",
     "services/prepare/assembly/prepare_context.py": "Preparer: the prepare use case read top to"
     " bottom (target, triggers, build, provider request, answer)",
-    "services/prepare/assembly/views.py": "ThreadViews: Prepare's cache of thread views, how a"
-    " missing one is made (continued from the session's history, restored from its stored"
-    " state, rebuilt) and how a cached one takes its new records",
     "storage/records/threads.py": "a thread's source records read as RecordViews: the SQL of a"
     " view row and of its inherited, uncovered and own records, one place for Prepare and"
     " compaction so that both see the same history",

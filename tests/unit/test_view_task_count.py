@@ -11,7 +11,6 @@ import pytest
 from domain.context.rendering import RecordView
 from domain.frontier import Frontier
 from services.prepare.assembly.views import ThreadViews
-from storage.compaction.thread_view import ThreadRead
 from storage.records.thread_frontier import FrontierQuery, TaskCount
 from storage.records.threads import Snapshot
 from tests.unit.test_cold_views import CountingThreads
@@ -26,7 +25,6 @@ class GrowingFrontier:
 
     given: list[TaskCount | None] = field(default_factory=list)
     inputs: int = 0
-    with_main: int = 0  # reads made with the main view's row (``ThreadViews.early``)
 
     async def own_and_frontier(
         self,
@@ -41,18 +39,6 @@ class GrowingFrontier:
         self.inputs += 1
         counted = TaskCount(10 * self.inputs, self.inputs)
         return [], Frontier(task_version=self.inputs), counted
-
-    async def own_frontier_and_main(
-        self,
-        scope: tuple[str, str, str],
-        after: int,
-        query: FrontierQuery,
-        tasks: TaskCount | None,
-        through: int,
-    ) -> ThreadRead:
-        own, found, counted = await self.own_and_frontier(*scope, after, query, tasks)
-        self.with_main += 1
-        return ThreadRead(own, found, counted, {"through": through})  # type: ignore[arg-type]
 
 
 class NoReads:
@@ -77,30 +63,3 @@ async def test_each_threads_task_count_is_handed_to_its_next_read() -> None:
     # Each thread continues its own last count; a thread read first starts from none.
     assert frontier.given == [None, TaskCount(10, 1), None, TaskCount(20, 2)]
     assert seen == [1, 2, 3, 4]
-
-
-@pytest.mark.spec("R11.6", "R4.4")
-async def test_a_read_made_with_the_lineage_serves_the_view_it_was_read_after_only() -> None:
-    """A prepare reads a cached view's new records with its lineage's row, before it
-    takes the view (``ThreadViews.early``): the view uses that read, unless it is not
-    the view it was read after (rebuilt) or no longer at that sequence (fed meanwhile),
-    or the read was of another frontier; then it reads again."""
-    snaps = {(SID, RUN): Snapshot(1, SID, RUN, "main", 0, "p1", "active")}
-    frontier = GrowingFrontier()
-    views = ThreadViews(CountingThreads(snapshots=snaps), COUNT, frontier=frontier)
-    overhead, scope, query = PROFILE.message_overhead, (SID, RUN, "main"), FrontierQuery(False)
-    assert await views.early(scope, query, 0) is None  # no cached view: it reads its own
-    await views.view_and_frontier(scope, NoReads(), query, overhead)  # type: ignore[arg-type]
-    reads = len(frontier.given)
-    early = await views.early(scope, query, 0)
-    assert early is not None and early.read.main["through"] == 0
-    _, _, found = await views.view_and_frontier(scope, NoReads(), query, overhead, early=early)  # type: ignore[arg-type]
-    assert len(frontier.given) == reads + 1 and found == early.read.frontier  # taken
-    stale = await views.early(scope, query, 0)
-    assert stale is not None
-    stale.rend.last_sequence += 1  # the view was fed meanwhile (another prepare)
-    await views.view_and_frontier(scope, NoReads(), query, overhead, early=stale)  # type: ignore[arg-type]
-    assert len(frontier.given) == reads + 3  # read again
-    other = await views.early(scope, FrontierQuery(False, inherit_constraints=False), 0)
-    await views.view_and_frontier(scope, NoReads(), query, overhead, early=other)  # type: ignore[arg-type]
-    assert len(frontier.given) == reads + 5  # another frontier's read: read again

@@ -9,9 +9,7 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from domain.compaction.triggers import (
     CACHE_EXPIRED,
@@ -63,20 +61,11 @@ class CompactionCheck:
     waiter: Waiter
     wait_s: float = 20.0
 
-    async def lineage(
-        self,
-        sid: str,
-        run_id: str,
-        instance_id: str,
-        is_child: bool,
-        row: Mapping[str, Any] | None = None,
-    ) -> Lineage:
+    async def lineage(self, sid: str, run_id: str, instance_id: str, is_child: bool) -> Lineage:
         """Child threads (R13) have their own view and no share in the run's compaction
-        lineage: no session summary, no trigger checks on the parent's counters. ``row``:
-        the main view's row when it was read with the thread (``ThreadViews.early``)."""
+        lineage: no session summary, no trigger checks on the parent's counters."""
         through = (await self.views.snapshot(sid, run_id)).through_session_sequence
-        child = instance_id if is_child else None
-        state = await self.reads.state(sid, run_id, through, child, None if is_child else row)
+        state = await self.reads.state(sid, run_id, through, instance_id if is_child else None)
         summary = None
         if state.summary_id is not None:
             summary = await self.reads.summary(state.summary_id)

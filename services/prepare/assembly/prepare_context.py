@@ -41,7 +41,7 @@ from services.prepare.assembly.prepared import (
     WrittenOnce,
     budget_of,
 )
-from services.prepare.assembly.views import Early, Snapshot, ThreadViews
+from services.prepare.assembly.views import Snapshot, ThreadViews
 from services.prepare.assembly.waiter import Waiter
 from services.prepare.bodies import PrepareIn, offsets_of
 from services.prepare.calibration import CalibrationCache
@@ -78,12 +78,6 @@ class Built:
     assembled: Assembled
     tools: list[dict[str, Any]]
     frontier: Frontier
-
-
-def _frontier_query(target: Target) -> FrontierQuery:
-    """The frontier ``target``'s thread has (R4.4, R13.2)."""
-    inherit = target.release.policy.child_transfer_policy.inherit_constraints
-    return FrontierQuery(target.child, inherit)
 
 
 def _purpose(body: PrepareIn) -> str:
@@ -125,10 +119,8 @@ class Preparer:
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
         waited = time.perf_counter() - t0
         target = await self._target(sid, run_id, body, material)
-        early = await self._early(target)
-        row = None if early is None else early.read.main
-        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, target.child, row)
-        built = await self._build(target, lineage, early)
+        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, target.child)
+        built = await self._build(target, lineage)
         job_status = None
         if target.purpose == "action":
             built, lineage, job_status = await self._check_triggers(
@@ -239,29 +231,19 @@ class Preparer:
         )
         return await self._build(target, lineage), lineage, job_status
 
-    async def _early(self, target: Target) -> Early | None:
-        """A main thread's cached view's new records and frontier with its run's main view
-        row, in one statement (``ThreadViews.early``): the lineage is then taken from the
-        row, and the records by the view if it is still the one they were read after."""
-        if target.child:
-            return None
-        scope = (target.session_id, target.run_id, target.instance_id)
-        snap = await self.views.snapshot(target.session_id, target.run_id)
-        return await self.views.early(scope, _frontier_query(target), snap.through_session_sequence)
-
-    async def _build(self, target: Target, lineage: Lineage, early: Early | None = None) -> Built:
+    async def _build(self, target: Target, lineage: Lineage) -> Built:
         policy = target.release.policy
         scope = (target.session_id, target.run_id, target.instance_id)
+        inherit = policy.child_transfer_policy.inherit_constraints
         rend, snap, frontier = await self.views.view_and_frontier(
             scope,
             self.frontier,
-            _frontier_query(target),
+            FrontierQuery(target.child, inherit),
             target.profile.message_overhead,
             lineage.summary,
             lineage.state.revocation_epoch,
             policy.large_result,
             policy.child_transfer_policy,
-            early,
         )
         pending = rend.pending_calls()
         if pending:

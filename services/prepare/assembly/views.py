@@ -13,10 +13,11 @@ since it was last stored — so a cold prepare reads one row and renders only wh
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections import OrderedDict
-from contextlib import nullcontext
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 
 from domain.context import render_state, state_packing
 from domain.context.rendering import CountFn, RecordView, ThreadRenderer
@@ -26,9 +27,8 @@ from domain.policy.sections import ChildTransferPolicy
 from schemas.errors import NotFound
 from services.prepare.assembly.history import Histories
 from storage.calls.render_states import RenderStates, StoredState
-from storage.compaction.thread_view import ThreadRead, ThreadViewReads
 from storage.records.frontier import FrontierReads
-from storage.records.thread_frontier import FrontierQuery, TaskCount
+from storage.records.thread_frontier import FrontierQuery, TaskCount, ThreadFrontierReads
 from storage.records.threads import Snapshot, SummaryView, Threads
 
 log = logging.getLogger(__name__)
@@ -37,19 +37,27 @@ log = logging.getLogger(__name__)
 SAVE_SHARE = 10
 SAVE_MIN = 64
 
-__all__ = ["Early", "Snapshot", "SummaryView", "ThreadViews"]
+__all__ = ["Snapshot", "SummaryView", "ThreadViews", "built_to_keep"]
 
 
-@dataclass(frozen=True)
-class Early:
-    """A thread's new records and frontier read with its run's main view row, before the
-    view is taken (``ThreadViews.early``): the records serve only a prepare that finds
-    the same view still at the sequence they were read after, for the same frontier."""
-
-    rend: ThreadRenderer
-    after: int
-    query: FrontierQuery
-    read: ThreadRead
+@contextmanager
+def built_to_keep() -> Iterator[None]:
+    """What Prepare's startup hands to ``render_state.load`` (``services.prepare.bootstrap``).
+    Loading allocates a few objects per record and frees none: the cyclic collector
+    would scan the growing heap again and again for nothing (a fifth of a cold load), so
+    it is paused. What was built is then promoted straight to the oldest generation
+    (freeze, then unfreeze: two list splices, no scan) instead of being scanned by the
+    young collections that would follow (another fifth). Garbage cycles promoted with it
+    are still collected, by the next full collection."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.unfreeze()
+        if paused:
+            gc.enable()
 
 
 class ThreadViews:
@@ -69,7 +77,7 @@ class ThreadViews:
         counting: str = "",
         building: render_state.Building = nullcontext,
         store_min: int = 0,
-        frontier: ThreadViewReads | None = None,
+        frontier: ThreadFrontierReads | None = None,
     ) -> None:
         self.threads = threads
         self.frontier = frontier
@@ -137,16 +145,14 @@ class ThreadViews:
         epoch: str = "",
         large: LargeResultSettings | None = None,
         transfer: ChildTransferPolicy | None = None,
-        early: Early | None = None,
     ) -> tuple[ThreadRenderer, Snapshot, Frontier]:
         """``view``, and the thread's frontier (R4.4) as committed now: read with the
-        view's new records when ``frontier`` of the constructor is given (or taken from
-        ``early`` when it still serves), else from ``frontier`` here after the view."""
+        view's new records when ``frontier`` of the constructor is given, else from
+        ``frontier`` here after the view."""
         sid, run_id, instance_id = scope
         rend, snap, found = await self.view_at(
-            sid, run_id, instance_id, message_overhead, summary, epoch, large, transfer, query,
-            early,
-        )  # fmt: skip
+            sid, run_id, instance_id, message_overhead, summary, epoch, large, transfer, query
+        )
         if found is None:
             found = await frontier.read(
                 *scope, child=query.child, inherit_constraints=query.inherit_constraints
@@ -164,7 +170,6 @@ class ThreadViews:
         large: LargeResultSettings | None = None,
         transfer: ChildTransferPolicy | None = None,
         query: FrontierQuery | None = None,
-        early: Early | None = None,
     ) -> tuple[ThreadRenderer, Snapshot, Frontier | None]:
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -201,7 +206,7 @@ class ThreadViews:
                     )
                 self._views[key] = rend
                 self._epochs[key] = epoch
-            own, found = await self._new_records(key, rend, query, early)
+            own, found = await self._new_records(key, rend.last_sequence, query)
             for rec in own:
                 rend.feed(rec, inherited=False)
             # Stored under what the renderer was built with (``large=None`` reuses any).
@@ -211,40 +216,13 @@ class ThreadViews:
             self._evict()
             return rend, snap, found
 
-    async def early(
-        self, key: tuple[str, str, str], query: FrontierQuery, through: int
-    ) -> Early | None:
-        """The new records and frontier of the thread's cached view, read now with the
-        row of its run's main view (snapshot boundary ``through``) in one statement, for
-        a prepare to take with the view; None without a cached view (a view about to be
-        built reads its own)."""
-        rend = self._views.get(key)
-        if rend is None or self.frontier is None:
-            return None
-        after = rend.last_sequence
-        read = await self.frontier.own_frontier_and_main(
-            key, after, query, self._tasks.get(key), through
-        )
-        return Early(rend, after, query, read)
-
     async def _new_records(
-        self,
-        key: tuple[str, str, str],
-        rend: ThreadRenderer,
-        query: FrontierQuery | None,
-        early: Early | None = None,
+        self, key: tuple[str, str, str], after: int, query: FrontierQuery | None
     ) -> tuple[list[RecordView], Frontier | None]:
-        """The thread's records after the view's last sequence, and with ``query`` its
-        frontier read with them (its task count continued from the last read's); taken
-        from ``early`` when it was read after this very view at this sequence (a read
-        made before the view was rebuilt or fed would feed records it missed or fed)."""
-        after = rend.last_sequence
+        """The thread's records after ``after``, and with ``query`` its frontier read
+        with them (its task count continued from the last read's)."""
         if query is None or self.frontier is None:
             return await self.threads.own(*key, after), None
-        fits = early is not None and early.rend is rend and early.after == after
-        if early is not None and fits and early.query == query:
-            self._tasks[key] = early.read.tasks
-            return early.read.records, early.read.frontier
         own, found, tasks = await self.frontier.own_and_frontier(
             *key, after, query, self._tasks.get(key)
         )

@@ -9,7 +9,6 @@ stored or published. Nothing here decides anything Prepare's own code decides.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -343,12 +342,7 @@ class FakeCompactionReads:
     idle: int | None = None  # ms since the session's last model call
 
     async def state(
-        self,
-        session_id: str,
-        run_id: str,
-        through: int,
-        child_instance_id: str | None = None,
-        row: Mapping[str, Any] | None = None,
+        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
     ) -> ViewState:
         return ViewState(
             session_id,
