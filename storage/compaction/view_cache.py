@@ -14,8 +14,9 @@ the sequence moves) or sets the lineage's current summary (a committed compactio
 an entry is used only when its stamp is the session's stamp as committed before this
 transaction, and this transaction's own records of the session cannot have changed a
 fact (``KEEPS_FACTS``); an entry a transaction read or confirmed is kept only once that
-transaction committed. Another processor's writes (a rebalance, a restart) move the
-stamp: the view is read again. Nothing here trusts a fact the stamp does not pin.
+transaction committed, and an entry moves on past a committed transaction's own records
+when they all keep the facts (``TxViews._advance``). Another processor's writes (a
+rebalance, a restart) move the stamp: the view is read again. Nothing here trusts a fact the stamp does not pin.
 """
 
 from __future__ import annotations
