@@ -16,7 +16,8 @@ transaction, and this transaction's own records of the session cannot have chang
 fact (``KEEPS_FACTS``); an entry a transaction read or confirmed is kept only once that
 transaction committed, and an entry moves on past a committed transaction's own records
 when they all keep the facts (``TxViews._advance``). Another processor's writes (a
-rebalance, a restart) move the stamp: the view is read again. Nothing here trusts a fact the stamp does not pin.
+rebalance, a restart) move the stamp: the view is read again. Nothing here trusts a fact
+the stamp does not pin.
 """
 
 from __future__ import annotations
