@@ -205,7 +205,7 @@ def test_features_read_together_are_each_lines_own_in_their_order() -> None:
         together = sal.features_each(texts, path_weight=sal.W_PATH_OUTPUT)
         alone = [sal.features(t, path_weight=sal.W_PATH_OUTPUT) for t in texts]
         assert [list(d.items()) for d in together] == [list(d.items()) for d in alone]
-        assert sal.errors_each(texts) == [sal.is_error(t) for t in texts]
+        assert sal.errors_each(texts) == [sal.ERROR_CUE.search(t) is not None for t in texts]
         assert sal.shapes(texts) == [sal.shape(t) for t in texts]
     assert any(sal.errors_each(EDGES)) and not all(sal.errors_each(EDGES))
     assert ("num", "5ms") not in sal.features_each(EDGES[:2])[0]  # no unit from the next line

@@ -43,12 +43,15 @@ _UNITS = (
     r"|warnings?|passed|failed|skipped|retries|attempts|calls|requests|users|connections"
     r"|workers|threads|cores|MHz|GHz|kb|mb|gb"
 )
+# Each pattern starts with its first character's class, then looks back over it: ``re``
+# scans for a leading class in C (a leading look back is tried at every position).
+_FIRST_DIGIT = r"(?:(?<=[-+])\d|(?<=\d))"  # a sign and its digit, or a digit
 _MEASURE = re.compile(
-    rf"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?![\w])"
-    r"|(?<![\w.])[-+]?\d+\.\d+(?![\w.])"  # a decimal: 0.973, 412.7
-    r"|(?<![\w.])v?\d+(?:\.\d+){2,}(?![\w.])"  # a version: 3.11.4
+    rf"[-+v\d](?<![\w.].)(?:{_FIRST_DIGIT}[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?![\w])"
+    rf"|{_FIRST_DIGIT}\d*\.\d+(?![\w.])"  # a decimal: 0.973, 412.7
+    r"|(?:(?<=v)\d|(?<=\d))\d*(?:\.\d+){2,}(?![\w.]))"  # a version: 3.11.4
 )
-_INTEGER = re.compile(r"(?<![\w.,/-])(?:\d{1,3}(?:,\d{3})+|\d{3,})(?![\w.,/])")
+_INTEGER = re.compile(r"\d(?<![\w.,/-].)(?:\d{0,2}(?:,\d{3})+|\d{2,})(?![\w.,/])")
 _IDENT = re.compile(
     r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # a hash: 3f9a2c1
     r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b"  # a ticket or code: PAY-4821, ORA-00942
@@ -195,7 +198,7 @@ def features_each(
 
 
 def errors_each(lines: Sequence[str]) -> list[bool]:
-    """``is_error`` of each of ``lines`` (no line break in any), in one pass."""
+    """Whether each of ``lines`` (no line break in any) has ``ERROR_CUE``, in one pass."""
     out = [False] * len(lines)
     for i, _ in _by_text(ERROR_CUE, *_joined(lines)):
         out[i] = True
@@ -205,11 +208,6 @@ def errors_each(lines: Sequence[str]) -> list[bool]:
 def is_decision(sentence: str) -> bool:
     """Decision wording (English; a heuristic that only orders, never classifies)."""
     return DECISION_CUE.search(sentence) is not None
-
-
-def is_error(line: str) -> bool:
-    """Error wording (English; a heuristic that only orders: ``signals`` tells errors)."""
-    return ERROR_CUE.search(line) is not None
 
 
 _DECORATION = re.compile(r"([=\-_*#~+.])\1{3,}")

@@ -20,18 +20,27 @@ TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 FRAME = re.compile(r'^\s*File "[^"\n]+", line \d+')
 # A traceback's last line and every exception line: a class name at the line's start.
 EXCEPTION = re.compile(r"^(?:E\s+)?(?:[^\W\d]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::|\s*$)")
-SIGNAL = re.compile(
-    r"^E\s{2,}\S"  # pytest: the failing assertion's detail
-    r"|^(?:FAILED|ERROR|FAIL|PANIC)[\s:]"  # pytest short summary, Go, generic markers
-    r"|^=+ .*\d.* =+$"  # pytest's verdict: "=== 1 failed, 119 passed in 4.2s ==="
-    r"|^_{3,} .+ _{3,}$"  # pytest: the header of a failing test's report
-    r"|^--- FAIL\b|^panic: |^fatal: |^npm ERR!"
-    r"|^(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error(?:\[\w+\])?:"  # compilers, rustc, CLIs
-    r"|^Error: |^thread '.*' panicked at "
-    r"|(?:^|[\s\[|])(?:ERROR|FATAL|CRITICAL)(?=[\s:\]|])"  # a log line's level
+# The shapes a signal line starts with (matched at its start only). Case matters:
+# "ERROR" is a log level, "error" in prose a word.
+SIGNAL_START = re.compile(
+    r"E\s{2,}\S"  # pytest: the failing assertion's detail
+    r"|(?:FAILED|ERROR|FAIL|PANIC)[\s:]"  # pytest short summary, Go, generic markers
+    r"|=+ .*\d.* =+$"  # pytest's verdict: "=== 1 failed, 119 passed in 4.2s ==="
+    r"|_{3,} .+ _{3,}$"  # pytest: the header of a failing test's report
+    r"|--- FAIL\b|panic: |fatal: |npm ERR!"
+    r"|(?:\S+:\d+(?::\d+)?: )?(?:fatal )?error(?:\[\w+\])?:"  # compilers, rustc, CLIs
+    r"|Error: |thread '.*' panicked at "
+    r"|\[exit(?: code)? -?[1-9]\d*\]"
+)
+# The shapes found anywhere in a line. Each holds one of ``_ANYWHERE_HOLDS``: a line
+# without any is not searched (a search tries every position of the line).
+SIGNAL_ANYWHERE = re.compile(
+    r"(?:^|[\s\[|])(?:ERROR|FATAL|CRITICAL)(?=[\s:\]|])"  # a log line's level
     r"|: command not found$|: No such file or directory$"  # sh, coreutils (C locale)
-    r"|\breturned non-zero exit status\b|^\[exit(?: code)? -?[1-9]\d*\]"
-)  # case matters: "ERROR" is a log level, "error" in prose a word
+    r"|\breturned non-zero exit status\b"
+)
+_ANYWHERE_HOLDS = ("ERROR", "FATAL", "CRITICAL", ": command not found",
+                   ": No such file or directory", "returned non-zero exit status")  # fmt: skip
 EXIT_NONZERO = re.compile(r"\bexit(?:ed)?(?: with)? (?:code|status)[:= ]+-?[1-9]\d*", re.I)
 MAX_FRAMES = 3  # of a traceback: its last frames say where it failed
 MAX_LINES = 12  # signal lines per output: the first few and the last ones
@@ -39,8 +48,12 @@ MAX_LINES = 12  # signal lines per output: the first few and the last ones
 
 def is_signal(line: str) -> bool:
     """An error line by its shape alone (outside a traceback's context)."""
-    return bool(EXCEPTION.match(line) or SIGNAL.search(line) or EXIT_NONZERO.search(line)) or bool(
-        TRACEBACK.match(line)
+    return bool(
+        EXCEPTION.match(line)
+        or SIGNAL_START.match(line)
+        or (any(h in line for h in _ANYWHERE_HOLDS) and SIGNAL_ANYWHERE.search(line))
+        or EXIT_NONZERO.search(line)
+        or TRACEBACK.match(line)
     )
 
 
