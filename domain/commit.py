@@ -8,6 +8,7 @@ baseline.
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 
@@ -66,6 +67,23 @@ def decide_commit(current: Dependencies, cand: Candidate) -> CommitDecision:
     if cand.summary_tokens >= cand.covered_tokens:
         return CommitDecision(False, "no_real_reduction")
     return CommitDecision(True)
+
+
+def to_verify(
+    covered: Sequence[str],
+    parent_summary_id: str | None,
+    current_summary_id: str | None,
+    current_covered: Collection[str],
+) -> list[str]:
+    """Which of a candidate's ``covered`` record ids must be looked for (R15.3:
+    ``covered_records_missing``). Those its parent covers, when the parent is the
+    current summary, were looked for when it was committed, and no record is ever
+    deleted: only the others are (a long session's covered history is not counted
+    again at every commit). With another parent, every id is."""
+    if current_summary_id is None or current_summary_id != parent_summary_id:
+        return list(covered)
+    known = frozenset(current_covered)
+    return [i for i in covered if i not in known]
 
 
 def budget_after(budget_before: int, covered_tokens: int, summary_tokens: int) -> int:

@@ -8,7 +8,9 @@ view read before one is never reused.
 A job over its bound reads again every record its parent covers (R11.8,
 ``CompactionJobs.covered_records``); its successor's parent covers those and a few more.
 So what one job read is kept per session, and the next reads only the records it did
-not (same epoch: no revocation since).
+not (same epoch: no revocation since). In a long session the covered records soon hold
+more than a job may read again; that answer is kept too, and a later job's superset is
+answered without summing the session's covered history again.
 
 ``AgentRequests`` reads the other thing a job may use of its thread: the agent's last
 rendered request, which a summarizer of the agent's own model continues
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 
@@ -51,6 +53,9 @@ class _Cached:
 class _Covered:
     epoch: str  # the session's revocation epoch when they were read
     records: dict[str, RecordView]  # as ``covered_records`` answered them: by id
+    # Ids found to hold more than a number of tokens, and that number: any superset holds
+    # more too (a record's token count is fixed within an epoch).
+    over: tuple[frozenset[str], int] | None = None
 
 
 class JobRecords:
@@ -105,9 +110,12 @@ class JobRecords:
         ``max_tokens``), reading only the ids no earlier job of the session read in the
         epoch ``view`` found: the answer is the same, the records read once."""
         kept = self._covered.get(session_id) or _Covered("", {})
+        if kept.over is not None and kept.over[0] <= ids and kept.over[1] >= max_tokens:
+            return None  # a long history: its parent's covered records alone were over
         known = [r for i in ids if (r := kept.records.get(i)) is not None]
         tokens = sum(r.token_count for r in known)
         if tokens > max_tokens:
+            self._over(session_id, kept, ids, max_tokens)
             return None
         missing = ids.difference(kept.records)
         more = (
@@ -116,9 +124,16 @@ class JobRecords:
             else []
         )
         if more is None:
+            self._over(session_id, kept, ids, max_tokens)
             return None
         kept.records.update((r.record_id, r) for r in more)
         return sorted([*known, *more], key=lambda r: r.session_sequence)
+
+    def _over(self, session_id: str, kept: _Covered, ids: frozenset[str], limit: int) -> None:
+        """``ids`` hold more than ``limit`` tokens: kept, so that a later job's superset
+        (the next summary covers what this one does, and more) is not summed again."""
+        if self._covered.get(session_id) is kept:
+            self._covered[session_id] = replace(kept, over=(ids, limit))
 
 
 @dataclass(frozen=True)

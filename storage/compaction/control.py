@@ -16,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from domain.commit import to_verify
 from domain.compaction.control.effects import (
     ControlEffects,
     JobRow,
@@ -188,6 +189,8 @@ class PgControlStore(CachedViews):
         )
         covered = list(out.covered_record_ids)
         frontier = await frontier_of(conn, ev.session_id, job.lineage, job.run_id, job.instance_id)
+        current = view.summary.covered_record_ids if view.summary else ()
+        fresh = to_verify(covered, out.parent_summary_id, view.summary_id, current)
         return OutcomeInputs(
             ev,
             out,
@@ -201,7 +204,7 @@ class PgControlStore(CachedViews):
                 job.instance_id,
                 int(job.request["view_watermark"]),
             ),
-            await repo.missing_records(conn, ev.session_id, covered),
+            await repo.missing_records(conn, ev.session_id, fresh) if fresh else 0,
             await repo.revoked_records(
                 conn, ev.session_id, covered, int(job.request["view_watermark"])
             ),

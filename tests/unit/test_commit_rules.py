@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from domain.commit import Candidate, Dependencies, budget_after, decide_commit
+from domain.commit import Candidate, Dependencies, budget_after, decide_commit, to_verify
 
 CURRENT = Dependencies("sum_1", "pol_a", 3)
 GOOD = Candidate(
@@ -45,3 +45,15 @@ def test_no_commit_and_so_no_baseline_move(change: dict[str, object], reason: st
 
 def test_budget_after_subtracts_covered_and_adds_summary() -> None:
     assert budget_after(90_000, 40_000, 1_500) == 51_500
+
+
+@pytest.mark.spec("R15.3")
+def test_only_the_records_the_current_parent_does_not_cover_are_looked_for() -> None:
+    parent = ("rec_1", "rec_2", "rec_3")
+    covered = ["rec_1", "rec_2", "rec_3", "rec_4", "rec_9"]
+    # extending the current summary: its records were looked for when it was committed
+    assert to_verify(covered, "sum_1", "sum_1", parent) == ["rec_4", "rec_9"]
+    # another parent than the current summary, or none: every record
+    assert to_verify(covered, "sum_0", "sum_1", parent) == covered
+    assert to_verify(covered, None, "sum_1", parent) == covered
+    assert to_verify(covered, None, None, ()) == covered

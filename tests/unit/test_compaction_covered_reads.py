@@ -144,3 +144,21 @@ async def test_over_its_token_limit_the_kept_records_answer_none_without_a_read(
         r.record_id for r in jobs.records[:7]
     ]
     assert jobs.covered_reads[-1] == {jobs.records[6].record_id}
+
+
+@pytest.mark.spec("R11.8")
+async def test_ids_found_over_the_limit_answer_their_supersets_without_a_read() -> None:
+    jobs = CountingJobs(history(4, tokens=40))
+    views = JobRecords(jobs)
+    await views.view(_request(0, 4, None), frozenset())
+    ids = frozenset(r.record_id for r in jobs.records[:6])
+    assert await views.covered("ses_1", ids, 100) is None  # 240 tokens: over 100
+    assert len(jobs.covered_reads) == 1
+    more = ids | {jobs.records[6].record_id}
+    assert await views.covered("ses_1", more, 100) is None  # holds the 240: no read
+    assert await views.covered("ses_1", more, 90) is None
+    assert len(jobs.covered_reads) == 1
+    # a larger limit, or a set that is no superset, is read
+    assert await views.covered("ses_1", more, 10_000) is not None
+    assert await views.covered("ses_1", frozenset(list(ids)[:2]), 100) is not None
+    assert len(jobs.covered_reads) == 2
