@@ -130,33 +130,29 @@ async def _load_known(
 ) -> dict[tuple[str, str], ExistingRecord]:
     """Committed records among the batch's keys, refused keys (which stay refused), and
     the operations the batch names that are already committed, in one round trip."""
-    named = [{"sid": sid, "ek": k} for sid in present for k in keys[sid]]
-    ops = [
-        {"sid": sid, "op": op, "kind": kind}
-        for sid in present
-        for op, kind in operations.get(sid, ())
-    ]
+    named = [(sid, k) for sid in present for k in keys[sid]]
+    ops = [(sid, op, kind) for sid in present for op, kind in operations.get(sid, ())]
     existing: dict[tuple[str, str], ExistingRecord] = {}
     # Each key's committed record, if any, and whether it was refused (refused and
     # dead-lettered keys stay refused on redelivery; an authentication refusal binds
-    # nothing: storage.records.outcomes); then (``op``) each operation committed. The
-    # keys come as JSON record sets, whose row count the planner never knows: its plan
-    # for them is the same whatever the batch, so it plans once per connection (the
-    # arrays' lengths, known to a custom plan only, kept it planning at every batch).
+    # nothing: storage.records.outcomes); then (``op``) each operation committed.
     for r in await conn.fetch(
         "SELECT false AS op, k.sid, k.ek, r.record_id, r.session_sequence, r.run_id,"
         " r.instance_id, r.instance_sequence, r.kind, r.token_count, r.token_method,"
         " r.content_sha256, EXISTS (SELECT 1 FROM event_outcomes o WHERE o.session_id = k.sid"
-        "   AND o.event_key = k.ek AND NOT o.code = ANY($2::text[])) AS refused,"
-        " NULL AS operation_id FROM jsonb_to_recordset($1::jsonb) AS k(sid text, ek text)"
+        "   AND o.event_key = k.ek AND NOT o.code = ANY($3::text[])) AS refused,"
+        " NULL AS operation_id FROM unnest($1::text[], $2::text[]) AS k(sid, ek)"
         " LEFT JOIN records r ON r.session_id = k.sid AND r.event_key = k.ek"
         " UNION ALL SELECT true, r.session_id, NULL, NULL, NULL, NULL, NULL, NULL, r.kind,"
         " NULL, NULL, NULL, false, r.operation_id FROM records r"
-        " JOIN jsonb_to_recordset($3::jsonb) AS k(sid text, op text, kind text)"
+        " JOIN unnest($4::text[], $5::text[], $6::text[]) AS k(sid, op, kind)"
         "   ON r.session_id = k.sid AND r.operation_id = k.op AND r.kind = k.kind",
-        named,
+        [sid for sid, _ in named],
+        [k for _, k in named],
         sorted(NOT_BINDING),
-        ops,
+        [sid for sid, _, _ in ops],
+        [op for _, op, _ in ops],
+        [kind for _, _, kind in ops],
     ):
         sid = r["sid"]
         if r["op"]:
