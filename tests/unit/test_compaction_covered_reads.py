@@ -127,12 +127,17 @@ async def test_after_a_revocation_the_covered_records_are_read_again() -> None:
     assert earlier < reads[n]
 
 
-@pytest.mark.spec("R11.8")
-async def test_over_its_token_limit_the_kept_records_answer_none_without_a_read() -> None:
+async def _six_records() -> tuple[CountingJobs, JobRecords, frozenset[str]]:
+    """A session's records, a job's view of them, and the ids of its first six (240 tokens)."""
     jobs = CountingJobs(history(4, tokens=40))
     views = JobRecords(jobs)
     await views.view(_request(0, 4, None), frozenset())
-    ids = frozenset(r.record_id for r in jobs.records[:6])
+    return jobs, views, frozenset(r.record_id for r in jobs.records[:6])
+
+
+@pytest.mark.spec("R11.8")
+async def test_over_its_token_limit_the_kept_records_answer_none_without_a_read() -> None:
+    jobs, views, ids = await _six_records()
     first = await views.covered("ses_1", ids, 10_000)
     assert first is not None and [r.record_id for r in first] == sorted(
         ids, key=lambda i: int(i.split("_")[1])
@@ -148,10 +153,7 @@ async def test_over_its_token_limit_the_kept_records_answer_none_without_a_read(
 
 @pytest.mark.spec("R11.8")
 async def test_ids_found_over_the_limit_answer_their_supersets_without_a_read() -> None:
-    jobs = CountingJobs(history(4, tokens=40))
-    views = JobRecords(jobs)
-    await views.view(_request(0, 4, None), frozenset())
-    ids = frozenset(r.record_id for r in jobs.records[:6])
+    jobs, views, ids = await _six_records()
     assert await views.covered("ses_1", ids, 100) is None  # 240 tokens: over 100
     assert len(jobs.covered_reads) == 1
     more = ids | {jobs.records[6].record_id}
