@@ -127,6 +127,14 @@ class Store:
         view = [r for r in self.records[: first - 1] if r.record_id not in covered]
         return view, first - 1
 
+    async def inherited_after(
+        self, session_id: str, run_id: str, instance_id: str, after: int, covered: frozenset[str]
+    ) -> tuple[list[RecordView], int] | None:
+        first = min((r.session_sequence for r in self.records if r.run_id == run_id), default=1)
+        if first - 1 < after:
+            return None
+        return [r for r in self.records[after : first - 1] if r.record_id not in covered], first - 1
+
     async def thread_view(
         self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
     ) -> list[RecordView]:

@@ -69,6 +69,9 @@ class JobRecords:
         self._threads: dict[tuple[str, str, str], _Cached] = {}
         # session -> the records its jobs read again; insertion order = LRU order.
         self._covered: dict[str, _Covered] = {}
+        # session -> the inherited records of its last main view read (``seen``: its
+        # run's boundary), which a later run's view goes on from.
+        self._histories: dict[str, _Cached] = {}
 
     async def view(self, req: CompactionRequest, covered: frozenset[str]) -> list[RecordView]:
         """The job's view up to its watermark, in session order, without the inherited
@@ -85,8 +88,7 @@ class JobRecords:
             or cached.epoch != epoch
             or not cached.omitted <= covered
         ):
-            inherited, through = await self.jobs.inherited_view(*key, covered)
-            cached = _Cached(inherited, through, epoch, covered)
+            cached = await self._inherited(key, covered, epoch)
         records = cached.records + await self.jobs.thread_view(
             *key, cached.seen, req.view_watermark
         )
@@ -94,6 +96,32 @@ class JobRecords:
         while len(self._threads) > self.capacity:
             self._threads.pop(next(iter(self._threads)))
         return records
+
+    async def _inherited(
+        self, key: tuple[str, str, str], covered: frozenset[str], epoch: str
+    ) -> _Cached:
+        """A thread's inherited records: the session's history kept from an earlier run
+        and the records committed after it, when it serves (same epoch, and what it left
+        out still covered); else read whole. Each run is a new thread, so without it
+        every job of a new run read the session's history again."""
+        sid = key[0]
+        kept = self._histories.pop(sid, None)
+        found = None
+        if kept is not None and kept.epoch == epoch and kept.omitted <= covered:
+            found = await self.jobs.inherited_after(*key, kept.seen, covered)
+        if kept is not None and found is not None:
+            tail, through = found
+            records = [r for r in kept.records if r.record_id not in covered] + tail
+        else:
+            records, through = await self.jobs.inherited_view(*key, covered)
+        history = _Cached(records, through, epoch, covered)
+        if records or found is not None:  # a main view's (a child thread inherits none)
+            self._histories[sid] = history
+        elif kept is not None:  # a child's view, or an empty one: the history stays
+            self._histories[sid] = kept
+        while len(self._histories) > self.sessions:
+            self._histories.pop(next(iter(self._histories)))
+        return history
 
     def _keep_covered(self, session_id: str, epoch: str) -> None:
         """The session's covered records kept for this job if read in ``epoch``."""

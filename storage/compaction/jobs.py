@@ -23,6 +23,7 @@ from domain.policy.parsed import policy_of
 from storage.compaction import summaries
 from storage.records.frontier import thread_frontier
 from storage.records.threads import (
+    inherited_range,
     records_by_id,
     snapshot_boundary,
     thread_records,
@@ -85,6 +86,13 @@ class CompactionJobs(Protocol):
         """The records a thread sees from before its run, except ``covered`` ones (its
         parent summary's), and the run's snapshot boundary
         (``through_session_sequence``) — a child thread inherits none (R13.1)."""
+
+    async def inherited_after(
+        self, session_id: str, run_id: str, instance_id: str, after: int, covered: frozenset[str]
+    ) -> tuple[list[RecordView], int] | None:
+        """``inherited_view``'s records after sequence ``after`` only, and the boundary:
+        what a history kept through ``after`` goes on with. None when none can: a child
+        thread, or a run whose boundary is before ``after`` (a resumed older run)."""
 
     async def thread_view(
         self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
@@ -188,19 +196,24 @@ class PgCompactionJobs:
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
     ) -> tuple[list[RecordView], int]:
         async with self.pool.acquire() as conn:
-            through = await snapshot_boundary(conn, session_id, run_id)
-            main = await conn.fetchval(
-                "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
-                session_id,
-                run_id,
-            )
-            if main != instance_id:
+            through, main = await _boundary(conn, session_id, run_id, instance_id)
+            if not main:
                 # A child thread summarizes its own records only (R13.1); the background
                 # its parent transferred stays the parent's.
                 return [], through
             # What the parent summary covers is never summarized again: a long history is
             # not read (with its content) for every job.
             return await uncovered_records(conn, session_id, through, covered), through
+
+    async def inherited_after(
+        self, session_id: str, run_id: str, instance_id: str, after: int, covered: frozenset[str]
+    ) -> tuple[list[RecordView], int] | None:
+        async with self.pool.acquire() as conn:
+            through, main = await _boundary(conn, session_id, run_id, instance_id)
+            if not main or through < after:
+                return None
+            tail = await inherited_range(conn, session_id, after, through)
+        return [r for r in tail if r.record_id not in covered], through
 
     async def thread_view(
         self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
@@ -221,3 +234,14 @@ class PgCompactionJobs:
             if tokens > max_tokens:
                 return None
             return await records_by_id(conn, session_id, list(ids))
+
+
+async def _boundary(
+    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+) -> tuple[int, bool]:
+    """A run's snapshot boundary, and whether ``instance_id`` is its main thread."""
+    through = await snapshot_boundary(conn, session_id, run_id)
+    main = await conn.fetchval(
+        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", session_id, run_id
+    )
+    return through, main == instance_id

@@ -212,6 +212,14 @@ async def uncovered_records(
     return [record_view(r) for r in rows]
 
 
+async def inherited_range(
+    conn: asyncpg.Connection, session_id: str, after: int, through: int
+) -> list[RecordView]:
+    """The inherited records after sequence ``after``, through ``through``: those a view
+    kept through ``after`` goes on with (a range of the session, not its history)."""
+    return [record_view(r) for r in await conn.fetch(_INHERITED_TAIL, session_id, after, through)]
+
+
 async def thread_records(
     conn: asyncpg.Connection,
     session_id: str,

@@ -9,6 +9,7 @@ import asyncpg
 import pytest
 
 from domain.context.rendering import RecordView, ThreadRenderer
+from storage.compaction.jobs import PgCompactionJobs
 from storage.compaction.view_state import load_view_state
 from storage.records.threads import (
     PgThreads,
@@ -70,7 +71,16 @@ async def test_a_new_run_reads_the_records_it_shows_and_counts_the_covered_ones(
         # the records before it as read then, the tail after it read alone.
         cuts = sorted({0, 1, through // 3, through // 2, through - 1})
         heads = [await inherited_view(conn, sid, cut, covered) for cut in cuts]
+        # a compaction job's view goes on the same way (services.compaction.job_records)
+        kept = [await uncovered_records(conn, sid, cut, covered) for cut in cuts]
     tails = [await PgThreads(db).inherited_tail(sid, cut, through, covered) for cut in cuts]
+    jobs = PgCompactionJobs(db)
+    for head_records, cut in zip(kept, cuts, strict=True):
+        found = await jobs.inherited_after(sid, run.run_id, run.instance_id, cut, covered)
+        assert found is not None and found[1] == through
+        assert [r.record_id for r in head_records + found[0]] == [r.record_id for r in uncovered]
+    later = await jobs.inherited_after(sid, run.run_id, run.instance_id, through + 1, covered)
+    assert later is None  # a history kept past this run's boundary cannot serve it
     assert covered and shown.unread > 0  # a summarized history: most of it not read
     assert len(shown.records) + shown.unread == len(every)
     assert [r.record_id for r in uncovered] == [

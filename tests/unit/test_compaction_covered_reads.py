@@ -5,6 +5,7 @@ A revocation (a new epoch) reads everything again (R15.3)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -164,3 +165,45 @@ async def test_ids_found_over_the_limit_answer_their_supersets_without_a_read() 
     assert await views.covered("ses_1", more, 10_000) is not None
     assert await views.covered("ses_1", frozenset(list(ids)[:2]), 100) is not None
     assert len(jobs.covered_reads) == 2
+
+
+class WholeReads(CountingJobs):
+    """Never continues a history: every job reads its inherited view whole."""
+
+    async def inherited_after(
+        self, session_id: str, run_id: str, instance_id: str, after: int, covered: frozenset[str]
+    ) -> tuple[list[RecordView], int] | None:
+        return None
+
+
+def _whole_reads(jobs: CountingJobs) -> int:
+    return sum(1 for what, after, _ in jobs.reads if what == "inherited" and after == 0)
+
+
+@pytest.mark.spec("R2.2", "R11.8")
+async def test_a_new_runs_job_goes_on_from_the_history_an_earlier_job_read() -> None:
+    # every job of the chain is a new run's: its inherited view is the session's history
+    kept = CountingJobs(history(RUNS, tokens=40))
+    bodies = await _chain(kept)
+    assert _whole_reads(kept) == 1  # the first job's; each later one read what came after it
+    again = WholeReads(history(RUNS, tokens=40))
+    assert await _chain(again) == bodies  # the same summaries as reading it whole each time
+    assert _whole_reads(again) == len(bodies)
+    # a revocation (a new epoch) reads the history whole again, once
+    revoked = CountingJobs(history(RUNS, tokens=40))
+    assert len(await _chain(revoked, revoke_at=7)) == len(bodies)
+    assert _whole_reads(revoked) == 2
+
+
+@pytest.mark.spec("R13.1")
+async def test_a_child_threads_job_leaves_the_sessions_history_as_it_was() -> None:
+    jobs = CountingJobs(history(RUNS, tokens=40))
+    views = JobRecords(jobs)
+    whole = WholeReads(history(RUNS, tokens=40))
+    first = await views.view(_request(0, 6, None), frozenset())
+    child = dataclasses.replace(_request(1, 9, None), instance_id="ins_child")
+    assert await views.view(child, frozenset()) == []  # a child inherits nothing
+    later = await views.view(_request(2, 12, None), frozenset())
+    assert later == await JobRecords(whole).view(_request(2, 12, None), frozenset())
+    assert first and len(later) > len(first)
+    assert _whole_reads(jobs) == 2  # the first main view's, and the child's own

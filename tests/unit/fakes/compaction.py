@@ -103,20 +103,37 @@ class FakeCompactionJobs:
     def _main(self, r: RecordView) -> bool:
         return r.instance_id == f"ins_{(r.run_id or '_').split('_')[-1]}"
 
+    def _through(self, run_id: str) -> int:
+        """The run's snapshot: everything before its question."""
+        first = min((r.session_sequence for r in self.records if r.run_id == run_id), default=1)
+        return first - 1
+
+    def _inherited(self, after: int, through: int, covered: frozenset[str]) -> list[RecordView]:
+        return [
+            r
+            for r in self.records
+            if after < r.session_sequence <= through
+            and self._main(r)
+            and r.record_id not in covered
+        ]
+
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
     ) -> tuple[list[RecordView], int]:
-        first = min((r.session_sequence for r in self.records if r.run_id == run_id), default=1)
-        through = first - 1  # the run's snapshot: everything before its question
+        through = self._through(run_id)
         self.reads.append(("inherited", 0, through))
         if instance_id != f"ins_{run_id.split('_')[-1]}":
             return [], through  # a child thread inherits nothing (R13.1)
-        view = [
-            r
-            for r in self.records
-            if r.session_sequence <= through and self._main(r) and r.record_id not in covered
-        ]
-        return view, through
+        return self._inherited(0, through, covered), through
+
+    async def inherited_after(
+        self, session_id: str, run_id: str, instance_id: str, after: int, covered: frozenset[str]
+    ) -> tuple[list[RecordView], int] | None:
+        through = self._through(run_id)
+        self.reads.append(("inherited", after, through))
+        if instance_id != f"ins_{run_id.split('_')[-1]}" or through < after:
+            return None
+        return self._inherited(after, through, covered), through
 
     async def thread_view(
         self, session_id: str, run_id: str, instance_id: str, after: int, upto: int
