@@ -21,6 +21,7 @@ from domain.frontier import Frontier
 from domain.policy.context_policy import ContextPolicy, validate_policy
 from domain.policy.parsed import policy_of
 from storage.compaction import summaries
+from storage.records import processing
 from storage.records.frontier import thread_frontier
 from storage.records.threads import (
     inherited_range,
@@ -241,7 +242,4 @@ async def _boundary(
 ) -> tuple[int, bool]:
     """A run's snapshot boundary, and whether ``instance_id`` is its main thread."""
     through = await snapshot_boundary(conn, session_id, run_id)
-    main = await conn.fetchval(
-        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", session_id, run_id
-    )
-    return through, main == instance_id
+    return through, await processing.main_instance_id(conn, session_id, run_id) == instance_id
