@@ -236,7 +236,7 @@ async def _every_due_question_compacts(
     )
     assert st["deferral_reason"] is None and st["current_summary_id"] is not None
     # The view stays bounded: it never grows question after question towards the budget.
-    assert max(s.estimates[-4:]) < s.estimates[-5] + 400, s.estimates
+    assert max(s.estimates[-4:]) < s.estimates[-5] + 400, f"{s.estimates}\n{await s.story()}"
 
 
 @pytest.mark.spec("R11.8", "R9.4", "R15.3")

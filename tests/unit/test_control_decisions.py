@@ -32,8 +32,10 @@ NOW = 1_700_000_000_000
 BUDGET = 1000
 
 
-def obs(estimated: int, compressible: int = 600) -> BudgetObservation:
-    return BudgetObservation(estimated, BUDGET, 100, 50, compressible, 7, None, "fp", "pol-1")
+def obs(
+    estimated: int, compressible: int = 600, summary: str | None = "sum-0"
+) -> BudgetObservation:
+    return BudgetObservation(estimated, BUDGET, 100, 50, compressible, 7, summary, "fp", "pol-1")
 
 
 def inputs(estimated: int, **kw: object) -> ObservationInputs:
@@ -170,6 +172,21 @@ def test_a_job_starts_exactly_from_the_ratio_threshold(estimated: int) -> None:
     assert fx.report.kind == ("job_started" if starts else "none")
     # Every check resyncs the estimate with what Prepare measured.
     assert fx.state["view_tokens"] == estimated - 50
+
+
+@pytest.mark.spec("R7.8")
+def test_a_view_measured_under_a_summary_committed_over_since_keeps_the_processors_estimate() -> (
+    None
+):
+    """Prepare measured the view under ``sum-0``; the processor committed ``sum-1`` (which
+    replaced the covered tokens by its own) before it read the observation: the
+    measurement would undo that, so the estimate is left as the commit made it."""
+    stale = inputs(900, observation=obs(900, summary="sum-0"), summary_id="sum-1")
+    fx = decide(stale)[1]
+    assert "view_tokens" not in fx.state
+    assert (fx.state["fixed_overhead"], fx.state["input_budget"]) == (50, BUDGET)
+    fresh = inputs(900, observation=obs(900, summary="sum-1"), summary_id="sum-1")
+    assert decide(fresh)[1].state["view_tokens"] == 900 - 50
 
 
 def test_a_redelivered_observation_republishes_only_a_waiting_request() -> None:

@@ -130,20 +130,29 @@ def _expiry(inp: ObservationInputs, now_ms: int) -> ControlEffects:
     return ControlEffects(ev.session_id, inp.lineage, state, finished, notes=notes)
 
 
+def _measured(inp: ObservationInputs) -> dict[str, Any]:
+    """What the observation tells the state of the view's size. The pre-emptive estimate
+    is resynced with what Prepare measured if Prepare measured the view under the summary
+    it now counts from: a view measured under a summary committed over since would undo
+    that commit's replacement of its covered tokens."""
+    obs = inp.observation
+    state: dict[str, Any] = {
+        "fixed_overhead": obs.fixed_overhead,
+        "input_budget": obs.input_budget,
+        "required_tokens": obs.required_tokens,
+    }
+    if obs.summary_id == inp.summary_id:
+        state["view_tokens"] = obs.estimated_input - obs.fixed_overhead
+    return state
+
+
 def observation_effects(
     inp: ObservationInputs, verdict: ObservationVerdict, start: JobStart | None, now_ms: int
 ) -> ControlEffects:
     """The writes and publishes of one checked observation. ``start`` is required exactly
     when ``verdict.starts_job``."""
     obs, decision = inp.observation, verdict.decision
-    # Resync the pre-emptive estimate with what Prepare really measured (drift fix).
-    state: dict[str, Any] = {
-        **verdict.expiry.state,
-        "fixed_overhead": obs.fixed_overhead,
-        "input_budget": obs.input_budget,
-        "view_tokens": obs.estimated_input - obs.fixed_overhead,
-        "required_tokens": obs.required_tokens,
-    }
+    state = {**verdict.expiry.state, **_measured(inp)}
     new_job: NewJob | None = None
     job_id: str | None = None
     reason: str | None
