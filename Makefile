@@ -53,14 +53,20 @@ client-check: setup ## A client generated from docs/openapi.json type-checks tes
 
 # The unit tests (CPU-bound, ~1 min, no services) run beside the checks (a cold mypy is
 # a core for ~40 s; the checks' output is kept and printed after the unit tests'), then
-# everything else against the real stack, alone. Either failing fails the target.
+# everything else against the real stack. Each pytest runs on TEST_WORKERS processes
+# (pytest-xdist; 0: in one process): the tests against the stack wait on it half of the
+# time, so two workers take ~5 min where one takes ~8 on our 2-core machines. A test
+# module runs whole on one worker (--dist loadfile: its module fixtures start once);
+# each worker has its own database and services (tests/conftest.py). Either failing
+# fails the target.
+TEST_WORKERS ?= 2
 test: setup ## ruff + mypy + the generated-client check beside the unit tests, then all other tests against the real stack; JUnit XML in build/test-results/
 	@mkdir -p $(dir $(JUNIT))
 	@$(MAKE) --no-print-directory -j3 lint typecheck client-check >$(CHECKS_LOG) 2>&1 & checks=$$!; \
-	$(PY) -m pytest tests/unit -ra --junitxml=$(JUNIT_UNIT); unit=$$?; \
+	$(PY) -m pytest tests/unit -ra -n $(TEST_WORKERS) --junitxml=$(JUNIT_UNIT); unit=$$?; \
 	wait $$checks; rc=$$?; cat $(CHECKS_LOG); \
 	if [ $$rc -ne 0 ]; then echo "[test] lint/typecheck/client-check FAILED (exit $$rc, above)"; fi; \
-	$(PY) -m pytest -ra --junitxml=$(JUNIT) --ignore=tests/unit; tests=$$?; \
+	$(PY) -m pytest -ra -n $(TEST_WORKERS) --dist loadfile --junitxml=$(JUNIT) --ignore=tests/unit; tests=$$?; \
 	$(PY) -m tests.support.junit_merge $(JUNIT_UNIT) $(JUNIT); \
 	for code in $$unit $$rc $$tests; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 

@@ -8,6 +8,7 @@ cannot be had is a test failure, never a skip — in CI and everywhere else.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import shutil
@@ -75,12 +76,18 @@ def _testcontainers() -> Iterator[Stack]:
 
 
 def _deploy_scripts() -> Stack:
-    proc = subprocess.run(
-        ["bash", str(REPO / "deploy" / "stack.sh"), "up"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # One `stack.sh up` at a time: each pytest-xdist worker resolves the stack, and two
+    # starting it at once on a fresh machine would both start PostgreSQL and Kafka.
+    lock_path = REPO / ".state" / "stack-up.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        proc = subprocess.run(
+            ["bash", str(REPO / "deploy" / "stack.sh"), "up"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     if proc.returncode != 0:
         raise StackUnavailable(
             f"deploy/stack.sh up failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n"
