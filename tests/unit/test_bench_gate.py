@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from benchmarks import compare
 from benchmarks.compare import (
     GATED,
+    PREP_BATCH,
+    PREP_BATCHES,
     _probe,
     gate_skip,
     gate_verdicts,
@@ -72,6 +75,28 @@ def test_the_probe_reader_names_the_gated_measures() -> None:
     assert {k: _probe(probe)[k] for k in GATED} == {CPU: 300.0, STEP: 60.0, P99: 12.0}
 
 
+def test_the_probe_reader_shows_each_process_without_gating_it() -> None:
+    steps = {"ours": 60.0, "processor": 20.0, "postgres": 15.0, "pg:processor": 9.0}
+    probe = {
+        "agents": {"agents": 8, "cpu_ms_per_step": steps, "steps_per_s": 9.0,
+                   "prepare_p99_ms": 800.0},
+        "processor_cpu_us_per_event": 300.0,
+        "prepare": {"records": 10_001, "server_p50_ms": 5.0, "server_p99_ms": 12.0},
+    }  # fmt: skip
+    shares = {k: v for k, v in _probe(probe).items() if k.startswith("CPU ms per agent step, ")}
+    assert shares == {
+        "CPU ms per agent step, our processes (8 agents)": 60.0,
+        "CPU ms per agent step, processor (8 agents)": 20.0,
+        "CPU ms per agent step, postgres (8 agents)": 15.0,
+    }
+    before = summarize([_probe(probe)] * 2)
+    slower = {**steps, "processor": 80.0}
+    after = summarize(
+        [_probe({**probe, "agents": {**probe["agents"], "cpu_ms_per_step": slower}})] * 2
+    )
+    assert set(gate_verdicts(before, after).values()) == {"ok"}  # only "ours" is gated
+
+
 def test_the_baseline_is_the_first_word_outside_comments(tmp_path: Path) -> None:
     f = tmp_path / "gate-baseline"
     f.write_text("# how it is updated\n\n  " + "a" * 40 + "  landed # note\n" + "b" * 40 + "\n")
@@ -93,3 +118,38 @@ def test_a_baseline_missing_from_the_clone_or_unchanged_is_reported_not_compared
     assert gate_skip("0" * 40, "HEAD") == "no baseline: 000000000000 is not in this clone"
     assert gate_skip(head, "HEAD") == f"no change since the baseline {head[:12]}"
     assert gate_skip(git("rev-list", "--max-parents=0", "HEAD").split()[0], "HEAD") is None
+
+
+def test_the_sides_take_turns_going_first(monkeypatch: Any, tmp_path: Path) -> None:
+    """What runs second meets what the first left running: each round starts with the
+    other side, for its agents and for its first batch of prepares."""
+    calls: list[tuple[str, str]] = []
+
+    class Probe:
+        def __init__(self, wt: Path, log_path: Path) -> None:
+            self.side = wt.name
+
+        def until(self, prefix: str) -> str:
+            return prefix
+
+        def ask(self, command: str, answer: str) -> Any:
+            calls.append((self.side, command.split()[0]))
+            if command == "round":
+                level = {"agents": 8, "cpu_ms_per_step": {"ours": 10.0}}
+                level |= {"steps_per_s": 1.0, "prepare_p99_ms": 1.0}
+                return {"agents": level, "processor_cpu_us_per_event": 1.0}
+            return [1.0] * PREP_BATCH
+
+        def close(self) -> int:
+            return 0
+
+    monkeypatch.setattr(compare, "_Driven", Probe)
+    monkeypatch.setattr(compare, "REPO", tmp_path)
+    trees = {"before": tmp_path / "before", "after": tmp_path / "after"}
+    runs, failures = compare.driven_rounds(trees, 3)
+    assert [len(r) for r in runs.values()] == [3, 3] and failures == {"before": [], "after": []}
+    per_round = 2 + 2 * PREP_BATCHES
+    rounds = [calls[i : i + per_round] for i in range(0, len(calls), per_round)]
+    firsts = [[side for side, what in r if what == "round"] for r in rounds]
+    assert firsts == [["before", "after"], ["after", "before"], ["before", "after"]]
+    assert [r[2][0] for r in rounds] == ["before", "after", "before"]  # the first batch
