@@ -51,6 +51,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks import proc_cpu
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "build" / "bench" / "compare.json"
 
@@ -106,6 +108,10 @@ PREP_BATCHES, PREP_BATCH = 6, 20
 # sys.path), not from the side's worktree: one workload for both sides.
 OWN_SCRIPT = {"gate_probe"}
 GATE_LIMIT = 0.25
+# Before each side's agents and before the prepares, the machine is let settle: until a
+# half second passes with less than this share of its CPU busy (both sides' idle
+# services poll), at most SETTLE_MAX_S.
+SETTLE_BUSY, SETTLE_MAX_S, SETTLE_STEP_S = 0.2, 20.0, 0.5
 
 Metrics = dict[str, float]
 
@@ -372,16 +378,29 @@ class _Driven:
         return rc
 
 
+def settle() -> float:
+    """Wait until what ran before has finished on the machine (a side's compaction jobs,
+    its processor catching up, PostgreSQL's autovacuum of its writes); the seconds
+    waited."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < SETTLE_MAX_S:
+        before = proc_cpu.snapshot()
+        time.sleep(SETTLE_STEP_S)
+        if proc_cpu.busy_share(before, proc_cpu.snapshot()) < SETTLE_BUSY:
+            break
+    return time.monotonic() - t0
+
+
 def driven_rounds(
     trees: dict[str, Path], n: int
 ) -> tuple[dict[str, list[Metrics]], dict[str, list[str]]]:
     """The gate's ``n`` rounds: both sides' probes start together, each with its own
     services, which stay up; a round is each side's agents and burst in turn, then their
     prepares in alternating batches (``PREP_BATCHES`` of ``PREP_BATCH`` each), so that
-    both see the same machine. The side that goes first changes every round: the second
-    meets what the first left running (its compaction jobs, its processor catching up,
-    its Prepare's garbage), and a side always second measured 7% more CPU per step and
-    a slower prepare p99 on the same code."""
+    both see the same machine. What ran before is let finish (``settle``) before each
+    side's agents and before the prepares, and the side that goes first changes every
+    round: a side always second, meeting what the first left running, measured 1.06x the
+    CPU per step and 1.4x PostgreSQL's share on the same code."""
     logs = REPO / "build" / "bench" / "compare-logs"
     logs.mkdir(parents=True, exist_ok=True)
     probes = {side: _Driven(wt, logs / f"gate-{side}.log") for side, wt in trees.items()}
@@ -399,8 +418,12 @@ def driven_rounds(
     for i in range(n):
         t0 = time.monotonic()
         order = ("before", "after") if i % 2 == 0 else ("after", "before")
-        rows = {side: ask(side, "round", "ROUND", i) for side in order}
+        rows = {}
+        for side in order:
+            settle()
+            rows[side] = ask(side, "round", "ROUND", i)
         times: dict[str, list[float]] = {"before": [], "after": []}
+        settle()
         for _ in range(PREP_BATCHES):
             for side in order:
                 times[side] += ask(side, f"prep {PREP_BATCH}", "PREP", i) or []

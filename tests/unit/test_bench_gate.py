@@ -120,8 +120,11 @@ def test_a_baseline_missing_from_the_clone_or_unchanged_is_reported_not_compared
     assert gate_skip(git("rev-list", "--max-parents=0", "HEAD").split()[0], "HEAD") is None
 
 
-def test_the_sides_take_turns_going_first(monkeypatch: Any, tmp_path: Path) -> None:
-    """What runs second meets what the first left running: each round starts with the
+def test_the_sides_take_turns_going_first_on_a_settled_machine(
+    monkeypatch: Any, tmp_path: Path
+) -> None:
+    """What runs second meets what the first left running: the machine is let settle
+    before each side's agents and before the prepares, and each round starts with the
     other side, for its agents and for its first batch of prepares."""
     calls: list[tuple[str, str]] = []
 
@@ -144,12 +147,17 @@ def test_the_sides_take_turns_going_first(monkeypatch: Any, tmp_path: Path) -> N
             return 0
 
     monkeypatch.setattr(compare, "_Driven", Probe)
+    monkeypatch.setattr(compare, "settle", lambda: calls.append(("", "settle")) or 0.0)
     monkeypatch.setattr(compare, "REPO", tmp_path)
     trees = {"before": tmp_path / "before", "after": tmp_path / "after"}
     runs, failures = compare.driven_rounds(trees, 3)
     assert [len(r) for r in runs.values()] == [3, 3] and failures == {"before": [], "after": []}
-    per_round = 2 + 2 * PREP_BATCHES
+    per_round = 3 + 2 + 2 * PREP_BATCHES
     rounds = [calls[i : i + per_round] for i in range(0, len(calls), per_round)]
     firsts = [[side for side, what in r if what == "round"] for r in rounds]
     assert firsts == [["before", "after"], ["after", "before"], ["before", "after"]]
-    assert [r[2][0] for r in rounds] == ["before", "after", "before"]  # the first batch
+    assert [r[5][0] for r in rounds] == ["before", "after", "before"]  # the first batch
+    # What ran before is let finish before each side's agents and before the prepares.
+    assert [[what for _, what in r[:5]] for r in rounds] == [
+        ["settle", "round", "settle", "round", "settle"]
+    ] * 3
