@@ -8,6 +8,8 @@ import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
@@ -23,10 +25,12 @@ logging.getLogger("tests.stack").setLevel(logging.INFO)
 os.environ.setdefault("ALC_TOPIC_PARTITIONS", "4")
 # CI tries the same examples on every run, so a red CI is reproducible and is about the
 # change it ran on; local runs keep drawing new examples (and keep the failing ones in
-# .hypothesis/), which is where the property tests find edges.
-settings.register_profile("ci", derandomize=True, print_blob=True)
-if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-    settings.load_profile("ci")
+# .hypothesis/), which is where the property tests find edges. Neither has a deadline
+# per example: the tests run on two workers beside the type checker, and an example's
+# time there is the machine's load, not the code's.
+settings.register_profile("ci", derandomize=True, print_blob=True, deadline=None)
+settings.register_profile("local", deadline=None)
+settings.load_profile("ci" if os.environ.get("CI", "").lower() in ("1", "true", "yes") else "local")
 
 
 @pytest.fixture(autouse=True)
@@ -38,10 +42,30 @@ def _record_spec(request: pytest.FixtureRequest, record_property) -> None:  # ty
         record_property("spec", ",".join(sorted(set(ids))))
 
 
+# Where each test session's stack came from: a pytest-xdist worker's output is not
+# shown, so each writes it here and the run prints it at its end.
+STACK_LOG = Path(__file__).resolve().parents[1] / "build" / "test-results" / "stack.log"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller, or a run on its own
+        STACK_LOG.unlink(missing_ok=True)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if STACK_LOG.exists():
+        for line in sorted(set(STACK_LOG.read_text().splitlines())):
+            terminalreporter.write_line(line)
+
+
 @pytest.fixture(scope="session")
 def stack() -> Iterator[Stack]:
     with resolve_stack() as st:
-        print(f"\n[tests] stack from {st.source}: kafka={st.kafka_bootstrap} pg={st.pg_dsn}")
+        chosen = f"[tests] stack from {st.source}: kafka={st.kafka_bootstrap} pg={st.pg_dsn}"
+        print(f"\n{chosen}")
+        STACK_LOG.parent.mkdir(parents=True, exist_ok=True)
+        with STACK_LOG.open("a") as f:
+            f.write(chosen + "\n")
         # Raw clients and Settings() in this process authenticate as the stack expects.
         os.environ.update(dict(st.auth_env))
         yield st
