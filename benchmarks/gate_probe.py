@@ -18,10 +18,10 @@ builds its view; then each round measures:
    ``benchmarks.run`` ingests) sent at once, the processor's CPU (its offloaded child
    included) from the send until the last one is committed, per event;
 3. Prepare's p99 at 10k records: ``--prepare-calls`` prepares of the seeded thread, one
-   at a time: the server's assemble time (``timing.assemble_ms``) p50 and p99, as
-   ``benchmarks.run`` measures it (warm). ``--driven``, the driver asks for them in
-   batches, the two sides' batches alternating (a machine's load moves within a round:
-   the sides see the same).
+   at a time, once the round's writes are analyzed: the server's assemble time
+   (``timing.assemble_ms``) p50 and p99, as ``benchmarks.run`` measures it (warm).
+   ``--driven``, the driver asks for them in batches, the two sides' batches
+   alternating (a machine's load moves within a round: the sides see the same).
 
 Without ``--driven``: one round; ``build/bench/gate_probe.json`` under the cwd.
 """
@@ -146,6 +146,18 @@ async def ingest(w: World, n: int) -> float:
     return us
 
 
+async def analyze(w: World) -> None:
+    """``ANALYZE`` the side's database after a round's writes, as ``benchmarks.run`` does
+    before it times prepares: a real session of 10k records has been analyzed by
+    autovacuum, while here when autovacuum gets to a round's writes (its agents, its
+    burst of 5,000 events) is chance, and the prepares' plans with it."""
+    pool = await create_pool(w.s.pg_dsn, 1, 1)
+    try:
+        await pool.execute("ANALYZE")
+    finally:
+        await pool.close()
+
+
 async def prepare_times(w: World, calls: int) -> list[float]:
     """``calls`` prepares of the seeded thread, one at a time: the server's assemble
     times (ms)."""
@@ -175,6 +187,7 @@ async def probe(w: World, args: argparse.Namespace, prepares: bool = True) -> di
     steps = await ag.level(w.c, w.agents_release, lv, w.services, w.s, w.db)
     log(ag.line(steps))
     out = {"agents": steps, "processor_cpu_us_per_event": round(await ingest(w, args.events), 1)}
+    await analyze(w)
     if prepares:
         out["prepare"] = row = prepare_row(await prepare_times(w, args.prepare_calls))
         log(f"prepare at {args.records} records: server p50 {row['server_p50_ms']} ms,"
