@@ -146,18 +146,6 @@ async def ingest(w: World, n: int) -> float:
     return us
 
 
-async def analyze(w: World) -> None:
-    """``ANALYZE`` the side's database after a round's writes, as ``benchmarks.run`` does
-    before it times prepares: a real session of 10k records has been analyzed by
-    autovacuum, while here when autovacuum gets to a round's writes (its agents, its
-    burst of 5,000 events) is chance, and the prepares' plans with it."""
-    pool = await create_pool(w.s.pg_dsn, 1, 1)
-    try:
-        await pool.execute("ANALYZE")
-    finally:
-        await pool.close()
-
-
 async def prepare_times(w: World, calls: int) -> list[float]:
     """``calls`` prepares of the seeded thread, one at a time: the server's assemble
     times (ms)."""
@@ -187,7 +175,10 @@ async def probe(w: World, args: argparse.Namespace, prepares: bool = True) -> di
     steps = await ag.level(w.c, w.agents_release, lv, w.services, w.s, w.db)
     log(ag.line(steps))
     out = {"agents": steps, "processor_cpu_us_per_event": round(await ingest(w, args.events), 1)}
-    await analyze(w)
+    # ANALYZE the round's writes, as benchmarks.run does before it times prepares: a real
+    # session of 10k records has been analyzed by autovacuum, while here when autovacuum
+    # gets to a round's writes (its agents, its burst) is chance, and the plans with it.
+    await admin(w.s.pg_dsn, "ANALYZE")
     if prepares:
         out["prepare"] = row = prepare_row(await prepare_times(w, args.prepare_calls))
         log(f"prepare at {args.records} records: server p50 {row['server_p50_ms']} ms,"
