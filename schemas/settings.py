@@ -61,6 +61,16 @@ class Settings(BaseSettings):
     pg_password: SecretStr | None = None
     pg_pool_min: int = 2
     pg_pool_max: int = 10
+    # PostgreSQL's plan_cache_mode on the services' connections. "force_generic_plan": a
+    # prepared statement is planned once per connection (again after its tables'
+    # statistics change), not on every call: with "auto" the server re-planned many of
+    # our short statements on every call, ~0.4-0.9 ms each where running one costs
+    # ~0.03-0.1 (a third of PostgreSQL's CPU under many agents; docs/scaling.md). The
+    # few statements whose best plan depends on their arguments ask for a custom plan
+    # themselves (storage.records.threads).
+    pg_plan_cache_mode: Literal["auto", "force_generic_plan", "force_custom_plan"] = (
+        "force_generic_plan"
+    )
 
     topic_records: str = "ctx.records"
     topic_committed: str = "ctx.records.committed"

@@ -73,10 +73,19 @@ for _name in (
     setattr(_Connection, _name, _translating(_name))
 
 
-async def create_pool(dsn: str, min_size: int = 2, max_size: int = 10) -> asyncpg.Pool:
+async def create_pool(
+    dsn: str, min_size: int = 2, max_size: int = 10, *, plan_cache_mode: str = "auto"
+) -> asyncpg.Pool:
+    """A pool whose connections raise our errors; ``plan_cache_mode`` is PostgreSQL's
+    setting of that name on each connection (``Settings.pg_plan_cache_mode``)."""
     try:
         pool = await asyncpg.create_pool(
-            dsn, min_size=min_size, max_size=max_size, init=_init, connection_class=_Connection
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            init=_init,
+            connection_class=_Connection,
+            server_settings={"plan_cache_mode": plan_cache_mode},
         )
     except (OSError, asyncpg.PostgresError) as exc:
         raise StorageUnavailable(

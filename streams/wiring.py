@@ -67,4 +67,6 @@ def gain_settings(settings: Settings) -> GainSettings:
 async def open_pool(settings: Settings) -> asyncpg.Pool:
     # Its own login (storage/roles.py); migrations run as pg_dsn's owner.
     dsn = dsn_of(settings, "processor")
-    return await create_pool(dsn, settings.pg_pool_min, settings.pg_pool_max)
+    return await create_pool(
+        dsn, settings.pg_pool_min, settings.pg_pool_max, plan_cache_mode=settings.pg_plan_cache_mode
+    )

@@ -58,7 +58,9 @@ async def run(settings: Settings) -> None:
     await apply_dsn(configured_dsn(settings))
     await require_topics(settings, "analytics")
     # Two connections: one writes a batch while the other looks up new sessions' dimensions.
-    pool = await create_pool(dsn_of(settings, "analytics"), 1, 2)  # its own login
+    pool = await create_pool(  # its own login
+        dsn_of(settings, "analytics"), 1, 2, plan_cache_mode=settings.pg_plan_cache_mode
+    )
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port)
     consumer = consumer_of(settings)

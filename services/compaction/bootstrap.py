@@ -196,7 +196,9 @@ async def start(settings: Settings) -> Running:
     await require_topics(settings, "compaction")
     # A connection per concurrent job, and one for the loop's own reads.
     dsn = dsn_of(settings, "compaction")  # its own login (storage/roles.py)
-    pool: asyncpg.Pool = await create_pool(dsn, 1, settings.compaction_concurrency + 1)
+    pool: asyncpg.Pool = await create_pool(
+        dsn, 1, settings.compaction_concurrency + 1, plan_cache_mode=settings.pg_plan_cache_mode
+    )
     # linger 0: a job's outcome is one message, sent and waited for on its own.
     # Outcomes on the records topic carry the compaction service's envelope.
     publisher = AiokafkaPublisher(

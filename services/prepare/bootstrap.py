@@ -274,7 +274,9 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     await apply_dsn(configured_dsn(settings))
     await ensure_topics(settings, role="prepare")
     dsn = dsn_of(settings, "prepare")  # its own login (storage/roles.py)
-    pool = await create_pool(dsn, settings.pg_pool_min, settings.pg_pool_max)
+    pool = await create_pool(
+        dsn, settings.pg_pool_min, settings.pg_pool_max, plan_cache_mode=settings.pg_plan_cache_mode
+    )
     # Run lifecycle events and budget observations carry Prepare's envelope.
     publisher = AiokafkaPublisher(
         settings.kafka_bootstrap,

@@ -100,15 +100,21 @@ async def _load_runs_and_threads(
     if not runs:
         return
     # One round trip: the runs, then the threads (``what``), their columns side by side.
+    # Each key is looked up by its primary key (LATERAL ... OFFSET 0 keeps the lookup per
+    # key): joined as a set, a generic plan (the keys' count unknown) hashed every row of
+    # both tables instead, ~0.5 ms a batch at 1,000 runs and growing.
     for r in await conn.fetch(
         "SELECT 'run' AS what, u.session_id, u.run_id, u.main_instance_id, u.status,"
         " u.resumes, u.ends, u.refused_resumes, NULL::text AS instance_id,"
-        " NULL::bigint AS next_instance_sequence FROM runs u"
-        " JOIN unnest($1::text[], $2::text[]) AS k(session_id, run_id) USING (session_id, run_id)"
+        " NULL::bigint AS next_instance_sequence"
+        " FROM unnest($1::text[], $2::text[]) AS k(session_id, run_id)"
+        " CROSS JOIN LATERAL (SELECT * FROM runs x WHERE x.session_id = k.session_id"
+        "   AND x.run_id = k.run_id OFFSET 0) u"
         " UNION ALL SELECT 'thread', t.session_id, t.run_id, NULL, NULL, NULL, NULL, NULL,"
-        " t.instance_id, t.next_instance_sequence FROM threads t"
-        " JOIN unnest($3::text[], $4::text[], $5::text[]) AS k(session_id, run_id, instance_id)"
-        " USING (session_id, run_id, instance_id)",
+        " t.instance_id, t.next_instance_sequence"
+        " FROM unnest($3::text[], $4::text[], $5::text[]) AS k(session_id, run_id, instance_id)"
+        " CROSS JOIN LATERAL (SELECT * FROM threads x WHERE x.session_id = k.session_id"
+        "   AND x.run_id = k.run_id AND x.instance_id = k.instance_id OFFSET 0) t",
         [s for s, _ in runs],
         [r for _, r in runs],
         [s for s, _, _ in threads],
