@@ -162,13 +162,15 @@ async def _main_row(
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
         "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
         f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
-        # The committed summaries of the chain, newest first (one round trip).
-        f" ARRAY({_CHAIN} SELECT summary_id FROM chain WHERE status = 'committed'"
-        "  ORDER BY depth) AS chain,"
-        f" ({_CHAIN} SELECT parent_summary_id IS NOT NULL FROM chain"
-        "  ORDER BY depth DESC LIMIT 1) AS more"
+        # The committed summaries of the chain, newest first, and whether it goes on
+        # past the deepest one read: one walk, in the same round trip.
+        " coalesce(w.chain, '{}') AS chain, w.more"
         " FROM b, sessions s LEFT JOIN compaction_state c"
         " ON c.session_id = s.session_id AND c.lineage = 'main'"
+        f" LEFT JOIN LATERAL ({_CHAIN} SELECT"
+        "  array_agg(summary_id ORDER BY depth) FILTER (WHERE status = 'committed') AS chain,"
+        "  (array_agg(parent_summary_id IS NOT NULL ORDER BY depth DESC))[1] AS more"
+        "  FROM chain) w ON true"
         " WHERE s.session_id = $1",
         session_id,
         through,

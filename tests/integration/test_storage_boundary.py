@@ -53,3 +53,32 @@ async def test_a_commit_postgresql_refuses_arrives_as_ours(stack: Stack) -> None
             assert await conn.fetchval("SELECT count(*) FROM boundary") == 0
     finally:
         await pool.close()
+
+
+async def test_a_pooled_statement_is_planned_once_not_on_every_call(stack: Stack) -> None:
+    """Settings.pg_plan_cache_mode reaches each pooled connection: a short statement
+    repeated with new arguments runs its one generic plan, where "auto" planned it again
+    on every call (issue 37, docs/scaling.md)."""
+    sql = (
+        "SELECT count(*) FROM pg_class WHERE relpages BETWEEN $1 AND $2"
+        " AND relname = ANY($3::name[])"
+    )
+    for mode, generic in (("force_generic_plan", True), ("force_custom_plan", False)):
+        pool = await create_pool(stack.pg_dsn, 1, 1, plan_cache_mode=mode)
+        try:
+            async with pool.acquire() as conn:
+                assert await conn.fetchval("SHOW plan_cache_mode") == mode
+                for n in range(8):
+                    await conn.fetchval(sql, n, n + 10, ["pg_class", f"t{n}"])
+                plans = await conn.fetchrow(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                    " WHERE statement = $1",
+                    sql,
+                )
+        finally:
+            await pool.close()
+        assert plans is not None
+        if generic:
+            assert plans["custom_plans"] == 0 and plans["generic_plans"] == 8
+        else:
+            assert plans["generic_plans"] == 0 and plans["custom_plans"] == 8

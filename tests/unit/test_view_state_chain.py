@@ -24,7 +24,7 @@ class _Conn:
     async def fetchrow(self, sql: str, *args: Any) -> dict[str, Any] | None:
         if "AS missing" in sql:  # a summary of another run's view never serves here
             return {"missing": True, "later": []}
-        if "ARRAY(" in sql:  # the view's row
+        if "AS more" in sql:  # the view's row
             depth = args[3]
             self.depths.append(depth)
             walked = self.chain if depth is None else self.chain[:depth]

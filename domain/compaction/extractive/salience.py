@@ -306,7 +306,15 @@ def shapes(lines: Sequence[str]) -> list[str]:
 def is_noise(line: str) -> bool:
     """Separator rules, progress dots and bare punctuation carry nothing."""
     core = line.strip("=-_*#.>|:+~ \t")
-    return len(core) < 3 or sum(ch.isalpha() for ch in core) < 2  # "[58%]", "| 4006 |"
+    if len(core) < 3:
+        return True
+    letters = 0  # fewer than two letters: "[58%]", "| 4006 |"
+    for ch in core:  # most lines have two letters within their first few characters
+        if ch.isalpha():
+            letters += 1
+            if letters == 2:
+                return False
+    return True
 
 
 def render_call(name: str, arguments: str) -> str:
