@@ -205,7 +205,7 @@ def test_features_read_together_are_each_lines_own_in_their_order() -> None:
         together = sal.features_each(texts, path_weight=sal.W_PATH_OUTPUT)
         alone = [sal.features(t, path_weight=sal.W_PATH_OUTPUT) for t in texts]
         assert [list(d.items()) for d in together] == [list(d.items()) for d in alone]
-        assert sal.errors_each(texts) == [sal.ERROR_CUE.search(t) is not None for t in texts]
+        assert sal.errors_each(texts) == [sal.ERROR_SHAPE.search(t) is not None for t in texts]
         assert sal.shapes(texts) == [sal.shape(t) for t in texts]
     assert any(sal.errors_each(EDGES)) and not all(sal.errors_each(EDGES))
     assert ("num", "5ms") not in sal.features_each(EDGES[:2])[0]  # no unit from the next line
@@ -232,3 +232,19 @@ def test_the_floors_needs_of_every_suffix_are_needs_of_each(seed: int) -> None:
         needs = floor.suffix_needs(order, level)
         assert needs == [floor.need(sorted(order[n:]), level) for n in range(len(order) + 1)]
         assert needs[0] > needs[len(order) // 2] > needs[-1] == 0
+
+
+@pytest.mark.spec("R11.3")
+@pytest.mark.parametrize(
+    "said", ["the field was not found", "le champ est introuvable", "字段不存在", "поле не найдено"]
+)
+def test_what_an_error_names_is_told_by_its_shape_in_every_language(said: str) -> None:
+    """A quoted name is what an error names when the text is shaped as an error (an
+    exception class, an error line), whatever words surround it; without that shape no
+    language's words make it one ("not found" did, in English only)."""
+    shaped = sal.features(f"KeyError: 'currency code' ({said})")
+    assert shaped[("id", "currency code")] == sal.W_IDENT
+    assert sal.errors_each([f"raised ValueError: 'currency code' {said}"]) == [True]
+    plain = sal.features(f"'currency code' {said}")
+    assert ("id", "currency code") not in plain
+    assert sal.errors_each([f"'currency code' {said}"]) == [False]

@@ -8,11 +8,15 @@ character. This module finds those things:
   with units or decimals, identifiers (hashes, ticket-style ids, UPPER_SNAKE names, error
   codes, back-quoted names), code-style names (weighted low: source listings are full of
   them);
-- **cues** (heuristics, English only): error words and decision wording ("I'll…",
-  "Let's…", "decided", …). They only *order*: they rank one fragment above another of
-  the same kind; what a summary keeps at all, and which section an entry goes to, comes
-  from structure (who wrote it, a tool's status, a call's arguments, the shape of an
-  error line: ``signals``) or from the author's explicit records.
+- **the error shape** (``ERROR_SHAPE``): an exception class name or an HTTP error
+  status, in any language's text. It only *orders* a tool output's other lines; what a
+  summary keeps at all, and which section an entry goes to, comes from structure (who
+  wrote it, a tool's status, a call's arguments, the shape of an error line:
+  ``signals``) or from the author's explicit records;
+- **decision wording** (``DECISION_CUE``, English): the one word list left. It ranks a
+  run's answer sentences and a step's narration above their neighbours and classifies
+  nothing (a decision is what its author records as one). Without it the real
+  transcripts kept fewer of the user's requests and errors (docs/design-notes.md).
 
 Nothing here knows what a particular session or benchmark looks like: the rules are the
 general shapes facts take in agent transcripts, in any script (``\\w`` is Unicode).
@@ -27,6 +31,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from domain.compaction.extractive.segmentation import CLAUSE_END, SENTENCE_END
+from domain.compaction.extractive.signals import is_signal
 
 # Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
 # lookbehind keeps URLs ("https://host/a.html") and ratios ("and/or") out.
@@ -66,14 +71,11 @@ _CODE_NAME = re.compile(
     r"\b[^\W\d_A-Z][^\W_A-Z]*(?:_[^\W_A-Z]+)+\b|\b[A-Z][^\W_A-Z]+(?:[A-Z][^\W_A-Z]+)+\b"
 )
 
-ERROR_CUE = re.compile(
-    r"\b(?:error|errors|exception|traceback|fails|failed|failing|failure|fatal|panic|denied"
-    r"|refused|timed? ?out|timeout|cannot|can't|could not|couldn't|unable|invalid|missing"
-    r"|not found|no such|undefined|unexpected|mismatch|conflict|abort(?:ed)?|crash(?:ed)?"
-    r"|segfault|killed|oom|regression|broken|non-zero|exit (?:code|status) [1-9]\d*)\b"
-    r"|\b(?:HTTP|status)[ /:]*[45]\d\d\b|\b\w+(?:Error|Exception)\b",
-    re.I,
-)
+# An error by its shape, whatever language the text around it speaks: an exception
+# class name (KeyError, ValueError: …) or an HTTP error status.
+ERROR_SHAPE = re.compile(r"\b\w+(?:Error|Exception)\b|\bHTTP(?:/\d(?:\.\d)?)?[ :]+[45]\d\d\b")
+# Decision wording (English): it only orders a run's answer sentences and a step's
+# narration (``is_decision``); the one word list left, measured in docs/design-notes.md.
 DECISION_CUE = re.compile(
     r"\b(?:i'll|i will|i'm going to|i am going to|we'll|we will|we're going to|let's|let us"
     r"|decided|decide to|decision|we should|i'd rather|going with|go with|opt(?:ed|ing)? for"
@@ -128,7 +130,7 @@ def features(
         put("id", m.group(1), W_IDENT)
     for m in _CODE_NAME.finditer(text):
         put("id", m.group(0), code_weight)
-    if ERROR_CUE.search(text):  # what an error names: KeyError: 'currency_code'
+    if _error_named(text):  # what an error names: KeyError: 'currency_code'
         for m in _ERROR_NAMES.finditer(text):
             put("id", next(g for g in m.groups() if g), W_IDENT)
     return out
@@ -187,20 +189,26 @@ def features_each(
         put(i, "id", m.group(1), W_IDENT)
     for i, m in _by_text(_CODE_NAME, joined, ends):
         put(i, "id", m.group(0), code_weight)
-    # what an error names (KeyError: 'currency_code'), in a text with an error cue: the
-    # cue is looked for only in texts that name something
+    # what an error names (KeyError: 'currency_code'), in a text shaped as an error: the
+    # shape is looked for only in texts that name something
     names = list(_by_text(_ERROR_NAMES, joined, ends))
-    cued = {i: ERROR_CUE.search(texts[i]) is not None for i in dict.fromkeys(i for i, _ in names)}
+    cued = {i: _error_named(texts[i]) for i in dict.fromkeys(i for i, _ in names)}
     for i, m in names:
         if cued[i]:
             put(i, "id", next(g for g in m.groups() if g), W_IDENT)
     return out
 
 
+def _error_named(text: str) -> bool:
+    """``text`` is shaped as an error: ``ERROR_SHAPE``, or one of its lines is an error
+    line (``signals.is_signal``)."""
+    return ERROR_SHAPE.search(text) is not None or any(is_signal(ln) for ln in text.splitlines())
+
+
 def errors_each(lines: Sequence[str]) -> list[bool]:
-    """Whether each of ``lines`` (no line break in any) has ``ERROR_CUE``, in one pass."""
+    """Whether each of ``lines`` (no line break in any) has ``ERROR_SHAPE``, in one pass."""
     out = [False] * len(lines)
-    for i, _ in _by_text(ERROR_CUE, *_joined(lines)):
+    for i, _ in _by_text(ERROR_SHAPE, *_joined(lines)):
         out[i] = True
     return out
 
@@ -224,7 +232,7 @@ def clip(text: str, limit: int = FRAGMENT_CHARS) -> str:
     flat = one_line(text[: limit * 8])
     if len(flat) <= limit:
         return flat
-    spans = [m.start() for p in (PATH, _MEASURE, _IDENT, ERROR_CUE) for m in p.finditer(flat)]
+    spans = [m.start() for p in (PATH, _MEASURE, _IDENT, ERROR_SHAPE) for m in p.finditer(flat)]
     start = max(0, min(spans) - 24) if spans and min(spans) > limit - 40 else 0
     if start:
         start = flat.find(" ", start) + 1 or start
