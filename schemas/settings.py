@@ -11,6 +11,9 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# PostgreSQL's plan_cache_mode values (``Settings.pg_plan_cache_mode``).
+PlanCacheMode = Literal["auto", "force_generic_plan", "force_custom_plan"]
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="ALC_", frozen=True)
@@ -61,16 +64,13 @@ class Settings(BaseSettings):
     pg_password: SecretStr | None = None
     pg_pool_min: int = 2
     pg_pool_max: int = 10
-    # PostgreSQL's plan_cache_mode on the services' connections. "force_generic_plan": a
-    # prepared statement is planned once per connection (again after its tables'
-    # statistics change), not on every call: with "auto" the server re-planned many of
-    # our short statements on every call, ~0.4-0.9 ms each where running one costs
-    # ~0.03-0.1 (a third of PostgreSQL's CPU under many agents; docs/scaling.md). The
-    # few statements whose best plan depends on their arguments ask for a custom plan
-    # themselves (storage.records.threads).
-    pg_plan_cache_mode: Literal["auto", "force_generic_plan", "force_custom_plan"] = (
-        "force_generic_plan"
-    )
+    # PostgreSQL's plan_cache_mode on the pools of the processor, Prepare, compaction and
+    # analytics. "force_generic_plan": a prepared statement is planned once per
+    # connection (again after its tables' statistics change), not at every call, which
+    # "auto" did for many of our short statements (~0.4-0.9 ms of planning for ~0.03-0.1
+    # of execution; docs/scaling.md). Statements whose best plan depends on their
+    # arguments ask for one made for them (storage.plans.custom_plan).
+    pg_plan_cache_mode: PlanCacheMode = "force_generic_plan"
 
     topic_records: str = "ctx.records"
     topic_committed: str = "ctx.records.committed"

@@ -14,6 +14,7 @@ import asyncpg
 from domain.pricing import format_cost
 from domain.rollup import COST_METRIC, Dims, Fact, RollupKey, distributions, rollup
 from schemas.answers.ops import RollupRow
+from storage.plans import custom_plan
 
 __all__ = ["Consumed", "apply", "distributions", "query", "session_dims"]
 
@@ -187,27 +188,26 @@ async def query(
     row carries ``cache_share`` (its group's cached / all input tokens, None without
     input), a ``cost_picos`` row carries ``cost``, the exact amount as a decimal string
     of the currency in its label."""
-    rows = await pool.fetch(
-        "SELECT bucket_start, agent_id, release_id, model, purpose, metric, label, value,"
-        " CASE WHEN metric = $8 THEN sum(value) FILTER"
-        f" (WHERE metric = $9 AND label = '') OVER ({_GROUP}) END AS group_input"
-        " FROM analytics_rollups WHERE window_name=$1 AND space_id=$2"
-        " AND ($3::timestamptz IS NULL OR bucket_start >= $3)"
-        " AND ($4::timestamptz IS NULL OR bucket_start < $4)"
-        " AND ($5::text IS NULL OR agent_id = $5) AND ($6::text IS NULL OR purpose = $6)"
-        " ORDER BY bucket_start, agent_id, release_id, model, purpose, metric, label"
-        " LIMIT $7",
-        window,
-        space_id,
-        start,
-        end,
-        agent_id,
-        purpose,
-        limit,
-        CACHED_METRIC,
-        INPUT_METRIC,
-    )
+    # Which filters are set decides the plan (a window's range bounds the index scan
+    # only when given): planned for these arguments, not once for all.
+    async with pool.acquire() as conn, conn.transaction():
+        await custom_plan(conn)
+        rows = await conn.fetch(_QUERY, window, space_id, start, end, agent_id, purpose, limit,
+                                CACHED_METRIC, INPUT_METRIC)  # fmt: skip
     return [_row(space_id, r) for r in rows]
+
+
+_QUERY = (
+    "SELECT bucket_start, agent_id, release_id, model, purpose, metric, label, value,"
+    " CASE WHEN metric = $8 THEN sum(value) FILTER"
+    f" (WHERE metric = $9 AND label = '') OVER ({_GROUP}) END AS group_input"
+    " FROM analytics_rollups WHERE window_name=$1 AND space_id=$2"
+    " AND ($3::timestamptz IS NULL OR bucket_start >= $3)"
+    " AND ($4::timestamptz IS NULL OR bucket_start < $4)"
+    " AND ($5::text IS NULL OR agent_id = $5) AND ($6::text IS NULL OR purpose = $6)"
+    " ORDER BY bucket_start, agent_id, release_id, model, purpose, metric, label"
+    " LIMIT $7"
+)
 
 
 def _row(space_id: str, r: Mapping[str, Any]) -> RollupRow:

@@ -11,6 +11,7 @@ import asyncpg
 import orjson
 
 from schemas.errors import StorageUnavailable
+from schemas.settings import PlanCacheMode
 from storage.errors import DRIVER_ERRORS, pg_error
 
 # What a query on a pooled connection may raise untranslated by the driver: its own
@@ -74,7 +75,7 @@ for _name in (
 
 
 async def create_pool(
-    dsn: str, min_size: int = 2, max_size: int = 10, *, plan_cache_mode: str = "auto"
+    dsn: str, min_size: int = 2, max_size: int = 10, *, plan_cache_mode: PlanCacheMode = "auto"
 ) -> asyncpg.Pool:
     """A pool whose connections raise our errors; ``plan_cache_mode`` is PostgreSQL's
     setting of that name on each connection (``Settings.pg_plan_cache_mode``)."""

@@ -10,6 +10,7 @@ from typing import NamedTuple, Protocol
 import asyncpg
 
 from domain.context.rendering import RecordView
+from storage.plans import custom_plan
 from storage.records.retraction import live_sql
 
 
@@ -170,11 +171,10 @@ class Inherited(NamedTuple):
 
 
 async def _custom_plan(conn: asyncpg.Connection) -> None:
-    # A custom plan every time: after five executions PostgreSQL may switch a prepared
-    # statement to a generic plan that does not know how many ids $3 holds and loops
-    # over them per row (measured: 70 ms -> 1.7 s at 2.8k records in the 1,000-question
-    # session). Planning costs ~1 ms, on a cold render only. Inside a transaction.
-    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+    # A custom plan every time: a generic plan does not know how many ids $3 holds and
+    # loops over them per row (measured: 70 ms -> 1.7 s at 2.8k records in the
+    # 1,000-question session). Planning costs ~1 ms, on a cold render only.
+    await custom_plan(conn)
 
 
 async def inherited_records(

@@ -56,9 +56,10 @@ async def test_a_commit_postgresql_refuses_arrives_as_ours(stack: Stack) -> None
 
 
 async def test_a_pooled_statement_is_planned_once_not_on_every_call(stack: Stack) -> None:
-    """Settings.pg_plan_cache_mode reaches each pooled connection: a short statement
-    repeated with new arguments runs its one generic plan, where "auto" planned it again
-    on every call (issue 37, docs/scaling.md)."""
+    """``create_pool``'s ``plan_cache_mode`` (the services pass
+    ``Settings.pg_plan_cache_mode``) is each pooled connection's: a statement repeated
+    with new arguments runs one generic plan, or a plan made for each call's arguments
+    (issue 37, docs/scaling.md)."""
     sql = (
         "SELECT count(*) FROM pg_class WHERE relpages BETWEEN $1 AND $2"
         " AND relname = ANY($3::name[])"

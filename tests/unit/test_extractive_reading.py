@@ -19,6 +19,7 @@ import domain.compaction.extractive.salience as sal
 from domain.compaction.drafts import SourceItem, SummaryRequest
 from domain.compaction.extractive import extract_draft, reading
 from domain.compaction.extractive.reading import Other, ResultLines, Signal, read_result
+from domain.compaction.extractive.signals import is_signal
 
 TRACEBACK = """collected 12 items
 tests/test_pay.py::test_refund PASSED
@@ -205,7 +206,9 @@ def test_features_read_together_are_each_lines_own_in_their_order() -> None:
         together = sal.features_each(texts, path_weight=sal.W_PATH_OUTPUT)
         alone = [sal.features(t, path_weight=sal.W_PATH_OUTPUT) for t in texts]
         assert [list(d.items()) for d in together] == [list(d.items()) for d in alone]
-        assert sal.errors_each(texts) == [sal.ERROR_SHAPE.search(t) is not None for t in texts]
+        assert sal.errors_each(texts) == [
+            sal.ERROR_SHAPE.search(t) is not None or is_signal(t) for t in texts
+        ]
         assert sal.shapes(texts) == [sal.shape(t) for t in texts]
     assert any(sal.errors_each(EDGES)) and not all(sal.errors_each(EDGES))
     assert ("num", "5ms") not in sal.features_each(EDGES[:2])[0]  # no unit from the next line
@@ -241,7 +244,7 @@ def test_the_floors_needs_of_every_suffix_are_needs_of_each(seed: int) -> None:
 def test_what_an_error_names_is_told_by_its_shape_in_every_language(said: str) -> None:
     """A quoted name is what an error names when the text is shaped as an error (an
     exception class, an error line), whatever words surround it; without that shape no
-    language's words make it one ("not found" did, in English only)."""
+    language's words make it one."""
     shaped = sal.features(f"KeyError: 'currency code' ({said})")
     assert shaped[("id", "currency code")] == sal.W_IDENT
     assert sal.errors_each([f"raised ValueError: 'currency code' {said}"]) == [True]

@@ -18,9 +18,10 @@ keeps, compressed to the bound —
 
 What the floor leaves of the bound goes to the rest of each tool result (``fill.Fill``:
 the fragments with the most new salient things per character, paths, numbers, ids), and
-what that leaves is topped up: a summary uses the bound it is given. Cue words (decision
-wording, error words) only *order*: a fragment they rank up goes later when the floor
-must drop some, and weighs more in the greedy; no kind gets a share from them.
+what that leaves is topped up: a summary uses the bound it is given. Cues (decision
+wording; an error's shape in a tool output's line) only *order*: a fragment they rank up
+goes later when the floor must drop some, and weighs more in the greedy; no kind gets a
+share from them.
 
 Lines keep their record order and cite only the records of the request (R11.4); the same
 segment always gives the same draft; 5,000 records take well under a second.

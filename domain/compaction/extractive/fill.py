@@ -47,8 +47,8 @@ class Frag:
     # The floor (``floor.keep_floor``): its tier (0 recorded entries, 1 the user's words,
     # 2 calls and errors, 3 prose and result stubs: dropped highest tier first when even
     # shortened the floor does not fit), how it may be shortened (``Cap``) and whether it
-    # ranks above its tier's others (``cue``: a failed call, or a tool output's last
-    # error line, both by structure; it only orders).
+    # ranks above its tier's others (``cue``: a failed call's lines by structure, or
+    # decision wording, a heuristic; either only orders).
     tier: int | None = None
     cap: Cap | None = None
     cue: bool = False

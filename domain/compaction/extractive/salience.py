@@ -8,15 +8,11 @@ character. This module finds those things:
   with units or decimals, identifiers (hashes, ticket-style ids, UPPER_SNAKE names, error
   codes, back-quoted names), code-style names (weighted low: source listings are full of
   them);
-- **the error shape** (``ERROR_SHAPE``): an exception class name or an HTTP error
-  status, in any language's text. It only *orders* a tool output's other lines; what a
-  summary keeps at all, and which section an entry goes to, comes from structure (who
-  wrote it, a tool's status, a call's arguments, the shape of an error line:
-  ``signals``) or from the author's explicit records;
-- **decision wording** (``DECISION_CUE``, English): the one word list left. It ranks a
-  run's answer sentences and a step's narration above their neighbours and classifies
-  nothing (a decision is what its author records as one). Without it the real
-  transcripts kept fewer of the user's requests and errors (docs/design-notes.md).
+- **cues**, which only *order*: an error's shape (``signals``, in any language; it also
+  makes an error's quoted names identifiers) and decision wording (``DECISION_CUE``,
+  English, the one word list left: docs/design-notes.md). What a summary keeps at all,
+  and which section an entry goes to, comes from structure (who wrote it, a tool's
+  status, a call's arguments, the shape of an error line) or from explicit records.
 
 Nothing here knows what a particular session or benchmark looks like: the rules are the
 general shapes facts take in agent transcripts, in any script (``\\w`` is Unicode).
@@ -31,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from domain.compaction.extractive.segmentation import CLAUSE_END, SENTENCE_END
-from domain.compaction.extractive.signals import is_signal
+from domain.compaction.extractive.signals import ERROR_SHAPE, error_shaped, is_signal
 
 # Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
 # lookbehind keeps URLs ("https://host/a.html") and ratios ("and/or") out.
@@ -71,11 +67,8 @@ _CODE_NAME = re.compile(
     r"\b[^\W\d_A-Z][^\W_A-Z]*(?:_[^\W_A-Z]+)+\b|\b[A-Z][^\W_A-Z]+(?:[A-Z][^\W_A-Z]+)+\b"
 )
 
-# An error by its shape, whatever language the text around it speaks: an exception
-# class name (KeyError, ValueError: …) or an HTTP error status.
-ERROR_SHAPE = re.compile(r"\b\w+(?:Error|Exception)\b|\bHTTP(?:/\d(?:\.\d)?)?[ :]+[45]\d\d\b")
-# Decision wording (English): it only orders a run's answer sentences and a step's
-# narration (``is_decision``); the one word list left, measured in docs/design-notes.md.
+# Decision wording (English; ``is_decision``): orders a run's answer sentences and a
+# step's narration, never classifies.
 DECISION_CUE = re.compile(
     r"\b(?:i'll|i will|i'm going to|i am going to|we'll|we will|we're going to|let's|let us"
     r"|decided|decide to|decision|we should|i'd rather|going with|go with|opt(?:ed|ing)? for"
@@ -130,8 +123,9 @@ def features(
         put("id", m.group(1), W_IDENT)
     for m in _CODE_NAME.finditer(text):
         put("id", m.group(0), code_weight)
-    if _error_named(text):  # what an error names: KeyError: 'currency_code'
-        for m in _ERROR_NAMES.finditer(text):
+    names = list(_ERROR_NAMES.finditer(text))  # what an error names: KeyError: 'currency_code'
+    if names and error_shaped(text):
+        for m in names:
             put("id", next(g for g in m.groups() if g), W_IDENT)
     return out
 
@@ -192,25 +186,17 @@ def features_each(
     # what an error names (KeyError: 'currency_code'), in a text shaped as an error: the
     # shape is looked for only in texts that name something
     names = list(_by_text(_ERROR_NAMES, joined, ends))
-    cued = {i: _error_named(texts[i]) for i in dict.fromkeys(i for i, _ in names)}
+    cued = {i: error_shaped(texts[i]) for i in dict.fromkeys(i for i, _ in names)}
     for i, m in names:
         if cued[i]:
             put(i, "id", next(g for g in m.groups() if g), W_IDENT)
     return out
 
 
-def _error_named(text: str) -> bool:
-    """``text`` is shaped as an error: ``ERROR_SHAPE``, or one of its lines is an error
-    line (``signals.is_signal``)."""
-    return ERROR_SHAPE.search(text) is not None or any(is_signal(ln) for ln in text.splitlines())
-
-
 def errors_each(lines: Sequence[str]) -> list[bool]:
-    """Whether each of ``lines`` (no line break in any) has ``ERROR_SHAPE``, in one pass."""
-    out = [False] * len(lines)
-    for i, _ in _by_text(ERROR_SHAPE, *_joined(lines)):
-        out[i] = True
-    return out
+    """``signals.error_shaped`` of each of ``lines`` (one line each): ERROR_SHAPE in one pass."""
+    named = {i for i, _ in _by_text(ERROR_SHAPE, *_joined(lines))}
+    return [i in named or is_signal(ln) for i, ln in enumerate(lines)]
 
 
 def is_decision(sentence: str) -> bool:

@@ -42,6 +42,9 @@ SIGNAL_ANYWHERE = re.compile(
 _ANYWHERE_HOLDS = ("ERROR", "FATAL", "CRITICAL", ": command not found",
                    ": No such file or directory", "returned non-zero exit status")  # fmt: skip
 EXIT_NONZERO = re.compile(r"\bexit(?:ed)?(?: with)? (?:code|status)[:= ]+-?[1-9]\d*", re.I)
+# An error named inside a line, whatever language the text around it speaks: an
+# exception class name (KeyError, ValueError: …) or an HTTP error status.
+ERROR_SHAPE = re.compile(r"\b\w+(?:Error|Exception)\b|\bHTTP(?:/\d(?:\.\d)?)?[ :]+[45]\d\d\b")
 MAX_FRAMES = 3  # of a traceback: its last frames say where it failed
 MAX_LINES = 12  # signal lines per output: the first few and the last ones
 
@@ -88,3 +91,9 @@ def signal_lines(lines: Sequence[str]) -> list[int]:
     if len(out) > MAX_LINES:
         out = out[:3] + out[-(MAX_LINES - 3) :]
     return out
+
+
+def error_shaped(text: str) -> bool:
+    """``text`` is shaped as an error: it names one (``ERROR_SHAPE``), or one of its
+    lines is an error line (``is_signal``)."""
+    return ERROR_SHAPE.search(text) is not None or any(is_signal(ln) for ln in text.splitlines())
