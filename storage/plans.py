@@ -1,7 +1,8 @@
 """How PostgreSQL plans our statements.
 
-Every service's pool plans a prepared statement once per connection
-(``Settings.pg_plan_cache_mode``, ``force_generic_plan`` by default), which suits
+The pools of the processor, Prepare, compaction and analytics plan a prepared statement
+once per connection (``Settings.pg_plan_cache_mode``, ``force_generic_plan`` by
+default), which suits
 statements whose best plan is the same for any arguments: lookups by key, ranges of one
 session. A statement whose best plan depends on the values it is given — how many ids
 an array holds, which optional filters are set — runs in a transaction that asks for a
