@@ -8,8 +8,10 @@ import asyncpg
 import pytest
 
 from schemas.errors import StorageConflict, StorageRejected
+from schemas.settings import PlanCacheMode, Settings
 from storage.pool import create_pool
 from streams.faults import describe_failure, is_transient
+from streams.wiring import open_pool
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -55,31 +57,58 @@ async def test_a_commit_postgresql_refuses_arrives_as_ours(stack: Stack) -> None
         await pool.close()
 
 
+async def _plans(pool: asyncpg.Pool) -> tuple[str, int, int]:
+    """The connection's plan_cache_mode, then the generic and custom plans a short
+    statement ran on, called 8 times with new arguments."""
+    sql = (
+        "SELECT count(*) FROM pg_class WHERE relpages BETWEEN $1 AND $2"
+        " AND relname = ANY($3::name[])"
+    )
+    async with pool.acquire() as conn:
+        mode = await conn.fetchval("SHOW plan_cache_mode")
+        for n in range(8):
+            await conn.fetchval(sql, n, n + 10, ["pg_class", f"t{n}"])
+        row = await conn.fetchrow(
+            "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1",
+            sql,
+        )
+    assert row is not None
+    return mode, row["generic_plans"], row["custom_plans"]
+
+
+@pytest.mark.parametrize(
+    ("configured", "mode", "generic", "custom"),
+    [
+        ({}, "force_generic_plan", 8, 0),  # the default
+        ({"pg_plan_cache_mode": "force_custom_plan"}, "force_custom_plan", 0, 8),
+    ],
+)
+async def test_the_processors_pool_plans_as_settings_pg_plan_cache_mode_says(
+    stack: Stack, configured: dict[str, PlanCacheMode], mode: str, generic: int, custom: int
+) -> None:
+    """``Settings.pg_plan_cache_mode`` through the processor's own wiring
+    (``streams.wiring.open_pool``): by default a repeated statement runs one generic
+    plan; set otherwise, a plan made for each call's arguments."""
+    settings = Settings(pg_dsn=stack.pg_dsn, pg_role_logins=False, **configured)
+    pool = await open_pool(settings)
+    try:
+        assert await _plans(pool) == (mode, generic, custom)
+    finally:
+        await pool.close()
+
+
 async def test_a_pooled_statement_is_planned_once_not_on_every_call(stack: Stack) -> None:
     """``create_pool``'s ``plan_cache_mode`` (the services pass
     ``Settings.pg_plan_cache_mode``) is each pooled connection's: a statement repeated
     with new arguments runs one generic plan, or a plan made for each call's arguments
     (issue 37, docs/scaling.md)."""
-    sql = (
-        "SELECT count(*) FROM pg_class WHERE relpages BETWEEN $1 AND $2"
-        " AND relname = ANY($3::name[])"
+    modes: tuple[tuple[PlanCacheMode, int, int], ...] = (
+        ("force_generic_plan", 8, 0),
+        ("force_custom_plan", 0, 8),
     )
-    for mode, generic in (("force_generic_plan", True), ("force_custom_plan", False)):
+    for mode, generic, custom in modes:
         pool = await create_pool(stack.pg_dsn, 1, 1, plan_cache_mode=mode)
         try:
-            async with pool.acquire() as conn:
-                assert await conn.fetchval("SHOW plan_cache_mode") == mode
-                for n in range(8):
-                    await conn.fetchval(sql, n, n + 10, ["pg_class", f"t{n}"])
-                plans = await conn.fetchrow(
-                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
-                    " WHERE statement = $1",
-                    sql,
-                )
+            assert await _plans(pool) == (mode, generic, custom)
         finally:
             await pool.close()
-        assert plans is not None
-        if generic:
-            assert plans["custom_plans"] == 0 and plans["generic_plans"] == 8
-        else:
-            assert plans["generic_plans"] == 0 and plans["custom_plans"] == 8
