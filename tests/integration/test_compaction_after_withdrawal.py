@@ -92,6 +92,18 @@ class Scene:
             await asyncio.sleep(0.05)
         raise AssertionError(f"jobs still running: {[dict(j) for j in jobs]}")
 
+    async def committed(self, event_key: str) -> None:
+        """Until the processor committed ``event_key``'s record: the pre-emptive check of
+        its batch, and the job that check starts, commit in the same transaction, so a
+        ``settled`` after this sees that job."""
+        for _ in range(600):
+            if await self.db.fetchval(
+                "SELECT 1 FROM records WHERE session_id=$1 AND event_key=$2", self.sid, event_key
+            ):
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{event_key} not committed\n{await self.story()}")
+
     async def question(
         self, tag: str, before: Step | None = None, after_result: Step | None = None
     ) -> RunHandle:
@@ -114,6 +126,7 @@ class Scene:
         if after_result is not None:
             await after_result(run)
         await c.append_model_result(run, f"{tag} read.", f"{tag}-m2")
+        await self.committed(f"model:{tag}-m2")
         await self.settled()
         # The view once the question's jobs settled, as the processor holds it for the
         # next prepare: not the estimate of a prepare that may run before or after a job
