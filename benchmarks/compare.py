@@ -25,7 +25,7 @@ the short set ``GATE``: ``benchmarks.gate_probe`` (~20 s a round: CPU per agent 
 our processes at 8 agents, the processor's CPU per event over a 5k-event burst,
 Prepare's server-side p99 at 10k records). Both sides' probes start together, each with
 its own services (up for all its rounds), and are told in turn what to run; the
-prepares alternate between the sides in batches of 20 (``driven_rounds``). This
+prepares alternate between the sides in batches of 50 (``driven_rounds``). This
 checkout's probe runs on both sides (``python -P``, the side's worktree first on
 ``PYTHONPATH``): one workload, each side's own code. It fails (exit 1, the table
 printed) when a gated measure is more than 25% worse beyond the rounds' noise: every
@@ -102,8 +102,10 @@ GATED = (
 # is updated); its first word that is not a comment is a full sha.
 BASELINE_FILE = REPO / ".ci" / "gate-baseline"
 # The gate's prepares at 10k records, per side per round: batches alternating between
-# the sides.
-PREP_BATCHES, PREP_BATCH = 6, 20
+# the sides. A round's p99 is its 5th slowest call: of 120 calls (the 2nd slowest) the
+# same code's rounds ranged 3.5-12.8 ms, one tail call sharing the machine with the
+# previous call's background write deciding it (docs/scaling.md, eleventh stop).
+PREP_BATCHES, PREP_BATCH = 10, 50
 # Run from this checkout (``python -P`` the file: the side's worktree stays first on
 # sys.path), not from the side's worktree: one workload for both sides.
 OWN_SCRIPT = {"gate_probe"}

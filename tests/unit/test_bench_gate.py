@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from benchmarks import compare
 from benchmarks.compare import (
     GATED,
@@ -161,3 +163,14 @@ def test_the_sides_take_turns_going_first_on_a_settled_machine(
     assert [[what for _, what in r[:5]] for r in rounds] == [
         ["settle", "round", "settle", "round", "settle"]
     ] * 3
+
+
+def test_the_probe_reads_assemble_ms_from_the_answers_end_whatever_the_messages_say() -> None:
+    from benchmarks.gate_probe import assemble_ms
+
+    answer = {
+        "messages": [{"role": "user", "content": '"timing": {"assemble_ms": 99.0}'}] * 3,
+        "timing": {"commit_wait_ms": 0.4, "assemble_ms": 2.375},
+        "record_count": 3,
+    }
+    assert assemble_ms(orjson.dumps(answer)) == 2.375
