@@ -156,9 +156,12 @@ async def _main_row(
         "   WHERE u.session_id = $1 AND u.run_id = $3), 0) AS through)"
         " SELECT b.through, s.user_turns, s.model_steps, c.active_job_id,"
         # A run started after this one's snapshot: only then is this view not the whole
-        # session (runs is small; the records after a snapshot may be many).
-        " EXISTS (SELECT 1 FROM runs x WHERE x.session_id = s.session_id"
-        "   AND x.started_sequence > b.through AND x.run_id <> $3) AS later,"
+        # session (runs is small; the records after a snapshot may be many). Asked as
+        # the newest other run's start, one step down ``runs_started``: as EXISTS, the
+        # generic plan scanned every run of every session when the session had none.
+        " coalesce((SELECT max(x.started_sequence) FROM runs x"
+        "   WHERE x.session_id = s.session_id AND x.run_id <> $3) > b.through, false)"
+        " AS later,"
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
         "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
         f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
