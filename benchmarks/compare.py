@@ -102,9 +102,10 @@ GATED = (
 # is updated); its first word that is not a comment is a full sha.
 BASELINE_FILE = REPO / ".ci" / "gate-baseline"
 # The gate's prepares at 10k records, per side per round: batches alternating between
-# the sides. A round's p99 is its 5th slowest call: of 120 calls (the 2nd slowest) the
-# same code's rounds ranged 3.5-12.8 ms, one tail call sharing the machine with the
-# previous call's background write deciding it (docs/scaling.md, eleventh stop).
+# the sides. A round's p99 is its 5th slowest call. Of 120 calls (the 2nd slowest) the
+# same code's rounds ranged 5.7-10.2 ms, a tail call or two sharing the machine with the
+# previous call's background write deciding it; of 500, 3.5-5.9 ms (docs/scaling.md,
+# eleventh stop).
 PREP_BATCHES, PREP_BATCH = 10, 50
 # Run from this checkout (``python -P`` the file: the side's worktree stays first on
 # sys.path), not from the side's worktree: one workload for both sides.
