@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 
 from domain.compaction.triggers import CompactionState, Counters, LastAttempt, TriggerDecision
-from storage.compaction.main_view import MAIN_VIEW, counted_view
+from storage.compaction.main_view import MAIN_VIEW
 from storage.compaction.summary_reuse import reusable, summary_ref
 from storage.compaction.withdrawals import revocation_epoch as revocation_epoch
 from storage.compaction.withdrawals import revoked_records as revoked_records
@@ -238,27 +238,6 @@ async def current_summary(
     if summary_id is None:
         return None
     return await conn.fetchrow("SELECT * FROM summary_revisions WHERE summary_id=$1", summary_id)
-
-
-async def view_counters(
-    conn: asyncpg.Connection, session_id: str, run_id: str, through: int
-) -> Counters:
-    """R8.1/R8.2 counters of one run's view — questions and valid action steps of the
-    main threads in it — rebuilt from unique records, never by adding up runs (R2.6).
-    The run's view is the whole session unless a later run exists (a resumed old run);
-    only then is it counted record by record. (``load_view_state`` reads the same.)"""
-    later = await conn.fetchval(
-        "SELECT 1 FROM runs WHERE session_id=$1 AND started_sequence > $2 AND run_id <> $3 LIMIT 1",
-        session_id,
-        through,
-        run_id,
-    )
-    if later:
-        return await counted_view(conn, session_id, run_id, through)
-    r = await conn.fetchrow(
-        "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", session_id
-    )
-    return Counters(r["user_turns"], r["model_steps"]) if r else Counters()
 
 
 async def compatible(
