@@ -232,6 +232,13 @@ async def level(
     agents = [Agent(c, f"{prefix}{i:03d}", stats, i) for i in range(lv.agents)]
     tasks = [asyncio.create_task(a.run(release_id, stop)) for a in agents]
     await asyncio.sleep(lv.warmup)
+    # Analyzed as autovacuum analyzes a deployment's tables, within a minute of their
+    # growing. This database started empty, and autovacuum does not get to it within a
+    # run: every statement kept the plan made on the empty tables (one generic plan per
+    # connection, ``Settings.pg_plan_cache_mode``, until the tables are analyzed), and
+    # the processor's lookup of a batch's keys read all of ``records`` (0.76 ms a call,
+    # 0.05 ms replanned: docs/scaling.md, eleventh stop).
+    await admin(s.pg_dsn, "ANALYZE")
     if lv.profile is not None:
         pids = {n: p.popen.pid for n in SERVICES if (p := getattr(services, n)) and p.popen}
         lv.profile.start({"sdk": os.getpid(), **pids}, lv.seconds, ("processor",))
