@@ -9,9 +9,12 @@ import pytest
 
 from schemas.errors import StorageConflict, StorageRejected
 from schemas.settings import PlanCacheMode, Settings
+from services.prepare.bootstrap import running_service
 from storage.pool import create_pool
 from streams.faults import describe_failure, is_transient
+from streams.kafka.provision import provision
 from streams.wiring import open_pool
+from tests.support.services import services_env, settings_of
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
@@ -95,6 +98,26 @@ async def test_the_processors_pool_plans_as_settings_pg_plan_cache_mode_says(
         assert await _plans(pool) == (mode, generic, custom)
     finally:
         await pool.close()
+
+
+@pytest.mark.parametrize(
+    ("configured", "mode", "generic", "custom"),
+    [
+        ({}, "force_generic_plan", 8, 0),  # the default
+        ({"ALC_PG_PLAN_CACHE_MODE": "force_custom_plan"}, "force_custom_plan", 0, 8),
+    ],
+)
+async def test_prepares_pool_plans_as_settings_pg_plan_cache_mode_says(
+    stack: Stack, pg_dsn: str, configured: dict[str, str], mode: str, generic: int, custom: int
+) -> None:
+    """``Settings.pg_plan_cache_mode`` through Prepare's own start-up
+    (``services.prepare.bootstrap.running_service``, its own login), as the environment
+    sets it: the pool every prepare reads through plans as the setting says."""
+    settings = settings_of(services_env(stack, pg_dsn) | configured)
+    await provision(settings)
+    async with running_service(settings) as svc:
+        assert svc.pool is not None
+        assert await _plans(svc.pool) == (mode, generic, custom)
 
 
 async def test_a_pooled_statement_is_planned_once_not_on_every_call(stack: Stack) -> None:
