@@ -115,7 +115,10 @@ async def test_whether_a_later_run_started_is_an_index_read_in_a_session_of_thou
     await view_state._main_row(captured, sid, run.run_id, through, view_state.CHAIN_DEPTH)  # type: ignore[arg-type]
     plan = json.loads(await db.fetchval("EXPLAIN (FORMAT JSON) " + captured.sql, *captured.args))
     on_runs = [s for s in _scans(plan) if s[1] in ("runs", "runs_pkey", "runs_started")]
-    assert on_runs in ([("Index Scan", "runs_started")], [("Index Only Scan", "runs_started")])
+    assert on_runs in (
+        [("Index Scan", "runs_started")],
+        [("Index Only Scan", "runs_started")],
+    ), on_runs
     # The services plan it once per connection, for any arguments (pg_plan_cache_mode):
     # that plan reads an index too, never the whole table (as EXISTS it did).
     for scan in _scans(await _generic_plan(db, captured.sql, captured.args)):
