@@ -190,8 +190,7 @@ async def query(
     of the currency in its label."""
     # Which filters are set decides the plan (a window's range bounds the index scan
     # only when given): planned for these arguments, not once for all.
-    async with pool.acquire() as conn, conn.transaction():
-        await custom_plan(conn)
+    async with pool.acquire() as conn, custom_plan(conn):
         rows = await conn.fetch(_QUERY, window, space_id, start, end, agent_id, purpose, limit,
                                 CACHED_METRIC, INPUT_METRIC)  # fmt: skip
     return [_row(space_id, r) for r in rows]

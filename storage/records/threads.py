@@ -170,11 +170,10 @@ class Inherited(NamedTuple):
     unread: int = 0
 
 
-async def _custom_plan(conn: asyncpg.Connection) -> None:
-    # A custom plan every time: a generic plan does not know how many ids $3 holds and
-    # loops over them per row (measured: 70 ms -> 1.7 s at 2.8k records in the
-    # 1,000-question session). Planning costs ~1 ms, on a cold render only.
-    await custom_plan(conn)
+# The reads below against a summary's covered ids ($3) are planned at each call
+# (``custom_plan``): a generic plan does not know how many ids $3 holds and loops over
+# them per row (measured: 70 ms -> 1.7 s at 2.8k records in the 1,000-question
+# session). Planning costs ~1 ms, on a cold render only.
 
 
 async def inherited_records(
@@ -183,8 +182,7 @@ async def inherited_records(
     """R2.2/R2.3: everything committed before the run started, from the main threads of
     earlier runs (child threads stay isolated, R13), once each, in session order. The
     ``covered`` records (a summary's) come without their content, except skill loads."""
-    async with conn.transaction():
-        await _custom_plan(conn)
+    async with custom_plan(conn):
         rows = await conn.fetch(_INHERITED, session_id, through, list(covered))
     return [record_view(r) for r in rows]
 
@@ -195,8 +193,7 @@ async def inherited_view(
     """``inherited_records`` as a renderer needs them: covered records only where they
     are tracked; the others counted."""
     ids = list(covered)
-    async with conn.transaction():
-        await _custom_plan(conn)
+    async with custom_plan(conn):
         rows = await conn.fetch(_INHERITED_SHOWN, session_id, through, ids)
         unread = await conn.fetchval(_INHERITED_UNREAD, session_id, through, ids) if ids else 0
     return Inherited([record_view(r) for r in rows], int(unread))
@@ -206,8 +203,7 @@ async def uncovered_records(
     conn: asyncpg.Connection, session_id: str, through: int, covered: frozenset[str]
 ) -> list[RecordView]:
     """The inherited records no summary covers (compaction selection needs no other)."""
-    async with conn.transaction():
-        await _custom_plan(conn)
+    async with custom_plan(conn):
         rows = await conn.fetch(_INHERITED_UNCOVERED, session_id, through, list(covered))
     return [record_view(r) for r in rows]
 

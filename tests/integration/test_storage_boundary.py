@@ -10,7 +10,9 @@ import pytest
 from schemas.errors import StorageConflict, StorageRejected
 from schemas.settings import PlanCacheMode, Settings
 from services.prepare.bootstrap import running_service
+from storage.plans import custom_plan
 from storage.pool import create_pool
+from storage.records.threads import uncovered_records
 from streams.faults import describe_failure, is_transient
 from streams.kafka.provision import provision
 from streams.wiring import open_pool
@@ -135,3 +137,28 @@ async def test_a_pooled_statement_is_planned_once_not_on_every_call(stack: Stack
             assert await _plans(pool) == (mode, generic, custom)
         finally:
             await pool.close()
+
+
+async def test_a_custom_planned_read_inside_a_transaction_leaves_the_rest_of_it_generic(
+    pg_dsn: str,
+) -> None:
+    """``storage.plans.custom_plan`` inside a caller's transaction (the processor's batch
+    reads a view's uncovered records in it): the read is planned for its arguments, and
+    the caller's later statements plan as the pool says again. ``SET LOCAL`` outlives a
+    released savepoint; left set, it re-planned each of the batch's later statements
+    (issue 37, docs/scaling.md)."""
+    pool = await create_pool(pg_dsn, 1, 1, plan_cache_mode="force_generic_plan")
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            async with custom_plan(conn):
+                assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+            assert await uncovered_records(conn, "no-such-session", 10, frozenset({"r"})) == []
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_generic_plan"
+        assert await _plans(pool) == ("force_generic_plan", 8, 0)
+        async with pool.acquire() as conn:  # on its own, its transaction is its scope
+            async with custom_plan(conn):
+                assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+            assert not conn.is_in_transaction()
+    finally:
+        await pool.close()
