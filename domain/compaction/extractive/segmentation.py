@@ -59,6 +59,8 @@ _DIGITS = re.compile(r"\d{1,3}")
 _MARKS = re.compile(r"[^\w\s]|_")
 _SPACED = re.compile(r"(?<=\s)(?:[^\w\s]|_)")  # a mark after a space: a token of its own
 _PAST6 = re.compile(r"(?<=[^\W\d_]{6})[^\W\d_]")  # each letter past a word's sixth
+_WORD_BEYOND_ASCII = re.compile(r"(?![\x00-\x7f])\w")  # a letter or digit beyond ASCII
+_MARK_BEYOND_ASCII = re.compile(r"(?![\x00-\x7f])[^\w\s]")
 CHARS_PER_TOKEN = 3.3  # the unit ``width`` counts in: an ASCII character of code
 # Tokens per piece, fitted (least squares) to cl100k on summaries of the real-transcripts
 # corpus (English, French, Russian, Chinese; requests, prose, calls, tool output; record
@@ -67,6 +69,7 @@ CHARS_PER_TOKEN = 3.3  # the unit ``width`` counts in: an ASCII character of cod
 # split further than in plain numbers. Within about 2% of the count per language and
 # about 7% per line, either way (``draft.ROLLUP_HEADROOM`` allows for that).
 T_WORD, T_PAST6, T_DIGITS, T_MARK, T_SPACED = 1.0, 0.25, 1.3, 0.3, 1.4
+T_MARK_BEYOND_ASCII = 1.0  # "…", "→", a CJK comma
 _SCALE = CHARS_PER_TOKEN
 
 
@@ -75,7 +78,7 @@ def _tokens(piece: str, foreign: bool) -> float:
     text has letters beyond ASCII — its Latin words are then mostly names and code."""
     ch = piece[0]
     if not ch.isalpha():  # a non-ASCII mark ("…", "→", a CJK comma): a token
-        return T_DIGITS if ch.isdigit() else T_MARK if ch.isascii() else 1.0
+        return T_DIGITS if ch.isdigit() else T_MARK if ch.isascii() else T_MARK_BEYOND_ASCII
     n = len(piece)
     if piece.isascii():
         return 0.65 + 0.1 * n if foreign else T_WORD + T_PAST6 * max(0, n - 6)
@@ -92,7 +95,9 @@ def width(text: str) -> int:
     """``text``'s estimated cost in tokens, in units of ``CHARS_PER_TOKEN`` (so about its
     length for English prose or code): words, digit groups and punctuation counted as a
     tokenizer splits them, in any script."""
-    if text.isascii():  # the common case, counted in C
+    if text.isascii() or _WORD_BEYOND_ASCII.search(text) is None:
+        # ASCII words and digits, and marks (a summary's "…" and "→"): counted in C, as
+        # ``_tokens`` counts them piece by piece
         tokens = (
             T_WORD * len(_LETTERS.findall(text))
             + T_PAST6 * len(_PAST6.findall(text))
@@ -100,8 +105,15 @@ def width(text: str) -> int:
             + T_MARK * len(_MARKS.findall(text))
             + (T_SPACED - T_MARK) * len(_SPACED.findall(text))
         )
+        if not text.isascii():
+            tokens += (T_MARK_BEYOND_ASCII - T_MARK) * len(_MARK_BEYOND_ASCII.findall(text))
         return round(_SCALE * tokens)
-    foreign = any(ch.isalpha() and not ch.isascii() for ch in text)
+    return _width_by_piece(text)
+
+
+def _width_by_piece(text: str) -> int:
+    """``width`` of a text with words beyond ASCII: piece by piece."""
+    foreign = any(ch.isalpha() for ch in _WORD_BEYOND_ASCII.findall(text))
     spaced = (T_SPACED - T_MARK) * len(_SPACED.findall(text))
     return round(
         _SCALE * (spaced + sum(_tokens(m.group(0), foreign) for m in _PIECE.finditer(text)))
