@@ -150,8 +150,10 @@ async def _main_row(
     known). The summary chain is walked ``depth`` summaries back (None: all the way);
     ``more`` says it goes further. (A long session's chain holds hundreds of roll-ups,
     and the newest one nearly always serves.)"""
+    # b is read once (MATERIALIZED): inlined, its boundary was looked up again for each
+    # use of ``b.through``.
     return await conn.fetchrow(
-        "WITH b AS (SELECT coalesce($2::bigint, (SELECT x.through_session_sequence"
+        "WITH b AS MATERIALIZED (SELECT coalesce($2::bigint, (SELECT x.through_session_sequence"
         "   FROM runs u JOIN history_snapshots x USING (snapshot_id)"
         "   WHERE u.session_id = $1 AND u.run_id = $3), 0) AS through)"
         " SELECT b.through, s.user_turns, s.model_steps, c.active_job_id,"
@@ -182,7 +184,9 @@ async def _main_row(
     )
 
 
-CHAIN_DEPTH = 8  # summaries of a chain read with a view's row; the rest only if needed
+# Summaries of a chain read with a view's row; the rest only if none of them serves
+# (each is two index reads: 8 cost a quarter of the statement, and the newest serves).
+CHAIN_DEPTH = 3
 # The summary chain from the lineage's current summary back, at most $4 deep (NULL: all).
 _CHAIN = (
     "WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
