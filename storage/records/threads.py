@@ -108,11 +108,12 @@ def record_view(r: asyncpg.Record) -> RecordView:
     )
 
 
-# A record with its blob (content over 64 KiB) and its run (a view inherits main threads).
-_BLOB_AND_RUN = (
-    " LEFT JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
-    " LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
-)
+# A record of session $1 with its run (a view inherits main threads). The run is looked
+# up in session $1 by name: behind a subquery's fence the planner does not know that
+# ``r.session_id`` is $1, and hashed every run of every session.
+_RUN = " LEFT JOIN runs u ON u.session_id = $1 AND u.run_id = r.run_id"
+_BLOB = " LEFT JOIN blobs b ON b.space_id = r.space_id AND b.sha256 = r.content_ref"
+_BLOB_AND_RUN = f"{_BLOB}{_RUN}"
 _RECORDS_OF_RUNS = f" FROM records r{_BLOB_AND_RUN}"
 _INHERITABLE = (
     " AND r.visibility IN ('session', 'actor')"
@@ -137,10 +138,24 @@ _INHERITED = f"SELECT {_cols('r.covered')}{_INHERITED_FROM}{_ORDER}"
 # reads what it shows.
 # (IS TRUE: a payload without "skill" makes the comparison NULL, and NOT NULL is no row.)
 _TRACKED = f"(({_SKILL}) IS TRUE OR r.kind IN ('resource_activation', 'run_started'))"
+# The shown records and, on each row, how many were not read: one scan of the history.
+# The inner query marks and counts the unread rows over all of them, carrying only what
+# it decides on (not the content); the outer one reads the shown rows whole, and the
+# first row whatever it is, so that the count comes back when nothing is shown (the
+# caller drops an unread row).
 _INHERITED_SHOWN = (
-    f"SELECT {_cols('r.covered')}{_INHERITED_FROM} AND (NOT r.covered OR {_TRACKED}){_ORDER}"
+    f"SELECT {_cols('k.covered')}, k.unread, k.unread_count FROM (SELECT r.session_sequence,"
+    f" r.covered, r.covered AND NOT {_TRACKED} AS unread,"
+    f" count(*) FILTER (WHERE r.covered AND NOT {_TRACKED}) OVER () AS unread_count,"
+    " row_number() OVER () AS nth"
+    " FROM (SELECT r.session_id, r.record_id, r.session_sequence, r.run_id, r.instance_id,"
+    " r.kind, r.visibility, r.payload, c.id IS NOT NULL AS covered FROM records r"
+    " LEFT JOIN unnest($3::text[]) AS c(id) ON c.id = r.record_id"
+    f" WHERE r.session_id=$1 AND r.session_sequence <= $2 OFFSET 0) r{_RUN}"
+    f" WHERE true{_INHERITABLE}) k"
+    " JOIN records r ON r.session_id = $1 AND r.session_sequence = k.session_sequence"
+    f"{_BLOB} WHERE NOT k.unread OR k.nth = 1{_ORDER}"
 )
-_INHERITED_UNREAD = f"SELECT count(*){_INHERITED_FROM} AND r.covered AND NOT {_TRACKED}"
 _INHERITED_UNCOVERED = f"SELECT {_COLS}{_INHERITED_FROM} AND NOT r.covered{_ORDER}"
 # The inherited records after $2, through $3 (a view continued from an earlier one): few,
 # read whole with whether a renderer tracks them; covered ids are checked in memory.
@@ -195,8 +210,8 @@ async def inherited_view(
     ids = list(covered)
     async with custom_plan(conn):
         rows = await conn.fetch(_INHERITED_SHOWN, session_id, through, ids)
-        unread = await conn.fetchval(_INHERITED_UNREAD, session_id, through, ids) if ids else 0
-    return Inherited([record_view(r) for r in rows], int(unread))
+    unread = int(rows[0]["unread_count"]) if rows else 0
+    return Inherited([record_view(r) for r in rows if not r["unread"]], unread)
 
 
 async def uncovered_records(

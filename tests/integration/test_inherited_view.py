@@ -67,6 +67,9 @@ async def test_a_new_run_reads_the_records_it_shows_and_counts_the_covered_ones(
         every = await inherited_records(conn, sid, through, covered)
         shown = await inherited_view(conn, sid, through, covered)
         uncovered = await uncovered_records(conn, sid, through, covered)
+        # every record covered: only the tracked ones are read, the rest counted
+        every_id = frozenset(r.record_id for r in every)
+        tracked = await inherited_view(conn, sid, through, every_id)
         # A view continued from an earlier boundary (services.prepare.assembly.history):
         # the records before it as read then, the tail after it read alone.
         cuts = sorted({0, 1, through // 3, through // 2, through - 1})
@@ -83,6 +86,8 @@ async def test_a_new_run_reads_the_records_it_shows_and_counts_the_covered_ones(
     assert later is None  # a history kept past this run's boundary cannot serve it
     assert covered and shown.unread > 0  # a summarized history: most of it not read
     assert len(shown.records) + shown.unread == len(every)
+    assert {r.kind for r in tracked.records} == {"run_started"}
+    assert len(tracked.records) + tracked.unread == len(every) and tracked.unread > 0
     assert [r.record_id for r in uncovered] == [
         r.record_id for r in every if r.record_id not in covered
     ]

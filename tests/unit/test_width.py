@@ -1,0 +1,34 @@
+"""``segmentation.width`` counted in C for a text whose only characters beyond ASCII are
+marks and spaces (a summary's "…", "→", "—"): the same estimate as piece by piece."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from domain.compaction.extractive import segmentation as seg
+
+ASCII = "abcdefghij KLMNOP 0123456789 _-./:()[]{}=+*'\"\n\t"
+BEYOND = "…→—–·•«»“”‘’、，。\u00a0\u2009"  # marks and spaces only: no letter, no digit
+
+
+def _texts(seed: int, n: int = 300) -> list[str]:
+    rng = random.Random(seed)
+    alphabet = ASCII + BEYOND
+    return ["".join(rng.choice(alphabet) for _ in range(rng.randrange(1, 120))) for _ in range(n)]
+
+
+@pytest.mark.spec("R11.2")
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_marks_beyond_ascii_are_counted_in_c_as_piece_by_piece(seed: int) -> None:
+    for text in _texts(seed):
+        assert seg.width(text) == seg._width_by_piece(text), text
+
+
+@pytest.mark.spec("R11.2")
+def test_a_word_beyond_ascii_is_counted_piece_by_piece() -> None:
+    """A letter or digit beyond ASCII makes the text's ASCII words names and code
+    (``_tokens``' ``foreign``): not the ASCII count plus its marks."""
+    for text in ("run → готово", "step 3 … ٣", "café — done", "任务 → ok"):
+        assert seg.width(text) == seg._width_by_piece(text)
