@@ -168,6 +168,11 @@ class Settings(BaseSettings):
     # pipe, so that faust's per-event stream machinery (~half of a core at full rate) and
     # our decode/plan/commit run on two cores instead of one. Off: in process.
     processor_offload: bool = True
+    # With offload: a batch of fewer messages than this, while the child has none, is
+    # applied in the faust process (streams.drivers.small_at_home): at an agent
+    # runtime's pace the child's pipe and wake-ups cost more than a small batch's work.
+    # 1: every batch goes to the child.
+    processor_offload_from: int = Field(default=32, ge=1)
 
     prepare_host: str = "127.0.0.1"
     prepare_port: int = 18080

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from streams.crash_only import handle_or_exit
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
 from streams.drivers.offload import OffloadedProcessor, handle_offloaded_or_exit
+from streams.drivers.small_at_home import SmallAtHome
 from streams.instance import claim_instance_id
 from streams.kafka.auth import kafka_auth
 from streams.kafka.publish import AiokafkaPublisher, FaustPublisher
@@ -91,11 +94,25 @@ def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
                 await worker.stop()  # after faust stopped consuming: nothing in flight
 
             app.on_before_shutdown.connect(stop_worker)
-            return lambda batch: handle_offloaded_or_exit(worker, batch)
+            offloaded = partial(handle_offloaded_or_exit, worker)
+            return await with_small_at_home(settings, offloaded, lambda: _in_process(app))
+        return await _in_process(app)
+
+    async def _in_process(app: faust.App) -> BatchHandler:
         proc = build_processor(settings, await open_pool(settings), FaustPublisher(app))
         return lambda batch: handle_or_exit(proc, batch, settings.processor_transient_retry_s)
 
     return create_app(settings, data_dir, build)
+
+
+async def with_small_at_home(
+    settings: Settings, offloaded: BatchHandler, home: Callable[[], Awaitable[BatchHandler]]
+) -> BatchHandler:
+    """The offloaded handler, with batches under ``processor_offload_from`` messages
+    applied in this process (``home()`` builds that processor) unless it is 1."""
+    if settings.processor_offload_from <= 1:
+        return offloaded
+    return SmallAtHome(await home(), offloaded, settings.processor_offload_from)
 
 
 def with_instance_id(settings: Settings) -> Settings:
