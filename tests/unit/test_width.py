@@ -10,7 +10,8 @@ import pytest
 from domain.compaction.extractive import segmentation as seg
 
 ASCII = "abcdefghij KLMNOP 0123456789 _-./:()[]{}=+*'\"\n\t"
-BEYOND = "…→—–·•«»“”‘’、，。\u00a0\u2009"  # marks and spaces only: no letter, no digit
+# marks and spaces only (an en dash, curly quotes, a full-width comma...): no letter, no digit
+BEYOND = "…→—\u2013·•«»“”\u2018\u2019、\uff0c。\u00a0\u2009"
 
 
 def _texts(seed: int, n: int = 300) -> list[str]:
