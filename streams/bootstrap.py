@@ -15,6 +15,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import faust
 import uvloop
 
@@ -23,7 +24,7 @@ from storage.migrate import apply_dsn
 from storage.roles import configured_dsn
 from streams import tracing
 from streams.collector import tune_collector
-from streams.crash_only import handle_or_exit
+from streams.crash_only import exit_for_redelivery, handle_or_exit
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
 from streams.drivers.offload import OffloadedProcessor, handle_offloaded_or_exit
@@ -99,7 +100,7 @@ def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
         return await _in_process(app)
 
     async def _in_process(app: faust.App) -> BatchHandler:
-        proc = build_processor(settings, await open_pool(settings), FaustPublisher(app))
+        proc = build_processor(settings, await pool_or_exit(settings), FaustPublisher(app))
         return lambda batch: handle_or_exit(proc, batch, settings.processor_transient_retry_s)
 
     return create_app(settings, data_dir, build)
@@ -113,6 +114,17 @@ async def with_small_at_home(
     if settings.processor_offload_from <= 1:
         return offloaded
     return SmallAtHome(await home(), offloaded, settings.processor_offload_from)
+
+
+async def pool_or_exit(settings: Settings) -> asyncpg.Pool:
+    """The faust process's own pool. It is opened inside faust's agent (at its start, or
+    with the first batch): an exception there would reach faust, which acks the batch
+    it was taking. Without a pool the process exits instead, as the child does, and
+    starts again (crash-only)."""
+    try:
+        return await open_pool(settings)
+    except Exception:
+        exit_for_redelivery("the processor's database pool could not be opened")
 
 
 def with_instance_id(settings: Settings) -> Settings:

@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Awaitable, Callable
+from typing import NoReturn
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from schemas.errors import StorageUnavailable
 from schemas.settings import Settings
+from streams import bootstrap
 from streams.admission import RawMessage
 from streams.bootstrap import with_small_at_home
 from streams.drivers.small_at_home import SmallAtHome
@@ -127,3 +130,25 @@ async def test_settings_processor_offload_from_decides_where_small_batches_go(
         assert handler.offload_from == offload_from
     with pytest.raises(ValidationError):
         Settings(processor_offload_from=0)
+
+
+async def test_the_faust_processs_pool_opened_or_the_process_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No pool for the processor in the faust process: the process exits to start again
+    (crash-only), as it does when its child cannot open one; the error never reaches
+    faust, which would ack the batch it was taking."""
+    exits: list[str] = []
+
+    def exit_for_redelivery(why: str) -> NoReturn:
+        exits.append(why)
+        raise SystemExit(70)
+
+    async def open_pool(settings: Settings) -> None:
+        raise StorageUnavailable("database unreachable")
+
+    monkeypatch.setattr(bootstrap, "exit_for_redelivery", exit_for_redelivery)
+    monkeypatch.setattr(bootstrap, "open_pool", open_pool)
+    with pytest.raises(SystemExit):
+        await bootstrap.pool_or_exit(Settings())
+    assert exits == ["the processor's database pool could not be opened"]
