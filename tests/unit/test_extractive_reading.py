@@ -30,6 +30,11 @@ LedgerError: LEDGER_SYNC_TIMEOUT after 30.5 s
 === 1 failed, 11 passed in 4.20s ==="""
 
 
+def _errors(lines: list[str]) -> list[bool]:
+    """``sal.errors_each`` given each line's ``is_signal``, as ``reading`` gives them."""
+    return sal.errors_each(lines, [is_signal(ln) for ln in lines])
+
+
 def _listing(rng: random.Random, n: int) -> str:
     """Lines of one shape (``benchmarks.agents``'s file): the greedy's inert lines."""
     return "\n".join(
@@ -206,11 +211,11 @@ def test_features_read_together_are_each_lines_own_in_their_order() -> None:
         together = sal.features_each(texts, path_weight=sal.W_PATH_OUTPUT)
         alone = [sal.features(t, path_weight=sal.W_PATH_OUTPUT) for t in texts]
         assert [list(d.items()) for d in together] == [list(d.items()) for d in alone]
-        assert sal.errors_each(texts) == [
+        assert _errors(texts) == [
             sal.ERROR_SHAPE.search(t) is not None or is_signal(t) for t in texts
         ]
         assert sal.shapes(texts) == [sal.shape(t) for t in texts]
-    assert any(sal.errors_each(EDGES)) and not all(sal.errors_each(EDGES))
+    assert any(_errors(EDGES)) and not all(_errors(EDGES))
     assert ("num", "5ms") not in sal.features_each(EDGES[:2])[0]  # no unit from the next line
 
 
@@ -247,7 +252,7 @@ def test_what_an_error_names_is_told_by_its_shape_in_every_language(said: str) -
     language's words make it one."""
     shaped = sal.features(f"KeyError: 'currency code' ({said})")
     assert shaped[("id", "currency code")] == sal.W_IDENT
-    assert sal.errors_each([f"raised ValueError: 'currency code' {said}"]) == [True]
+    assert _errors([f"raised ValueError: 'currency code' {said}"]) == [True]
     plain = sal.features(f"'currency code' {said}")
     assert ("id", "currency code") not in plain
-    assert sal.errors_each([f"'currency code' {said}"]) == [False]
+    assert _errors([f"'currency code' {said}"]) == [False]

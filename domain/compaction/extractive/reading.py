@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import domain.compaction.extractive.salience as sal
 from domain.compaction.extractive.fill import MIN_GAIN
 from domain.compaction.extractive.segmentation import one_line
-from domain.compaction.extractive.signals import signal_lines
+from domain.compaction.extractive.signals import is_signal, signal_lines
 
 READ_HEAD, READ_TAIL = 12_000, 4_000  # of a huge result: its facts are in its ends
 # Worth of a tool result's other lines in the greedy, by where they sit.
@@ -75,7 +75,8 @@ def _read(text: str, failed: bool, inert: bool = True) -> ResultLines:
     the greedy, with the shape of a line repeated n times worth about sqrt(n) lines
     together. ``inert``: lines nothing would keep are marked None, not built."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    found = signal_lines(lines)
+    flags = [is_signal(ln) for ln in lines]  # once: the floor's lines and the cues read them
+    found = signal_lines(lines, flags)
     signal = {k: n for n, k in enumerate(found)}
     if failed and not signal and lines:
         signal = {0: 0}
@@ -88,7 +89,13 @@ def _read(text: str, failed: bool, inert: bool = True) -> ResultLines:
         list(clipped.values()), path_weight=sal.W_PATH_OUTPUT, code_weight=sal.W_CODE
     )
     has = dict(zip(others, found_in, strict=True))
-    cue = dict(zip(others, sal.errors_each([lines[k] for k in others]), strict=True))
+    cue = dict(
+        zip(
+            others,
+            sal.errors_each([lines[k] for k in others], [flags[k] for k in others]),
+            strict=True,
+        )
+    )
     uses: list[LineUse] = []
     for k, ln in enumerate(lines):
         sep = ": " if k == 0 else " | "

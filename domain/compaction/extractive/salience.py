@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from domain.compaction.extractive.segmentation import CLAUSE_END, SENTENCE_END
-from domain.compaction.extractive.signals import ERROR_SHAPE, error_shaped, is_signal
+from domain.compaction.extractive.signals import ERROR_SHAPE, error_shaped
 
 # Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
 # lookbehind keeps URLs ("https://host/a.html") and ratios ("and/or") out.
@@ -193,10 +193,10 @@ def features_each(
     return out
 
 
-def errors_each(lines: Sequence[str]) -> list[bool]:
-    """``signals.error_shaped`` of each of ``lines`` (one line each): ERROR_SHAPE in one pass."""
+def errors_each(lines: Sequence[str], signals: Sequence[bool]) -> list[bool]:
+    """``error_shaped`` of each line: ERROR_SHAPE in one pass, or its ``signals[i]``."""
     named = {i for i, _ in _by_text(ERROR_SHAPE, *_joined(lines))}
-    return [i in named or is_signal(ln) for i, ln in enumerate(lines)]
+    return [i in named or signals[i] for i in range(len(lines))]
 
 
 def is_decision(sentence: str) -> bool:
@@ -209,7 +209,8 @@ _DECORATION = re.compile(r"([=\-_*#~+.])\1{3,}")
 
 def one_line(text: str) -> str:
     """Whitespace collapsed and decoration runs ("=====", "-----") cut to one char."""
-    return " ".join(_DECORATION.sub(r"\1", text).split()).strip("=-_*#~ ")
+    flat = _DECORATION.sub(r"\1", text) if _DECORATION.search(text) else text  # mostly none
+    return " ".join(flat.split()).strip("=-_*#~ ")
 
 
 def clip(text: str, limit: int = FRAGMENT_CHARS) -> str:

@@ -60,10 +60,11 @@ def is_signal(line: str) -> bool:
     )
 
 
-def signal_lines(lines: Sequence[str]) -> list[int]:
+def signal_lines(lines: Sequence[str], flags: Sequence[bool] | None = None) -> list[int]:
     """Indices of the lines of one output that carry an error signal, in order: each
     traceback's header, its last ``MAX_FRAMES`` frames (with their source lines) and its
-    exception line; every other line ``is_signal``. At most ``MAX_LINES``, the first
+    exception line; every other line ``is_signal`` (``flags``: each line's, when the
+    caller has them). At most ``MAX_LINES``, the first
     three and the last ones — a long run's final errors are its verdict."""
     out: list[int] = []
     k = 0
@@ -85,7 +86,7 @@ def signal_lines(lines: Sequence[str]) -> list[int]:
                 out.append(k)
                 k += 1
             continue
-        if is_signal(line):
+        if flags[k] if flags is not None else is_signal(line):
             out.append(k)
         k += 1
     if len(out) > MAX_LINES:
