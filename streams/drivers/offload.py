@@ -137,6 +137,7 @@ class OffloadedProcessor:
         self._waiting: collections.deque[asyncio.Future[Reply]] = collections.deque()
         self._reader: asyncio.Task[None] | None = None
         self._lost: WorkerLost | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         self._child = await asyncio.create_subprocess_exec(
@@ -175,6 +176,11 @@ class OffloadedProcessor:
             self._lose(exc)
         except Exception as exc:
             self._lose(WorkerLost(f"reading the worker's replies failed: {exc!r}"))
+        if not self._stopping:
+            # At once, not with the next batch for the child: small batches are applied
+            # in this process (``streams.drivers.small_at_home``), and a backlog would
+            # meet a dead child only after them.
+            exit_for_redelivery(f"processor worker lost: {self._lost}")
 
     def _lose(self, exc: WorkerLost) -> None:
         self._lost = exc
@@ -200,6 +206,7 @@ class OffloadedProcessor:
 
     async def stop(self) -> None:
         """Close the child's input (it exits after its batches) and wait for it."""
+        self._stopping = True  # its end of input ends it: no loss
         child, self._child = self._child, None
         if child is None:
             return

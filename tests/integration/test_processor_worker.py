@@ -17,7 +17,8 @@ from schemas.contracts import ToolStatus
 from streams.crash_only import CRASH_EXIT_CODE
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
-from tests.support.services import Services
+from tests.support.services import Services, start_services
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
@@ -137,3 +138,33 @@ async def test_a_killed_processor_takes_its_worker_with_it(
         for p, o in sent:
             last[p] = max(last.get(p, -1), o)
         await wait_committed(db, services, last, timeout=60)
+
+
+@pytest.mark.spec("R8.1")
+async def test_a_killed_worker_ends_its_parent_even_while_every_batch_is_applied_there(
+    stack: Stack, pg_dsn: str, db: asyncpg.Pool
+) -> None:
+    """With every batch small enough to be applied in the faust process
+    (``ALC_PROCESSOR_OFFLOAD_FROM``, ``streams.drivers.small_at_home``), no batch would
+    meet the dead child: the parent ends when the child's pipe closes, and the restart
+    applies everything once."""
+    # (in a thread: starting runs a private event loop beside this test's)
+    services = await asyncio.to_thread(
+        start_services, stack, pg_dsn, ALC_PROCESSOR_OFFLOAD_FROM="1000000"
+    )
+    try:
+        async with client(services) as c:
+            run = await c.start_run(await new_session(c))
+            sent = await c.producer.send_many(ev.question_round(run, "h", (ToolStatus.OK,)))
+            worker = await _worker(services)
+            popen = services.processor.popen
+            assert popen is not None
+            os.kill(worker, signal.SIGKILL)
+            assert await asyncio.to_thread(popen.wait, 30) == CRASH_EXIT_CODE
+            services.processor.start()
+            last: dict[int, int] = {}
+            for p, o in sent:
+                last[p] = max(last.get(p, -1), o)
+            await wait_committed(db, services, last, timeout=60)
+    finally:
+        await asyncio.to_thread(services.stop)
