@@ -110,24 +110,33 @@ async def _never(batch: list[RawMessage]) -> None:
     raise AssertionError("not this handler")
 
 
-@pytest.mark.parametrize(("offload_from", "split"), [(1, False), (2, True), (32, True)])
+@pytest.mark.parametrize("offload_from", [1, 2, 32])
 async def test_settings_processor_offload_from_decides_where_small_batches_go(
-    offload_from: int, split: bool
+    offload_from: int,
 ) -> None:
-    """``ALC_PROCESSOR_OFFLOAD_FROM``: 1 sends every batch to the child (no processor is
-    built here); more splits batches at that size."""
+    """``ALC_PROCESSOR_OFFLOAD_FROM``, through the handler the faust driver is given: a
+    batch of fewer messages is applied in this process, one of that many or more goes to
+    the child; 1 sends every batch to the child (and builds no processor here)."""
+    went: list[tuple[str, int]] = []
     built: list[str] = []
+
+    async def child(batch: list[RawMessage]) -> None:
+        went.append(("child", len(batch)))
+
+    async def applied_here(batch: list[RawMessage]) -> None:
+        went.append(("here", len(batch)))
 
     async def home() -> Callable[[list[RawMessage]], Awaitable[None]]:
         built.append("home")
-        return _never
+        return applied_here
 
-    settings = Settings(processor_offload_from=offload_from)
-    handler = await with_small_at_home(settings, _never, home)
-    assert isinstance(handler, SmallAtHome) is split
-    assert built == (["home"] if split else [])
-    if isinstance(handler, SmallAtHome):
-        assert handler.offload_from == offload_from
+    handler = await with_small_at_home(Settings(processor_offload_from=offload_from), child, home)
+    sizes = [1, offload_from - 1, offload_from, 100]
+    for n in sizes:
+        if n > 0:
+            await handler(_batch(n, 0))
+    assert went == [("here" if n < offload_from else "child", n) for n in sizes if n > 0]
+    assert built == ([] if offload_from == 1 else ["home"])
     with pytest.raises(ValidationError):
         Settings(processor_offload_from=0)
 
