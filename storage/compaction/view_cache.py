@@ -109,6 +109,12 @@ class TxViews:
         if kind not in KEEPS_FACTS:
             self.changed.add(session_id)
             self.staged.pop(session_id, None)
+            return
+        # A view read in this transaction stays this session's view past a record that
+        # keeps the facts, written where its stamp stood (the next sequence then).
+        staged = self.staged.get(session_id)
+        if staged is not None and staged[0].sequence == sequence:
+            self.staged[session_id] = (replace(staged[0], sequence=sequence + 1), staged[1])
 
     def lookup(self, session_id: str, run_id: str, now: Stamp) -> ViewState | None:
         """The facts of ``session_id``'s main view for ``run_id`` at stamp ``now`` (read

@@ -128,13 +128,22 @@ def test_a_resumed_runs_view_is_not_kept_its_counters_are_its_own() -> None:
 
 
 @pytest.mark.spec("R2.6", "R2.7")
-def test_a_view_read_earlier_in_the_transaction_serves_until_it_writes() -> None:
+def test_a_view_read_in_the_transaction_serves_past_its_records_that_keep_the_facts() -> None:
+    """Read after the run's start, the view serves the observations that follow the
+    question and the step in the same batch; a record that may change a fact, or one
+    written elsewhere than where its stamp stood, makes it be read again."""
     tx = TxViews(ViewCache())
     tx.wrote(SID, 10, RecordKind.RUN_STARTED)  # read again after this one...
     tx.read(SID, Stamp(11, None), view())
     assert tx.lookup(SID, RUN, Stamp(11, None)) == view()  # ... and then kept
     tx.wrote(SID, 11, RecordKind.USER_INPUT)
-    assert tx.lookup(SID, RUN, Stamp(12, None)) is None
+    tx.wrote(SID, 12, RecordKind.ASSISTANT_MESSAGE)
+    assert tx.lookup(SID, RUN, Stamp(13, None)) == view()
+    tx.wrote(SID, 14, RecordKind.TOOL_OUTCOME)  # 13 is not this transaction's
+    assert tx.lookup(SID, RUN, Stamp(15, None)) is None
+    tx.read(SID, Stamp(15, None), view())
+    tx.wrote(SID, 15, RecordKind.RECORD_RETRACTED)
+    assert tx.lookup(SID, RUN, Stamp(16, None)) is None
 
 
 class _Tail:
