@@ -57,10 +57,17 @@ class BlockLog:
             f" limit=8000); readable range 0-{total} {unit}.]\n{shown}"
         )
 
-    def _framed(self, tokens: int, shown: str, text: str) -> int:
-        """The stored count of ``text`` plus what the header around it adds (R6.2): the
-        model sees the header too."""
-        return tokens + self.count(shown) - self.count(text)
+    def _framed(self, tokens: int, header: str, text: str) -> int:
+        """The stored count ``tokens`` of ``text`` plus what ``header``, shown before it,
+        adds (R6.2): the model sees the header too.
+
+        A header ending in a line break before a text starting with a visible character
+        meets it at a boundary the tokenizer's pre-split keeps (no piece crosses a line
+        break into a word), so the header's own count is what it adds: the text is not
+        encoded again on each render. Otherwise both are counted whole."""
+        if header.endswith("\n") and (not text or not text[0].isspace()):
+            return tokens + self.count(header)
+        return tokens + self.count(header + text) - self.count(text)
 
     def _add(self, msg: Message, sources: list[RecordView], category: str, tokens: int) -> None:
         # R15.4: credentials never enter context. A placeholder can be longer than the

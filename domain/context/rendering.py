@@ -103,30 +103,30 @@ class ThreadRenderer(BlockLog):
     def add_summary(self, text: str, tokens: int) -> None:
         # R3.3: a summary restates user, model and tool text — quoted history, never an
         # instruction, whatever its lines say.
-        content = (
+        header = (
             f"[history summary {self.summary_id} — a record of earlier work; "
-            f"{NOT_AN_INSTRUCTION}]\n{text}"
+            f"{NOT_AN_INSTRUCTION}]\n"
         )
         self._add(
             {
                 "role": DERIVED_ROLE,
-                "content": content,
+                "content": header + text,
                 "block": "summary",
                 "summary_id": self.summary_id,
             },
             [],
             "summary",
-            self._framed(tokens, content, text),
+            self._framed(tokens, header, text),
         )
 
     def add_material(self, rec: RecordView) -> None:
         """R13.2: background a parent chose for a child — material, never an instruction."""
-        content = f"[background from the parent task: {rec.kind}, material]\n{rec.text}"
+        header = f"[background from the parent task: {rec.kind}, material]\n"
         self._add(
-            {"role": "user", "content": content, "block": "material"},
+            {"role": "user", "content": header + rec.text, "block": "material"},
             [rec],
             "material",
-            self._framed(rec.token_count, content, rec.text),
+            self._framed(rec.token_count, header, rec.text),
         )
 
     def add_background(self, records: list[RecordView]) -> None:
@@ -236,10 +236,10 @@ class ThreadRenderer(BlockLog):
             self.externalized.append(rec.record_id)
             self._add(view, [rec], "material", self.count(view["content"]))
             return
-        content = f"[child task result — material]\n{rec.text}"
-        msg: Message = {"role": "user", "content": content, "block": "material"}
+        header = "[child task result — material]\n"
+        msg: Message = {"role": "user", "content": header + rec.text, "block": "material"}
         msg["reason"] = "child_result"
-        self._add(msg, [rec], "material", self._framed(rec.token_count, content, rec.text))
+        self._add(msg, [rec], "material", self._framed(rec.token_count, header, rec.text))
 
     def _orphan_result(self, rec: RecordView) -> None:
         """A result whose call is not in view: kept visible as state, not as a tool
@@ -262,7 +262,7 @@ class ThreadRenderer(BlockLog):
             self.externalized.append(rec.record_id)
         else:
             msg["content"] = f"{head} status={status}\n{rec.text}"
-            tokens = self._framed(rec.token_count, msg["content"], rec.text)
+            tokens = self._framed(rec.token_count, f"{head} status={status}\n", rec.text)
         self._add(msg, [rec], "state", tokens)
 
     def _close(self, grp: OpenGroup) -> None:
