@@ -170,8 +170,9 @@ class CompactionWorker:
             await self.jobs.current_frontier(req.session_id, req.run_id, req.instance_id),
             self.limits,
             # a job counts its draft's text more than once (the bound, the fit, the
-            # outcome): each text is encoded once per job
-            functools.lru_cache(maxsize=16)(self.counter.count),
+            # outcome), each a parent's lines with a few changed: each text is counted
+            # once per job, each line once while the process keeps it
+            functools.lru_cache(maxsize=16)(self.counter.count_lines),
             f"sum_{uuid.uuid4().hex[:16]}",
             # the agent's own model continues its last request (issue 39 item 3).
             await self.agents.request(req) if self.agents else None,
