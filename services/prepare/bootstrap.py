@@ -47,6 +47,7 @@ from storage.calls.model_calls import ModelCalls, PgModelCalls
 from storage.calls.prepared_contexts import PgPreparedContexts, PreparedContexts
 from storage.calls.render_states import PgRenderStates, RenderStates
 from storage.calls.views import PgCallViews
+from storage.compaction.read_ahead import PgReadAheads, ReadAheads
 from storage.compaction.view import CompactionReads, PgCompactionReads
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
@@ -85,6 +86,8 @@ class Adapters:
     frontier: FrontierReads | None = None  # plan, constraints; None: none
     # a thread's new records and its frontier in one read (None: each apart)
     thread_frontier: ThreadFrontierReads | None = None
+    # with the main view's compaction row too, before the prepare decides (None: apart)
+    read_aheads: ReadAheads | None = None
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,7 @@ def _thread_views(ports: Adapters, counter: CachedCounter) -> ThreadViews:
         building=built_to_keep,
         store_min=STORE_MIN_RECORDS,
         frontier=ports.thread_frontier,
+        read_aheads=ports.read_aheads,
     )
 
 
@@ -264,6 +268,7 @@ def pg_adapters(
         render_states=PgRenderStates(pool) if render_states else None,
         frontier=PgFrontier(pool),
         thread_frontier=PgThreadFrontier(pool),
+        read_aheads=PgReadAheads(pool),
     )
 
 

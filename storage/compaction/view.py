@@ -14,7 +14,7 @@ from typing import NotRequired, Protocol, TypedDict
 import asyncpg
 
 from schemas.errors import NotFound
-from storage.compaction.view_state import ViewState, ViewStateCache, load_view_state
+from storage.compaction.view_state import MainRow, ViewState, ViewStateCache, load_view_state
 from storage.records.threads import SummaryView
 
 SUMMARY_CACHE = 1024  # summaries (with their covered ids) kept per Prepare process
@@ -35,9 +35,15 @@ class CompactionReads(Protocol):
     """Port: compaction state as Prepare reads it."""
 
     async def state(
-        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        through: int,
+        child_instance_id: str | None = None,
+        row: MainRow | None = None,
     ) -> ViewState:
-        """The view's compaction state (``storage.compaction.view_state``: R2.6, R2.7, R13.1)."""
+        """The view's compaction state (``storage.compaction.view_state``: R2.6, R2.7, R13.1);
+        ``row``: a main view's row the caller read with its own reads."""
 
     async def summary(self, summary_id: str) -> SummaryView | None: ...
 
@@ -59,7 +65,12 @@ class PgCompactionReads:
         self._summaries: OrderedDict[str, SummaryView] = OrderedDict()
 
     async def state(
-        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        through: int,
+        child_instance_id: str | None = None,
+        row: MainRow | None = None,
     ) -> ViewState:
         async with self.pool.acquire() as conn:
             state = await load_view_state(
@@ -69,6 +80,7 @@ class PgCompactionReads:
                 child_instance_id=child_instance_id,
                 through=through,
                 cache=self._facts,
+                row=row,
             )
         if state is None:
             raise NotFound(f"session {session_id} not found")

@@ -14,7 +14,9 @@ invalidated summary, R11.8, must never be reused, even as a parent further up th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import asyncpg
 
@@ -78,12 +80,15 @@ async def load_view_state(
     child_instance_id: str | None = None,
     through: int | None = None,
     cache: ViewStateCache | None = None,
+    row: MainRow | None = None,
 ) -> ViewState | None:
     """The compaction view of run ``run_id``'s main thread, or with ``child_instance_id``
     of that child thread's own lineage (R13.1: its own counters, summary and job).
 
     ``through`` is the run's snapshot boundary when the caller already has it (Prepare's
     snapshot); otherwise it is read. ``cache`` keeps immutable facts across calls.
+    ``row``: the main view's row, read by the caller with ``main_row_sql`` (with its
+    own reads, in one round trip), with ``through`` and ``CHAIN_DEPTH``.
     Returns None when the session does not exist. Reads only; inside a transaction it
     sees that transaction's writes (the processor calls it in its batch transaction).
     """
@@ -92,8 +97,8 @@ async def load_view_state(
         if through is None:
             through = await snapshot_boundary(conn, session_id, run_id)
         return await _child_view(conn, session_id, run_id, child_instance_id, through, cache)
-    r = await _main_row(conn, session_id, run_id, through, CHAIN_DEPTH)
-    if r is None:
+    r = row if row is not None else await _main_row(conn, session_id, run_id, through, CHAIN_DEPTH)
+    if not r:  # no session (a row read as JSON: an empty object)
         return None
     through = int(r["through"])
     counters = (
@@ -145,24 +150,39 @@ async def _main_row(
     through: int | None,
     depth: int | None,
 ) -> asyncpg.Record | None:
-    """Everything of a main view but record counts and reuse checks, in one round trip,
-    with the run's snapshot boundary (``through``, read here when None: 0 for a run not
-    known). The summary chain is walked ``depth`` summaries back (None: all the way);
-    ``more`` says it goes further. (A long session's chain holds hundreds of roll-ups,
-    and the newest one nearly always serves.)"""
+    """Everything of a main view but record counts and reuse checks, in one round trip
+    (``main_row_sql``)."""
+    return await conn.fetchrow(
+        main_row_sql("$1", "$2", "$3", "$4"), session_id, through, run_id, depth
+    )
+
+
+# A main view's row as ``main_row_sql`` reads it: a record, or a JSON object of it
+# (empty without the session).
+MainRow = Mapping[str, Any]
+
+
+def main_row_sql(session: str, through: str, run: str, depth: str) -> str:
+    """The statement of a main view's row, its arguments at the placeholders given: the
+    session, the run's snapshot boundary (``through``; NULL: read here, 0 for a run not
+    known), the run, and how deep the summary chain is walked (``depth``; NULL: all the
+    way, ``more`` says it goes further). Everything of the view but record counts and
+    reuse checks. (A long session's chain holds hundreds of roll-ups, and the newest one
+    nearly always serves.) One row, or none without the session."""
     # b is read once (MATERIALIZED): inlined, its boundary was looked up again for each
     # use of ``b.through``.
-    return await conn.fetchrow(
-        "WITH b AS MATERIALIZED (SELECT coalesce($2::bigint, (SELECT x.through_session_sequence"
+    return (
+        f"WITH b AS MATERIALIZED (SELECT coalesce({through}::bigint,"
+        " (SELECT x.through_session_sequence"
         "   FROM runs u JOIN history_snapshots x USING (snapshot_id)"
-        "   WHERE u.session_id = $1 AND u.run_id = $3), 0) AS through)"
+        f"   WHERE u.session_id = {session} AND u.run_id = {run}), 0) AS through)"
         " SELECT b.through, s.user_turns, s.model_steps, c.active_job_id,"
         # A run started after this one's snapshot: only then is this view not the whole
         # session (runs is small; the records after a snapshot may be many). Asked as
         # the newest other run's start, one step down ``runs_started``: as EXISTS, the
         # generic plan scanned every run of every session when the session had none.
         " coalesce((SELECT max(x.started_sequence) FROM runs x"
-        "   WHERE x.session_id = s.session_id AND x.run_id <> $3) > b.through, false)"
+        f"   WHERE x.session_id = s.session_id AND x.run_id <> {run}) > b.through, false)"
         " AS later,"
         " (SELECT count(*) || ':' || coalesce(max(v.revoked_sequence), 0)"
         "  FROM revoked_resources v WHERE v.session_id = s.session_id)"
@@ -172,30 +192,30 @@ async def _main_row(
         " coalesce(w.chain, '{}') AS chain, w.more"
         " FROM b, sessions s LEFT JOIN compaction_state c"
         " ON c.session_id = s.session_id AND c.lineage = 'main'"
-        f" LEFT JOIN LATERAL ({_CHAIN} SELECT"
+        f" LEFT JOIN LATERAL ({_chain(depth)} SELECT"
         "  array_agg(summary_id ORDER BY depth) FILTER (WHERE status = 'committed') AS chain,"
         "  (array_agg(parent_summary_id IS NOT NULL ORDER BY depth DESC))[1] AS more"
         "  FROM chain) w ON true"
-        " WHERE s.session_id = $1",
-        session_id,
-        through,
-        run_id,
-        depth,
+        f" WHERE s.session_id = {session}"
     )
 
 
 # Summaries of a chain read with a view's row; the rest only if none of them serves
 # (each is two index reads: 8 cost a quarter of the statement, and the newest serves).
 CHAIN_DEPTH = 3
-# The summary chain from the lineage's current summary back, at most $4 deep (NULL: all).
-_CHAIN = (
-    "WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
-    "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
-    "   WHERE summary_id = c.current_summary_id"
-    "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
-    "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id"
-    "   WHERE $4::int IS NULL OR chain.depth + 1 < $4::int)"
-)
+
+
+def _chain(depth: str) -> str:
+    """The summary chain from the lineage's current summary back, at most ``depth``
+    deep (NULL: all)."""
+    return (
+        "WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
+        "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
+        "   WHERE summary_id = c.current_summary_id"
+        "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
+        "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id"
+        f"   WHERE {depth}::int IS NULL OR chain.depth + 1 < {depth}::int)"
+    )
 
 
 async def _child_view(

@@ -64,6 +64,11 @@ async def own_and_frontier(
     rows = await conn.fetch(
         own_and_frontier_sql(query), session_id, run_id, instance_id, after, None, *known
     )
+    return parsed(rows, run_id)
+
+
+def parsed(rows: list[asyncpg.Record], run_id: str) -> tuple[list[RecordView], Frontier, TaskCount]:
+    """The records, frontier and task count of ``own_and_frontier_sql``'s rows."""
     parts = rows[0]["frontier"]
     frontier = fold_frontier(parts, run_id)
     task = next(p for p in parts if p["part"] == "task")

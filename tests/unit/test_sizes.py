@@ -172,6 +172,9 @@ ONE_CONCEPT: dict[str, str] = {
     " it addresses are pure and would be pure logic outside domain/ on their own",
     "services/prepare/assembly/prepare_context.py": "Preparer: the prepare use case read top to"
     " bottom (target, triggers, build, provider request, answer)",
+    "services/prepare/assembly/views.py": "ThreadViews: one thread view kept fresh per prepare"
+    " (kept, continued, restored or rebuilt, then fed what is new), the states it stores and"
+    " the read-ahead that serves it, under the one lock per view",
     "storage/records/threads.py": "a thread's source records read as RecordViews: the SQL of a"
     " view row and of its inherited, uncovered and own records, one place for Prepare and"
     " compaction so that both see the same history",

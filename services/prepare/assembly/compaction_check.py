@@ -29,7 +29,7 @@ from services.bus import send_control
 from services.prepare.assembly.views import SummaryView, ThreadViews
 from services.prepare.assembly.waiter import Waiter
 from storage.compaction.view import CompactionReads, JobStatus
-from storage.compaction.view_state import ViewState
+from storage.compaction.view_state import MainRow, ViewState
 from storage.releases import Release
 from streams.kafka.publish import Publisher
 
@@ -61,11 +61,15 @@ class CompactionCheck:
     waiter: Waiter
     wait_s: float = 20.0
 
-    async def lineage(self, sid: str, run_id: str, instance_id: str, is_child: bool) -> Lineage:
+    async def lineage(
+        self, sid: str, run_id: str, instance_id: str, is_child: bool, row: MainRow | None = None
+    ) -> Lineage:
         """Child threads (R13) have their own view and no share in the run's compaction
-        lineage: no session summary, no trigger checks on the parent's counters."""
+        lineage: no session summary, no trigger checks on the parent's counters. ``row``:
+        the main view's row, read with the thread's new records (``ThreadViews.ahead``)."""
         through = (await self.views.snapshot(sid, run_id)).through_session_sequence
-        state = await self.reads.state(sid, run_id, through, instance_id if is_child else None)
+        child = instance_id if is_child else None
+        state = await self.reads.state(sid, run_id, through, child, None if is_child else row)
         summary = None
         if state.summary_id is not None:
             summary = await self.reads.summary(state.summary_id)

@@ -48,6 +48,7 @@ from services.prepare.calibration import CalibrationCache
 from services.prepare.content import ContentStore
 from services.prepare.notes import Notes
 from services.prepare.publishing import ReleaseBook
+from storage.compaction.read_ahead import ReadAhead
 from storage.compaction.view import JobStatus
 from storage.records.frontier import FrontierReads
 from storage.records.thread_frontier import FrontierQuery
@@ -119,8 +120,12 @@ class Preparer:
         await self.waiter.wait(offsets_of(body.after), self.commit_wait_s)
         waited = time.perf_counter() - t0
         target = await self._target(sid, run_id, body, material)
-        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, target.child)
-        built = await self._build(target, lineage)
+        # A kept main view's new records and its compaction row, in one round trip.
+        scope = (sid, run_id, target.instance_id)
+        ahead = None if target.child else await self.views.ahead(scope, _query(target))
+        row = ahead.view if ahead is not None else None
+        lineage = await self.compaction.lineage(sid, run_id, target.instance_id, target.child, row)
+        built = await self._build(target, lineage, ahead)
         job_status = None
         if target.purpose == "action":
             built, lineage, job_status = await self._check_triggers(
@@ -231,19 +236,21 @@ class Preparer:
         )
         return await self._build(target, lineage), lineage, job_status
 
-    async def _build(self, target: Target, lineage: Lineage) -> Built:
+    async def _build(
+        self, target: Target, lineage: Lineage, ahead: ReadAhead | None = None
+    ) -> Built:
         policy = target.release.policy
         scope = (target.session_id, target.run_id, target.instance_id)
-        inherit = policy.child_transfer_policy.inherit_constraints
         rend, snap, frontier = await self.views.view_and_frontier(
             scope,
             self.frontier,
-            FrontierQuery(target.child, inherit),
+            _query(target),
             target.profile.message_overhead,
             lineage.summary,
             lineage.state.revocation_epoch,
             policy.large_result,
             policy.child_transfer_policy,
+            ahead,
         )
         pending = rend.pending_calls()
         if pending:
@@ -369,4 +376,11 @@ def _dependencies(target: Target, built: Built, lineage: Lineage) -> DependencyV
         release_id=target.release.release_id,
         summary_id=summary.summary_id if summary else None,
         **built.frontier.versions(),
+    )
+
+
+def _query(target: Target) -> FrontierQuery:
+    """Which frontier ``target``'s thread has."""
+    return FrontierQuery(
+        target.child, target.release.policy.child_transfer_policy.inherit_constraints
     )

@@ -27,6 +27,7 @@ from domain.policy.sections import ChildTransferPolicy
 from schemas.errors import NotFound
 from services.prepare.assembly.history import Histories
 from storage.calls.render_states import RenderStates, StoredState
+from storage.compaction.read_ahead import ReadAhead, ReadAheads
 from storage.records.frontier import FrontierReads
 from storage.records.thread_frontier import FrontierQuery, TaskCount, ThreadFrontierReads
 from storage.records.threads import Snapshot, SummaryView, Threads
@@ -78,9 +79,11 @@ class ThreadViews:
         building: render_state.Building = nullcontext,
         store_min: int = 0,
         frontier: ThreadFrontierReads | None = None,
+        read_aheads: ReadAheads | None = None,
     ) -> None:
         self.threads = threads
         self.frontier = frontier
+        self.read_aheads = read_aheads
         self.store_min = store_min
         self.histories = Histories(capacity)
         self.building = building
@@ -145,14 +148,16 @@ class ThreadViews:
         epoch: str = "",
         large: LargeResultSettings | None = None,
         transfer: ChildTransferPolicy | None = None,
+        ahead: ReadAhead | None = None,
     ) -> tuple[ThreadRenderer, Snapshot, Frontier]:
         """``view``, and the thread's frontier (R4.4) as committed now: read with the
         view's new records when ``frontier`` of the constructor is given, else from
-        ``frontier`` here after the view."""
+        ``frontier`` here after the view; ``ahead``: both, read by ``ahead``."""
         sid, run_id, instance_id = scope
         rend, snap, found = await self.view_at(
-            sid, run_id, instance_id, message_overhead, summary, epoch, large, transfer, query
-        )
+            sid, run_id, instance_id, message_overhead, summary, epoch, large, transfer, query,
+            ahead,
+        )  # fmt: skip
         if found is None:
             found = await frontier.read(
                 *scope, child=query.child, inherit_constraints=query.inherit_constraints
@@ -170,6 +175,7 @@ class ThreadViews:
         large: LargeResultSettings | None = None,
         transfer: ChildTransferPolicy | None = None,
         query: FrontierQuery | None = None,
+        ahead: ReadAhead | None = None,
     ) -> tuple[ThreadRenderer, Snapshot, Frontier | None]:
         key = (session_id, run_id, instance_id)
         lock = self._locks.setdefault(key, asyncio.Lock())
@@ -206,15 +212,48 @@ class ThreadViews:
                     )
                 self._views[key] = rend
                 self._epochs[key] = epoch
-            own, found = await self._new_records(key, rend.last_sequence, query)
-            for rec in own:
-                rend.feed(rec, inherited=False)
+            found = await self._feed(key, rend, query, ahead)
             # Stored under what the renderer was built with (``large=None`` reuses any).
             self._store(key, self._fingerprint(rend, epoch), rend)
             self._views[key] = rend
             self._views.move_to_end(key)
             self._evict()
             return rend, snap, found
+
+    async def ahead(self, scope: tuple[str, str, str], query: FrontierQuery) -> ReadAhead | None:
+        """A kept main view's new records and frontier, with the main view's compaction
+        row, in one round trip, read before the prepare decides on its summary (which
+        the row gives); ``view_at`` uses them when the view still stands where they were
+        read from. None without a kept view of a main thread (or a reader)."""
+        rend = self._views.get(scope)
+        if self.read_aheads is None or rend is None:
+            return None
+        snap = await self.snapshot(scope[0], scope[1])
+        if scope[2] != snap.main_instance_id:
+            return None
+        return await self.read_aheads.read(
+            scope, rend.last_sequence, query, self._tasks.get(scope), snap.through_session_sequence
+        )
+
+    async def _feed(
+        self,
+        key: tuple[str, str, str],
+        rend: ThreadRenderer,
+        query: FrontierQuery | None,
+        ahead: ReadAhead | None,
+    ) -> Frontier | None:
+        """Feed ``rend`` the thread's records since it last looked: those read ahead when
+        they were read from where it stands, else read now. Returns the frontier read
+        with them (None without ``query``)."""
+        found: Frontier | None
+        if ahead is not None and ahead.after == rend.last_sequence:
+            own, found = ahead.own, ahead.frontier
+            self._tasks[key] = ahead.tasks
+        else:
+            own, found = await self._new_records(key, rend.last_sequence, query)
+        for rec in own:
+            rend.feed(rec, inherited=False)
+        return found
 
     async def _new_records(
         self, key: tuple[str, str, str], after: int, query: FrontierQuery | None

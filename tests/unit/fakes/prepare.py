@@ -342,7 +342,12 @@ class FakeCompactionReads:
     idle: int | None = None  # ms since the session's last model call
 
     async def state(
-        self, session_id: str, run_id: str, through: int, child_instance_id: str | None = None
+        self,
+        session_id: str,
+        run_id: str,
+        through: int,
+        child_instance_id: str | None = None,
+        row: object = None,
     ) -> ViewState:
         return ViewState(
             session_id,
