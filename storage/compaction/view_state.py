@@ -14,6 +14,7 @@ invalidated summary, R11.8, must never be reused, even as a parent further up th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,6 +163,7 @@ async def _main_row(
 MainRow = Mapping[str, Any]
 
 
+@functools.cache
 def main_row_sql(session: str, through: str, run: str, depth: str) -> str:
     """The statement of a main view's row, its arguments at the placeholders given: the
     session, the run's snapshot boundary (``through``; NULL: read here, 0 for a run not
