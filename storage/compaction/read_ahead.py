@@ -19,24 +19,16 @@ import asyncpg
 from domain.frontier import Frontier
 from domain.window.record_view import RecordView
 from storage.compaction.view_state import CHAIN_DEPTH, MainRow, main_row_sql
-from storage.records.frontier import frontier_sql
-from storage.records.thread_frontier import FrontierQuery, TaskCount, parsed
-from storage.records.threads import OWN_RECORDS
+from storage.records.thread_frontier import FrontierQuery, TaskCount, own_and_frontier_sql, parsed
 
 
 @functools.cache
 def read_ahead_sql(query: FrontierQuery) -> str:
-    # ``own_and_frontier_sql``'s arguments ($1 session, $2 run, $3 instance, $4 the
-    # sequence the view is at, $5 NULL, $6/$7 the task count known), then $8 the run's
-    # snapshot boundary and $9 how deep the summary chain is read.
+    # ``own_and_frontier_sql``'s arguments, then $8 the run's snapshot boundary and $9
+    # how deep the summary chain is read (``main_row_sql``'s).
     view = main_row_sql("$1", "$8", "$2", "$9")
-    sql = frontier_sql(query.child, query.inherit_constraints, counted=True)
-    return (
-        f"WITH f AS ({sql}),"
-        " fj AS (SELECT coalesce(jsonb_agg(to_jsonb(f)), '[]'::jsonb) AS frontier,"
-        f" coalesce((SELECT to_jsonb(v) FROM ({view}) v), '{{}}'::jsonb) AS view FROM f)"
-        f" SELECT fj.frontier, fj.view, o.* FROM fj LEFT JOIN LATERAL ({OWN_RECORDS}) o ON true"
-        " ORDER BY o.session_sequence"
+    return own_and_frontier_sql(
+        query, f"coalesce((SELECT to_jsonb(v) FROM ({view}) v), '{{}}'::jsonb) AS view"
     )
 
 

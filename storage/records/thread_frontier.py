@@ -36,14 +36,17 @@ class TaskCount(NamedTuple):
 
 
 @functools.cache
-def own_and_frontier_sql(query: FrontierQuery) -> str:
+def own_and_frontier_sql(query: FrontierQuery, beside: str = "") -> str:
     # $1 session, $2 run, $3 instance (both reads'), $4 the sequence the view is at, $5
     # unused (NULL), $6/$7 the task count known before (``frontier_sql``'s ``counted``).
+    # ``beside``: more columns of every row, "<scalar expression> AS <name>" (a caller's
+    # read in the same round trip: ``storage.compaction.read_ahead``).
     sql = frontier_sql(query.child, query.inherit_constraints, counted=True)
+    more = f", {beside}" if beside else ""
     return (
         f"WITH f AS ({sql}),"
-        " fj AS (SELECT coalesce(jsonb_agg(to_jsonb(f)), '[]'::jsonb) AS frontier FROM f)"
-        f" SELECT fj.frontier, o.* FROM fj LEFT JOIN LATERAL ({OWN_RECORDS}) o ON true"
+        f" fj AS (SELECT coalesce(jsonb_agg(to_jsonb(f)), '[]'::jsonb) AS frontier{more} FROM f)"
+        f" SELECT fj.*, o.* FROM fj LEFT JOIN LATERAL ({OWN_RECORDS}) o ON true"
         " ORDER BY o.session_sequence"
     )
 
