@@ -209,13 +209,16 @@ CHAIN_DEPTH = 3
 
 def _chain(depth: str) -> str:
     """The summary chain from the lineage's current summary back, at most ``depth``
-    deep (NULL: all)."""
+    deep (NULL: all). Each step is one lookup by key: a subquery with a LIMIT is not
+    pulled up into a join, which the planner hashed over a scan of every summary (the
+    chain's single row per step is not what it estimates)."""
     return (
         "WITH RECURSIVE chain(summary_id, parent_summary_id, status, depth) AS ("
         "   SELECT summary_id, parent_summary_id, status, 0 FROM summary_revisions"
         "   WHERE summary_id = c.current_summary_id"
         "   UNION ALL SELECT p.summary_id, p.parent_summary_id, p.status, chain.depth + 1"
-        "   FROM summary_revisions p JOIN chain ON p.summary_id = chain.parent_summary_id"
+        "   FROM chain CROSS JOIN LATERAL (SELECT summary_id, parent_summary_id, status"
+        "    FROM summary_revisions WHERE summary_id = chain.parent_summary_id LIMIT 1) p"
         f"   WHERE {depth}::int IS NULL OR chain.depth + 1 < {depth}::int)"
     )
 

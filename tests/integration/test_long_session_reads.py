@@ -24,6 +24,7 @@ from tests.support.services import Services
 pytestmark = pytest.mark.integration
 
 EARLIER_RUNS = 3000
+OTHER_SUMMARIES = 200
 
 
 class _Captured:
@@ -202,3 +203,71 @@ async def test_the_frontier_reads_each_kind_by_its_own_range_in_a_session_of_tho
         found = await frontier.read_frontier(conn, sid, run.run_id, run.instance_id, child=False)
     assert found.task_version == EARLIER_RUNS, found
     assert found.plan.version == 0 and not found.constraints
+
+
+@pytest.mark.spec("R2.6")
+async def test_the_summary_chain_is_walked_by_key_among_other_sessions_summaries(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """Every prepare and every trigger check reads its view's row, which walks the
+    lineage's summary chain back from the current summary (``view_state._chain``). Each
+    step of the walk is one lookup by key, in the plan made for these arguments and in
+    the one made for any, whatever join the planner prefers: never a scan of every
+    session's summaries (it hashed the walk's join over one while the table was small)."""
+    run, row = await _committed_run(services, db)
+    sid = run.session_id
+    through = int(row["started_sequence"])
+    columns = (
+        "summary_id, session_id, lineage, parent_summary_id, job_id, view_run_id,"
+        " view_through, source_watermark, covered_ranges, covered_record_ids, summary,"
+        " summary_text, summary_tokens, covered_tokens, policy_revision, trigger_reasons,"
+        " observed_watermark, counter_baseline, budget_before, budget_after, target_reached"
+    )
+    values = (
+        " $2, 0, 0, '[]', '{}', '{}', repeat('s', 800), 1, 1, 'p', '{}', 0, '{}', 1, 1, true"
+        " FROM generate_series(1, $3::int) g"
+    )
+    # Another session's chain fills the table (a few hundred summaries of a few hundred
+    # bytes: the size at which the planner chose the scan); this session's is 4 deep.
+    await db.execute(
+        f"INSERT INTO summary_revisions ({columns}) SELECT 'other-' || g || '-' || $1,"
+        " 'other-' || $1, 'main', CASE WHEN g > 1 THEN 'other-' || (g - 1) || '-' || $1 END,"
+        f" 'job-other-' || g || '-' || $1, {values}",
+        sid,
+        run.run_id,
+        OTHER_SUMMARIES,
+    )
+    await db.execute(
+        f"INSERT INTO summary_revisions ({columns}) SELECT 'own-' || g || '-' || $1, $1,"
+        " 'main', CASE WHEN g > 1 THEN 'own-' || (g - 1) || '-' || $1 END,"
+        f" 'job-own-' || g || '-' || $1, {values}",
+        sid,
+        run.run_id,
+        4,
+    )
+    await db.execute(
+        "INSERT INTO compaction_state (session_id, lineage, policy_revision, current_summary_id)"
+        " VALUES ($1, 'main', 'p', 'own-4-' || $1) ON CONFLICT (session_id, lineage)"
+        " DO UPDATE SET current_summary_id = excluded.current_summary_id",
+        sid,
+    )
+    await db.execute("ANALYZE summary_revisions")
+    captured = _Captured()
+    await view_state._main_row(captured, sid, run.run_id, through, view_state.CHAIN_DEPTH)  # type: ignore[arg-type]
+    async with db.acquire() as conn, conn.transaction():
+        # The planner's own preference among joins, made for a small table whatever its
+        # size here: the walk must not depend on it.
+        await conn.execute("SET LOCAL enable_nestloop = off")
+        hashed = json.loads(
+            await conn.fetchval("EXPLAIN (FORMAT JSON) " + captured.sql, *captured.args)
+        )
+    custom = json.loads(await db.fetchval("EXPLAIN (FORMAT JSON) " + captured.sql, *captured.args))
+    generic = await _generic_plan(db, captured.sql, captured.args)
+    for plan in (hashed, custom, generic):
+        scans = [s for s in _scans(plan) if "summary_revisions" in (s[1] or "")]
+        assert scans and all(s == ("Index Scan", "summary_revisions_pkey") for s in scans), scans
+    # And the walk: the newest CHAIN_DEPTH summaries, newest first, and more beyond them.
+    got = await db.fetchrow(captured.sql, *captured.args)
+    assert got is not None
+    assert list(got["chain"]) == [f"own-{g}-{sid}" for g in (4, 3, 2)]
+    assert got["more"] is True
