@@ -9,6 +9,7 @@ import asyncpg
 from domain.planning.state import BatchPlan, SessionState
 from domain.record_rows import RECORD_COLUMNS, record_rows
 from storage.records import outcomes
+from storage.records.offsets import commit_note
 from storage.records.outcomes import RefusedEvent
 
 NOTIFY_CHANNEL = "ctx_committed"
@@ -163,19 +164,20 @@ async def write_offsets(
         return
     parts = sorted(next_offsets.items())
     # One round trip: the tracking rows, and the notification (delivered at commit) that
-    # wakes Prepare's read-your-writes waiters without polling.
+    # wakes Prepare's read-your-writes waiters without polling, the offsets in it.
     await conn.execute(
         "WITH tracked AS (INSERT INTO consumer_offsets (consumer, topic, partition, next_offset)"
         " SELECT $1, $2, t.p, t.o FROM unnest($3::integer[], $4::bigint[]) AS t(p, o)"
         " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
         " next_offset = GREATEST(consumer_offsets.next_offset, EXCLUDED.next_offset),"
         " updated_at = now() RETURNING 1)"
-        " SELECT pg_notify($5, $2)",
+        " SELECT pg_notify($5, $6)",
         consumer,
         topic,
         [p for p, _ in parts],
         [o for _, o in parts],
         NOTIFY_CHANNEL,
+        commit_note(consumer, topic, next_offsets),
     )
 
 

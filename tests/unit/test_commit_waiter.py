@@ -10,6 +10,7 @@ import pytest
 
 from schemas.errors import NotCommittedYet
 from services.prepare.assembly.waiter import CommitWaiter
+from storage.records.offsets import commit_note, read_commit_note
 
 
 class Offsets:
@@ -36,7 +37,7 @@ async def test_many_waiters_share_one_read_per_commit() -> None:
     await asyncio.sleep(0.05)
     assert db.reads == 1  # the 48 waiters' first look: one read
     db.committed = {0: 100, 1: 100, 2: 100, 3: 100}
-    w._on_notify()  # the processor's NOTIFY after its commit
+    w._on_notify(None, 0, "ctx_committed", "ctx.records")  # an older processor's NOTIFY
     await asyncio.wait_for(asyncio.gather(*waits), 1.0)
     assert db.reads == 2
 
@@ -84,3 +85,55 @@ async def test_a_failed_read_is_retried_by_the_next_waiter() -> None:
         await w.wait({0: 1}, 1.0)
     await w.wait({0: 1}, 1.0)
     assert calls == 2 and db.reads == 0
+
+
+def notify(w: CommitWaiter, payload: str) -> None:
+    w._on_notify(None, 0, "ctx_committed", payload)
+
+
+async def test_a_commit_note_wakes_the_waiters_with_no_read() -> None:
+    db = Offsets()
+    w = waiter(db)
+    waits = [asyncio.create_task(w.wait({p % 4: 10 + p}, 5.0)) for p in range(48)]
+    await asyncio.sleep(0.05)
+    assert db.reads == 1  # the first look: what was committed before this process began
+    # Each commit's note says what it wrote; the table is not read again.
+    notify(w, commit_note("proc", "ctx.records", {0: 100, 1: 100}))
+    notify(w, commit_note("proc", "ctx.records", {2: 100, 3: 100}))
+    await asyncio.wait_for(asyncio.gather(*waits), 1.0)
+    assert db.reads == 1
+    await w.wait({3: 99}, 1.0)
+    assert db.reads == 1
+
+
+async def test_a_note_before_the_first_read_is_not_taken_for_all_that_is_committed() -> None:
+    db = Offsets()
+    db.committed = {0: 50, 1: 7}
+    w = waiter(db)
+    notify(w, commit_note("proc", "ctx.records", {1: 8}))
+    await w.wait({0: 40}, 1.0)  # partition 0 was committed before the note: read
+    assert db.reads == 1
+
+
+async def test_another_consumers_note_teaches_nothing() -> None:
+    db = Offsets()
+    w = waiter(db)
+    waiting = asyncio.create_task(w.wait({0: 5}, 3.0))
+    await asyncio.sleep(0.05)
+    notify(w, commit_note("other-proc", "ctx.records", {0: 100}))
+    notify(w, commit_note("proc", "other.topic", {0: 100}))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    db.committed = {0: 6}
+    notify(w, commit_note("proc", "ctx.records", {0: 6}))
+    await asyncio.wait_for(waiting, 1.0)
+
+
+def test_a_commit_note_reads_back_as_the_offsets_it_was_written_with() -> None:
+    note = commit_note("proc-1", "ctx.records", {3: 17, 0: 5, 12: 1_000_000})
+    assert read_commit_note(note, "proc-1", "ctx.records") == {0: 5, 3: 17, 12: 1_000_000}
+    assert read_commit_note(note, "proc-2", "ctx.records") is None
+    assert read_commit_note(note, "proc-1", "ctx.other") is None
+    assert read_commit_note("ctx.records", "proc-1", "ctx.records") is None
+    assert read_commit_note(commit_note("p", "t", {}), "p", "t") == {}
+    assert read_commit_note("p\x1ft\x1f0:x", "p", "t") is None

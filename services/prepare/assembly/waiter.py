@@ -4,11 +4,13 @@ The processor writes ``consumer_offsets`` in the same transaction as the records
 NOTIFYs on commit, so one LISTEN connection wakes every waiter without polling; a slow
 poll remains as a safety net in case a notification is missed (e.g. reconnect).
 
-The committed offsets are read once per notification for all waiters, not once per
-waiter (with K agents waiting, a commit cost K reads): each notification starts a new
-generation, a waiter joins the read of its generation if one runs or ran, and the
-offsets read are kept (they only grow), so a prepare whose appends are already known
-committed reads nothing at all.
+Each notification carries the offsets its commit wrote (``commit_note``): once the
+offsets were read once, a commit's note is what waiters learn from, with no read. The
+committed offsets are read for all waiters at once, never once per waiter: at the start,
+after a poll found no notification, and for a notification without a note (an older
+processor's). Each of those starts a new generation, and a waiter joins the read of its
+generation if one runs or ran. What is known is kept (offsets only grow), so a prepare
+whose appends are already known committed reads nothing at all.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import asyncpg
 
 from schemas.errors import NotCommittedYet
 from storage.records.ingest import NOTIFY_CHANNEL
-from storage.records.offsets import committed_offsets
+from storage.records.offsets import committed_offsets, read_commit_note
 
 POLL_S = 0.25  # the safety net's period while a waiter waits without notification
 
@@ -68,8 +70,21 @@ class CommitWaiter:
             with contextlib.suppress(Exception):
                 await self._conn.close()
 
-    def _on_notify(self, *_: Any) -> None:
+    def _on_notify(self, _conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        offsets = read_commit_note(payload, self.consumer, self.topic)
         self._next_generation()
+        if offsets is None:
+            return
+        self._learn(offsets)
+        read = self._read
+        if read is not None and read.done() and not read.cancelled() and not read.exception():
+            # Everything known before this commit was read or heard: its note is this
+            # generation's read.
+            self._read_generation = self._generation
+
+    def _learn(self, offsets: dict[int, int]) -> None:
+        for p, o in offsets.items():
+            self._known[p] = max(self._known.get(p, 0), o)
 
     def _next_generation(self) -> None:
         self._generation += 1
@@ -100,8 +115,7 @@ class CommitWaiter:
         return self.known(offsets)
 
     async def _read_all(self) -> None:
-        for p, o in (await self._read_offsets()).items():
-            self._known[p] = max(self._known.get(p, 0), o)
+        self._learn(await self._read_offsets())
 
     async def wait(self, offsets: dict[int, int], timeout: float) -> None:
         if not offsets or self.known(offsets):
