@@ -13,6 +13,7 @@ from fastapi import FastAPI
 from schemas.settings import Settings
 from services.prepare.bootstrap import running_service
 from services.prepare.http.api import create_api
+from services.prepare.http.one_write import OneWriteProtocol
 from services.prepare.service import PrepareService
 from streams.collector import tune_collector
 from streams.kafka.topics import require_topics
@@ -58,7 +59,7 @@ def main() -> None:
         log_level=settings.log_level.lower(),
         access_log=False,
         loop="uvloop",
-        http="httptools",
+        http=OneWriteProtocol,
     )
     server = uvicorn.Server(config)
     server.run()  # on the loop the config names
