@@ -17,7 +17,7 @@ import pytest
 from services.sdk.client import RunHandle
 from storage.compaction import state as compaction_state
 from storage.compaction import view_state
-from storage.records import frontier
+from storage.records import frontier, threads
 from tests.support.flows import client, new_session
 from tests.support.services import Services
 
@@ -78,6 +78,8 @@ def _scans(plan: Any) -> list[tuple[str, str]]:
 
 
 def _literal(value: Any) -> str:
+    if isinstance(value, list):  # an array of plain words: '{a,b}'
+        value = "{" + ",".join(map(str, value)) + "}"
     return "NULL" if value is None else "'" + str(value).replace("'", "''") + "'"
 
 
@@ -271,3 +273,30 @@ async def test_the_summary_chain_is_walked_by_key_among_other_sessions_summaries
     assert got is not None
     assert list(got["chain"]) == [f"own-{g}-{sid}" for g in (4, 3, 2)]
     assert got["more"] is True
+
+
+def _unnest_parents(plan: Any) -> list[str]:
+    """The node type above each scan of ``unnest`` in an EXPLAIN (FORMAT JSON) plan."""
+    return [
+        str(n["Node Type"])
+        for n in _nodes(plan)
+        for child in n.get("Plans", [])
+        if child.get("Function Name") == "unnest"
+    ]
+
+
+@pytest.mark.spec("R2.2", "R2.3")
+async def test_a_summarys_covered_ids_are_hashed_in_the_plan_made_for_any_arguments(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """A view's inherited history marks the records its summary covers, among thousands
+    of covered ids. Those reads are planned once per connection, for any arguments: the
+    ids are hashed once (a Hash node over ``unnest``), never looked through for each
+    record, whatever the number of ids the plan was made without knowing."""
+    run, row = await _committed_run(services, db)
+    sid = run.session_id
+    ids = [f"covered-{g}" for g in range(EARLIER_RUNS)]
+    args = (sid, int(row["started_sequence"]), ids)
+    for sql in (threads._INHERITED, threads._INHERITED_SHOWN, threads._INHERITED_UNCOVERED):
+        parents = _unnest_parents(await _generic_plan(db, sql, args))
+        assert parents == ["Hash"], parents
