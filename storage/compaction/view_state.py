@@ -107,7 +107,7 @@ async def load_view_state(
         if r["later"]
         else Counters(r["user_turns"], r["model_steps"])
     )
-    summary = await _effective(conn, r["chain"], session_id, run_id, through, cache)
+    summary = await _effective(conn, r["chain"], session_id, run_id, through, cache, r)
     if summary is None and r["more"]:  # none of the newest serves: look further back
         deep = await _main_row(conn, session_id, run_id, through, None)
         if deep is not None:
@@ -133,10 +133,14 @@ async def _effective(
     run_id: str,
     through: int,
     cache: ViewStateCache,
+    row: MainRow | None = None,
 ) -> SummaryRef | None:
-    """The newest summary of ``chain`` this run's view may reuse (R2.7)."""
+    """The newest summary of ``chain`` this run's view may reuse (R2.7); ``row``: a view's
+    row, which read the reuse of its newest summary."""
     for summary_id in chain:
         candidate = await _summary(conn, summary_id, cache)
+        if candidate is not None and row is not None and row["reuse_of"] == summary_id:
+            _known_reuse(row, candidate, run_id, cache)
         if candidate is not None and await _reusable(
             conn, candidate, session_id, run_id, through, cache
         ):
@@ -191,14 +195,41 @@ def main_row_sql(session: str, through: str, run: str, depth: str) -> str:
         f" || ':' || {retraction.count_sql('s.session_id')} AS revocations,"
         # The committed summaries of the chain, newest first, and whether it goes on
         # past the deepest one read: one walk, in the same round trip.
-        " coalesce(w.chain, '{}') AS chain, w.more"
+        " coalesce(w.chain, '{}') AS chain, w.more,"
+        # Whether this run may reuse the chain's newest summary (R2.7), as
+        # ``summary_reuse.reusable`` reads it: nearly always the one a view takes, and a
+        # round trip of its own for each new run otherwise.
+        " h.reuse_of, h.reuse_missing, h.reuse_later"
         " FROM b, sessions s LEFT JOIN compaction_state c"
         " ON c.session_id = s.session_id AND c.lineage = 'main'"
         f" LEFT JOIN LATERAL ({_chain(depth)} SELECT"
         "  array_agg(summary_id ORDER BY depth) FILTER (WHERE status = 'committed') AS chain,"
         "  (array_agg(parent_summary_id IS NOT NULL ORDER BY depth DESC))[1] AS more"
         "  FROM chain) w ON true"
+        f" LEFT JOIN LATERAL ({_reuse(session, run)}) h ON true"
         f" WHERE s.session_id = {session}"
+    )
+
+
+def _reuse(session: str, run: str) -> str:
+    """``summary_reuse.reusable``'s reads of the chain's newest summary (``w.chain[1]``)
+    for run ``run`` at boundary ``b.through``: whether a record of this view before the
+    summary's watermark is missing from the view it compacted, and the records after the
+    boundary that are not the run's own (checked against the covered ids by the caller).
+    Nothing is read for a summary of this run's own view."""
+    return (
+        "SELECT x.summary_id AS reuse_of, x.view_run_id IS DISTINCT FROM "
+        f"{run} AND EXISTS (SELECT 1 FROM records r LEFT JOIN runs u"
+        "   ON u.session_id = r.session_id AND u.run_id = r.run_id"
+        f"   WHERE r.session_id = {session}"
+        "   AND (r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+        "   AND r.session_sequence > x.view_through AND r.session_sequence <= x.source_watermark"
+        "   AND r.run_id IS DISTINCT FROM x.view_run_id"
+        f"   AND (r.session_sequence <= b.through OR r.run_id = {run})) AS reuse_missing,"
+        f" CASE WHEN x.view_run_id = {run} THEN '{{}}'::text[] ELSE ARRAY(SELECT y.record_id"
+        f"   FROM records y WHERE y.session_id = {session} AND y.session_sequence > b.through"
+        f"   AND y.run_id IS DISTINCT FROM {run}) END AS reuse_later"
+        " FROM summary_revisions x WHERE x.summary_id = w.chain[1]"
     )
 
 
@@ -320,6 +351,19 @@ async def _summary(
         cache.bound()
         found = cache.summaries[summary_id] = summary_ref(row)
     return found
+
+
+def _known_reuse(r: MainRow, summary: SummaryRef, run_id: str, cache: ViewStateCache) -> None:
+    """Whether ``run_id`` may reuse ``summary`` as the row read it (``_reuse``), kept in
+    ``cache`` as ``_reusable`` keeps what ``summary_reuse.reusable`` says."""
+    key = (summary.summary_id, run_id)
+    if key in cache.reusable or r["reuse_missing"] is None:
+        return
+    covered = set(summary.covered_record_ids)
+    cache.bound()
+    cache.reusable[key] = not r["reuse_missing"] and not any(
+        i in covered for i in r["reuse_later"] or ()
+    )
 
 
 async def _reusable(

@@ -118,7 +118,10 @@ async def test_whether_a_later_run_started_is_an_index_read_in_a_session_of_thou
     await view_state._main_row(captured, sid, run.run_id, through, view_state.CHAIN_DEPTH)  # type: ignore[arg-type]
     plan = json.loads(await db.fetchval("EXPLAIN (FORMAT JSON) " + captured.sql, *captured.args))
     on_runs = [s for s in _scans(plan) if s[1] in ("runs", "runs_pkey", "runs_started")]
-    assert on_runs in (
+    # The question reads ``runs_started``; a run looked up by its key (the newest
+    # summary's reuse reads its records' runs) is no scan of the session's runs.
+    started = [s for s in on_runs if s[1] != "runs_pkey"]
+    assert started in (
         [("Index Scan", "runs_started")],
         [("Index Only Scan", "runs_started")],
     ), on_runs

@@ -12,8 +12,10 @@ import asyncpg
 import pytest
 
 from services.sdk.client import ContextClient, RunHandle
+from storage.compaction import view_state
 from storage.compaction.read_ahead import read_ahead
-from storage.compaction.view_state import load_view_state
+from storage.compaction.summary_reuse import SUMMARY_COLUMNS, reusable, summary_ref
+from storage.compaction.view_state import ViewStateCache, load_view_state
 from storage.records.thread_frontier import FrontierQuery, own_and_frontier
 from storage.records.threads import snapshot_boundary
 from tests.integration.test_compaction import round_, script, settled
@@ -89,3 +91,48 @@ async def test_a_read_ahead_of_a_session_that_does_not_exist_has_no_view(
         assert (
             await load_view_state(conn, "no-such-session", "r", through=0, row=ahead.view) is None
         )
+
+
+@pytest.mark.spec("R2.7")
+async def test_the_rows_reuse_of_its_newest_summary_is_what_the_reuse_check_says(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """A view's row reads whether the run may reuse the chain's newest summary; it says
+    what ``summary_reuse.reusable`` says: for the summary's own run, for a later
+    question's run (a prefix: reused), and for a view whose boundary is before the
+    summary's records (they are not in it: not reused)."""
+    session = await new_session(
+        ctx,
+        context_policy={
+            "recent_complete_groups": 1,
+            "compaction": {"context_ratio": None, "model_steps": 4},
+        },
+    )
+    sid = session["session_id"]
+    first = await ctx.start_run(session)
+    await ctx.append_user(first, "Fix the tokenizer bug.", "q1")
+    for i in range(3):
+        await round_(ctx, first, f"r{i}")
+    await ctx.prepare(first)  # the step trigger starts a job
+    jobs = await settled(db, sid, timeout=30, at_least=1)
+    assert [j["status"] for j in jobs].count("committed") >= 1, [dict(j) for j in jobs]
+    await ctx.finish_run(first)
+    second = await ctx.start_run(session)
+    await ctx.append_user(second, "And the parser?", "q2")
+    await ctx.prepare(second)
+    verdicts = []
+    async with db.acquire() as conn, conn.transaction(isolation="repeatable_read"):
+        for run, through in ((first, None), (second, None), (second, 1)):
+            row = await view_state._main_row(conn, sid, run.run_id, through, view_state.CHAIN_DEPTH)
+            assert row is not None and row["reuse_of"] is not None
+            found = await conn.fetchrow(
+                f"SELECT {SUMMARY_COLUMNS} FROM summary_revisions WHERE summary_id=$1",
+                row["reuse_of"],
+            )
+            summary = summary_ref(found)
+            cache = ViewStateCache()
+            view_state._known_reuse(row, summary, run.run_id, cache)
+            direct = await reusable(conn, summary, sid, run.run_id, int(row["through"]))
+            assert cache.reusable[(summary.summary_id, run.run_id)] == direct
+            verdicts.append(direct)
+    assert verdicts == [True, True, False]

@@ -164,6 +164,9 @@ NEAR_CAP = range(350, MAX_FILE_LINES)
 # path -> why it is one concept at 350-399 lines. A module that nears the cap is split
 # where it holds two concepts, not trimmed to fit; one that stays here says why it is one.
 ONE_CONCEPT: dict[str, str] = {
+    "storage/compaction/view_state.py": "one read of a thread's compaction view: the main"
+    " view's row (its statement, the summary chain and the newest summary's reuse) and the"
+    " summary walk (R2.6, R2.7, R13.1)",
     "schemas/contracts.py": "the context event's contract: a frozen dataclass per payload kind,"
     " mirroring schemas/avro/context_event.avsc field for field",
     "services/sdk/client.py": "ContextClient: the runtime's HTTP calls to Prepare, one method per"

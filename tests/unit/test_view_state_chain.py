@@ -20,18 +20,22 @@ class _Conn:
     def __init__(self, chain: list[str], own: set[str]) -> None:
         self.chain, self.own = chain, own
         self.depths: list[int | None] = []
+        self.reuse_reads = 0  # reuse checks read on their own, not with the view's row
 
     async def fetchrow(self, sql: str, *args: Any) -> dict[str, Any] | None:
         if "AS missing" in sql:  # a summary of another run's view never serves here
+            self.reuse_reads += 1
             return {"missing": True, "later": []}
         if "AS more" in sql:  # the view's row
             depth = args[3]
             self.depths.append(depth)
             walked = self.chain if depth is None else self.chain[:depth]
             more = depth is not None and len(self.chain) > depth
+            newest = walked[0] if walked else None
             return {"through": args[1], "user_turns": 1, "model_steps": 2,
                     "active_job_id": None, "later": False, "revocations": "0:0:0",
-                    "chain": walked, "more": more}  # fmt: skip
+                    "chain": walked, "more": more, "reuse_of": newest,
+                    "reuse_missing": newest not in self.own, "reuse_later": []}  # fmt: skip
         summary_id = args[0]
         return {"summary_id": summary_id, "parent_summary_id": None, "source_watermark": 5,
                 "view_run_id": RUN if summary_id in self.own else "run_other",
@@ -55,6 +59,7 @@ async def test_a_serving_summary_among_the_newest_reads_no_further() -> None:
     view = await load_view_state(conn, "sess", RUN, through=3)  # type: ignore[arg-type]
     assert view is not None and view.summary is not None and view.summary.summary_id == "s1"
     assert conn.depths == [CHAIN_DEPTH]
+    assert conn.reuse_reads == 0  # the newest summary's reuse came with the row
     none = _Conn(chain, own=set())
     view = await load_view_state(none, "sess", RUN, through=3)  # type: ignore[arg-type]
     assert view is not None and view.summary is None and none.depths == [CHAIN_DEPTH, None]
