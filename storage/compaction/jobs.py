@@ -21,12 +21,10 @@ from domain.frontier import Frontier
 from domain.policy.context_policy import ContextPolicy, validate_policy
 from domain.policy.parsed import policy_of
 from storage.compaction import summaries
-from storage.records import processing
 from storage.records.frontier import thread_frontier
 from storage.records.threads import (
     inherited_range,
     records_by_id,
-    snapshot_boundary,
     thread_records,
     uncovered_records,
 )
@@ -117,12 +115,43 @@ def _parent(row: asyncpg.Record) -> ParentSummary:
     )
 
 
+# Runs whose boundary and main instance a compaction process keeps (a few bytes each).
+RUN_FACTS = 4096
+
+
 class PgCompactionJobs:
     """``CompactionJobs`` over an asyncpg pool. Each method is one short read or one
     insert; none needs a transaction (the job's view only grows up to its watermark)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, runs: int = RUN_FACTS) -> None:
         self.pool = pool
+        # (session, run) -> the run's snapshot boundary and main instance: both written
+        # once, with the run. A job asks for them twice (its view and its frontier).
+        self._runs: dict[tuple[str, str], tuple[int, str]] = {}
+        self._runs_limit = runs
+
+    async def _run_facts(
+        self, conn: asyncpg.Connection, session_id: str, run_id: str
+    ) -> tuple[int, str | None]:
+        """A run's snapshot boundary (0 for a run not known) and its main instance."""
+        key = (session_id, run_id)
+        found = self._runs.get(key)
+        if found is not None:
+            return found
+        row = await conn.fetchrow(
+            "SELECT x.through_session_sequence AS through, u.main_instance_id FROM runs u"
+            " LEFT JOIN history_snapshots x USING (snapshot_id)"
+            " WHERE u.session_id=$1 AND u.run_id=$2",
+            session_id,
+            run_id,
+        )
+        if row is None or row["main_instance_id"] is None:
+            return 0 if row is None else int(row["through"] or 0), None
+        facts = (int(row["through"] or 0), str(row["main_instance_id"]))
+        if len(self._runs) >= self._runs_limit:
+            self._runs.clear()  # only a cache: each run is read again on its next use
+        self._runs[key] = facts
+        return facts
 
     async def job_status(self, job_id: str) -> str | None:
         status: str | None = await self.pool.fetchval(
@@ -191,14 +220,15 @@ class PgCompactionJobs:
 
     async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
         async with self.pool.acquire() as conn:
-            return await thread_frontier(conn, session_id, run_id, instance_id)
+            _, main = await self._run_facts(conn, session_id, run_id)
+            return await thread_frontier(conn, session_id, run_id, instance_id, main=main)
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
     ) -> tuple[list[RecordView], int]:
         async with self.pool.acquire() as conn:
-            through, main = await _boundary(conn, session_id, run_id, instance_id)
-            if not main:
+            through, main = await self._run_facts(conn, session_id, run_id)
+            if main != instance_id:
                 # A child thread summarizes its own records only (R13.1); the background
                 # its parent transferred stays the parent's.
                 return [], through
@@ -210,8 +240,8 @@ class PgCompactionJobs:
         self, session_id: str, run_id: str, instance_id: str, after: int, covered: frozenset[str]
     ) -> tuple[list[RecordView], int] | None:
         async with self.pool.acquire() as conn:
-            through, main = await _boundary(conn, session_id, run_id, instance_id)
-            if not main or through < after:
+            through, main = await self._run_facts(conn, session_id, run_id)
+            if main != instance_id or through < after:
                 return None
             tail = await inherited_range(conn, session_id, after, through)
         return [r for r in tail if r.record_id not in covered], through
@@ -235,11 +265,3 @@ class PgCompactionJobs:
             if tokens > max_tokens:
                 return None
             return await records_by_id(conn, session_id, list(ids))
-
-
-async def _boundary(
-    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
-) -> tuple[int, bool]:
-    """A run's snapshot boundary, and whether ``instance_id`` is its main thread."""
-    through = await snapshot_boundary(conn, session_id, run_id)
-    return through, await processing.main_instance_id(conn, session_id, run_id) == instance_id

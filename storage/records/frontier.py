@@ -161,24 +161,36 @@ async def inherits_constraints(conn: asyncpg.Connection, session_id: str) -> boo
 
 
 async def thread_frontier(
-    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    main: str | None = None,
 ) -> Frontier:
     """The frontier of a thread named by run and instance, main or child (the compaction
-    worker and the processor, which know the thread but not which kind it is)."""
-    child, inherit = await _thread_kind(conn, session_id, run_id, instance_id)
+    worker and the processor, which know the thread but not which kind it is); ``main``:
+    the run's main instance, when the caller knows it."""
+    child, inherit = await _thread_kind(conn, session_id, run_id, instance_id, main)
     return await read_frontier(
         conn, session_id, run_id, instance_id, child=child, inherit_constraints=inherit
     )
 
 
 async def _thread_kind(
-    conn: asyncpg.Connection, session_id: str, run_id: str, instance_id: str
+    conn: asyncpg.Connection,
+    session_id: str,
+    run_id: str,
+    instance_id: str,
+    main: str | None = None,
 ) -> tuple[bool, bool]:
     """Whether the thread is a child instance, and whether it inherits its session's
-    constraints (a main thread has them as its own)."""
-    main = await conn.fetchval(
-        "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2", session_id, run_id
-    )
+    constraints (a main thread has them as its own); ``main`` is read unless given."""
+    if main is None:
+        main = await conn.fetchval(
+            "SELECT main_instance_id FROM runs WHERE session_id=$1 AND run_id=$2",
+            session_id,
+            run_id,
+        )
     child = main is not None and main != instance_id
     return child, await inherits_constraints(conn, session_id) if child else True
 

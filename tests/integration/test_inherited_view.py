@@ -11,6 +11,7 @@ import pytest
 from domain.context.rendering import RecordView, ThreadRenderer
 from storage.compaction.jobs import PgCompactionJobs
 from storage.compaction.view_state import load_view_state
+from storage.records.frontier import thread_frontier
 from storage.records.threads import (
     PgThreads,
     inherited_records,
@@ -84,6 +85,12 @@ async def test_a_new_run_reads_the_records_it_shows_and_counts_the_covered_ones(
         assert [r.record_id for r in head_records + found[0]] == [r.record_id for r in uncovered]
     later = await jobs.inherited_after(sid, run.run_id, run.instance_id, through + 1, covered)
     assert later is None  # a history kept past this run's boundary cannot serve it
+    # The run's boundary and main instance are read once and kept (written once, with the
+    # run); the job's frontier is the one read without them.
+    assert jobs._runs[(sid, run.run_id)] == (through, run.instance_id)
+    async with db.acquire() as conn:
+        apart = await thread_frontier(conn, sid, run.run_id, run.instance_id)
+    assert await jobs.current_frontier(sid, run.run_id, run.instance_id) == apart
     assert covered and shown.unread > 0  # a summarized history: most of it not read
     assert len(shown.records) + shown.unread == len(every)
     assert {r.kind for r in tracked.records} == {"run_started"}
