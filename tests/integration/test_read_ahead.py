@@ -7,6 +7,7 @@ prepare that uses it answers as the reads apart do."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import asyncpg
 import pytest
@@ -48,10 +49,11 @@ async def same_as_apart(conn: asyncpg.Connection, sid: str, run: RunHandle, afte
     return apart.summary is not None
 
 
-@pytest.mark.spec("R2.6", "R2.7", "R4.4")
-async def test_a_read_ahead_is_the_reads_it_replaces_before_and_after_a_summary(
-    ctx: ContextClient, db: asyncpg.Pool
-) -> None:
+async def step_triggered(
+    ctx: ContextClient,
+) -> tuple[dict[str, Any], RunHandle, dict[str, Any]]:
+    """A session whose fourth step starts a compaction job: the session, its run, and
+    the prepare that started the job."""
     session = await new_session(
         ctx,
         context_policy={
@@ -59,17 +61,28 @@ async def test_a_read_ahead_is_the_reads_it_replaces_before_and_after_a_summary(
             "compaction": {"context_ratio": None, "model_steps": 4},
         },
     )
-    sid = session["session_id"]
     run = await ctx.start_run(session)
     await ctx.append_user(run, "Fix the tokenizer bug.", "q1")
     for i in range(3):
         await round_(ctx, run, f"r{i}")
-    first = await ctx.prepare(run)  # the step trigger starts a job
+    return session, run, await ctx.prepare(run)
+
+
+async def committed_summary(db: asyncpg.Pool, sid: str) -> None:
+    jobs = await settled(db, sid, timeout=30, at_least=1)
+    assert [j["status"] for j in jobs].count("committed") >= 1, [dict(j) for j in jobs]
+
+
+@pytest.mark.spec("R2.6", "R2.7", "R4.4")
+async def test_a_read_ahead_is_the_reads_it_replaces_before_and_after_a_summary(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    session, run, first = await step_triggered(ctx)
+    sid = session["session_id"]
     async with db.acquire() as conn:
         for after in (0, 3, 10**9):
             await same_as_apart(conn, sid, run, after)  # a job may have committed by now
-    jobs = await settled(db, sid, timeout=30, at_least=1)
-    assert [j["status"] for j in jobs].count("committed") >= 1, [dict(j) for j in jobs]
+    await committed_summary(db, sid)
     await round_(ctx, run, "r-after")
     second = await ctx.prepare(run)  # read ahead: the view was kept by the first
     assert any(m.get("block") == "summary" for m in second["messages"])
@@ -101,21 +114,9 @@ async def test_the_rows_reuse_of_its_newest_summary_is_what_the_reuse_check_says
     what ``summary_reuse.reusable`` says: for the summary's own run, for a later
     question's run (a prefix: reused), and for a view whose boundary is before the
     summary's records (they are not in it: not reused)."""
-    session = await new_session(
-        ctx,
-        context_policy={
-            "recent_complete_groups": 1,
-            "compaction": {"context_ratio": None, "model_steps": 4},
-        },
-    )
+    session, first, _ = await step_triggered(ctx)
     sid = session["session_id"]
-    first = await ctx.start_run(session)
-    await ctx.append_user(first, "Fix the tokenizer bug.", "q1")
-    for i in range(3):
-        await round_(ctx, first, f"r{i}")
-    await ctx.prepare(first)  # the step trigger starts a job
-    jobs = await settled(db, sid, timeout=30, at_least=1)
-    assert [j["status"] for j in jobs].count("committed") >= 1, [dict(j) for j in jobs]
+    await committed_summary(db, sid)
     await ctx.finish_run(first)
     second = await ctx.start_run(session)
     await ctx.append_user(second, "And the parser?", "q2")
