@@ -35,10 +35,6 @@ from streams.processor import RawMessage
 # child admits meanwhile, one more so that faust keeps reading through the child's waits
 # on PostgreSQL and the broker (2 in flight: 0.78-0.81 of the no-op agent; 3: 0.85-0.88).
 OFFLOAD_DEPTH = 3
-# How long an idle child's batch waits for the rest of a burst (PipelinedBatches.linger):
-# an agent's appends of one step come a millisecond or two apart, each batch costs its
-# transaction's round trips, and a prepare waits for the batch.
-IDLE_LINGER_S = 0.004
 
 # Applies a batch — committed and published when it returns — or ends the process.
 BatchHandler = Callable[[list[RawMessage]], Awaitable[object]]
@@ -90,7 +86,6 @@ def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> fau
                 settings.processor_batch_max,
                 settings.processor_batch_within_s,
                 depth=OFFLOAD_DEPTH,
-                linger=IDLE_LINGER_S,
             )
             async with ticking(batches):
                 async for event in manual.events():

@@ -6,9 +6,9 @@ reads, the child applies, faust reads. Here the agent iterates a ``noack`` strea
 this class cuts batches and hands them to ``apply`` in offset order, at most ``depth`` at
 a time, while the agent goes on reading the next. A batch is cut at ``max_`` events, once
 its first event waited ``within`` seconds, or as soon as no batch is being applied (group
-commit): an idle child takes what came within ``linger`` of the first event, a busy one
-what came while it worked — batches as large as the load makes them, and no event waits
-out a timer for nothing.
+commit): an idle child takes what is there at once, a busy one what came while it
+worked — batches as large as the load makes them, and no event waits out a timer for
+nothing (a prepare waits for its appends' batch).
 
 Acknowledgement is manual and comes last: a batch's events are acked (and so may have
 their offsets committed by faust) only after ``apply`` returned — the PostgreSQL commit
@@ -38,7 +38,6 @@ class PipelinedBatches:
         max_: int,
         within: float,
         depth: int = 2,
-        linger: float = 0.0,
     ) -> None:
         self._apply = apply
         self._ack = ack
@@ -48,9 +47,6 @@ class PipelinedBatches:
         # earlier one returned (the child reads the next batch ahead, streams.drivers.worker), so
         # it must apply them in call order; they are settled and acked in that order.
         self.depth = depth
-        # An idle child's batch waits this long after its first event for the rest of a
-        # burst (an agent's appends a millisecond apart), never more than ``within``.
-        self.linger = min(linger, within)
         self._buffer: list[Any] = []
         self._first_at = 0.0
         self._inflight: collections.deque[asyncio.Task[list[Any]]] = collections.deque()
@@ -141,8 +137,6 @@ class PipelinedBatches:
                 async with asyncio.timeout(self.within):
                     await self._wake.wait()
             self._wake.clear()
-            if self._buffer and not self._busy():
-                await asyncio.sleep(self._first_at + self.linger - time.monotonic())
             stale = self._buffer and time.monotonic() - self._first_at >= self.within
             due = self._buffer and (stale or not self._busy())
             if due or (self._inflight and self._inflight[0].done()):
