@@ -359,11 +359,10 @@ def _known_reuse(r: MainRow, summary: SummaryRef, run_id: str, cache: ViewStateC
     key = (summary.summary_id, run_id)
     if key in cache.reusable or r["reuse_missing"] is None:
         return
-    covered = set(summary.covered_record_ids)
+    later = r["reuse_later"] or ()  # nearly always none: the covered ids are not looked at
+    covered = set(summary.covered_record_ids) if later else set()
     cache.bound()
-    cache.reusable[key] = not r["reuse_missing"] and not any(
-        i in covered for i in r["reuse_later"] or ()
-    )
+    cache.reusable[key] = not r["reuse_missing"] and not any(i in covered for i in later)
 
 
 async def _reusable(
