@@ -51,6 +51,35 @@ async def test_a_prepared_context_is_stored_with_lz4_where_the_server_has_it(
     assert method == ("lz4" if has_lz4 else "pglz")
 
 
+# The large values the hot paths write besides a prepared context (migration 032).
+LZ4_COLUMNS = {
+    "summary_revisions": ("summary", "summary_text", "covered_record_ids"),
+    "compaction_operations": ("outcome",),
+    "records": ("content_inline", "payload"),
+    "render_states": ("state",),
+    "blobs": ("content",),
+}
+
+
+@pytest.mark.spec("R11.7", "R15.3")
+async def test_the_hot_paths_large_values_are_compressed_with_lz4_where_the_server_has_it(
+    db: asyncpg.Pool,
+) -> None:
+    has_lz4 = await db.fetchval(
+        "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+    )
+    for table, columns in LZ4_COLUMNS.items():
+        rows = await db.fetch(
+            "SELECT attname, attcompression FROM pg_attribute"
+            " WHERE attrelid = $1::regclass AND attname = ANY($2::text[])",
+            table,
+            list(columns),
+        )
+        assert {r["attname"] for r in rows} == set(columns), (table, rows)
+        for r in rows:  # b"l": lz4; b"\x00" (the server's default, pglz) without it
+            assert r["attcompression"] == (b"l" if has_lz4 else b"\x00"), (table, dict(r))
+
+
 @pytest.mark.spec("R10.5")
 async def test_a_large_threads_next_context_is_stored_as_what_it_adds_and_read_whole(
     services: Services, db: asyncpg.Pool
