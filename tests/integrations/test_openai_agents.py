@@ -17,6 +17,7 @@ from services.integrations.connection import AgentLoomConnection
 from services.integrations.openai_agents import AgentLoomSession, wait_committed
 from services.sdk.client import ApiError, ContextClient
 from tests.integration.test_compaction import settled
+from tests.integration.test_stuck_sessions import until
 from tests.integrations.fake_agents_model import FakeModel
 
 pytestmark = pytest.mark.integration
@@ -250,13 +251,17 @@ async def test_pop_after_compaction_and_a_summarized_record_is_not_retracted(
 
     for q in range(3):
         await turn(q)
-    question = await db.fetchval(  # a question a committed summary covers
+    # The last turn's own prepare may start the job that covers a question: its trigger
+    # reaches the compaction service after the turn ends, so it is awaited, not assumed.
+    covered = await until(  # a question a committed summary covers
+        db,
         "SELECT r.record_id FROM records r JOIN summary_revisions s"
         " ON s.session_id = r.session_id AND r.record_id = ANY(s.covered_record_ids)"
         " WHERE r.session_id=$1 AND s.status='committed' AND r.kind='user_input' LIMIT 1",
         _sid(session),
     )
-    assert question, "three over-budget turns committed no summary of a question"
+    question = covered["record_id"]
+    await settled(db, _sid(session), at_least=0)
     assert str((await session.get_items())[0].get("content")).startswith("[history summary")
     # The newest item is never summarized: it pops like any other.
     assert await session.pop_item() == {"role": "assistant", "content": "t2 has 60 rows."}
