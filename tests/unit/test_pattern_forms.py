@@ -19,19 +19,19 @@ from pathlib import Path
 
 import pytest
 
-import domain.compaction.extractive.salience as sal
+from domain.compaction.extractive import feature_patterns as fp
 from domain.compaction.extractive import signals
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks/corpus/real/transcripts.jsonl.gz"
 
 # The plain forms: each alternative looks back first, then matches from its start.
 PLAIN_MEASURE = re.compile(
-    rf"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?\s?(?:{sal._UNITS})(?![\w])"
+    rf"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?\s?(?:{fp.UNITS})(?![\w])"
     r"|(?<![\w.])[-+]?\d+\.\d+(?![\w.])"
     r"|(?<![\w.])v?\d+(?:\.\d+){2,}(?![\w.])"
 )
 PLAIN_INTEGER = re.compile(r"(?<![\w.,/-])(?:\d{1,3}(?:,\d{3})+|\d{3,})(?![\w.,/])")
-PAIRS = {"measure": (sal._MEASURE, PLAIN_MEASURE), "integer": (sal._INTEGER, PLAIN_INTEGER)}
+PAIRS = {"measure": (fp.MEASURE, PLAIN_MEASURE), "integer": (fp.INTEGER, PLAIN_INTEGER)}
 
 # What the look-arounds and quantifiers of these patterns turn on: signs, "v", digits of
 # two scripts, separators, letters of two scripts, unit words, spaces and line breaks.

@@ -21,7 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from domain.compaction.drafts import SECTION_TITLES, Fact
-from domain.compaction.extractive.salience import PATH, Feature
+from domain.compaction.extractive.feature_patterns import PATH
+from domain.compaction.extractive.salience import Feature
 from domain.compaction.extractive.segmentation import CHARS_PER_TOKEN, width
 from domain.compaction.validate import claims_plan_state
 

@@ -26,46 +26,18 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from domain.compaction.extractive.feature_patterns import (
+    CODE_NAME,
+    ERROR_NAMES,
+    IDENT,
+    INTEGER,
+    MEASURE,
+    PATH,
+    QUOTED,
+)
+from domain.compaction.extractive.pruned import Pruned
 from domain.compaction.extractive.segmentation import CLAUSE_END, SENTENCE_END
 from domain.compaction.extractive.signals import ERROR_SHAPE, error_shaped
-
-# Absolute/home/relative paths with 2+ parts, or relative ones with an extension; the
-# lookbehind keeps URLs ("https://host/a.html") and ratios ("and/or") out.
-PATH = re.compile(
-    r"(?<![\w:/.~-])(?:(?:~|\.{1,2})?/(?:[\w.-]+/)+[\w.-]+"
-    r"|(?:[\w-][\w.-]*/)+[\w-][\w-]*\.[^\W_]{1,8}"
-    # a bare file name with a common source or config extension: setup.py, ci.yml
-    r"|[\w-]+\.(?:py|pyi|md|rst|toml|ya?ml|json|ts|tsx|js|jsx|go|rs|java|kt|c|h|cc|cpp|hpp"
-    r"|rb|php|sql|cfg|ini|txt|sh|lock|proto|tf|csv|log|html|css))(?![\w/.-])"
-)
-_UNITS = (
-    r"%|ms|µs|us|ns|s|sec|secs|seconds?|mins?|minutes?|h|hrs?|hours?|days?|[KMGT]i?B|bytes?"
-    r"|req/s|rps|qps|ops/s|/s|x|tokens?|rows?|records?|items?|files?|lines?|tests?|errors?"
-    r"|warnings?|passed|failed|skipped|retries|attempts|calls|requests|users|connections"
-    r"|workers|threads|cores|MHz|GHz|kb|mb|gb"
-)
-# Each pattern starts with its first character's class, then looks back over it: ``re``
-# scans for a leading class in C (a leading look back is tried at every position).
-_FIRST_DIGIT = r"(?:(?<=[-+])\d|(?<=\d))"  # a sign and its digit, or a digit
-_MEASURE = re.compile(
-    rf"[-+v\d](?<![\w.].)(?:{_FIRST_DIGIT}[\d,]*(?:\.\d+)?\s?(?:{_UNITS})(?![\w])"
-    rf"|{_FIRST_DIGIT}\d*\.\d+(?![\w.])"  # a decimal: 0.973, 412.7
-    r"|(?:(?<=v)\d|(?<=\d))\d*(?:\.\d+){2,}(?![\w.]))"  # a version: 3.11.4
-)
-_INTEGER = re.compile(r"\d(?<![\w.,/-].)(?:\d{0,2}(?:,\d{3})+|\d{2,})(?![\w.,/])")
-_IDENT = re.compile(
-    r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b"  # a hash: 3f9a2c1
-    r"|\b[A-Z][A-Z0-9]{1,9}-\d{1,7}\b"  # a ticket or code: PAY-4821, ORA-00942
-    r"|\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b"  # UPPER_SNAKE: LEDGER_SYNC_TIMEOUT
-    r"|\b[A-Z]{1,5}\d{3,6}\b"  # an error code: E4127
-    r"|\b[^\W\d_A-Z]\w*[-_][^\W_]*\d\w*\b"  # a generated id: acct_81a2, req-77f
-)
-_QUOTED = re.compile(r"`([^`\n]{2,80})`")
-_ERROR_NAMES = re.compile(r"'([^'\n]{2,60})'|\"([^\"\n]{2,60})\"|\b(\w+(?:Error|Exception))\b")
-# snake_case and CamelCase names (any script: ``[^\W_A-Z]`` is a lower-case letter or digit)
-_CODE_NAME = re.compile(
-    r"\b[^\W\d_A-Z][^\W_A-Z]*(?:_[^\W_A-Z]+)+\b|\b[A-Z][^\W_A-Z]+(?:[A-Z][^\W_A-Z]+)+\b"
-)
 
 # Decision wording (English; ``is_decision``): orders a run's answer sentences and a
 # step's narration, never classifies.
@@ -113,17 +85,17 @@ def features(
 
     for m in PATH.finditer(text):
         put("path", m.group(0).rstrip("."), path_weight)
-    for m in _MEASURE.finditer(text):
+    for m in MEASURE.finditer(text):
         put("num", m.group(0).replace(" ", "").lower(), W_MEASURE)
-    for m in _INTEGER.finditer(text):
+    for m in INTEGER.finditer(text):
         put("num", m.group(0), W_INTEGER)
-    for m in _IDENT.finditer(text):
+    for m in IDENT.finditer(text):
         put("id", m.group(0), W_IDENT)
-    for m in _QUOTED.finditer(text):
+    for m in QUOTED.finditer(text):
         put("id", m.group(1), W_IDENT)
-    for m in _CODE_NAME.finditer(text):
+    for m in CODE_NAME.finditer(text):
         put("id", m.group(0), code_weight)
-    names = list(_ERROR_NAMES.finditer(text))  # what an error names: KeyError: 'currency_code'
+    names = list(ERROR_NAMES.finditer(text))  # what an error names: KeyError: 'currency_code'
     if names and error_shaped(text):
         for m in names:
             put("id", next(g for g in m.groups() if g), W_IDENT)
@@ -131,7 +103,7 @@ def features(
 
 
 # Texts read together are joined by a blank line: no pattern here matches across a line
-# break (``_MEASURE``'s one optional space stops at the second), and a line break before
+# break (``MEASURE``'s one optional space stops at the second), and a line break before
 # or after a text is what its edge is to every lookaround and ``\b``.
 _JOIN = "\n\n"
 
@@ -147,7 +119,7 @@ def _joined(texts: Sequence[str]) -> tuple[str, list[int]]:
 
 
 def _by_text(
-    pattern: re.Pattern[str], joined: str, ends: list[int]
+    pattern: re.Pattern[str] | Pruned, joined: str, ends: list[int]
 ) -> Iterator[tuple[int, re.Match[str]]]:
     """``pattern``'s matches in ``joined``, each with the index of the text it is in."""
     i = 0
@@ -173,19 +145,19 @@ def features_each(
 
     for i, m in _by_text(PATH, joined, ends):
         put(i, "path", m.group(0).rstrip("."), path_weight)
-    for i, m in _by_text(_MEASURE, joined, ends):
+    for i, m in _by_text(MEASURE, joined, ends):
         put(i, "num", m.group(0).replace(" ", "").lower(), W_MEASURE)
-    for i, m in _by_text(_INTEGER, joined, ends):
+    for i, m in _by_text(INTEGER, joined, ends):
         put(i, "num", m.group(0), W_INTEGER)
-    for i, m in _by_text(_IDENT, joined, ends):
+    for i, m in _by_text(IDENT, joined, ends):
         put(i, "id", m.group(0), W_IDENT)
-    for i, m in _by_text(_QUOTED, joined, ends):
+    for i, m in _by_text(QUOTED, joined, ends):
         put(i, "id", m.group(1), W_IDENT)
-    for i, m in _by_text(_CODE_NAME, joined, ends):
+    for i, m in _by_text(CODE_NAME, joined, ends):
         put(i, "id", m.group(0), code_weight)
     # what an error names (KeyError: 'currency_code'), in a text shaped as an error: the
     # shape is looked for only in texts that name something
-    names = list(_by_text(_ERROR_NAMES, joined, ends))
+    names = list(_by_text(ERROR_NAMES, joined, ends))
     cued = {i: error_shaped(texts[i]) for i in dict.fromkeys(i for i, _ in names)}
     for i, m in names:
         if cued[i]:
@@ -219,7 +191,7 @@ def clip(text: str, limit: int = FRAGMENT_CHARS) -> str:
     flat = one_line(text[: limit * 8])
     if len(flat) <= limit:
         return flat
-    spans = [m.start() for p in (PATH, _MEASURE, _IDENT, ERROR_SHAPE) for m in p.finditer(flat)]
+    spans = [m.start() for p in (PATH, MEASURE, IDENT, ERROR_SHAPE) for m in p.finditer(flat)]
     start = max(0, min(spans) - 24) if spans and min(spans) > limit - 40 else 0
     if start:
         start = flat.find(" ", start) + 1 or start

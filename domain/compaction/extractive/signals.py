@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from domain.compaction.extractive.pruned import Alt, Pruned
+
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 FRAME = re.compile(r'^\s*File "[^"\n]+", line \d+')
 # A traceback's last line and every exception line: a class name at the line's start.
@@ -44,7 +46,12 @@ _ANYWHERE_HOLDS = ("ERROR", "FATAL", "CRITICAL", ": command not found",
 EXIT_NONZERO = re.compile(r"\bexit(?:ed)?(?: with)? (?:code|status)[:= ]+-?[1-9]\d*", re.I)
 # An error named inside a line, whatever language the text around it speaks: an
 # exception class name (KeyError, ValueError: …) or an HTTP error status.
-ERROR_SHAPE = re.compile(r"\b\w+(?:Error|Exception)\b|\bHTTP(?:/\d(?:\.\d)?)?[ :]+[45]\d\d\b")
+ERROR_SHAPE = Pruned(
+    [
+        Alt(r"\b\w+(?:Error|Exception)\b", ("Error|Exception",)),
+        Alt(r"\bHTTP(?:/\d(?:\.\d)?)?[ :]+[45]\d\d\b", ("HTTP",)),
+    ]
+)
 MAX_FRAMES = 3  # of a traceback: its last frames say where it failed
 MAX_LINES = 12  # signal lines per output: the first few and the last ones
 
