@@ -156,6 +156,23 @@ async def _rewind(services: Services, group: str) -> None:
         await consumer.stop()
 
 
+async def _agreed(
+    pool: asyncpg.Pool, services: Services, group: str, timeout: float = 30.0
+) -> tuple[dict[RollupKey, int], dict[RollupKey, int]]:
+    """The stored rollups and a recount of the raw events, once they agree with the group
+    caught up (a dead letter and its notes are published after their batch commits, so
+    they may still arrive after the appends that caused them were acknowledged), or as
+    they stand at ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        await _caught_up(services, group)
+        stored = await _stored(pool)
+        recounted = await _recount(pool, services)
+        if stored == recounted or asyncio.get_running_loop().time() > deadline:
+            return stored, recounted
+        await asyncio.sleep(0.3)
+
+
 @pytest.fixture
 async def pool(services: Services) -> asyncpg.Pool:
     p = await asyncpg.create_pool(services.env("ALC_PG_DSN"), min_size=1, max_size=2)
@@ -168,10 +185,8 @@ async def test_rollups_equal_a_recount_of_the_raw_events(
 ) -> None:
     async with client(services) as c:
         await _traffic(c)
-    await asyncio.sleep(1.0)  # the dead letter and the last observability events
-    await _caught_up(services, analytics.env["ALC_ANALYTICS_GROUP"])
-    stored = await _stored(pool)
-    assert stored == await _recount(pool, services)
+    stored, recounted = await _agreed(pool, services, analytics.env["ALC_ANALYTICS_GROUP"])
+    assert stored == recounted
     metrics = {k.metric for k in stored if k.dims.space_id == TEST_SPACE}
     assert {"prepares", "estimated_input_tokens", "trigger_checks"} <= metrics
     assert any(k.metric == "dead_letters" for k in stored)
@@ -267,15 +282,22 @@ async def test_a_forged_event_counts_in_its_signers_space_never_in_the_sessions(
             ]
         )
     await wait_committed(pool, services, dict(sent))
-    await asyncio.sleep(1.0)  # the letters' notes
-    await _caught_up(services, analytics.env["ALC_ANALYTICS_GROUP"])
-    rows = await pool.fetch(
-        "SELECT space_id, agent_id, metric, label FROM analytics_rollups"
-        " WHERE window_name='1h' AND value > 0"
-    )
-    mine = {(r["metric"], r["label"]) for r in rows if r["space_id"] == b_space}
     codes = {"scope_mismatch", "blob_missing", "unauthenticated_event"}
-    assert mine == {(m, c) for m in ("dead_letters", "processor_dead_letters") for c in codes}
+    wanted = {(m, c) for m in ("dead_letters", "processor_dead_letters") for c in codes}
+    # The letters and their notes are published after their batch commits: counted once
+    # the analytics group has read them.
+    deadline = asyncio.get_running_loop().time() + 30.0
+    while True:
+        await _caught_up(services, analytics.env["ALC_ANALYTICS_GROUP"])
+        rows = await pool.fetch(
+            "SELECT space_id, agent_id, metric, label FROM analytics_rollups"
+            " WHERE window_name='1h' AND value > 0"
+        )
+        mine = {(r["metric"], r["label"]) for r in rows if r["space_id"] == b_space}
+        if mine >= wanted or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert mine == wanted
     of_a = {(r["metric"], r["label"]) for r in rows if r["agent_id"] == a_agent}
     assert ("prepares", "") in of_a  # A's numbers are there ...
     assert not {m for m, _ in of_a} & {"dead_letters", "processor_dead_letters"}  # ... alone

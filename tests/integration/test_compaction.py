@@ -151,11 +151,16 @@ async def test_79999_does_not_trigger_and_80000_does(ctx: ContextClient, db: asy
 
 @pytest.mark.spec("R7.2", "R7.3", "R19")
 async def test_nth_question_and_mth_response_trigger_at_low_token_usage(
-    ctx: ContextClient, db: asyncpg.Pool
+    ctx: ContextClient, db: asyncpg.Pool, script: Script
 ) -> None:
     turns = await new_session(
         ctx, context_policy={"compaction": {"context_ratio": None, "user_turns": 3}}
     )
+    # The 3rd question's commit may start the job (the processor's pre-emptive check): a
+    # slow summarizer keeps it running until that question's prepare is checked, which
+    # then reports the counter fired (a job that committed first would have moved the
+    # baseline under it).
+    script.delay_s = 1.0
     for i in range(3):
         run = await question(ctx, turns, f"t{i}")
         await ctx.prepare(run)
@@ -171,6 +176,7 @@ async def test_nth_question_and_mth_response_trigger_at_low_token_usage(
         if r["decision"] == "job_started"
     ]
     assert len(started) == 1 and started[0]["values"]["user_turns"] == 3
+    script.delay_s = 0.0
     steps = await new_session(
         ctx, context_policy={"compaction": {"context_ratio": None, "model_steps": 4}}
     )
@@ -671,7 +677,7 @@ async def test_a_new_run_inherits_the_baseline_and_a_resume_does_not_reset_it(
 
 @pytest.mark.spec("R11.8", "R15.3", "R19")
 async def test_a_resource_revoked_after_a_summary_exists_invalidates_it_and_the_view_rebuilds(
-    ctx: ContextClient, db: asyncpg.Pool
+    ctx: ContextClient, db: asyncpg.Pool, script: Script
 ) -> None:
     session = await new_session(
         ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
@@ -694,6 +700,10 @@ async def test_a_resource_revoked_after_a_summary_exists_invalidates_it_and_the_
         "SELECT record_id FROM records WHERE session_id=$1 AND event_key='tool:rv-c'", sid
     )
     assert doc_id in rev["covered_record_ids"]  # the summary derives from the document
+    # The revocation resets the baseline: its commit may start the next job at once (the
+    # pre-emptive check). A slow summarizer keeps that job running while the state and
+    # the view right after the revocation are read.
+    script.delay_s = 2.0
     await ctx.revoke_resource(b, "document", "doc-42", "3")
     view = await ctx.prepare(b)  # waits for the revocation to commit
     status = await db.fetchval(
@@ -714,6 +724,8 @@ async def test_a_resource_revoked_after_a_summary_exists_invalidates_it_and_the_
         )
         == 1
     )
+    script.delay_s = 0.0
+    await settled(db, sid, at_least=0)  # a job the revocation started ends in this test
 
 
 @pytest.mark.spec("R13.1", "R8.3", "R19")

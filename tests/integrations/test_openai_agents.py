@@ -281,6 +281,14 @@ async def test_pop_after_compaction_and_a_summarized_record_is_not_retracted(
     )
     for q in range(3, 5):
         await turn(q)
+    await until(  # the last turn's job may be inserted after the turn ends (above)
+        db,
+        "SELECT count(*) FROM summary_revisions WHERE session_id=$1 AND status='committed'"
+        " HAVING count(*) > $2",
+        _sid(session),
+        before,
+    )
+    await settled(db, _sid(session), at_least=0)
     rows = await db.fetch(
         "SELECT covered_record_ids FROM summary_revisions WHERE session_id=$1"
         " AND status='committed'",
