@@ -147,6 +147,10 @@ class SummaryDraft:
 
     def text(self) -> str:
         """Compact markdown for the model; empty sections are left out."""
+        return "\n".join(self.lines())
+
+    def lines(self) -> list[str]:
+        """``text``'s lines: a section's title, then its entries."""
         parts: list[str] = []
         for name, facts in self.sections():
             if facts:
@@ -158,7 +162,7 @@ class SummaryDraft:
         if self.observations:
             parts.append("## Notes")
             parts.extend(f"- {one_line(obs)}" for obs in self.observations)
-        return "\n".join(parts)
+        return parts
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

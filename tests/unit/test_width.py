@@ -33,3 +33,16 @@ def test_a_word_beyond_ascii_is_counted_piece_by_piece() -> None:
     (``_tokens``' ``foreign``): not the ASCII count plus its marks."""
     for text in ("run → готово", "step 3 … ٣", "café — done", "任务 → ok"):
         assert seg.width(text) == seg._width_by_piece(text)
+
+
+@pytest.mark.spec("R11.2")
+@pytest.mark.parametrize("seed", [4, 5, 6])
+def test_the_width_of_joined_lines_is_summed_from_each_lines_counts(seed: int) -> None:
+    """``width_joined`` adds up its parts' counts: the same estimate as the joined text,
+    parts that start with a mark (a bullet after the line break) and parts with words
+    beyond ASCII included."""
+    rng = random.Random(seed)
+    texts = [*_texts(seed), "", "- a bullet", "## Title", "_x", "ok → 任务", "étape 2"]
+    for _ in range(300):
+        parts = [rng.choice(texts) for _ in range(rng.randrange(0, 8))]
+        assert seg.width_joined(parts) == seg.width("\n".join(parts)), parts

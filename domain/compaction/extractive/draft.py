@@ -71,6 +71,7 @@ from domain.compaction.extractive.segmentation import (
     sentences,
     shorten,
     width,
+    width_joined,
 )
 
 MAX_ARTIFACT_REFS = 10
@@ -296,7 +297,7 @@ def extract_draft(req: SummaryRequest) -> SummaryDraft:
         ),
         observations=tuple(notes),
     )
-    while width(draft.text()) > cap and (draft.observations or draft.work_artifact_refs):
+    while width_joined(draft.lines()) > cap and (draft.observations or draft.work_artifact_refs):
         # the estimate over-counts (ids count double); this only guards odd input.
         if draft.observations:
             draft = dataclasses.replace(draft, observations=draft.observations[:-1])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 
 # A sentence end: Latin punctuation and a space, or a CJK/full-width stop, space or not.
 CJK_STOPS = "\u3002\uff01\uff1f"  # 。 and the full-width ! ?
@@ -95,20 +96,60 @@ def width(text: str) -> int:
     """``text``'s estimated cost in tokens, in units of ``CHARS_PER_TOKEN`` (so about its
     length for English prose or code): words, digit groups and punctuation counted as a
     tokenizer splits them, in any script."""
-    if text.isascii() or _WORD_BEYOND_ASCII.search(text) is None:
-        # ASCII words and digits, and marks (a summary's "…" and "→"): counted in C, as
-        # ``_tokens`` counts them piece by piece
-        tokens = (
-            T_WORD * len(_LETTERS.findall(text))
-            + T_PAST6 * len(_PAST6.findall(text))
-            + T_DIGITS * len(_DIGITS.findall(text))
-            + T_MARK * len(_MARKS.findall(text))
-            + (T_SPACED - T_MARK) * len(_SPACED.findall(text))
-        )
-        if not text.isascii():
-            tokens += (T_MARK_BEYOND_ASCII - T_MARK) * len(_MARK_BEYOND_ASCII.findall(text))
-        return round(_SCALE * tokens)
-    return _width_by_piece(text)
+    counts = _counts(text)
+    return _from_counts(counts) if counts is not None else _width_by_piece(text)
+
+
+def width_joined(parts: Sequence[str]) -> int:
+    """``width`` of ``parts`` joined by line breaks, from each part's counts (cached: a
+    roll-up's lines come back in each later summary). The counts add up: no piece spans
+    a line break, and a part after one that starts with a mark has a space before it."""
+    total = [0] * 6
+    for k, part in enumerate(parts):
+        counts = _part_counts(part)
+        if counts is None:  # words beyond ASCII: counted over the whole text
+            return width("\n".join(parts))
+        for i, n in enumerate(counts):
+            total[i] += n
+        if k and _MARKS.match(part):
+            total[4] += 1
+    return _from_counts(tuple(total))
+
+
+Counts = tuple[int, ...]  # letters runs, letters past six, digit groups, marks, spaced, beyond
+
+
+def _counts(text: str) -> Counts | None:
+    """The pieces ``width`` weighs in a text without words beyond ASCII (counted in C, as
+    ``_tokens`` counts them piece by piece); None for a text with them."""
+    if not text.isascii() and _WORD_BEYOND_ASCII.search(text) is not None:
+        return None
+    beyond = 0 if text.isascii() else len(_MARK_BEYOND_ASCII.findall(text))
+    return (
+        len(_LETTERS.findall(text)),
+        len(_PAST6.findall(text)),
+        len(_DIGITS.findall(text)),
+        len(_MARKS.findall(text)),
+        len(_SPACED.findall(text)),
+        beyond,  # marks (a summary's "…" and "→") beyond ASCII
+    )
+
+
+_part_counts = functools.lru_cache(maxsize=65_536)(_counts)
+
+
+def _from_counts(counts: Counts) -> int:
+    words, past6, digits, marks, spaced, beyond = counts
+    tokens = (
+        T_WORD * words
+        + T_PAST6 * past6
+        + T_DIGITS * digits
+        + T_MARK * marks
+        + (T_SPACED - T_MARK) * spaced
+    )
+    if beyond:
+        tokens += (T_MARK_BEYOND_ASCII - T_MARK) * beyond
+    return round(_SCALE * tokens)
 
 
 def _width_by_piece(text: str) -> int:
