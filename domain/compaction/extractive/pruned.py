@@ -3,11 +3,11 @@
 ``re`` tries every alternative of an alternation at every position of a text: a feature
 pattern of five alternatives costs ~100 µs over a 1.5 KB tool result, whether or not
 the text has any of the characters its alternatives are made of. Each ``Alt`` names
-the characters every match of it contains (``needs``: character classes, all present);
-a text lacking one of them cannot match that alternative anywhere, so dropping it
-leaves exactly the matches of the whole pattern (leftmost first, the same spans), and
-a text that can match none is not scanned at all. Checking a class is one scan in C
-that stops at its first hit.
+what every match of it contains (``needs``: patterns, all present — a character class
+such as ``[A-Z]``, or a word); a text lacking one of them cannot match that alternative
+anywhere, so dropping it leaves exactly the matches of the whole pattern (leftmost
+first, the same spans), and a text that can match none is not scanned at all. Each
+need is one scan in C that stops at its first hit.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Alt:
     source: str  # the alternative's regular expression
-    needs: tuple[str, ...] = ()  # classes ("[A-Z]", "/") each of its matches contains
+    needs: tuple[str, ...] = ()  # patterns ("[A-Z]", "/", "Error") each match contains
 
 
 class Pruned:
