@@ -4,6 +4,8 @@ outcomes, consumer offsets — and the notification that wakes waiting readers."
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
 
 from domain.planning.state import BatchPlan, SessionState
@@ -13,6 +15,31 @@ from storage.records.offsets import commit_note
 from storage.records.outcomes import RefusedEvent
 
 NOTIFY_CHANNEL = "ctx_committed"
+
+# A batch of more records than this is written by COPY (a backlog's batches: COPY streams
+# them); fewer go with the threads and sessions, in the statement that writes those (a
+# COPY is two round trips of its own).
+COPY_FROM = 64
+# The type of each of ``RECORD_COLUMNS`` (the statement's arrays are cast to them).
+RECORD_TYPES = {
+    "session_id": "text", "session_sequence": "bigint", "record_id": "text",
+    "event_key": "text", "space_id": "text", "actor_id": "text", "run_id": "text",
+    "instance_id": "text", "instance_sequence": "bigint", "kind": "text",
+    "authority": "text", "visibility": "text", "operation_id": "text",
+    "content_inline": "text", "content_ref": "text", "content_sha256": "text",
+    "content_length": "bigint", "media_type": "text", "payload": "jsonb",
+    "token_count": "integer", "token_method": "text", "producer": "text",
+    "occurred_at_ms": "bigint", "source_partition": "integer", "source_offset": "bigint",
+    "resource_ref": "text",
+}  # fmt: skip
+_FIRST_RECORD_ARG = 13
+_INSERT_RECORDS = (
+    f"inserted AS (INSERT INTO records ({', '.join(RECORD_COLUMNS)}) SELECT * FROM unnest("
+    + ", ".join(
+        f"${_FIRST_RECORD_ARG + i}::{RECORD_TYPES[c]}[]" for i, c in enumerate(RECORD_COLUMNS)
+    )
+    + ") RETURNING 1),"
+)
 
 
 async def write_plan(
@@ -24,16 +51,15 @@ async def write_plan(
     next_offsets: dict[int, int],
 ) -> None:
     """Write the whole plan; the caller holds the transaction opened by
-    ``storage.records.session_states.load_states``."""
+    ``storage.records.session_states.load_states``. (The session rows are locked and keys
+    were checked under that lock, so the records cannot hit a duplicate; if they ever
+    did, the transaction fails and the batch is retried, never half-applied.)"""
     await _write_runs(conn, plan)
-    if plan.records:
-        # The session rows are locked and keys were checked under that lock, so COPY
-        # cannot hit a duplicate; if it ever did, the transaction fails and the batch is
-        # retried, never half-applied.
-        await conn.copy_records_to_table(
-            "records", records=list(record_rows(plan)), columns=RECORD_COLUMNS
-        )
-    await _write_threads_and_sessions(conn, plan, states)
+    rows = list(record_rows(plan))
+    if len(rows) > COPY_FROM:
+        await conn.copy_records_to_table("records", records=rows, columns=RECORD_COLUMNS)
+        rows = []
+    await _write_threads_and_sessions(conn, plan, states, rows)
     await _write_rejections(conn, plan)
     await write_offsets(conn, consumer, topic, next_offsets)
 
@@ -87,11 +113,15 @@ async def _write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
 
 
 async def _write_threads_and_sessions(
-    conn: asyncpg.Connection, plan: BatchPlan, states: dict[str, SessionState]
+    conn: asyncpg.Connection,
+    plan: BatchPlan,
+    states: dict[str, SessionState],
+    records: list[tuple[Any, ...]],
 ) -> None:
     """The threads the plan touched (upserted), its sessions' counters and sequences, and
     their main views' token estimates grown by the records just stored, in one statement
-    (two round trips less per batch)."""
+    (two round trips less per batch), with ``records`` (rows in ``RECORD_COLUMNS``' order)
+    when there are any."""
     touched_threads = {(s, r, i) for (s, r, i) in plan.new_threads}
     for nr in plan.records:
         ev = nr.incoming.event
@@ -104,11 +134,13 @@ async def _write_threads_and_sessions(
         | {c.session_id for c in plan.run_changes}
     )
     sessions = [states[x] for x in sorted(changed)]
-    if not threads and not sessions:
+    if not threads and not sessions and not records:
         return
     grow = sorted(_view_growth(plan, states).items())
+    columns = [list(c) for c in zip(*records, strict=True)] if records else []
     await conn.execute(
-        "WITH upserted AS (INSERT INTO threads (session_id, run_id, instance_id,"
+        ("WITH " + _INSERT_RECORDS if records else "WITH")
+        + " upserted AS (INSERT INTO threads (session_id, run_id, instance_id,"
         " next_instance_sequence, revision) SELECT t.s, t.r, t.i, t.n, t.n - 1"
         " FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS t(s, r, i, n)"
         " ON CONFLICT (session_id, run_id, instance_id)"
@@ -134,6 +166,7 @@ async def _write_threads_and_sessions(
         [x.model_steps for x in sessions],
         [sid for sid, _ in grow],
         [t for _, t in grow],
+        *columns,
     )
 
 

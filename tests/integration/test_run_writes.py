@@ -7,10 +7,14 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from domain.planning.state import BatchPlan, NewRun, RunChange
-from storage.records import ingest
+from domain.planning.batch import plan_batch
+from domain.planning.state import BatchPlan, Incoming, NewRun, RunChange
+from domain.record_rows import RECORD_COLUMNS
+from schemas.contracts import RecordKind
+from storage.records import ingest, session_states
 from tests.support.flows import client, new_session
 from tests.support.services import Services
+from tests.unit.factories import make_event
 
 pytestmark = pytest.mark.integration
 
@@ -61,3 +65,59 @@ async def test_a_batchs_new_runs_and_their_changes_are_written_as_planned(
         await ingest._write_runs(conn, later)
     assert await db.fetchval(ended, sid, "batch-run-0") > before["batch-run-0"]
     assert await db.fetchval(ended, sid, "batch-run-1") == before["batch-run-1"]
+
+
+async def test_the_record_types_are_the_columns_of_records(db: asyncpg.Pool) -> None:
+    rows = await db.fetch(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod) AS type FROM pg_attribute a"
+        " WHERE a.attrelid = 'records'::regclass AND a.attnum > 0 AND NOT a.attisdropped"
+    )
+    types = {r["attname"]: r["type"] for r in rows}
+    assert {c: types[c] for c in RECORD_COLUMNS} == ingest.RECORD_TYPES
+    assert set(RECORD_COLUMNS) == set(types) - {"committed_at"}  # its default: now()
+
+
+@pytest.mark.spec("R3.1", "R3.2")
+async def test_a_batch_of_records_writes_the_same_rows_in_one_statement_as_by_copy(
+    services: Services, db: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small batch's records go with its threads and sessions in one statement, a large
+    one's by COPY (``ingest.COPY_FROM``): the same rows either way."""
+    async with client(services) as c:
+        session = await new_session(c)
+        run = await c.start_run(session)
+        await c.prepare(run)  # the run is committed
+    sid = session["session_id"]
+    scope = {"space": run.space_id, "actor": run.actor_id, "session": sid, "run": run.run_id}
+    scope["instance"] = run.instance_id
+    events = [
+        make_event(RecordKind.USER_INPUT, f"w-{i}", text=f"q {i}", **scope) for i in range(3)
+    ] + [make_event(RecordKind.TOOL_CALL, "w-call", operation_id="op-1", **scope)]
+    chunk = [Incoming(ev, 0, i, 3, "tiktoken:cl100k_base") for i, ev in enumerate(events)]
+
+    async def written(copy_from: int) -> list[tuple[object, ...]]:
+        monkeypatch.setattr(ingest, "COPY_FROM", copy_from)
+        async with db.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                keys = {sid: {ev.event_key for ev in events}}
+                scopes = {sid: {(run.run_id, run.instance_id)}}
+                states, _ = await session_states.load_states(conn, keys, {}, scopes)
+                plan = plan_batch(chunk, states)
+                await ingest.write_plan(conn, plan, states, "c", "t", {})
+                rows = await conn.fetch(
+                    f"SELECT {', '.join(RECORD_COLUMNS)} FROM records"
+                    " WHERE session_id = $1 AND event_key LIKE 'w-%' ORDER BY session_sequence",
+                    sid,
+                )
+                threads = await conn.fetch("SELECT * FROM threads WHERE session_id = $1", sid)
+                seq = await conn.fetchval(
+                    "SELECT next_session_sequence FROM sessions WHERE session_id = $1", sid
+                )
+                return [tuple(r) for r in rows] + [tuple(t) for t in threads] + [(seq,)]
+            finally:
+                await tx.rollback()
+
+    by_statement, by_copy = await written(64), await written(0)
+    assert len(by_statement) == len(events) + 2 and by_statement == by_copy
