@@ -107,8 +107,10 @@ class PgControlStore(CachedViews):
         as reading it after them.)"""
         conn = self.conn
         lineage = await self.lineage_of(ev)
+        # A main view's records after the observation are counted under the same lock.
+        after = (obs.view_watermark, ev.run_id) if lineage == "main" else None
         locked = await compaction_state.lock_with_context(
-            conn, ev.session_id, lineage, ev.event_key
+            conn, ev.session_id, lineage, ev.event_key, after
         )
         if locked.checked is not None:
             return locked.checked
@@ -128,9 +130,11 @@ class PgControlStore(CachedViews):
             row.active_job_id,
         )
         # Decided on the view the observer saw, not on records that overtook its observation.
-        later = await counted_after(
-            conn, view, obs.view_watermark, int(ctx["next_session_sequence"])
-        )
+        later = locked.later
+        if later is None:
+            later = await counted_after(
+                conn, view, obs.view_watermark, int(ctx["next_session_sequence"])
+            )
         prices, summarizer_prices = self.gain.prices(full, ctx["model_profile"])
         return ObservationInputs(
             ev,

@@ -11,6 +11,7 @@ import asyncpg
 
 from domain.compaction.control.effects import JobRow
 from domain.compaction.triggers import Counters
+from storage.compaction.main_view import MAIN_COUNTS, MAIN_VIEW
 from storage.compaction.summaries import StateRow, last_attempt_of, lock_state, session_context
 
 
@@ -50,13 +51,19 @@ _LOCKED = (
     # The trigger report of the observation ``$3`` (NULL: none), if it was checked already,
     # and the job it started.
     " t.report_id AS checked, t.job_id AS checked_job_id, tj.status AS checked_status,"
-    " tj.request AS checked_request"
+    " tj.request AS checked_request, a.turns AS later_turns, a.steps AS later_steps"
     " FROM compaction_state c JOIN sessions s ON s.session_id = c.session_id"
     " JOIN releases r ON r.release_id = s.release_id"
     " LEFT JOIN compaction_jobs j ON j.job_id = c.active_job_id"
     " LEFT JOIN LATERAL (SELECT report_id, job_id FROM trigger_reports"
     "   WHERE session_id = $1 AND event_key = $3 LIMIT 1) t ON true"
     " LEFT JOIN compaction_jobs tj ON tj.job_id = t.job_id"
+    # What the main view of run $5 counts after sequence $4 (NULL: not asked), as
+    # ``view_state.counted_after`` reads it: the run's snapshot boundary is its view's.
+    f" CROSS JOIN LATERAL ({MAIN_COUNTS}{MAIN_VIEW} AND $4::bigint IS NOT NULL"
+    " AND r.session_sequence > $4 AND (r.run_id = $5 OR r.session_sequence <= coalesce("
+    "   (SELECT x.through_session_sequence FROM runs w JOIN history_snapshots x"
+    "    USING (snapshot_id) WHERE w.session_id = $1 AND w.run_id = $5), 0))) a"
     " WHERE c.session_id=$1 AND c.lineage=$2 FOR UPDATE OF c"
 )
 
@@ -70,20 +77,29 @@ class Locked:
     context: Any
     job: JobRow | None  # the row's job in flight, if it is known
     checked: Checked | None = None  # the observation asked about, if checked already
+    # What the run's main view counts after the watermark asked about (None: not asked).
+    later: Counters | None = None
 
 
 async def lock_with_context(
-    conn: asyncpg.Connection, session_id: str, lineage: str, event_key: str | None = None
+    conn: asyncpg.Connection,
+    session_id: str,
+    lineage: str,
+    event_key: str | None = None,
+    after: tuple[int, str] | None = None,
 ) -> Locked:
     """``summaries.session_context``, ``summaries.lock_state`` and the job in flight in
     one round trip once the lineage has its row (rows are never deleted); its first
     decision inserts it. With ``event_key`` (an observation's), whether that observation
-    was checked already (its trigger report), read under the same lock."""
-    r = await conn.fetchrow(_LOCKED, session_id, lineage, event_key)
+    was checked already (its trigger report), read under the same lock. With ``after``
+    (a watermark and a run), what the run's main view counts after the watermark."""
+    watermark, run_id = after if after is not None else (None, None)
+    args = (session_id, lineage, event_key, watermark, run_id)
+    r = await conn.fetchrow(_LOCKED, *args)
     if r is None:
         ctx = await session_context(conn, session_id)
         await lock_state(conn, session_id, lineage, ctx["policy_revision"])
-        r = await conn.fetchrow(_LOCKED, session_id, lineage, event_key)
+        r = await conn.fetchrow(_LOCKED, *args)
         assert r is not None
     row = StateRow(
         r["session_id"],
@@ -109,4 +125,5 @@ async def lock_with_context(
     checked = None
     if r["checked"] is not None:
         checked = Checked(r["checked_job_id"], r["checked_status"], r["checked_request"])
-    return Locked(row, r, job, checked)
+    later = None if after is None else Counters(int(r["later_turns"]), int(r["later_steps"]))
+    return Locked(row, r, job, checked, later)

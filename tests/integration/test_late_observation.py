@@ -22,6 +22,9 @@ import pytest
 
 from schemas.wire import BudgetObservation, ControlEvent, encode_control
 from services.sdk.client import ContextClient, RunHandle
+from storage.compaction.state import lock_with_context
+from storage.compaction.view_cache import view_of
+from storage.compaction.view_state import counted_after
 from tests.integration.test_compaction import question, reports, round_
 from tests.support.flows import client, new_session, wait_committed
 from tests.support.kafka import service_signed
@@ -127,3 +130,36 @@ async def test_an_overtaken_observation_is_checked_on_the_view_its_prepare_saw(
     )
     assert (job["observed_user_turns"], job["observed_model_steps"]) == (1, 2)
     assert job["request"]["view_watermark"] == seen["through"]
+
+
+@pytest.mark.spec("R7.3", "R8.4", "R2.6")
+async def test_what_the_lock_counts_after_a_watermark_is_what_the_view_counts_after_it(
+    services: Services, db: asyncpg.Pool
+) -> None:
+    """An observation's lineage lock counts the records of the run's main view after the
+    observation's watermark (``compaction_state.lock_with_context``) as
+    ``view_state.counted_after`` does: for every watermark, for an older run (another
+    run's later records are not its view's) and the newest one."""
+    async with client(services) as c:
+        session = await new_session(c)
+        first = await question(c, session, "a", rounds=1)
+        await c.finish_run(first)
+        second = await question(c, session, "b", rounds=2)
+        await c.prepare(second)  # everything above is committed
+    sid = session["session_id"]
+    last = await watermark(db, sid)
+    seen = set()
+    async with db.acquire() as conn:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            for run in (first, second):
+                view = await view_of(conn, sid, run.run_id, "main")
+                for seq in range(last + 1):
+                    after = (seq, run.run_id)
+                    locked = await lock_with_context(conn, sid, "main", None, after)
+                    assert locked.later == await counted_after(conn, view, seq)
+                    seen.add((run.run_id, locked.later))
+        finally:
+            await tx.rollback()
+    assert len(seen) > 6  # the counts move with the watermark, and differ by run
