@@ -157,7 +157,12 @@ async def test_whether_an_observation_was_checked_is_an_index_read_among_thousan
     await db.execute("ANALYZE trigger_reports")
     plan = json.loads(
         await db.fetchval(
-            "EXPLAIN (FORMAT JSON) " + compaction_state._LOCKED, sid, "main", "observed-7"
+            "EXPLAIN (FORMAT JSON) " + compaction_state._LOCKED,
+            sid,
+            "main",
+            "observed-7",
+            EARLIER_RUNS // 2,
+            run.run_id,
         )
     )
     on_reports = {s[1] for s in _scans(plan) if "trigger_reports" in (s[1] or "")}
