@@ -5,10 +5,10 @@ processor in a child process (``streams.drivers.offload``) the two would only ta
 reads, the child applies, faust reads. Here the agent iterates a ``noack`` stream and
 this class cuts batches and hands them to ``apply`` in offset order, at most ``depth`` at
 a time, while the agent goes on reading the next. A batch is cut at ``max_`` events, once
-its first event waited ``within`` seconds (a batch of at least ``pipeline_from`` events),
-or as soon as no batch is being applied (group commit): an idle child takes what is there
-at once, a busy one what came while it worked — batches as large as the load makes them,
-and no event waits out a timer for nothing (a prepare waits for its appends' batch).
+its first event waited ``within`` seconds, or as soon as no batch is being applied (group
+commit): an idle child takes what is there at once, a busy one what came while it
+worked — batches as large as the load makes them, and no event waits out a timer for
+nothing (a prepare waits for its appends' batch).
 
 Acknowledgement is manual and comes last: a batch's events are acked (and so may have
 their offsets committed by faust) only after ``apply`` returned — the PostgreSQL commit
@@ -38,18 +38,11 @@ class PipelinedBatches:
         max_: int,
         within: float,
         depth: int = 2,
-        pipeline_from: int = 1,
     ) -> None:
         self._apply = apply
         self._ack = ack
         self.max_ = max_
         self.within = within
-        # A buffer ``within`` cuts while a batch is still being applied holds at least
-        # this many events. The faust driver applies a smaller batch in its own process,
-        # after the one in flight (``streams.drivers.small_at_home``): cut early, it
-        # would only wait there, as one more, smaller batch (each batch costs its
-        # transaction's round trips). It goes once that batch is applied instead.
-        self.pipeline_from = pipeline_from
         # Batches applying at once. ``apply`` of a later batch may be called before an
         # earlier one returned (the child reads the next batch ahead, streams.drivers.worker), so
         # it must apply them in call order; they are settled and acked in that order.
@@ -144,10 +137,7 @@ class PipelinedBatches:
                 async with asyncio.timeout(self.within):
                     await self._wake.wait()
             self._wake.clear()
-            stale = (
-                len(self._buffer) >= self.pipeline_from
-                and time.monotonic() - self._first_at >= self.within
-            )
+            stale = self._buffer and time.monotonic() - self._first_at >= self.within
             due = self._buffer and (stale or not self._busy())
             if due or (self._inflight and self._inflight[0].done()):
                 await self.flush()
