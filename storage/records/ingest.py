@@ -32,14 +32,31 @@ RECORD_TYPES = {
     "occurred_at_ms": "bigint", "source_partition": "integer", "source_offset": "bigint",
     "resource_ref": "text",
 }  # fmt: skip
-_FIRST_RECORD_ARG = 13
+# The threads', the sessions' and the view estimates' writes ($1-$12).
+_THREADS_AND_SESSIONS = (
+    " upserted AS (INSERT INTO threads (session_id, run_id, instance_id,"
+    " next_instance_sequence, revision) SELECT t.s, t.r, t.i, t.n, t.n - 1"
+    " FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS t(s, r, i, n)"
+    " ON CONFLICT (session_id, run_id, instance_id)"
+    " DO UPDATE SET next_instance_sequence = EXCLUDED.next_instance_sequence,"
+    " revision = EXCLUDED.revision RETURNING 1),"
+    # Most sessions have no compaction state yet (no prepare seen): no row to grow.
+    " grown AS (UPDATE compaction_state c SET view_tokens = c.view_tokens + g.t"
+    " FROM unnest($11::text[], $12::bigint[]) AS g(sid, t)"
+    " WHERE c.session_id = g.sid AND c.lineage = 'main' RETURNING 1)"
+    " UPDATE sessions SET next_session_sequence = d.n, active_run_id = d.a,"
+    " revision = d.v, user_turns = d.u, model_steps = d.m"
+    " FROM unnest($5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[],"
+    " $10::bigint[]) AS d(sid, n, a, v, u, m) WHERE sessions.session_id = d.sid"
+)
+# With a batch's records, their columns as arrays after those ($13 on).
 _INSERT_RECORDS = (
     f"inserted AS (INSERT INTO records ({', '.join(RECORD_COLUMNS)}) SELECT * FROM unnest("
-    + ", ".join(
-        f"${_FIRST_RECORD_ARG + i}::{RECORD_TYPES[c]}[]" for i, c in enumerate(RECORD_COLUMNS)
-    )
+    + ", ".join(f"${13 + i}::{RECORD_TYPES[c]}[]" for i, c in enumerate(RECORD_COLUMNS))
     + ") RETURNING 1),"
 )
+_WITH_RECORDS = "WITH " + _INSERT_RECORDS + _THREADS_AND_SESSIONS
+_WITHOUT_RECORDS = "WITH" + _THREADS_AND_SESSIONS
 
 
 async def write_plan(
@@ -139,21 +156,7 @@ async def _write_threads_and_sessions(
     grow = sorted(_view_growth(plan, states).items())
     columns = [list(c) for c in zip(*records, strict=True)] if records else []
     await conn.execute(
-        ("WITH " + _INSERT_RECORDS if records else "WITH")
-        + " upserted AS (INSERT INTO threads (session_id, run_id, instance_id,"
-        " next_instance_sequence, revision) SELECT t.s, t.r, t.i, t.n, t.n - 1"
-        " FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS t(s, r, i, n)"
-        " ON CONFLICT (session_id, run_id, instance_id)"
-        " DO UPDATE SET next_instance_sequence = EXCLUDED.next_instance_sequence,"
-        " revision = EXCLUDED.revision RETURNING 1),"
-        # Most sessions have no compaction state yet (no prepare seen): no row to grow.
-        " grown AS (UPDATE compaction_state c SET view_tokens = c.view_tokens + g.t"
-        " FROM unnest($11::text[], $12::bigint[]) AS g(sid, t)"
-        " WHERE c.session_id = g.sid AND c.lineage = 'main' RETURNING 1)"
-        " UPDATE sessions SET next_session_sequence = d.n, active_run_id = d.a,"
-        " revision = d.v, user_turns = d.u, model_steps = d.m"
-        " FROM unnest($5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[],"
-        " $10::bigint[]) AS d(sid, n, a, v, u, m) WHERE sessions.session_id = d.sid",
+        _WITH_RECORDS if records else _WITHOUT_RECORDS,
         [s for s, _, _ in threads],
         [r for _, r, _ in threads],
         [i for _, _, i in threads],

@@ -39,12 +39,12 @@ class ExistingRecord:
     content_sha256: str
 
 
-# A session's columns, in ``_add_session``'s order.
-SESSION_COLUMNS = (
+# A session's columns, in ``SessionState``'s order (``_session``).
+_SESSION_COLUMNS = (
     "session_id, space_id, actor_id, policy_revision, next_session_sequence, active_run_id,"
     " revision, user_turns, model_steps"
 )
-LOCK = (
+_LOCK = (
     "SELECT s.*, s.xmin AS locked_xmin, r.policy_revision FROM sessions s"
     " JOIN releases r USING (release_id) WHERE s.session_id = ANY($1::text[])"
     " ORDER BY s.session_id FOR UPDATE OF s"  # in id order: no deadlock between processors
@@ -54,7 +54,7 @@ LOCK = (
 @functools.cache
 def _runs_and_threads(p: tuple[str, ...]) -> str:
     """The runs, then the threads (``what``), their columns side by side, in
-    ``_add_run`` / ``_add_thread``'s order; ``p``: the placeholders of the runs' session
+    ``_add_runs_and_threads``' order; ``p``: the placeholders of the runs' session
     and run ids, then the threads' session, run and instance ids.
 
     Each key is looked up by its primary key (LATERAL ... OFFSET 0 keeps the lookup per
@@ -112,8 +112,8 @@ def _placeholders(first: int, n: int) -> tuple[str, ...]:
 # The locks and every read in one round trip: each part an array of its rows. ``stale``:
 # a locked row is newer than the snapshot the reads saw (see the module's docstring).
 _LOAD = (
-    f"WITH locked AS MATERIALIZED ({LOCK})"
-    f" SELECT ARRAY(SELECT ROW({SESSION_COLUMNS}) FROM locked ORDER BY session_id) AS sessions,"
+    f"WITH locked AS MATERIALIZED ({_LOCK})"
+    f" SELECT ARRAY(SELECT ROW({_SESSION_COLUMNS}) FROM locked ORDER BY session_id) AS sessions,"
     " EXISTS (SELECT 1 FROM locked l JOIN sessions x USING (session_id)"
     "   WHERE x.xmin <> l.locked_xmin) AS stale,"
     f" ARRAY(SELECT q FROM ({_runs_and_threads(_placeholders(2, 5))}) q) AS runs,"
