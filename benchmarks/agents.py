@@ -85,13 +85,14 @@ def pct(values: list[float], p: float) -> float:
 @dataclass
 class Stats:
     """What the agents of one K did: (monotonic time answered, ms the agent waited,
-    Prepare's assemble ms) per step, and the errors by code."""
+    Prepare's assemble ms, Prepare's wait for the appends' commit in ms) per step, and
+    the errors by code."""
 
-    steps: list[tuple[float, float, float]] = field(default_factory=list)
+    steps: list[tuple[float, float, float, float]] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     questions: int = 0
 
-    def window(self, t0: float, t1: float) -> list[tuple[float, float, float]]:
+    def window(self, t0: float, t1: float) -> list[tuple[float, float, float, float]]:
         return [s for s in self.steps if t0 <= s[0] < t1]
 
 
@@ -150,8 +151,10 @@ class Agent:
         t = time.perf_counter()
         prepared = await self.c.prepare(run)
         waited = (time.perf_counter() - t) * 1000
-        server = float((prepared.get("timing") or {}).get("assemble_ms") or 0.0)
-        self.stats.steps.append((time.monotonic(), waited, server))
+        timing = prepared.get("timing") or {}
+        server = float(timing.get("assemble_ms") or 0.0)
+        commit = float(timing.get("commit_wait_ms") or 0.0)
+        self.stats.steps.append((time.monotonic(), waited, server, commit))
 
 
 async def backends_by_client(dsn: str, database: str, g: proc_cpu.Groups) -> dict[str, set[int]]:
@@ -257,7 +260,8 @@ async def level(
     cpu["ours"] = sum(cpu[k] for k in OURS)
     cpu["rest"] = max(0.0, cpu["machine"] - cpu["ours"] - cpu["postgres_other"])
     steps = len(window)
-    waited, server = [w for _, w, _ in window], [x for _, _, x in window]
+    waited, server = [s[1] for s in window], [s[2] for s in window]
+    commit = [s[3] for s in window]
     return {
         "agents": lv.agents,
         "window_s": round(t1 - t0, 2),
@@ -268,6 +272,8 @@ async def level(
         "prepare_p99_ms": round(pct(waited, 99), 2),
         "server_p50_ms": round(pct(server, 50), 3),
         "server_p99_ms": round(pct(server, 99), 3),
+        "commit_wait_p50_ms": round(pct(commit, 50), 3),
+        "commit_wait_p99_ms": round(pct(commit, 99), 3),
         "errors": sum(stats.errors.values()),
         "errors_by_code": dict(stats.errors),
         "compactions": await compactions(s.pg_dsn, prefix),
@@ -303,7 +309,8 @@ async def drive(args: argparse.Namespace, services: ServiceSet, s: Settings, url
 def line(r: dict[str, Any]) -> str:
     return (
         f"{r['agents']} agents: {r['steps_per_s']} steps/s, prepare p50 {r['prepare_p50_ms']}"
-        f" / p99 {r['prepare_p99_ms']} ms (server {r['server_p50_ms']} / {r['server_p99_ms']}),"
+        f" / p99 {r['prepare_p99_ms']} ms (server {r['server_p50_ms']} / {r['server_p99_ms']},"
+        f" commit wait {r.get('commit_wait_p50_ms')} / {r.get('commit_wait_p99_ms')}),"
         f" {r['errors']} errors, compactions {r['compactions']},"
         f" {r['pg_transactions_per_step']} PostgreSQL transactions per step,"
         f" CPU per step {r['cpu_ms_per_step']['ours']} ms ours,"

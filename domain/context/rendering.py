@@ -16,6 +16,7 @@ what is new. Rules:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from domain.authority import DERIVED_ROLE, NOT_AN_INSTRUCTION
@@ -145,6 +146,15 @@ class ThreadRenderer(BlockLog):
             return
         self._records.append(rec)
         self._route(rec, inherited)
+
+    def show(self, records: Iterable[RecordView]) -> None:
+        """Place inherited ``records`` (in sequence order, retractions left out) whose
+        tracking and counts this renderer holds already, as ``feed`` places them: those
+        its summary covers are left out (``services.prepare.assembly.history``)."""
+        for rec in records:
+            if rec.record_id not in self.covered:
+                self._records.append(rec)
+                self._route(rec, inherited=True)
 
     def _route(self, rec: RecordView, inherited: bool) -> None:
         """Place one record: into the open group, deferred behind it, or rendered now.

@@ -9,9 +9,12 @@ history being read and rendered again.
 
 What is kept is the renderer as ``ThreadViews._rebuild`` leaves it before sealing, under
 the fingerprint of everything its rendering depends on (``render_state.fingerprint``:
-overhead, summary, revocation epoch, large-result and transfer settings, counting): a
-new summary, a revocation or a retraction changes it and the next view renders in full.
-A run resumed under an older snapshot than the one kept renders in full too.
+overhead, summary, revocation epoch, large-result and transfer settings, counting). A
+new summary that covers at least what the kept one covers (the next roll-up of the
+session's compaction) re-summarizes the kept history in memory (``resummarized``); any
+other change of the fingerprint — a summary covering less or none, a revocation or a
+retraction, other settings — renders the next view in full, and so does a run resumed
+under an older snapshot than the one kept.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from dataclasses import dataclass
 
 from domain.context.rendering import ThreadRenderer
 from domain.window.record_view import DeferredRecords
-from storage.records.threads import Inherited, Snapshot, Threads
+from storage.records.threads import Inherited, Snapshot, SummaryView, Threads
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +81,38 @@ def copy_renderer(src: ThreadRenderer) -> ThreadRenderer:
     return out
 
 
+def resummarized(src: ThreadRenderer, summary: SummaryView) -> ThreadRenderer:
+    """``src``, a kept history (not sealed), rendered again under ``summary``, which covers
+    every record ``src``'s summary covers: what a full render of the same records under
+    ``summary`` gives, without reading them again. The records ``src`` shows are placed
+    again in order, those ``summary`` covers now left out. What ``src`` tracked of every
+    record it saw (runs, skill loads and activations) holds as it is: tracking does not
+    depend on what a summary covers; only where a skill load is shown is found again."""
+    out = ThreadRenderer(
+        src.count, src.overhead, summary.covered, summary.summary_id, src.large, src.transfer
+    )
+    out.add_summary(summary.text, summary.tokens)
+    out.skill_loads = {
+        k: dataclasses.replace(v, message_index=None) for k, v in src.skill_loads.items()
+    }
+    out.activations = dict(src.activations)
+    out.skill_used = dict(src.skill_used)
+    out.runs = dict(src.runs)
+    out.transfer_notes = list(src.transfer_notes)
+    out.show(src.records)
+    out.record_count, out.last_sequence = src.record_count, src.last_sequence
+    return out
+
+
 @dataclass
 class History:
-    """A session's inherited history rendered through ``through``, not sealed."""
+    """A session's inherited history rendered through ``through``, not sealed; ``base``:
+    its fingerprint without its summary (``render_state.fingerprint`` of no summary)."""
 
     fingerprint: str
     through: int
     rend: ThreadRenderer
+    base: str = ""
 
 
 class Histories:
@@ -95,7 +123,9 @@ class Histories:
         self.capacity = capacity
         self._kept: OrderedDict[str, History] = OrderedDict()
 
-    def keep(self, session_id: str, fingerprint: str, through: int, rend: ThreadRenderer) -> None:
+    def keep(
+        self, session_id: str, fingerprint: str, through: int, rend: ThreadRenderer, base: str = ""
+    ) -> None:
         """Keep a copy of ``rend`` (a main view's inherited part, through ``through``),
         unless a later history under the same fingerprint is kept already."""
         old = self._kept.get(session_id)
@@ -103,20 +133,38 @@ class Histories:
             return
         kept = copy_renderer(rend)
         kept.last_sequence = through
-        self._kept[session_id] = History(fingerprint, through, kept)
+        self._put(session_id, History(fingerprint, through, kept, base))
+
+    def _put(self, session_id: str, history: History) -> None:
+        self._kept[session_id] = history
         self._kept.move_to_end(session_id)
         while len(self._kept) > self.capacity:
             self._kept.popitem(last=False)
 
     async def continued(
-        self, threads: Threads, snap: Snapshot, fingerprint: str, covered: frozenset[str]
+        self,
+        threads: Threads,
+        snap: Snapshot,
+        fingerprint: str,
+        summary: SummaryView | None,
+        base: str = "",
     ) -> ThreadRenderer | None:
         """The main view of ``snap``'s run through its boundary, sealed, continued from
-        the session's kept history; None when none serves (then it is rendered in full)."""
+        the session's kept history (re-summarized first when only its summary changed,
+        to one covering more: ``base`` is ``fingerprint`` without the summary); None when
+        none serves (then it is rendered in full)."""
         sid, through = snap.session_id, snap.through_session_sequence
         found = self._kept.get(sid)
-        if found is None or found.fingerprint != fingerprint or found.through > through:
+        if found is None or found.through > through:
             return None
+        if found.fingerprint != fingerprint:
+            if not (base and found.base == base and summary is not None):
+                return None
+            if not found.rend.covered <= summary.covered:
+                return None  # shows records the kept history left out: read them
+            found = History(fingerprint, found.through, resummarized(found.rend, summary), base)
+            self._put(sid, found)
+        covered = summary.covered if summary else frozenset()
         start = found.through
         tail = Inherited([])  # the same boundary (the run's view again): nothing to read
         if through > start:

@@ -185,14 +185,11 @@ class ThreadViews:
             if rend is not None:
                 self._views.move_to_end(key)  # in use: never the one evicted meanwhile
             summary_id = summary.summary_id if summary else None
-            fp = render_state.fingerprint(
-                message_overhead,
-                summary_id,
-                epoch,
-                large or LargeResultSettings(),
-                self.counting,
-                transfer,
-            )  # a state found under it was built with exactly these settings
+            settings = (large or LargeResultSettings(), self.counting, transfer)
+            # A state found under it was built with exactly these settings; ``base``: the
+            # same without the summary (a kept history under another one may serve).
+            fp = render_state.fingerprint(message_overhead, summary_id, epoch, *settings)
+            base = render_state.fingerprint(message_overhead, None, epoch, *settings)
             if (
                 rend is None
                 or rend.overhead != message_overhead
@@ -203,12 +200,12 @@ class ThreadViews:
             ):
                 # A new summary revision changes the view: rebuilt once (or continued from
                 # the session's history or its stored state), then incremental.
-                rend = await self._continued(snap, instance_id, fp, summary)
+                rend = await self._continued(snap, instance_id, (fp, base), summary)
                 if rend is None:
                     rend = await self._restore(key, fp, summary)
                 if rend is None:
                     rend = await self._rebuild(
-                        snap, instance_id, message_overhead, summary, large, transfer, fp
+                        snap, instance_id, message_overhead, summary, large, transfer, (fp, base)
                     )
                 self._views[key] = rend
                 self._epochs[key] = epoch
@@ -274,14 +271,19 @@ class ThreadViews:
         )
 
     async def _continued(
-        self, snap: Snapshot, instance_id: str, fp: str, summary: SummaryView | None
+        self,
+        snap: Snapshot,
+        instance_id: str,
+        fps: tuple[str, str],
+        summary: SummaryView | None,
     ) -> ThreadRenderer | None:
-        """A main view continued from the session's kept history (a new run's)."""
+        """A main view continued from the session's kept history (a new run's, or one
+        whose summary changed). ``fps``: the view's fingerprint, and the same without
+        its summary."""
         if instance_id != snap.main_instance_id:
             return None
         self._saved.pop((snap.session_id, snap.run_id, instance_id), None)
-        covered = summary.covered if summary else frozenset()
-        return await self.histories.continued(self.threads, snap, fp, covered)
+        return await self.histories.continued(self.threads, snap, fps[0], summary, fps[1])
 
     async def _restore(
         self, key: tuple[str, str, str], fp: str, summary: SummaryView | None
@@ -341,7 +343,7 @@ class ThreadViews:
         summary: SummaryView | None,
         large: LargeResultSettings | None,
         transfer: ChildTransferPolicy | None = None,
-        fp: str = "",
+        fps: tuple[str, str] = ("", ""),
     ) -> ThreadRenderer:
         rend = ThreadRenderer(
             self.count,
@@ -369,7 +371,8 @@ class ThreadViews:
                 rend.feed(rec, inherited=True)
             rend.record_count += inherited.unread  # fed, they would only be counted
             through = snap.through_session_sequence
-            self.histories.keep(snap.session_id, fp, through, rend)  # the next run's start
+            fp, base = fps
+            self.histories.keep(snap.session_id, fp, through, rend, base)  # the next runs
             rend.seal_inherited()
         rend.last_sequence = snap.through_session_sequence
         return rend
