@@ -19,7 +19,13 @@ import asyncpg
 from domain.frontier import Frontier
 from domain.window.record_view import RecordView
 from storage.compaction.view_state import CHAIN_DEPTH, MainRow, main_row_sql
-from storage.records.thread_frontier import FrontierQuery, TaskCount, own_and_frontier_sql, parsed
+from storage.records.thread_frontier import (
+    FrontierQuery,
+    TaskCount,
+    known,
+    own_and_frontier_sql,
+    parsed,
+)
 
 
 @functools.cache
@@ -55,10 +61,9 @@ async def read_ahead(
     """``scope``'s (session, run, main instance) ``own_and_frontier`` after ``after``,
     and the main view's row at the run's snapshot boundary ``through``."""
     session_id, run_id, instance_id = scope
-    known = (None, None) if tasks is None else tasks
     rows = await conn.fetch(
         read_ahead_sql(query),
-        session_id, run_id, instance_id, after, None, *known, through, CHAIN_DEPTH,
+        session_id, run_id, instance_id, after, None, *known(tasks), through, CHAIN_DEPTH,
     )  # fmt: skip
     own, frontier, counted = parsed(rows, run_id)
     return ReadAhead(after, own, frontier, counted, rows[0]["view"])

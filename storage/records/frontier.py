@@ -36,11 +36,21 @@ _FROM = (
 # The main thread as run $2 sees it (R2.1, R2.5): what its snapshot inherits (main
 # instances, session or actor visibility, up to the snapshot), its own records, and what
 # was declared for the session outside any run.
+_THROUGH = (
+    "(SELECT x.through_session_sequence FROM runs v"
+    " JOIN history_snapshots x USING (snapshot_id) WHERE v.session_id = $1 AND v.run_id = $2)"
+)
 _MAIN = (
     "((r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
     " AND (r.run_id IS NULL OR r.run_id = $2 OR (r.visibility IN ('session', 'actor')"
-    " AND r.session_sequence <= (SELECT x.through_session_sequence FROM runs v"
-    " JOIN history_snapshots x USING (snapshot_id) WHERE v.session_id = $1 AND v.run_id = $2))))"
+    f" AND r.session_sequence <= {_THROUGH})))"
+)
+# What ``_MAIN`` holds through the run's snapshot, whatever the run (none of its own
+# records is that early): the session's inherited history, the same for every run whose
+# snapshot is at or past a sequence.
+_INHERITED = (
+    "((r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
+    " AND (r.run_id IS NULL OR r.visibility IN ('session', 'actor')))"
 )
 _CHILD = "(r.run_id = $2 AND r.instance_id = $3)"
 # A session's constraints are the session's, whichever run set or retired them: a resumed
@@ -109,8 +119,22 @@ def frontier_sql(child: bool, inherit_constraints: bool, counted: bool = False) 
     run, ``$3`` the instance. ``counted``: the task count continues one known through
     sequence ``$6`` (``$7`` inputs; both NULL: none known), and its row's
     ``session_sequence`` is the sequence the new count is exact through (the session's
-    last, as this statement sees it)."""
-    return _frontier_sql(*_where(child, inherit_constraints), counted)
+    last, as this statement sees it). A main thread's counted rows have one more, part
+    ``inherited``: the inputs of the session's inherited history through the run's
+    snapshot (its ``session_sequence``), when ``$6`` is not past the snapshot (else
+    NULL). Any later run of the session may start its count from it: inputs through a
+    sequence at or before its own snapshot are counted alike for every run."""
+    thread, where = _where(child, inherit_constraints)
+    sql = _frontier_sql(thread, where, counted)
+    if not counted or child:
+        return sql
+    known = "coalesce($6::bigint, 0)"
+    return (
+        f"{sql} UNION ALL (SELECT 'inherited', NULL, {_THROUGH}, NULL, NULL, NULL, NULL, false,"
+        f" CASE WHEN {known} <= {_THROUGH} THEN coalesce($7::bigint, 0) + count(*) END"
+        f"{_FROM} AND r.session_sequence > {known} AND r.session_sequence <= {_THROUGH}"
+        f" AND r.kind IN ('user_input', 'supplement') AND {_INHERITED})"
+    )
 
 
 def fold_frontier(rows: Sequence[Mapping[str, Any]], run_id: str) -> Frontier:

@@ -29,10 +29,14 @@ class FrontierQuery:
 
 
 class TaskCount(NamedTuple):
-    """A thread's task count (R11.6) as read: exact through a session sequence."""
+    """A thread's task count (R11.6) as read: exact through a session sequence.
+    ``inherited``: a main thread's inputs through its run's snapshot (the session's
+    inherited history: what a later run's first count may start from), when the read
+    counted them."""
 
     through: int
     inputs: int
+    inherited: int | None = None
 
 
 @functools.cache
@@ -63,11 +67,15 @@ async def own_and_frontier(
     """The thread's own records after ``after`` and its frontier as committed now; its
     task count continues ``tasks`` (the last one read) when given, and is returned for
     the next read (a long thread's inputs are not counted again at every prepare)."""
-    known = (None, None) if tasks is None else tasks
     rows = await conn.fetch(
-        own_and_frontier_sql(query), session_id, run_id, instance_id, after, None, *known
+        own_and_frontier_sql(query), session_id, run_id, instance_id, after, None, *known(tasks)
     )
     return parsed(rows, run_id)
+
+
+def known(tasks: TaskCount | None) -> tuple[int | None, int | None]:
+    """``$6`` and ``$7`` of ``frontier_sql``: the count a read continues."""
+    return (None, None) if tasks is None else (tasks.through, tasks.inputs)
 
 
 def parsed(rows: list[asyncpg.Record], run_id: str) -> tuple[list[RecordView], Frontier, TaskCount]:
@@ -76,7 +84,12 @@ def parsed(rows: list[asyncpg.Record], run_id: str) -> tuple[list[RecordView], F
     frontier = fold_frontier(parts, run_id)
     task = next(p for p in parts if p["part"] == "task")
     last = task["session_sequence"]  # None: no session row (nothing counted)
-    counted = TaskCount(0 if last is None else int(last), frontier.task_version)
+    inherited = next((p["n"] for p in parts if p["part"] == "inherited"), None)
+    counted = TaskCount(
+        0 if last is None else int(last),
+        frontier.task_version,
+        None if inherited is None else int(inherited),
+    )
     return [record_view(r) for r in rows if r["record_id"] is not None], frontier, counted
 
 

@@ -6,15 +6,18 @@ to the history around them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
 import pytest
 
+from schemas.contracts import Authority, Content, RecordKind, UserInputPayload, Visibility
 from services.sdk.client import ContextClient, RunHandle
 from storage.records.frontier import read_frontier
-from storage.records.thread_frontier import FrontierQuery, own_and_frontier
+from storage.records.thread_frontier import FrontierQuery, TaskCount, own_and_frontier
+from storage.records.threads import run_snapshot as snapshot
 from storage.records.threads import thread_records
 from tests.integration.test_compaction import round_, script, settled
 from tests.integration.test_poison import dead_letters_at
@@ -237,9 +240,55 @@ async def test_a_threads_task_count_continues_from_the_count_read_before(
             _, _, continued = await own_and_frontier(
                 conn, sid, run.run_id, inst, 0, query, before[inst]
             )
-            assert continued == scratch and continued.inputs == fresh.task_version
+            assert continued[:2] == scratch[:2] and continued.inputs == fresh.task_version
             assert continued.through > before[inst].through
             assert continued.inputs == (3 if inst == run.instance_id else 2)
+
+
+@pytest.mark.spec("R11.6", "R2.1", "R2.5")
+async def test_a_new_runs_task_count_continues_the_sessions_inherited_inputs(
+    ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """Issue 37: a new question's first prepare counted every input of the session again
+    (2.4 ms at 1,080 records). A main thread's read also counts the inherited inputs
+    through its run's snapshot, whatever the run, and a later run's first read continues
+    from them: the same count as one read from scratch — private inputs of other runs,
+    a child's inputs and supplements among them — and a count past a run's snapshot
+    (its own, continued) gives no inherited inputs."""
+    session = await new_session(ctx)
+    sid = session["session_id"]
+    runs: list[RunHandle] = []
+    for q in range(4):
+        run = await ctx.start_run(session)
+        runs.append(run)
+        await ctx.append_user(run, f"Question {q}.", f"q{q}")
+        await ctx.append_user(run, f"More on {q}.", f"s{q}", supplement=True)
+        ev = ctx._event(
+            run, RecordKind.USER_INPUT, Authority.USER, Content.text("mine"), UserInputPayload(),
+            f"private-{q}",
+        )  # fmt: skip
+        await ctx.append(dataclasses.replace(ev, visibility=Visibility.PRIVATE))
+        if q == 1:
+            child = await ctx.export_for_child(run, f"child-{q}", [])
+            await ctx.append_user(child, "The child's task.", f"child-{q}")
+        await ctx.prepare(run)  # committed
+        await ctx.finish_run(run)
+    async with db.acquire() as conn:
+        seed = None
+        for run in runs:
+            args = (conn, sid, run.run_id, run.instance_id, 0, FrontierQuery(False))
+            _, _, scratch = await own_and_frontier(*args)
+            _, _, seeded = await own_and_frontier(*args, seed)
+            assert seeded[:2] == scratch[:2]
+            assert seeded.inherited == scratch.inherited
+            assert scratch.inherited is not None
+            assert scratch.inputs == scratch.inherited + 3  # its own three, then the rest
+            snap = await snapshot(conn, sid, run.run_id)
+            assert snap is not None
+            seed = TaskCount(snap.through_session_sequence, scratch.inherited)
+            _, _, past = await own_and_frontier(*args, scratch)
+            assert past[:2] == scratch[:2] and past.inherited is None
+        assert seed is not None and seed.inputs == 6  # 2 session-visible a run before
 
 
 # --- a model summarizer (the scripted OpenAI-compatible server of test_compaction) --------

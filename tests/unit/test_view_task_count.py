@@ -63,3 +63,40 @@ async def test_each_threads_task_count_is_handed_to_its_next_read() -> None:
     # Each thread continues its own last count; a thread read first starts from none.
     assert frontier.given == [None, TaskCount(10, 1), None, TaskCount(20, 2)]
     assert seen == [1, 2, 3, 4]
+
+
+@dataclass
+class InheritingFrontier(GrowingFrontier):
+    """Each main read also counts the session's inherited inputs (``inherited``)."""
+
+    async def own_and_frontier(
+        self,
+        session_id: str,
+        run_id: str,
+        instance_id: str,
+        after: int,
+        query: FrontierQuery,
+        tasks: TaskCount | None = None,
+    ) -> tuple[list[RecordView], Frontier, TaskCount]:
+        own, found, counted = await super().own_and_frontier(
+            session_id, run_id, instance_id, after, query, tasks
+        )
+        return own, found, counted._replace(inherited=None if query.child else 100 + after)
+
+
+@pytest.mark.spec("R11.6")
+async def test_a_new_runs_first_count_starts_from_the_sessions_inherited_inputs() -> None:
+    """Issue 37: a new run's main thread starts from the inherited inputs a read of an
+    earlier run counted, through a snapshot at or before its own; a run resumed under an
+    older snapshot, and a child, start from none."""
+    snaps = {
+        (SID, run): Snapshot(n, SID, run, "main", through, "p1", "active")
+        for n, (run, through) in enumerate((("r1", 10), ("r2", 20), ("r0", 5)), start=1)
+    }
+    frontier = InheritingFrontier()
+    views = ThreadViews(CountingThreads(snapshots=snaps), COUNT, frontier=frontier)
+    for run, instance in (("r1", "main"), ("r2", "main"), ("r2", "child"), ("r0", "main")):
+        query = FrontierQuery(child=instance != "main")
+        await views.view_and_frontier((SID, run, instance), NoReads(), query, 4)  # type: ignore[arg-type]
+    # r1 counted 100 + 10 inherited inputs through its snapshot (10): r2 (20) starts there.
+    assert frontier.given == [None, TaskCount(10, 110), None, None]

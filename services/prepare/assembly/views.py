@@ -26,10 +26,11 @@ from domain.policy.context_policy import LargeResultSettings
 from domain.policy.sections import ChildTransferPolicy
 from schemas.errors import NotFound
 from services.prepare.assembly.history import Histories
+from services.prepare.assembly.task_counts import TaskCounts
 from storage.calls.render_states import RenderStates, StoredState
 from storage.compaction.read_ahead import ReadAhead, ReadAheads
 from storage.records.frontier import FrontierReads
-from storage.records.thread_frontier import FrontierQuery, TaskCount, ThreadFrontierReads
+from storage.records.thread_frontier import FrontierQuery, ThreadFrontierReads
 from storage.records.threads import Snapshot, SummaryView, Threads
 
 log = logging.getLogger(__name__)
@@ -99,9 +100,7 @@ class ThreadViews:
         # Snapshots are immutable (R2.1): cached without expiry. ``run_status`` in a cached
         # entry is the status when first read; callers needing it now pass fresh=True.
         self._snapshots: dict[tuple[str, str], Snapshot] = {}
-        # Each thread's task count as last read: it only grows, so the next read counts
-        # only the inputs since (``storage.records.thread_frontier``).
-        self._tasks: dict[tuple[str, str, str], TaskCount] = {}
+        self._tasks = TaskCounts(16 * capacity)
 
     async def snapshot(self, session_id: str, run_id: str, fresh: bool = False) -> Snapshot:
         cached = self._snapshots.get((session_id, run_id))
@@ -229,7 +228,7 @@ class ThreadViews:
         if scope[2] != snap.main_instance_id:
             return None
         return await self.read_aheads.read(
-            scope, rend.last_sequence, query, self._tasks.get(scope), snap.through_session_sequence
+            scope, rend.last_sequence, query, self._tasks.of(scope), snap.through_session_sequence
         )
 
     async def _feed(
@@ -245,7 +244,7 @@ class ThreadViews:
         found: Frontier | None
         if ahead is not None and ahead.after == rend.last_sequence:
             own, found = ahead.own, ahead.frontier
-            self._tasks[key] = ahead.tasks
+            self._tasks.read(key, ahead.tasks)
         else:
             own, found = await self._new_records(key, rend.last_sequence, query)
         for rec in own:
@@ -259,10 +258,13 @@ class ThreadViews:
         with them (its task count continued from the last read's)."""
         if query is None or self.frontier is None:
             return await self.threads.own(*key, after), None
-        own, found, tasks = await self.frontier.own_and_frontier(
-            *key, after, query, self._tasks.get(key)
+        through = None  # a main thread's first read: its run's snapshot boundary
+        if self._tasks.of(key) is None and not query.child:
+            through = (await self.snapshot(key[0], key[1])).through_session_sequence
+        own, found, counted = await self.frontier.own_and_frontier(
+            *key, after, query, self._tasks.start(key, through)
         )
-        self._tasks[key] = tasks
+        self._tasks.read(key, counted, through)
         return own, found
 
     def _fingerprint(self, rend: ThreadRenderer, epoch: str) -> str:
@@ -381,7 +383,7 @@ class ThreadViews:
         while len(self._views) > self.capacity:
             old, _ = self._views.popitem(last=False)
             self._epochs.pop(old, None)
-            self._tasks.pop(old, None)
+            self._tasks.forget(old)
             self._saved.pop(old, None)
             lock_of_old = self._locks.get(old)
             if lock_of_old is not None and not lock_of_old.locked():
