@@ -78,10 +78,12 @@ class GainSettings:
 async def frontier_of(
     conn: asyncpg.Connection, session_id: str, lineage: str, run_id: str, instance_id: str
 ) -> Frontier:
-    """The frontier of a job's thread: the main thread's, or its child's (R13.1)."""
+    """The plan and constraints of a job's thread: the main thread's, or its child's
+    (R13.1). Its task version is not counted (0): a job's is counted through its view's
+    watermark (``task_version``)."""
     if lineage == "main":
-        return await read_frontier(conn, session_id, run_id, instance_id, child=False)
-    return await thread_frontier(conn, session_id, run_id, instance_id)
+        return await read_frontier(conn, session_id, run_id, instance_id, child=False, tasks=False)
+    return await thread_frontier(conn, session_id, run_id, instance_id, tasks=False)
 
 
 def _columns(state: Mapping[str, object]) -> dict[str, object]:

@@ -76,8 +76,8 @@ class CompactionJobs(Protocol):
         """Changes whenever a resource of the session is revoked or reactivated."""
 
     async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
-        """The frontier of the job's thread: no summary restates its plan as it
-        is not (R11.4) nor its constraints (R11.5)."""
+        """The plan and constraints of the job's thread: no summary restates its plan as
+        it is not (R11.4) nor its constraints (R11.5). (Its task version is not counted.)"""
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]
@@ -221,7 +221,9 @@ class PgCompactionJobs:
     async def current_frontier(self, session_id: str, run_id: str, instance_id: str) -> Frontier:
         async with self.pool.acquire() as conn:
             _, main = await self._run_facts(conn, session_id, run_id)
-            return await thread_frontier(conn, session_id, run_id, instance_id, main=main)
+            return await thread_frontier(
+                conn, session_id, run_id, instance_id, main=main, tasks=False
+            )
 
     async def inherited_view(
         self, session_id: str, run_id: str, instance_id: str, covered: frozenset[str]

@@ -105,16 +105,21 @@ async def read_frontier(
     *,
     child: bool,
     inherit_constraints: bool = True,
+    tasks: bool = True,
 ) -> Frontier:
     """The frontier of the thread ``(run_id, instance_id)`` as committed now, in one round
-    trip (it is read at every prepare)."""
+    trip (it is read at every prepare). Without ``tasks``, its task version is not
+    counted (0): a reader of the plan and constraints alone does not count the thread's
+    every input."""
     rows = await conn.fetch(
-        frontier_sql(child, inherit_constraints), session_id, run_id, instance_id
+        frontier_sql(child, inherit_constraints, tasks=tasks), session_id, run_id, instance_id
     )
     return fold_frontier(rows, run_id)
 
 
-def frontier_sql(child: bool, inherit_constraints: bool, counted: bool = False) -> str:
+def frontier_sql(
+    child: bool, inherit_constraints: bool, counted: bool = False, tasks: bool = True
+) -> str:
     """The frontier's rows (``fold_frontier`` reads them); ``$1`` the session, ``$2`` the
     run, ``$3`` the instance. ``counted``: the task count continues one known through
     sequence ``$6`` (``$7`` inputs; both NULL: none known), and its row's
@@ -123,10 +128,11 @@ def frontier_sql(child: bool, inherit_constraints: bool, counted: bool = False) 
     ``inherited``: the inputs of the session's inherited history through the run's
     snapshot (its ``session_sequence``), when ``$6`` is not past the snapshot (else
     NULL). Any later run of the session may start its count from it: inputs through a
-    sequence at or before its own snapshot are counted alike for every run."""
+    sequence at or before its own snapshot are counted alike for every run. Without
+    ``tasks``, the task row counts nothing (0)."""
     thread, where = _where(child, inherit_constraints)
-    sql = _frontier_sql(thread, where, counted)
-    if not counted or child:
+    sql = _frontier_sql(thread, where, counted, tasks)
+    if not (counted and tasks) or child:
         return sql
     known = "coalesce($6::bigint, 0)"
     return (
@@ -147,20 +153,26 @@ def fold_frontier(rows: Sequence[Mapping[str, Any]], run_id: str) -> Frontier:
     return Frontier(plan, constraints, seen, tasks, declared_texts(records))
 
 
-def _frontier_sql(thread: str, where: str, counted: bool) -> str:
+def _frontier_sql(thread: str, where: str, counted: bool, tasks: bool = True) -> str:
     """The latest plan update (and how many), the constraint records, the task count
     (every input, retracted ones too: a version only grows). ``$3`` is named in every
-    query, so that the main and a child thread's take the same arguments."""
+    query, so that the main and a child thread's take the same arguments. Without
+    ``tasks``, the task row is 0, counted from nothing."""
     # A thread's inputs only grow, and a session's records commit in sequence order
     # (under its row's lock, with its next sequence): a count through the session's last
     # sequence stays exact, and a later count adds only the inputs after it.
     last = "(SELECT s.next_session_sequence - 1 FROM sessions s WHERE s.session_id = $1)"
-    tasks = (
+    count = (
         f"{last}, NULL, NULL, NULL, NULL, false, coalesce($7::bigint, 0) + count(*)"
         f"{_FROM} AND r.session_sequence > coalesce($6::bigint, 0)"
         f" AND r.session_sequence <= {last}"
         if counted
         else f"NULL, NULL, NULL, NULL, NULL, false, count(*){_FROM}"
+    )
+    task = (
+        f"(SELECT 'task', NULL, {count} AND r.kind IN ('user_input', 'supplement') AND {thread})"
+        if tasks
+        else "(SELECT 'task', NULL, NULL, NULL, NULL, NULL, NULL, false, 0)"
     )
     return (
         f"(SELECT 'plan' AS part, {_COLS}, count(*) OVER () AS n{_FROM}"
@@ -168,8 +180,7 @@ def _frontier_sql(thread: str, where: str, counted: bool) -> str:
         " ORDER BY r.session_sequence DESC LIMIT 1)"
         f" UNION ALL (SELECT 'constraint', {_COLS}, 0{_FROM} AND {_CONSTRAINT_KINDS}"
         f" AND {where})"
-        f" UNION ALL (SELECT 'task', NULL, {tasks}"
-        f" AND r.kind IN ('user_input', 'supplement') AND {thread})"
+        f" UNION ALL {task}"
     )
 
 
@@ -190,14 +201,16 @@ async def thread_frontier(
     run_id: str,
     instance_id: str,
     main: str | None = None,
+    tasks: bool = True,
 ) -> Frontier:
     """The frontier of a thread named by run and instance, main or child (the compaction
     worker and the processor, which know the thread but not which kind it is); ``main``:
-    the run's main instance, when the caller knows it."""
+    the run's main instance, when the caller knows it; ``tasks``: as ``read_frontier``."""
     child, inherit = await _thread_kind(conn, session_id, run_id, instance_id, main)
     return await read_frontier(
-        conn, session_id, run_id, instance_id, child=child, inherit_constraints=inherit
-    )
+        conn, session_id, run_id, instance_id, child=child, inherit_constraints=inherit,
+        tasks=tasks,
+    )  # fmt: skip
 
 
 async def _thread_kind(

@@ -5,6 +5,8 @@ rendered from every inherited record (R2.2, R2.3, R11.1)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncpg
 import pytest
 
@@ -86,11 +88,14 @@ async def test_a_new_run_reads_the_records_it_shows_and_counts_the_covered_ones(
     later = await jobs.inherited_after(sid, run.run_id, run.instance_id, through + 1, covered)
     assert later is None  # a history kept past this run's boundary cannot serve it
     # The run's boundary and main instance are read once and kept (written once, with the
-    # run); the job's frontier is the one read without them.
+    # run); the job's frontier is the one read without them, its inputs not counted
+    # (a job reads the plan and constraints: counting them read the whole session).
     assert jobs._runs[(sid, run.run_id)] == (through, run.instance_id)
     async with db.acquire() as conn:
         apart = await thread_frontier(conn, sid, run.run_id, run.instance_id)
-    assert await jobs.current_frontier(sid, run.run_id, run.instance_id) == apart
+    assert apart.task_version > 0
+    job_frontier = await jobs.current_frontier(sid, run.run_id, run.instance_id)
+    assert job_frontier == dataclasses.replace(apart, task_version=0)
     assert covered and shown.unread > 0  # a summarized history: most of it not read
     assert len(shown.records) + shown.unread == len(every)
     assert {r.kind for r in tracked.records} == {"run_started"}
