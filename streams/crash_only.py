@@ -46,7 +46,11 @@ async def handle_or_exit(
     for attempt in range(1, attempts + 1):
         try:
             result = await retry_transient(lambda: proc.handle(batch, ahead), transient_retry_s)
-            log.info(
+            # A routine batch (tens a second under load) at DEBUG; one that refused,
+            # dead-lettered or isolated anything at INFO.
+            notable = result.dead_letters or result.rejected or result.isolated
+            log.log(
+                logging.INFO if notable else logging.DEBUG,
                 "batch of %d: committed=%d duplicates=%d dead_letters=%d rejected=%d isolated=%d",
                 len(batch),
                 result.committed,
