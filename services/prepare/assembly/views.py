@@ -184,11 +184,6 @@ class ThreadViews:
             if rend is not None:
                 self._views.move_to_end(key)  # in use: never the one evicted meanwhile
             summary_id = summary.summary_id if summary else None
-            settings = (large or LargeResultSettings(), self.counting, transfer)
-            # A state found under it was built with exactly these settings; ``base``: the
-            # same without the summary (a kept history under another one may serve).
-            fp = render_state.fingerprint(message_overhead, summary_id, epoch, *settings)
-            base = render_state.fingerprint(message_overhead, None, epoch, *settings)
             if (
                 rend is None
                 or rend.overhead != message_overhead
@@ -199,6 +194,11 @@ class ThreadViews:
             ):
                 # A new summary revision changes the view: rebuilt once (or continued from
                 # the session's history or its stored state), then incremental.
+                settings = (large or LargeResultSettings(), self.counting, transfer)
+                # A state found under it was built with exactly these settings; ``base``:
+                # the same without the summary (a kept history under another may serve).
+                fp = render_state.fingerprint(message_overhead, summary_id, epoch, *settings)
+                base = render_state.fingerprint(message_overhead, None, epoch, *settings)
                 rend = await self._continued(snap, instance_id, (fp, base), summary)
                 if rend is None:
                     rend = await self._restore(key, fp, summary)
@@ -209,8 +209,7 @@ class ThreadViews:
                 self._views[key] = rend
                 self._epochs[key] = epoch
             found = await self._feed(key, rend, query, ahead)
-            # Stored under what the renderer was built with (``large=None`` reuses any).
-            self._store(key, self._fingerprint(rend, epoch), rend)
+            self._store(key, epoch, rend)
             self._views[key] = rend
             self._views.move_to_end(key)
             self._evict()
@@ -306,9 +305,10 @@ class ThreadViews:
             self._saved[key] = stored.last_sequence
         return rend
 
-    def _store(self, key: tuple[str, str, str], fp: str, rend: ThreadRenderer) -> None:
-        """Store the state when none is (a full render) or the view grew enough since. The
-        bytes are taken now, under the view's lock; the write runs beside the prepare."""
+    def _store(self, key: tuple[str, str, str], epoch: str, rend: ThreadRenderer) -> None:
+        """Store the state when none is (a full render) or the view grew enough since,
+        under what the renderer was built with (``large=None`` reuses any). The bytes
+        are taken now, under the view's lock; the write runs beside the prepare."""
         if self.states is None or rend.record_count < self.store_min:
             return
         saved = self._saved.get(key)
@@ -318,6 +318,7 @@ class ThreadViews:
             return
         self._saved[key] = rend.last_sequence
         state = StoredState(rend.last_sequence, render_state.dump(rend))
+        fp = self._fingerprint(rend, epoch)
         task = asyncio.get_running_loop().create_task(self._save(key, fp, state))
         self._saving.add(task)
         task.add_done_callback(self._saving.discard)
