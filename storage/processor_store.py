@@ -75,9 +75,11 @@ class ControlStore(Protocol):
         main_instance_id: str,
         through: int,
         covered: frozenset[str] = frozenset(),
+        epoch: str | None = None,
     ) -> list[RecordView]:
         """A run's main view: inherited records, then its main thread's, in order;
-        inherited ones in ``covered`` (its summary's) may be left out."""
+        inherited ones in ``covered`` (its summary's) may be left out. ``epoch``: the
+        view's revocation epoch (what was read under it may be kept and continued)."""
 
 
 class ProcessingStore(IngestStore, ControlStore, Protocol):

@@ -156,7 +156,9 @@ async def preempt(store: ControlStore, session_ids: list[str]) -> list[ControlEf
         ev = preemptive_event(
             c,
             main,
-            await store.view_records(c.session_id, c.run_id, main, view.through, covered),
+            await store.view_records(
+                c.session_id, c.run_id, main, view.through, covered, view.revocation_epoch
+            ),
             covered,
             view.through,
             view.summary_id,

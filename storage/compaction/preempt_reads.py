@@ -9,7 +9,13 @@ from domain.compaction.preemption import PreemptCandidate
 from domain.compaction.triggers import REBUILD_DUE
 from domain.context.rendering import RecordView
 from domain.policy.parsed import policy_of
-from storage.compaction.view_cache import CachedViews, session_counters, stamp_of, view_of
+from storage.compaction.view_cache import (
+    CachedViews,
+    Uncovered,
+    session_counters,
+    stamp_of,
+    view_of,
+)
 from storage.compaction.view_state import ViewState
 from storage.records import threads
 
@@ -66,9 +72,35 @@ class PgPreemptReads(CachedViews):
         main_instance_id: str,
         through: int,
         covered: frozenset[str] = frozenset(),
+        epoch: str | None = None,
     ) -> list[RecordView]:
         # Selection ignores covered records: a long, summarized history is not read again
         # (with its content) on every pre-emptive check.
-        inherited = await threads.uncovered_records(self.conn, session_id, through, covered)
+        inherited = await self._inherited(session_id, through, covered, epoch)
         own = await threads.thread_records(self.conn, session_id, run_id, main_instance_id, through)
         return inherited + own
+
+    async def _inherited(
+        self, session_id: str, through: int, covered: frozenset[str], epoch: str | None
+    ) -> list[RecordView]:
+        """The inherited records ``covered`` leaves shown. With the view's revocation
+        ``epoch``, those kept from the session's last check continue (only the records
+        after them are read): each check read the session's whole history, ~2-3 ms at
+        1,400 records (issue 37)."""
+        tx = self.views
+        if tx is None or epoch is None:
+            return await threads.uncovered_records(self.conn, session_id, through, covered)
+        kept = tx.cache.uncovered.get(session_id)
+        if kept is not None and kept.serves(through, covered, epoch):
+            tail: list[RecordView] = []
+            if through > kept.through:
+                tail = await threads.inherited_range(self.conn, session_id, kept.through, through)
+            inherited = [r for r in (*kept.records, *tail) if r.record_id not in covered]
+        else:
+            inherited = await threads.uncovered_records(self.conn, session_id, through, covered)
+        # Kept through what was committed before this transaction: its own records go
+        # with it if it rolls back.
+        committed = min(through, tx.first_written.get(session_id, through + 1) - 1)
+        shown = tuple(r for r in inherited if r.session_sequence <= committed)
+        tx.cache.keep_uncovered(session_id, Uncovered(committed, covered, epoch, shown))
+        return inherited

@@ -28,6 +28,7 @@ from typing import Any
 import asyncpg
 
 from domain.compaction.triggers import Counters
+from domain.context.rendering import RecordView
 from schemas.contracts import RecordKind
 from schemas.wire import ControlEvent
 from storage.compaction.view_state import ViewState, ViewStateCache, load_view_state
@@ -66,6 +67,26 @@ class Stamp:
     summary_id: str | None  # its main lineage's current_summary_id
 
 
+UNCOVERED_MAX = 256
+
+
+@dataclass(frozen=True)
+class Uncovered:
+    """A session's inherited records through ``through`` that ``covered`` leaves shown,
+    as committed under revocation epoch ``epoch`` (``PgPreemptReads.view_records``)."""
+
+    through: int
+    covered: frozenset[str]
+    epoch: str
+    records: tuple[RecordView, ...]
+
+    def serves(self, through: int, covered: frozenset[str], epoch: str) -> bool:
+        """Whether a view through ``through`` under ``covered`` goes on from these: the
+        same epoch (no revocation or retraction since), a boundary at or past theirs,
+        and a summary covering at least what theirs covers."""
+        return epoch == self.epoch and self.through <= through and self.covered <= covered
+
+
 @dataclass
 class ViewCache:
     """Committed main views by session, each with the stamp it was read at (one per
@@ -74,7 +95,19 @@ class ViewCache:
     entries: dict[str, tuple[Stamp, ViewState]] = field(default_factory=dict)
     # (session, run) -> the run's main instance: written once, with the run.
     mains: dict[tuple[str, str], str] = field(default_factory=dict)
+    uncovered: dict[str, Uncovered] = field(default_factory=dict)  # by session
     limit: int = 8192  # per map: past it everything is forgotten (read again on use)
+    # Inherited records are kept for this many sessions, up to ``UNCOVERED_MAX`` records
+    # each (their texts are held: a session never summarized is not kept whole).
+    uncovered_limit: int = 1024
+
+    def keep_uncovered(self, session_id: str, kept: Uncovered) -> None:
+        if len(kept.records) > UNCOVERED_MAX:
+            self.uncovered.pop(session_id, None)
+            return
+        if len(self.uncovered) >= self.uncovered_limit:
+            self.uncovered.clear()
+        self.uncovered[session_id] = kept
 
     def keep(
         self, entries: dict[str, tuple[Stamp, ViewState]], mains: dict[tuple[str, str], str]

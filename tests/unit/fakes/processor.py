@@ -245,6 +245,7 @@ class FakeProcessingStore:
         main_instance_id: str,
         through: int,
         covered: frozenset[str] = frozenset(),
+        epoch: str | None = None,
     ) -> list[RecordView]:
         # Covered records stay in: the decision must ignore them itself.
         return list(self.records_of_view.get((session_id, run_id), []))
