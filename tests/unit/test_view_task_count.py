@@ -21,10 +21,12 @@ SID, RUN = "s1", "r1"
 
 @dataclass
 class GrowingFrontier:
-    """A thread whose inputs grow by one between reads; keeps what each read was given."""
+    """A thread whose inputs grow by one between reads; keeps what each read was given.
+    ``inherits``: a main read also counts the session's inherited inputs (100 + after)."""
 
     given: list[TaskCount | None] = field(default_factory=list)
     inputs: int = 0
+    inherits: bool = False
 
     async def own_and_frontier(
         self,
@@ -37,7 +39,8 @@ class GrowingFrontier:
     ) -> tuple[list[RecordView], Frontier, TaskCount]:
         self.given.append(tasks)
         self.inputs += 1
-        counted = TaskCount(10 * self.inputs, self.inputs)
+        inherited = 100 + after if self.inherits and not query.child else None
+        counted = TaskCount(10 * self.inputs, self.inputs, inherited)
         return [], Frontier(task_version=self.inputs), counted
 
 
@@ -65,25 +68,6 @@ async def test_each_threads_task_count_is_handed_to_its_next_read() -> None:
     assert seen == [1, 2, 3, 4]
 
 
-@dataclass
-class InheritingFrontier(GrowingFrontier):
-    """Each main read also counts the session's inherited inputs (``inherited``)."""
-
-    async def own_and_frontier(
-        self,
-        session_id: str,
-        run_id: str,
-        instance_id: str,
-        after: int,
-        query: FrontierQuery,
-        tasks: TaskCount | None = None,
-    ) -> tuple[list[RecordView], Frontier, TaskCount]:
-        own, found, counted = await super().own_and_frontier(
-            session_id, run_id, instance_id, after, query, tasks
-        )
-        return own, found, counted._replace(inherited=None if query.child else 100 + after)
-
-
 @pytest.mark.spec("R11.6")
 async def test_a_new_runs_first_count_starts_from_the_sessions_inherited_inputs() -> None:
     """Issue 37: a new run's main thread starts from the inherited inputs a read of an
@@ -93,7 +77,7 @@ async def test_a_new_runs_first_count_starts_from_the_sessions_inherited_inputs(
         (SID, run): Snapshot(n, SID, run, "main", through, "p1", "active")
         for n, (run, through) in enumerate((("r1", 10), ("r2", 20), ("r0", 5)), start=1)
     }
-    frontier = InheritingFrontier()
+    frontier = GrowingFrontier(inherits=True)
     views = ThreadViews(CountingThreads(snapshots=snaps), COUNT, frontier=frontier)
     for run, instance in (("r1", "main"), ("r2", "main"), ("r2", "child"), ("r0", "main")):
         query = FrontierQuery(child=instance != "main")
