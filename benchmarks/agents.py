@@ -44,7 +44,7 @@ import asyncpg
 
 from benchmarks import proc_cpu
 from benchmarks.flame import Recorder
-from benchmarks.soak import admin, free_port, provision, scratch_env
+from benchmarks.soak import admin, drop_scratch, free_port, provision, scratch_env
 from devstack.launcher import ServiceSet, service_set
 from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient
@@ -378,7 +378,7 @@ def main() -> None:
     finally:
         services.stop()
         if not args.keep_db:
-            asyncio.run(admin(base.pg_dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+            drop_scratch(base.pg_dsn, db, s)
     config = {"profile": PROFILE, "policy": POLICY, "tool_result_bytes": TOOL_RESULT_BYTES,
               "warmup_s": args.warmup, "window_s": args.seconds}  # fmt: skip
     result = {"machine": {"cores": os.cpu_count()}, "quick": args.quick, "levels": rows,

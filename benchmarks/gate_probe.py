@@ -45,7 +45,7 @@ import orjson
 
 from benchmarks import agents as ag
 from benchmarks import run as rn
-from benchmarks.soak import admin, free_port, provision, scratch_env
+from benchmarks.soak import admin, drop_scratch, free_port, provision, scratch_env
 from devstack.launcher import ServiceSet, service_set
 from schemas.settings import Settings
 from services.sdk.client import ContextClient
@@ -264,7 +264,7 @@ def main() -> None:
         results = asyncio.run(serve(args, services, s, f"http://127.0.0.1:{port}", key, db))
     finally:
         stop(services)
-        asyncio.run(admin(base.pg_dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+        drop_scratch(base.pg_dsn, db, s)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "gate_probe.json").write_text(json.dumps(results[-1] if results else {}, indent=2))
     log(f"{len(results)} rounds in {time.monotonic() - T0:.1f} s; wrote {OUT / 'gate_probe.json'}")

@@ -15,7 +15,14 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 from schemas.settings import Settings
-from streams.kafka.topics import EXIT_TOPICS, TopicMismatch, _cleanup_policies, ensure_topics
+from streams.kafka.provision import drop_topics
+from streams.kafka.topics import (
+    EXIT_TOPICS,
+    TopicMismatch,
+    _cleanup_policies,
+    ensure_topics,
+    topic_names,
+)
 from tests.support.kafka import auth
 from tests.support.services import free_port, provision_for
 from tests.support.stack import REPO, Stack
@@ -95,6 +102,29 @@ async def test_ensure_topics_creates_every_topic_with_the_configured_partitions(
         await producer.send_and_wait(s.topic_observability, b"{}", key=b"s")
     finally:
         await producer.stop()
+
+
+async def test_a_benchmarks_topics_are_deleted_at_its_end(stack: Stack) -> None:
+    """``drop_topics`` (benchmarks' ``drop_scratch``): a run's own topics go with it,
+    twice is fine, and no other topic is touched."""
+    s, other = _settings(stack), _settings(stack)
+    await ensure_topics(s)
+    await ensure_topics(other)
+    await drop_topics(s)
+    await drop_topics(s)
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap, **auth())
+    await admin.start()
+    try:  # a deletion reaches the metadata a moment after it is accepted
+        for _ in range(50):
+            left = set(await admin.list_topics())
+            if not left & set(topic_names(s)):
+                break
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+    assert not left & set(topic_names(s))
+    assert set(topic_names(other)) <= left
+    await drop_topics(other)
 
 
 @pytest.mark.spec("R15.3")
