@@ -299,17 +299,26 @@ def _cell(s: dict[str, Any] | None) -> str:
 
 
 def gate_verdicts(
-    before: dict[str, Any], after: dict[str, Any], limit: float = GATE_LIMIT
+    before: dict[str, Any],
+    after: dict[str, Any],
+    limit: float = GATE_LIMIT,
+    before_ran: bool = True,
 ) -> dict[str, str]:
     """Per gated measure: "ok", "FAILED (...)" or "n/a (...)". More than ``limit`` worse
     beyond the noise: every after round worse than every before round, and the after
     median above the before median by more than ``limit`` of it plus the before rounds'
-    spread (max - min: the noise the machine showed on the same code)."""
+    spread (max - min: the noise the machine showed on the same code). A measure the
+    baseline's rounds did not have (one added since) is not gated; ``before_ran``
+    false — no round of the baseline's code ran, e.g. this checkout's probe uses what
+    the baseline lacks — fails every measure: a gate that measured nothing is no pass."""
     out = {}
     for k in GATED:
         sb, sa = before.get(k), after.get(k)
         if sa is None:  # the change (or the machine) broke the measure: not a pass
             out[k] = "FAILED (not measured after)"
+            continue
+        if not before_ran:
+            out[k] = "FAILED (no round of the baseline ran: see its log)"
             continue
         if sb is None:
             out[k] = "n/a (not measured before)"
@@ -542,7 +551,9 @@ def main() -> None:
             for wt in trees.values():
                 git("worktree", "remove", "--force", str(wt))
     stats = {side: summarize(r) for side, r in runs.items()}
-    gate = gate_verdicts(stats["before"], stats["after"]) if args.gate else None
+    gate = None
+    if args.gate:
+        gate = gate_verdicts(stats["before"], stats["after"], before_ran=bool(runs["before"]))
     result = {
         "commits": shas,
         "options": opts,

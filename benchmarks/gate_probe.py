@@ -4,11 +4,12 @@ item 4) on one service set, started once; a round is ~20 s on our 2-core machine
 ``benchmarks.compare --gate`` runs two of these with ``--driven`` (a round each time it
 is told on stdin), one per side, each with the code of the side's commit (cwd and
 ``PYTHONPATH`` the side's worktree; the probe itself is this checkout's file, run with
-``python -P``, so that both sides run one workload). On a database, topics and groups
-of its own against the stack ``make up`` (or the tests) started, with Prepare, the
-processor, the compaction and analytics services as their own OS processes (as
-``benchmarks.agents`` runs them), it first seeds a thread of ``--records`` records and
-builds its view; then each round measures:
+``python -P``, so that both sides run one workload: it imports only what the
+baseline's tree has too, and a gate none of whose baseline rounds ran fails). On a
+database, topics and groups of its own against the stack ``make up`` (or the tests)
+started, with Prepare, the processor, the compaction and analytics services as their
+own OS processes (as ``benchmarks.agents`` runs them), it first seeds a thread of
+``--records`` records and builds its view; then each round measures:
 
 1. CPU per agent step: ``--agents`` agents (``benchmarks.agents``' loop: a question, a
    tool call, two prepares, compaction every 4 questions), ``--warmup`` s, then a window
@@ -45,7 +46,7 @@ import orjson
 
 from benchmarks import agents as ag
 from benchmarks import run as rn
-from benchmarks.soak import admin, drop_scratch, free_port, provision, scratch_env
+from benchmarks.soak import admin, free_port, provision, scratch_env
 from devstack.launcher import ServiceSet, service_set
 from schemas.settings import Settings
 from services.sdk.client import ContextClient
@@ -264,7 +265,9 @@ def main() -> None:
         results = asyncio.run(serve(args, services, s, f"http://127.0.0.1:{port}", key, db))
     finally:
         stop(services)
-        drop_scratch(base.pg_dsn, db, s)
+        # (Its topics stay: this file also runs on the baseline's code, which has no
+        # ``drop_scratch``; it may only use what both sides of a gate have.)
+        asyncio.run(admin(base.pg_dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "gate_probe.json").write_text(json.dumps(results[-1] if results else {}, indent=2))
     log(f"{len(results)} rounds in {time.monotonic() - T0:.1f} s; wrote {OUT / 'gate_probe.json'}")

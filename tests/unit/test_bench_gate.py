@@ -61,6 +61,18 @@ def test_a_measure_lost_after_fails_and_one_new_is_not_gated() -> None:
     assert gate_verdicts(stats(), stats())[P99].startswith("FAILED (not measured after")
 
 
+def test_a_gate_whose_baseline_never_ran_fails_every_measure() -> None:
+    """This checkout's probe runs on the baseline's code too; when none of its rounds ran
+    (the probe imported what the baseline lacks), nothing was compared: no pass."""
+    after = stats(cpu=[1, 1], step=[5, 5], p99=[1, 1])
+    verdict = gate_verdicts(stats(), after, before_ran=False)
+    assert all(v.startswith("FAILED (no round of the baseline ran") for v in verdict.values())
+    assert set(gate_verdicts(stats(cpu=[1, 1]), after).values()) == {
+        "ok",
+        "n/a (not measured before)",
+    }
+
+
 def test_the_table_shows_the_gate_column() -> None:
     before, after = stats(cpu=[100, 100]), stats(cpu=[200, 200])
     text = table(before, after, "a" * 40, "b" * 40, gate_verdicts(before, after))
