@@ -118,21 +118,25 @@ async def read_frontier(
 
 
 def frontier_sql(
-    child: bool, inherit_constraints: bool, counted: bool = False, tasks: bool = True
+    child: bool,
+    inherit_constraints: bool,
+    counted: bool = False,
+    tasks: bool = True,
+    inherited: bool = False,
 ) -> str:
     """The frontier's rows (``fold_frontier`` reads them); ``$1`` the session, ``$2`` the
     run, ``$3`` the instance. ``counted``: the task count continues one known through
     sequence ``$6`` (``$7`` inputs; both NULL: none known), and its row's
     ``session_sequence`` is the sequence the new count is exact through (the session's
-    last, as this statement sees it). A main thread's counted rows have one more, part
-    ``inherited``: the inputs of the session's inherited history through the run's
-    snapshot (its ``session_sequence``), when ``$6`` is not past the snapshot (else
-    NULL). Any later run of the session may start its count from it: inputs through a
-    sequence at or before its own snapshot are counted alike for every run. Without
-    ``tasks``, the task row counts nothing (0)."""
+    last, as this statement sees it). With ``inherited``, a main thread's counted rows
+    have one more, part ``inherited``: the inputs of the session's inherited history
+    through the run's snapshot (its ``session_sequence``), when ``$6`` is not past the
+    snapshot (else NULL). Any later run of the session may start its count from it:
+    inputs through a sequence at or before its own snapshot are counted alike for every
+    run. Without ``tasks``, the task row counts nothing (0)."""
     thread, where = _where(child, inherit_constraints)
     sql = _frontier_sql(thread, where, counted, tasks)
-    if not (counted and tasks) or child:
+    if not (counted and tasks and inherited) or child:
         return sql
     known = "coalesce($6::bigint, 0)"
     return (

@@ -22,10 +22,13 @@ from storage.records.threads import OWN_RECORDS, record_view
 
 @dataclass(frozen=True)
 class FrontierQuery:
-    """Which frontier a thread has (``FrontierReads.read``'s keywords)."""
+    """Which frontier a thread has (``FrontierReads.read``'s keywords); ``inherited``: a
+    main thread's first read, which also counts the session's inherited inputs
+    (``TaskCount.inherited``; a later read of the thread continues its own count)."""
 
     child: bool
     inherit_constraints: bool = True
+    inherited: bool = False
 
 
 class TaskCount(NamedTuple):
@@ -45,7 +48,9 @@ def own_and_frontier_sql(query: FrontierQuery, beside: str = "") -> str:
     # unused (NULL), $6/$7 the task count known before (``frontier_sql``'s ``counted``).
     # ``beside``: more columns of every row, "<scalar expression> AS <name>" (a caller's
     # read in the same round trip: ``storage.compaction.read_ahead``).
-    sql = frontier_sql(query.child, query.inherit_constraints, counted=True)
+    sql = frontier_sql(
+        query.child, query.inherit_constraints, counted=True, inherited=query.inherited
+    )
     more = f", {beside}" if beside else ""
     return (
         f"WITH f AS ({sql}),"

@@ -276,7 +276,8 @@ async def test_a_new_runs_task_count_continues_the_sessions_inherited_inputs(
     async with db.acquire() as conn:
         seed = None
         for run in runs:
-            args = (conn, sid, run.run_id, run.instance_id, 0, FrontierQuery(False))
+            query = FrontierQuery(False, inherited=True)
+            args = (conn, sid, run.run_id, run.instance_id, 0, query)
             _, _, scratch = await own_and_frontier(*args)
             _, _, seeded = await own_and_frontier(*args, seed)
             assert seeded[:2] == scratch[:2]

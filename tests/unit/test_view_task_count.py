@@ -27,6 +27,7 @@ class GrowingFrontier:
     given: list[TaskCount | None] = field(default_factory=list)
     inputs: int = 0
     inherits: bool = False
+    queries: list[FrontierQuery] = field(default_factory=list)
 
     async def own_and_frontier(
         self,
@@ -39,7 +40,8 @@ class GrowingFrontier:
     ) -> tuple[list[RecordView], Frontier, TaskCount]:
         self.given.append(tasks)
         self.inputs += 1
-        inherited = 100 + after if self.inherits and not query.child else None
+        self.queries.append(query)
+        inherited = 100 + after if self.inherits and query.inherited else None
         counted = TaskCount(10 * self.inputs, self.inputs, inherited)
         return [], Frontier(task_version=self.inputs), counted
 
@@ -84,3 +86,5 @@ async def test_a_new_runs_first_count_starts_from_the_sessions_inherited_inputs(
         await views.view_and_frontier((SID, run, instance), NoReads(), query, 4)  # type: ignore[arg-type]
     # r1 counted 100 + 10 inherited inputs through its snapshot (10): r2 (20) starts there.
     assert frontier.given == [None, TaskCount(10, 110), None, None]
+    # Only a main thread's first read counts them (a later read continues its own count).
+    assert [q.inherited for q in frontier.queries] == [True, True, False, True]

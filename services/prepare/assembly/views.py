@@ -13,6 +13,7 @@ since it was last stored — so a cold prepare reads one row and renders only wh
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import gc
 import logging
 from collections import OrderedDict
@@ -260,6 +261,7 @@ class ThreadViews:
         through = None  # a main thread's first read: its run's snapshot boundary
         if self._tasks.of(key) is None and not query.child:
             through = (await self.snapshot(key[0], key[1])).through_session_sequence
+            query = dataclasses.replace(query, inherited=True)
         own, found, counted = await self.frontier.own_and_frontier(
             *key, after, query, self._tasks.start(key, through)
         )
