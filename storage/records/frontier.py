@@ -33,13 +33,14 @@ _FROM = (
     " FROM records r LEFT JOIN runs u ON u.session_id = r.session_id AND u.run_id = r.run_id"
     " WHERE r.session_id = $1"
 )
-# The main thread as run $2 sees it (R2.1, R2.5): what its snapshot inherits (main
-# instances, session or actor visibility, up to the snapshot), its own records, and what
-# was declared for the session outside any run.
+# Run $2's snapshot boundary: the last session sequence its history inherits.
 _THROUGH = (
     "(SELECT x.through_session_sequence FROM runs v"
     " JOIN history_snapshots x USING (snapshot_id) WHERE v.session_id = $1 AND v.run_id = $2)"
 )
+# The main thread as run $2 sees it (R2.1, R2.5): what its snapshot inherits (main
+# instances, session or actor visibility, up to the snapshot), its own records, and what
+# was declared for the session outside any run.
 _MAIN = (
     "((r.instance_id IS NULL OR r.instance_id = u.main_instance_id)"
     " AND (r.run_id IS NULL OR r.run_id = $2 OR (r.visibility IN ('session', 'actor')"
@@ -212,9 +213,8 @@ async def thread_frontier(
     the run's main instance, when the caller knows it; ``tasks``: as ``read_frontier``."""
     child, inherit = await _thread_kind(conn, session_id, run_id, instance_id, main)
     return await read_frontier(
-        conn, session_id, run_id, instance_id, child=child, inherit_constraints=inherit,
-        tasks=tasks,
-    )  # fmt: skip
+        conn, session_id, run_id, instance_id, child=child, inherit_constraints=inherit, tasks=tasks
+    )
 
 
 async def _thread_kind(

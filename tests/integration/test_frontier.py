@@ -240,7 +240,7 @@ async def test_a_threads_task_count_continues_from_the_count_read_before(
             _, _, continued = await own_and_frontier(
                 conn, sid, run.run_id, inst, 0, query, before[inst]
             )
-            assert continued[:2] == scratch[:2] and continued.inputs == fresh.task_version
+            assert continued == scratch and continued.inputs == fresh.task_version
             assert continued.through > before[inst].through
             assert continued.inputs == (3 if inst == run.instance_id else 2)
 
@@ -280,9 +280,7 @@ async def test_a_new_runs_task_count_continues_the_sessions_inherited_inputs(
             args = (conn, sid, run.run_id, run.instance_id, 0, query)
             _, _, scratch = await own_and_frontier(*args)
             _, _, seeded = await own_and_frontier(*args, seed)
-            assert seeded[:2] == scratch[:2]
-            assert seeded.inherited == scratch.inherited
-            assert scratch.inherited is not None
+            assert seeded == scratch and scratch.inherited is not None
             assert scratch.inputs == scratch.inherited + 3  # its own three, then the rest
             snap = await snapshot(conn, sid, run.run_id)
             assert snap is not None
