@@ -173,6 +173,9 @@ class Settings(BaseSettings):
     # runtime's pace the child's pipe and wake-ups cost more than a small batch's work.
     # 1: every batch goes to the child.
     processor_offload_from: int = Field(default=32, ge=1)
+    # faust driver: faust's own consumer thread (a loop of its own, every fetch handed
+    # across threads) instead of its consumer on the app's loop (streams.drivers.in_loop).
+    processor_consumer_thread: bool = False
 
     prepare_host: str = "127.0.0.1"
     prepare_port: int = 18080

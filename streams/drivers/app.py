@@ -27,6 +27,7 @@ import faust
 from domain.context.envelope import envelope_headers
 from schemas.settings import Settings
 from streams import metrics, tracing
+from streams.drivers.in_loop import consume_in_loop
 from streams.drivers.pipelined import PipelinedBatches, ticking
 from streams.kafka.auth import kafka_auth
 from streams.processor import RawMessage
@@ -101,7 +102,7 @@ def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> fau
 
 
 def _app(settings: Settings, data_dir: Path) -> faust.App:
-    return faust.App(
+    app = faust.App(
         settings.processor_id,
         broker=f"kafka://{settings.kafka_bootstrap}",
         broker_credentials=kafka_auth(settings, "processor").faust_credentials(),
@@ -121,6 +122,9 @@ def _app(settings: Settings, data_dir: Path) -> faust.App:
         broker_session_timeout=settings.processor_session_timeout_s,
         broker_heartbeat_interval=max(1.0, settings.processor_session_timeout_s / 4),
     )
+    if not settings.processor_consumer_thread:
+        consume_in_loop(app)
+    return app
 
 
 def _observe(app: faust.App, events: list[Any], seconds: float, group: str) -> None:

@@ -20,21 +20,24 @@ SESSIONS = 8
 ROUNDS = 60  # each round: 1 question, 1 assistant with 2 calls, 2 results, 1 answer
 
 
-@pytest.fixture(scope="module", params=["faust", "faust-in-process", "aiokafka"])
+DRIVERS = {
+    "faust-in-process": {"ALC_PROCESSOR_OFFLOAD": "false"},
+    "faust-consumer-thread": {"ALC_PROCESSOR_CONSUMER_THREAD": "true"},
+    "aiokafka": {"ALC_PROCESSOR_DRIVER": "aiokafka"},
+}
+
+
+@pytest.fixture(scope="module", params=["faust", *DRIVERS])
 def any_driver(
     request: pytest.FixtureRequest, services: Services, stack: Stack, pg_dsn: str
 ) -> Iterator[Services]:
     """Both processor drivers, and the faust one with its processor in process as well as
-    in its child (ALC_PROCESSOR_OFFLOAD, the default), must keep the same guarantees."""
+    in its child (ALC_PROCESSOR_OFFLOAD, the default) and with faust's consumer in its
+    own thread as well as on the app's loop (the default), keep the same guarantees."""
     if request.param == "faust":
         yield services
         return
-    env = (
-        {"ALC_PROCESSOR_OFFLOAD": "false"}
-        if request.param == "faust-in-process"
-        else {"ALC_PROCESSOR_DRIVER": "aiokafka"}
-    )
-    other = start_services(stack, pg_dsn, **env)
+    other = start_services(stack, pg_dsn, **DRIVERS[request.param])
     yield other
     other.stop()
 

@@ -1,0 +1,92 @@
+"""Two faust processors of one group, their consumers on the app's loop
+(``streams.drivers.in_loop``): one joining mid-stream and one killed mid-stream move
+partitions between them, and nothing is lost or applied twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+
+from devstack.launcher import PROCESSOR_READY, Proc
+from schemas.contracts import ToolStatus
+from tests.support import events as ev
+from tests.support.flows import client, new_session, wait_committed
+from tests.support.services import LOG_DIR, Services, start_services
+from tests.support.stack import REPO, Stack
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 8  # over the 4 partitions: each processor gets some
+ROUNDS = 30  # each round: 1 question, 1 assistant with 2 calls, 2 results, 1 answer
+
+
+@pytest.fixture(scope="module")
+def pair(stack: Stack, pg_dsn: str) -> Iterator[tuple[Services, Proc]]:
+    """Services of their own (own topics and group: the other tests' processor is not
+    rebalanced) and a second processor of the same group, not started."""
+    services = start_services(stack, pg_dsn)
+    env = {**os.environ, **services.settings_env, "PYTHONUNBUFFERED": "1"}
+    env["ALC_PROCESSOR_INSTANCE_ID"] = services.env("ALC_PROCESSOR_INSTANCE_ID") + "-b"
+    second = Proc(
+        "processor-b",
+        [sys.executable, "-m", "streams"],
+        env,
+        LOG_DIR / services.env("ALC_PROCESSOR_ID"),
+        cwd=REPO,
+        ready_line=PROCESSOR_READY,
+    )
+    try:
+        yield services, second
+    finally:
+        second.stop()
+        services.stop()
+
+
+@pytest.mark.spec("R3.1", "R3.2", "R15.3")
+async def test_a_processor_joining_and_one_killed_mid_stream_lose_and_duplicate_nothing(
+    pair: tuple[Services, Proc], db: asyncpg.Pool
+) -> None:
+    services, second = pair
+    async with client(services) as c:
+        sessions = [await new_session(c) for _ in range(SESSIONS)]
+        runs = [await c.start_run(s) for s in sessions]
+        stream = []
+        for r in range(ROUNDS):
+            for run in runs:
+                stream += ev.question_round(run, f"r{r}", (ToolStatus.OK, ToolStatus.ERROR))
+        third = len(stream) // 3
+        sent = await c.producer.send_many(stream[:third])
+        # A second member joins while the first works: the first's partitions are
+        # revoked, the group's split between the two.
+        await asyncio.to_thread(second.start)
+        sent += await c.producer.send_many(stream[third : 2 * third])
+        await wait_committed(db, services, _last(sent), timeout=120)
+        # The first dies; once the broker expels it (its session timeout: a static
+        # member's partitions wait for it that long), the second takes them all.
+        services.processor.kill9()
+        sent += await c.producer.send_many(stream[2 * third :])
+        await wait_committed(db, services, _last(sent), timeout=120)
+
+    per_session = 1 + ROUNDS * 5  # run_started + rounds
+    for s in sessions:
+        seqs = [
+            r["session_sequence"]
+            for r in await db.fetch(
+                "SELECT session_sequence FROM records WHERE session_id=$1 ORDER BY 1",
+                s["session_id"],
+            )
+        ]
+        assert seqs == list(range(1, per_session + 1))  # nothing lost, nothing twice, no gaps
+    assert second.popen is not None and second.popen.poll() is None  # it did the last third
+
+
+def _last(sent: list[tuple[int, int]]) -> dict[int, int]:
+    last: dict[int, int] = {}
+    for p, o in sent:
+        last[p] = max(last.get(p, -1), o)
+    return last
