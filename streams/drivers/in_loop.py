@@ -2,14 +2,14 @@
 
 faust runs its aiokafka consumer in a thread with an event loop of its own
 (``ThreadDelegateConsumer``): every fetch, commit and position query is a method queued
-to that thread and a future resolved back across threads. On a small machine that
-hand-over is the processor's largest cost after our own work (``strace``: ~2,500
-``futex`` calls a second at 48 agents, the two threads passing the GIL back and forth;
-docs/scaling.md). Here the same consumer thread class serves on the app's loop: its
-methods are awaited where they are called, its start and stop are a task of that loop.
-Fetching, committing, rebalancing (the listener's callbacks run in faust's method queue
-on the app's loop, as they do for the threaded consumer) are faust's and aiokafka's own
-code, unchanged. ``ALC_PROCESSOR_CONSUMER_THREAD=true`` restores faust's thread.
+to that thread and a future resolved back across threads, the two threads passing the
+GIL back and forth (``strace``: ~2,500 ``futex`` calls a second at 48 agents). Here the
+same consumer thread class serves on the app's loop: its methods are awaited where they
+are called, and its service runs as a task of that loop (at 4 agents the processor's
+CPU a step 0.86x, docs/scaling.md). Fetching, committing, rebalancing (the listener's
+callbacks run in faust's method queue on the app's loop, as they do for the threaded
+consumer) are faust's and aiokafka's own code, unchanged.
+``ALC_PROCESSOR_CONSUMER_THREAD=true`` restores faust's thread.
 """
 
 from __future__ import annotations

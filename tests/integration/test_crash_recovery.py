@@ -8,9 +8,14 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 
-from schemas.contracts import ToolStatus
-from tests.support import events as ev
-from tests.support.flows import client, new_session, wait_committed
+from tests.support.flows import (
+    assert_whole,
+    client,
+    last_offsets,
+    new_session,
+    question_stream,
+    wait_committed,
+)
 from tests.support.services import Services, start_services
 from tests.support.stack import Stack
 
@@ -50,10 +55,7 @@ async def test_processor_killed_mid_stream_loses_and_duplicates_nothing(
     async with client(services) as c:
         sessions = [await new_session(c) for _ in range(SESSIONS)]
         runs = [await c.start_run(s) for s in sessions]
-        stream = []
-        for r in range(ROUNDS):
-            for run in runs:
-                stream += ev.question_round(run, f"r{r}", (ToolStatus.OK, ToolStatus.ERROR))
+        stream = question_stream(runs, ROUNDS, "r")
         # Publish half, kill -9 the processor while it works through it, publish the
         # rest into the void, then restart.
         half = len(stream) // 2
@@ -68,34 +70,11 @@ async def test_processor_killed_mid_stream_loses_and_duplicates_nothing(
         # ...and the runtime retries some appends whose acks it never saw.
         sent += await c.producer.send_many(stream[half - 200 : half + 200])
         services.processor.start()
-        last: dict[int, int] = {}
-        for p, o in sent:
-            last[p] = max(last.get(p, -1), o)
-        await wait_committed(db, services, last, timeout=120)
+        await wait_committed(db, services, last_offsets(sent), timeout=120)
 
     per_session = 1 + ROUNDS * 5  # run_started + rounds
     assert 2 * SESSIONS < at_kill < SESSIONS * per_session  # the kill really was mid-stream
-    for s in sessions:
-        seqs = [
-            r["session_sequence"]
-            for r in await db.fetch(
-                "SELECT session_sequence FROM records WHERE session_id=$1 ORDER BY 1",
-                s["session_id"],
-            )
-        ]
-        assert seqs == list(range(1, per_session + 1))  # nothing lost, nothing twice, no gaps
-        inst = [
-            r["instance_sequence"]
-            for r in await db.fetch(
-                "SELECT instance_sequence FROM records WHERE session_id=$1 ORDER BY 1",
-                s["session_id"],
-            )
-        ]
-        assert inst == list(range(1, per_session + 1))
-        counters = await db.fetchrow(
-            "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", s["session_id"]
-        )
-        assert tuple(counters) == (1, ROUNDS * 2)
+    await assert_whole(db, [s["session_id"] for s in sessions], ROUNDS)
     assert services.processor.starts >= 2
 
 

@@ -13,9 +13,14 @@ import asyncpg
 import pytest
 
 from devstack.launcher import PROCESSOR_READY, Proc
-from schemas.contracts import ToolStatus
-from tests.support import events as ev
-from tests.support.flows import client, new_session, wait_committed
+from tests.support.flows import (
+    assert_whole,
+    client,
+    last_offsets,
+    new_session,
+    question_stream,
+    wait_committed,
+)
 from tests.support.services import LOG_DIR, Services, start_services
 from tests.support.stack import REPO, Stack
 
@@ -55,38 +60,19 @@ async def test_a_processor_joining_and_one_killed_mid_stream_lose_and_duplicate_
     async with client(services) as c:
         sessions = [await new_session(c) for _ in range(SESSIONS)]
         runs = [await c.start_run(s) for s in sessions]
-        stream = []
-        for r in range(ROUNDS):
-            for run in runs:
-                stream += ev.question_round(run, f"r{r}", (ToolStatus.OK, ToolStatus.ERROR))
+        stream = question_stream(runs, ROUNDS, "r")
         third = len(stream) // 3
         sent = await c.producer.send_many(stream[:third])
         # A second member joins while the first works: the first's partitions are
         # revoked, the group's split between the two.
         await asyncio.to_thread(second.start)
         sent += await c.producer.send_many(stream[third : 2 * third])
-        await wait_committed(db, services, _last(sent), timeout=120)
+        await wait_committed(db, services, last_offsets(sent), timeout=120)
         # The first dies; once the broker expels it (its session timeout: a static
         # member's partitions wait for it that long), the second takes them all.
         services.processor.kill9()
         sent += await c.producer.send_many(stream[2 * third :])
-        await wait_committed(db, services, _last(sent), timeout=120)
+        await wait_committed(db, services, last_offsets(sent), timeout=120)
 
-    per_session = 1 + ROUNDS * 5  # run_started + rounds
-    for s in sessions:
-        seqs = [
-            r["session_sequence"]
-            for r in await db.fetch(
-                "SELECT session_sequence FROM records WHERE session_id=$1 ORDER BY 1",
-                s["session_id"],
-            )
-        ]
-        assert seqs == list(range(1, per_session + 1))  # nothing lost, nothing twice, no gaps
+    await assert_whole(db, [s["session_id"] for s in sessions], ROUNDS)
     assert second.popen is not None and second.popen.poll() is None  # it did the last third
-
-
-def _last(sent: list[tuple[int, int]]) -> dict[int, int]:
-    last: dict[int, int] = {}
-    for p, o in sent:
-        last[p] = max(last.get(p, -1), o)
-    return last

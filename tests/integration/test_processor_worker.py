@@ -16,7 +16,14 @@ import pytest
 from schemas.contracts import ToolStatus
 from streams.crash_only import CRASH_EXIT_CODE
 from tests.support import events as ev
-from tests.support.flows import client, new_session, wait_committed
+from tests.support.flows import (
+    assert_whole,
+    client,
+    last_offsets,
+    new_session,
+    question_stream,
+    wait_committed,
+)
 from tests.support.services import Services, start_services
 from tests.support.stack import Stack
 
@@ -67,22 +74,6 @@ async def _counts(db: asyncpg.Pool, sids: list[str]) -> int:
     )
 
 
-async def _assert_exact(db: asyncpg.Pool, sids: list[str]) -> None:
-    per_session = 1 + ROUNDS * 5
-    for sid in sids:
-        seqs = [
-            r["session_sequence"]
-            for r in await db.fetch(
-                "SELECT session_sequence FROM records WHERE session_id=$1 ORDER BY 1", sid
-            )
-        ]
-        assert seqs == list(range(1, per_session + 1))  # nothing lost, nothing twice, no gaps
-        counters = await db.fetchrow(
-            "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", sid
-        )
-        assert tuple(counters) == (1, ROUNDS * 2)
-
-
 @pytest.mark.spec("R3.1", "R3.2", "R8.1", "R8.2", "R15.3")
 async def test_a_killed_worker_ends_its_parent_and_the_restart_loses_and_duplicates_nothing(
     services: Services, db: asyncpg.Pool
@@ -91,10 +82,7 @@ async def test_a_killed_worker_ends_its_parent_and_the_restart_loses_and_duplica
         sessions = [await new_session(c) for _ in range(SESSIONS)]
         sids = [s["session_id"] for s in sessions]
         runs = [await c.start_run(s) for s in sessions]
-        stream = []
-        for r in range(ROUNDS):
-            for run in runs:
-                stream += ev.question_round(run, f"w{r}", (ToolStatus.OK, ToolStatus.ERROR))
+        stream = question_stream(runs, ROUNDS, "w")
         half = len(stream) // 2
         sent = await c.producer.send_many(stream[:half])
         worker = await _worker(services)
@@ -110,12 +98,9 @@ async def test_a_killed_worker_ends_its_parent_and_the_restart_loses_and_duplica
         at_kill = await _counts(db, sids)
         sent += await c.producer.send_many(stream[half:])
         services.processor.start()
-        last: dict[int, int] = {}
-        for p, o in sent:
-            last[p] = max(last.get(p, -1), o)
-        await wait_committed(db, services, last, timeout=120)
+        await wait_committed(db, services, last_offsets(sent), timeout=120)
     assert at_kill < SESSIONS * (1 + ROUNDS * 5)  # the kill really was mid-stream
-    await _assert_exact(db, sids)
+    await assert_whole(db, sids, ROUNDS)
 
 
 @pytest.mark.spec("R8.1")

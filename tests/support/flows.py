@@ -12,7 +12,9 @@ from typing import Any
 import asyncpg
 from aiokafka import AIOKafkaConsumer
 
+from schemas.contracts import ToolStatus
 from services.sdk.client import ContextClient
+from tests.support import events as ev
 from tests.support.kafka import auth
 from tests.support.services import TEST_SPACE, Services
 
@@ -70,6 +72,44 @@ async def wait_committed(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"not committed in {timeout}s: want {offsets}, have {done}")
         await asyncio.sleep(0.05)
+
+
+def question_stream(runs: list[Any], rounds: int, tag: str) -> list[Any]:
+    """``rounds`` question rounds of every run, interleaved: each a question, an assistant
+    message with two calls, their results (one ok, one failed) and an answer."""
+    stream = []
+    for r in range(rounds):
+        for run in runs:
+            stream += ev.question_round(run, f"{tag}{r}", (ToolStatus.OK, ToolStatus.ERROR))
+    return stream
+
+
+def last_offsets(sent: list[tuple[int, int]]) -> dict[int, int]:
+    """The highest of the (partition, offset) pairs ``sent``, by partition:
+    ``wait_committed``'s argument."""
+    last: dict[int, int] = {}
+    for p, o in sent:
+        last[p] = max(last.get(p, -1), o)
+    return last
+
+
+async def assert_whole(db: asyncpg.Pool, session_ids: list[str], rounds: int) -> None:
+    """Each session holds exactly its run's start and ``rounds`` rounds of
+    ``question_stream``: nothing lost, nothing twice, no gaps in either sequence, and
+    counters that count them once."""
+    whole = list(range(1, 1 + rounds * 5 + 1))
+    for sid in session_ids:
+        rows = await db.fetch(
+            "SELECT session_sequence, instance_sequence FROM records WHERE session_id=$1"
+            " ORDER BY session_sequence",
+            sid,
+        )
+        assert [r["session_sequence"] for r in rows] == whole
+        assert sorted(r["instance_sequence"] for r in rows) == whole
+        counters = await db.fetchrow(
+            "SELECT user_turns, model_steps FROM sessions WHERE session_id=$1", sid
+        )
+        assert tuple(counters) == (1, rounds * 2)
 
 
 async def read_topic(
