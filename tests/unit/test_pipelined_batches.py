@@ -289,3 +289,42 @@ async def test_a_timer_stopped_as_a_batch_is_applied_stops() -> None:
         await asyncio.wait_for(ticker, 2)
     log.gate.set()
     await batches.drain()
+
+
+@pytest.mark.spec("R8.1")
+async def test_a_batch_for_the_faust_process_is_not_cut_early_behind_one_applied() -> None:
+    """While a batch is applied, ``within`` cuts the buffer early only once it holds
+    ``early_from`` events (a batch for the child, which reads ahead); fewer would only
+    wait behind the one applied, split off what came with them."""
+    log = Log()
+    log.gate = asyncio.Event()
+    batches = PipelinedBatches(log.apply, log.ack, 1000, within=0.01, depth=3, early_from=4)
+
+    def cut() -> list[list[int]]:
+        return [x for w, x in log.timeline if w == "apply"]
+
+    async with ticking(batches):
+        await batches.add(0)
+        for _ in range(200):
+            if cut():
+                break
+            await asyncio.sleep(0.005)
+        assert cut() == [[0]]  # an idle processor's batch goes at once
+        for i in (1, 2, 3):
+            await batches.add(i)
+        await asyncio.sleep(0.05)  # five times ``within``: three are too few to cut early
+        assert cut() == [[0]]
+        await batches.add(4)  # four: cut early, beside the batch applied
+        for _ in range(200):
+            if len(cut()) == 2:
+                break
+            await asyncio.sleep(0.005)
+        assert cut() == [[0], [1, 2, 3, 4]]
+        await batches.add(5)
+        log.gate.set()  # both applied: the last is cut as soon as none is in flight
+        for _ in range(200):
+            if ("ack", 5) in log.timeline:
+                break
+            await asyncio.sleep(0.005)
+    assert cut() == [[0], [1, 2, 3, 4], [5]]
+    _check(log, 6, 1000, depth=2)
