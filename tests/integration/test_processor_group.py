@@ -1,18 +1,22 @@
-"""Two faust processors of one group, their consumers on the app's loop
-(``streams.drivers.in_loop``): one joining mid-stream and one killed mid-stream move
-partitions between them, and nothing is lost or applied twice."""
+"""The faust processor's consumer on the app's loop (``streams.drivers.in_loop``): two
+processors of one group, one joining mid-stream and one killed mid-stream, move
+partitions between them and lose or apply twice nothing; and where the consumer runs
+with ``ALC_PROCESSOR_CONSUMER_THREAD`` off and on."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import sys
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 
 from devstack.launcher import PROCESSOR_READY, Proc
+from streams.drivers.app import create_app
 from tests.support.flows import (
     assert_whole,
     client,
@@ -21,7 +25,7 @@ from tests.support.flows import (
     question_stream,
     wait_committed,
 )
-from tests.support.services import LOG_DIR, Services, start_services
+from tests.support.services import LOG_DIR, Services, settings_of, start_services
 from tests.support.stack import REPO, Stack
 
 pytestmark = pytest.mark.integration
@@ -76,3 +80,32 @@ async def test_a_processor_joining_and_one_killed_mid_stream_lose_and_duplicate_
 
     await assert_whole(db, [s["session_id"] for s in sessions], ROUNDS)
     assert second.popen is not None and second.popen.poll() is None  # it did the last third
+
+
+async def _nothing(app: object) -> object:
+    raise AssertionError("no batch is built here")
+
+
+@pytest.mark.parametrize("threaded", [False, True])
+async def test_the_consumers_calls_run_on_the_apps_loop_unless_its_thread_is_asked_for(
+    services: Services, tmp_path: Path, threaded: bool
+) -> None:
+    """``ALC_PROCESSOR_CONSUMER_THREAD``: the consumer, started against the real broker,
+    runs what the app asks of it (fetches, commits) on the app's own loop and thread,
+    or with the setting on faust's thread and loop of its own."""
+    settings = settings_of(services.settings_env).model_copy(
+        update={"processor_consumer_thread": threaded}
+    )
+    app = create_app(settings, tmp_path, _nothing)  # type: ignore[arg-type]
+    consumer = app.consumer._thread  # type: ignore[attr-defined]
+
+    async def where() -> tuple[int, asyncio.AbstractEventLoop]:
+        return threading.get_ident(), asyncio.get_running_loop()
+
+    await asyncio.wait_for(consumer.start(), 30)
+    try:
+        ident, loop = await asyncio.wait_for(consumer.call_thread(where), 30)
+    finally:
+        await asyncio.wait_for(consumer.stop(), 30)
+    here = (threading.get_ident(), asyncio.get_running_loop())
+    assert ((ident, loop) == here) is not threaded
