@@ -177,9 +177,8 @@ class Settings(BaseSettings):
     # across threads) instead of its consumer on the app's loop (streams.drivers.in_loop).
     processor_consumer_thread: bool = False
     # faust driver, consumer on the app's loop: no fetching while the faust process applies
-    # a batch of at least this many messages; what arrives meanwhile comes in one fetch
-    # after it (streams.drivers.in_loop). 0: never.
-    processor_pause_fetching_from: int = Field(default=8, ge=0)
+    # a batch; what arrives meanwhile comes in one fetch after it (streams.drivers.in_loop).
+    processor_pause_fetching: bool = True
 
     prepare_host: str = "127.0.0.1"
     prepare_port: int = 18080

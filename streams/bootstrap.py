@@ -107,16 +107,9 @@ def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
         async def handle(batch: list[RawMessage]) -> object:
             return await handle_or_exit(proc, batch, settings.processor_transient_retry_s)
 
-        return home_handler(settings, app, handle)
+        return paused_while(app, handle) if settings.processor_pause_fetching else handle
 
     return create_app(settings, data_dir, build)
-
-
-def home_handler(settings: Settings, app: faust.App, handle: BatchHandler) -> BatchHandler:
-    """A batch applied in the faust process: from ``processor_pause_fetching_from``
-    messages, with its consumer fetching nothing meanwhile
-    (``streams.drivers.in_loop.paused_while``)."""
-    return paused_while(app, handle, settings.processor_pause_fetching_from)
 
 
 async def with_small_at_home(

@@ -11,17 +11,12 @@ callbacks run in faust's method queue on the app's loop, as they do for the thre
 consumer) are faust's and aiokafka's own code, unchanged.
 ``ALC_PROCESSOR_CONSUMER_THREAD=true`` restores faust's thread.
 
-On the app's loop the consumer can also stop fetching while the faust process applies a
-batch (``paused_while``). faust's reader hands the stream each fetch as it comes and
-aiokafka fetches again as soon as one returns: under load every few appends came back
-as a fetch of their own (~1.1 fetch requests an agent step at 48 agents), each a
-request the broker answers and the processor reads, and batches were cut that small.
-Paused, what arrives meanwhile waits in the broker and comes in one fetch once the
-batch is applied (0.4 fetches a step). A batch only pauses from
-``ALC_PROCESSOR_PAUSE_FETCHING_FROM`` messages, a load at which the next batch is
-surely on its way: below it, an event that comes during a batch would wait for the
-batch and a fetch more, and the records of a fetch in flight when fetching paused are
-read twice.
+On the app's loop the consumer can also be told to stop fetching while the faust process
+applies a batch (``paused_while``): faust's reader hands the stream every fetch at once
+and aiokafka fetches again as soon as one returns, so under load each append's produce
+request came back as a fetch of its own, and batches were cut that small. Paused,
+what arrives meanwhile waits in the broker and comes in one fetch once the batch is
+applied, the next batch (``ALC_PROCESSOR_PAUSE_FETCHING``).
 """
 
 from __future__ import annotations
@@ -95,18 +90,16 @@ class InLoopTransport(faust_aiokafka.Transport):
     Consumer = InLoopConsumer
 
 
-def paused_while(app: faust.App, apply: Handler, from_: int) -> Handler:
-    """``apply`` with ``app``'s consumer fetching nothing until it returns, for a batch of
-    at least ``from_`` messages; ``apply`` itself when the consumer is not on the app's
-    loop (its thread's state is not this loop's to change) or ``from_`` is 0."""
+def paused_while(app: faust.App, apply: Handler) -> Handler:
+    """``apply`` with ``app``'s consumer fetching nothing until it returns; ``apply``
+    itself when the consumer is not on the app's loop (its thread's state is not this
+    loop's to change)."""
     consumer = app.consumer
-    if from_ <= 0 or not isinstance(consumer, InLoopConsumer):
+    if not isinstance(consumer, InLoopConsumer):
         return apply
     thread = consumer.consumer_thread
 
     async def paused(batch: list[Any]) -> object:
-        if len(batch) < from_:
-            return await apply(batch)
         thread.pause_fetching()
         try:
             return await apply(batch)
