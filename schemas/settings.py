@@ -176,9 +176,6 @@ class Settings(BaseSettings):
     # faust driver: faust's own consumer thread (a loop of its own, every fetch handed
     # across threads) instead of its consumer on the app's loop (streams.drivers.in_loop).
     processor_consumer_thread: bool = False
-    # faust driver, consumer on the app's loop: no fetching while the faust process applies
-    # a batch; what arrives meanwhile comes in one fetch after it (streams.drivers.in_loop).
-    processor_pause_fetching: bool = True
 
     prepare_host: str = "127.0.0.1"
     prepare_port: int = 18080

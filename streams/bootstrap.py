@@ -23,12 +23,10 @@ from schemas.settings import Settings
 from storage.migrate import apply_dsn
 from storage.roles import configured_dsn
 from streams import tracing
-from streams.admission import RawMessage
 from streams.collector import tune_collector
 from streams.crash_only import exit_for_redelivery, handle_or_exit
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
-from streams.drivers.in_loop import paused_while
 from streams.drivers.offload import OffloadedProcessor, handle_offloaded_or_exit
 from streams.drivers.small_at_home import SmallAtHome
 from streams.instance import claim_instance_id
@@ -103,11 +101,7 @@ def faust_app(settings: Settings, data_dir: Path = FAUST_DATA_DIR) -> faust.App:
 
     async def _in_process(app: faust.App) -> BatchHandler:
         proc = build_processor(settings, await pool_or_exit(settings), FaustPublisher(app))
-
-        async def handle(batch: list[RawMessage]) -> object:
-            return await handle_or_exit(proc, batch, settings.processor_transient_retry_s)
-
-        return paused_while(app, handle) if settings.processor_pause_fetching else handle
+        return lambda batch: handle_or_exit(proc, batch, settings.processor_transient_retry_s)
 
     return create_app(settings, data_dir, build)
 

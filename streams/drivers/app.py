@@ -111,11 +111,6 @@ def _app(settings: Settings, data_dir: Path) -> faust.App:
         key_serializer="raw",
         topic_partitions=settings.topic_partitions,
         web_enabled=False,
-        # No leader election (nothing here runs on a leader only): its topic's partition
-        # would be in every fetch, and alone in one while the records' partitions are
-        # paused, a fetch the broker holds for fetch_max_wait (1.5 s) before the records
-        # can be fetched again (streams.drivers.in_loop).
-        topic_disable_leader=True,
         producer_acks=-1,
         consumer_auto_offset_reset="earliest",
         datadir=str(data_dir),
