@@ -18,6 +18,9 @@ from devstack.scripted_http import serve_scripted
 _ID = re.compile(r"^\[(rec_[0-9a-f]+)\]", re.M)
 
 
+HOLD_S = 120.0  # the longest a held reply waits
+
+
 @dataclass
 class Script:
     """``mode``: ok (short valid summary) | long (valid but no real reduction) | fail (HTTP
@@ -25,6 +28,8 @@ class Script:
 
     mode: str = "ok"
     delay_s: float = 0.0  # a slow model: each reply waits this long first
+    # a held model: each reply waits until this is set (at most ``HOLD_S``)
+    hold: threading.Event | None = None
     statement: str | None = None  # the fact an "ok" summary states (default: a filler)
     # the usage every reply reports (Chat Completions' shape)
     usage: dict[str, Any] = field(
@@ -38,9 +43,11 @@ class Script:
         with self.lock:
             self.hits += 1
             self.requests.append(body)
-            mode, delay, usage = self.mode, self.delay_s, self.usage
+            mode, delay, usage, hold = self.mode, self.delay_s, self.usage, self.hold
         if delay:
             time.sleep(delay)  # this handler's own thread (ThreadingHTTPServer)
+        if hold is not None:
+            hold.wait(HOLD_S)
         if mode == "fail":
             return 500, {"error": {"message": "scripted failure"}}
         if mode == "garbage":

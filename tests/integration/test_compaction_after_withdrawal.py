@@ -14,6 +14,8 @@ process, so the test counts the real model calls.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +44,7 @@ Step = Callable[[RunHandle], Awaitable[None]]
 @pytest.fixture
 async def ctx(scripted: tuple[Services, Script]) -> AsyncIterator[ContextClient]:
     scripted[1].mode, scripted[1].delay_s, scripted[1].statement = "ok", 0.0, None
+    scripted[1].hold = None
     async with client(scripted[0]) as c:
         yield c
 
@@ -103,6 +106,21 @@ class Scene:
                 return
             await asyncio.sleep(0.05)
         raise AssertionError(f"{event_key} not committed\n{await self.story()}")
+
+    async def withdrawn(self, kind: str) -> None:
+        """Until the processor committed the session's withdrawal of ``kind``."""
+        for _ in range(600):
+            with contextlib.suppress(AssertionError):
+                await _withdrawn_at(self, kind)
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no {kind} committed\n{await self.story()}")
+
+    def release(self) -> None:
+        """Let the held summarizer answer, and answer at once from now on."""
+        hold, self.script.hold = self.script.hold, None
+        assert hold is not None, "the summarizer was not held"
+        hold.set()
 
     async def question(
         self, tag: str, before: Step | None = None, after_result: Step | None = None
@@ -239,7 +257,11 @@ async def _every_due_question_compacts(
                 f"{run.run_id}\n{await s.story()}"
             )
         due += fired
-    assert due >= 3, "the scenario has questions due a compaction after the withdrawal"
+    # Five questions after the withdrawal with ``user_turns: 2``: three are due when the
+    # first compaction after it falls in run E, two when it falls in run F (seen for the
+    # retraction on a loaded machine: where it falls depends on timing). Either way the
+    # scenario has questions due a compaction, each checked above.
+    assert due >= 2, f"too few questions due a compaction after the withdrawal\n{await s.story()}"
     refused = [j for j in jobs if j["status"] != "committed"]
     assert len(refused) <= 1 and all(j not in since for j in refused), await s.story()
     assert [j["model_calls"] for j in jobs] == [1] * len(jobs)
@@ -305,7 +327,9 @@ async def test_after_a_retraction_every_due_question_compacts_once(scene: Scene)
     target = await s.db.fetchval(
         "SELECT record_id FROM records WHERE session_id=$1 AND event_key='model:B-m2'", s.sid
     )
-    s.script.delay_s = 1.5  # a slow summarizer: the job is still running at the retraction
+    # The summarizer answers once the retraction is committed: the job started at run E
+    # surely runs across it (a fixed delay did not, on a loaded machine).
+    s.script.hold = threading.Event()
 
     async def retract(run: RunHandle) -> None:
         for _ in range(200):  # E's start is due: the processor starts a job at once
@@ -328,8 +352,9 @@ async def test_after_a_retraction_every_due_question_compacts_once(scene: Scene)
                 operation_id=target,
             )
         )
+        await s.committed(f"retract:{target}")
+        s.release()
         await s.settled()  # refused: it covers what was retracted while it ran
-        s.script.delay_s = 0.0
 
     hits = s.script.hits
     after = [await s.question("E", before=retract)]
@@ -363,7 +388,7 @@ async def test_a_revocation_while_a_job_runs_and_a_grant_again_never_stall_compa
     await s.question("B")
     assert await s.current_summary() is not None
     await s.question("C")
-    s.script.delay_s = 1.5
+    s.script.hold = threading.Event()  # the summarizer answers once the revocation is in
 
     async def revoke(run: RunHandle) -> None:
         for _ in range(200):
@@ -376,8 +401,9 @@ async def test_a_revocation_while_a_job_runs_and_a_grant_again_never_stall_compa
         else:
             raise AssertionError("no job started at run E's start")
         await s.ctx.revoke_resource(run, "document", "doc", "v3")
+        await s.withdrawn("resource_activation")
+        s.release()
         await s.settled()
-        s.script.delay_s = 0.0
 
     async def grant(run: RunHandle) -> None:
         await s.ctx.activate_resource(run, "document", "doc", "v3", "the document again")
