@@ -27,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from domain.bus_access import ROLES, BusNames, Quota, acl_plan, quota_plan
 from schemas.settings import Settings
 from streams.kafka.admin import (
+    BusAdminFailed,
     create_acls,
     delete_acls,
     delete_scram_users,
@@ -37,6 +38,8 @@ from streams.kafka.quotas import set_quotas
 from streams.kafka.topics import ensure_topics, topic_names
 
 log = logging.getLogger("agentloom.provision")
+
+_UNKNOWN_TOPIC = 3  # the broker's error code for a topic it does not have
 
 
 def bus_names(s: Settings) -> BusNames:
@@ -130,8 +133,17 @@ async def drop_topics(settings: Settings) -> None:
         existing = set(await admin.list_topics())
         ours = set(topic_names(settings))
         gone = sorted(t for t in existing if t in ours or t.startswith(faust_own))
-        if gone:
-            await admin.delete_topics(gone)
+        if not gone:
+            return
+        resp = await admin.delete_topics(gone)
+    # Deleted already (a second call, or another clean-up first) is what was asked.
+    failed = [
+        f"{name}: error {code}"
+        for name, code, *_ in resp.topic_error_codes
+        if code not in (0, _UNKNOWN_TOPIC)
+    ]
+    if failed:
+        raise BusAdminFailed(f"the broker refused to delete topics: {'; '.join(failed)}")
 
 
 def main() -> None:
