@@ -20,7 +20,7 @@ from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
 from storage.migrate import apply_dsn
 from streams.kafka.bus_secrets import issuer_secret
-from streams.kafka.provision import provision
+from streams.kafka.provision import drop_topics, provision
 from streams.kafka.topics import ensure_topics
 from tests.support.model_server import Script, model_server
 from tests.support.stack import REPO, Stack
@@ -61,11 +61,17 @@ class Services:
         )
 
     def stop(self) -> None:
-        """The three at once (each waits for its own exit)."""
+        """The three at once (each waits for its own exit), then their topics deleted: a
+        broker pays for every partition it keeps, and a test run starts ~90 sets."""
         with ThreadPoolExecutor(3) as pool:
             parts = (self.prepare, self.compaction, self.processor)
             for done in [pool.submit(p.stop) for p in parts]:
                 done.result()
+        loop = asyncio.new_event_loop()  # beside pytest-asyncio's loop, like provision_for
+        try:
+            loop.run_until_complete(drop_topics(settings_of(self.settings_env)))
+        finally:
+            loop.close()
 
 
 def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
