@@ -147,8 +147,7 @@ class Settings(BaseSettings):
     processor_id: str = "agentloom-session-processor"
     processor_batch_max: int = 2000
     # faust driver: the longest a buffered event waits for its batch; offloaded (the
-    # default), a batch goes as soon as none is being applied (group commit), and while
-    # one is, only a batch for the child (processor_offload_from) goes after this long.
+    # default), a batch goes as soon as none is being applied (group commit).
     processor_batch_within_s: float = 0.02
     # A batch applies in chunks of this many messages, each chunk's transaction overlapping
     # the next chunk's decoding (streams.processor); one transaction per chunk.

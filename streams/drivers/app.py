@@ -87,7 +87,6 @@ def create_app(settings: Settings, data_dir: Path, build: HandlerFactory) -> fau
                 settings.processor_batch_max,
                 settings.processor_batch_within_s,
                 depth=OFFLOAD_DEPTH,
-                ahead_from=settings.processor_offload_from,
             )
             async with ticking(batches):
                 async for event in manual.events():

@@ -4,16 +4,11 @@ faust's ``take_events`` stops filling its buffer while its loop body runs, so wi
 processor in a child process (``streams.drivers.offload``) the two would only take turns: faust
 reads, the child applies, faust reads. Here the agent iterates a ``noack`` stream and
 this class cuts batches and hands them to ``apply`` in offset order, at most ``depth`` at
-a time, while the agent goes on reading the next. A batch is cut at ``max_`` events, as
-soon as no batch is being applied (group commit), or, while one is, once its first event
-waited ``within`` seconds and it holds at least ``ahead_from`` events: an idle child takes
-what is there at once, a busy one what came while it worked — batches as large as the
-load makes them, and no event waits out a timer for nothing (a prepare waits for its
-appends' batch). ``ahead_from`` is the size from which a batch is applied by the child,
-which admits it while the batch before is applied (``streams.drivers.small_at_home``); a
-smaller one would start only after the batch in flight anyway, so cutting it early
-would only split what came meanwhile into more, smaller transactions (docs/scaling.md,
-twentieth stop).
+a time, while the agent goes on reading the next. A batch is cut at ``max_`` events, once
+its first event waited ``within`` seconds, or as soon as no batch is being applied (group
+commit): an idle child takes what is there at once, a busy one what came while it
+worked — batches as large as the load makes them, and no event waits out a timer for
+nothing (a prepare waits for its appends' batch).
 
 Acknowledgement is manual and comes last: a batch's events are acked (and so may have
 their offsets committed by faust) only after ``apply`` returned — the PostgreSQL commit
@@ -43,7 +38,6 @@ class PipelinedBatches:
         max_: int,
         within: float,
         depth: int = 2,
-        ahead_from: int = 1,
     ) -> None:
         self._apply = apply
         self._ack = ack
@@ -53,7 +47,6 @@ class PipelinedBatches:
         # earlier one returned (the child reads the next batch ahead, streams.drivers.worker), so
         # it must apply them in call order; they are settled and acked in that order.
         self.depth = depth
-        self.ahead_from = ahead_from
         self._buffer: list[Any] = []
         self._first_at = 0.0
         self._inflight: collections.deque[asyncio.Task[list[Any]]] = collections.deque()
@@ -130,10 +123,9 @@ class PipelinedBatches:
 
     async def tick(self) -> None:
         """Forever: send the buffer when no batch is being applied, or once it waited
-        ``within`` holding ``ahead_from`` events or more, and ack a batch applied since
-        (a quiet stream still flows and commits its offsets). With nothing buffered, in
-        flight or due for acks it waits for the next event instead: an idle processor
-        does not wake every ``within``."""
+        ``within``, and ack a batch applied since (a quiet stream still flows and commits
+        its offsets). With nothing buffered, in flight or due for acks it waits for the
+        next event instead: an idle processor does not wake every ``within``."""
         while True:
             if not (self._buffer or self._inflight or self._applied):
                 self._work.clear()
@@ -145,10 +137,7 @@ class PipelinedBatches:
                 async with asyncio.timeout(self.within):
                     await self._wake.wait()
             self._wake.clear()
-            stale = (
-                len(self._buffer) >= self.ahead_from
-                and time.monotonic() - self._first_at >= self.within
-            )
+            stale = self._buffer and time.monotonic() - self._first_at >= self.within
             due = self._buffer and (stale or not self._busy())
             if due or (self._inflight and self._inflight[0].done()):
                 await self.flush()

@@ -289,35 +289,3 @@ async def test_a_timer_stopped_as_a_batch_is_applied_stops() -> None:
         await asyncio.wait_for(ticker, 2)
     log.gate.set()
     await batches.drain()
-
-
-@pytest.mark.spec("R8.1")
-async def test_a_small_batch_waits_for_the_one_in_flight_and_a_large_one_goes_ahead() -> None:
-    """``ahead_from``: behind a batch in flight, what would be applied in the faust
-    process (fewer events) is cut when that batch is applied, as one batch, however
-    long it waited; what the child would take (that many or more) is cut after
-    ``within``, so that the child admits it ahead."""
-    log = Log()
-    log.gate = asyncio.Event()
-    batches = PipelinedBatches(log.apply, log.ack, 1000, within=0.005, depth=3, ahead_from=4)
-
-    async def applied(n: int) -> list[list[int]]:
-        for _ in range(400):
-            sent = [x for w, x in log.timeline if w == "apply"]
-            if len(sent) >= n:
-                return sent
-            await asyncio.sleep(0.005)
-        raise AssertionError(f"{n} batches not sent within 2 s: {log.timeline}")
-
-    async with ticking(batches):
-        await batches.add(0)
-        await applied(1)
-        for i in (1, 2, 3):  # 3 < ahead_from: held behind [0] well past ``within``
-            await batches.add(i)
-        await asyncio.sleep(0.05)
-        assert await applied(1) == [[0]]
-        await batches.add(4)  # 4 buffered: cut by the timer while [0] is in flight
-        assert await applied(2) == [[0], [1, 2, 3, 4]]
-        log.gate.set()
-        await batches.drain()
-    _check(log, 5, 1000, depth=2)
