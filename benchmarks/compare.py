@@ -19,6 +19,11 @@ own defaults):
 Prints a markdown table (median of the rounds, min..max, after/before ratio) and writes
 ``build/bench/compare.json``. Needs the stack (``make up``), as ``make bench`` does.
 
+``--env-before`` / ``--env-after NAME=VALUE`` (repeatable): settings of one side only,
+e.g. a setting measured on one commit (``benchmarks.compare HEAD HEAD --env-after
+ALC_PROCESSOR_BATCH_WITHIN_S=1``). A setting is measured so, in alternating rounds, not
+by runs by hand: this machine's speed drifts with the hour (docs/scaling.md).
+
 ``--gate`` (issue 37's regression gate, a step of ``.ci/run``): the last landed commit
 (``.ci/gate-baseline``; ``--baseline`` another) against ``HEAD``, 2 alternating rounds of
 the short set ``GATE``: ``benchmarks.gate_probe`` (~20 s a round: CPU per agent step of
@@ -240,9 +245,10 @@ def _command(name: str) -> list[str]:
     return [sys.executable, "-m", f"benchmarks.{'run' if name.startswith('run_') else name}"]
 
 
-def _env(wt: Path) -> dict[str, str]:
-    """The environment of a benchmark run on the worktree ``wt``'s code."""
-    env = {**os.environ, "PYTHONPATH": str(wt), "PYTHONUNBUFFERED": "1"}
+def _env(wt: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a benchmark run on the worktree ``wt``'s code, with ``extra``
+    (``--env-before`` / ``--env-after``) over it."""
+    env = {**os.environ, "PYTHONPATH": str(wt), "PYTHONUNBUFFERED": "1", **(extra or {})}
     env.setdefault("ALC_TOPIC_PARTITIONS", "4")  # as the Makefile exports for make bench
     # The stack's secrets live in this checkout's state dir (deploy/kafka.sh wrote them);
     # the worktree keeps its own state dir for the services' slot locks.
@@ -252,9 +258,12 @@ def _env(wt: Path) -> dict[str, str]:
     return env
 
 
-def measure(wt: Path, opts: dict[str, list[str]], tag: str) -> tuple[Metrics, list[str]]:
-    """One round of every benchmark in the worktree ``wt``; what failed is named, not fatal."""
-    env = _env(wt)
+def measure(
+    wt: Path, opts: dict[str, list[str]], tag: str, extra: dict[str, str] | None = None
+) -> tuple[Metrics, list[str]]:
+    """One round of every benchmark in the worktree ``wt`` (``extra``: settings over the
+    environment); what failed is named, not fatal."""
+    env = _env(wt, extra)
     metrics: Metrics = {}
     failed: list[str] = []
     logs = REPO / "build" / "bench" / "compare-logs"
@@ -497,20 +506,35 @@ def gate_skip(before: str | None, after: str) -> str | None:
 
 
 def rounds(
-    trees: dict[str, Path], opts: dict[str, list[str]], n: int
+    trees: dict[str, Path],
+    opts: dict[str, list[str]],
+    n: int,
+    envs: dict[str, dict[str, str]] | None = None,
 ) -> tuple[dict[str, list[Metrics]], dict[str, list[str]]]:
-    """``n`` alternating rounds: before, after, before, after..."""
+    """``n`` alternating rounds: before, after, before, after... (``envs``: each side's
+    settings)."""
     runs: dict[str, list[Metrics]] = {"before": [], "after": []}
     failures: dict[str, list[str]] = {"before": [], "after": []}
     for i in range(n):
         for side in ("before", "after"):
-            m, failed = measure(trees[side], opts, f"r{i + 1}-{side}")
+            m, failed = measure(trees[side], opts, f"r{i + 1}-{side}", (envs or {}).get(side))
             runs[side].append(m)
             failures[side] += [f"round {i + 1}: {f}" for f in failed]
     return runs, failures
 
 
-def main() -> None:
+def settings_of(pairs: list[str], ap: argparse.ArgumentParser) -> dict[str, str]:
+    """``NAME=VALUE`` pairs as a mapping; anything else is a usage error."""
+    out = {}
+    for pair in pairs:
+        name, eq, value = pair.partition("=")
+        if not eq or not name:
+            ap.error(f"not NAME=VALUE: {pair!r}")
+        out[name] = value
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("before", nargs="?", help="a commit (--gate: --baseline)")
     ap.add_argument("after", nargs="?", help="a commit (--gate: HEAD)")
@@ -523,7 +547,23 @@ def main() -> None:
     ap.add_argument("--only", help="these benchmarks of the set (e.g. agents,run_aiokafka)")
     ap.add_argument("--agents", help="benchmarks.agents at these K (e.g. 48) for the set's")
     ap.add_argument("--keep-worktrees", action="store_true")
+    for side in ("before", "after"):
+        ap.add_argument(
+            f"--env-{side}",
+            action="append",
+            default=[],
+            metavar="NAME=VALUE",
+            help=f"a setting of the {side} side only (repeatable)",
+        )
+    return ap
+
+
+def main() -> None:
+    ap = _parser()
     args = ap.parse_args()
+    envs = {side: settings_of(getattr(args, f"env_{side}"), ap) for side in ("before", "after")}
+    if args.gate and any(envs.values()):
+        ap.error("--gate compares commits as they are: no --env-before / --env-after")
     if args.gate:
         args.before = args.before or args.baseline or recorded_baseline()
         args.after = args.after or "HEAD"
@@ -545,7 +585,7 @@ def main() -> None:
         if opts == GATE:
             runs, failures = driven_rounds(trees, n, suspect if args.gate else None)
         else:
-            runs, failures = rounds(trees, opts, n)
+            runs, failures = rounds(trees, opts, n, envs)
     finally:
         if not args.keep_worktrees:
             for wt in trees.values():
@@ -556,6 +596,7 @@ def main() -> None:
         gate = gate_verdicts(stats["before"], stats["after"], before_ran=bool(runs["before"]))
     result = {
         "commits": shas,
+        "env": envs,
         "options": opts,
         "rounds": max(n, *(len(r) for r in runs.values())),
         "minutes": round((time.monotonic() - t0) / 60, 1),
@@ -568,6 +609,9 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, ensure_ascii=False))
     print(table(stats["before"], stats["after"], shas["before"], shas["after"], gate))
+    for side, extra in envs.items():
+        if extra:
+            print(f"- {side}: " + " ".join(f"{k}={v}" for k, v in extra.items()))
     for side, f in failures.items():
         for line in f:
             print(f"- {side} failed: {line}")
