@@ -588,7 +588,7 @@ def main() -> None:
             runs, failures = rounds(trees, opts, n, envs)
     finally:
         if not args.keep_worktrees:
-            for wt in trees.values():
+            for wt in set(trees.values()):  # one tree when both sides are one commit
                 git("worktree", "remove", "--force", str(wt))
     stats = {side: summarize(r) for side, r in runs.items()}
     gate = None
