@@ -523,7 +523,7 @@ def rounds(
     return runs, failures
 
 
-def settings_of(pairs: list[str], ap: argparse.ArgumentParser) -> dict[str, str]:
+def env_pairs(pairs: list[str], ap: argparse.ArgumentParser) -> dict[str, str]:
     """``NAME=VALUE`` pairs as a mapping; anything else is a usage error."""
     out = {}
     for pair in pairs:
@@ -561,7 +561,7 @@ def _parser() -> argparse.ArgumentParser:
 def main() -> None:
     ap = _parser()
     args = ap.parse_args()
-    envs = {side: settings_of(getattr(args, f"env_{side}"), ap) for side in ("before", "after")}
+    envs = {side: env_pairs(getattr(args, f"env_{side}"), ap) for side in ("before", "after")}
     if args.gate and any(envs.values()):
         ap.error("--gate compares commits as they are: no --env-before / --env-after")
     if args.gate:

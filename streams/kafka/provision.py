@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import UnknownTopicOrPartitionError
 
 from domain.bus_access import ROLES, BusNames, Quota, acl_plan, quota_plan
 from schemas.settings import Settings
@@ -38,8 +39,6 @@ from streams.kafka.quotas import set_quotas
 from streams.kafka.topics import ensure_topics, topic_names
 
 log = logging.getLogger("agentloom.provision")
-
-_UNKNOWN_TOPIC = 3  # the broker's error code for a topic it does not have
 
 
 def bus_names(s: Settings) -> BusNames:
@@ -140,7 +139,7 @@ async def drop_topics(settings: Settings) -> None:
     failed = [
         f"{name}: error {code}"
         for name, code, *_ in resp.topic_error_codes
-        if code not in (0, _UNKNOWN_TOPIC)
+        if code not in (0, UnknownTopicOrPartitionError.errno)
     ]
     if failed:
         raise BusAdminFailed(f"the broker refused to delete topics: {'; '.join(failed)}")

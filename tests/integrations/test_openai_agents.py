@@ -4,7 +4,6 @@ fake model that calls a tool and then answers (R4.4, R5.1, R6, R7, R19)."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -22,6 +21,13 @@ from tests.integration.test_stuck_sessions import until
 from tests.integrations.fake_agents_model import FakeModel
 
 pytestmark = pytest.mark.integration
+
+# A question (user input) a committed summary of session $1 covers.
+COVERED_QUESTION = (
+    "SELECT r.record_id FROM records r JOIN summary_revisions s"
+    " ON s.session_id = r.session_id AND r.record_id = ANY(s.covered_record_ids)"
+    " WHERE r.session_id=$1 AND s.status='committed' AND r.kind='user_input' LIMIT 1"
+)
 
 SMALL = {
     "agent_id": "agents-sdk-test",
@@ -161,17 +167,11 @@ async def _read(session: AgentLoomSession, record_id: str) -> dict[str, Any]:
 async def _covered_question(db: asyncpg.Pool, sid: str, within_s: float) -> str | None:
     """A question (user input) a committed summary covers, once there is one within
     ``within_s``; None if there is none by then."""
-    for _ in range(int(within_s / 0.05)):
-        found = await db.fetchval(
-            "SELECT r.record_id FROM records r JOIN summary_revisions s"
-            " ON s.session_id = r.session_id AND r.record_id = ANY(s.covered_record_ids)"
-            " WHERE r.session_id=$1 AND s.status='committed' AND r.kind='user_input' LIMIT 1",
-            sid,
-        )
-        if found is not None:
-            return str(found)
-        await asyncio.sleep(0.05)
-    return None
+    try:
+        row = await until(db, COVERED_QUESTION, sid, timeout=within_s)
+    except AssertionError:  # ``until``'s "nothing ... in" once ``within_s`` passed
+        return None
+    return str(row["record_id"])
 
 
 async def _retract(session: AgentLoomSession, target: str, key: str) -> None:
