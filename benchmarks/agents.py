@@ -107,11 +107,17 @@ def tool_result(rng: random.Random, size: int = TOOL_RESULT_BYTES) -> str:
 
 
 class Agent:
-    """One agent of the shared runtime: its session, questions in a row."""
+    """One agent of the shared runtime: its session, questions in a row. ``model_ms``:
+    the model's time for each call, between a prepare's answer and the append of the
+    model's result (uniform in 0.5-1.5x; 0: the model answers at once)."""
 
-    def __init__(self, c: ContextClient, name: str, stats: Stats, seed: int) -> None:
+    def __init__(
+        self, c: ContextClient, name: str, stats: Stats, seed: int, model_ms: float = 0.0
+    ) -> None:
         self.c, self.name, self.stats = c, name, stats
         self.rng = random.Random(seed)
+        self.model_s = model_ms / 1000
+        self.model_rng = random.Random(seed + 1_000_003)  # the content's draws stay alike
 
     async def run(self, release_id: str, stop: asyncio.Event) -> None:
         session = await self.c.open_session(SPACE, f"user-{self.name}", release_id, self.name)
@@ -155,6 +161,8 @@ class Agent:
         server = float(timing.get("assemble_ms") or 0.0)
         commit = float(timing.get("commit_wait_ms") or 0.0)
         self.stats.steps.append((time.monotonic(), waited, server, commit))
+        if self.model_s:
+            await asyncio.sleep(self.model_s * self.model_rng.uniform(0.5, 1.5))
 
 
 async def backends_by_client(dsn: str, database: str, g: proc_cpu.Groups) -> dict[str, set[int]]:
@@ -224,6 +232,7 @@ class Level:
     warmup: float
     seconds: float
     profile: Recorder | None = None
+    model_ms: float = 0.0
 
 
 async def level(
@@ -232,7 +241,7 @@ async def level(
     """K agents for warm-up + window; the window's measures."""
     stats, stop = Stats(), asyncio.Event()
     prefix = f"{SPACE}-k{lv.agents}-{uuid.uuid4().hex[:4]}-"
-    agents = [Agent(c, f"{prefix}{i:03d}", stats, i) for i in range(lv.agents)]
+    agents = [Agent(c, f"{prefix}{i:03d}", stats, i, lv.model_ms) for i in range(lv.agents)]
     tasks = [asyncio.create_task(a.run(release_id, stop)) for a in agents]
     await asyncio.sleep(lv.warmup)
     # Analyzed as autovacuum analyzes a deployment's tables, within a minute of their
@@ -264,6 +273,7 @@ async def level(
     commit = [s[3] for s in window]
     return {
         "agents": lv.agents,
+        "model_ms": lv.model_ms,
         "window_s": round(t1 - t0, 2),
         "steps": steps,
         "steps_per_s": round(steps / (t1 - t0), 2),
@@ -292,12 +302,15 @@ async def drive(args: argparse.Namespace, services: ServiceSet, s: Settings, url
             agent_id="agents", instructions="You are a careful engineer. Answer from the tools.",
             tool_catalog=TOOLS, model_profile=PROFILE, context_policy=POLICY,
         )  # fmt: skip
-        ks = [int(k) for k in args.agents.split(",")]
-        for i, k in enumerate(ks):
-            rec = Recorder(OUT, f"agents-flame-k{k}") if args.profile and i == len(ks) - 1 else None
-            log(f"{k} agents: {args.warmup:.0f} s warm-up, then a {args.seconds:.0f} s window")
-            row = await level(c, rel["release_id"], Level(k, args.warmup, args.seconds, rec),
-                              services, s, db)  # fmt: skip
+        ks, models = args.agents.split(","), args.model_ms.split(",")
+        plan = [(float(m), int(k)) for m in models for k in ks]
+        for i, (model_ms, k) in enumerate(plan):
+            last = args.profile and i == len(plan) - 1
+            rec = Recorder(OUT, f"agents-flame-k{k}") if last else None
+            log(f"{k} agents, model {model_ms:g} ms: {args.warmup:.0f} s warm-up, then a"
+                f" {args.seconds:.0f} s window")  # fmt: skip
+            lv = Level(k, args.warmup, args.seconds, rec, model_ms)
+            row = await level(c, rel["release_id"], lv, services, s, db)
             if rec is not None:
                 for name, head in rec.finish().items():
                     log(f"profile of {name} (build/bench/agents-flame-k{k}-{name}.*):\n{head}")
@@ -312,6 +325,7 @@ def line(r: dict[str, Any]) -> str:
         f" / p99 {r['prepare_p99_ms']} ms (server {r['server_p50_ms']} / {r['server_p99_ms']},"
         f" commit wait {r.get('commit_wait_p50_ms')} / {r.get('commit_wait_p99_ms')}),"
         f" {r['errors']} errors, compactions {r['compactions']},"
+        f" model {r['model_ms']:g} ms a call, the machine {r['machine_busy']:.0%} busy,"
         f" {r['pg_transactions_per_step']} PostgreSQL transactions per step,"
         f" CPU per step {r['cpu_ms_per_step']['ours']} ms ours,"
         f" {r['cpu_ms_per_step']['machine']} ms the machine's"
@@ -321,8 +335,9 @@ def line(r: dict[str, Any]) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| agents | agent steps/s | prepare p50 | p99 | server p50 / p99 | errors |"
-        " compactions | PostgreSQL transactions per step | CPU per step: ours / machine |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " compactions | PostgreSQL transactions per step | CPU per step: ours / machine |"
+        " machine busy | model ms a call |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
@@ -331,6 +346,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f" ms | {r['errors']} | {r['compactions'].get('committed', 0)} |"
             f" {r['pg_transactions_per_step']} |"
             f" {r['cpu_ms_per_step']['ours']:.1f} / {r['cpu_ms_per_step']['machine']:.1f} ms |"
+            f" {r['machine_busy']:.0%} | {r.get('model_ms', 0):g} |"
         )
     for title, cols in (("per process", COLUMNS), ("PostgreSQL by its client", PG_COLUMNS)):
         lines += ["", f"CPU ms per agent step, {title}:", ""]
@@ -347,6 +363,8 @@ def main() -> None:
     ap.add_argument("--agents", default="4,16,48", help="K values, one window each")
     ap.add_argument("--seconds", type=float, default=40.0, help="measured window per K")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds before each window")
+    ap.add_argument("--model-ms", default="0",
+                    help="each model call's time, ms; a list runs every K at each")  # fmt: skip
     ap.add_argument("--quick", action="store_true", help="CI: 8 agents, 5 s + 20 s")
     ap.add_argument("--profile", action="store_true", help="py-spy flame graphs, last K")
     ap.add_argument("--keep-db", action="store_true")
@@ -380,7 +398,8 @@ def main() -> None:
         if not args.keep_db:
             drop_scratch(base.pg_dsn, db, s)
     config = {"profile": PROFILE, "policy": POLICY, "tool_result_bytes": TOOL_RESULT_BYTES,
-              "warmup_s": args.warmup, "window_s": args.seconds}  # fmt: skip
+              "warmup_s": args.warmup, "window_s": args.seconds,
+              "model_ms": [float(m) for m in args.model_ms.split(",")]}  # fmt: skip
     result = {"machine": {"cores": os.cpu_count()}, "quick": args.quick, "levels": rows,
               "config": config}  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)

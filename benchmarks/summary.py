@@ -421,19 +421,23 @@ def agents_rows(a: dict[str, Any]) -> list[Row]:
     rows = []
     for lv in levels or [{"agents": 48}]:
         k = int(_number(lv.get("agents")) or 0)
+        model = _number(lv.get("model_ms")) or 0
         rate, p99 = num(lv, "steps_per_s"), num(lv, "prepare_p99_ms")
         cpu = num(lv, "cpu_ms_per_step.ours")
-        steps_target = AGENTS_STEPS_TARGET if k == 48 else None
+        # Agents that wait for a model between calls offer the load their pace gives: the
+        # steps/s target is the saturated machine's (no model time).
+        steps_target = AGENTS_STEPS_TARGET if k == 48 and not model else None
         p99_target = AGENTS_P99_TARGET_MS.get(k)
+        name = f"{k} agents" + (f", model {model:g} ms a call" if model else "")
         rows += [
-            Row(f"{k} agents: agent steps/s", rate, "/s",
+            Row(f"{name}: agent steps/s", rate, "/s",
                 f"≥ {fmt(steps_target)}" if steps_target else "",
                 ratio(rate, steps_target)),
-            Row(f"{k} agents: prepare p99 (the agent's wait)", p99, "ms",
+            Row(f"{name}: prepare p99 (the agent's wait)", p99, "ms",
                 f"≤ {fmt(p99_target)} ms" if p99_target else "", ratio(p99, p99_target)),
-            Row(f"{k} agents: CPU per agent step, our processes", cpu, "ms",
+            Row(f"{name}: CPU per agent step, our processes", cpu, "ms",
                 f"≤ {fmt(AGENTS_CPU_TARGET_MS)} ms", ratio(cpu, AGENTS_CPU_TARGET_MS)),
-            Row(f"{k} agents: errors", num(lv, "errors"), "", "0"),
+            Row(f"{name}: errors", num(lv, "errors"), "", "0"),
         ]  # fmt: skip
     return rows
 
