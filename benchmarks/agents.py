@@ -336,17 +336,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| agents | agent steps/s | prepare p50 | p99 | server p50 / p99 | errors |"
         " compactions | PostgreSQL transactions per step | CPU per step: ours / machine |"
-        " machine busy | model ms a call |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " machine busy |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['agents']} | {r['steps_per_s']} | {r['prepare_p50_ms']:.0f} ms |"
+            f"| {_who(r)} | {r['steps_per_s']} | {r['prepare_p50_ms']:.0f} ms |"
             f" {r['prepare_p99_ms']:.0f} ms | {r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f}"
             f" ms | {r['errors']} | {r['compactions'].get('committed', 0)} |"
             f" {r['pg_transactions_per_step']} |"
             f" {r['cpu_ms_per_step']['ours']:.1f} / {r['cpu_ms_per_step']['machine']:.1f} ms |"
-            f" {r['machine_busy']:.0%} | {r.get('model_ms', 0):g} |"
+            f" {r['machine_busy']:.0%} |"
         )
     for title, cols in (("per process", COLUMNS), ("PostgreSQL by its client", PG_COLUMNS)):
         lines += ["", f"CPU ms per agent step, {title}:", ""]
@@ -354,8 +354,14 @@ def table(rows: list[dict[str, Any]]) -> str:
         lines.append("|---:|" + "---:|" * len(cols))
         for r in rows:
             cells = " | ".join(f"{r['cpu_ms_per_step'].get(k, 0):.1f}" for k in cols)
-            lines.append(f"| {r['agents']} | {cells} |")
+            lines.append(f"| {_who(r)} | {cells} |")
     return "\n".join(lines)
+
+
+def _who(r: dict[str, Any]) -> str:
+    """A level's agents, and its model's time a call when it has one."""
+    model = r.get("model_ms") or 0
+    return f"{r['agents']}, model {model:g} ms" if model else str(r["agents"])
 
 
 def main() -> None:

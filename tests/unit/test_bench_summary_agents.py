@@ -32,11 +32,12 @@ def test_agents_not_run_gives_na() -> None:
     assert "| 48 agents: agent steps/s | n/a | ≥ 180 | n/a |" in table
 
 
-def test_a_paced_level_is_named_by_its_model_time_and_has_no_steps_target() -> None:
+def test_a_paced_level_is_named_by_its_model_time_and_held_to_the_p99_target_only() -> None:
     paced = {"agents": 48, "model_ms": 500.0, "steps_per_s": 85.0, "prepare_p99_ms": 77.0,
              "errors": 0, "cpu_ms_per_step": {"ours": 18.0}}  # fmt: skip
     rows = {r.measure: r for r in build({"agents": {"levels": [*DATA["agents"]["levels"], paced]}})}
     steps = rows["48 agents, model 500 ms a call: agent steps/s"]
     assert steps.value == 85.0 and steps.ratio is None and steps.ceiling == ""
     assert rows["48 agents, model 500 ms a call: prepare p99 (the agent's wait)"].ratio == 0.77
+    assert rows["48 agents, model 500 ms a call: CPU per agent step, our processes"].ratio is None
     assert rows["48 agents: agent steps/s"].ratio == 0.2  # the saturated level keeps it
