@@ -125,11 +125,17 @@ class PgProcessingStore(PgIngestStore, PgControlStore, PgPreemptReads):
             self.probed = {}
 
     async def write_records(
-        self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
+        self,
+        plan: BatchPlan,
+        states: dict[str, SessionState],
+        consumer: str,
+        topic: str,
+        offsets: dict[int, int] | None = None,
     ) -> None:
-        """The records, then their resource (de)activations: R11.8 revocation withdraws a
-        resource's content and invalidates the summaries covering it."""
-        await PgIngestStore.write_records(self, plan, states, consumer, topic)
+        """The records (and ``offsets``' tracking rows), then their resource
+        (de)activations: R11.8 revocation withdraws a resource's content and invalidates
+        the summaries covering it."""
+        await PgIngestStore.write_records(self, plan, states, consumer, topic, offsets)
         if self.views is not None:  # a run's main instance is written once, with the run
             for run in plan.new_runs:
                 self.views.mains[(run.session_id, run.run_id)] = run.main_instance_id

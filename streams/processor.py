@@ -31,11 +31,7 @@ from domain.context.tokens import CachedCounter
 from domain.planning.batch import plan_batch
 from domain.planning.state import BatchPlan, Incoming
 from schemas.contracts import ConstraintPayload, RecordKind
-from schemas.wire import (
-    CompactionRequest,
-    DeadLetter,
-    ObservabilityEvent,
-)
+from schemas.wire import CompactionRequest, DeadLetter, ObservabilityEvent
 from storage.processor_store import ProcessingStore, ProcessingStores
 from storage.records.frontier import RETIRED
 from storage.records.outcomes import RefusedEvent
@@ -218,11 +214,10 @@ class BatchProcessor:
                 failed += [
                     self.admission.dead_item(item, f.code, f.reason) for f in applied.failures
                 ]
-            await self._apply_records(store, chunk, plan, existing)
+            await self._apply_records(store, chunk, plan, existing, offsets)
             if plan.touched_sessions:
                 touched = sorted(plan.touched_sessions)
                 requests += await self._preempt(store, touched, notes, careful)
-            await store.write_offsets(self.config.consumer, self.config.topic_records, offsets)
             out = encode_applied(self.config, plan, existing, notes, requests)
         out.dead += failed
         return out
@@ -307,9 +302,12 @@ class BatchProcessor:
         chunk: list[Incoming],
         plan: BatchPlan,
         existing: dict[tuple[str, str], ExistingRecord],
+        offsets: dict[int, int] | None = None,
     ) -> None:
+        """``chunk`` planned and written with ``offsets``' tracking rows (alone if empty)."""
+        cfg = self.config
         if not chunk:
-            return
+            return await store.write_offsets(cfg.consumer, cfg.topic_records, offsets or {})
         keys: dict[str, set[str]] = defaultdict(set)
         ops: dict[str, set[tuple[str, str]]] = defaultdict(set)
         scopes: dict[str, set[tuple[str, str | None]]] = defaultdict(set)
@@ -326,7 +324,7 @@ class BatchProcessor:
                 scopes[scope.session_id].add((scope.run_id, scope.instance_id))
         states, found = await store.load_states(keys, ops, scopes)
         part = plan_batch(chunk, states)
-        await store.write_records(part, states, self.config.consumer, self.config.topic_records)
+        await store.write_records(part, states, cfg.consumer, cfg.topic_records, offsets)
         existing.update(found)
         plan.touched_sessions |= part.touched_sessions
         plan.records += part.records

@@ -4,6 +4,7 @@ outcomes, consumer offsets — and the notification that wakes waiting readers."
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import asyncpg
@@ -43,11 +44,11 @@ _THREADS_AND_SESSIONS = (
     # Most sessions have no compaction state yet (no prepare seen): no row to grow.
     " grown AS (UPDATE compaction_state c SET view_tokens = c.view_tokens + g.t"
     " FROM unnest($11::text[], $12::bigint[]) AS g(sid, t)"
-    " WHERE c.session_id = g.sid AND c.lineage = 'main' RETURNING 1)"
-    " UPDATE sessions SET next_session_sequence = d.n, active_run_id = d.a,"
+    " WHERE c.session_id = g.sid AND c.lineage = 'main' RETURNING 1),"
+    " updated AS (UPDATE sessions SET next_session_sequence = d.n, active_run_id = d.a,"
     " revision = d.v, user_turns = d.u, model_steps = d.m"
     " FROM unnest($5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[],"
-    " $10::bigint[]) AS d(sid, n, a, v, u, m) WHERE sessions.session_id = d.sid"
+    " $10::bigint[]) AS d(sid, n, a, v, u, m) WHERE sessions.session_id = d.sid RETURNING 1)"
 )
 # With a batch's records, their columns as arrays after those ($13 on).
 _INSERT_RECORDS = (
@@ -55,8 +56,31 @@ _INSERT_RECORDS = (
     + ", ".join(f"${13 + i}::{RECORD_TYPES[c]}[]" for i, c in enumerate(RECORD_COLUMNS))
     + ") RETURNING 1),"
 )
-_WITH_RECORDS = "WITH " + _INSERT_RECORDS + _THREADS_AND_SESSIONS
-_WITHOUT_RECORDS = "WITH" + _THREADS_AND_SESSIONS
+
+
+def _tracked(first: int) -> str:
+    """The tracking rows' upsert as a statement's last CTE, and the statement's result:
+    the notification (delivered at commit) that wakes Prepare's read-your-writes waiters
+    without polling, the offsets in it. Its arguments from ``$first``: the consumer, the
+    topic, the partitions, their next offsets, the channel and the note."""
+    a = [f"${first + i}" for i in range(6)]
+    return (
+        " tracked AS (INSERT INTO consumer_offsets (consumer, topic, partition, next_offset)"
+        f" SELECT {a[0]}, {a[1]}, t.p, t.o FROM unnest({a[2]}::integer[], {a[3]}::bigint[])"
+        " AS t(p, o) ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
+        " next_offset = GREATEST(consumer_offsets.next_offset, EXCLUDED.next_offset),"
+        f" updated_at = now() RETURNING 1) SELECT pg_notify({a[4]}, {a[5]})"
+    )
+
+
+@functools.cache
+def _batch_sql(records: bool, offsets: bool) -> str:
+    """The threads', sessions' and estimates' statement: with the records (``records``),
+    and with the tracking rows and their notification (``offsets``, arguments after all
+    others). Every part is a data-modifying CTE: each runs, whatever the result reads."""
+    first = 13 + (len(RECORD_COLUMNS) if records else 0)
+    body = (_INSERT_RECORDS if records else "") + _THREADS_AND_SESSIONS
+    return "WITH " + body + ("," + _tracked(first) if offsets else " SELECT 1")
 
 
 async def write_plan(
@@ -76,9 +100,10 @@ async def write_plan(
     if len(rows) > COPY_FROM:
         await conn.copy_records_to_table("records", records=rows, columns=RECORD_COLUMNS)
         rows = []
-    await _write_threads_and_sessions(conn, plan, states, rows)
+    tracked = (consumer, topic, next_offsets) if next_offsets else None
+    if not await _write_threads_and_sessions(conn, plan, states, rows, tracked):
+        await write_offsets(conn, consumer, topic, next_offsets)
     await _write_rejections(conn, plan)
-    await write_offsets(conn, consumer, topic, next_offsets)
 
 
 async def _write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
@@ -134,11 +159,13 @@ async def _write_threads_and_sessions(
     plan: BatchPlan,
     states: dict[str, SessionState],
     records: list[tuple[Any, ...]],
-) -> None:
+    tracked: tuple[str, str, dict[int, int]] | None = None,
+) -> bool:
     """The threads the plan touched (upserted), its sessions' counters and sequences, and
     their main views' token estimates grown by the records just stored, in one statement
     (two round trips less per batch), with ``records`` (rows in ``RECORD_COLUMNS``' order)
-    when there are any."""
+    when there are any, and ``tracked``'s consumer offsets and notification (one round
+    trip less). False when there was nothing to write: nothing was, ``tracked`` neither."""
     touched_threads = {(s, r, i) for (s, r, i) in plan.new_threads}
     for nr in plan.records:
         ev = nr.incoming.event
@@ -152,11 +179,11 @@ async def _write_threads_and_sessions(
     )
     sessions = [states[x] for x in sorted(changed)]
     if not threads and not sessions and not records:
-        return
+        return False
     grow = sorted(_view_growth(plan, states).items())
     columns = [list(c) for c in zip(*records, strict=True)] if records else []
     await conn.execute(
-        _WITH_RECORDS if records else _WITHOUT_RECORDS,
+        _batch_sql(bool(records), tracked is not None),
         [s for s, _, _ in threads],
         [r for _, r, _ in threads],
         [i for _, _, i in threads],
@@ -170,7 +197,9 @@ async def _write_threads_and_sessions(
         [sid for sid, _ in grow],
         [t for _, t in grow],
         *columns,
+        *(_tracking_args(*tracked) if tracked is not None else ()),
     )
+    return True
 
 
 async def _write_rejections(conn: asyncpg.Connection, plan: BatchPlan) -> None:
@@ -196,25 +225,18 @@ async def _write_rejections(conn: asyncpg.Connection, plan: BatchPlan) -> None:
 async def write_offsets(
     conn: asyncpg.Connection, consumer: str, topic: str, next_offsets: dict[int, int]
 ) -> None:
+    """The tracking rows and their notification in one round trip (a batch's records
+    take them in their own statement: ``write_plan``)."""
     if not next_offsets:
         return
+    await conn.execute("WITH" + _tracked(1), *_tracking_args(consumer, topic, next_offsets))
+
+
+def _tracking_args(consumer: str, topic: str, next_offsets: dict[int, int]) -> tuple[Any, ...]:
+    """``_tracked``'s arguments, in its order."""
     parts = sorted(next_offsets.items())
-    # One round trip: the tracking rows, and the notification (delivered at commit) that
-    # wakes Prepare's read-your-writes waiters without polling, the offsets in it.
-    await conn.execute(
-        "WITH tracked AS (INSERT INTO consumer_offsets (consumer, topic, partition, next_offset)"
-        " SELECT $1, $2, t.p, t.o FROM unnest($3::integer[], $4::bigint[]) AS t(p, o)"
-        " ON CONFLICT (consumer, topic, partition) DO UPDATE SET"
-        " next_offset = GREATEST(consumer_offsets.next_offset, EXCLUDED.next_offset),"
-        " updated_at = now() RETURNING 1)"
-        " SELECT pg_notify($5, $6)",
-        consumer,
-        topic,
-        [p for p, _ in parts],
-        [o for _, o in parts],
-        NOTIFY_CHANNEL,
-        commit_note(consumer, topic, next_offsets),
-    )
+    note = commit_note(consumer, topic, next_offsets)
+    return consumer, topic, [p for p, _ in parts], [o for _, o in parts], NOTIFY_CHANNEL, note
 
 
 # Records that render nothing in a view (lifecycle markers, retractions).

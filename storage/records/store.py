@@ -43,10 +43,17 @@ class IngestStore(Protocol):
         with only the runs and threads the batch names (``scopes``)."""
 
     async def write_records(
-        self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
+        self,
+        plan: BatchPlan,
+        states: dict[str, SessionState],
+        consumer: str,
+        topic: str,
+        offsets: dict[int, int] | None = None,
     ) -> None:
         """Write a planned part of a batch: records, runs, threads, outcomes and the
-        view estimate (resource (de)activations: ``storage.processor_store``)."""
+        view estimate (resource (de)activations: ``storage.processor_store``); with
+        ``offsets``, the batch's tracking rows too (``write_offsets``), in the same
+        round trip when the part writes anything."""
 
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
         """The tracking rows: the batch is consumed up to ``offsets`` (effectively-once)."""
@@ -75,9 +82,14 @@ class PgIngestStore:
         return await session_states.load_states(self.conn, keys, operations, scopes)
 
     async def write_records(
-        self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
+        self,
+        plan: BatchPlan,
+        states: dict[str, SessionState],
+        consumer: str,
+        topic: str,
+        offsets: dict[int, int] | None = None,
     ) -> None:
-        await ingest.write_plan(self.conn, plan, states, consumer, topic, {})
+        await ingest.write_plan(self.conn, plan, states, consumer, topic, offsets or {})
 
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
         await ingest.write_offsets(self.conn, consumer, topic, offsets)

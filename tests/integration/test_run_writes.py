@@ -4,6 +4,10 @@ after the batch (R1.2, R1.3)."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+from typing import Any
+
 import asyncpg
 import pytest
 
@@ -12,6 +16,7 @@ from domain.planning.state import BatchPlan, Incoming, NewRun, RunChange
 from domain.record_rows import RECORD_COLUMNS
 from schemas.contracts import RecordKind
 from storage.records import ingest, session_states
+from storage.records.offsets import committed_offsets, read_commit_note
 from tests.support.flows import client, new_session
 from tests.support.services import Services
 from tests.unit.factories import make_event
@@ -121,3 +126,78 @@ async def test_a_batch_of_records_writes_the_same_rows_in_one_statement_as_by_co
 
     by_statement, by_copy = await written(64), await written(0)
     assert len(by_statement) == len(events) + 2 and by_statement == by_copy
+
+
+@pytest.mark.spec("R15.2")
+async def test_a_batchs_tracking_rows_and_notification_go_with_its_records(
+    services: Services, db: asyncpg.Pool, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer offsets (the "consumed" mark) and the notification that wakes Prepare's
+    waiters are written by the statement of a batch's records, by COPY or not, and alone
+    when the batch writes nothing: the offsets only grow, one notification a commit."""
+    async with client(services) as c:
+        session = await new_session(c)
+        run = await c.start_run(session)
+        await c.prepare(run)  # the run is committed
+    sid = session["session_id"]
+    scope = {"space": run.space_id, "actor": run.actor_id, "session": sid, "run": run.run_id}
+    scope["instance"] = run.instance_id
+    consumer, topic = f"tracked-{uuid.uuid4().hex[:8]}", "ctx.records"
+    notes: list[dict[int, int]] = []  # ours (the services' processor notifies too)
+
+    def heard(*args: Any) -> None:
+        note = read_commit_note(args[3], consumer, topic)
+        if note is not None:
+            notes.append(note)
+
+    listener = await asyncpg.connect(pg_dsn)
+    await listener.add_listener(ingest.NOTIFY_CHANNEL, heard)
+
+    async def batch(keys: list[str], offsets: dict[int, int], copy_from: int = 64) -> int:
+        """Write a batch of user inputs ``keys``; the statements ``write_plan`` sent."""
+        monkeypatch.setattr(ingest, "COPY_FROM", copy_from)
+        events = [make_event(RecordKind.USER_INPUT, k, text=k, **scope) for k in keys]
+        chunk = [Incoming(ev, 0, i, 3, "tiktoken:cl100k_base") for i, ev in enumerate(events)]
+        async with db.acquire() as conn, conn.transaction():
+            states, _ = await session_states.load_states(
+                conn, {sid: set(keys)}, {}, {sid: {(run.run_id, run.instance_id)}}
+            )
+            counted = _Counting(conn)
+            plan = plan_batch(chunk, states)
+            await ingest.write_plan(counted, plan, states, consumer, topic, offsets)  # type: ignore[arg-type]
+            return counted.statements
+
+    try:
+        assert await batch(["t-1", "t-2"], {0: 5, 1: 7}) == 1  # in the records' statement
+        assert await batch(["t-3"], {0: 9}, copy_from=0) == 2  # the COPY, then the rest
+        assert await batch([], {1: 6}) == 1  # nothing to write but the offsets (6 < 7)
+        for _ in range(100):  # each notification comes with its commit
+            if len(notes) == 3:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await listener.close()
+    assert await committed_offsets(db, consumer, topic) == {0: 9, 1: 7}
+    assert notes == [{0: 5, 1: 7}, {0: 9}, {1: 6}]
+    written = await db.fetchval(
+        "SELECT count(*) FROM records WHERE session_id = $1 AND event_key LIKE 't-%'", sid
+    )
+    assert written == 3
+
+
+class _Counting:
+    """A connection that counts the statements sent through it (COPY included)."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn, self.statements = conn, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.conn, name)
+
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        self.statements += 1
+        return await self.conn.execute(*args, **kwargs)
+
+    async def copy_records_to_table(self, *args: Any, **kwargs: Any) -> Any:
+        self.statements += 1
+        return await self.conn.copy_records_to_table(*args, **kwargs)

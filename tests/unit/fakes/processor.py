@@ -126,7 +126,12 @@ class FakeProcessingStore:
         return states, existing
 
     async def write_records(
-        self, plan: BatchPlan, states: dict[str, SessionState], consumer: str, topic: str
+        self,
+        plan: BatchPlan,
+        states: dict[str, SessionState],
+        consumer: str,
+        topic: str,
+        offsets: dict[int, int] | None = None,
     ) -> None:
         keys = {nr.incoming.event.event_key for nr in plan.records}
         keys |= {r.incoming.event.event_key for r in plan.rejections}
@@ -164,6 +169,7 @@ class FakeProcessingStore:
             self.data.sessions[sid] = replace(
                 st, runs=runs, threads=threads, known_keys=set(), known_operations=set()
             )
+        await self.write_offsets(consumer, topic, offsets or {})
 
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
         for partition, offset in offsets.items():
