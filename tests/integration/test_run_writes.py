@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -15,7 +16,7 @@ from domain.planning.batch import plan_batch
 from domain.planning.state import BatchPlan, Incoming, NewRun, RunChange
 from domain.record_rows import RECORD_COLUMNS
 from schemas.contracts import RecordKind
-from storage.records import ingest, session_states
+from storage.records import batch_sql, ingest, session_states
 from storage.records.offsets import committed_offsets, read_commit_note
 from tests.support.flows import client, new_session
 from tests.support.services import Services
@@ -42,7 +43,7 @@ async def test_a_batchs_new_runs_and_their_changes_are_written_as_planned(
         RunChange(sid, "batch-run-1", "finished", 1, 2, 0),
     ]
     async with db.acquire() as conn, conn.transaction():
-        await ingest._write_runs(conn, plan)
+        await ingest.write_runs(conn, plan)
     rows = await db.fetch(
         "SELECT u.run_id, u.main_instance_id, u.status, u.resumes, u.ends, u.started_sequence,"
         " u.ended_at IS NOT NULL AS ended, x.through_session_sequence, x.user_turns,"
@@ -67,7 +68,7 @@ async def test_a_batchs_new_runs_and_their_changes_are_written_as_planned(
         RunChange(sid, "batch-run-1", "finished", 1, 2, 1),
     ]
     async with db.acquire() as conn, conn.transaction():
-        await ingest._write_runs(conn, later)
+        await ingest.write_runs(conn, later)
     assert await db.fetchval(ended, sid, "batch-run-0") > before["batch-run-0"]
     assert await db.fetchval(ended, sid, "batch-run-1") == before["batch-run-1"]
 
@@ -78,7 +79,7 @@ async def test_the_record_types_are_the_columns_of_records(db: asyncpg.Pool) -> 
         " WHERE a.attrelid = 'records'::regclass AND a.attnum > 0 AND NOT a.attisdropped"
     )
     types = {r["attname"]: r["type"] for r in rows}
-    assert {c: types[c] for c in RECORD_COLUMNS} == ingest.RECORD_TYPES
+    assert {c: types[c] for c in RECORD_COLUMNS} == batch_sql.RECORD_TYPES
     assert set(RECORD_COLUMNS) == set(types) - {"committed_at"}  # its default: now()
 
 
@@ -153,17 +154,22 @@ async def test_a_batchs_tracking_rows_and_notification_go_with_its_records(
     listener = await asyncpg.connect(pg_dsn)
     await listener.add_listener(ingest.NOTIFY_CHANNEL, heard)
 
-    async def batch(keys: list[str], offsets: dict[int, int], copy_from: int = 64) -> int:
-        """Write a batch of user inputs ``keys``; the statements ``write_plan`` sent."""
+    async def batch(
+        keys: list[str], offsets: dict[int, int], copy_from: int = 64, events: Sequence[Any] = ()
+    ) -> int:
+        """Write a batch of ``events`` and user inputs ``keys``; the statements
+        ``write_plan`` sent."""
         monkeypatch.setattr(ingest, "COPY_FROM", copy_from)
-        events = [make_event(RecordKind.USER_INPUT, k, text=k, **scope) for k in keys]
+        events = [*events, *(make_event(RecordKind.USER_INPUT, k, text=k, **scope) for k in keys)]
         chunk = [Incoming(ev, 0, i, 3, "tiktoken:cl100k_base") for i, ev in enumerate(events)]
+        runs = {(e.scope.run_id, e.scope.instance_id) for e in events}
         async with db.acquire() as conn, conn.transaction():
             states, _ = await session_states.load_states(
-                conn, {sid: set(keys)}, {}, {sid: {(run.run_id, run.instance_id)}}
+                conn, {sid: {e.event_key for e in events}}, {}, {sid: runs}
             )
             counted = _Counting(conn)
             plan = plan_batch(chunk, states)
+            assert not plan.rejections, plan.rejections
             await ingest.write_plan(counted, plan, states, consumer, topic, offsets)  # type: ignore[arg-type]
             return counted.statements
 
@@ -171,18 +177,33 @@ async def test_a_batchs_tracking_rows_and_notification_go_with_its_records(
         assert await batch(["t-1", "t-2"], {0: 5, 1: 7}) == 1  # in the records' statement
         assert await batch(["t-3"], {0: 9}, copy_from=0) == 2  # the COPY, then the rest
         assert await batch([], {1: 6}) == 1  # nothing to write but the offsets (6 < 7)
+        # A run finished, the next one started, its question: all in the one statement.
+        nxt = {**scope, "run": "tracked-next", "instance": "tracked-next.main"}
+        turn = [
+            make_event(RecordKind.RUN_FINISHED, f"run_finished:{run.run_id}", **scope),
+            make_event(RecordKind.RUN_STARTED, "run_started:tracked-next", **nxt),
+            make_event(RecordKind.USER_INPUT, "t-4", text="t-4", **nxt),
+        ]
+        assert await batch([], {0: 12}, events=turn) == 1
         for _ in range(100):  # each notification comes with its commit
-            if len(notes) == 3:
+            if len(notes) == 4:
                 break
             await asyncio.sleep(0.05)
     finally:
         await listener.close()
-    assert await committed_offsets(db, consumer, topic) == {0: 9, 1: 7}
-    assert notes == [{0: 5, 1: 7}, {0: 9}, {1: 6}]
+    assert await committed_offsets(db, consumer, topic) == {0: 12, 1: 7}
+    assert notes == [{0: 5, 1: 7}, {0: 9}, {1: 6}, {0: 12}]
     written = await db.fetchval(
         "SELECT count(*) FROM records WHERE session_id = $1 AND event_key LIKE 't-%'", sid
     )
-    assert written == 3
+    assert written == 4
+    statuses = await db.fetch(
+        "SELECT run_id, status FROM runs WHERE session_id = $1 ORDER BY run_id", sid
+    )
+    assert {r["run_id"]: r["status"] for r in statuses} == {
+        run.run_id: "finished",
+        "tracked-next": "active",
+    }
 
 
 class _Counting:
