@@ -1,5 +1,6 @@
 """The statement that writes a planned batch in one round trip (issue 37: each round trip
-of a processor transaction costs the machine ~0.2 ms, client and server).
+of a processor transaction costs the machine ~0.2 ms, client and server), its arguments,
+and its parts written alone.
 
 Its parts are data-modifying CTEs, each present when the batch has what it writes: the
 records, the new runs with their snapshots, the runs' changes, then always the threads,
@@ -8,14 +9,21 @@ notification of the commit as the statement's result. Every data-modifying CTE r
 whatever the result reads; none sees the others' rows (one snapshot), so a change of a
 run inserted by the same statement is written by a statement after it
 (``storage.records.ingest``). Arguments are numbered in the order of the parts:
-``$1``-``$12`` the threads', sessions' and estimates', then each present part's.
+``$1``-``$12`` the threads', sessions' and estimates', then each present part's
+(``new_run_args``, ``change_args``, ``tracking_args``). ``write_runs`` and
+``write_offsets`` send a part alone.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
+import asyncpg
+
+from domain.planning.state import BatchPlan, RunChange
 from domain.record_rows import RECORD_COLUMNS
+from storage.records.offsets import NOTIFY_CHANNEL, commit_note
 
 # The type of each of ``RECORD_COLUMNS`` (the statement's arrays are cast to them).
 RECORD_TYPES = {
@@ -29,6 +37,8 @@ RECORD_TYPES = {
     "occurred_at_ms": "bigint", "source_partition": "integer", "source_offset": "bigint",
     "resource_ref": "text",
 }  # fmt: skip
+# Each run's last change in a batch, and whether the batch reopened it.
+Changes = list[tuple[RunChange, bool]]
 # Each part's number of arguments.
 NEW_RUN_ARGS, CHANGE_ARGS, TRACKING_ARGS = 8, 7, 6
 
@@ -133,3 +143,66 @@ def batch_sql(records: bool, new_runs: bool, changes: bool, offsets: bool) -> st
             body, first = body + cte(first), first + n
     tail = "," + tracked(first) if offsets else " SELECT 1"
     return "WITH" + body + _THREADS_AND_SESSIONS + tail
+
+
+def run_changes(plan: BatchPlan) -> Changes:
+    """Each run's last change (its whole state after the batch: one statement updates a
+    row once), and whether the batch reopened it (a resume: an end in it is a new one)."""
+    last = {(c.session_id, c.run_id): c for c in plan.run_changes}
+    reopened = {(c.session_id, c.run_id) for c in plan.run_changes if c.status == "active"}
+    return [(c, key in reopened) for key, c in last.items()]
+
+
+async def write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
+    """The batch's new runs (each with its snapshot) in a statement, then their changes in
+    another: what ``write_plan`` writes of runs, on its own."""
+    if plan.new_runs:
+        await conn.execute(alone(new_runs_cte(1)), *new_run_args(plan))
+    if changes := run_changes(plan):
+        await conn.execute(alone(changes_cte(1)), *change_args(changes))
+
+
+def new_run_args(plan: BatchPlan) -> tuple[list[Any], ...]:
+    """``new_runs_cte``'s arguments."""
+    runs = plan.new_runs
+    return (
+        [r.session_id for r in runs],
+        [r.run_id for r in runs],
+        [r.through_session_sequence for r in runs],
+        [r.policy_revision for r in runs],
+        [r.user_turns for r in runs],
+        [r.model_steps for r in runs],
+        [r.main_instance_id for r in runs],
+        [r.started_sequence for r in runs],
+    )
+
+
+def change_args(changes: Changes) -> tuple[list[Any], ...]:
+    """``changes_cte``'s arguments."""
+    return (
+        [c.session_id for c, _ in changes],
+        [c.run_id for c, _ in changes],
+        [c.status for c, _ in changes],
+        [c.resumes for c, _ in changes],
+        [c.ends for c, _ in changes],
+        [c.refused_resumes for c, _ in changes],
+        [reopened for _, reopened in changes],
+    )
+
+
+async def write_offsets(
+    conn: asyncpg.Connection, consumer: str, topic: str, next_offsets: dict[int, int]
+) -> None:
+    """The tracking rows and their notification in one round trip (a batch's records
+    take them in their own statement: ``write_plan``)."""
+    if not next_offsets:
+        return
+    sql = "WITH" + tracked(1)
+    await conn.execute(sql, *tracking_args(consumer, topic, next_offsets))
+
+
+def tracking_args(consumer: str, topic: str, next_offsets: dict[int, int]) -> tuple[Any, ...]:
+    """``tracked``'s arguments, in its order."""
+    parts = sorted(next_offsets.items())
+    note = commit_note(consumer, topic, next_offsets)
+    return consumer, topic, [p for p, _ in parts], [o for _, o in parts], NOTIFY_CHANNEL, note

@@ -8,20 +8,15 @@ from typing import Any
 
 import asyncpg
 
-from domain.planning.state import BatchPlan, RunChange, SessionState
+from domain.planning.state import BatchPlan, SessionState
 from domain.record_rows import RECORD_COLUMNS, record_rows
 from storage.records import batch_sql, outcomes
-from storage.records.offsets import commit_note
 from storage.records.outcomes import RefusedEvent
-
-NOTIFY_CHANNEL = "ctx_committed"
 
 # A batch of more records than this is written by COPY (a backlog's batches: COPY streams
 # them); fewer go with the threads and sessions, in the statement that writes those (a
 # COPY is two round trips of its own).
 COPY_FROM = 64
-# Each run's last change in a batch, and whether the batch reopened it.
-Changes = list[tuple[RunChange, bool]]
 
 
 async def write_plan(
@@ -41,59 +36,18 @@ async def write_plan(
     if len(rows) > COPY_FROM:
         await conn.copy_records_to_table("records", records=rows, columns=RECORD_COLUMNS)
         rows = []
-    changes = run_changes(plan)
+    changes = batch_sql.run_changes(plan)
     # A change of a run this batch starts is written once the run is.
     new = {(r.session_id, r.run_id) for r in plan.new_runs}
     later = any((c.session_id, c.run_id) in new for c, _ in changes)
     tracked = (consumer, topic, next_offsets) if next_offsets else None
     if not await _write_batch(conn, plan, states, rows, [] if later else changes, tracked):
-        await write_offsets(conn, consumer, topic, next_offsets)
+        await batch_sql.write_offsets(conn, consumer, topic, next_offsets)
     if later:
-        await conn.execute(batch_sql.alone(batch_sql.changes_cte(1)), *_change_args(changes))
+        await conn.execute(
+            batch_sql.alone(batch_sql.changes_cte(1)), *batch_sql.change_args(changes)
+        )
     await _write_rejections(conn, plan)
-
-
-def run_changes(plan: BatchPlan) -> Changes:
-    """Each run's last change (its whole state after the batch: one statement updates a
-    row once), and whether the batch reopened it (a resume: an end in it is a new one)."""
-    last = {(c.session_id, c.run_id): c for c in plan.run_changes}
-    reopened = {(c.session_id, c.run_id) for c in plan.run_changes if c.status == "active"}
-    return [(c, key in reopened) for key, c in last.items()]
-
-
-async def write_runs(conn: asyncpg.Connection, plan: BatchPlan) -> None:
-    """The batch's new runs (each with its snapshot) in a statement, then their changes in
-    another: what ``write_plan`` writes of runs, on its own."""
-    if plan.new_runs:
-        await conn.execute(batch_sql.alone(batch_sql.new_runs_cte(1)), *_new_run_args(plan))
-    if changes := run_changes(plan):
-        await conn.execute(batch_sql.alone(batch_sql.changes_cte(1)), *_change_args(changes))
-
-
-def _new_run_args(plan: BatchPlan) -> tuple[list[Any], ...]:
-    runs = plan.new_runs
-    return (
-        [r.session_id for r in runs],
-        [r.run_id for r in runs],
-        [r.through_session_sequence for r in runs],
-        [r.policy_revision for r in runs],
-        [r.user_turns for r in runs],
-        [r.model_steps for r in runs],
-        [r.main_instance_id for r in runs],
-        [r.started_sequence for r in runs],
-    )
-
-
-def _change_args(changes: Changes) -> tuple[list[Any], ...]:
-    return (
-        [c.session_id for c, _ in changes],
-        [c.run_id for c, _ in changes],
-        [c.status for c, _ in changes],
-        [c.resumes for c, _ in changes],
-        [c.ends for c, _ in changes],
-        [c.refused_resumes for c, _ in changes],
-        [reopened for _, reopened in changes],
-    )
 
 
 async def _write_batch(
@@ -101,7 +55,7 @@ async def _write_batch(
     plan: BatchPlan,
     states: dict[str, SessionState],
     records: list[tuple[Any, ...]],
-    changes: Changes,
+    changes: batch_sql.Changes,
     tracked: tuple[str, str, dict[int, int]] | None,
 ) -> bool:
     """The threads the plan touched (upserted), its sessions' counters and sequences and
@@ -143,9 +97,9 @@ async def _write_batch(
         [sid for sid, _ in grow],
         [t for _, t in grow],
         *columns,
-        *(_new_run_args(plan) if plan.new_runs else ()),
-        *(_change_args(changes) if changes else ()),
-        *(_tracking_args(*tracked) if tracked is not None else ()),
+        *(batch_sql.new_run_args(plan) if plan.new_runs else ()),
+        *(batch_sql.change_args(changes) if changes else ()),
+        *(batch_sql.tracking_args(*tracked) if tracked is not None else ()),
     )
     return True
 
@@ -168,24 +122,6 @@ async def _write_rejections(conn: asyncpg.Connection, plan: BatchPlan) -> None:
             for r in plan.rejections
         ],
     )
-
-
-async def write_offsets(
-    conn: asyncpg.Connection, consumer: str, topic: str, next_offsets: dict[int, int]
-) -> None:
-    """The tracking rows and their notification in one round trip (a batch's records
-    take them in their own statement: ``write_plan``)."""
-    if not next_offsets:
-        return
-    sql = "WITH" + batch_sql.tracked(1)
-    await conn.execute(sql, *_tracking_args(consumer, topic, next_offsets))
-
-
-def _tracking_args(consumer: str, topic: str, next_offsets: dict[int, int]) -> tuple[Any, ...]:
-    """``batch_sql.tracked``'s arguments, in its order."""
-    parts = sorted(next_offsets.items())
-    note = commit_note(consumer, topic, next_offsets)
-    return consumer, topic, [p for p, _ in parts], [o for _, o in parts], NOTIFY_CHANNEL, note
 
 
 # Records that render nothing in a view (lifecycle markers, retractions).

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncpg
 
+# The channel of the notification sent at a batch's commit (``commit_note``).
+NOTIFY_CHANNEL = "ctx_committed"
 # Fields of a commit note: consumer, topic, then "partition:next_offset" pairs. (A unit
 # separator: neither a consumer group id nor a topic name may contain it.)
 _FIELD = "\x1f"

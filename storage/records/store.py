@@ -12,7 +12,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from domain.planning.state import BatchPlan, SessionState
-from storage.records import ingest, outcomes, session_states
+from storage.records import batch_sql, ingest, outcomes, session_states
 from storage.records.outcomes import RefusedEvent
 from storage.records.session_states import ExistingRecord
 
@@ -92,7 +92,7 @@ class PgIngestStore:
         await ingest.write_plan(self.conn, plan, states, consumer, topic, offsets or {})
 
     async def write_offsets(self, consumer: str, topic: str, offsets: dict[int, int]) -> None:
-        await ingest.write_offsets(self.conn, consumer, topic, offsets)
+        await batch_sql.write_offsets(self.conn, consumer, topic, offsets)
 
     async def open_sessions(self, session_ids: list[str]) -> set[str]:
         """The ids among ``session_ids`` that name an existing session."""

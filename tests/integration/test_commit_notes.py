@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from services.prepare.assembly.waiter import CommitWaiter
-from storage.records.ingest import write_offsets
+from storage.records.batch_sql import write_offsets
 from storage.records.offsets import committed_offsets
 
 pytestmark = pytest.mark.integration

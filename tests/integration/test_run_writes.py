@@ -17,7 +17,7 @@ from domain.planning.state import BatchPlan, Incoming, NewRun, RunChange
 from domain.record_rows import RECORD_COLUMNS
 from schemas.contracts import RecordKind
 from storage.records import batch_sql, ingest, session_states
-from storage.records.offsets import committed_offsets, read_commit_note
+from storage.records.offsets import NOTIFY_CHANNEL, committed_offsets, read_commit_note
 from tests.support.flows import client, new_session
 from tests.support.services import Services
 from tests.unit.factories import make_event
@@ -43,7 +43,7 @@ async def test_a_batchs_new_runs_and_their_changes_are_written_as_planned(
         RunChange(sid, "batch-run-1", "finished", 1, 2, 0),
     ]
     async with db.acquire() as conn, conn.transaction():
-        await ingest.write_runs(conn, plan)
+        await batch_sql.write_runs(conn, plan)
     rows = await db.fetch(
         "SELECT u.run_id, u.main_instance_id, u.status, u.resumes, u.ends, u.started_sequence,"
         " u.ended_at IS NOT NULL AS ended, x.through_session_sequence, x.user_turns,"
@@ -68,7 +68,7 @@ async def test_a_batchs_new_runs_and_their_changes_are_written_as_planned(
         RunChange(sid, "batch-run-1", "finished", 1, 2, 1),
     ]
     async with db.acquire() as conn, conn.transaction():
-        await ingest.write_runs(conn, later)
+        await batch_sql.write_runs(conn, later)
     assert await db.fetchval(ended, sid, "batch-run-0") > before["batch-run-0"]
     assert await db.fetchval(ended, sid, "batch-run-1") == before["batch-run-1"]
 
@@ -152,7 +152,7 @@ async def test_a_batchs_tracking_rows_and_notification_go_with_its_records(
             notes.append(note)
 
     listener = await asyncpg.connect(pg_dsn)
-    await listener.add_listener(ingest.NOTIFY_CHANNEL, heard)
+    await listener.add_listener(NOTIFY_CHANNEL, heard)
 
     async def batch(
         keys: list[str], offsets: dict[int, int], copy_from: int = 64, events: Sequence[Any] = ()

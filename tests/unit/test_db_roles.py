@@ -33,7 +33,6 @@ ENTRY = {
 PARTLY_USED = {
     ("processor", "storage.api_keys"): "PgBusKeys, a key's id, space and kind",
     ("prepare", "storage.api_keys"): "find_key, an HTTP call's key",
-    ("prepare", "storage.records.ingest"): "NOTIFY_CHANNEL, the commit waiter's channel",
     ("prepare", "storage.records.outcomes"): "reads an append's outcome",
     ("prepare", "storage.analytics"): "reads the rollups (the analytics route)",
     ("compaction", "storage.compaction.summaries"): "current_summary, revocation_epoch",

@@ -23,8 +23,7 @@ from typing import Any, Protocol
 import asyncpg
 
 from schemas.errors import NotCommittedYet
-from storage.records.ingest import NOTIFY_CHANNEL
-from storage.records.offsets import committed_offsets, read_commit_note
+from storage.records.offsets import NOTIFY_CHANNEL, committed_offsets, read_commit_note
 
 POLL_S = 0.25  # the safety net's period while a waiter waits without notification
 
