@@ -27,11 +27,12 @@ async def write_plan(
     topic: str,
     next_offsets: dict[int, int],
 ) -> None:
-    """Write the whole plan, in one statement unless it is a backlog's (``batch_sql``);
-    the caller holds the transaction opened by ``storage.records.session_states.load_states``.
-    (The session rows are locked and keys were checked under that lock, so the records
-    cannot hit a duplicate; if they ever did, the transaction fails and the batch is
-    retried, never half-applied.)"""
+    """Write the whole plan in one statement (``batch_sql``): a backlog's records go by
+    COPY before it, and a change of a run the batch starts after it. The caller holds the
+    transaction opened by ``storage.records.session_states.load_states``. (The session
+    rows are locked and keys were checked under that lock, so the records cannot hit a
+    duplicate; if they ever did, the transaction fails and the batch is retried, never
+    half-applied.)"""
     rows = list(record_rows(plan))
     if len(rows) > COPY_FROM:
         await conn.copy_records_to_table("records", records=rows, columns=RECORD_COLUMNS)

@@ -89,13 +89,7 @@ async def test_a_batch_of_records_writes_the_same_rows_in_one_statement_as_by_co
 ) -> None:
     """A small batch's records go with its threads and sessions in one statement, a large
     one's by COPY (``ingest.COPY_FROM``): the same rows either way."""
-    async with client(services) as c:
-        session = await new_session(c)
-        run = await c.start_run(session)
-        await c.prepare(run)  # the run is committed
-    sid = session["session_id"]
-    scope = {"space": run.space_id, "actor": run.actor_id, "session": sid, "run": run.run_id}
-    scope["instance"] = run.instance_id
+    sid, run, scope = await _a_committed_run(services)
     events = [
         make_event(RecordKind.USER_INPUT, f"w-{i}", text=f"q {i}", **scope) for i in range(3)
     ] + [make_event(RecordKind.TOOL_CALL, "w-call", operation_id="op-1", **scope)]
@@ -136,13 +130,7 @@ async def test_a_batchs_tracking_rows_and_notification_go_with_its_records(
     """The consumer offsets (the "consumed" mark) and the notification that wakes Prepare's
     waiters are written by the statement of a batch's records, by COPY or not, and alone
     when the batch writes nothing: the offsets only grow, one notification a commit."""
-    async with client(services) as c:
-        session = await new_session(c)
-        run = await c.start_run(session)
-        await c.prepare(run)  # the run is committed
-    sid = session["session_id"]
-    scope = {"space": run.space_id, "actor": run.actor_id, "session": sid, "run": run.run_id}
-    scope["instance"] = run.instance_id
+    sid, run, scope = await _a_committed_run(services)
     consumer, topic = f"tracked-{uuid.uuid4().hex[:8]}", "ctx.records"
     notes: list[dict[int, int]] = []  # ours (the services' processor notifies too)
 
@@ -204,6 +192,18 @@ async def test_a_batchs_tracking_rows_and_notification_go_with_its_records(
         run.run_id: "finished",
         "tracked-next": "active",
     }
+
+
+async def _a_committed_run(services: Services) -> tuple[str, Any, dict[str, Any]]:
+    """A new session's run, committed: its session id, its handle and ``make_event``'s
+    scope arguments for its main thread."""
+    async with client(services) as c:
+        session = await new_session(c)
+        run = await c.start_run(session)
+        await c.prepare(run)  # the run is committed
+    sid = session["session_id"]
+    scope = {"space": run.space_id, "actor": run.actor_id, "session": sid, "run": run.run_id}
+    return sid, run, {**scope, "instance": run.instance_id}
 
 
 class _Counting:
