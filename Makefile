@@ -70,7 +70,7 @@ test: setup ## ruff + mypy + the generated-client check beside the unit tests, t
 	$(PY) -m tests.support.junit_merge $(JUNIT_UNIT) $(JUNIT); \
 	for code in $$unit $$rc $$tests; do if [ $$code -ne 0 ]; then exit $$code; fi; done
 
-bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier (and phrasing-blind, en/zh), public agent transcripts, analytics, the cost of a session under three context policies, K agents sharing one runtime (CPU per step per process); one summary table last (build/bench)
+bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, cold), compaction cost and jobs/s (1, 2 workers), a 1,000-question session, summary fidelity, the execution frontier (and phrasing-blind, en/zh), public agent transcripts, analytics, the cost of a session under three context policies, K agents sharing one runtime (CPU per step per process), saturated and with a 500 ms model; one summary table last (build/bench)
 	@$(PY) -m benchmarks.run
 	@$(PY) -m benchmarks.ingest_floor
 	@$(PY) -m benchmarks.compaction
@@ -84,7 +84,7 @@ bench: up ## Benchmarks: ingest per driver vs ceilings, prepare latency (warm, c
 	@$(PY) -m benchmarks.frontier_blind
 	@$(PY) -m benchmarks.real_transcripts
 	@$(PY) -m benchmarks.cost
-	@$(PY) -m benchmarks.agents
+	@$(PY) -m benchmarks.agents --model-ms 0,500
 	@$(PY) -m benchmarks.summary
 
 gate: up ## Regression gate (issue 37): HEAD against the last landed commit (.ci/gate-baseline), 2 alternating rounds of benchmarks.gate_probe; fails on a measure > 25% worse beyond the noise (build/bench/gate.json)
