@@ -20,7 +20,7 @@ from domain.compaction.preemption import PreemptCandidate
 from domain.planning.state import BatchPlan, SessionState
 from domain.window.record_view import RecordView
 from schemas.contracts import ResourceActivationPayload
-from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
+from schemas.wire import BudgetObservation, CompactionOutcome, CompactionRequest, ControlEvent
 from storage.compaction import resource_revocation
 from storage.compaction.control import GainSettings, PgControlStore
 from storage.compaction.preempt_reads import PgPreemptReads
@@ -58,6 +58,10 @@ class ControlStore(Protocol):
 
     async def apply_control(self, effects: ControlEffects) -> None:
         """Write what a control decision decided."""
+
+    async def waiting_requests(self, session_ids: list[str]) -> list[CompactionRequest]:
+        """The requests of the jobs in flight of ``session_ids``' lineages that no worker
+        answered yet."""
 
     async def preempt_candidates(self, session_ids: list[str]) -> list[PreemptCandidate]:
         """Main lineages of ``session_ids`` due a pre-emptive check."""

@@ -135,6 +135,16 @@ async def settle(store: ControlStore, ev: ControlEvent, out: CompactionOutcome) 
     return effects
 
 
+async def waiting_again(store: ControlStore, session_ids: set[str]) -> list[CompactionRequest]:
+    """R15.3: the requests of the jobs ``session_ids`` wait on, published again because
+    their records came back as duplicates. A redelivery means the processor that wrote
+    them may have died between its commit and its publish, and a job its pre-emptive
+    check started then has no request on the bus and no observation on it to be
+    redelivered (``redelivered`` covers those). The worker and the commit dedupe by job
+    id, so a request that was published after all costs a saved-outcome lookup."""
+    return await store.waiting_requests(sorted(session_ids)) if session_ids else []
+
+
 async def preempt(store: ControlStore, session_ids: list[str]) -> list[ControlEffects]:
     """Pre-emptive checks of the sessions a batch touched
     (``domain.compaction.preemption``): a probe on the cached estimate, and where it

@@ -37,7 +37,7 @@ from storage.records.frontier import RETIRED
 from storage.records.outcomes import RefusedEvent
 from storage.records.session_states import ExistingRecord
 from streams.admission import Admission, Admitted, Control, Item, RawMessage, record_refusals
-from streams.control import apply_controls, preempt
+from streams.control import apply_controls, preempt, waiting_again
 from streams.envelopes import Authenticator
 from streams.faults import describe_failure, is_transient
 from streams.kafka.publish import Publisher
@@ -215,6 +215,7 @@ class BatchProcessor:
                     self.admission.dead_item(item, f.code, f.reason) for f in applied.failures
                 ]
             await self._apply_records(store, chunk, plan, existing, offsets)
+            requests += await waiting_again(store, plan.redelivered_sessions)
             if plan.touched_sessions:
                 touched = sorted(plan.touched_sessions)
                 requests += await self._preempt(store, touched, notes, careful)

@@ -122,6 +122,11 @@ class BatchPlan:
     new_threads: set[tuple[str, str, str]] = field(default_factory=set)
     touched_sessions: set[str] = field(default_factory=set)
 
+    @property
+    def redelivered_sessions(self) -> set[str]:
+        """The sessions with a record of the batch that was committed before."""
+        return {d.event.scope.session_id for d in self.duplicates}
+
 
 def record_id_for(space_id: str, session_id: str, event_key: str) -> str:
     """Deterministic: a redelivered event maps to the same id it was committed under."""

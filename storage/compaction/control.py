@@ -10,6 +10,7 @@ when the effects are written.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from domain.compaction.control.effects import (
     LockedState,
     ObservationInputs,
 )
+from domain.compaction.control.observation import request_of
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.triggers import Counters, LastAttempt
 from domain.frontier import Frontier
@@ -31,7 +33,7 @@ from domain.policy.parsed import policy_of
 from domain.pricing import ModelPrices
 from domain.window.budget import ModelProfile
 from domain.window.model_catalog import purpose_prices
-from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
+from schemas.wire import BudgetObservation, CompactionOutcome, CompactionRequest, ControlEvent
 from storage.compaction import state as compaction_state
 from storage.compaction import summaries as repo
 from storage.compaction.state import Checked
@@ -175,6 +177,23 @@ class PgControlStore(CachedViews):
     ) -> tuple[int, int]:
         f = await frontier_of(self.conn, session_id, lineage, run_id, instance_id)
         return f.plan.version, f.constraints_version
+
+    async def waiting_requests(self, session_ids: list[str]) -> list[CompactionRequest]:
+        """The requests of the jobs ``session_ids``' lineages wait on that no worker
+        answered yet (``requested``), as they were sent; an unreadable one is left to
+        expire (R15.3)."""
+        rows = await self.conn.fetch(
+            "SELECT j.request FROM compaction_state c"
+            " JOIN compaction_jobs j ON j.job_id = c.active_job_id"
+            " WHERE c.session_id = ANY($1::text[]) AND j.status = 'requested'"
+            " ORDER BY j.session_id, j.job_id",
+            session_ids,
+        )
+        requests = []
+        for r in rows:
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                requests.append(request_of(r["request"]))
+        return requests
 
     async def outcome_inputs(self, ev: ControlEvent, out: CompactionOutcome) -> OutcomeInputs:
         conn = self.conn

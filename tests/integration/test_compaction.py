@@ -8,6 +8,7 @@ the real model calls.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -765,28 +766,31 @@ async def test_a_child_compacts_on_its_own_counters_and_summary_never_the_parent
     assert main is None or main["current_summary_id"] is None
 
 
-@pytest.mark.spec("R15.3", "R7.4")
-async def test_a_compaction_request_lost_after_the_commit_is_published_again(
-    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool
-) -> None:
-    """The processor committed a job, then died before publishing its request: the
-    redelivered observation finds the job still waiting and publishes it again, so the
-    session's compaction is not blocked for good."""
+@dataclasses.dataclass(frozen=True)
+class Unpublished:
+    """A job a crashed processor committed and never published the request of."""
+
+    sid: str
+    run: RunHandle
+    job_id: str
+    obs_key: str
+    policy_rev: str
+
+
+async def _job_left_unpublished(ctx: ContextClient, db: asyncpg.Pool, tag: str) -> Unpublished:
+    """The state a processor leaves that died between its commit and its publish: report
+    + job + active job, no request sent; the session's last record is ``<tag>-sync``."""
     import time as _time
 
-    from schemas.wire import BudgetObservation, ControlEvent, encode_control
-
-    services = scripted[0]
     session = await new_session(
         ctx, context_policy={"recent_complete_groups": 1, "compaction": {"user_turns": 2}}
     )
     sid = session["session_id"]
-    run = await question(ctx, session, "lo", rounds=2)
+    run = await question(ctx, session, f"{tag}o", rounds=2)
     await ctx.finish_run(run)
-    run = await question(ctx, session, "lp")
-    await ctx.append_user(run, "sync", "lp-sync")  # a barrier we wait on below
-    await ctx.read_record(sid, await _wait_record(db, sid, "lp-sync"))
-    # The state the crashed processor left: report + job + active job, no request sent.
+    run = await question(ctx, session, f"{tag}p")
+    await ctx.append_user(run, "sync", f"{tag}-sync")  # a barrier we wait on below
+    await ctx.read_record(sid, await _wait_record(db, sid, f"{tag}-sync"))
     policy_rev = await db.fetchval(
         "SELECT r.policy_revision FROM sessions s JOIN releases r USING (release_id)"
         " WHERE s.session_id=$1",
@@ -795,7 +799,7 @@ async def test_a_compaction_request_lost_after_the_commit_is_published_again(
     watermark = await db.fetchval(
         "SELECT max(session_sequence) FROM records WHERE session_id=$1", sid
     )
-    job_id, obs_key = "cmp_lost0000000001", "obs:lost-publish"
+    job_id, obs_key = f"cmp_lost{tag}0000000001", f"obs:lost-publish-{tag}"
     request = {
         "job_id": job_id,
         "session_id": sid,
@@ -841,24 +845,52 @@ async def test_a_compaction_request_lost_after_the_commit_is_published_again(
         policy_rev,
         watermark,
     )
+    return Unpublished(sid, run, job_id, obs_key, policy_rev)
+
+
+@pytest.mark.spec("R15.3", "R7.4")
+async def test_a_compaction_request_lost_after_the_commit_is_published_again(
+    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """The processor committed a job, then died before publishing its request: the
+    redelivered observation finds the job still waiting and publishes it again, so the
+    session's compaction is not blocked for good."""
+    from schemas.wire import BudgetObservation, ControlEvent, encode_control
+
+    services = scripted[0]
+    lost = await _job_left_unpublished(ctx, db, "l")
     # Kafka redelivers the observation (its offset was never committed).
     redelivered = ControlEvent(
-        obs_key,
-        sid,
-        run.run_id,
-        run.instance_id,
+        lost.obs_key,
+        lost.sid,
+        lost.run.run_id,
+        lost.run.instance_id,
         0,
-        BudgetObservation(0, 1, 0, 0, 0, 0, None, "x", policy_rev),
+        BudgetObservation(0, 1, 0, 0, 0, 0, None, "x", lost.policy_rev),
     )
     value = encode_control(redelivered)
     await ctx.producer._producer.send_and_wait(
         services.env("ALC_TOPIC_RECORDS"),
         value,
-        key=sid.encode(),
-        headers=service_signed("prepare", sid.encode(), value),
+        key=lost.sid.encode(),
+        headers=service_signed("prepare", lost.sid.encode(), value),
     )
-    jobs = await settled(db, sid)
-    assert [j["job_id"] for j in jobs] == [job_id]  # the same job, not a second one
+    jobs = await settled(db, lost.sid)
+    assert [j["job_id"] for j in jobs] == [lost.job_id]  # the same job, not a second one
+    assert jobs[0]["status"] == "committed"
+
+
+@pytest.mark.spec("R15.3", "R3.1")
+async def test_a_redelivered_record_publishes_the_lost_request_of_a_preemptive_job(
+    scripted: tuple[Services, Script], ctx: ContextClient, db: asyncpg.Pool
+) -> None:
+    """A job the processor's pre-emptive check started has no observation on the bus to
+    be redelivered: when the crashed processor's batch comes back, its records are
+    duplicates, and the request their session waits on is published again."""
+    lost = await _job_left_unpublished(ctx, db, "m")
+    await ctx.append_user(lost.run, "sync", "m-sync")  # the batch, redelivered
+    jobs = await settled(db, lost.sid)
+    assert [j["job_id"] for j in jobs] == [lost.job_id]
     assert jobs[0]["status"] == "committed"
 
 

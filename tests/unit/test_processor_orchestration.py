@@ -291,6 +291,33 @@ async def test_a_trigger_that_fires_publishes_a_compaction_request_after_commit(
     assert store.log.index("commit") < store.log.index(f"send {CONFIG.topic_compaction_requests}")
 
 
+def requests_sent(pub: FakePublisher) -> list[str]:
+    return [
+        decode_compaction_request(m.value).job_id
+        for m in pub.flushed
+        if m.topic == CONFIG.topic_compaction_requests
+    ]
+
+
+@pytest.mark.spec("R15.3", "R3.1")
+async def test_a_redelivered_record_publishes_again_the_request_its_session_waits_on() -> None:
+    """A job whose request was lost between the commit and the publish (the processor
+    died there) is published again when the batch comes back as duplicates, even when
+    no redelivered observation started it (a pre-emptive check's job)."""
+    proc, store = make()
+    store.observations[SESSION] = observation_inputs()
+    await proc.handle(batch(encode_event(user("a")), control("obs-1", 900)))
+    pub = proc.publisher
+    assert isinstance(pub, FakePublisher)
+    (job_id,) = requests_sent(pub)
+    pub.flushed.clear()  # lost with the processor that committed it
+    await proc.handle(batch(encode_event(user("b"))))
+    assert requests_sent(pub) == []  # new records only: nothing is sent again
+    result = await proc.handle(batch(encode_event(user("a"))))
+    assert (result.committed, result.duplicates) == (0, 1)
+    assert requests_sent(pub) == [job_id]
+
+
 @pytest.mark.spec("R7.2", "R9.1")
 async def test_an_observation_sees_its_sessions_records_before_it_and_splits_no_other() -> None:
     # Offset order within a session; across sessions, records wait for one write: an

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from domain.compaction.control.effects import ControlEffects, ObservationInputs
+from domain.compaction.control.observation import request_of
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
 from domain.context.rendering import RecordView
 from domain.planning.state import BatchPlan, SessionState
-from schemas.wire import BudgetObservation, CompactionOutcome, ControlEvent
+from schemas.wire import BudgetObservation, CompactionOutcome, CompactionRequest, ControlEvent
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
 from storage.processor_store import ProcessingStore
@@ -234,6 +235,15 @@ class FakeProcessingStore:
             self.data.checked[(effects.session_id, report.event_key)] = Checked(
                 report.job_id if job is not None else None, status, request
             )
+
+    async def waiting_requests(self, session_ids: list[str]) -> list[CompactionRequest]:
+        """The requests of the jobs started here (``apply_control``) that no outcome
+        finished: this fake never finishes one."""
+        return [
+            request_of(c.job_request)
+            for (sid, _), c in self.data.checked.items()
+            if sid in session_ids and c.job_status == "requested" and c.job_request is not None
+        ]
 
     async def preempt_candidates(self, session_ids: list[str]) -> list[PreemptCandidate]:
         return [c for c in self.candidates if c.session_id in session_ids]
