@@ -105,6 +105,15 @@ class ContextBudgetExceeded(ContextError):
     http_status = 422
 
 
+class CompactionInFlight(ContextBudgetExceeded):
+    """R9.7: over the hard budget, and the job that makes room did not commit within the
+    prepare's bounded wait (reason ``compaction_timeout``): nothing is sent, and the same
+    prepare may succeed once the job commits, so it is worth retrying (a job whose request
+    was lost is published again, or expires, as later checks see it: R15.3)."""
+
+    retriable = True
+
+
 class ContextReprepareRequired(ContextError):
     """R9.8/R14: a model before-hook pushed the call past the soft threshold; prepare again
     (once) with the hook's size reserved, so compaction can make room first."""

@@ -89,6 +89,25 @@ async def test_an_action_over_the_budget_waits_for_the_job_and_is_refused_when_i
     assert isinstance(seen, BudgetObservation) and seen.input_budget == 3400
 
 
+@pytest.mark.spec("R9.7", "R15.3")
+async def test_an_action_over_the_budget_whose_job_is_still_running_may_be_retried() -> None:
+    """The bounded wait ran out with the job in flight: nothing is sent, with the same
+    code, but retriable (a failed job's refusal is not)."""
+    w = await world()
+    history(w, 3, 900)
+    w.svc.preparer.compaction.wait_s = 0.05  # no outcome comes: the wait runs out
+    with pytest.raises(ContextBudgetExceeded) as exc:
+        await w.svc.preparer.prepare("s1", "r1", PrepareIn())
+    wire = exc.value.to_dict()
+    assert (wire["code"], wire["retriable"]) == ("context_budget_exceeded", True)
+    assert wire["details"]["reason"] == "compaction_timeout"
+    w.compaction.outcomes = [{"status": "failed", "stage": "summarize", "reason": "x"}]
+    with pytest.raises(ContextBudgetExceeded) as failed:
+        await w.svc.preparer.prepare("s1", "r1", PrepareIn())
+    assert failed.value.details["reason"] == "compaction_failed"
+    assert failed.value.to_dict()["retriable"] is False
+
+
 @pytest.mark.spec("R9.7", "R11.1")
 async def test_an_action_over_the_budget_is_prepared_on_the_summary_the_job_committed() -> None:
     w = await world()

@@ -26,7 +26,7 @@ from schemas.answers.prepared import (
     ProviderRequest,
     Timing,
 )
-from schemas.errors import Conflict, ContextBudgetExceeded, InvalidRequest
+from schemas.errors import CompactionInFlight, Conflict, ContextBudgetExceeded, InvalidRequest
 from services.model_profiles import model_profile
 from services.prepare.assembly.answer_parts import (
     READ_CONTENT_TOOL,
@@ -137,7 +137,8 @@ class Preparer:
         revision = target.release.policy_revision
         try:
             if over_budget and job_status is not None and report.required <= report.input_budget:
-                raise ContextBudgetExceeded(
+                waiting = job_status["status"] == "timeout"
+                raise (CompactionInFlight if waiting else ContextBudgetExceeded)(
                     "context exceeds the input budget and compaction did not bring it under",
                     reason="compaction_" + str(job_status["status"]),
                     job=job_status,
