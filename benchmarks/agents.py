@@ -44,8 +44,9 @@ import asyncpg
 
 from benchmarks import proc_cpu
 from benchmarks.flame import Recorder
-from benchmarks.soak import admin, drop_scratch, free_port, provision, scratch_env
+from benchmarks.soak import admin, drop_scratch, provision, scratch_env
 from devstack.launcher import ServiceSet, service_set
+from devstack.ports import free_port
 from schemas.settings import Settings
 from services.sdk.client import ApiError, ContextClient
 

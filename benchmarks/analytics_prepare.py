@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -28,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from benchmarks.run import _events_for, first_prepare, pct
 from devstack.launcher import ServiceSet, service_set
+from devstack.ports import free_port
 from domain.auth import KeyKind
 from schemas.settings import Settings
 from schemas.wire import ObservabilityEvent, encode_observability
@@ -44,12 +44,6 @@ REPO = Path(__file__).resolve().parents[1]
 BLOCKS_PER_MODE = 20
 PROFILE = {"name": "bench-1m", "context_capacity": 1_000_000, "output_reserve": 8192,
            "safety_margin": 4096}  # fmt: skip
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def env_for(s: Settings, tag: str, port: int) -> dict[str, str]:
@@ -205,7 +199,7 @@ async def measure(
 
 async def prepare_p99(s: Settings, tag: str, calls: int, records: int, obs_rate: int) -> Any:
     """Start the services on ``s`` (database already migrated), measure, stop them."""
-    port = _free_port()
+    port = free_port()
     key = (await issue(s.pg_dsn, "bench", KeyKind.HOST, issuer=issuer_secret(s))).key
     env = {**os.environ, **env_for(s, tag, port), "ALC_API_KEY": key, "PYTHONUNBUFFERED": "1"}
     s = s.model_copy(update={"topic_records": env["ALC_TOPIC_RECORDS"]})

@@ -46,8 +46,9 @@ import orjson
 
 from benchmarks import agents as ag
 from benchmarks import run as rn
-from benchmarks.soak import admin, free_port, provision, scratch_env
+from benchmarks.soak import admin, provision, scratch_env
 from devstack.launcher import ServiceSet, service_set
+from devstack.ports import free_port
 from schemas.settings import Settings
 from services.sdk.client import ContextClient
 from storage.pool import create_pool

@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.scale_balance import FailoverTransport, Tally
-from benchmarks.soak import admin, drive, free_port, provision, scratch_env, table, verdict
+from benchmarks.soak import admin, drive, provision, scratch_env, table, verdict
 from benchmarks.soak_chaos import Chaos
 from benchmarks.soak_load import Ledger, LoadConfig
 from devstack.launcher import Proc, service_set
+from devstack.ports import free_port
 from schemas.settings import Settings
 
 REPO = Path(__file__).resolve().parents[1]

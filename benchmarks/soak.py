@@ -28,7 +28,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from benchmarks.soak_check import check_compaction, check_records, next_summary_
 from benchmarks.soak_db import compaction_log_lines, fetch, wait_caught_up
 from benchmarks.soak_load import Ledger, LoadConfig, run_load
 from devstack.launcher import ServiceSet, service_set
+from devstack.ports import free_port
 from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import issue
@@ -84,12 +84,6 @@ def use_stack_env() -> None:
     )
     if status.returncode != 0:
         sys.exit(f"[soak] the stack is not running (make up):\n{status.stdout}{status.stderr}")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def admin(dsn: str, sql: str) -> None:

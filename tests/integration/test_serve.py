@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -28,22 +27,6 @@ from tests.support.stack import REPO, Stack
 
 pytestmark = pytest.mark.integration
 SERVICES = ("prepare", "processor", "compaction", "analytics", "console")
-
-
-def free_ports(n: int) -> int:
-    """A base port with ``n`` consecutive free ports."""
-    for _ in range(50):
-        base = free_port()
-        if base + n > 65535:
-            continue
-        try:
-            for p in range(base, base + n):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return base
-    raise AssertionError(f"no {n} consecutive free ports")
 
 
 @dataclass
@@ -112,7 +95,7 @@ def start_serve(env: dict[str, str], *args: str) -> Serve:
 def serving(serve_env: dict[str, str], stack: Stack, tmp_path: Path) -> Iterator[Serve]:
     """``serve`` with the test's names and ports; killed (group) if a test left it up."""
     prepare_port = serve_env["ALC_PREPARE_PORT"]
-    metrics = free_ports(3)
+    metrics = free_port(3)
     # The stack's own set-up runs where the tests' stack is ours (deploy/stack.sh).
     stack_flag = "--stack" if stack.source == "deploy-scripts" else "--no-stack"
     serve = start_serve(

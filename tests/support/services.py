@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from devstack.launcher import Proc, ServiceSet, service_set
+from devstack.ports import free_port
 from domain.auth import KeyKind
 from schemas.settings import Settings
 from storage.api_keys import IssuedKey, issue
@@ -27,12 +27,6 @@ from tests.support.stack import REPO, Stack
 
 LOG_DIR = REPO / "build" / "test-logs"
 TEST_SPACE = "space-1"  # the tenant space of the tests' sessions (flows.new_session)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
