@@ -1,15 +1,21 @@
 """The operator's broker calls that aiokafka's admin client does not have: SCRAM users
-(AlterUserScramCredentials, KIP-554) and ACLs (CreateAcls), sent as Kafka protocol
-requests through its connection. Used by ``streams.kafka.provision`` as ``admin``."""
+(AlterUserScramCredentials, KIP-554) and ACLs (CreateAcls, DescribeAcls), sent as Kafka
+protocol requests through its connection. Used by ``streams.kafka.provision`` as
+``admin``."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import secrets
 from collections.abc import Sequence
 
 from aiokafka.admin import AIOKafkaAdminClient
-from aiokafka.protocol.admin import CreateAclsRequest_v1, DeleteAclsRequest_v1
+from aiokafka.protocol.admin import (
+    CreateAclsRequest_v1,
+    DeleteAclsRequest_v1,
+    DescribeAclsRequest,
+)
 from aiokafka.protocol.api import Request, RequestStruct, Response
 from aiokafka.protocol.types import (
     CompactArray,
@@ -180,3 +186,29 @@ async def delete_acls(admin: AIOKafkaAdminClient, principal: str) -> int:
     if code or failed:
         raise BusAdminFailed(f"ACLs of {principal} not deleted: {msg or code or failed[:5]}")
     return len(matching)
+
+
+async def wait_enforced(admin: AIOKafkaAdminClient, acl: Acl, timeout_s: float = 30.0) -> None:
+    """Until every broker enforces ``acl``. CreateAcls answers once the controller has
+    committed the records; each broker applies them from its metadata log afterwards
+    (behind whatever else the log holds: under load, topic creations of other clients
+    made that 100 ms), and until then refuses what they allow. A broker applies the log in
+    order, so the last ACL of a request stands for all of it. Asked by DescribeAcls,
+    which a broker answers from the ACLs it enforces."""
+    ask = DescribeAclsRequest(acl.resource, acl.name, acl.pattern, acl.principal, _ANY_HOST,
+                              acl.op, _ALLOW)  # fmt: skip
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    for broker in sorted(admin._client.cluster.brokers(), key=lambda b: b.nodeId):
+        while True:
+            resp = await admin._send_request_to_node(broker.nodeId, ask)
+            if resp.error_code:
+                raise BusAdminFailed(f"ACLs not described: {resp.error_message or resp.error_code}")
+            if resp.resources:
+                break
+            if loop.time() >= deadline:
+                raise BusAdminFailed(
+                    f"broker {broker.nodeId} does not enforce the new ACLs after {timeout_s:g} s",
+                    broker=broker.nodeId,
+                )
+            await asyncio.sleep(0.05)

@@ -33,6 +33,7 @@ from streams.kafka.admin import (
     delete_acls,
     delete_scram_users,
     upsert_scram_users,
+    wait_enforced,
 )
 from streams.kafka.auth import credentials_path, kafka_auth, read_credentials
 from streams.kafka.quotas import set_quotas
@@ -66,6 +67,8 @@ async def provision(settings: Settings, runtimes: dict[str, str] | None = None) 
         await upsert_scram_users(admin, wanted)
         acls = acl_plan(bus_names(settings), ("runtime", *extra))
         await create_acls(admin, acls)
+        if acls:  # what runs next (topic set-up, the services) must not be refused
+            await wait_enforced(admin, acls[-1])
         await set_quotas(admin, runtime_quotas(settings, ("runtime", *extra)))
     return len(acls)
 

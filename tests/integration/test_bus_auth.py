@@ -16,11 +16,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaError
 
+from domain.bus_access import Acl, Op, Pattern, Resource
 from schemas.contracts import RecordKind, RetractionPayload
 from schemas.wire import CompactionOutcome, ControlEvent, DeadLetter, encode_control
 from services.sdk.client import ContextClient, RunHandle
 from storage.api_keys import revoke_key
 from streams.envelopes import KEY_TTL_S
+from streams.kafka.admin import BusAdminFailed, create_acls, wait_enforced
 from streams.kafka.auth import KafkaAuth
 from streams.kafka.provision import add_runtime, runtime_quotas
 from streams.kafka.quotas import quotas_of
@@ -246,5 +248,22 @@ async def test_each_runtime_principal_is_held_to_the_runtime_quotas(
         for q in runtime_quotas(settings, ("runtime", space_b.auth.username or "")):
             assert await quotas_of(admin, q.user) == q.values(), q.user
         assert await quotas_of(admin, "processor") == {}
+    finally:
+        await admin.close()
+
+
+async def test_acls_are_waited_for_until_the_broker_enforces_them(services: Services) -> None:
+    """``provision`` returns once the broker enforces the ACLs it created (CreateAcls
+    answers when the controller committed them; the broker applies them later): the
+    check sees a new ACL, and does not pass one the broker does not have."""
+    topic = f"acl-wait-{uuid.uuid4().hex[:8]}"
+    acl = Acl("User:prepare", Resource.TOPIC, topic, Pattern.LITERAL, Op.DESCRIBE)
+    admin = AIOKafkaAdminClient(bootstrap_servers=services.stack.kafka_bootstrap, **auth())
+    await admin.start()
+    try:
+        with pytest.raises(BusAdminFailed, match="does not enforce"):
+            await wait_enforced(admin, acl, timeout_s=0.3)  # never created
+        await create_acls(admin, [acl])
+        await wait_enforced(admin, acl, timeout_s=10)
     finally:
         await admin.close()
