@@ -10,7 +10,7 @@ from devstack.launcher import Proc
 from tests.support.console import running_console
 from tests.support.harness import analytics_process
 from tests.support.model_server import Script
-from tests.support.services import Services, scripted_services
+from tests.support.services import Services, drop_made_topics, scripted_services
 from tests.support.stack import Stack
 
 
@@ -36,3 +36,10 @@ def analytics(services: Services) -> Iterator[Proc]:
     in a consumer group of its own, per module (``tests.support.harness``)."""
     with analytics_process(services) as proc:
         yield proc
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tests_topics_deleted() -> Iterator[None]:
+    """Every topic the session's tests made is deleted at its end (``made``)."""
+    yield
+    drop_made_topics()

@@ -24,7 +24,7 @@ from storage.migrate import apply_dsn
 from streams.kafka.provision import provision
 from tests.support.flows import client
 from tests.support.kafka import auth
-from tests.support.services import Services
+from tests.support.services import Services, made
 from tests.support.stack import Stack
 from tests.support.summarized import summarized_call
 from tests.unit.factories import make_event
@@ -142,6 +142,9 @@ async def test_dlq_list_show_and_replay(stack: Stack, pg_dsn: str) -> None:
         await admin.create_topics([NewTopic(dlq, 2, 1), NewTopic(source, 1, 1)])
     finally:
         await admin.close()
+    own = {n: f"cli-{n}-{tag}" for n in ("topic_committed", "topic_compaction_requests",
+                                          "topic_observability", "processor_id")}  # fmt: skip
+    made(Settings(topic_dead_letter=dlq, topic_records=source, **own))  # deleted at the end
     # A context event with a well-formed envelope (issue 38: nothing else is replayed),
     # for a session this database does not hold.
     original = encode_event(make_event(RecordKind.USER_INPUT, f"ek-{tag}", session="ses-1"))

@@ -17,13 +17,14 @@ from streams.kafka.partitioning import cached_partitioner
 from streams.kafka.publish import AiokafkaPublisher
 from streams.kafka.topics import ensure_topics
 from tests.support.kafka import auth
+from tests.support.services import made_topic
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.integration
 
 
 async def _topic(stack: Stack, partitions: int = 4) -> str:
-    name = f"tb{uuid.uuid4().hex[:8]}"
+    name = made_topic(f"tb{uuid.uuid4().hex[:8]}")
     await ensure_topics(
         Settings(kafka_bootstrap=stack.kafka_bootstrap, topic_partitions=partitions), [name]
     )

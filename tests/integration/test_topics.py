@@ -24,7 +24,7 @@ from streams.kafka.topics import (
     topic_names,
 )
 from tests.support.kafka import auth
-from tests.support.services import free_port, provision_for
+from tests.support.services import free_port, made, provision_for
 from tests.support.stack import REPO, Stack
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def _settings(stack: Stack, **over: object) -> Settings:
         "topic_compaction_requests": f"tt{tag}.compaction.requests",
         "topic_observability": f"tt{tag}.observability",
     }
-    return Settings(kafka_bootstrap=stack.kafka_bootstrap, **(names | over))  # type: ignore[arg-type]
+    return made(Settings(kafka_bootstrap=stack.kafka_bootstrap, **(names | over)))  # type: ignore[arg-type]
 
 
 async def _describe(stack: Stack, names: list[str]) -> dict[str, int]:

@@ -68,9 +68,49 @@ class Services:
             loop.close()
 
 
+# The names of every test's topics this process made (``services_env``, ``made``): deleted
+# when its test session ends (``drop_made_topics``), whether or not the test that made them
+# stopped its processes through ``Services.stop``.
+_MADE: list[Settings] = []
+
+
+def made(settings: Settings) -> Settings:
+    """``settings``, its topics (``streams.kafka.topics.topic_names``) and its processor's
+    leader topic to be deleted at the session's end. Only for names of a test's own: every
+    configured name goes, the defaults' too."""
+    _MADE.append(settings)
+    return settings
+
+
+def made_topic(name: str) -> str:
+    """``made`` for one topic a test named ``name`` (the other names derived from it)."""
+    parts = ("committed", "dead_letter", "compaction_requests", "observability")
+    made(
+        Settings(
+            topic_records=name, processor_id=name, **{f"topic_{p}": f"{name}.{p}" for p in parts}
+        )
+    )
+    return name
+
+
+def drop_made_topics() -> None:
+    """The topics of ``made`` deleted (a broker pays for every partition it keeps, and a
+    development stack outlives many test runs); one that fails is said, not raised."""
+    loop = asyncio.new_event_loop()  # after pytest-asyncio's loops, like provision_for
+    try:
+        for settings in _MADE:
+            try:
+                loop.run_until_complete(drop_topics(settings))
+            except Exception as exc:
+                print(f"[tests] topics of {settings.topic_records} not deleted: {exc!r}")
+    finally:
+        loop.close()
+    _MADE.clear()
+
+
 def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
     tag = uuid.uuid4().hex[:8]
-    return stack.env | {
+    env = stack.env | {
         "ALC_PG_DSN": pg_dsn,
         "ALC_TOPIC_RECORDS": f"t{tag}.records",
         "ALC_TOPIC_COMMITTED": f"t{tag}.records.committed",
@@ -86,6 +126,8 @@ def services_env(stack: Stack, pg_dsn: str) -> dict[str, str]:
         "ALC_MODEL_PROFILES_FILE": str(REPO / "tests/support/model_profiles.json"),
         "ALC_MODEL_LIMITS": "test-cap-2k=2000",
     }
+    made(settings_of(env))
+    return env
 
 
 def settings_of(env: dict[str, str]) -> Settings:
