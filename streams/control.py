@@ -14,6 +14,7 @@ transaction has committed.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ from schemas.wire import (
 from storage.compaction.state import Checked
 from storage.processor_store import ControlStore
 from streams.faults import describe_failure, is_transient
+
+log = logging.getLogger("agentloom.processor")
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,31 @@ async def waiting_again(store: ControlStore, session_ids: set[str]) -> list[Comp
     redelivered (``redelivered`` covers those). The worker and the commit dedupe by job
     id, so a request that was published after all costs a saved-outcome lookup."""
     return await store.waiting_requests(sorted(session_ids)) if session_ids else []
+
+
+async def after_batch(
+    store: ControlStore, touched: list[str], redelivered: set[str], careful: bool
+) -> tuple[list[CompactionRequest], list[ObservabilityEvent]]:
+    """What a batch's records call for once written: the requests their redelivered
+    sessions wait on, again (``waiting_again``), and the pre-emptive checks of the
+    sessions they touched (``preempt``). Both repair or anticipate what later checks do
+    too (Prepare's at the next action prepare, a job's expiry: R15.3), so one that fails
+    is undone (``careful``: a savepoint) and skipped, never a reason to lose the batch's
+    records; without ``careful``, what fails is raised (the batch is then applied again,
+    carefully)."""
+    if not (touched or redelivered):
+        return [], []
+    try:
+        async with store.transaction() if careful else contextlib.nullcontext():
+            requests = await waiting_again(store, redelivered)
+            done = await preempt(store, touched) if touched else []
+    except Exception as exc:
+        if is_transient(exc) or not careful:
+            raise
+        log.exception("checks after a batch of %d sessions skipped", len(touched))
+        return [], []
+    requests += [e.request for e in done if e.request is not None]
+    return requests, [note for e in done for note in e.notes]
 
 
 async def preempt(store: ControlStore, session_ids: list[str]) -> list[ControlEffects]:

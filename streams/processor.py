@@ -37,7 +37,7 @@ from storage.records.frontier import RETIRED
 from storage.records.outcomes import RefusedEvent
 from storage.records.session_states import ExistingRecord
 from streams.admission import Admission, Admitted, Control, Item, RawMessage, record_refusals
-from streams.control import apply_controls, preempt, waiting_again
+from streams.control import after_batch, apply_controls
 from streams.envelopes import Authenticator
 from streams.faults import describe_failure, is_transient
 from streams.kafka.publish import Publisher
@@ -215,10 +215,9 @@ class BatchProcessor:
                     self.admission.dead_item(item, f.code, f.reason) for f in applied.failures
                 ]
             await self._apply_records(store, chunk, plan, existing, offsets)
-            requests += await waiting_again(store, plan.redelivered_sessions)
-            if plan.touched_sessions:
-                touched = sorted(plan.touched_sessions)
-                requests += await self._preempt(store, touched, notes, careful)
+            touched, again = sorted(plan.touched_sessions), plan.redelivered_sessions
+            more, seen = await after_batch(store, touched, again, careful)
+            requests, notes = requests + more, notes + seen
             out = encode_applied(self.config, plan, existing, notes, requests)
         out.dead += failed
         return out
@@ -274,28 +273,6 @@ class BatchProcessor:
                         raise
                     log.warning("outcome of offset %d not recorded: %r", item.offset, failure)
             await store.write_offsets(self.config.consumer, self.config.topic_records, offsets)
-
-    async def _preempt(
-        self,
-        store: ProcessingStore,
-        session_ids: list[str],
-        notes: list[ObservabilityEvent],
-        careful: bool,
-    ) -> list[CompactionRequest]:
-        """Pre-emptive checks are an optimisation (Prepare checks again at the next
-        action prepare): one that fails is undone (``careful``: a savepoint) and skipped,
-        never a reason to lose the batch's records."""
-        try:
-            async with store.transaction() if careful else contextlib.nullcontext():
-                done = await preempt(store, session_ids)
-        except Exception as exc:
-            if is_transient(exc) or not careful:
-                raise
-            log.exception("pre-emptive check of %d sessions skipped", len(session_ids))
-            return []
-        for effects in done:
-            notes += effects.notes
-        return [e.request for e in done if e.request is not None]
 
     async def _apply_records(
         self,

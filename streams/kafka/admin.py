@@ -190,11 +190,11 @@ async def delete_acls(admin: AIOKafkaAdminClient, principal: str) -> int:
 
 async def wait_enforced(admin: AIOKafkaAdminClient, acl: Acl, timeout_s: float = 30.0) -> None:
     """Until every broker enforces ``acl``. CreateAcls answers once the controller has
-    committed the records; each broker applies them from its metadata log afterwards
-    (behind whatever else the log holds: under load, topic creations of other clients
-    made that 100 ms), and until then refuses what they allow. A broker applies the log in
-    order, so the last ACL of a request stands for all of it. Asked by DescribeAcls,
-    which a broker answers from the ACLs it enforces."""
+    committed the records; each broker applies them from its metadata log afterwards,
+    behind whatever else the log holds (other clients' topic creations, under load), and
+    until then refuses what they allow. A broker applies the log in order, so the last
+    ACL of a request stands for all of it. Asked by DescribeAcls, which a broker answers
+    from the ACLs it enforces."""
     ask = DescribeAclsRequest(acl.resource, acl.name, acl.pattern, acl.principal, _ANY_HOST,
                               acl.op, _ALLOW)  # fmt: skip
     loop = asyncio.get_running_loop()

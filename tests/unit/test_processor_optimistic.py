@@ -78,6 +78,26 @@ async def test_a_failing_preemptive_check_is_skipped_and_the_records_commit_once
     assert store.log.count("commit") == 1
 
 
+@pytest.mark.spec("R15.3", "R3.1")
+async def test_a_failing_read_of_waiting_requests_is_skipped_and_loses_nothing() -> None:
+    """Publishing a waiting request again is a repair: a read of it that fails is undone
+    and skipped, and the redelivered batch is still a duplicate, not a dead letter."""
+    proc, store = make()
+    await proc.handle(batch(encode_event(user("a"))))
+    reads = 0
+
+    async def failing(session_ids: list[str]) -> object:
+        nonlocal reads
+        reads += 1
+        raise InjectedFailure("requests unreadable")
+
+    store.waiting_requests = failing  # type: ignore[assignment, method-assign]
+    result = await proc.handle(batch(encode_event(user("a")), encode_event(user("b"))))
+    assert (result.committed, result.duplicates, result.dead_letters) == (1, 1, 0)
+    assert store.committed_keys() == ["a", "b"]
+    assert reads == 2  # the optimistic attempt, then the careful one that skips it
+
+
 @pytest.mark.spec("R15.3")
 async def test_a_session_seen_to_exist_is_not_asked_for_again() -> None:
     proc, store = make()
