@@ -58,23 +58,29 @@ async def test_a_failing_control_event_rolls_the_batch_back_once_then_fails_alon
     assert pub.on(CONFIG.topic_compaction_requests) == []
 
 
+class FailingRead:
+    """A store read that always fails, counting its calls."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.calls = 0
+
+    async def __call__(self, *args: object) -> object:
+        self.calls += 1
+        raise InjectedFailure(self.what)
+
+
 @pytest.mark.spec("R15.3")
 async def test_a_failing_preemptive_check_is_skipped_and_the_records_commit_once() -> None:
     proc, store = make()
     policy = effective_policy({"compaction": {"user_turns": 2}})[0]
     store.candidates = [PreemptCandidate(SESSION, "run-1", policy, "pol-1", 10, 10, 1000, 10)]
-    reads = 0
-
-    async def failing(session_id: str, run_id: str) -> object:
-        nonlocal reads
-        reads += 1
-        raise InjectedFailure("view unreadable")
-
-    store.main_view = failing  # type: ignore[assignment, method-assign]
+    read = FailingRead("view unreadable")
+    store.main_view = read  # type: ignore[assignment, method-assign]
     result = await proc.handle(batch(encode_event(user("a")), encode_event(user("b"))))
     assert (result.committed, result.dead_letters, result.isolated) == (2, 0, 0)
     assert store.committed_keys() == ["a", "b"]
-    assert reads == 2  # the optimistic attempt, then the careful one that skips it
+    assert read.calls == 2  # the optimistic attempt, then the careful one that skips it
     assert store.log.count("commit") == 1
 
 
@@ -84,18 +90,12 @@ async def test_a_failing_read_of_waiting_requests_is_skipped_and_loses_nothing()
     and skipped, and the redelivered batch is still a duplicate, not a dead letter."""
     proc, store = make()
     await proc.handle(batch(encode_event(user("a"))))
-    reads = 0
-
-    async def failing(session_ids: list[str]) -> object:
-        nonlocal reads
-        reads += 1
-        raise InjectedFailure("requests unreadable")
-
-    store.waiting_requests = failing  # type: ignore[assignment, method-assign]
+    read = FailingRead("requests unreadable")
+    store.waiting_requests = read  # type: ignore[assignment, method-assign]
     result = await proc.handle(batch(encode_event(user("a")), encode_event(user("b"))))
     assert (result.committed, result.duplicates, result.dead_letters) == (1, 1, 0)
     assert store.committed_keys() == ["a", "b"]
-    assert reads == 2  # the optimistic attempt, then the careful one that skips it
+    assert read.calls == 2  # the optimistic attempt, then the careful one that skips it
 
 
 @pytest.mark.spec("R15.3")
