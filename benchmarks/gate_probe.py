@@ -22,7 +22,10 @@ own OS processes (as ``benchmarks.agents`` runs them), it first seeds a thread o
    at a time, once the round's writes are analyzed: the server's assemble time
    (``timing.assemble_ms``) p50 and p99, as ``benchmarks.run`` measures it (warm).
    ``--driven``, the driver asks for them in batches, the two sides' batches
-   alternating (a machine's load moves within a round: the sides see the same).
+   alternating (a machine's load moves within a round: the sides see the same), from a
+   Prepare started afresh for them (``fresh``): a process's tail (where its collector's
+   passes fall, how its heap grew) is drawn again each round, so that the rounds' spread
+   shows it instead of one process's luck setting a side's p99 for the whole run.
 
 Without ``--driven``: one round; ``build/bench/gate_probe.json`` under the cwd.
 """
@@ -199,12 +202,26 @@ async def probe(w: World, args: argparse.Namespace, prepares: bool = True) -> di
     return out
 
 
+async def fresh(w: World) -> float:
+    """Prepare stopped and started again, and the thread's view built again by a first
+    prepare (the prepares that follow are warm); the seconds it took."""
+    t = time.monotonic()
+    assert w.services.prepare is not None
+    await asyncio.to_thread(w.services.prepare.stop)
+    await asyncio.to_thread(w.services.prepare.start, START_TIMEOUT_S)
+    await rn.first_prepare(w.c, w.thread)
+    took = time.monotonic() - t
+    log(f"Prepare started afresh, the thread's view built again, in {took:.1f} s")
+    return took
+
+
 async def serve(
     args: argparse.Namespace, services: ServiceSet, s: Settings, url: str, key: str, db: str
 ) -> list[dict[str, Any]]:
     """Seeded, one round; ``--driven``: what each line read from stdin asks, until its
-    end — ``round``: agents and the burst, answered ``ROUND <json>``; ``prep N``: N
-    prepares, answered ``PREP <json list of assemble ms>``. ``benchmarks.compare --gate``
+    end — ``round``: agents and the burst, answered ``ROUND <json>``; ``fresh``: Prepare
+    started again, answered ``FRESH <seconds>``; ``prep N``: N prepares, answered
+    ``PREP <json list of assemble ms>``. ``benchmarks.compare --gate``
     drives two of these, one per side, each with its services up throughout, and
     alternates the sides' prepares in small batches."""
     out: list[dict[str, Any]] = []
@@ -218,6 +235,9 @@ async def serve(
             if line.startswith("prep "):
                 times = await prepare_times(w, int(line.split()[1]))
                 print("PREP " + json.dumps(times), flush=True)
+                continue
+            if line.startswith("fresh"):
+                print(f"FRESH {await fresh(w):.1f}", flush=True)
                 continue
             t = time.monotonic()
             out.append(await probe(w, args, prepares=False))

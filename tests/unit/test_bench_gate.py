@@ -154,6 +154,8 @@ def fake_probes(
                 level = {"agents": 8, "cpu_ms_per_step": {"ours": 10.0}}
                 level |= {"steps_per_s": 1.0, "prepare_p99_ms": 1.0}
                 return {"agents": level, "processor_cpu_us_per_event": 1.0}
+            if command == "fresh":
+                return 0.1
             return [(prep_ms or {}).get(self.side, 1.0)] * PREP_BATCH
 
         def close(self) -> int:
@@ -178,14 +180,15 @@ def test_the_sides_take_turns_going_first_on_a_settled_machine(
     calls = fake_probes(monkeypatch, tmp_path)
     runs, failures = compare.driven_rounds(trees_in(tmp_path), 3)
     assert [len(r) for r in runs.values()] == [3, 3] and failures == {"before": [], "after": []}
-    per_round = 3 + 2 + 2 * PREP_BATCHES
+    per_round = 3 + 2 + 2 + 2 * PREP_BATCHES
     rounds = [calls[i : i + per_round] for i in range(0, len(calls), per_round)]
     firsts = [[side for side, what in r if what == "round"] for r in rounds]
     assert firsts == [["before", "after"], ["after", "before"], ["before", "after"]]
-    assert [r[5][0] for r in rounds] == ["before", "after", "before"]  # the first batch
-    # What ran before is let finish before each side's agents and before the prepares.
-    assert [[what for _, what in r[:5]] for r in rounds] == [
-        ["settle", "round", "settle", "round", "settle"]
+    assert [r[7][0] for r in rounds] == ["before", "after", "before"]  # the first batch
+    # What ran before is let finish before each side's agents and before the prepares,
+    # which each side's Prepare, started afresh, answers.
+    assert [[what for _, what in r[:7]] for r in rounds] == [
+        ["settle", "round", "settle", "round", "fresh", "fresh", "settle"]
     ] * 3
 
 
