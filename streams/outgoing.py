@@ -9,7 +9,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from domain.planning.state import SCOPE_MISMATCH, BatchPlan, Incoming, NewRecord
+from domain.planning.state import SCOPE_MISMATCH, BatchPlan, Incoming, NewRecord, Rejection
 from schemas.contracts import built
 from schemas.wire import (
     CommittedRecord,
@@ -129,25 +129,12 @@ def encode_applied(
             out.committed.append(_committed(config, again))
     for rej in plan.rejections:
         if rej.dead_letter:
-            ev = rej.incoming.event
-            # The letter is the signer's (the event's space, which admission checked
-            # against the signing key), never that of a session of another space it named.
-            sid = None if rej.code == SCOPE_MISMATCH else ev.scope.session_id
-            out.dead.append(
-                dead_letter(
-                    config,
-                    rej.incoming.partition,
-                    rej.incoming.offset,
-                    rej.code,
-                    rej.message,
-                    sid,
-                    ev.event_key,
-                    space_id=ev.scope.space_id,
-                )
-            )
+            out.dead.append(_letter(config, rej))
         else:
             out.rejected += 1
         out.codes[rej.code] = out.codes.get(rej.code, 0) + 1
+    # Published again, counted once (the duplicates count their events).
+    out.dead += [_letter(config, rej) for rej in plan.letters_again]
     notes += [_conflict_note(nr, now) for nr in plan.records if nr.revision_conflict]
     notes += [_hit_note(inc, now) for inc in plan.duplicates]  # R18 idempotent hits
     for note in notes:
@@ -157,6 +144,23 @@ def encode_applied(
         value = encode_compaction_request(req)
         out.other.append((config.topic_compaction_requests, req.session_id.encode(), value))
     return out
+
+
+def _letter(config: ProcessorConfig, rej: Rejection) -> DeadLetter:
+    ev = rej.incoming.event
+    # The letter is the signer's (the event's space, which admission checked against the
+    # signing key), never that of a session of another space it named.
+    sid = None if rej.code == SCOPE_MISMATCH else ev.scope.session_id
+    return dead_letter(
+        config,
+        rej.incoming.partition,
+        rej.incoming.offset,
+        rej.code,
+        rej.message,
+        sid,
+        ev.event_key,
+        space_id=ev.scope.space_id,
+    )
 
 
 def _new_record(nr: NewRecord, now: int) -> CommittedRecord:

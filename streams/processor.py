@@ -263,8 +263,9 @@ class BatchProcessor:
                     continue
                 s, key = item.event.scope, item.event.event_key
                 refused = RefusedEvent(
-                    s.session_id, key, *describe_failure(exc), s.space_id, s.actor_id
-                )
+                    s.session_id, key, *describe_failure(exc), s.space_id, s.actor_id,
+                    source=(item.partition, item.offset),
+                )  # fmt: skip
                 try:
                     async with store.transaction():  # best effort: a savepoint
                         await store.record_refusals([refused])
@@ -308,6 +309,7 @@ class BatchProcessor:
         plan.records += part.records
         plan.duplicates += part.duplicates
         plan.rejections += part.rejections
+        plan.letters_again += part.letters_again
 
 
 def _chunks(batch: list[RawMessage], size: int) -> list[list[RawMessage]]:

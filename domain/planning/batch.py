@@ -58,6 +58,9 @@ def _plan_one(inc: Incoming, sessions: dict[str, SessionState], plan: BatchPlan)
     op_key = (ev.operation_id, str(ev.kind)) if ev.operation_id else None
     if ev.event_key in st.known_keys or (op_key and op_key in st.known_operations):
         plan.duplicates.append(inc)  # R3.1: redelivery is a no-op
+        letter = st.dead_lettered.get(ev.event_key)
+        if letter is not None and (letter.partition, letter.offset) == (inc.partition, inc.offset):
+            plan.letters_again.append(Rejection(inc, letter.code, letter.message, True))
         return
     refusal = (
         retraction_refusal(inc, st) or constraint_refusal(inc, st) or apply_lifecycle(inc, st, plan)

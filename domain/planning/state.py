@@ -40,6 +40,17 @@ class RunState:
     refused_resumes: int = 0
 
 
+@dataclass(frozen=True)
+class DeadLettered:
+    """A committed dead-letter refusal: why, and the message of the records topic it
+    refused (``partition``, ``offset``)."""
+
+    code: str
+    message: str
+    partition: int
+    offset: int
+
+
 @dataclass
 class SessionState:
     session_id: str
@@ -54,6 +65,10 @@ class SessionState:
     runs: dict[str, RunState] = field(default_factory=dict)
     threads: dict[Thread, int] = field(default_factory=dict)  # -> next instance_sequence
     known_keys: set[str] = field(default_factory=set)
+    # The known keys dead-lettered from a message of the records topic -> its letter: that
+    # message redelivered publishes the letter again (the first may have been lost
+    # between the refusal's commit and the letter's publish).
+    dead_lettered: dict[str, DeadLettered] = field(default_factory=dict)
     known_operations: set[tuple[str, str]] = field(default_factory=set)
     # Targets of the batch's retractions (record_id -> facts), and the batch's own records.
     retraction_targets: dict[str, RetractionTarget] = field(default_factory=dict)
@@ -117,6 +132,9 @@ class BatchPlan:
     records: list[NewRecord] = field(default_factory=list)
     duplicates: list[Incoming] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
+    # The dead letters of refused messages redelivered (``SessionState.dead_lettered``):
+    # published again, their refusals not written again (they are committed).
+    letters_again: list[Rejection] = field(default_factory=list)
     new_runs: list[NewRun] = field(default_factory=list)
     run_changes: list[RunChange] = field(default_factory=list)
     new_threads: set[tuple[str, str, str]] = field(default_factory=set)

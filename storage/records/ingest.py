@@ -119,6 +119,7 @@ async def _write_rejections(conn: asyncpg.Connection, plan: BatchPlan) -> None:
                 r.incoming.event.scope.space_id,
                 r.incoming.event.scope.actor_id,
                 "dead_letter" if r.dead_letter else "rejected",
+                (r.incoming.partition, r.incoming.offset),
             )
             for r in plan.rejections
         ],

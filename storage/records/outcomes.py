@@ -36,6 +36,10 @@ class RefusedEvent:
     space_id: str
     actor_id: str
     outcome: str = "dead_letter"  # or "rejected" (refused without a dead letter)
+    # The records topic's message refused (partition, offset): its redelivery publishes
+    # the dead letter again (``domain.planning.state.DeadLettered``). None: admission's refusals,
+    # which refuse a redelivered message again by themselves.
+    source: tuple[int, int] | None = None
 
 
 def _upsert(not_binding: str) -> str:
@@ -43,7 +47,8 @@ def _upsert(not_binding: str) -> str:
     to any later refusal of the same key (``not_binding``: the parameter of their codes)."""
     return (
         " ON CONFLICT (session_id, event_key) DO UPDATE SET outcome = EXCLUDED.outcome,"
-        " code = EXCLUDED.code, message = EXCLUDED.message, created_at = now()"
+        " code = EXCLUDED.code, message = EXCLUDED.message, created_at = now(),"
+        " source_partition = EXCLUDED.source_partition, source_offset = EXCLUDED.source_offset"
         f" WHERE event_outcomes.code = ANY({not_binding}::text[])"
         f" AND NOT EXCLUDED.code = ANY({not_binding}::text[])"
     )
@@ -75,10 +80,11 @@ async def write_scoped(conn: asyncpg.Connection, refusals: Sequence[RefusedEvent
 async def _write(conn: asyncpg.Connection, refusals: Sequence[RefusedEvent]) -> None:
     if refusals:
         await conn.executemany(
-            "INSERT INTO event_outcomes (session_id, event_key, outcome, code, message)"
-            " VALUES ($1,$2,$3,$4,$5)" + _upsert("$6"),
-            [
-                (r.session_id, r.event_key, r.outcome, r.code, r.message, sorted(NOT_BINDING))
-                for r in refusals
-            ],
+            "INSERT INTO event_outcomes (session_id, event_key, outcome, code, message,"
+            " source_partition, source_offset) VALUES ($1,$2,$3,$4,$5,$7,$8)" + _upsert("$6"),
+            [(*_columns(r), sorted(NOT_BINDING), *(r.source or (None, None))) for r in refusals],
         )
+
+
+def _columns(r: RefusedEvent) -> tuple[str, str, str, str, str]:
+    return r.session_id, r.event_key, r.outcome, r.code, r.message

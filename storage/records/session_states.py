@@ -19,7 +19,7 @@ from typing import Any
 
 import asyncpg
 
-from domain.planning.state import RunState, SessionState
+from domain.planning.state import DeadLettered, RunState, SessionState
 from storage.records import frontier, retraction
 from storage.records.outcomes import NOT_BINDING
 
@@ -78,26 +78,30 @@ def _runs_and_threads(p: tuple[str, ...]) -> str:
 
 @functools.cache
 def _known(p: tuple[str, ...]) -> str:
-    """Each key's committed record, if any, and whether it was refused (refused and
+    """Each key's committed record, if any, whether it was refused (refused and
     dead-lettered keys stay refused on redelivery; an authentication refusal binds
-    nothing: ``storage.records.outcomes``); then (``op``) each operation committed. In
-    ``_add_known``'s order; ``p``: the placeholders of the keys' session ids and keys, the
-    codes that bind nothing, the operations' session ids, ids and kinds. Each key is
-    looked up by its index (as in ``_runs_and_threads``: a generic plan joined the keys
-    as a set by scanning the records, ~2 ms a batch at 8 agents' sessions)."""
+    nothing: ``storage.records.outcomes``) and its dead letter (``DeadLettered``'s fields, as
+    text), if one was published for a message of the records topic; then (``op``) each
+    operation committed. In ``_add_known``'s order; ``p``: the placeholders of the keys'
+    session ids and keys, the codes that bind nothing, the operations' session ids, ids
+    and kinds. Each key is looked up by its index (as in ``_runs_and_threads``: a generic
+    plan joined the keys as a set by scanning the records, ~2 ms a batch at 8 agents'
+    sessions)."""
     return (
         "SELECT false AS op, k.sid, k.ek, r.record_id, r.session_sequence, r.run_id,"
         " r.instance_id, r.instance_sequence, r.kind, r.token_count, r.token_method,"
-        " r.content_sha256, o.refused IS NOT NULL AS refused,"
+        " r.content_sha256, o.refused IS NOT NULL AS refused, o.letter,"
         f" NULL AS operation_id FROM unnest({p[0]}::text[], {p[1]}::text[]) AS k(sid, ek)"
         " LEFT JOIN LATERAL (SELECT x.record_id, x.session_sequence, x.run_id, x.instance_id,"
         "   x.instance_sequence, x.kind, x.token_count, x.token_method, x.content_sha256"
         "   FROM records x WHERE x.session_id = k.sid AND x.event_key = k.ek OFFSET 0) r ON true"
-        " LEFT JOIN LATERAL (SELECT true AS refused FROM event_outcomes x"
+        " LEFT JOIN LATERAL (SELECT true AS refused, CASE WHEN x.outcome = 'dead_letter'"
+        "   AND x.source_offset IS NOT NULL THEN ARRAY[x.code, x.message,"
+        "   x.source_partition::text, x.source_offset::text] END AS letter FROM event_outcomes x"
         f"   WHERE x.session_id = k.sid AND x.event_key = k.ek AND NOT x.code = ANY({p[2]}::text[])"
         "   LIMIT 1) o ON true"
         " UNION ALL SELECT true, k.sid, NULL, NULL, NULL, NULL, NULL, NULL, k.kind,"
-        " NULL, NULL, NULL, false, k.op"
+        " NULL, NULL, NULL, false, NULL::text[], k.op"
         f" FROM unnest({p[3]}::text[], {p[4]}::text[], {p[5]}::text[]) AS k(sid, op, kind)"
         " CROSS JOIN LATERAL (SELECT 1 FROM records x WHERE x.session_id = k.sid"
         "   AND x.operation_id = k.op AND x.kind = k.kind AND x.operation_id IS NOT NULL"
@@ -239,7 +243,7 @@ def _add_known(
     """Rows of ``_known``, of sessions in ``states``: the keys and operations each
     session holds, and the records committed under the keys."""
     existing: dict[tuple[str, str], ExistingRecord] = {}
-    for op, sid, key, record_id, *facts, refused, operation_id in rows:
+    for op, sid, key, record_id, *facts, refused, letter, operation_id in rows:
         state = states.get(sid)
         if state is None:
             continue
@@ -251,4 +255,7 @@ def _add_known(
                                                   facts[3], key, *facts[4:])  # fmt: skip
         if record_id is not None or refused:
             state.known_keys.add(key)
+        if letter is not None:
+            code, message, partition, offset = letter
+            state.dead_lettered[key] = DeadLettered(code, message, int(partition), int(offset))
     return existing

@@ -216,6 +216,15 @@ async def test_a_poison_record_is_dead_lettered_and_the_rest_commits_once() -> N
     assert store.data.offsets[("proc-test", "ctx.records", 0)] == 5
     assert store.data.outcomes[(SESSION, "c")] == "apply_failed"
     assert committed_keys(pub) == ["a", "b", "d", "e"]
+    pub.flushed.clear()  # the letter lost with the processor, the batch redelivered
+    again = await proc.handle(msgs)
+    assert (again.committed, again.duplicates, again.dead_letters) == (0, 5, 1)
+    (second,) = [decode_dead_letter(m.value) for m in pub.flushed if m.topic == "ctx.dead"]
+    assert (second.reason_code, second.source_offset, second.value) == (
+        "apply_failed",
+        2,
+        msgs[2].value,
+    )
 
 
 @pytest.mark.spec("R3.3")

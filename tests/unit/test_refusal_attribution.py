@@ -134,3 +134,31 @@ def test_a_fact_counts_in_its_sessions_space_or_else_its_signers_alone() -> None
     assert attributed(a, "space-a") == a
     assert attributed(a, "space-b") == Dims("space-b")
     assert attributed(Dims(), "space-b") == Dims("space-b")
+
+
+@pytest.mark.spec("R3.1", "R15.3")
+async def test_a_refused_message_redelivered_publishes_its_lost_dead_letter_again() -> None:
+    """A refused event's letter is published after its refusal commits: a processor that
+    dies between the two leaves the refusal and no letter. That very message redelivered
+    (its partition and offset) publishes the letter again, the refusal written once; the
+    same key in a later message stays a silent duplicate."""
+    proc, store = make()
+    stray = encode_event(make_event(RecordKind.USER_INPUT, "stray", run="run-9"))
+    assert (await proc.handle(batch(encode_event(user("a")), stray))).dead_letters == 1
+    pub = proc.publisher
+    assert isinstance(pub, FakePublisher)
+    sent = [decode_dead_letter(m.value) for m in pub.flushed if m.topic == CONFIG.topic_dead_letter]
+    pub.flushed.clear()  # lost with the processor that committed the refusal
+    again = await proc.handle(batch(encode_event(user("a")), stray))
+    assert (again.committed, again.duplicates, again.dead_letters) == (0, 2, 1)
+    (letter,) = [
+        decode_dead_letter(m.value) for m in pub.flushed if m.topic == CONFIG.topic_dead_letter
+    ]
+    assert dataclasses.replace(letter, failed_at_ms=0) == dataclasses.replace(
+        sent[0], failed_at_ms=0
+    )
+    assert (letter.reason_code, letter.source_offset, letter.value) == ("unknown_run", 1, stray)
+    assert store.data.outcomes == {(SESSION, "stray"): "unknown_run"}
+    pub.flushed.clear()
+    later = await proc.handle(batch(stray))  # the same key, another message (offset 0)
+    assert (later.duplicates, later.dead_letters, letters(pub)) == (1, 0, [])

@@ -23,7 +23,7 @@ from domain.compaction.control.observation import request_of
 from domain.compaction.outcome import OutcomeInputs
 from domain.compaction.preemption import PreemptCandidate
 from domain.context.rendering import RecordView
-from domain.planning.state import BatchPlan, SessionState
+from domain.planning.state import BatchPlan, DeadLettered, SessionState
 from schemas.wire import BudgetObservation, CompactionOutcome, CompactionRequest, ControlEvent
 from storage.compaction.state import Checked
 from storage.compaction.view_state import ViewState
@@ -44,6 +44,7 @@ class Data:
     records: dict[tuple[str, str], ExistingRecord] = field(default_factory=dict)
     operations: set[tuple[str, str, str]] = field(default_factory=set)
     outcomes: dict[tuple[str, str], str] = field(default_factory=dict)  # -> reason code
+    dead_lettered: dict[tuple[str, str], DeadLettered] = field(default_factory=dict)
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     checked: dict[tuple[str, str], Checked] = field(default_factory=dict)
     applied: list[ControlEffects] = field(default_factory=list)
@@ -117,6 +118,8 @@ class FakeProcessingStore:
                     st.known_keys.add(key)
                 if not self._unbound((sid, key)):
                     st.known_keys.add(key)  # refused/dead-lettered keys stay refused
+                if (sid, key) in self.data.dead_lettered:
+                    st.dead_lettered[key] = self.data.dead_lettered[(sid, key)]
             for op, kind in operations.get(sid, ()):
                 if (sid, op, kind) in self.data.operations:
                     st.known_operations.add((op, kind))
@@ -161,6 +164,9 @@ class FakeProcessingStore:
             key = (rej.incoming.event.scope.session_id, rej.incoming.event.event_key)
             if rej.code not in UNSCOPED_REFUSALS and self._unbound(key):
                 self.data.outcomes[key] = rej.code
+                if rej.dead_letter:
+                    at = (rej.incoming.partition, rej.incoming.offset)
+                    self.data.dead_lettered[key] = DeadLettered(rej.code, rej.message, *at)
         for sid, st in states.items():
             # Runs and threads are upserted, as in PostgreSQL: those the batch did not
             # load stay as they were.
@@ -187,6 +193,8 @@ class FakeProcessingStore:
             own.add(key)
             if self._unbound(key):
                 self.data.outcomes[key] = r.code
+                if r.outcome == "dead_letter" and r.source is not None:
+                    self.data.dead_lettered[key] = DeadLettered(r.code, r.message, *r.source)
         return own
 
     def _unbound(self, key: tuple[str, str]) -> bool:
