@@ -49,7 +49,7 @@ import orjson
 
 from benchmarks import agents as ag
 from benchmarks import run as rn
-from benchmarks.soak import admin, provision, scratch_env
+from benchmarks.soak import admin, drop_scratch, provision, scratch_env
 from devstack.launcher import ServiceSet, service_set
 from devstack.ports import free_port
 from schemas.settings import Settings
@@ -286,9 +286,10 @@ def main() -> None:
         results = asyncio.run(serve(args, services, s, f"http://127.0.0.1:{port}", key, db))
     finally:
         stop(services)
-        # (Its topics stay: this file also runs on the baseline's code, which has no
-        # ``drop_scratch``; it may only use what both sides of a gate have.)
-        asyncio.run(admin(base.pg_dsn, f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)'))
+        # Its database and topics (a development broker keeps paying for every topic
+        # left). This file also runs on the baseline's code: ``drop_scratch`` is in every
+        # commit a gate takes for its baseline since 4932ba7.
+        drop_scratch(base.pg_dsn, db, s)
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "gate_probe.json").write_text(json.dumps(results[-1] if results else {}, indent=2))
     log(f"{len(results)} rounds in {time.monotonic() - T0:.1f} s; wrote {OUT / 'gate_probe.json'}")
