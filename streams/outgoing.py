@@ -133,7 +133,7 @@ def encode_applied(
         else:
             out.rejected += 1
         out.codes[rej.code] = out.codes.get(rej.code, 0) + 1
-    # Published again, counted once (the duplicates count their events).
+    # Published again; their codes were counted when they were refused.
     out.dead += [_letter(config, rej) for rej in plan.letters_again]
     notes += [_conflict_note(nr, now) for nr in plan.records if nr.revision_conflict]
     notes += [_hit_note(inc, now) for inc in plan.duplicates]  # R18 idempotent hits

@@ -82,9 +82,16 @@ async def _write(conn: asyncpg.Connection, refusals: Sequence[RefusedEvent]) -> 
         await conn.executemany(
             "INSERT INTO event_outcomes (session_id, event_key, outcome, code, message,"
             " source_partition, source_offset) VALUES ($1,$2,$3,$4,$5,$7,$8)" + _upsert("$6"),
-            [(*_columns(r), sorted(NOT_BINDING), *(r.source or (None, None))) for r in refusals],
+            [
+                (
+                    r.session_id,
+                    r.event_key,
+                    r.outcome,
+                    r.code,
+                    r.message,
+                    sorted(NOT_BINDING),
+                    *(r.source or (None, None)),
+                )
+                for r in refusals
+            ],
         )
-
-
-def _columns(r: RefusedEvent) -> tuple[str, str, str, str, str]:
-    return r.session_id, r.event_key, r.outcome, r.code, r.message

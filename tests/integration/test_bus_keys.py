@@ -18,7 +18,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from domain.context.envelope import Headers, KeySigner, ServiceSigner, runtime_secret
 from schemas.wire import (
@@ -36,7 +36,7 @@ from streams.kafka.bus_secrets import service_signer, verify_keys
 from tests.integration.test_poison import dead_letters_at
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
-from tests.support.kafka import auth
+from tests.support.kafka import auth, reader
 from tests.support.services import Services, settings_of, start_services
 from tests.support.stack import Stack
 
@@ -248,14 +248,7 @@ async def _load(
 
 async def _all_letters(services: Services, until: tuple[int, int]) -> list[DeadLetter]:
     """Every letter of the dead-letter topic, read until the one of ``until`` arrived."""
-    consumer = AIOKafkaConsumer(
-        services.env("ALC_TOPIC_DEAD_LETTER"),
-        bootstrap_servers=services.stack.kafka_bootstrap,
-        **auth(),
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
+    consumer = reader(services.stack.kafka_bootstrap, services.env("ALC_TOPIC_DEAD_LETTER"))
     await consumer.start()
     out: list[DeadLetter] = []
     try:

@@ -43,7 +43,7 @@ from schemas.wire import (
 from services.sdk.appends import SessionTarget
 from streams.kafka.auth import kafka_auth
 from tests.support.flows import PROFILE, client
-from tests.support.kafka import auth, service_signed
+from tests.support.kafka import auth, reader, service_signed
 from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
@@ -75,14 +75,7 @@ async def letters_at(
     services: Services, sources: list[tuple[int, int]], timeout: float = 30.0
 ) -> list[str]:
     """The PARTITION:OFFSET on the dead-letter topic of the letters of ``sources``."""
-    consumer = AIOKafkaConsumer(
-        services.env("ALC_TOPIC_DEAD_LETTER"),
-        bootstrap_servers=services.stack.kafka_bootstrap,
-        **auth(),
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
+    consumer = reader(services.stack.kafka_bootstrap, services.env("ALC_TOPIC_DEAD_LETTER"))
     await consumer.start()
     found: dict[tuple[int, int], str] = {}
     try:

@@ -12,7 +12,6 @@ from typing import Any
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from schemas.contracts import (
     Authority,
@@ -25,7 +24,7 @@ from schemas.contracts import (
 )
 from schemas.wire import decode_dead_letter
 from tests.support.flows import client, new_session, wait_committed
-from tests.support.kafka import auth
+from tests.support.kafka import reader
 from tests.support.services import TEST_SPACE, Services
 
 pytestmark = pytest.mark.integration
@@ -48,14 +47,7 @@ def stray(session: dict[str, Any], key: str) -> ContextEvent:
 async def letters_of(services: Services, at: tuple[int, int]) -> list[tuple[str, str]]:
     """(reason code, reason) of every letter on the dead-letter topic of the records
     topic's message at ``at`` (the topic read to its end)."""
-    consumer = AIOKafkaConsumer(
-        services.env("ALC_TOPIC_DEAD_LETTER"),
-        bootstrap_servers=services.stack.kafka_bootstrap,
-        **auth(),
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
+    consumer = reader(services.stack.kafka_bootstrap, services.env("ALC_TOPIC_DEAD_LETTER"))
     await consumer.start()
     out = []
     try:

@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -46,7 +46,7 @@ from streams.admission import CONTROL_EVENT_NAME
 from streams.control import apply_controls
 from tests.support import events as ev
 from tests.support.flows import client, new_session, wait_committed
-from tests.support.kafka import auth, service_signed, signed
+from tests.support.kafka import auth, reader, service_signed, signed
 from tests.support.services import Services
 
 pytestmark = [pytest.mark.integration, pytest.mark.spec("R3.1", "R3.3", "R3.4", "R15.3")]
@@ -110,13 +110,9 @@ async def dead_letters_at(
     """The dead letters of the records topic at ``wanted`` (partition, offset) — and at
     ``watch``, those read by the time every wanted one arrived."""
     watch = wanted | (watch or set())
-    consumer = AIOKafkaConsumer(
+    consumer = reader(
+        services.stack.kafka_bootstrap,
         services.env("ALC_TOPIC_DEAD_LETTER"),
-        bootstrap_servers=services.stack.kafka_bootstrap,
-        **auth(),
-        group_id=None,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
         fetch_max_bytes=8 << 20,
         max_partition_fetch_bytes=4 << 20,
     )

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer
+
 from domain.context.envelope import Headers
 from schemas.settings import Settings
 from services.bus import signer_for
@@ -30,3 +32,17 @@ def service_signed(service: SigningService, key: bytes | None, value: bytes) -> 
     """The envelope of one of our services (``prepare``, ``compaction``), signed with the
     key that service reads."""
     return service_signer(Settings(), service).headers(key, value)
+
+
+def reader(bootstrap: str, topic: str, **extra: Any) -> AIOKafkaConsumer:
+    """A consumer of ``topic`` from its start, as admin and outside any group (``extra``:
+    more of aiokafka's settings)."""
+    return AIOKafkaConsumer(
+        topic,
+        bootstrap_servers=bootstrap,
+        **auth(),
+        group_id=None,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        **extra,
+    )
