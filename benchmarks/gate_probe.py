@@ -156,16 +156,20 @@ async def ingest(w: World, n: int) -> float:
 
 
 async def prepare_times(w: World, calls: int) -> list[float]:
-    """``calls`` prepares of the seeded thread, one at a time: the server's assemble
-    times (ms)."""
+    """``calls`` prepares of the seeded thread, one at a time, after one that is not
+    counted: the server's assemble times (ms). The first prepare after a pause (the
+    other side's batch, a settle) meets caches the pause cooled: 8-12 ms against 2-3 ms
+    warm, and with ten batches a round those first calls were most of a round's five
+    slowest of 500, its p99. ``benchmarks.run`` times warm prepares, one after another."""
     run, server = w.thread, []
     body = {"purpose": "action", "instance_id": run.instance_id}
     path = f"/v1/sessions/{run.session_id}/runs/{run.run_id}/prepare"
     async with httpx.AsyncClient(base_url=w.url, timeout=60, headers=w.c.http.headers) as http:
-        for _ in range(calls):
+        for i in range(calls + 1):
             r = await http.post(path, json=body)
             r.raise_for_status()
-            server.append(assemble_ms(r.content))
+            if i:
+                server.append(assemble_ms(r.content))
     return server
 
 
