@@ -465,6 +465,7 @@ def driven_rounds(
             ask(side, "fresh", "FRESH", i)
         times: dict[str, list[float]] = {"before": [], "after": []}
         settle()
+        tp = time.monotonic()
         for _ in range(PREP_BATCHES):
             for side in order:
                 times[side] += ask(side, f"prep {PREP_BATCH}", "PREP", i) or []
@@ -473,7 +474,8 @@ def driven_rounds(
                 ms = sorted(times[side])
                 row["prepare"] = {"server_p50_ms": _pct(ms, 50), "server_p99_ms": _pct(ms, 99)}
                 runs[side].append(_probe(row))
-        log(f"round {i + 1}: {time.monotonic() - t0:.0f} s")
+        now = time.monotonic()
+        log(f"round {i + 1}: {now - t0:.0f} s (its prepares {now - tp:.0f} s)")
         i += 1
     for side, p in probes.items():
         if (rc := p.close()) != 0:
