@@ -430,10 +430,10 @@ def driven_rounds(
     trees: dict[str, Path], n: int, doubtful: Callable[[Runs], bool] | None = None
 ) -> tuple[Runs, dict[str, list[str]]]:
     """The gate's ``n`` rounds: both sides' probes start together, each with its own
-    services, which stay up but Prepare; a round is each side's agents and burst in turn,
-    then their prepares in alternating batches (``PREP_BATCHES`` of ``PREP_BATCH`` each),
-    so that both see the same machine, each side's answered by a Prepare started afresh
-    for them (a p99 one process's tail set would not show in the rounds' spread). What
+    services, which stay up; a round is each side's agents and burst in turn, then their
+    prepares in alternating batches (``PREP_BATCHES`` of ``PREP_BATCH`` each), so that
+    both see the same machine, each side's answered by its Prepare started afresh for
+    them (one process's slow tail would otherwise set a side's p99 in every round). What
     ran before is let finish (``settle``) before each side's agents and before the
     prepares, and the side that goes first changes every round: a side always second,
     meeting what the first left running, measured 1.06x the CPU per step and 1.4x

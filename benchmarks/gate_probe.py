@@ -225,9 +225,9 @@ async def serve(
     """Seeded, one round; ``--driven``: what each line read from stdin asks, until its
     end — ``round``: agents and the burst, answered ``ROUND <json>``; ``fresh``: Prepare
     started again, answered ``FRESH <seconds>``; ``prep N``: N prepares, answered
-    ``PREP <json list of assemble ms>``. ``benchmarks.compare --gate``
-    drives two of these, one per side, each with its services up throughout, and
-    alternates the sides' prepares in small batches."""
+    ``PREP <json list of assemble ms>``. ``benchmarks.compare --gate`` drives two of
+    these, one per side, each with its services up throughout (Prepare started afresh
+    before each round's prepares), and alternates the sides' prepares in small batches."""
     out: list[dict[str, Any]] = []
     async with ContextClient(s.kafka_bootstrap, url, s.topic_records, api_key=key) as c:
         w = World(c, services, s, url, db)
