@@ -24,6 +24,7 @@ from storage.migrate import apply_dsn
 from storage.roles import configured_dsn
 from streams import tracing
 from streams.collector import tune_collector
+from streams.cpu_policy import apply_cpu_policy
 from streams.crash_only import exit_for_redelivery, handle_or_exit
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
@@ -142,6 +143,7 @@ def main() -> None:
     )
     tracing.configure(settings, "agentloom-processor")  # ALC_TRACE_EXPORTER (none: off)
     tune_collector(settings.gc_young_threshold)
+    apply_cpu_policy(settings.service_cpu)
     asyncio.run(prepare_infrastructure(settings))
     if settings.metrics_port is not None:
         serve(settings.metrics_port)  # a thread of its own, for either driver

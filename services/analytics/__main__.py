@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 
 import uvloop
@@ -27,6 +26,7 @@ from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.roles import configured_dsn, dsn_of
 from streams.collector import tune_collector
+from streams.cpu_policy import apply_cpu_policy
 from streams.kafka.auth import kafka_auth
 from streams.kafka.topics import require_topics
 
@@ -83,25 +83,15 @@ async def run(settings: Settings) -> None:
         await pool.close()
 
 
-def yield_cpu(policy: str) -> None:
-    """Rollups may lag a little; a prepare must not wait for them (the core's
-    prepare p99 with the analytics group running within 1.1 of without, on shared cores;
-    nice 10 alone left it at 1.2-1.3, the SCHED_IDLE policy at ~1.05)."""
-    try:
-        if policy == "idle":
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        elif policy == "low":
-            os.nice(10)
-    except OSError as exc:  # a sandbox that forbids it: run, at the normal priority
-        log.warning("analytics CPU policy %r not applied: %s", policy, exc)
-
-
 def main() -> None:
     settings = Settings()
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    yield_cpu(settings.analytics_cpu)
+    # Rollups may lag a little; a prepare must not wait for them (the core's prepare p99
+    # with the analytics group running within 1.1 of without, on shared cores; nice 10
+    # alone left it at 1.2-1.3, the SCHED_IDLE policy at ~1.05).
+    apply_cpu_policy(settings.analytics_cpu)
     tune_collector(settings.gc_young_threshold)
     uvloop.run(run(settings))
 

@@ -24,6 +24,7 @@ from services.compaction import bootstrap
 from services.compaction.consume import consume_until
 from streams import tracing
 from streams.collector import tune_collector
+from streams.cpu_policy import apply_cpu_policy
 
 log = logging.getLogger("agentloom.compaction")
 
@@ -54,6 +55,7 @@ def main() -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     tune_collector(settings.gc_young_threshold)
+    apply_cpu_policy(settings.service_cpu)
     uvloop.run(run(settings))
 
 

@@ -16,6 +16,7 @@ from services.prepare.http.api import create_api
 from services.prepare.http.one_write import OneWriteProtocol
 from services.prepare.service import PrepareService
 from streams.collector import tune_collector
+from streams.cpu_policy import apply_cpu_policy
 from streams.kafka.topics import require_topics
 
 
@@ -49,6 +50,7 @@ def main() -> None:
         level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
     tune_collector(settings.gc_young_threshold)
+    apply_cpu_policy(settings.service_cpu)
     # Topics first, outside uvicorn: a failure in the ASGI lifespan is logged by uvicorn
     # and ends serve() normally (exit 0); here it stops the process with its code.
     asyncio.run(require_topics(settings, "prepare"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 
 import asyncpg
@@ -88,6 +88,7 @@ class Adapters:
     thread_frontier: ThreadFrontierReads | None = None
     # with the main view's compaction row too, before the prepare decides (None: apart)
     read_aheads: ReadAheads | None = None
+    notes: Publisher | None = None  # the observability notes' (None: ``publisher``)
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def build_service(
     prepared = PreparedStore(
         ports.prepared, options.prepared_capacity, retention_s=options.prepared_retention_s
     )
-    notes = Notes(ports.publisher, options.topic_observability)
+    notes = Notes(ports.notes or ports.publisher, options.topic_observability)
     calibration = CalibrationCache(ports.calibrations, options.calibration_ttl_s, clock)
     topic = options.topic_records
     check = CompactionCheck(
@@ -288,11 +289,21 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         kafka_auth(settings, "prepare"),
         signer=service_signer(settings, "prepare"),
     )
+    notes = AiokafkaPublisher(
+        settings.kafka_bootstrap,
+        kafka_auth(settings, "prepare"),
+        signer=service_signer(settings, "prepare"),
+        linger_ms=settings.observability_linger_ms,
+    )
     await publisher.start()
+    await notes.start()
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)
     await waiter.start(dsn)
     counter = CachedCounter(make_counter("cl100k_base", settings.tiktoken_file))
-    adapters = pg_adapters(pool, publisher, waiter, render_states=settings.prepare_render_states)
+    adapters = replace(
+        pg_adapters(pool, publisher, waiter, render_states=settings.prepare_render_states),
+        notes=notes,
+    )
     options = Options.from_settings(settings, counter.method)
     hooks = load_hooks(settings.prepare_hooks)
     svc = build_service(adapters, options, counter, hooks, hook_ids(settings.compaction_hooks))
@@ -311,6 +322,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         await svc.gateway.prepared.flush()  # contexts written behind their answers
         await waiter.close()
         await publisher.stop()
+        await notes.stop()
         await pool.close()
         if traces is not None:
             traces.shutdown()  # the spans still batched are exported
