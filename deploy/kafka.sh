@@ -25,11 +25,14 @@
 #      at start, and a dev state that ran the tests for weeks holds thousands); for the cluster
 #      ALC_KAFKA_CLUSTER_PORT (29092, node I listens on +I-1),
 #      ALC_KAFKA_CLUSTER_CONTROLLER_PORT (29192, likewise),
-#      ALC_KAFKA_CLUSTER_HEAP ("-Xms128m -Xmx512m", per node).
+#      ALC_KAFKA_CLUSTER_HEAP ("-Xms128m -Xmx512m", per node),
+#      ALC_STACK_CPU (batch: the broker under SCHED_BATCH; deploy/cpu-policy.sh).
 # Exit codes: 0 ok, 1 failure, 2 port taken by something else, 3 not running (status).
 set -euo pipefail
 
 DEPLOY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/cpu-policy.sh
+source "$DEPLOY_DIR/cpu-policy.sh"
 REPO=$(cd "$DEPLOY_DIR/.." && pwd)
 STATE_DIR=$(realpath -m "${ALC_STATE_DIR:-$REPO/.state}")
 KSTATE=$STATE_DIR/kafka
@@ -593,11 +596,11 @@ launch_broker() {
   local pid
   log "starting broker (KRaft broker+controller) on $BOOTSTRAP, controller $HOST:$CONTROLLER_PORT"
   log "logs: $SERVER_LOG (stdout/stderr: $OUT)"
-  # shellcheck disable=SC2086  # HEAP is a list of JVM flags
+  # shellcheck disable=SC2086,SC2046  # HEAP is a list of JVM flags; the policy's words
   (
     exec 9>&-   # do not leak the lock into the broker
     cd "$KSTATE"
-    exec setsid nohup java $HEAP -server \
+    exec setsid nohup $(cpu_policy_prefix) java $HEAP -server \
       -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
       -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true \
       -Dkafka.logs.dir="$LOGDIR" -Dlog4j2.configurationFile="$LOG4J_BROKER" \

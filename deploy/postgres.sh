@@ -12,11 +12,14 @@
 # /var/tmp/agentloom-pg-<hash of the state dir path> instead.
 #
 # Env: ALC_STATE_DIR (default <repo>/.state), ALC_PG_PORT (55432),
-#      ALC_PG_DB (agentloom), ALC_PG_USER (agentloom).
+#      ALC_PG_DB (agentloom), ALC_PG_USER (agentloom),
+#      ALC_STACK_CPU (batch: the server under SCHED_BATCH; deploy/cpu-policy.sh).
 # Exit codes: 0 ok, 1 failure, 2 port taken by something else, 3 not running (status).
 set -euo pipefail
 
 DEPLOY_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=deploy/cpu-policy.sh
+source "$DEPLOY_DIR/cpu-policy.sh"
 REPO=$(cd "$DEPLOY_DIR/.." && pwd)
 STATE_DIR=$(realpath -m "${ALC_STATE_DIR:-$REPO/.state}")
 PSTATE=$STATE_DIR/postgres
@@ -219,7 +222,8 @@ EOF
 
 start_server() {
   log "starting PostgreSQL on $HOST:$PORT (data $DATA, log $PGLOG)"
-  if ! as_pg "$PGBIN/pg_ctl" -D "$DATA" -l "$PGLOG" -w -t 60 start >/dev/null; then
+  # shellcheck disable=SC2046  # the policy's words, or none
+  if ! as_pg $(cpu_policy_prefix) "$PGBIN/pg_ctl" -D "$DATA" -l "$PGLOG" -w -t 60 start >/dev/null; then
     echo "---- last lines of $PGLOG ----" >&2
     tail -n 25 "$PGLOG" >&2
     die "pg_ctl start failed"

@@ -90,7 +90,7 @@ class Settings(BaseSettings):
     # nobody else wants (rollups lag under saturation and catch up after); "low": nice
     # 10; "normal": as scheduled.
     analytics_cpu: Literal["idle", "low", "normal"] = "idle"
-    # The processor's, Prepare's and the compaction service's policy (streams/cpu_policy.py):
+    # The processor's, Prepare's and the compaction service's policy (streams/tuning/cpu_policy.py):
     # "batch" (SCHED_BATCH: a woken process does not preempt the one that woke it) or
     # "normal".
     service_cpu: Literal["batch", "normal"] = "batch"
@@ -224,7 +224,7 @@ class Settings(BaseSettings):
     tiktoken_file: str | None = None
     log_level: str = "INFO"
     # Net container allocations between two collections of the youngest generation in
-    # every service (streams/collector.py; CPython's default is 700).
+    # every service (streams/tuning/collector.py; CPython's default is 700).
     gc_young_threshold: int = Field(default=20_000, ge=100, le=1_000_000)
 
     def summarizer_key(self) -> str | None:

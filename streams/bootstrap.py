@@ -23,8 +23,6 @@ from schemas.settings import Settings
 from storage.migrate import apply_dsn
 from storage.roles import configured_dsn
 from streams import tracing
-from streams.collector import tune_collector
-from streams.cpu_policy import apply_cpu_policy
 from streams.crash_only import exit_for_redelivery, handle_or_exit
 from streams.drivers import direct
 from streams.drivers.app import BatchHandler, create_app
@@ -35,6 +33,8 @@ from streams.kafka.auth import kafka_auth
 from streams.kafka.publish import AiokafkaPublisher, FaustPublisher
 from streams.kafka.topics import require_topics
 from streams.metrics import serve
+from streams.tuning.collector import tune_collector
+from streams.tuning.cpu_policy import apply_cpu_policy
 from streams.wiring import build_processor, open_pool
 
 log = logging.getLogger("agentloom.processor")

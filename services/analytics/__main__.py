@@ -25,10 +25,10 @@ from services.analytics.pipeline import FLUSH_WITHIN_S, Pipeline
 from storage.migrate import apply_dsn
 from storage.pool import create_pool
 from storage.roles import configured_dsn, dsn_of
-from streams.collector import tune_collector
-from streams.cpu_policy import apply_cpu_policy
 from streams.kafka.auth import kafka_auth
 from streams.kafka.topics import require_topics
+from streams.tuning.collector import tune_collector
+from streams.tuning.cpu_policy import apply_cpu_policy
 
 log = logging.getLogger("agentloom.analytics")
 READY = "[analytics]: Ready"

@@ -23,8 +23,8 @@ from schemas.settings import Settings
 from services.compaction import bootstrap
 from services.compaction.consume import consume_until
 from streams import tracing
-from streams.collector import tune_collector
-from streams.cpu_policy import apply_cpu_policy
+from streams.tuning.collector import tune_collector
+from streams.tuning.cpu_policy import apply_cpu_policy
 
 log = logging.getLogger("agentloom.compaction")
 

@@ -15,9 +15,9 @@ from services.prepare.bootstrap import running_service
 from services.prepare.http.api import create_api
 from services.prepare.http.one_write import OneWriteProtocol
 from services.prepare.service import PrepareService
-from streams.collector import tune_collector
-from streams.cpu_policy import apply_cpu_policy
 from streams.kafka.topics import require_topics
+from streams.tuning.collector import tune_collector
+from streams.tuning.cpu_policy import apply_cpu_policy
 
 
 def build_app(settings: Settings) -> FastAPI:

@@ -20,7 +20,6 @@ import sys
 import uvloop
 
 from streams.admission import Admitted, RawMessage
-from streams.collector import tune_collector
 from streams.crash_only import handle_or_exit
 from streams.drivers.offload import (
     Reply,
@@ -34,6 +33,7 @@ from streams.kafka.auth import kafka_auth
 from streams.kafka.publish import AiokafkaPublisher
 from streams.metrics import MeteredPublisher
 from streams.processor import BatchProcessor
+from streams.tuning.collector import tune_collector
 from streams.wiring import build_processor, open_pool
 
 log = logging.getLogger("agentloom.processor")

@@ -31,7 +31,7 @@ def analytics_process(services: Services) -> Iterator[Proc]:
         "ALC_ANALYTICS_GROUP": f"alc-test-analytics-{uuid.uuid4().hex[:8]}",
         "ALC_METRICS_PORT": str(free_port()),
         # The default (SCHED_IDLE) may starve it while the suite keeps both cores busy;
-        # what the tests check does not depend on its CPU policy (test_analytics_cpu).
+        # what the tests check does not depend on its CPU policy (test_cpu_policy).
         "ALC_ANALYTICS_CPU": "normal",
         "PYTHONUNBUFFERED": "1",
     }

@@ -75,3 +75,22 @@ async def test_a_refused_prepare_is_reported_with_its_reason_not_as_a_prepare() 
     # The prepare that was sent counts its decisions by kind (ids and counts only).
     assert notes[0].counts == dict(Counter(d["decision"] for d in sent.decisions))
     assert notes[1].counts == {}
+
+
+async def test_prepares_notes_go_through_their_own_publisher_when_one_is_given() -> None:
+    """Prepare's notes have a producer of their own that lingers (nobody waits for a
+    note); the run's events stay on the main one, sent at once."""
+    w = PrepareWorld(
+        options=Options(compaction_wait_s=5.0, topic_observability="obs"), notes=FakePublisher()
+    )
+    body = {"release_id": "rel", "agent_id": "a", "instructions": "Answer."}
+    await w.svc.releases.register(ReleaseIn.model_validate(body | {"model_profile": PROFILE}), "x")
+    await w.svc.runs.open_session(SessionIn(session_id="s1", release_id="rel"), "x", "alice")
+    w.run("s1", "r1")
+    w.say("s1", "r1", "user_input", "short question")
+    await w.svc.preparer.prepare("s1", "r1", PrepareIn(purpose="completion"))
+    await asyncio.sleep(0)  # the notes are published from tasks
+    assert w.notes is not None
+    notes = [decode_observability(m.value) for m in w.notes.on("obs")]
+    assert [n.kind for n in notes] == ["prepare_budget"]
+    assert w.publisher.on("obs") == []

@@ -1,4 +1,4 @@
-"""Every service's young-generation threshold (``streams.collector``)."""
+"""Every service's young-generation threshold (``streams.tuning.collector``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from schemas.settings import Settings
-from streams.collector import tune_collector
+from streams.tuning.collector import tune_collector
 
 
 @pytest.fixture

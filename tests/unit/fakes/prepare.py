@@ -420,6 +420,7 @@ class PrepareWorld:
     threads: FakeThreads = field(default_factory=FakeThreads)
     keys: FakeKeys = field(default_factory=FakeKeys)
     publisher: FakePublisher = field(default_factory=FakePublisher)
+    notes: FakePublisher | None = None  # the observability notes' own (None: ``publisher``)
     waiter: FakeWaiter = field(default_factory=FakeWaiter)
     prepared: FakePreparedContexts = field(default_factory=FakePreparedContexts)
     calibrations: FakeCalibrations = field(default_factory=FakeCalibrations)
@@ -446,6 +447,7 @@ class PrepareWorld:
                 self.waiter,
                 self.prepared,
                 self.calibrations,
+                notes=self.notes,
             )
             self.model_calls.calibrations = self.calibrations
             counter = CachedCounter(ByteEstimateCounter())
