@@ -78,8 +78,8 @@ class Settings(BaseSettings):
     topic_compaction_requests: str = "ctx.compaction.requests"
     topic_observability: str = "ctx.observability"
     # Prepare's observability notes go through a producer of their own that waits this
-    # long for more before it sends: nobody waits for a note, and a request per prepare
-    # was ~a fifth of the broker's requests a step (docs/scaling.md). 0: sent at once.
+    # long for more before it sends: nobody waits for a note, and one request a second
+    # costs the broker less than one a prepare (docs/scaling.md). 0: sent at once.
     observability_linger_ms: int = 100
     compaction_group: str = "agentloom-compaction"
     # the analytics consumer group (ctx.observability + dead letters → rollups).
@@ -90,9 +90,9 @@ class Settings(BaseSettings):
     # nobody else wants (rollups lag under saturation and catch up after); "low": nice
     # 10; "normal": as scheduled.
     analytics_cpu: Literal["idle", "low", "normal"] = "idle"
-    # The processor's, Prepare's and the compaction service's policy (streams/tuning/cpu_policy.py):
-    # "batch" (SCHED_BATCH: a woken process does not preempt the one that woke it) or
-    # "normal".
+    # The processor's, Prepare's and the compaction service's CPU policy
+    # (streams/tuning/cpu_policy.py): "batch" (SCHED_BATCH: a woken process does not
+    # preempt the one that woke it) or "normal".
     service_cpu: Literal["batch", "normal"] = "batch"
     # Prometheus /metrics of the processes without an HTTP API (processor, compaction,
     # analytics): a port to serve it on, or None (off). Prepare serves it on its own port.

@@ -5,9 +5,10 @@
   that woke it; it runs at the next scheduling point. Our processes wake each other for
   every message and statement (a write to the broker's or PostgreSQL's socket, a reply):
   on a saturated host each wake-up otherwise preempted the writer in the middle of its
-  batch, and the two switched back and forth. With the processor, Prepare, the compaction
-  service, PostgreSQL and the broker in SCHED_BATCH, 48 agents on 2 cores took ~6% less
-  of the machine a step and Prepare's server p99 halved (docs/scaling.md).
+  batch, and the two switched back and forth. With the processor, Prepare and the
+  compaction service in SCHED_BATCH, 48 agents on 2 cores took ~6% less of the machine a
+  step; with PostgreSQL and the broker too (deploy/cpu-policy.sh) ~7% less again, and
+  Prepare's server p99 fell by a third or more (docs/scaling.md).
 - ``idle``: SCHED_IDLE, the process runs only on CPU time nobody else wants (analytics:
   rollups lag under saturation and catch up after).
 - ``low``: nice 10. ``normal``: as scheduled.

@@ -1,6 +1,7 @@
 """The stack our deploy scripts start runs PostgreSQL and the broker under SCHED_BATCH
-(``ALC_STACK_CPU``, deploy/cpu-policy.sh), as our services run (streams/tuning/cpu_policy.py):
-a process woken by a message or a statement does not preempt the one that woke it."""
+(``ALC_STACK_CPU``, deploy/cpu-policy.sh), as our services run
+(streams/tuning/cpu_policy.py): a process woken by a message or a statement does not
+preempt the one that woke it."""
 
 from __future__ import annotations
 
