@@ -262,6 +262,7 @@ async def level(
     xacts = await transactions(s.pg_dsn, db) - xact0
     g = groups(services, s, db)
     g.pids.update(await backends_by_client(s.pg_dsn, db, g))
+    policies = proc_cpu.cpu_policies(g)
     stop.set()
     await asyncio.gather(*tasks)
     window = stats.window(t0, t1)
@@ -290,6 +291,7 @@ async def level(
         "compactions": await compactions(s.pg_dsn, prefix),
         "pg_transactions_per_step": round(xacts / max(steps, 1), 1),
         "machine_busy": round(proc_cpu.busy_share(before, after), 3),
+        "cpu_policies": policies,
         "cpu_s": {k: round(v, 3) for k, v in cpu.items()},
         "cpu_ms_per_step": {k: round(v * 1000 / max(steps, 1), 2) for k, v in cpu.items()},
     }
@@ -329,7 +331,8 @@ def line(r: dict[str, Any]) -> str:
         f" model {r['model_ms']:g} ms a call, the machine {r['machine_busy']:.0%} busy,"
         f" {r['pg_transactions_per_step']} PostgreSQL transactions per step,"
         f" CPU per step {r['cpu_ms_per_step']['ours']} ms ours,"
-        f" {r['cpu_ms_per_step']['machine']} ms the machine's"
+        f" {r['cpu_ms_per_step']['machine']} ms the machine's;"
+        f" CPU policies {r.get('cpu_policies')}"
     )
 
 

@@ -123,6 +123,24 @@ class Groups:
         return out
 
 
+POLICIES = {os.SCHED_OTHER: "normal", os.SCHED_BATCH: "batch", os.SCHED_IDLE: "idle"}
+
+
+def cpu_policies(g: Groups) -> dict[str, str]:
+    """Each name's scheduling policy (``streams.tuning.cpu_policy``): its processes'
+    policies joined by "+" where they differ; "gone" when none of them is left."""
+    out = {}
+    for name, pids in g.pids.items():
+        seen = set()
+        for pid in pids:
+            try:
+                seen.add(POLICIES.get(os.sched_getscheduler(pid), "other"))
+            except OSError:  # exited since it was classified
+                continue
+        out[name] = "+".join(sorted(seen)) or "gone"
+    return out
+
+
 def machine_seconds(before: Snapshot, after: Snapshot) -> float:
     """Busy CPU seconds of the whole machine (every process, ours or not)."""
     return (after.machine_busy - before.machine_busy) / TCK
