@@ -104,6 +104,14 @@ async def test_ensure_topics_creates_every_topic_with_the_configured_partitions(
         await producer.stop()
 
 
+async def _listed(admin: AIOKafkaAdminClient, names: set[str]) -> None:
+    for _ in range(300):
+        if names <= set(await admin.list_topics()):
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"not listed within 60 s: {names - set(await admin.list_topics())}")
+
+
 async def test_a_benchmarks_topics_are_deleted_at_its_end(stack: Stack) -> None:
     """``drop_topics`` (benchmarks' ``drop_scratch``): a run's own topics go with it,
     faust's leader topic of its processor too, twice is fine, and no other topic is
@@ -118,11 +126,15 @@ async def test_a_benchmarks_topics_are_deleted_at_its_end(stack: Stack) -> None:
         await ensure_topics(s)
         await ensure_topics(other)
         await admin.create_topics([NewTopic(t, 1, 1) for t in leader])
+        made = set(topic_names(s)) | set(topic_names(other)) | leader
+        # A topic reaches the broker's metadata (what drop_topics lists) after the
+        # controller accepted it: at once on an idle broker, later on one busy with the
+        # other tests. The runs this stands for made theirs long before their end.
+        await _listed(admin, made)
         await drop_topics(s)
         await drop_topics(s)
         mine = set(topic_names(s)) | {f"{s.processor_id}-__assignor-__leader"}
-        # A deletion reaches the metadata after it is accepted: at once on an idle broker,
-        # later on one busy with the other tests' topics.
+        # A deletion reaches the metadata after it is accepted, likewise.
         for _ in range(300):
             left = set(await admin.list_topics())
             if not left & mine:
