@@ -273,6 +273,18 @@ def pg_adapters(
     )
 
 
+def notes_publisher(settings: Settings) -> AiokafkaPublisher:
+    """The observability notes' own producer: it waits ``observability_linger_ms`` for
+    more notes before it sends (nobody waits for one), so the notes of many prepares
+    share a request."""
+    return AiokafkaPublisher(
+        settings.kafka_bootstrap,
+        kafka_auth(settings, "prepare"),
+        signer=service_signer(settings, "prepare"),
+        linger_ms=settings.observability_linger_ms,
+    )
+
+
 @contextlib.asynccontextmanager
 async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
     """The process's service over PostgreSQL and Kafka; closed on exit."""
@@ -289,12 +301,7 @@ async def running_service(settings: Settings) -> AsyncIterator[PrepareService]:
         kafka_auth(settings, "prepare"),
         signer=service_signer(settings, "prepare"),
     )
-    notes = AiokafkaPublisher(
-        settings.kafka_bootstrap,
-        kafka_auth(settings, "prepare"),
-        signer=service_signer(settings, "prepare"),
-        linger_ms=settings.observability_linger_ms,
-    )
+    notes = notes_publisher(settings)
     await publisher.start()
     await notes.start()
     waiter = CommitWaiter(pool, settings.processor_id, settings.topic_records)

@@ -78,3 +78,68 @@ def test_the_processors_worker_inherits_its_parents_policy() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=ROOT
     )
     assert int(out.stdout) == os.SCHED_BATCH
+
+
+def _launched_by_deploy(**env: str) -> int:
+    """The policy of a process started as deploy/ starts PostgreSQL and the broker: after
+    ``cpu_policy_prefix``'s words (``ALC_STACK_CPU``)."""
+    script = (
+        f"source {ROOT / 'deploy' / 'cpu-policy.sh'}; exec $(cpu_policy_prefix) "
+        f"{sys.executable} -c 'import os; print(os.sched_getscheduler(0))'"
+    )
+    out = subprocess.run(
+        ["bash", "-c", script],
+        env={k: v for k, v in os.environ.items() if k != "ALC_STACK_CPU"} | env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(out.stdout)
+
+
+def test_deploy_starts_a_server_under_sched_batch_unless_alc_stack_cpu_is_normal() -> None:
+    assert _launched_by_deploy() == os.SCHED_BATCH
+    assert _launched_by_deploy(ALC_STACK_CPU="batch") == os.SCHED_BATCH
+    assert _launched_by_deploy(ALC_STACK_CPU="normal") == os.SCHED_OTHER
+
+
+@pytest.mark.parametrize(
+    ("script", "launch"),
+    [
+        ("deploy/kafka.sh", "exec setsid nohup $(cpu_policy_prefix) java "),
+        ("deploy/postgres.sh", 'as_pg $(cpu_policy_prefix) "$PGBIN/pg_ctl" '),
+    ],
+)
+def test_deploy_starts_postgresql_and_the_broker_through_the_policy(
+    script: str, launch: str
+) -> None:
+    text = (ROOT / script).read_text("utf-8")
+    assert 'source "$DEPLOY_DIR/cpu-policy.sh"' in text
+    assert launch in text
+
+
+def test_alc_service_cpu_decides_a_services_policy() -> None:
+    """What each service's entry point applies (``apply_cpu_policy(settings.service_cpu)``,
+    checked above) for each value of ``ALC_SERVICE_CPU``."""
+    code = (
+        "import os; from schemas.settings import Settings; "
+        "from streams.tuning.cpu_policy import apply_cpu_policy; "
+        "apply_cpu_policy(Settings().service_cpu); print(os.sched_getscheduler(0))"
+    )
+
+    def policy(value: str | None) -> int:
+        env = {k: v for k, v in os.environ.items() if k != "ALC_SERVICE_CPU"}
+        if value is not None:
+            env["ALC_SERVICE_CPU"] = value
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
+        return int(out.stdout)
+
+    assert policy(None) == os.SCHED_BATCH
+    assert policy("normal") == os.SCHED_OTHER
